@@ -33,6 +33,11 @@ impl MacKey {
         self
     }
 
+    /// The counters this key reports into.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
     /// The underlying secret (for deriving further keys from it).
     pub fn secret(&self) -> &Secret32 {
         &self.key

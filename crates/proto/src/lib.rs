@@ -1,1 +1,44 @@
-//! placeholder
+//! Maat's protocol tokens, without I/O.
+//!
+//! Every token has one canonical byte encoding that starts with a version byte and a
+//! one-byte domain tag ([`Kind`]), and is authenticated by an Ed25519 signature, a MAC or an
+//! AEAD. Decoding yields an *unverified* form; the only way to the usable form is a
+//! `verify` (or `open`) that checks the signature / MAC / AEAD and the validity window
+//! against a `now` supplied by the caller (this crate never reads the clock).
+//!
+//! | module | tokens | SPEC |
+//! |---|---|---|
+//! | [`ticket`] | login ticket | M1 |
+//! | [`session`] | client–OSD session-key offer and confirmation | M2 |
+//! | [`capability`] | extended capability | M3 |
+//! | [`merkle_msg`] | Merkle tree message | M4 |
+//! | [`renewal`] | renewal token | M8 |
+//! | [`revocation`] | revocation notice | M9 |
+//! | [`delegation`] | file handle, key lifetime token, proof token | M10 |
+//! | [`t10`] | T10 capability, credential, request ICV, key hierarchy, SET KEY, SET MASTER KEY | T2, T3 |
+//! | [`horus`] | lockbox, range-key grant | H4, H5 |
+//!
+//! Byte layouts and test vectors: `docs/PROTOCOL.md`.
+
+pub mod capability;
+pub mod codec;
+pub mod decoders;
+pub mod delegation;
+mod error;
+pub mod horus;
+pub mod ids;
+pub mod limits;
+pub mod merkle_msg;
+pub mod renewal;
+pub mod revocation;
+pub mod session;
+pub mod signed;
+pub mod t10;
+pub mod ticket;
+
+pub use error::ProtoError;
+pub use ids::{CapabilityId, FileId, OsdId, UnixMillis, UserId};
+pub use signed::{Kind, Unverified, Verified, PROTOCOL_VERSION};
+
+/// Result type of this crate.
+pub type Result<T, E = ProtoError> = std::result::Result<T, E>;

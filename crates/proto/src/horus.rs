@@ -1,0 +1,338 @@
+//! SPEC H4, H5: Horus lockboxes and range-key grants (paper 004 §3.2–3.4).
+//!
+//! **Lockbox (H5).** The file's root key sealed twice, to the KDS and to the owner, with
+//! the file id, tree version and shape as additional data, so the MDS can store it but not
+//! open it, and no box can be moved to another file, version or shape.
+//! Layout: `version || 0x0f || file(u64) || tree_version(u32) || shape(var) ||
+//! kds_box(80) || owner_box(80)`; the AAD is everything before `kds_box`.
+//!
+//! **Range-key grant (H4).** The KDS's answer: node keys sealed to the client's X25519 key.
+//! Layout: `version || 0x10 || file(u64) || tree_version(u32) || shape(var) || expiry(u64)
+//! || n(u32) || (level(u8) || index(u64))*n || sealed(var: 32·n + 48)`; the AAD is everything
+//! before `sealed`.
+
+use crate::codec::{Reader, Writer};
+use crate::limits::RANGE_GRANT_NODES_MAX;
+use crate::signed::{read_header, write_header, Kind};
+use crate::{FileId, ProtoError, Result, UnixMillis};
+use maat_crypto::kht::{KhtShape, Node, RangeKey, KHT_SHAPE_BYTES_MAX};
+use maat_crypto::seal::{SealingPublicKey, SealingSecretKey, SEAL_OVERHEAD_BYTES};
+use maat_crypto::{CryptoRngCore, Secret32};
+
+const LOCKBOX_CONTEXT: &[u8] = b"maat/h5/lockbox/v1";
+const GRANT_CONTEXT: &[u8] = b"maat/h4/grant/v1";
+/// Length of each sealed root key in a lockbox.
+pub const LOCKBOX_BOX_BYTES: usize = 32 + SEAL_OVERHEAD_BYTES;
+
+fn write_file_header(
+    w: &mut Writer,
+    kind: Kind,
+    file: FileId,
+    tree_version: u32,
+    shape: &KhtShape,
+) {
+    write_header(w, kind);
+    w.u64(file.0).u32(tree_version).var_bytes(&shape.encode());
+}
+
+fn read_file_header(r: &mut Reader<'_>, kind: Kind) -> Result<(FileId, u32, KhtShape)> {
+    read_header(r, kind)?;
+    let file = FileId(r.u64()?);
+    let tree_version = r.u32()?;
+    let shape =
+        KhtShape::decode(r.var_bytes("key tree shape", KHT_SHAPE_BYTES_MAX)?).map_err(|_| {
+            ProtoError::Malformed {
+                what: kind.name(),
+                reason: "invalid key tree shape",
+            }
+        })?;
+    Ok((file, tree_version, shape))
+}
+
+/// A file's lockbox. Decoding gives this sealed form; only [`Lockbox::open_as_kds`] and
+/// [`Lockbox::open_as_owner`] yield the root key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lockbox {
+    /// The file.
+    pub file: FileId,
+    /// Key tree version (H7: a revocation starts a new tree).
+    pub tree_version: u32,
+    /// The tree's shape.
+    pub shape: KhtShape,
+    kds_box: [u8; LOCKBOX_BOX_BYTES],
+    owner_box: [u8; LOCKBOX_BOX_BYTES],
+}
+
+/// What opening a lockbox gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenedLockbox {
+    /// The file.
+    pub file: FileId,
+    /// Key tree version.
+    pub tree_version: u32,
+    /// The tree's shape.
+    pub shape: KhtShape,
+    /// `K_R`.
+    pub root_key: Secret32,
+}
+
+impl Lockbox {
+    fn aad(file: FileId, tree_version: u32, shape: &KhtShape) -> Vec<u8> {
+        let mut w = Writer::new();
+        write_file_header(&mut w, Kind::Lockbox, file, tree_version, shape);
+        w.finish()
+    }
+
+    /// Owner side: seals `root_key` to the KDS and to the owner.
+    pub fn seal(
+        file: FileId,
+        tree_version: u32,
+        shape: KhtShape,
+        root_key: &Secret32,
+        kds: &SealingPublicKey,
+        owner: &SealingPublicKey,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Self> {
+        let aad = Self::aad(file, tree_version, &shape);
+        let to_box = |sealed: Vec<u8>| -> Result<[u8; LOCKBOX_BOX_BYTES]> {
+            sealed.try_into().map_err(|_| ProtoError::Malformed {
+                what: "lockbox",
+                reason: "box length",
+            })
+        };
+        let kds_box = to_box(kds.seal(LOCKBOX_CONTEXT, &aad, root_key.expose(), rng)?)?;
+        let owner_box = to_box(owner.seal(LOCKBOX_CONTEXT, &aad, root_key.expose(), rng)?)?;
+        Ok(Self {
+            file,
+            tree_version,
+            shape,
+            kds_box,
+            owner_box,
+        })
+    }
+
+    /// The canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        write_file_header(
+            &mut w,
+            Kind::Lockbox,
+            self.file,
+            self.tree_version,
+            &self.shape,
+        );
+        w.bytes(&self.kds_box).bytes(&self.owner_box);
+        w.finish()
+    }
+
+    /// Decodes (nothing is verified until a box is opened).
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader::new(bytes, "lockbox");
+        let (file, tree_version, shape) = read_file_header(&mut r, Kind::Lockbox)?;
+        let lockbox = Self {
+            file,
+            tree_version,
+            shape,
+            kds_box: r.array()?,
+            owner_box: r.array()?,
+        };
+        r.finish()?;
+        Ok(lockbox)
+    }
+
+    fn open_box(&self, sealed: &[u8], secret: &SealingSecretKey) -> Result<OpenedLockbox> {
+        let aad = Self::aad(self.file, self.tree_version, &self.shape);
+        let plain = secret
+            .open(LOCKBOX_CONTEXT, &aad, sealed)
+            .map_err(|_| ProtoError::DecryptionFailed { token: "lockbox" })?;
+        let root: [u8; 32] = plain
+            .as_slice()
+            .try_into()
+            .map_err(|_| ProtoError::DecryptionFailed { token: "lockbox" })?;
+        Ok(OpenedLockbox {
+            file: self.file,
+            tree_version: self.tree_version,
+            shape: self.shape.clone(),
+            root_key: Secret32::from_bytes(root),
+        })
+    }
+
+    /// KDS side.
+    pub fn open_as_kds(&self, kds_secret: &SealingSecretKey) -> Result<OpenedLockbox> {
+        self.open_box(&self.kds_box, kds_secret)
+    }
+
+    /// Owner side.
+    pub fn open_as_owner(&self, owner_secret: &SealingSecretKey) -> Result<OpenedLockbox> {
+        self.open_box(&self.owner_box, owner_secret)
+    }
+}
+
+/// A range-key grant as received. Only [`RangeGrant::open`] yields the keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeGrant {
+    /// The file.
+    pub file: FileId,
+    /// Key tree version.
+    pub tree_version: u32,
+    /// The tree's shape.
+    pub shape: KhtShape,
+    /// Until when the client may use the keys for new I/O.
+    pub expiry: UnixMillis,
+    /// The nodes granted, in cover order.
+    pub nodes: Vec<Node>,
+    sealed: Vec<u8>,
+}
+
+/// The keys of an opened grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenedGrant {
+    /// The file.
+    pub file: FileId,
+    /// Key tree version.
+    pub tree_version: u32,
+    /// The tree's shape.
+    pub shape: KhtShape,
+    /// One key per granted node.
+    pub keys: Vec<RangeKey>,
+}
+
+impl RangeGrant {
+    fn aad(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        write_file_header(
+            &mut w,
+            Kind::RangeGrant,
+            self.file,
+            self.tree_version,
+            &self.shape,
+        );
+        w.u64(self.expiry.0)
+            .u32(u32::try_from(self.nodes.len()).unwrap_or(u32::MAX));
+        for n in &self.nodes {
+            w.u8(n.level).u64(n.index);
+        }
+        w.finish()
+    }
+
+    /// KDS side: seals `keys` to the client.
+    pub fn issue(
+        opened: &OpenedLockbox,
+        expiry: UnixMillis,
+        keys: &[RangeKey],
+        client: &SealingPublicKey,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Self> {
+        if keys.is_empty() || keys.len() > RANGE_GRANT_NODES_MAX {
+            return Err(ProtoError::TooLarge {
+                what: "range grant nodes",
+                len: keys.len(),
+                limit: RANGE_GRANT_NODES_MAX,
+            });
+        }
+        let mut grant = Self {
+            file: opened.file,
+            tree_version: opened.tree_version,
+            shape: opened.shape.clone(),
+            expiry,
+            nodes: keys.iter().map(|k| k.node).collect(),
+            sealed: Vec::new(),
+        };
+        let plain: Vec<u8> = keys.iter().flat_map(|k| *k.key.expose()).collect();
+        let plain = zeroize::Zeroizing::new(plain);
+        grant.sealed = client.seal(GRANT_CONTEXT, &grant.aad(), &plain, rng)?;
+        Ok(grant)
+    }
+
+    /// The canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.bytes(&self.aad()).var_bytes(&self.sealed);
+        w.finish()
+    }
+
+    /// Decodes, enforcing limits and that every node lies inside the shape.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader::new(bytes, "range-key grant");
+        let (file, tree_version, shape) = read_file_header(&mut r, Kind::RangeGrant)?;
+        let expiry = UnixMillis(r.u64()?);
+        let n = r.count("range grant nodes", RANGE_GRANT_NODES_MAX, 9)?;
+        if n == 0 {
+            return Err(ProtoError::Malformed {
+                what: "range-key grant",
+                reason: "no nodes",
+            });
+        }
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let node = Node {
+                level: r.u8()?,
+                index: r.u64()?,
+            };
+            if node.level > shape.leaf_level() {
+                return Err(ProtoError::Malformed {
+                    what: "range-key grant",
+                    reason: "node below the leaves",
+                });
+            }
+            nodes.push(node);
+        }
+        let sealed = r
+            .var_bytes(
+                "sealed range keys",
+                32 * RANGE_GRANT_NODES_MAX + SEAL_OVERHEAD_BYTES,
+            )?
+            .to_vec();
+        if sealed.len() != 32 * n + SEAL_OVERHEAD_BYTES {
+            return Err(ProtoError::Malformed {
+                what: "range-key grant",
+                reason: "sealed keys length",
+            });
+        }
+        r.finish()?;
+        Ok(Self {
+            file,
+            tree_version,
+            shape,
+            expiry,
+            nodes,
+            sealed,
+        })
+    }
+
+    /// Client side: checks expiry and opens the keys.
+    pub fn open(&self, client_secret: &SealingSecretKey, now: UnixMillis) -> Result<OpenedGrant> {
+        if now >= self.expiry {
+            return Err(ProtoError::Expired {
+                token: "range-key grant",
+                expiry: self.expiry,
+                now,
+            });
+        }
+        let plain = client_secret
+            .open(GRANT_CONTEXT, &self.aad(), &self.sealed)
+            .map_err(|_| ProtoError::DecryptionFailed {
+                token: "range-key grant",
+            })?;
+        let keys = self
+            .nodes
+            .iter()
+            .zip(plain.chunks_exact(32))
+            .map(|(node, key)| {
+                let key: [u8; 32] = key.try_into().map_err(|_| ProtoError::DecryptionFailed {
+                    token: "range-key grant",
+                })?;
+                Ok(RangeKey {
+                    node: *node,
+                    key: Secret32::from_bytes(key),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(OpenedGrant {
+            file: self.file,
+            tree_version: self.tree_version,
+            shape: self.shape.clone(),
+            keys,
+        })
+    }
+}

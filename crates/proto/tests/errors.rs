@@ -1,0 +1,517 @@
+//! Each refusal has its own typed error: wrong key, wrong domain, expired, not yet valid,
+//! wrong recipient, confused deputy (valid token, wrong user / file / object).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::*;
+use maat_crypto::mac::MacKey;
+use maat_crypto::seal::SealingSecretKey;
+use maat_crypto::sign::SigningKey;
+use maat_crypto::Secret32;
+use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::delegation;
+use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
+use maat_proto::renewal::RenewalToken;
+use maat_proto::session::{self, SessionConfirm};
+use maat_proto::signed::{self, Kind, Unverified, UnverifiedMac};
+use maat_proto::t10::{
+    self, NewKey, Permissions, SetKey, SetKeyTarget, SetMasterKeyAccept, T10Access,
+};
+use maat_proto::ticket::LoginTicket;
+use maat_proto::{CapabilityId, FileId, OsdId, ProtoError, UnixMillis, UserId};
+
+fn fixture(name: &str) -> Vec<u8> {
+    fixtures()
+        .into_iter()
+        .find(|f| f.name == name)
+        .unwrap()
+        .bytes
+}
+
+fn other_key() -> maat_crypto::sign::VerifyingKey {
+    SigningKey::from_seed(&[0xee; 32]).verifying_key()
+}
+
+#[test]
+fn signed_tokens_give_typed_errors() {
+    let ticket = fixture("login_ticket");
+    let decode = || Unverified::<LoginTicket>::decode(&ticket).unwrap();
+    assert!(matches!(
+        decode().verify(&other_key(), NOW),
+        Err(ProtoError::BadSignature { .. })
+    ));
+    assert!(matches!(
+        decode().verify(&mds_key(), T1),
+        Err(ProtoError::Expired { .. })
+    ));
+    assert!(matches!(
+        decode().verify(&mds_key(), UnixMillis(T0.0 - 1)),
+        Err(ProtoError::NotYetValid { .. })
+    ));
+    decode().verify(&mds_key(), T0).unwrap();
+    // A ticket offered where a capability belongs (and the reverse) is refused by domain.
+    assert!(matches!(
+        Unverified::<Capability>::decode(&ticket),
+        Err(ProtoError::WrongDomain {
+            expected: Kind::Capability,
+            found: 0x01
+        })
+    ));
+    let cap = fixture("capability_explicit");
+    assert!(matches!(
+        Unverified::<RenewalToken>::decode(&cap),
+        Err(ProtoError::WrongDomain { .. })
+    ));
+    let mut future = ticket.clone();
+    future[0] = 2;
+    assert_eq!(
+        Unverified::<LoginTicket>::decode(&future).unwrap_err(),
+        ProtoError::UnsupportedVersion { found: 2 }
+    );
+}
+
+#[test]
+fn overlong_validity_is_refused_even_when_signed() {
+    let k = keys();
+    let mut body = capability(Principals::User(USER), Files::File(FILE));
+    body.expiry = UnixMillis(T0.0 + 48 * 3600 * 1000);
+    let token = signed::sign(body, &k.mds);
+    let err = Unverified::<Capability>::decode(token.encoded())
+        .unwrap()
+        .verify(&mds_key(), NOW)
+        .unwrap_err();
+    assert!(matches!(err, ProtoError::Malformed { .. }));
+}
+
+#[test]
+fn capability_names_user_and_file_confused_deputy_refused() {
+    let cap = Unverified::<Capability>::decode(&fixture("capability_explicit"))
+        .unwrap()
+        .verify(&mds_key(), NOW)
+        .unwrap();
+    cap.check_user(USER, None).unwrap();
+    cap.check_file(FILE, None).unwrap();
+    assert!(matches!(
+        cap.check_user(UserId(1002), None),
+        Err(ProtoError::PermissionDenied { .. })
+    ));
+    assert!(matches!(
+        cap.check_file(FileId(43), None),
+        Err(ProtoError::PermissionDenied { .. })
+    ));
+    let read_only = Capability {
+        mode: Mode::READ,
+        ..(*cap).clone()
+    };
+    assert!(matches!(
+        read_only.check_mode(Mode::WRITE),
+        Err(ProtoError::PermissionDenied { .. })
+    ));
+}
+
+#[test]
+fn merkle_capability_needs_the_matching_tree() {
+    let cap = Unverified::<Capability>::decode(&fixture("capability_merkle"))
+        .unwrap()
+        .verify(&mds_key(), NOW)
+        .unwrap();
+    let Principals::UserTree(root) = cap.users else {
+        panic!("fixture uses a user tree")
+    };
+    assert!(matches!(
+        cap.check_user(USER, None),
+        Err(ProtoError::UnknownKey { .. })
+    ));
+    let members = user_tree().verify(SetKind::Users, &root).unwrap();
+    cap.check_user(USER, Some(&members)).unwrap();
+    cap.check_user(UserId(2000), Some(&members)).unwrap();
+    assert!(matches!(
+        cap.check_user(UserId(9), Some(&members)),
+        Err(ProtoError::PermissionDenied { .. })
+    ));
+    // A different tree (one member more) does not match the root.
+    let other = MerkleTreeMessage::new(SetKind::Users, vec![vec![9, 1001, 1002, 1003], vec![2000]])
+        .unwrap();
+    assert_eq!(
+        other.verify(SetKind::Users, &root).unwrap_err(),
+        ProtoError::CommitmentMismatch {
+            what: "Merkle tree"
+        }
+    );
+    // The same ids as a file tree never verify as the user tree.
+    let as_files =
+        MerkleTreeMessage::new(SetKind::Files, vec![vec![1001, 1002, 1003], vec![2000]]).unwrap();
+    assert!(as_files.clone().verify(SetKind::Users, &root).is_err());
+    assert!(as_files.verify(SetKind::Files, &root).is_err());
+    // A user set is never accepted where the file set is checked.
+    assert!(matches!(
+        cap.check_file(FILE, Some(&members)),
+        Err(ProtoError::CommitmentMismatch { .. })
+    ));
+}
+
+#[test]
+fn session_offer_refusals() {
+    let k = keys();
+    let offer = fixture("session_offer");
+    let decode = || Unverified::decode(&offer).unwrap();
+    let err = session::accept_offer(decode(), &mds_key(), OsdId(4), &k.osd_seal, NOW).unwrap_err();
+    assert!(matches!(err, ProtoError::WrongRecipient { .. }));
+    let err = session::accept_offer(decode(), &other_key(), OSD, &k.osd_seal, NOW).unwrap_err();
+    assert!(matches!(
+        err,
+        ProtoError::BadSignature {
+            token: "login ticket"
+        }
+    ));
+    let err = session::accept_offer(
+        decode(),
+        &mds_key(),
+        OSD,
+        &SealingSecretKey::from_bytes([0x77; 32]),
+        NOW,
+    )
+    .unwrap_err();
+    assert!(matches!(err, ProtoError::DecryptionFailed { .. }));
+    let err = session::accept_offer(decode(), &mds_key(), OSD, &k.osd_seal, T1).unwrap_err();
+    assert!(matches!(
+        err,
+        ProtoError::Expired {
+            token: "login ticket",
+            ..
+        }
+    ));
+    // An offer signed by someone other than the ticket's client is refused.
+    let ticket = ticket(&k);
+    let mallory = SigningKey::from_seed(&[0x66; 32]);
+    let (forged, _) = session::make_offer(
+        &ticket,
+        &mallory,
+        OSD,
+        &k.osd_seal.public_key(),
+        NOW,
+        &mut rng(),
+    )
+    .unwrap();
+    let err = session::accept_offer(
+        Unverified::decode(forged.encoded()).unwrap(),
+        &mds_key(),
+        OSD,
+        &k.osd_seal,
+        NOW,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        ProtoError::BadSignature {
+            token: "session offer"
+        }
+    );
+}
+
+#[test]
+fn both_sides_derive_the_same_session_key_and_confirm() {
+    let k = keys();
+    let (offer, client_side) = session(&k);
+    let (accepted, osd_side) = session::accept_offer(
+        Unverified::decode(offer.encoded()).unwrap(),
+        &mds_key(),
+        OSD,
+        &k.osd_seal,
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(client_side.key, osd_side.key);
+    assert_eq!(client_side.session_id, osd_side.session_id);
+    assert_eq!(osd_side.user, USER);
+    let confirmation = session::confirm(&accepted, &osd_side, NOW, &mut rng());
+    session::check_confirm(
+        UnverifiedMac::decode(confirmation.encoded()).unwrap(),
+        &offer,
+        &client_side,
+    )
+    .unwrap();
+    // A confirmation for another offer (other session) is refused.
+    let (offer_b, session_b) = session::make_offer(
+        &ticket(&k),
+        &k.client,
+        OSD,
+        &k.osd_seal.public_key(),
+        NOW,
+        &mut maat_crypto::OsRng,
+    )
+    .unwrap();
+    let err = session::check_confirm(
+        UnverifiedMac::<SessionConfirm>::decode(confirmation.encoded()).unwrap(),
+        &offer_b,
+        &session_b,
+    )
+    .unwrap_err();
+    assert!(matches!(err, ProtoError::BadMac { .. }));
+}
+
+#[test]
+fn delegation_proof_is_bound_to_session_and_key() {
+    let k = keys();
+    let (_, sess) = session(&k);
+    let proof = delegation::make_proof(&k.computation, &sess, &mut rng()).unwrap();
+    delegation::open_proof(&proof, &sess, &lifetime(&k), &mds_key()).unwrap();
+    // Replayed into another session: cannot even be decrypted.
+    let (_, other_session) = session::make_offer(
+        &ticket(&k),
+        &k.client,
+        OSD,
+        &k.osd_seal.public_key(),
+        NOW,
+        &mut maat_crypto::OsRng,
+    )
+    .unwrap();
+    assert!(matches!(
+        delegation::open_proof(&proof, &other_session, &lifetime(&k), &mds_key()),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    // Made with another key than the lifetime token names.
+    let stranger = SigningKey::from_seed(&[0x55; 32]);
+    let forged = delegation::make_proof(&stranger, &sess, &mut rng()).unwrap();
+    assert!(matches!(
+        delegation::open_proof(&forged, &sess, &lifetime(&k), &mds_key()),
+        Err(ProtoError::CommitmentMismatch { .. })
+    ));
+    // A file handle whose capability is bound to another key is refused.
+    let cap = signed::sign(
+        capability(
+            Principals::ComputationKey(delegation::computation_key_hash(
+                &stranger.verifying_key().to_bytes(),
+            )),
+            Files::File(FILE),
+        ),
+        &k.mds,
+    );
+    let handle = delegation::FileHandle {
+        handle_id: 1,
+        file: FILE,
+        path: b"/x".to_vec(),
+        mode: Mode::READ,
+        flags: 0,
+        capability: cap.encoded().to_vec(),
+        computation_key: k.computation.verifying_key().to_bytes(),
+        start: T0,
+        expiry: T1,
+    };
+    let handle = signed::sign(handle, &k.mds);
+    let err = delegation::verify_file_handle(
+        Unverified::decode(handle.encoded()).unwrap(),
+        &mds_key(),
+        NOW,
+    )
+    .unwrap_err();
+    assert!(matches!(err, ProtoError::CommitmentMismatch { .. }));
+}
+
+#[test]
+fn t10_request_refusals() {
+    let k = keys();
+    let wk = working_keys(&k);
+    let cred = t10::issue_credential(&t10_capability(), wk.get(2).unwrap());
+    let icv = t10::request_icv(&cred, T10_REQUEST);
+    let check = |access: T10Access, now, request: &[u8]| {
+        t10::verify_request(&cred.capability, request, &icv, &wk, access, now)
+    };
+    check(t10_access(), NOW, T10_REQUEST).unwrap();
+    assert!(matches!(
+        check(t10_access(), T1, T10_REQUEST),
+        Err(ProtoError::Expired { .. })
+    ));
+    assert!(matches!(
+        check(t10_access(), NOW, b"WRITE"),
+        Err(ProtoError::BadMac { .. })
+    ));
+    assert!(matches!(
+        check(
+            T10Access {
+                object_id: 65537,
+                ..t10_access()
+            },
+            NOW,
+            T10_REQUEST
+        ),
+        Err(ProtoError::WrongRecipient { .. })
+    ));
+    assert!(matches!(
+        check(
+            T10Access {
+                policy_access_tag: 2,
+                ..t10_access()
+            },
+            NOW,
+            T10_REQUEST
+        ),
+        Err(ProtoError::PermissionDenied { .. })
+    ));
+    assert!(matches!(
+        check(
+            T10Access {
+                needed: Permissions::WRITE,
+                ..t10_access()
+            },
+            NOW,
+            T10_REQUEST
+        ),
+        Err(ProtoError::PermissionDenied { .. })
+    ));
+    // After the working key in slot 2 is replaced (SET KEY), the old credential fails.
+    let mut rotated = wk.clone();
+    rotated
+        .set(2, MacKey::new(Secret32::from_bytes([0x99; 32])))
+        .unwrap();
+    assert!(matches!(
+        t10::verify_request(
+            &cred.capability,
+            T10_REQUEST,
+            &icv,
+            &rotated,
+            t10_access(),
+            NOW
+        ),
+        Err(ProtoError::BadMac { .. })
+    ));
+    // A slot never set is an unknown key.
+    let empty = t10::WorkingKeys::default();
+    assert!(matches!(
+        t10::verify_request(
+            &cred.capability,
+            T10_REQUEST,
+            &icv,
+            &empty,
+            t10_access(),
+            NOW
+        ),
+        Err(ProtoError::UnknownKey { .. })
+    ));
+}
+
+#[test]
+fn set_key_and_set_master_key_agree_on_both_sides() {
+    let k = keys();
+    let partition = partition_pair(&k);
+    let msg = signed::mac(
+        SetKey {
+            target: SetKeyTarget::Working {
+                partition: 7,
+                key_version: 3,
+            },
+            seed: [1; 32],
+            timestamp: NOW,
+            nonce: [2; 16],
+        },
+        &partition.authentication_mac(),
+    );
+    let received = UnverifiedMac::<SetKey>::decode(msg.encoded())
+        .unwrap()
+        .verify(&partition.authentication_mac())
+        .unwrap();
+    let NewKey::Working(osd_key) = t10::apply_set_key(&received, &partition).unwrap() else {
+        panic!("working key expected")
+    };
+    assert_eq!(osd_key, partition.derive_working(7, 3, &[1; 32]).unwrap());
+    // A SET KEY MACed with the wrong level's key is refused.
+    assert!(matches!(
+        UnverifiedMac::<SetKey>::decode(msg.encoded())
+            .unwrap()
+            .verify(&k.master.authentication_mac()),
+        Err(ProtoError::BadMac { .. })
+    ));
+    // SET MASTER KEY: both sides derive the same fresh pair, different from the old one.
+    let offer = master_offer(&k);
+    let accept = master_accept(&k);
+    let at_mds = t10::new_master_key(&offer, &accept, &k.mds_ephemeral).unwrap();
+    let at_osd = t10::new_master_key(&offer, &accept, &k.osd_ephemeral).unwrap();
+    assert_eq!(at_mds, at_osd);
+    assert_ne!(at_mds, k.master);
+    // An accept echoing another nonce is refused.
+    let stale = signed::mac(
+        SetMasterKeyAccept {
+            osd_public: k.osd_ephemeral.public_key(),
+            offer_nonce: [0; 16],
+            timestamp: NOW,
+        },
+        &k.master.authentication_mac(),
+    );
+    assert!(matches!(
+        t10::new_master_key(&offer, &stale, &k.mds_ephemeral),
+        Err(ProtoError::WrongRecipient { .. })
+    ));
+}
+
+#[test]
+fn lockbox_and_grant_refusals() {
+    let k = keys();
+    let lb = lockbox(&k);
+    assert!(matches!(
+        lb.open_as_kds(&k.client_seal),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    assert!(matches!(
+        lb.open_as_owner(&k.kds_seal),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    // The MDS cannot move a lockbox to another file: the file id is authenticated.
+    let mut moved = lb.encode();
+    moved[2..10].copy_from_slice(&43u64.to_be_bytes());
+    assert!(matches!(
+        Lockbox::decode(&moved).unwrap().open_as_kds(&k.kds_seal),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    let grant = RangeGrant::decode(&fixture("range_key_grant")).unwrap();
+    assert!(matches!(
+        grant.open(&k.client_seal, T1),
+        Err(ProtoError::Expired { .. })
+    ));
+    assert!(matches!(
+        grant.open(&k.kds_seal, NOW),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    // The granted keys derive the right leaf keys and nothing outside the range.
+    let opened = grant.open(&k.client_seal, NOW).unwrap();
+    let root = lb.open_as_owner(&k.client_seal).unwrap();
+    for offset in (4096..5 * 4096).step_by(4096) {
+        let rk = opened.keys.iter().find(|rk| {
+            let (a, b) = opened.shape.bytes_under(rk.node).unwrap();
+            (a..b).contains(&offset)
+        });
+        let rk = rk.unwrap();
+        let leaf = opened
+            .shape
+            .node_at(opened.shape.leaf_level(), offset)
+            .unwrap();
+        assert_eq!(
+            opened.shape.leaf_key_for_offset(rk, offset).unwrap(),
+            root.shape.node_key_from_root(&root.root_key, leaf).unwrap()
+        );
+    }
+    assert!(opened
+        .keys
+        .iter()
+        .all(|rk| opened.shape.leaf_key_for_offset(rk, 0).is_err()));
+    assert!(opened
+        .keys
+        .iter()
+        .all(|rk| opened.shape.leaf_key_for_offset(rk, 5 * 4096).is_err()));
+}
+
+#[test]
+fn renewal_token_names_capabilities() {
+    let token = Unverified::<RenewalToken>::decode(&fixture("renewal_token"))
+        .unwrap()
+        .verify(&mds_key(), NOW)
+        .unwrap();
+    assert!(token.renews(CapabilityId(9002)));
+    assert!(!token.renews(CapabilityId(9003)));
+}
