@@ -5,7 +5,7 @@
 
 use crate::codec::{Reader, Writer};
 use crate::merkle_msg::{MemberSet, SetKind};
-use crate::signed::{Body, Kind, Timed};
+use crate::signed::{Body, Kind};
 use crate::{CapabilityId, FileId, ProtoError, Result, UnixMillis, UserId};
 use maat_crypto::hash::Digest;
 
@@ -164,15 +164,6 @@ impl Body for Capability {
     }
 }
 
-impl Timed for Capability {
-    fn start(&self) -> UnixMillis {
-        self.start
-    }
-    fn expiry(&self) -> UnixMillis {
-        self.expiry
-    }
-}
-
 impl Capability {
     /// SPEC M3: the *authenticated* requester must be in U. `tree` is the verified member
     /// set for U's root when U is a tree (the OSD fetches it per M4 when it lacks it).
@@ -250,3 +241,5 @@ fn maat_crypto_ct_eq(a: &Digest, b: &Digest) -> bool {
     use subtle::ConstantTimeEq;
     a.ct_eq(b).into()
 }
+
+crate::signed::timed_by_fields!(Capability);

@@ -114,8 +114,11 @@ pub fn range_key_grant(data: &[u8]) {
     }
 }
 
+/// A decoder entry point.
+pub type Decoder = fn(&[u8]);
+
 /// Every decoder, by fuzz-target name.
-pub const ALL: &[(&str, fn(&[u8]))] = &[
+pub const ALL: &[(&str, Decoder)] = &[
     ("login_ticket", login_ticket),
     ("session_offer", session_offer),
     ("session_confirm", session_confirm),

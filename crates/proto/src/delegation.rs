@@ -12,7 +12,7 @@ use crate::capability::{Capability, Files, Mode, Principals, CAPABILITY_BYTES};
 use crate::codec::{Reader, Writer};
 use crate::limits::{PATH_BYTES_MAX, SESSION_ID_BYTES};
 use crate::session::SessionKey;
-use crate::signed::{self, Body, Kind, Timed, Unverified, Verified};
+use crate::signed::{self, Body, Kind, Unverified, Verified};
 use crate::{FileId, OsdId, ProtoError, Result, UnixMillis, UserId};
 use maat_crypto::aead::BlockKey;
 use maat_crypto::hash::{self, Digest};
@@ -87,15 +87,6 @@ impl Body for FileHandle {
     }
 }
 
-impl Timed for FileHandle {
-    fn start(&self) -> UnixMillis {
-        self.start
-    }
-    fn expiry(&self) -> UnixMillis {
-        self.expiry
-    }
-}
-
 /// A verified file handle with its verified, key-bound capability.
 #[derive(Debug, Clone)]
 pub struct VerifiedFileHandle {
@@ -163,15 +154,6 @@ impl Body for KeyLifetimeToken {
             start: UnixMillis(r.u64()?),
             expiry: UnixMillis(r.u64()?),
         })
-    }
-}
-
-impl Timed for KeyLifetimeToken {
-    fn start(&self) -> UnixMillis {
-        self.start
-    }
-    fn expiry(&self) -> UnixMillis {
-        self.expiry
     }
 }
 
@@ -260,3 +242,5 @@ pub fn open_proof(
         .with_counters(counters_from.counters().clone());
     proof.verify_signature(&key)
 }
+
+crate::signed::timed_by_fields!(FileHandle, KeyLifetimeToken);

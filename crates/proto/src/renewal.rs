@@ -4,7 +4,7 @@
 
 use crate::codec::{check_strictly_ascending, Reader, Writer};
 use crate::limits::RENEWAL_CAPABILITY_IDS_MAX;
-use crate::signed::{Body, Kind, Timed};
+use crate::signed::{Body, Kind};
 use crate::{CapabilityId, ProtoError, Result, UnixMillis};
 
 /// The fields of a renewal token.
@@ -79,11 +79,4 @@ impl Body for RenewalToken {
     }
 }
 
-impl Timed for RenewalToken {
-    fn start(&self) -> UnixMillis {
-        self.start
-    }
-    fn expiry(&self) -> UnixMillis {
-        self.expiry
-    }
-}
+crate::signed::timed_by_fields!(RenewalToken);

@@ -4,7 +4,7 @@
 
 use crate::codec::{check_strictly_ascending, Reader, Writer};
 use crate::limits::REVOCATION_ENTRIES_MAX;
-use crate::signed::{Body, Kind, Timed};
+use crate::signed::{Body, Kind};
 use crate::{CapabilityId, ProtoError, Result, UnixMillis, UserId};
 
 /// The fields of a revocation notice.
@@ -98,11 +98,4 @@ impl Body for RevocationNotice {
     }
 }
 
-impl Timed for RevocationNotice {
-    fn start(&self) -> UnixMillis {
-        self.start
-    }
-    fn expiry(&self) -> UnixMillis {
-        self.expiry
-    }
-}
+crate::signed::timed_by_fields!(RevocationNotice);

@@ -100,6 +100,21 @@ pub trait Timed {
     fn expiry(&self) -> UnixMillis;
 }
 
+/// Implements [`Timed`] for bodies whose window is their `start` and `expiry` fields.
+macro_rules! timed_by_fields {
+    ($($body:ty),* $(,)?) => {$(
+        impl $crate::signed::Timed for $body {
+            fn start(&self) -> $crate::UnixMillis {
+                self.start
+            }
+            fn expiry(&self) -> $crate::UnixMillis {
+                self.expiry
+            }
+        }
+    )*};
+}
+pub(crate) use timed_by_fields;
+
 /// Writes `version || kind`.
 pub fn write_header(w: &mut Writer, kind: Kind) {
     w.u8(PROTOCOL_VERSION).u8(kind as u8);

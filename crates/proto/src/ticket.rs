@@ -5,7 +5,7 @@
 //! and an X25519 key others seal to (M10 delegated keys, H4 range keys).
 
 use crate::codec::{Reader, Writer};
-use crate::signed::{Body, Kind, Timed};
+use crate::signed::{Body, Kind};
 use crate::{ProtoError, Result, UnixMillis, UserId};
 use maat_crypto::seal::SealingPublicKey;
 use maat_crypto::sign::VerifyingKey;
@@ -70,11 +70,4 @@ impl Body for LoginTicket {
     }
 }
 
-impl Timed for LoginTicket {
-    fn start(&self) -> UnixMillis {
-        self.start
-    }
-    fn expiry(&self) -> UnixMillis {
-        self.expiry
-    }
-}
+crate::signed::timed_by_fields!(LoginTicket);

@@ -207,11 +207,14 @@ pub fn master_accept(k: &Keys) -> Verified<SetMasterKeyAccept> {
     )
 }
 
+/// The full receiver-side check of one token's bytes.
+pub type Check = Box<dyn Fn(&[u8]) -> Result<(), ProtoError>>;
+
 /// A token fixture: its canonical bytes and the full receiver-side check.
 pub struct Fixture {
     pub name: &'static str,
     pub bytes: Vec<u8>,
-    pub check: Box<dyn Fn(&[u8]) -> Result<(), ProtoError>>,
+    pub check: Check,
 }
 
 fn fx(
