@@ -144,7 +144,7 @@ impl KhtShape {
     }
 
     /// Paper 004's IOR shape: 4 KiB leaves, branching 8, leaves at level 10 (level-0 regions
-    /// of 4 GiB), BLAKE3.
+    /// of 2^42 bytes = 4 TiB, so a file of up to 4 TiB has a single level-0 key), BLAKE3.
     pub fn default_shape() -> Self {
         Self {
             alg: KeyedHashAlg::Blake3,

@@ -243,3 +243,4 @@ fn maat_crypto_ct_eq(a: &Digest, b: &Digest) -> bool {
 }
 
 crate::signed::timed_by_fields!(Capability);
+impl crate::signed::SignedBody for Capability {}

@@ -11,7 +11,7 @@ use crate::merkle_msg::MerkleTreeMessage;
 use crate::renewal::RenewalToken;
 use crate::revocation::RevocationNotice;
 use crate::session::{SessionConfirm, SessionOffer};
-use crate::signed::{self, Body, Unverified, UnverifiedMac};
+use crate::signed::{self, Body, MacedBody, SignedBody, Unverified, UnverifiedMac};
 use crate::t10::{SetKey, SetMasterKeyAccept, SetMasterKeyOffer, T10Capability};
 use crate::ticket::LoginTicket;
 
@@ -21,13 +21,13 @@ fn canonical(what: &str, input: &[u8], reencoded: &[u8]) {
     }
 }
 
-fn signed_token<T: Body>(data: &[u8]) {
+fn signed_token<T: SignedBody>(data: &[u8]) {
     if let Ok(token) = Unverified::<T>::decode(data) {
         canonical(T::KIND.name(), data, &token.to_bytes());
     }
 }
 
-fn maced_token<T: Body>(data: &[u8]) {
+fn maced_token<T: MacedBody>(data: &[u8]) {
     if let Ok(token) = UnverifiedMac::<T>::decode(data) {
         canonical(T::KIND.name(), data, &token.to_bytes());
     }

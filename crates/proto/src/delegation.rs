@@ -208,14 +208,17 @@ pub fn make_proof(
     Ok(proof_key(session)?.seal(0, PROOF_CONTEXT, token.encoded(), rng)?)
 }
 
-/// OSD side: decrypts a proof, checks it is for this OSD and session, and that the
-/// computation key whose lifetime token the OSD holds signed it.
+/// OSD side: checks that the cached lifetime token is still valid at `now`, decrypts the
+/// proof, checks it is for this OSD and session, and that the computation key the lifetime
+/// token names signed it.
 pub fn open_proof(
     sealed: &[u8],
     session: &SessionKey,
     lifetime: &Verified<KeyLifetimeToken>,
     counters_from: &VerifyingKey,
+    now: UnixMillis,
 ) -> Result<Verified<ProofToken>> {
+    signed::check_validity(lifetime.body(), now)?;
     let plain = proof_key(session)?
         .open(0, PROOF_CONTEXT, sealed)
         .map_err(|_| ProtoError::DecryptionFailed {
@@ -240,7 +243,11 @@ pub fn open_proof(
             reason: "invalid computation key",
         })?
         .with_counters(counters_from.counters().clone());
-    proof.verify_signature(&key)
+    proof.verify_untimed(&key)
 }
 
 crate::signed::timed_by_fields!(FileHandle, KeyLifetimeToken);
+impl crate::signed::SignedBody for FileHandle {}
+impl crate::signed::SignedBody for KeyLifetimeToken {}
+impl crate::signed::SignedBody for ProofToken {}
+impl crate::signed::Untimed for ProofToken {}

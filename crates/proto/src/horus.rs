@@ -6,17 +6,21 @@
 //! Layout: `version || 0x0f || file(u64) || tree_version(u32) || shape(var) ||
 //! kds_box(80) || owner_box(80)`; the AAD is everything before `kds_box`.
 //!
-//! **Range-key grant (H4).** The KDS's answer: node keys sealed to the client's X25519 key.
+//! **Range-key grant (H4).** The KDS's answer: node keys sealed to the client's X25519 key
+//! and signed by the KDS (sealing alone is anonymous: anyone who knows the client's public
+//! key could make a box that opens, and feed the client keys of their choosing).
 //! Layout: `version || 0x10 || file(u64) || tree_version(u32) || shape(var) || expiry(u64)
-//! || n(u32) || (level(u8) || index(u64))*n || sealed(var: 32·n + 48)`; the AAD is everything
-//! before `sealed`.
+//! || n(u32) || (level(u8) || index(u64))*n || sealed(var: 32·n + 48) || kds_signature(64)`;
+//! the AAD is everything before `sealed`; the signature covers `"maat/sig/v1\0"` and
+//! everything before it. Nodes are in ascending offset order and do not overlap.
 
 use crate::codec::{Reader, Writer};
 use crate::limits::RANGE_GRANT_NODES_MAX;
-use crate::signed::{read_header, write_header, Kind};
+use crate::signed::{read_header, write_header, Kind, SIGNATURE_CONTEXT};
 use crate::{FileId, ProtoError, Result, UnixMillis};
 use maat_crypto::kht::{KhtShape, Node, RangeKey, KHT_SHAPE_BYTES_MAX};
 use maat_crypto::seal::{SealingPublicKey, SealingSecretKey, SEAL_OVERHEAD_BYTES};
+use maat_crypto::sign::{Signature, SigningKey, VerifyingKey, SIGNATURE_BYTES};
 use maat_crypto::{CryptoRngCore, Secret32};
 
 const LOCKBOX_CONTEXT: &[u8] = b"maat/h5/lockbox/v1";
@@ -182,6 +186,7 @@ pub struct RangeGrant {
     /// The nodes granted, in cover order.
     pub nodes: Vec<Node>,
     sealed: Vec<u8>,
+    signature: Signature,
 }
 
 /// The keys of an opened grant.
@@ -215,12 +220,20 @@ impl RangeGrant {
         w.finish()
     }
 
-    /// KDS side: seals `keys` to the client.
+    fn signed_part(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.bytes(&self.aad()).var_bytes(&self.sealed);
+        w.finish()
+    }
+
+    /// KDS side: seals `keys` (in ascending, non-overlapping node order, as
+    /// [`KhtShape::cover`] returns them) to the client and signs the grant.
     pub fn issue(
         opened: &OpenedLockbox,
         expiry: UnixMillis,
         keys: &[RangeKey],
         client: &SealingPublicKey,
+        kds_key: &SigningKey,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Self> {
         if keys.is_empty() || keys.len() > RANGE_GRANT_NODES_MAX {
@@ -237,18 +250,23 @@ impl RangeGrant {
             expiry,
             nodes: keys.iter().map(|k| k.node).collect(),
             sealed: Vec::new(),
+            signature: Signature([0u8; SIGNATURE_BYTES]),
         };
-        let plain: Vec<u8> = keys.iter().flat_map(|k| *k.key.expose()).collect();
-        let plain = zeroize::Zeroizing::new(plain);
+        check_nodes(&grant.shape, &grant.nodes)?;
+        let mut plain = zeroize::Zeroizing::new(Vec::with_capacity(32 * keys.len()));
+        for k in keys {
+            plain.extend_from_slice(k.key.expose());
+        }
         grant.sealed = client.seal(GRANT_CONTEXT, &grant.aad(), &plain, rng)?;
+        grant.signature = kds_key.sign(&[SIGNATURE_CONTEXT, &grant.signed_part()].concat());
         Ok(grant)
     }
 
     /// The canonical encoding.
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::new();
-        w.bytes(&self.aad()).var_bytes(&self.sealed);
-        w.finish()
+        let mut out = self.signed_part();
+        out.extend_from_slice(&self.signature.0);
+        out
     }
 
     /// Decodes, enforcing limits and that every node lies inside the shape.
@@ -265,30 +283,24 @@ impl RangeGrant {
         }
         let mut nodes = Vec::with_capacity(n);
         for _ in 0..n {
-            let node = Node {
+            nodes.push(Node {
                 level: r.u8()?,
                 index: r.u64()?,
-            };
-            if node.level > shape.leaf_level() {
-                return Err(ProtoError::Malformed {
-                    what: "range-key grant",
-                    reason: "node below the leaves",
-                });
-            }
-            nodes.push(node);
+            });
         }
-        let sealed = r
-            .var_bytes(
-                "sealed range keys",
-                32 * RANGE_GRANT_NODES_MAX + SEAL_OVERHEAD_BYTES,
-            )?
-            .to_vec();
+        check_nodes(&shape, &nodes)?;
+        let sealed = r.var_bytes(
+            "sealed range keys",
+            32 * RANGE_GRANT_NODES_MAX + SEAL_OVERHEAD_BYTES,
+        )?;
         if sealed.len() != 32 * n + SEAL_OVERHEAD_BYTES {
             return Err(ProtoError::Malformed {
                 what: "range-key grant",
                 reason: "sealed keys length",
             });
         }
+        let sealed = sealed.to_vec();
+        let signature = Signature(r.array()?);
         r.finish()?;
         Ok(Self {
             file,
@@ -297,11 +309,17 @@ impl RangeGrant {
             expiry,
             nodes,
             sealed,
+            signature,
         })
     }
 
-    /// Client side: checks expiry and opens the keys.
-    pub fn open(&self, client_secret: &SealingSecretKey, now: UnixMillis) -> Result<OpenedGrant> {
+    /// Client side: checks expiry, the KDS signature, then opens the keys.
+    pub fn open(
+        &self,
+        client_secret: &SealingSecretKey,
+        kds_key: &VerifyingKey,
+        now: UnixMillis,
+    ) -> Result<OpenedGrant> {
         if now >= self.expiry {
             return Err(ProtoError::Expired {
                 token: "range-key grant",
@@ -309,6 +327,14 @@ impl RangeGrant {
                 now,
             });
         }
+        kds_key
+            .verify(
+                &[SIGNATURE_CONTEXT, &self.signed_part()].concat(),
+                &self.signature,
+            )
+            .map_err(|_| ProtoError::BadSignature {
+                token: "range-key grant",
+            })?;
         let plain = client_secret
             .open(GRANT_CONTEXT, &self.aad(), &self.sealed)
             .map_err(|_| ProtoError::DecryptionFailed {
@@ -335,4 +361,26 @@ impl RangeGrant {
             keys,
         })
     }
+}
+
+/// Nodes must lie inside the shape and be in ascending offset order without overlap.
+fn check_nodes(shape: &KhtShape, nodes: &[Node]) -> Result<()> {
+    let malformed = |reason| ProtoError::Malformed {
+        what: "range-key grant",
+        reason,
+    };
+    let mut next_leaf = 0u64;
+    for (i, node) in nodes.iter().enumerate() {
+        if node.level > shape.leaf_level() {
+            return Err(malformed("node below the leaves"));
+        }
+        let (first, end) = shape
+            .leaves_under(*node)
+            .map_err(|_| malformed("node beyond 2^64 bytes"))?;
+        if i > 0 && first < next_leaf {
+            return Err(malformed("nodes out of order or overlapping"));
+        }
+        next_leaf = end;
+    }
+    Ok(())
 }

@@ -80,3 +80,4 @@ impl Body for RenewalToken {
 }
 
 crate::signed::timed_by_fields!(RenewalToken);
+impl crate::signed::SignedBody for RenewalToken {}

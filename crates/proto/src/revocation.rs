@@ -99,3 +99,4 @@ impl Body for RevocationNotice {
 }
 
 crate::signed::timed_by_fields!(RevocationNotice);
+impl crate::signed::SignedBody for RevocationNotice {}

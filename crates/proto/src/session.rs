@@ -175,7 +175,7 @@ pub fn accept_offer(
     let ticket =
         Unverified::<LoginTicket>::decode(&offer.unverified_body().ticket)?.verify(mds_key, now)?;
     let client_key = ticket.client_verifying_key(mds_key)?;
-    let offer = offer.verify_signature(&client_key)?;
+    let offer = offer.verify_untimed(&client_key)?;
     let aad = [ticket.encoded(), &osd.0.to_be_bytes()].concat();
     let secret = osd_secret
         .open(OFFER_SEAL_CONTEXT, &aad, &offer.sealed_secret)
@@ -265,3 +265,6 @@ pub fn check_confirm(
     }
     Ok(confirmation)
 }
+impl crate::signed::SignedBody for SessionOffer {}
+impl crate::signed::Untimed for SessionOffer {}
+impl crate::signed::MacedBody for SessionConfirm {}

@@ -92,6 +92,16 @@ pub trait Body: Sized {
     fn decode_body(r: &mut Reader<'_>) -> Result<Self>;
 }
 
+/// Bodies authenticated by an Ed25519 signature (never by a MAC).
+pub trait SignedBody: Body {}
+
+/// Bodies authenticated by an HMAC (never by a signature).
+pub trait MacedBody: Body {}
+
+/// Signed bodies with no validity window of their own (their freshness comes from the
+/// token that carries them or from the daemon's replay window).
+pub trait Untimed: SignedBody {}
+
 /// Tokens with a validity window `[start, expiry)`.
 pub trait Timed {
     /// First instant of validity.
@@ -183,7 +193,7 @@ pub struct Unverified<T> {
     signature: Signature,
 }
 
-impl<T: Body> Unverified<T> {
+impl<T: SignedBody> Unverified<T> {
     /// Decodes a whole encoding (no trailing bytes).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         check_size(bytes.len(), T::KIND)?;
@@ -220,8 +230,7 @@ impl<T: Body> Unverified<T> {
         [&self.signed[..], &self.signature.0].concat()
     }
 
-    /// Checks the signature only (for tokens without a validity window).
-    pub fn verify_signature(self, key: &VerifyingKey) -> Result<Verified<T>> {
+    fn check_signature(self, key: &VerifyingKey) -> Result<Verified<T>> {
         let message = [SIGNATURE_CONTEXT, &self.signed].concat();
         key.verify(&message, &self.signature)
             .map_err(|_| ProtoError::BadSignature {
@@ -236,16 +245,42 @@ impl<T: Body> Unverified<T> {
     }
 }
 
-impl<T: Body + Timed> Unverified<T> {
+impl<T: SignedBody + Timed> Unverified<T> {
     /// Checks the validity window (cheap, first) and then the signature.
     pub fn verify(self, key: &VerifyingKey, now: UnixMillis) -> Result<Verified<T>> {
         check_validity(&self.body, now)?;
-        self.verify_signature(key)
+        self.check_signature(key)
+    }
+
+    /// Like [`Unverified::verify`], but the window's end may be extended by a verified
+    /// renewal token that names this token (SPEC M8); `renewed_expiry` is that token's
+    /// expiry when it applies.
+    pub fn verify_with_expiry(
+        self,
+        key: &VerifyingKey,
+        renewed_expiry: Option<UnixMillis>,
+        now: UnixMillis,
+    ) -> Result<Verified<T>> {
+        match renewed_expiry {
+            Some(expiry)
+                if expiry > self.body.expiry() && now >= self.body.start() && now < expiry =>
+            {
+                self.check_signature(key)
+            }
+            _ => self.verify(key, now),
+        }
+    }
+}
+
+impl<T: Untimed> Unverified<T> {
+    /// Checks the signature of a token that has no validity window.
+    pub fn verify_untimed(self, key: &VerifyingKey) -> Result<Verified<T>> {
+        self.check_signature(key)
     }
 }
 
 /// Signs a body: the issuer's way to a [`Verified`] token.
-pub fn sign<T: Body>(body: T, key: &SigningKey) -> Verified<T> {
+pub fn sign<T: SignedBody>(body: T, key: &SigningKey) -> Verified<T> {
     let signed = encode_unauthenticated(&body);
     let signature = key.sign(&[SIGNATURE_CONTEXT, &signed].concat());
     let mut encoded = signed;
@@ -261,7 +296,7 @@ pub struct UnverifiedMac<T> {
     tag: [u8; TAG_BYTES],
 }
 
-impl<T: Body> UnverifiedMac<T> {
+impl<T: MacedBody> UnverifiedMac<T> {
     /// Decodes a whole encoding.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         check_size(bytes.len(), T::KIND)?;
@@ -306,7 +341,7 @@ impl<T: Body> UnverifiedMac<T> {
 }
 
 /// MACs a body: the sender's way to a [`Verified`] MACed token.
-pub fn mac<T: Body>(body: T, key: &MacKey) -> Verified<T> {
+pub fn mac<T: MacedBody>(body: T, key: &MacKey) -> Verified<T> {
     let maced = encode_unauthenticated(&body);
     let tag = key.tag(&[MAC_CONTEXT, &maced]);
     let mut encoded = maced;

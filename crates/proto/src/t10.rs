@@ -539,3 +539,6 @@ pub fn new_master_key(
         generation: kdf::hkdf_sha256(&transcript, shared.as_ref(), &[MASTER_INFO, b"gen"])?,
     })
 }
+impl crate::signed::MacedBody for SetKey {}
+impl crate::signed::MacedBody for SetMasterKeyOffer {}
+impl crate::signed::MacedBody for SetMasterKeyAccept {}

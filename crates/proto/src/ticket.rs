@@ -71,3 +71,4 @@ impl Body for LoginTicket {
 }
 
 crate::signed::timed_by_fields!(LoginTicket);
+impl crate::signed::SignedBody for LoginTicket {}

@@ -262,7 +262,12 @@ fn delegation_proof_is_bound_to_session_and_key() {
     let k = keys();
     let (_, sess) = session(&k);
     let proof = delegation::make_proof(&k.computation, &sess, &mut rng()).unwrap();
-    delegation::open_proof(&proof, &sess, &lifetime(&k), &mds_key()).unwrap();
+    delegation::open_proof(&proof, &sess, &lifetime(&k), &mds_key(), NOW).unwrap();
+    // A cached lifetime token stops admitting proofs once it expires.
+    assert!(matches!(
+        delegation::open_proof(&proof, &sess, &lifetime(&k), &mds_key(), T1),
+        Err(ProtoError::Expired { .. })
+    ));
     // Replayed into another session: cannot even be decrypted.
     let (_, other_session) = session::make_offer(
         &ticket(&k),
@@ -274,14 +279,14 @@ fn delegation_proof_is_bound_to_session_and_key() {
     )
     .unwrap();
     assert!(matches!(
-        delegation::open_proof(&proof, &other_session, &lifetime(&k), &mds_key()),
+        delegation::open_proof(&proof, &other_session, &lifetime(&k), &mds_key(), NOW),
         Err(ProtoError::DecryptionFailed { .. })
     ));
     // Made with another key than the lifetime token names.
     let stranger = SigningKey::from_seed(&[0x55; 32]);
     let forged = delegation::make_proof(&stranger, &sess, &mut rng()).unwrap();
     assert!(matches!(
-        delegation::open_proof(&forged, &sess, &lifetime(&k), &mds_key()),
+        delegation::open_proof(&forged, &sess, &lifetime(&k), &mds_key(), NOW),
         Err(ProtoError::CommitmentMismatch { .. })
     ));
     // A file handle whose capability is bound to another key is refused.
@@ -470,16 +475,63 @@ fn lockbox_and_grant_refusals() {
         Err(ProtoError::DecryptionFailed { .. })
     ));
     let grant = RangeGrant::decode(&fixture("range_key_grant")).unwrap();
+    let kds = k.kds.verifying_key();
     assert!(matches!(
-        grant.open(&k.client_seal, T1),
+        grant.open(&k.client_seal, &kds, T1),
         Err(ProtoError::Expired { .. })
     ));
     assert!(matches!(
-        grant.open(&k.kds_seal, NOW),
+        grant.open(&k.kds_seal, &kds, NOW),
         Err(ProtoError::DecryptionFailed { .. })
     ));
+    // Anyone can seal to the client's public key; only the KDS's signature makes a grant.
+    let opened_lb = lb.open_as_kds(&k.kds_seal).unwrap();
+    let attacker_keys = vec![maat_crypto::kht::RangeKey {
+        node: opened_lb.shape.node_at(0, 0).unwrap(),
+        key: Secret32::from_bytes([0x66; 32]),
+    }];
+    let mallory = SigningKey::from_seed(&[0x66; 32]);
+    let forged = RangeGrant::issue(
+        &opened_lb,
+        T1,
+        &attacker_keys,
+        &k.client_seal.public_key(),
+        &mallory,
+        &mut rng(),
+    )
+    .unwrap();
+    let forged = RangeGrant::decode(&forged.encode()).unwrap();
+    assert_eq!(
+        forged.open(&k.client_seal, &kds, NOW).unwrap_err(),
+        ProtoError::BadSignature {
+            token: "range-key grant"
+        }
+    );
+    // Nodes out of order (or overlapping) are not canonical.
+    let leaf = opened_lb.shape.leaf_level();
+    let reversed: Vec<_> = [5u64, 4]
+        .iter()
+        .map(|i| maat_crypto::kht::RangeKey {
+            node: maat_crypto::kht::Node {
+                level: leaf,
+                index: *i,
+            },
+            key: Secret32::from_bytes([1; 32]),
+        })
+        .collect();
+    assert!(matches!(
+        RangeGrant::issue(
+            &opened_lb,
+            T1,
+            &reversed,
+            &k.client_seal.public_key(),
+            &k.kds,
+            &mut rng()
+        ),
+        Err(ProtoError::Malformed { .. })
+    ));
     // The granted keys derive the right leaf keys and nothing outside the range.
-    let opened = grant.open(&k.client_seal, NOW).unwrap();
+    let opened = grant.open(&k.client_seal, &kds, NOW).unwrap();
     let root = lb.open_as_owner(&k.client_seal).unwrap();
     for offset in (4096..5 * 4096).step_by(4096) {
         let rk = opened.keys.iter().find(|rk| {
@@ -504,6 +556,30 @@ fn lockbox_and_grant_refusals() {
         .keys
         .iter()
         .all(|rk| opened.shape.leaf_key_for_offset(rk, 5 * 4096).is_err()));
+}
+
+#[test]
+fn renewal_extends_a_capability_only_when_it_applies() {
+    let cap = fixture("capability_explicit");
+    let decode = || Unverified::<Capability>::decode(&cap).unwrap();
+    let later = UnixMillis(T1.0 + 60_000);
+    // Past its own expiry, a capability verifies when a renewal extends it to `later`.
+    decode()
+        .verify_with_expiry(&mds_key(), Some(UnixMillis(T1.0 + 240_000)), later)
+        .unwrap();
+    assert!(matches!(
+        decode().verify_with_expiry(&mds_key(), None, later),
+        Err(ProtoError::Expired { .. })
+    ));
+    // A renewal that ended already, or a forged signature, does not help.
+    assert!(matches!(
+        decode().verify_with_expiry(&mds_key(), Some(later), later),
+        Err(ProtoError::Expired { .. })
+    ));
+    assert!(matches!(
+        decode().verify_with_expiry(&other_key(), Some(UnixMillis(T1.0 + 240_000)), later),
+        Err(ProtoError::BadSignature { .. })
+    ));
 }
 
 #[test]

@@ -53,6 +53,7 @@ pub struct Keys {
     pub master: KeyPair,
     pub mds_ephemeral: SealingSecretKey,
     pub osd_ephemeral: SealingSecretKey,
+    pub kds: SigningKey,
 }
 
 pub fn keys() -> Keys {
@@ -69,6 +70,7 @@ pub fn keys() -> Keys {
         },
         mds_ephemeral: SealingSecretKey::from_bytes([0x09; 32]),
         osd_ephemeral: SealingSecretKey::from_bytes([0x0a; 32]),
+        kds: SigningKey::from_seed(&[0x0b; 32]),
     }
 }
 
@@ -383,7 +385,7 @@ pub fn fixtures() -> Vec<Fixture> {
     let sess3 = sess.clone();
     out.push(fx("proof_token_sealed", proof, move |b| {
         let k = keys();
-        delegation::open_proof(b, &sess3, &lifetime(&k), &k.mds.verifying_key()).map(drop)
+        delegation::open_proof(b, &sess3, &lifetime(&k), &k.mds.verifying_key(), NOW).map(drop)
     }));
 
     let wk = working_keys(&k);
@@ -464,12 +466,14 @@ pub fn fixtures() -> Vec<Fixture> {
         T1,
         &range_keys,
         &k.client_seal.public_key(),
+        &k.kds,
         &mut rng(),
     )
     .unwrap();
     out.push(fx("range_key_grant", grant.encode(), move |b| {
+        let k = keys();
         RangeGrant::decode(b)?
-            .open(&keys().client_seal, NOW)
+            .open(&k.client_seal, &k.kds.verifying_key(), NOW)
             .map(drop)
     }));
 
