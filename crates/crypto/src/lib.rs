@@ -31,7 +31,7 @@ pub mod sign;
 pub use counters::{Counters, OpCounters, OpCounts};
 pub use error::CryptoError;
 pub use rand_core::{CryptoRngCore, OsRng};
-pub use secret::Secret32;
+pub use secret::{ct_eq, Secret32};
 
 /// Result type of this crate.
 pub type Result<T, E = CryptoError> = std::result::Result<T, E>;

@@ -39,7 +39,8 @@ impl std::fmt::Debug for Secret32 {
     }
 }
 
-/// Constant-time comparison of two byte strings (lengths are not secret).
-pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+/// Constant-time comparison of two byte strings (lengths are not secret): tags, roots,
+/// anything derived from a secret.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && bool::from(a.ct_eq(b))
 }

@@ -225,7 +225,7 @@ fn check_tree(
     let tree = tree.ok_or(ProtoError::UnknownKey {
         what: "Merkle tree for capability root",
     })?;
-    if tree.kind() != kind || !maat_crypto_ct_eq(tree.root(), root) {
+    if tree.kind() != kind || !maat_crypto::ct_eq(tree.root(), root) {
         return Err(ProtoError::CommitmentMismatch {
             what: "Merkle tree",
         });
@@ -235,11 +235,6 @@ fn check_tree(
     } else {
         Err(ProtoError::PermissionDenied { reason })
     }
-}
-
-fn maat_crypto_ct_eq(a: &Digest, b: &Digest) -> bool {
-    use subtle::ConstantTimeEq;
-    a.ct_eq(b).into()
 }
 
 crate::signed::timed_by_fields!(Capability);

@@ -150,14 +150,13 @@ impl MerkleTreeMessage {
     /// Rebuilds the root and accepts the members only if it equals `expected` (constant
     /// time). The only way to a [`MemberSet`].
     pub fn verify(self, kind: SetKind, expected: &Digest) -> Result<MemberSet> {
-        use subtle::ConstantTimeEq;
         if self.kind != kind {
             return Err(ProtoError::CommitmentMismatch {
                 what: "Merkle tree kind",
             });
         }
         let root = self.root()?;
-        if !bool::from(root.ct_eq(expected)) {
+        if !maat_crypto::ct_eq(&root, expected) {
             return Err(ProtoError::CommitmentMismatch {
                 what: "Merkle tree",
             });

@@ -257,7 +257,7 @@ pub fn verify_request(
     let capability_key = MacKey::new(Secret32::from_bytes(
         working.tag(&[CAPKEY_CONTEXT, capability]),
     ))
-    .with_counters_from(working);
+    .with_counters(working.counters().clone());
     capability_key
         .verify(&[REQUEST_CONTEXT, request], icv)
         .map_err(|_| ProtoError::BadMac {
@@ -280,15 +280,6 @@ pub fn verify_request(
         });
     }
     Ok(crate::signed::verified_unchecked(body, capability.to_vec()))
-}
-
-trait WithCountersFrom {
-    fn with_counters_from(self, other: &MacKey) -> Self;
-}
-impl WithCountersFrom for MacKey {
-    fn with_counters_from(self, other: &MacKey) -> Self {
-        self.with_counters(other.counters().clone())
-    }
 }
 
 /// A level of the key hierarchy.
