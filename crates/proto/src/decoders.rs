@@ -135,4 +135,16 @@ pub const ALL: &[(&str, Decoder)] = &[
     ("set_master_key_accept", set_master_key_accept),
     ("lockbox", lockbox),
     ("range_key_grant", range_key_grant),
+    ("frame", frame),
 ];
+
+/// Fuzz entry: a frame, the request envelope inside it and every message decoder.
+pub fn frame(data: &[u8]) {
+    if let Ok((kind, payload)) = crate::wire::decode_frame(data) {
+        let re = crate::wire::encode_frame(kind, payload).unwrap_or_default();
+        canonical("frame", data, &re);
+        let _ = crate::wire::UnverifiedRequest::decode(payload);
+        crate::msg::fuzz_messages(payload);
+    }
+    crate::msg::fuzz_messages(data);
+}

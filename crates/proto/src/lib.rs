@@ -17,6 +17,8 @@
 //! | [`delegation`] | file handle, key lifetime token, proof token | M10 |
 //! | [`t10`] | T10 capability, credential, request ICV, key hierarchy, SET KEY, SET MASTER KEY | T2, T3 |
 //! | [`horus`] | lockbox, range-key grant | H4, H5 |
+//! | [`wire`] | frames, MACed request/response envelopes, replay window | T7 |
+//! | [`msg`] | MDS and OSD messages (postcard) | M1, M2, T5, T9 |
 //!
 //! Byte layouts and test vectors: `docs/PROTOCOL.md`.
 
@@ -29,12 +31,14 @@ pub mod horus;
 pub mod ids;
 pub mod limits;
 pub mod merkle_msg;
+pub mod msg;
 pub mod renewal;
 pub mod revocation;
 pub mod session;
 pub mod signed;
 pub mod t10;
 pub mod ticket;
+pub mod wire;
 
 pub use error::ProtoError;
 pub use ids::{CapabilityId, FileId, OsdId, UnixMillis, UserId};

@@ -1,0 +1,512 @@
+//! SPEC T9: namespace operations with POSIX owner/group/other permission checks.
+
+use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result, ROOT_INODE};
+use maat_crypto::CryptoRngCore;
+use maat_proto::capability::Mode;
+use maat_proto::limits::PATH_BYTES_MAX;
+use maat_proto::msg::{Access, ErrorCode, FileStat, MdsResponse, NAME_BYTES_MAX};
+use maat_proto::UnixMillis;
+
+const READ: u16 = 4;
+const WRITE: u16 = 2;
+const EXEC: u16 = 1;
+
+/// Checks a single name (user, group or path component).
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.len() > NAME_BYTES_MAX
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.contains('\0')
+    {
+        return Err(MdsError::refused(
+            ErrorCode::InvalidArgument,
+            format!("invalid name {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Splits an absolute path into components.
+fn components(path: &str) -> Result<Vec<&str>> {
+    if !path.starts_with('/') || path.len() > PATH_BYTES_MAX {
+        return Err(MdsError::refused(
+            ErrorCode::InvalidArgument,
+            format!("path must be absolute and at most {PATH_BYTES_MAX} bytes: {path:?}"),
+        ));
+    }
+    let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    for p in &parts {
+        check_name(p)?;
+    }
+    Ok(parts)
+}
+
+fn allowed(who: &Principal, inode: &Inode, want: u16) -> bool {
+    if who.is_admin() {
+        return true;
+    }
+    let bits = if inode.uid == who.uid {
+        inode.mode >> 6
+    } else if who.gids.contains(&inode.gid) {
+        inode.mode >> 3
+    } else {
+        inode.mode
+    };
+    bits & want == want
+}
+
+fn require(who: &Principal, inode: &Inode, want: u16, what: &str) -> Result<()> {
+    if allowed(who, inode, want) {
+        Ok(())
+    } else {
+        Err(MdsError::refused(
+            ErrorCode::PermissionDenied,
+            what.to_string(),
+        ))
+    }
+}
+
+fn no_such(path: &str) -> MdsError {
+    MdsError::refused(ErrorCode::NoSuchFile, path.to_string())
+}
+
+impl<S: MetaStore> crate::Mds<S> {
+    fn load(&self, id: u64, path: &str) -> Result<Inode> {
+        self.store.inode(id)?.ok_or_else(|| no_such(path))
+    }
+
+    /// Walks `parts` from the root, requiring search (x) permission on every directory.
+    fn walk(&self, who: &Principal, parts: &[&str], path: &str) -> Result<Inode> {
+        let mut current = self.load(ROOT_INODE, path)?;
+        for part in parts {
+            if !current.is_dir {
+                return Err(MdsError::refused(
+                    ErrorCode::NotADirectory,
+                    path.to_string(),
+                ));
+            }
+            require(who, &current, EXEC, path)?;
+            let child = self
+                .store
+                .lookup(current.id, part)?
+                .ok_or_else(|| no_such(path))?;
+            current = self.load(child, path)?;
+        }
+        Ok(current)
+    }
+
+    /// Resolves a path to its inode.
+    pub(crate) fn resolve(&self, who: &Principal, path: &str) -> Result<Inode> {
+        let parts = components(path)?;
+        self.walk(who, &parts, path)
+    }
+
+    /// Resolves the parent directory of `path` and the last name; requires the parent to
+    /// be a directory the caller may search.
+    fn parent_of<'p>(&self, who: &Principal, path: &'p str) -> Result<(Inode, &'p str)> {
+        let parts = components(path)?;
+        let (last, init) = parts.split_last().ok_or_else(|| {
+            MdsError::refused(ErrorCode::InvalidArgument, "the root has no parent")
+        })?;
+        let parent = self.walk(who, init, path)?;
+        if !parent.is_dir {
+            return Err(MdsError::refused(
+                ErrorCode::NotADirectory,
+                path.to_string(),
+            ));
+        }
+        require(who, &parent, EXEC, path)?;
+        Ok((parent, last))
+    }
+
+    pub(crate) fn stat_of(&self, inode: &Inode) -> Result<FileStat> {
+        let owner = self
+            .store
+            .user(inode.uid)?
+            .map(|u| u.name)
+            .unwrap_or_else(|| inode.uid.to_string());
+        let group = self
+            .store
+            .group(inode.gid)?
+            .map(|g| g.name)
+            .unwrap_or_else(|| inode.gid.to_string());
+        Ok(FileStat {
+            id: inode.id,
+            is_dir: inode.is_dir,
+            mode: inode.mode,
+            owner,
+            group,
+            size: inode.size,
+            mtime: inode.mtime,
+        })
+    }
+
+    pub(crate) fn readdir(&self, who: &Principal, path: &str) -> Result<MdsResponse> {
+        let dir = self.resolve(who, path)?;
+        if !dir.is_dir {
+            return Ok(MdsResponse::Entries(vec![(
+                path.rsplit('/').next().unwrap_or(path).to_string(),
+                self.stat_of(&dir)?,
+            )]));
+        }
+        require(who, &dir, READ, path)?;
+        let mut out = Vec::new();
+        for (name, id) in self.store.entries(dir.id)? {
+            if let Some(inode) = self.store.inode(id)? {
+                out.push((name, self.stat_of(&inode)?));
+            }
+        }
+        Ok(MdsResponse::Entries(out))
+    }
+
+    fn new_inode(
+        &self,
+        who: &Principal,
+        parent: &Inode,
+        is_dir: bool,
+        mode: u16,
+        now: UnixMillis,
+        batch: &mut Batch,
+    ) -> Result<Inode> {
+        // New entries take the caller's primary group (BSD semantics would take the
+        // parent's; we follow Linux without setgid).
+        let gid = who.gids.first().copied().unwrap_or(parent.gid);
+        Ok(Inode {
+            id: self.next_id("next_inode", batch)?,
+            is_dir,
+            mode: mode & 0o777,
+            uid: who.uid,
+            gid,
+            size: 0,
+            mtime: now.0,
+        })
+    }
+
+    pub(crate) fn mkdir(
+        &self,
+        who: &Principal,
+        path: &str,
+        mode: u16,
+        parents: bool,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let parts = components(path)?;
+        let _guard = lock(&self.write);
+        let mut batch = Batch::default();
+        let mut current = self.load(ROOT_INODE, path)?;
+        for (i, part) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            if !current.is_dir {
+                return Err(MdsError::refused(
+                    ErrorCode::NotADirectory,
+                    path.to_string(),
+                ));
+            }
+            require(who, &current, EXEC, path)?;
+            match self.store.lookup(current.id, part)? {
+                Some(child) => {
+                    if last && !parents {
+                        return Err(MdsError::refused(
+                            ErrorCode::AlreadyExists,
+                            path.to_string(),
+                        ));
+                    }
+                    current = self.load(child, path)?;
+                    if last && !current.is_dir {
+                        return Err(MdsError::refused(
+                            ErrorCode::AlreadyExists,
+                            path.to_string(),
+                        ));
+                    }
+                }
+                None if last || parents => {
+                    require(who, &current, WRITE | EXEC, path)?;
+                    let dir = self.new_inode(who, &current, true, mode, now, &mut batch)?;
+                    batch.push(Op::PutEntry {
+                        parent: current.id,
+                        name: part.to_string(),
+                        child: dir.id,
+                    });
+                    batch.push(Op::PutInode(dir.clone()));
+                    current = dir;
+                }
+                None => return Err(no_such(path)),
+            }
+        }
+        if !batch.0.is_empty() {
+            self.store.commit(batch)?;
+        }
+        Ok(MdsResponse::Ok)
+    }
+
+    /// Unlink (files) or rmdir (empty directories). Unlinking answers with a write
+    /// capability so the client can remove the file's objects.
+    pub(crate) fn remove(
+        &self,
+        who: &Principal,
+        path: &str,
+        directory: bool,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let (parent, name) = self.parent_of(who, path)?;
+        let id = self
+            .store
+            .lookup(parent.id, name)?
+            .ok_or_else(|| no_such(path))?;
+        let inode = self.load(id, path)?;
+        require(who, &parent, WRITE | EXEC, path)?;
+        if directory {
+            if !inode.is_dir {
+                return Err(MdsError::refused(
+                    ErrorCode::NotADirectory,
+                    path.to_string(),
+                ));
+            }
+            if !self.store.entries(inode.id)?.is_empty() {
+                return Err(MdsError::refused(ErrorCode::NotEmpty, path.to_string()));
+            }
+        } else if inode.is_dir {
+            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        let mut batch = Batch::default();
+        batch.push(Op::DeleteEntry {
+            parent: parent.id,
+            name: name.to_string(),
+        });
+        batch.push(Op::DeleteInode(inode.id));
+        self.store.commit(batch)?;
+        let stat = self.stat_of(&inode)?;
+        if directory {
+            return Ok(MdsResponse::Ok);
+        }
+        let (capability, cached) = self.capability(who.uid, inode.id, Mode::WRITE, now, rng);
+        Ok(MdsResponse::Opened {
+            stat,
+            capability,
+            cached,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_file(
+        &self,
+        who: &Principal,
+        path: &str,
+        access: Access,
+        create: Option<u16>,
+        secure: bool,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        let inode = match (self.resolve(who, path), create) {
+            (Ok(inode), _) => inode,
+            (Err(MdsError::Refused(e)), Some(mode)) if e.code == ErrorCode::NoSuchFile => {
+                let _guard = lock(&self.write);
+                let (parent, name) = self.parent_of(who, path)?;
+                match self.store.lookup(parent.id, name)? {
+                    Some(id) => self.load(id, path)?,
+                    None => {
+                        require(who, &parent, WRITE | EXEC, path)?;
+                        let mut batch = Batch::default();
+                        let inode = self.new_inode(who, &parent, false, mode, now, &mut batch)?;
+                        batch.push(Op::PutEntry {
+                            parent: parent.id,
+                            name: name.to_string(),
+                            child: inode.id,
+                        });
+                        batch.push(Op::PutInode(inode.clone()));
+                        self.store.commit(batch)?;
+                        inode
+                    }
+                }
+            }
+            (Err(e), _) => return Err(e),
+        };
+        if inode.is_dir {
+            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        let (want, mode) = match access {
+            Access::Read => (READ, Mode::READ),
+            Access::ReadWrite => (READ | WRITE, Mode::READ_WRITE),
+        };
+        let wanted = if access == Access::ReadWrite && !allowed(who, &inode, READ) {
+            // Write-only access is still a write open.
+            require(who, &inode, WRITE, path)?;
+            Mode::WRITE
+        } else {
+            require(who, &inode, want, path)?;
+            mode
+        };
+        let stat = self.stat_of(&inode)?;
+        let (capability, cached) = if secure {
+            self.capability(who.uid, inode.id, wanted, now, rng)
+        } else {
+            (Vec::new(), false)
+        };
+        Ok(MdsResponse::Opened {
+            stat,
+            capability,
+            cached,
+        })
+    }
+
+    pub(crate) fn set_size(
+        &self,
+        who: &Principal,
+        file: u64,
+        size: u64,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let mut inode = self.load(file, &format!("file {file}"))?;
+        if inode.is_dir {
+            return Err(MdsError::refused(
+                ErrorCode::IsADirectory,
+                format!("file {file}"),
+            ));
+        }
+        require(who, &inode, WRITE, "set size")?;
+        inode.size = size;
+        inode.mtime = now.0;
+        let mut batch = Batch::default();
+        batch.push(Op::PutInode(inode));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Ok)
+    }
+
+    pub(crate) fn rename(
+        &self,
+        who: &Principal,
+        from: &str,
+        to: &str,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let (from_parent, from_name) = self.parent_of(who, from)?;
+        let id = self
+            .store
+            .lookup(from_parent.id, from_name)?
+            .ok_or_else(|| no_such(from))?;
+        let moving = self.load(id, from)?;
+        require(who, &from_parent, WRITE | EXEC, from)?;
+        let (to_parent, to_name) = self.parent_of(who, to)?;
+        require(who, &to_parent, WRITE | EXEC, to)?;
+        if moving.is_dir {
+            // Refuse moving a directory under itself.
+            let to_parts = components(to)?;
+            let mut cur = self.load(ROOT_INODE, to)?;
+            for part in to_parts.iter().take(to_parts.len().saturating_sub(1)) {
+                if cur.id == moving.id {
+                    break;
+                }
+                match self.store.lookup(cur.id, part)? {
+                    Some(c) => cur = self.load(c, to)?,
+                    None => break,
+                }
+            }
+            if cur.id == moving.id || to_parent.id == moving.id {
+                return Err(MdsError::refused(
+                    ErrorCode::InvalidArgument,
+                    "cannot move a directory under itself",
+                ));
+            }
+        }
+        let mut batch = Batch::default();
+        if let Some(existing) = self.store.lookup(to_parent.id, to_name)? {
+            if existing == moving.id {
+                return Ok(MdsResponse::Ok);
+            }
+            let target = self.load(existing, to)?;
+            if target.is_dir {
+                return Err(MdsError::refused(ErrorCode::AlreadyExists, to.to_string()));
+            }
+            // Replacing a file leaves its objects behind; refuse instead of leaking them.
+            return Err(MdsError::refused(
+                ErrorCode::AlreadyExists,
+                format!("{to} (remove it first)"),
+            ));
+        }
+        batch.push(Op::DeleteEntry {
+            parent: from_parent.id,
+            name: from_name.to_string(),
+        });
+        batch.push(Op::PutEntry {
+            parent: to_parent.id,
+            name: to_name.to_string(),
+            child: moving.id,
+        });
+        let mut moved = moving;
+        moved.mtime = now.0;
+        batch.push(Op::PutInode(moved));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Ok)
+    }
+
+    pub(crate) fn chmod(
+        &self,
+        who: &Principal,
+        path: &str,
+        mode: u16,
+        _now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve(who, path)?;
+        if inode.uid != who.uid && !who.is_admin() {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                "only the owner may chmod",
+            ));
+        }
+        inode.mode = mode & 0o777;
+        let mut batch = Batch::default();
+        batch.push(Op::PutInode(inode));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Ok)
+    }
+
+    pub(crate) fn chown(
+        &self,
+        who: &Principal,
+        path: &str,
+        owner: Option<&str>,
+        group: Option<&str>,
+        _now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve(who, path)?;
+        if let Some(owner) = owner {
+            let user = self
+                .store
+                .user_by_name(owner)?
+                .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, owner.to_string()))?;
+            if user.id != inode.uid && !who.is_admin() {
+                return Err(MdsError::refused(
+                    ErrorCode::PermissionDenied,
+                    "only the administrator may change the owner",
+                ));
+            }
+            inode.uid = user.id;
+        }
+        if let Some(group) = group {
+            let g = self
+                .store
+                .group_by_name(group)?
+                .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, group.to_string()))?;
+            if !who.is_admin() && (inode.uid != who.uid || !who.gids.contains(&g.id)) {
+                return Err(MdsError::refused(
+                    ErrorCode::PermissionDenied,
+                    "the owner may only give a file to a group they belong to",
+                ));
+            }
+            inode.gid = g.id;
+        }
+        let mut batch = Batch::default();
+        batch.push(Op::PutInode(inode));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Ok)
+    }
+}

@@ -1,0 +1,563 @@
+//! Maat's object storage daemon logic (SPEC M2, M3, M5, T5, T7), without I/O.
+//!
+//! [`OsdCore`] decides whether a request may run: it accepts M2 session offers, checks each
+//! request envelope (session, expiry, timestamp window, MAC, nonce), and checks the
+//! capability the request carries (MDS signature and validity, cached after the first
+//! verification; the *authenticated* user named in it; the object's file named in it; the
+//! mode). Only then does it hand out an [`Authorized`] value, and the [`ObjectStore`] trait
+//! takes one for every data operation, so a store call without the checks does not compile.
+//! The real store (files with fsync) lives in `maat-server`.
+
+use maat_crypto::mac::MacKey;
+use maat_crypto::seal::SealingSecretKey;
+use maat_crypto::sign::VerifyingKey;
+use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters};
+use maat_proto::capability::{Capability, Mode};
+use maat_proto::msg::{
+    self, DaemonStats, ErrorCode, InsecureRequest, ObjectAttributes, ObjectId, OsdCommand,
+    OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, ADMIN_USER_ID,
+};
+use maat_proto::session::{self, SessionOffer};
+use maat_proto::signed::Unverified;
+use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
+use maat_proto::{FileId, OsdId, UnixMillis, UserId};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+/// Most client sessions an OSD keeps.
+pub const SESSIONS_MAX: usize = 65_536;
+/// Most verified capabilities an OSD caches (SPEC M5).
+pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
+
+/// An object store failure (I/O); the daemon's fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The object does not exist.
+    #[error("no such object")]
+    NotFound,
+    /// The partition does not exist or is not empty.
+    #[error("partition: {0}")]
+    Partition(&'static str),
+    /// The store failed.
+    #[error("object store I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Proof that a data command passed every check for this object and mode.
+#[derive(Debug)]
+pub struct Authorized {
+    object: ObjectId,
+    mode: Mode,
+}
+
+impl Authorized {
+    /// The object the checks were for.
+    pub fn object(&self) -> ObjectId {
+        self.object
+    }
+    /// The mode granted.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+}
+
+/// Proof that the caller is the administrator (partition commands, FORMAT, LIST).
+#[derive(Debug)]
+pub struct AdminAuthorized(());
+
+/// Durable object storage (SPEC T5). Every data call takes the proof of its checks.
+pub trait ObjectStore: Send + Sync {
+    /// Creates an empty object (no-op if it exists).
+    fn create(&self, auth: &Authorized) -> Result<(), StoreError>;
+    /// Removes an object (no-op if absent).
+    fn remove(&self, auth: &Authorized) -> Result<(), StoreError>;
+    /// Reads up to `length` bytes at `offset`.
+    fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError>;
+    /// Writes at `offset` (`replace`: the object becomes exactly `data`, atomically); durable
+    /// before it returns.
+    fn write(
+        &self,
+        auth: &Authorized,
+        offset: u64,
+        data: &[u8],
+        replace: bool,
+    ) -> Result<(), StoreError>;
+    /// Appends; durable before it returns.
+    fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError>;
+    /// Attributes.
+    fn attributes(&self, auth: &Authorized) -> Result<ObjectAttributes, StoreError>;
+    /// Sets the policy tag and user attributes.
+    fn set_attributes(
+        &self,
+        auth: &Authorized,
+        policy_tag: u32,
+        user: &[(String, Vec<u8>)],
+    ) -> Result<(), StoreError>;
+    /// Lists a partition's objects.
+    fn list(&self, auth: &AdminAuthorized, partition: u64) -> Result<Vec<ObjectId>, StoreError>;
+    /// Creates a partition.
+    fn create_partition(&self, auth: &AdminAuthorized, partition: u64) -> Result<(), StoreError>;
+    /// Removes an empty partition.
+    fn remove_partition(&self, auth: &AdminAuthorized, partition: u64) -> Result<(), StoreError>;
+    /// Erases everything and recreates the data partition.
+    fn format(&self, auth: &AdminAuthorized) -> Result<(), StoreError>;
+}
+
+struct Session {
+    user: UserId,
+    expiry: UnixMillis,
+    key: MacKey,
+}
+
+struct CachedCapability {
+    capability: Capability,
+}
+
+#[derive(Default)]
+struct Stats {
+    requests: AtomicU64,
+    refusals: AtomicU64,
+    sessions_accepted: AtomicU64,
+    capability_cache_hits: AtomicU64,
+    capability_cache_misses: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+/// Who sent a request, after the envelope checks.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    user: UserId,
+    secure: Option<(([u8; 16], [u8; 16]), MacKey)>,
+}
+
+impl Caller {
+    /// The authenticated (or, in NOSEC mode, claimed) user.
+    pub fn user(&self) -> UserId {
+        self.user
+    }
+}
+
+/// The OSD's decision logic.
+pub struct OsdCore {
+    id: OsdId,
+    sealing: SealingSecretKey,
+    mds_key: RwLock<Option<VerifyingKey>>,
+    danger_allow_insecure: bool,
+    counters: Counters,
+    sessions: RwLock<HashMap<[u8; 16], Session>>,
+    replay: Mutex<ReplayWindow>,
+    capabilities: RwLock<HashMap<[u8; 32], CachedCapability>>,
+    stats: Stats,
+}
+
+fn refuse(code: ErrorCode, detail: impl Into<String>) -> WireError {
+    WireError::new(code, detail)
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl OsdCore {
+    /// An OSD with its sealing key, booted at `boot`. The MDS key arrives with
+    /// registration ([`OsdCore::set_mds_key`]); until then data requests are refused.
+    pub fn new(
+        id: OsdId,
+        sealing: SealingSecretKey,
+        danger_allow_insecure: bool,
+        boot: UnixMillis,
+    ) -> Self {
+        let counters = OpCounters::new_handle();
+        Self {
+            id,
+            sealing: sealing.with_counters(counters.clone()),
+            mds_key: RwLock::new(None),
+            danger_allow_insecure,
+            counters,
+            sessions: RwLock::new(HashMap::new()),
+            replay: Mutex::new(ReplayWindow::new(boot)),
+            capabilities: RwLock::new(HashMap::new()),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Installs the MDS's verifying key (learned at registration).
+    pub fn set_mds_key(&self, key: [u8; 32]) -> Result<(), WireError> {
+        let key = VerifyingKey::from_bytes(&key)
+            .map_err(|_| refuse(ErrorCode::Malformed, "MDS key"))?
+            .with_counters(self.counters.clone());
+        *write(&self.mds_key) = Some(key);
+        Ok(())
+    }
+
+    /// This OSD's id.
+    pub fn id(&self) -> OsdId {
+        self.id
+    }
+
+    /// The public half of the key offers are sealed to.
+    pub fn sealing_public_key(&self) -> [u8; 32] {
+        self.sealing.public_key().0
+    }
+
+    fn mds_key(&self) -> Result<VerifyingKey, WireError> {
+        read(&self.mds_key)
+            .clone()
+            .ok_or_else(|| refuse(ErrorCode::NotReady, "not yet registered with the MDS"))
+    }
+
+    fn counted<T>(&self, r: Result<T, WireError>) -> Result<T, WireError> {
+        if r.is_err() {
+            self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// SPEC M2: handles a plain message (a session offer); returns the encoded
+    /// `Result<OsdPlainResponse, WireError>`.
+    pub fn handle_plain(
+        &self,
+        message: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Vec<u8> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let result = self.counted(self.offer(message, now, rng));
+        msg::encode(&result).unwrap_or_default()
+    }
+
+    fn offer(
+        &self,
+        message: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<OsdPlainResponse, WireError> {
+        let OsdPlainRequest::Offer(bytes) = msg::decode(message)?;
+        let mds_key = self.mds_key()?;
+        let offer = Unverified::<SessionOffer>::decode(&bytes)?;
+        // The offer's timestamp goes through the same window as requests.
+        let ts = offer.unverified_body().timestamp;
+        let replay_check = lock(&self.replay).check_time(ts, now);
+        replay_check.map_err(freshness)?;
+        let (offer, key) = session::accept_offer(offer, &mds_key, self.id, &self.sealing, now)?;
+        lock(&self.replay)
+            .check_and_record(&key.session_id, &offer.client_nonce, ts, now)
+            .map_err(freshness)?;
+        let confirm = session::confirm(&offer, &key, now, rng);
+        {
+            let mut sessions = write(&self.sessions);
+            if sessions.len() >= SESSIONS_MAX {
+                sessions.retain(|_, s| s.expiry > now);
+                if sessions.len() >= SESSIONS_MAX {
+                    return Err(refuse(ErrorCode::Busy, "session table full"));
+                }
+            }
+            sessions.insert(
+                key.session_id,
+                Session {
+                    user: key.user,
+                    expiry: key.expiry,
+                    key: key.mac_key().with_counters(self.counters.clone()),
+                },
+            );
+        }
+        self.stats.sessions_accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(OsdPlainResponse::Confirm(confirm.encoded().to_vec()))
+    }
+
+    /// SPEC T7: checks an authenticated request envelope and decodes the request.
+    /// Refusals here cannot be MACed (the session may be unknown), so they go back plain.
+    pub fn open_request(
+        &self,
+        payload: &[u8],
+        now: UnixMillis,
+    ) -> Result<(Caller, OsdRequest), WireError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let r = self.open_request_inner(payload, now);
+        self.counted(r)
+    }
+
+    fn open_request_inner(
+        &self,
+        payload: &[u8],
+        now: UnixMillis,
+    ) -> Result<(Caller, OsdRequest), WireError> {
+        let request = UnverifiedRequest::decode(payload)?;
+        let (user, key) = {
+            let sessions = read(&self.sessions);
+            let session = sessions.get(&request.session_id).ok_or_else(|| {
+                refuse(ErrorCode::UnknownSession, "negotiate a session key first")
+            })?;
+            if session.expiry <= now {
+                return Err(refuse(ErrorCode::SessionExpired, "log in again"));
+            }
+            (session.user, session.key.clone())
+        };
+        lock(&self.replay)
+            .check_time(request.timestamp, now)
+            .map_err(freshness)?;
+        let request = request.verify(&key)?;
+        lock(&self.replay)
+            .check_and_record(&request.session_id, &request.nonce, request.timestamp, now)
+            .map_err(freshness)?;
+        let decoded: OsdRequest = msg::decode(request.message)?;
+        Ok((
+            Caller {
+                user,
+                secure: Some(((request.session_id, request.nonce), key)),
+            },
+            decoded,
+        ))
+    }
+
+    /// Decodes a NOSEC request; refused unless `danger_allow_insecure`.
+    pub fn open_insecure(&self, message: &[u8]) -> Result<(Caller, OsdRequest), WireError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        if !self.danger_allow_insecure {
+            return self.counted(Err(refuse(ErrorCode::InsecureRefused, "")));
+        }
+        let r: InsecureRequest<OsdRequest> =
+            self.counted(msg::decode(message).map_err(Into::into))?;
+        Ok((
+            Caller {
+                user: UserId(r.user),
+                secure: None,
+            },
+            r.request,
+        ))
+    }
+
+    /// SPEC M3 + M5: checks the capability for a data command. NOSEC callers skip it.
+    pub fn authorize(
+        &self,
+        caller: &Caller,
+        request: &OsdRequest,
+        now: UnixMillis,
+    ) -> Result<Authorized, WireError> {
+        let r = self.authorize_inner(caller, request, now);
+        self.counted(r)
+    }
+
+    fn authorize_inner(
+        &self,
+        caller: &Caller,
+        request: &OsdRequest,
+        now: UnixMillis,
+    ) -> Result<Authorized, WireError> {
+        let (object, mode) = request
+            .command
+            .object_access()
+            .ok_or_else(|| refuse(ErrorCode::InvalidArgument, "not a data command"))?;
+        if caller.secure.is_none() {
+            return Ok(Authorized { object, mode });
+        }
+        let capability = self.verified_capability(&request.capability, now)?;
+        capability
+            .check_user(caller.user, None)
+            .map_err(|e| refuse(ErrorCode::WrongUser, e.to_string()))?;
+        capability
+            .check_file(FileId(object.file), None)
+            .map_err(|e| refuse(ErrorCode::WrongFile, e.to_string()))?;
+        capability
+            .check_mode(mode)
+            .map_err(|e| refuse(ErrorCode::PermissionDenied, e.to_string()))?;
+        Ok(Authorized { object, mode })
+    }
+
+    fn verified_capability(&self, bytes: &[u8], now: UnixMillis) -> Result<Capability, WireError> {
+        let digest = hash::blake3(&[bytes]);
+        if let Some(hit) = read(&self.capabilities).get(&digest) {
+            // Cached: the signature was checked; the validity window is re-checked now.
+            maat_proto::signed::check_validity(&hit.capability, now)?;
+            self.stats
+                .capability_cache_hits
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(hit.capability.clone());
+        }
+        self.stats
+            .capability_cache_misses
+            .fetch_add(1, Ordering::Relaxed);
+        let verified = Unverified::<Capability>::decode(bytes)?.verify(&self.mds_key()?, now)?;
+        let capability = verified.body().clone();
+        let mut cache = write(&self.capabilities);
+        if cache.len() >= CAPABILITY_CACHE_ENTRIES_MAX {
+            cache.retain(|_, c| c.capability.expiry > now);
+            if cache.len() >= CAPABILITY_CACHE_ENTRIES_MAX {
+                cache.clear();
+            }
+        }
+        cache.insert(
+            digest,
+            CachedCapability {
+                capability: capability.clone(),
+            },
+        );
+        Ok(capability)
+    }
+
+    /// Administrative commands need the administrator (as authenticated, never claimed).
+    pub fn authorize_admin(&self, caller: &Caller) -> Result<AdminAuthorized, WireError> {
+        if caller.secure.is_some() && caller.user == UserId(ADMIN_USER_ID) {
+            Ok(AdminAuthorized(()))
+        } else {
+            self.counted(Err(refuse(
+                ErrorCode::PermissionDenied,
+                "administrator only",
+            )))
+        }
+    }
+
+    /// Runs a request end to end against `store`: authorization, then the command.
+    pub fn execute(
+        &self,
+        store: &impl ObjectStore,
+        caller: &Caller,
+        request: &OsdRequest,
+        now: UnixMillis,
+    ) -> Result<OsdResponse, WireError> {
+        let io = |e: StoreError| match e {
+            StoreError::NotFound => refuse(ErrorCode::NoSuchObject, ""),
+            StoreError::Partition(why) => refuse(ErrorCode::InvalidArgument, why),
+            StoreError::Io(e) => refuse(ErrorCode::Internal, e.to_string()),
+        };
+        let command = &request.command;
+        match command {
+            OsdCommand::Stats => return Ok(OsdResponse::Stats(self.stats())),
+            OsdCommand::List { partition } => {
+                let a = self.authorize_admin(caller)?;
+                return store
+                    .list(&a, *partition)
+                    .map(OsdResponse::Objects)
+                    .map_err(io);
+            }
+            OsdCommand::CreatePartition { partition } => {
+                let a = self.authorize_admin(caller)?;
+                return store
+                    .create_partition(&a, *partition)
+                    .map(|()| OsdResponse::Ok)
+                    .map_err(io);
+            }
+            OsdCommand::RemovePartition { partition } => {
+                let a = self.authorize_admin(caller)?;
+                return store
+                    .remove_partition(&a, *partition)
+                    .map(|()| OsdResponse::Ok)
+                    .map_err(io);
+            }
+            OsdCommand::Format => {
+                let a = self.authorize_admin(caller)?;
+                return store.format(&a).map(|()| OsdResponse::Ok).map_err(io);
+            }
+            _ => {}
+        }
+        let auth = self.authorize(caller, request, now)?;
+        let result = match command {
+            OsdCommand::Create { .. } => store.create(&auth).map(|()| OsdResponse::Ok),
+            OsdCommand::Remove { .. } => store.remove(&auth).map(|()| OsdResponse::Ok),
+            OsdCommand::Read { offset, length, .. } => {
+                store.read(&auth, *offset, *length).map(|d| {
+                    self.stats
+                        .bytes_read
+                        .fetch_add(d.len() as u64, Ordering::Relaxed);
+                    OsdResponse::Data(d)
+                })
+            }
+            OsdCommand::Write {
+                offset,
+                data,
+                replace,
+                ..
+            } => store.write(&auth, *offset, data, *replace).map(|()| {
+                self.stats
+                    .bytes_written
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                OsdResponse::Ok
+            }),
+            OsdCommand::Append { data, .. } => store.append(&auth, data).map(|()| {
+                self.stats
+                    .bytes_written
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                OsdResponse::Ok
+            }),
+            OsdCommand::GetAttributes { .. } => {
+                store.attributes(&auth).map(OsdResponse::Attributes)
+            }
+            OsdCommand::SetAttributes {
+                policy_tag, user, ..
+            } => store
+                .set_attributes(&auth, *policy_tag, user)
+                .map(|()| OsdResponse::Ok),
+            _ => return Err(refuse(ErrorCode::InvalidArgument, "unknown command")),
+        };
+        self.counted(result.map_err(io))
+    }
+
+    /// Seals the answer for `caller`: an authenticated response frame for secure callers,
+    /// a plain encoded result for NOSEC ones.
+    pub fn seal_response(
+        &self,
+        caller: &Caller,
+        result: &Result<OsdResponse, WireError>,
+        now: UnixMillis,
+    ) -> (wire::FrameType, Vec<u8>) {
+        let body = msg::encode(result).unwrap_or_default();
+        match &caller.secure {
+            Some(((sid, nonce), key)) => (
+                wire::FrameType::Response,
+                wire::seal_response(key, sid, nonce, now, &body),
+            ),
+            None => (wire::FrameType::Plain, body),
+        }
+    }
+
+    /// Counters for `maat stats`.
+    pub fn stats(&self) -> DaemonStats {
+        let s = &self.stats;
+        let mut counters: Vec<(String, u64)> = [
+            ("requests", &s.requests),
+            ("refusals", &s.refusals),
+            ("sessions_accepted", &s.sessions_accepted),
+            ("capability_cache_hits", &s.capability_cache_hits),
+            ("capability_cache_misses", &s.capability_cache_misses),
+            ("bytes_read", &s.bytes_read),
+            ("bytes_written", &s.bytes_written),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
+        .collect();
+        counters.extend(
+            self.counters
+                .snapshot()
+                .fields()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        DaemonStats {
+            daemon: format!("osd {}", self.id),
+            counters,
+        }
+    }
+
+    /// This daemon's crypto counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn freshness(f: Freshness) -> WireError {
+    match f {
+        Freshness::Stale => refuse(ErrorCode::StaleRequest, "check the clock"),
+        Freshness::Replayed => refuse(ErrorCode::ReplayedRequest, ""),
+        Freshness::Busy => refuse(ErrorCode::Busy, "replay window full"),
+    }
+}

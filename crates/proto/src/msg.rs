@@ -1,0 +1,664 @@
+//! The messages inside frames (SPEC M1, M2, M3, T5, T9): what clients ask the MDS and the
+//! OSDs, and what they answer.
+//!
+//! Messages are encoded with postcard (a documented, compact serde format: varint integers,
+//! length-prefixed byte strings, enum variants as varint indices; see docs/PROTOCOL.md).
+//! Security tokens inside them (tickets, offers, capabilities) stay in their own canonical
+//! encodings and travel as byte strings, so a message format change never changes what is
+//! signed. A message decoder only ever sees bytes whose frame length was already bounded.
+
+use crate::{ProtoError, Result};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+/// Bytes of file data in one object: files below this are one object; larger files are
+/// striped in units of this size (SPEC T8).
+pub const STRIPE_UNIT_BYTES: u64 = 512 * 1024;
+/// The administrator's user id (superuser at the MDS; the only user allowed OSD
+/// partition commands).
+pub const ADMIN_USER_ID: u64 = 1;
+/// Longest user, group or path component name.
+pub const NAME_BYTES_MAX: usize = 255;
+
+/// Encodes a message.
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>> {
+    postcard::to_stdvec(message).map_err(|_| ProtoError::Malformed {
+        what: "message",
+        reason: "cannot encode",
+    })
+}
+
+/// Decodes a message; trailing bytes are refused.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let (value, rest) = postcard::take_from_bytes(bytes).map_err(|_| ProtoError::Malformed {
+        what: "message",
+        reason: "does not decode",
+    })?;
+    if !rest.is_empty() {
+        return Err(ProtoError::TrailingBytes {
+            what: "message",
+            count: rest.len(),
+        });
+    }
+    Ok(value)
+}
+
+/// Why a daemon refused a request: one code per cause, so callers (and scripts) see why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The bytes do not decode.
+    Malformed,
+    /// A length exceeds a limit.
+    TooLarge,
+    /// The protocol version is not spoken here.
+    UnsupportedVersion,
+    /// The session id is not known here (log in / renegotiate).
+    UnknownSession,
+    /// The session's ticket expired.
+    SessionExpired,
+    /// The request's timestamp is outside the window.
+    StaleRequest,
+    /// The request was seen before.
+    ReplayedRequest,
+    /// The request MAC does not verify.
+    BadMac,
+    /// A signature does not verify (forged or tampered token).
+    BadSignature,
+    /// The capability expired.
+    CapabilityExpired,
+    /// The capability is not valid yet.
+    CapabilityNotYetValid,
+    /// The authenticated user is not named in the capability.
+    WrongUser,
+    /// The object does not belong to the file the capability names.
+    WrongFile,
+    /// Permissions do not allow this.
+    PermissionDenied,
+    /// No such file or directory.
+    NoSuchFile,
+    /// The name already exists.
+    AlreadyExists,
+    /// A path component is not a directory.
+    NotADirectory,
+    /// The target is a directory.
+    IsADirectory,
+    /// The directory is not empty.
+    NotEmpty,
+    /// No such user.
+    NoSuchUser,
+    /// No such group.
+    NoSuchGroup,
+    /// Login failed (unknown user or wrong passphrase; deliberately not distinguished).
+    AuthenticationFailed,
+    /// The daemon is not ready (an OSD not yet registered with the MDS).
+    NotReady,
+    /// NOSEC requests are disabled on this daemon.
+    InsecureRefused,
+    /// An argument is invalid.
+    InvalidArgument,
+    /// A bounded table is full.
+    Busy,
+    /// No such object on this OSD.
+    NoSuchObject,
+    /// A token was addressed to another party.
+    WrongRecipient,
+    /// The daemon failed internally (I/O); see its log.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The short reason printed to users.
+    pub fn reason(self) -> &'static str {
+        match self {
+            ErrorCode::Malformed => "malformed request",
+            ErrorCode::TooLarge => "request too large",
+            ErrorCode::UnsupportedVersion => "unsupported protocol version",
+            ErrorCode::UnknownSession => "unknown session",
+            ErrorCode::SessionExpired => "session expired",
+            ErrorCode::StaleRequest => "stale request",
+            ErrorCode::ReplayedRequest => "replayed request",
+            ErrorCode::BadMac => "bad MAC",
+            ErrorCode::BadSignature => "bad signature",
+            ErrorCode::CapabilityExpired => "capability expired",
+            ErrorCode::CapabilityNotYetValid => "capability not yet valid",
+            ErrorCode::WrongUser => "capability names another user",
+            ErrorCode::WrongFile => "capability names another file",
+            ErrorCode::PermissionDenied => "permission denied",
+            ErrorCode::NoSuchFile => "no such file",
+            ErrorCode::AlreadyExists => "already exists",
+            ErrorCode::NotADirectory => "not a directory",
+            ErrorCode::IsADirectory => "is a directory",
+            ErrorCode::NotEmpty => "directory not empty",
+            ErrorCode::NoSuchUser => "no such user",
+            ErrorCode::NoSuchGroup => "no such group",
+            ErrorCode::AuthenticationFailed => "authentication failed",
+            ErrorCode::NotReady => "daemon not ready",
+            ErrorCode::InsecureRefused => "insecure requests disabled",
+            ErrorCode::InvalidArgument => "invalid argument",
+            ErrorCode::Busy => "busy",
+            ErrorCode::NoSuchObject => "no such object",
+            ErrorCode::WrongRecipient => "addressed to another party",
+            ErrorCode::Internal => "internal error",
+        }
+    }
+
+    /// The code for a token that failed to decode or verify.
+    pub fn from_proto(error: &ProtoError) -> ErrorCode {
+        match error {
+            ProtoError::Truncated { .. }
+            | ProtoError::TrailingBytes { .. }
+            | ProtoError::WrongDomain { .. }
+            | ProtoError::Malformed { .. } => ErrorCode::Malformed,
+            ProtoError::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
+            ProtoError::TooLarge { .. } => ErrorCode::TooLarge,
+            ProtoError::BadSignature { .. } => ErrorCode::BadSignature,
+            ProtoError::BadMac { .. } => ErrorCode::BadMac,
+            ProtoError::DecryptionFailed { .. } => ErrorCode::BadMac,
+            ProtoError::Expired { token, .. } if *token == "capability" => {
+                ErrorCode::CapabilityExpired
+            }
+            ProtoError::NotYetValid { token, .. } if *token == "capability" => {
+                ErrorCode::CapabilityNotYetValid
+            }
+            ProtoError::Expired { .. } | ProtoError::NotYetValid { .. } => {
+                ErrorCode::SessionExpired
+            }
+            ProtoError::WrongRecipient { .. } => ErrorCode::WrongRecipient,
+            ProtoError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
+            _ => ErrorCode::Malformed,
+        }
+    }
+}
+
+/// A refusal: the code plus a human detail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireError {
+    /// Why.
+    pub code: ErrorCode,
+    /// Detail for logs and users (never secret).
+    pub detail: String,
+}
+
+impl WireError {
+    /// A refusal with a detail.
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self {
+            code,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.detail.is_empty() {
+            f.write_str(self.code.reason())
+        } else {
+            write!(f, "{}: {}", self.code.reason(), self.detail)
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl From<ProtoError> for WireError {
+    fn from(e: ProtoError) -> Self {
+        WireError::new(ErrorCode::from_proto(&e), e.to_string())
+    }
+}
+
+/// Argon2id parameters as sent in a login challenge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KdfParams {
+    /// Memory in KiB.
+    pub memory_kib: u32,
+    /// Passes.
+    pub iterations: u32,
+    /// Lanes.
+    pub lanes: u32,
+}
+
+/// Unauthenticated messages to the MDS (frame type Plain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsPlainRequest {
+    /// Login step 1: ask for the user's salt and KDF parameters.
+    LoginStart {
+        /// User name.
+        name: String,
+    },
+    /// Login step 2 (SPEC M1): prove knowledge of the passphrase-derived key.
+    Login {
+        /// User name.
+        name: String,
+        /// Client Ed25519 public key for this login.
+        signing_key: [u8; 32],
+        /// Client X25519 public key for this login.
+        sealing_key: [u8; 32],
+        /// Client time.
+        timestamp: u64,
+        /// Fresh nonce.
+        nonce: [u8; 16],
+        /// HMAC-SHA256 under the user key over the fields above (see PROTOCOL.md).
+        mac: [u8; 32],
+    },
+    /// An OSD announces itself, MACed under the cluster join key.
+    RegisterOsd {
+        /// The OSD's id.
+        id: u64,
+        /// Address clients reach it at.
+        address: String,
+        /// Its X25519 public key (M2 offers are sealed to it).
+        sealing_key: [u8; 32],
+        /// Placement weight.
+        weight: u32,
+        /// OSD time.
+        timestamp: u64,
+        /// Fresh nonce.
+        nonce: [u8; 16],
+        /// HMAC-SHA256 under the join key (see PROTOCOL.md).
+        mac: [u8; 32],
+    },
+}
+
+/// Answers to [`MdsPlainRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsPlainResponse {
+    /// Salt and parameters (a deterministic decoy for unknown users).
+    LoginChallenge {
+        /// Salt.
+        salt: [u8; 16],
+        /// Argon2id parameters.
+        params: KdfParams,
+        /// MDS clock (the client keeps an offset, SPEC T7).
+        mds_time: u64,
+    },
+    /// Login accepted.
+    LoginOk {
+        /// The MDS-signed ticket.
+        ticket: Vec<u8>,
+        /// HMAC under the new client–MDS key: proves the MDS knew the user key.
+        mac: [u8; 32],
+        /// MDS clock.
+        mds_time: u64,
+    },
+    /// Registration accepted.
+    Registered {
+        /// The MDS's signing public key (capabilities and tickets verify under it).
+        mds_verifying_key: [u8; 32],
+        /// HMAC under the join key over the key and the request nonce.
+        mac: [u8; 32],
+    },
+}
+
+/// Which access an open asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// Read.
+    Read,
+    /// Read and write.
+    ReadWrite,
+}
+
+/// Authenticated requests to the MDS (SPEC T9 and capabilities).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsRequest {
+    /// The current cluster map.
+    ClusterMap,
+    /// Attributes of a path.
+    Stat {
+        /// Path.
+        path: String,
+    },
+    /// List a directory.
+    Readdir {
+        /// Path.
+        path: String,
+    },
+    /// Make a directory.
+    Mkdir {
+        /// Path.
+        path: String,
+        /// Permission bits.
+        mode: u16,
+        /// Create missing parents, and succeed if it exists.
+        parents: bool,
+    },
+    /// Remove an empty directory.
+    Rmdir {
+        /// Path.
+        path: String,
+    },
+    /// Open a file for reading or writing; creates it when `create` is set.
+    Open {
+        /// Path.
+        path: String,
+        /// Access wanted.
+        access: Access,
+        /// Create with these permission bits if it does not exist.
+        create: Option<u16>,
+    },
+    /// Record the size after writing (the "close" of a writer).
+    SetSize {
+        /// File.
+        file: u64,
+        /// New size in bytes.
+        size: u64,
+    },
+    /// Remove a file; the answer carries a capability to delete its objects.
+    Unlink {
+        /// Path.
+        path: String,
+    },
+    /// Rename.
+    Rename {
+        /// From.
+        from: String,
+        /// To.
+        to: String,
+    },
+    /// Change permission bits.
+    Chmod {
+        /// Path.
+        path: String,
+        /// New bits (0o7777 mask).
+        mode: u16,
+    },
+    /// Change owner and/or group.
+    Chown {
+        /// Path.
+        path: String,
+        /// New owner name.
+        owner: Option<String>,
+        /// New group name.
+        group: Option<String>,
+    },
+    /// Administrator: add a user.
+    UserAdd {
+        /// Name.
+        name: String,
+        /// Supplementary groups (must exist).
+        groups: Vec<String>,
+        /// Salt of the passphrase key.
+        salt: [u8; 16],
+        /// Argon2id parameters used.
+        params: KdfParams,
+        /// The passphrase-derived key sealed to the MDS's X25519 key (AAD: the name).
+        sealed_key: Vec<u8>,
+    },
+    /// Administrator: remove a user.
+    UserRm {
+        /// Name.
+        name: String,
+    },
+    /// Administrator: add a group.
+    GroupAdd {
+        /// Name.
+        name: String,
+    },
+    /// Administrator: add a user to a group.
+    GroupMemberAdd {
+        /// Group.
+        group: String,
+        /// User.
+        user: String,
+    },
+    /// Counters of this daemon.
+    Stats,
+    /// End this session.
+    Logout,
+}
+
+/// File or directory attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    /// Inode number (the file id its objects carry).
+    pub id: u64,
+    /// Directory or file.
+    pub is_dir: bool,
+    /// Permission bits.
+    pub mode: u16,
+    /// Owner name.
+    pub owner: String,
+    /// Group name.
+    pub group: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time (ms since the epoch).
+    pub mtime: u64,
+}
+
+/// An OSD in the cluster map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdEntry {
+    /// Id.
+    pub id: u64,
+    /// Address.
+    pub address: String,
+    /// X25519 public key.
+    pub sealing_key: [u8; 32],
+    /// Placement weight.
+    pub weight: u32,
+}
+
+/// The cluster map: everything needed to compute where an object lives (SPEC T8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ClusterMap {
+    /// Bumped on every change.
+    pub epoch: u64,
+    /// The OSDs.
+    pub osds: Vec<OsdEntry>,
+}
+
+/// Counters a daemon reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DaemonStats {
+    /// "mds" or "osd N".
+    pub daemon: String,
+    /// `(name, value)` pairs: requests, refusals, crypto operation counts, cache hits.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// Answers to [`MdsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsResponse {
+    /// Done.
+    Ok,
+    /// The cluster map.
+    ClusterMap(ClusterMap),
+    /// Attributes.
+    Stat(FileStat),
+    /// Directory entries.
+    Entries(Vec<(String, FileStat)>),
+    /// An opened file.
+    Opened {
+        /// Its attributes.
+        stat: FileStat,
+        /// MDS-signed capability (empty in NOSEC mode).
+        capability: Vec<u8>,
+        /// Whether the MDS served it from its cache (SPEC M5).
+        cached: bool,
+    },
+    /// Counters.
+    Stats(DaemonStats),
+}
+
+/// Where an object lives in an OSD's object model (SPEC T5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectId {
+    /// Partition.
+    pub partition: u64,
+    /// The file the object belongs to (checked against the capability).
+    pub file: u64,
+    /// Stripe index within the file.
+    pub stripe: u32,
+}
+
+/// The partition user data lives in.
+pub const DATA_PARTITION: u64 = 1;
+
+/// Object attributes (SPEC T5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ObjectAttributes {
+    /// Logical length.
+    pub size: u64,
+    /// Last modification (ms since the epoch).
+    pub mtime: u64,
+    /// Policy access tag (T2).
+    pub policy_tag: u32,
+    /// User-defined attributes.
+    pub user: Vec<(String, Vec<u8>)>,
+}
+
+/// An OSD command (SPEC T5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdCommand {
+    /// Create an empty object.
+    Create {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Remove an object.
+    Remove {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Read bytes.
+    Read {
+        /// Object.
+        object: ObjectId,
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+    },
+    /// Write bytes at an offset; `replace` makes the object exactly `data` (atomic).
+    Write {
+        /// Object.
+        object: ObjectId,
+        /// Offset.
+        offset: u64,
+        /// Data.
+        data: Vec<u8>,
+        /// Replace the whole object.
+        replace: bool,
+    },
+    /// Append bytes.
+    Append {
+        /// Object.
+        object: ObjectId,
+        /// Data.
+        data: Vec<u8>,
+    },
+    /// Read attributes.
+    GetAttributes {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Set the policy tag and user attributes.
+    SetAttributes {
+        /// Object.
+        object: ObjectId,
+        /// Policy tag.
+        policy_tag: u32,
+        /// User attributes (replace).
+        user: Vec<(String, Vec<u8>)>,
+    },
+    /// List the objects of a partition (administrator).
+    List {
+        /// Partition.
+        partition: u64,
+    },
+    /// Create a partition (administrator).
+    CreatePartition {
+        /// Partition.
+        partition: u64,
+    },
+    /// Remove an empty partition (administrator).
+    RemovePartition {
+        /// Partition.
+        partition: u64,
+    },
+    /// Erase everything (administrator).
+    Format,
+    /// Counters of this daemon.
+    Stats,
+}
+
+impl OsdCommand {
+    /// The object a data command acts on, and the access it needs; `None` for
+    /// administrative commands.
+    pub fn object_access(&self) -> Option<(ObjectId, crate::capability::Mode)> {
+        use crate::capability::Mode;
+        match self {
+            OsdCommand::Read { object, .. } | OsdCommand::GetAttributes { object } => {
+                Some((*object, Mode::READ))
+            }
+            OsdCommand::Create { object }
+            | OsdCommand::Remove { object }
+            | OsdCommand::Write { object, .. }
+            | OsdCommand::Append { object, .. }
+            | OsdCommand::SetAttributes { object, .. } => Some((*object, Mode::WRITE)),
+            _ => None,
+        }
+    }
+}
+
+/// An authenticated OSD request: the capability (empty for administrative and stats
+/// commands) and the command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdRequest {
+    /// MDS-signed capability bytes.
+    pub capability: Vec<u8>,
+    /// The command.
+    pub command: OsdCommand,
+}
+
+/// A NOSEC request (benchmarks): the claimed user and the command, nothing checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InsecureRequest<T> {
+    /// Claimed user id.
+    pub user: u64,
+    /// The request.
+    pub request: T,
+}
+
+/// Answers to [`OsdCommand`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdResponse {
+    /// Done.
+    Ok,
+    /// Bytes read.
+    Data(Vec<u8>),
+    /// Attributes.
+    Attributes(ObjectAttributes),
+    /// Objects.
+    Objects(Vec<ObjectId>),
+    /// Counters.
+    Stats(DaemonStats),
+}
+
+/// Unauthenticated messages to an OSD (frame type Plain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdPlainRequest {
+    /// SPEC M2: a signed session offer.
+    Offer(Vec<u8>),
+}
+
+/// Answer to [`OsdPlainRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdPlainResponse {
+    /// The MACed confirmation.
+    Confirm(Vec<u8>),
+}
+
+/// Fuzz entry: every message decoder over arbitrary bytes must not panic.
+pub fn fuzz_messages(data: &[u8]) {
+    let _ = decode::<MdsPlainRequest>(data);
+    let _ = decode::<MdsPlainResponse>(data);
+    let _ = decode::<Result<MdsResponse, WireError>>(data);
+    let _ = decode::<MdsRequest>(data);
+    let _ = decode::<OsdRequest>(data);
+    let _ = decode::<Result<OsdResponse, WireError>>(data);
+    let _ = decode::<InsecureRequest<MdsRequest>>(data);
+    let _ = decode::<OsdPlainRequest>(data);
+}

@@ -1,0 +1,508 @@
+//! SPEC T7 and the wire: frames and authenticated envelopes, without I/O.
+//!
+//! Every message on a Maat connection is one frame:
+//!
+//! ```text
+//! magic "MT" ‖ version u8 (=1) ‖ frame type u8 ‖ payload length u32 BE ‖ payload
+//! ```
+//!
+//! The length is checked against [`FRAME_PAYLOAD_BYTES_MAX`] before anything is allocated.
+//! Authenticated requests ([`FrameType::Request`]) carry
+//!
+//! ```text
+//! session id [16] ‖ timestamp u64 BE ‖ nonce [16] ‖ message ‖ MAC [32]
+//! MAC = HMAC-SHA256(K, "maat/req/v1\0" ‖ session id ‖ timestamp ‖ nonce ‖ BLAKE3(message))
+//! ```
+//!
+//! and their answers ([`FrameType::Response`])
+//!
+//! ```text
+//! nonce of the request [16] ‖ timestamp u64 BE ‖ message ‖ MAC [32]
+//! MAC = HMAC-SHA256(K, "maat/resp/v1\0" ‖ session id ‖ nonce ‖ timestamp ‖ BLAKE3(message))
+//! ```
+//!
+//! The message is hashed with BLAKE3 first so the MAC covers bulk data (SPEC T2's ALLDATA
+//! idea) at BLAKE3 speed while the keyed part stays one HMAC per request. Receivers check,
+//! in this order: session known, session not expired, timestamp inside the window and not
+//! before the receiver booted, MAC, nonce unseen ([`ReplayWindow`]); each refusal is typed.
+
+use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
+use crate::{ProtoError, Result, UnixMillis};
+use maat_crypto::hash;
+use maat_crypto::mac::{MacKey, TAG_BYTES};
+use std::collections::{HashSet, VecDeque};
+
+/// First two bytes of every frame.
+pub const FRAME_MAGIC: [u8; 2] = *b"MT";
+/// Frame format version.
+pub const FRAME_VERSION: u8 = 1;
+/// Length of the frame header.
+pub const FRAME_HEADER_BYTES: usize = 8;
+/// Largest payload a frame may carry: one stripe unit of data plus room for headers.
+pub const FRAME_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// How far a request's timestamp may be from the receiver's clock (SPEC T7).
+pub const REPLAY_WINDOW_MILLIS: u64 = 30_000;
+/// Most (session, nonce) pairs a receiver remembers; beyond this it refuses new requests
+/// as busy rather than forget one inside the window.
+pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
+
+const REQUEST_CONTEXT: &[u8] = b"maat/req/v1\0";
+const RESPONSE_CONTEXT: &[u8] = b"maat/resp/v1\0";
+const ENVELOPE_HEADER_BYTES: usize = SESSION_ID_BYTES + 8 + NONCE_BYTES;
+const RESPONSE_HEADER_BYTES: usize = NONCE_BYTES + 8;
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameType {
+    /// A message that is not MAC-protected: login, session offers, OSD registration (each
+    /// authenticates itself inside) and their answers.
+    Plain = 1,
+    /// An authenticated request envelope.
+    Request = 2,
+    /// An authenticated response envelope.
+    Response = 3,
+    /// An unauthenticated refusal (the receiver had no key to MAC it with).
+    Refusal = 4,
+    /// A request in NOSEC mode (benchmarks only; daemons refuse it unless configured with
+    /// `danger_allow_nosec`).
+    Insecure = 5,
+}
+
+impl FrameType {
+    fn from_u8(b: u8) -> Option<Self> {
+        Some(match b {
+            1 => FrameType::Plain,
+            2 => FrameType::Request,
+            3 => FrameType::Response,
+            4 => FrameType::Refusal,
+            5 => FrameType::Insecure,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The frame type.
+    pub frame_type: FrameType,
+    /// Payload length in bytes (already checked against the limit).
+    pub payload_bytes: usize,
+}
+
+/// Encodes a frame header for a payload of `payload_bytes`.
+pub fn encode_header(frame_type: FrameType, payload_bytes: usize) -> Result<[u8; 8]> {
+    if payload_bytes > FRAME_PAYLOAD_BYTES_MAX {
+        return Err(ProtoError::TooLarge {
+            what: "frame payload",
+            len: payload_bytes,
+            limit: FRAME_PAYLOAD_BYTES_MAX,
+        });
+    }
+    let len = (payload_bytes as u32).to_be_bytes();
+    Ok([
+        FRAME_MAGIC[0],
+        FRAME_MAGIC[1],
+        FRAME_VERSION,
+        frame_type as u8,
+        len[0],
+        len[1],
+        len[2],
+        len[3],
+    ])
+}
+
+/// Decodes and checks a frame header (magic, version, type, length limit).
+pub fn decode_header(header: &[u8; FRAME_HEADER_BYTES]) -> Result<FrameHeader> {
+    let [m0, m1, version, kind, l0, l1, l2, l3] = *header;
+    if [m0, m1] != FRAME_MAGIC {
+        return Err(ProtoError::Malformed {
+            what: "frame",
+            reason: "bad magic",
+        });
+    }
+    if version != FRAME_VERSION {
+        return Err(ProtoError::UnsupportedVersion { found: version });
+    }
+    let frame_type = FrameType::from_u8(kind).ok_or(ProtoError::Malformed {
+        what: "frame",
+        reason: "unknown frame type",
+    })?;
+    let payload_bytes = u32::from_be_bytes([l0, l1, l2, l3]) as usize;
+    if payload_bytes > FRAME_PAYLOAD_BYTES_MAX {
+        return Err(ProtoError::TooLarge {
+            what: "frame payload",
+            len: payload_bytes,
+            limit: FRAME_PAYLOAD_BYTES_MAX,
+        });
+    }
+    Ok(FrameHeader {
+        frame_type,
+        payload_bytes,
+    })
+}
+
+/// Encodes a whole frame.
+pub fn encode_frame(frame_type: FrameType, payload: &[u8]) -> Result<Vec<u8>> {
+    let header = encode_header(frame_type, payload.len())?;
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// Decodes one whole frame from `bytes` (which must hold exactly one frame).
+pub fn decode_frame(bytes: &[u8]) -> Result<(FrameType, &[u8])> {
+    let (header, payload) = bytes
+        .split_first_chunk::<FRAME_HEADER_BYTES>()
+        .ok_or(ProtoError::Truncated { what: "frame" })?;
+    let header = decode_header(header)?;
+    if payload.len() < header.payload_bytes {
+        return Err(ProtoError::Truncated { what: "frame" });
+    }
+    if payload.len() > header.payload_bytes {
+        return Err(ProtoError::TrailingBytes {
+            what: "frame",
+            count: payload.len() - header.payload_bytes,
+        });
+    }
+    Ok((header.frame_type, payload))
+}
+
+/// A request envelope whose MAC has not been checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnverifiedRequest<'a> {
+    /// The session the sender claims.
+    pub session_id: [u8; SESSION_ID_BYTES],
+    /// The sender's clock (corrected by its offset to ours).
+    pub timestamp: UnixMillis,
+    /// Fresh per request.
+    pub nonce: [u8; NONCE_BYTES],
+    message: &'a [u8],
+    mac: [u8; TAG_BYTES],
+}
+
+/// A request envelope whose MAC verified under the session key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedRequest<'a> {
+    /// The session.
+    pub session_id: [u8; SESSION_ID_BYTES],
+    /// The sender's timestamp.
+    pub timestamp: UnixMillis,
+    /// The request nonce (echoed in the response).
+    pub nonce: [u8; NONCE_BYTES],
+    /// The authenticated message bytes.
+    pub message: &'a [u8],
+}
+
+fn request_tag(
+    key: &MacKey,
+    session_id: &[u8],
+    timestamp: UnixMillis,
+    nonce: &[u8],
+    message: &[u8],
+) -> [u8; TAG_BYTES] {
+    let digest = hash::blake3(&[message]);
+    key.tag(&[
+        REQUEST_CONTEXT,
+        session_id,
+        &timestamp.0.to_be_bytes(),
+        nonce,
+        &digest,
+    ])
+}
+
+/// Builds the payload of an authenticated request.
+pub fn seal_request(
+    key: &MacKey,
+    session_id: &[u8; SESSION_ID_BYTES],
+    timestamp: UnixMillis,
+    nonce: &[u8; NONCE_BYTES],
+    message: &[u8],
+) -> Vec<u8> {
+    let tag = request_tag(key, session_id, timestamp, nonce, message);
+    let mut out = Vec::with_capacity(ENVELOPE_HEADER_BYTES + message.len() + TAG_BYTES);
+    out.extend_from_slice(session_id);
+    out.extend_from_slice(&timestamp.0.to_be_bytes());
+    out.extend_from_slice(nonce);
+    out.extend_from_slice(message);
+    out.extend_from_slice(&tag);
+    out
+}
+
+impl<'a> UnverifiedRequest<'a> {
+    /// Splits a request payload into its fields.
+    pub fn decode(payload: &'a [u8]) -> Result<Self> {
+        if payload.len() < ENVELOPE_HEADER_BYTES + TAG_BYTES {
+            return Err(ProtoError::Truncated {
+                what: "request envelope",
+            });
+        }
+        let (head, rest) = payload.split_at(ENVELOPE_HEADER_BYTES);
+        let (message, mac) = rest.split_at(rest.len() - TAG_BYTES);
+        let mut r = crate::codec::Reader::new(head, "request envelope");
+        Ok(Self {
+            session_id: r.array()?,
+            timestamp: UnixMillis(r.u64()?),
+            nonce: r.array()?,
+            message,
+            mac: mac.try_into().map_err(|_| ProtoError::Truncated {
+                what: "request envelope",
+            })?,
+        })
+    }
+
+    /// Checks the MAC under the session key.
+    pub fn verify(self, key: &MacKey) -> Result<VerifiedRequest<'a>> {
+        let digest = hash::blake3(&[self.message]);
+        key.verify(
+            &[
+                REQUEST_CONTEXT,
+                &self.session_id,
+                &self.timestamp.0.to_be_bytes(),
+                &self.nonce,
+                &digest,
+            ],
+            &self.mac,
+        )
+        .map_err(|_| ProtoError::BadMac { token: "request" })?;
+        Ok(VerifiedRequest {
+            session_id: self.session_id,
+            timestamp: self.timestamp,
+            nonce: self.nonce,
+            message: self.message,
+        })
+    }
+}
+
+/// Builds the payload of an authenticated response to the request with `nonce`.
+pub fn seal_response(
+    key: &MacKey,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    timestamp: UnixMillis,
+    message: &[u8],
+) -> Vec<u8> {
+    let digest = hash::blake3(&[message]);
+    let tag = key.tag(&[
+        RESPONSE_CONTEXT,
+        session_id,
+        nonce,
+        &timestamp.0.to_be_bytes(),
+        &digest,
+    ]);
+    let mut out = Vec::with_capacity(RESPONSE_HEADER_BYTES + message.len() + TAG_BYTES);
+    out.extend_from_slice(nonce);
+    out.extend_from_slice(&timestamp.0.to_be_bytes());
+    out.extend_from_slice(message);
+    out.extend_from_slice(&tag);
+    out
+}
+
+/// Checks a response payload against the request it answers; returns the server's
+/// timestamp and the message.
+pub fn open_response<'a>(
+    key: &MacKey,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    payload: &'a [u8],
+) -> Result<(UnixMillis, &'a [u8])> {
+    if payload.len() < RESPONSE_HEADER_BYTES + TAG_BYTES {
+        return Err(ProtoError::Truncated {
+            what: "response envelope",
+        });
+    }
+    let (head, rest) = payload.split_at(RESPONSE_HEADER_BYTES);
+    let (message, mac) = rest.split_at(rest.len() - TAG_BYTES);
+    let mut r = crate::codec::Reader::new(head, "response envelope");
+    let echoed: [u8; NONCE_BYTES] = r.array()?;
+    let timestamp = UnixMillis(r.u64()?);
+    let digest = hash::blake3(&[message]);
+    key.verify(
+        &[
+            RESPONSE_CONTEXT,
+            session_id,
+            &echoed,
+            &timestamp.0.to_be_bytes(),
+            &digest,
+        ],
+        mac,
+    )
+    .map_err(|_| ProtoError::BadMac { token: "response" })?;
+    if &echoed != nonce {
+        return Err(ProtoError::WrongRecipient {
+            token: "response",
+            reason: "answers another request",
+        });
+    }
+    Ok((timestamp, message))
+}
+
+/// Why the replay window refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Outside the window, or older than the receiver's boot.
+    Stale,
+    /// Seen before inside the window.
+    Replayed,
+    /// The window is full of live entries.
+    Busy,
+}
+
+/// SPEC T7: timestamps plus a nonce window.
+///
+/// A request is fresh when its timestamp is within [`REPLAY_WINDOW_MILLIS`] of `now`, not
+/// earlier than the receiver's boot time, and its (session, nonce) pair is unseen. The boot
+/// rule is what makes an in-memory window safe across restarts: a request captured before
+/// a crash carries a timestamp before the new boot and is refused as stale, so nothing
+/// needs to be persisted.
+#[derive(Debug)]
+pub struct ReplayWindow {
+    boot: UnixMillis,
+    window_millis: u64,
+    seen: HashSet<([u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
+    order: VecDeque<(UnixMillis, [u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
+}
+
+impl ReplayWindow {
+    /// A window for a receiver that booted at `boot`.
+    pub fn new(boot: UnixMillis) -> Self {
+        Self {
+            boot,
+            window_millis: REPLAY_WINDOW_MILLIS,
+            seen: HashSet::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Checks only the timestamp (cheap; done before the MAC).
+    pub fn check_time(&self, timestamp: UnixMillis, now: UnixMillis) -> Result<(), Freshness> {
+        if timestamp < self.boot || timestamp.0.abs_diff(now.0) > self.window_millis {
+            return Err(Freshness::Stale);
+        }
+        Ok(())
+    }
+
+    /// Checks the timestamp and records the nonce (done after the MAC verified, so
+    /// forged requests cannot fill the window).
+    pub fn check_and_record(
+        &mut self,
+        session_id: &[u8; SESSION_ID_BYTES],
+        nonce: &[u8; NONCE_BYTES],
+        timestamp: UnixMillis,
+        now: UnixMillis,
+    ) -> Result<(), Freshness> {
+        self.check_time(timestamp, now)?;
+        self.prune(now);
+        let key = (*session_id, *nonce);
+        if self.seen.contains(&key) {
+            return Err(Freshness::Replayed);
+        }
+        if self.seen.len() >= REPLAY_ENTRIES_MAX {
+            return Err(Freshness::Busy);
+        }
+        self.seen.insert(key);
+        self.order.push_back((timestamp, *session_id, *nonce));
+        Ok(())
+    }
+
+    fn prune(&mut self, now: UnixMillis) {
+        // Entries are forgotten once their timestamp could no longer pass `check_time`.
+        // The queue is in arrival order, which is near timestamp order; an entry that
+        // arrived out of order is kept a little longer, never dropped early.
+        let horizon = now.0.saturating_sub(self.window_millis);
+        while let Some((ts, sid, nonce)) = self.order.front() {
+            if ts.0 >= horizon {
+                break;
+            }
+            self.seen.remove(&(*sid, *nonce));
+            self.order.pop_front();
+        }
+    }
+
+    /// Number of remembered nonces.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether no nonce is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maat_crypto::Secret32;
+
+    #[test]
+    fn replay_window_refuses_replays_stale_and_pre_boot() {
+        let boot = UnixMillis(1_000_000);
+        let mut w = ReplayWindow::new(boot);
+        let sid = [1u8; 16];
+        let n = [2u8; 16];
+        let now = UnixMillis(1_010_000);
+        assert_eq!(w.check_and_record(&sid, &n, now, now), Ok(()));
+        assert_eq!(
+            w.check_and_record(&sid, &n, now, now),
+            Err(Freshness::Replayed)
+        );
+        assert_eq!(
+            w.check_and_record(&sid, &[3u8; 16], UnixMillis(999_999), now),
+            Err(Freshness::Stale)
+        );
+        let later = UnixMillis(now.0 + REPLAY_WINDOW_MILLIS + 1);
+        assert_eq!(
+            w.check_and_record(&sid, &[4u8; 16], now, later),
+            Err(Freshness::Stale)
+        );
+        // After the window passes the old nonce is forgotten, but it would be stale anyway.
+        assert_eq!(w.check_and_record(&sid, &[5u8; 16], later, later), Ok(()));
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn envelope_round_trip_and_tamper() {
+        let key = MacKey::new(Secret32::from_bytes([7u8; 32]));
+        let sid = [9u8; 16];
+        let nonce = [8u8; 16];
+        let payload = seal_request(&key, &sid, UnixMillis(5), &nonce, b"hello");
+        let v = UnverifiedRequest::decode(&payload)
+            .and_then(|r| r.verify(&key))
+            .map(|r| r.message.to_vec());
+        assert_eq!(v, Ok(b"hello".to_vec()));
+        for i in 0..payload.len() {
+            let mut bad = payload.clone();
+            bad[i] ^= 0x01;
+            let r = UnverifiedRequest::decode(&bad).and_then(|r| r.verify(&key));
+            assert!(r.is_err(), "flip at {i} accepted");
+        }
+        let resp = seal_response(&key, &sid, &nonce, UnixMillis(6), b"ok");
+        assert_eq!(
+            open_response(&key, &sid, &nonce, &resp).map(|(_, m)| m.to_vec()),
+            Ok(b"ok".to_vec())
+        );
+        assert!(open_response(&key, &sid, &[0u8; 16], &resp).is_err());
+    }
+
+    #[test]
+    fn frame_limits() {
+        assert!(encode_header(FrameType::Plain, FRAME_PAYLOAD_BYTES_MAX + 1).is_err());
+        let mut h = [0u8; 8];
+        h.copy_from_slice(b"MT\x01\x02\xff\xff\xff\xff");
+        assert!(matches!(
+            decode_header(&h),
+            Err(ProtoError::TooLarge { .. })
+        ));
+        h.copy_from_slice(b"MT\x02\x02\x00\x00\x00\x00");
+        assert_eq!(
+            decode_header(&h),
+            Err(ProtoError::UnsupportedVersion { found: 2 })
+        );
+        let frame = encode_frame(FrameType::Request, b"abc").unwrap_or_default();
+        assert_eq!(decode_frame(&frame), Ok((FrameType::Request, &b"abc"[..])));
+        assert!(decode_frame(&frame[..frame.len() - 1]).is_err());
+    }
+}

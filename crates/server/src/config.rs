@@ -1,0 +1,99 @@
+//! Daemon configuration files (TOML). Every address and path is configurable; relative
+//! paths are relative to the directory the daemon runs in.
+
+use crate::ServerError;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// `maat mds --config FILE`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdsFileConfig {
+    /// Address to listen on, `HOST:PORT`.
+    pub listen: String,
+    /// Directory for the metadata database.
+    pub data_dir: PathBuf,
+    /// The administrator's key (created on first start if missing).
+    pub admin_key_file: PathBuf,
+    /// The key OSDs register with (created on first start if missing; copy it to OSDs).
+    pub join_key_file: PathBuf,
+    /// Where to write the MDS public keys for client files (optional).
+    #[serde(default)]
+    pub public_keys_file: Option<PathBuf>,
+    /// Login session lifetime.
+    #[serde(default = "default_ticket_secs")]
+    pub ticket_lifetime_secs: u64,
+    /// Capability lifetime (revocation is expiry, so keep it short).
+    #[serde(default = "default_capability_secs")]
+    pub capability_lifetime_secs: u64,
+    /// Accept NOSEC requests. Benchmarks only: anyone can then act as anyone.
+    #[serde(default)]
+    pub danger_allow_insecure: bool,
+}
+
+/// `maat osd --config FILE`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OsdFileConfig {
+    /// This OSD's id (unique in the cluster, at least 1).
+    pub id: u64,
+    /// Address to listen on.
+    pub listen: String,
+    /// Address clients should use (defaults to the bound listen address).
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// Directory for objects and the OSD's key.
+    pub data_dir: PathBuf,
+    /// The MDS address to register with.
+    pub mds: String,
+    /// The cluster join key (same file content as the MDS's).
+    pub join_key_file: PathBuf,
+    /// Placement weight (relative capacity).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Accept NOSEC requests. Benchmarks only.
+    #[serde(default)]
+    pub danger_allow_insecure: bool,
+}
+
+fn default_ticket_secs() -> u64 {
+    maat_mds::TICKET_LIFETIME_MILLIS_DEFAULT / 1000
+}
+fn default_capability_secs() -> u64 {
+    maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT / 1000
+}
+fn default_weight() -> u32 {
+    1
+}
+
+fn load<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ServerError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ServerError::Config {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    toml::from_str(&text).map_err(|e| ServerError::Config {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+impl MdsFileConfig {
+    /// Reads a config file.
+    pub fn load(path: &Path) -> Result<Self, ServerError> {
+        load(path)
+    }
+}
+
+impl OsdFileConfig {
+    /// Reads a config file.
+    pub fn load(path: &Path) -> Result<Self, ServerError> {
+        let c: Self = load(path)?;
+        if c.id == 0 || c.weight == 0 {
+            return Err(ServerError::Config {
+                path: path.display().to_string(),
+                reason: "id and weight must be at least 1".into(),
+            });
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,262 @@
+//! The MDS's [`MetaStore`] on redb: one file, copy-on-write B-trees, each commit atomic and
+//! fsynced (redb's default durability), so a crash leaves either the old or the new state.
+
+use maat_mds::store::{
+    Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserRecord,
+};
+use maat_proto::msg::OsdEntry;
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{de::DeserializeOwned, Serialize};
+use std::path::Path;
+
+const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+const ENTRIES: TableDefinition<(u64, &str), u64> = TableDefinition::new("entries");
+const USERS: TableDefinition<u64, &[u8]> = TableDefinition::new("users");
+const USER_NAMES: TableDefinition<&str, u64> = TableDefinition::new("user_names");
+const GROUPS: TableDefinition<u64, &[u8]> = TableDefinition::new("groups");
+const GROUP_NAMES: TableDefinition<&str, u64> = TableDefinition::new("group_names");
+const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
+const OSDS: TableDefinition<u64, &[u8]> = TableDefinition::new("osds");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// Metadata in a redb database file.
+pub struct RedbStore {
+    db: Database,
+}
+
+fn err(e: impl std::fmt::Display) -> StoreError {
+    StoreError(e.to_string())
+}
+
+fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
+    postcard::to_stdvec(v).map_err(err)
+}
+
+fn dec<T: DeserializeOwned>(v: &[u8]) -> Result<T, StoreError> {
+    postcard::from_bytes(v).map_err(|e| StoreError(format!("corrupt record: {e}")))
+}
+
+impl RedbStore {
+    /// Opens (or creates) the database at `path` and makes sure every table exists.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = Database::create(path).map_err(err)?;
+        let tx = db.begin_write().map_err(err)?;
+        {
+            tx.open_table(INODES).map_err(err)?;
+            tx.open_table(ENTRIES).map_err(err)?;
+            tx.open_table(USERS).map_err(err)?;
+            tx.open_table(USER_NAMES).map_err(err)?;
+            tx.open_table(GROUPS).map_err(err)?;
+            tx.open_table(GROUP_NAMES).map_err(err)?;
+            tx.open_table(SESSIONS).map_err(err)?;
+            tx.open_table(OSDS).map_err(err)?;
+            tx.open_table(META).map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(Self { db })
+    }
+
+    fn get_u64<T: DeserializeOwned>(
+        &self,
+        table: TableDefinition<u64, &[u8]>,
+        key: u64,
+    ) -> Result<Option<T>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(table).map_err(err)?;
+        match t.get(key).map_err(err)? {
+            Some(v) => Ok(Some(dec(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn name_to_id(
+        &self,
+        table: TableDefinition<&str, u64>,
+        name: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(table).map_err(err)?;
+        Ok(t.get(name).map_err(err)?.map(|v| v.value()))
+    }
+}
+
+impl MetaStore for RedbStore {
+    fn inode(&self, id: u64) -> Result<Option<Inode>, StoreError> {
+        self.get_u64(INODES, id)
+    }
+
+    fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(ENTRIES).map_err(err)?;
+        Ok(t.get((parent, name)).map_err(err)?.map(|v| v.value()))
+    }
+
+    fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(ENTRIES).map_err(err)?;
+        let mut out = Vec::new();
+        let start: (u64, &str) = (parent, "");
+        for item in t.range(start..).map_err(err)? {
+            let (k, v) = item.map_err(err)?;
+            let (p, name) = k.value();
+            if p != parent {
+                break;
+            }
+            out.push((name.to_string(), v.value()));
+        }
+        Ok(out)
+    }
+
+    fn user_by_name(&self, name: &str) -> Result<Option<UserRecord>, StoreError> {
+        match self.name_to_id(USER_NAMES, name)? {
+            Some(id) => self.user(id),
+            None => Ok(None),
+        }
+    }
+
+    fn user(&self, id: u64) -> Result<Option<UserRecord>, StoreError> {
+        self.get_u64(USERS, id)
+    }
+
+    fn group_by_name(&self, name: &str) -> Result<Option<GroupRecord>, StoreError> {
+        match self.name_to_id(GROUP_NAMES, name)? {
+            Some(id) => self.group(id),
+            None => Ok(None),
+        }
+    }
+
+    fn group(&self, id: u64) -> Result<Option<GroupRecord>, StoreError> {
+        self.get_u64(GROUPS, id)
+    }
+
+    fn session(&self, id: &[u8; 16]) -> Result<Option<SessionRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(SESSIONS).map_err(err)?;
+        match t.get(id.as_slice()).map_err(err)? {
+            Some(v) => Ok(Some(dec(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn osds(&self) -> Result<Vec<OsdEntry>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(OSDS).map_err(err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(err)? {
+            let (_, v) = item.map_err(err)?;
+            out.push(dec(v.value())?);
+        }
+        Ok(out)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(META).map_err(err)?;
+        Ok(t.get(key).map_err(err)?.map(|v| v.value().to_vec()))
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(err)?;
+        {
+            let mut inodes = tx.open_table(INODES).map_err(err)?;
+            let mut entries = tx.open_table(ENTRIES).map_err(err)?;
+            let mut users = tx.open_table(USERS).map_err(err)?;
+            let mut user_names = tx.open_table(USER_NAMES).map_err(err)?;
+            let mut groups = tx.open_table(GROUPS).map_err(err)?;
+            let mut group_names = tx.open_table(GROUP_NAMES).map_err(err)?;
+            let mut sessions = tx.open_table(SESSIONS).map_err(err)?;
+            let mut osds = tx.open_table(OSDS).map_err(err)?;
+            let mut meta = tx.open_table(META).map_err(err)?;
+            for op in batch.0 {
+                match op {
+                    Op::PutInode(i) => {
+                        inodes.insert(i.id, enc(&i)?.as_slice()).map_err(err)?;
+                    }
+                    Op::DeleteInode(id) => {
+                        inodes.remove(id).map_err(err)?;
+                    }
+                    Op::PutEntry {
+                        parent,
+                        name,
+                        child,
+                    } => {
+                        entries
+                            .insert((parent, name.as_str()), child)
+                            .map_err(err)?;
+                    }
+                    Op::DeleteEntry { parent, name } => {
+                        entries.remove((parent, name.as_str())).map_err(err)?;
+                    }
+                    Op::PutUser(u) => {
+                        user_names.insert(u.name.as_str(), u.id).map_err(err)?;
+                        users.insert(u.id, enc(&u)?.as_slice()).map_err(err)?;
+                    }
+                    Op::DeleteUser { id, name } => {
+                        user_names.remove(name.as_str()).map_err(err)?;
+                        users.remove(id).map_err(err)?;
+                    }
+                    Op::PutGroup(g) => {
+                        group_names.insert(g.name.as_str(), g.id).map_err(err)?;
+                        groups.insert(g.id, enc(&g)?.as_slice()).map_err(err)?;
+                    }
+                    Op::PutSession(id, s) => {
+                        sessions
+                            .insert(id.as_slice(), enc(&s)?.as_slice())
+                            .map_err(err)?;
+                    }
+                    Op::DeleteSession(id) => {
+                        sessions.remove(id.as_slice()).map_err(err)?;
+                    }
+                    Op::PutOsd(o) => {
+                        osds.insert(o.id, enc(&o)?.as_slice()).map_err(err)?;
+                    }
+                    Op::PutMeta(k, v) => {
+                        meta.insert(k.as_str(), v.as_slice()).map_err(err)?;
+                    }
+                }
+            }
+        }
+        tx.commit().map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn commit_and_read_back_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        {
+            let store = RedbStore::open(&path).unwrap();
+            let mut b = Batch::default();
+            b.push(Op::PutEntry {
+                parent: 1,
+                name: "b".into(),
+                child: 3,
+            });
+            b.push(Op::PutEntry {
+                parent: 1,
+                name: "a".into(),
+                child: 2,
+            });
+            b.push(Op::PutEntry {
+                parent: 2,
+                name: "x".into(),
+                child: 4,
+            });
+            b.push(Op::PutMeta("k".into(), vec![1, 2]));
+            store.commit(b).unwrap();
+        }
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(
+            store.entries(1).unwrap(),
+            vec![("a".to_string(), 2), ("b".to_string(), 3)]
+        );
+        assert_eq!(store.entries(2).unwrap(), vec![("x".to_string(), 4)]);
+        assert_eq!(store.lookup(1, "b").unwrap(), Some(3));
+        assert_eq!(store.meta("k").unwrap(), Some(vec![1, 2]));
+    }
+}

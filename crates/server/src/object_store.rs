@@ -1,0 +1,296 @@
+//! The OSD's [`ObjectStore`] on local files (SPEC T5).
+//!
+//! Layout under the data directory:
+//!
+//! ```text
+//! objects/p<partition hex>/<file id, 16 hex>.<stripe, 8 hex>        object data
+//! objects/p<partition hex>/<file id, 16 hex>.<stripe, 8 hex>.attr   policy tag + user attributes
+//! ```
+//!
+//! Crash safety: a write is acknowledged only after `fsync` of the data (and, when a name
+//! was created or replaced, of the directory). Whole-object writes go to a temporary file
+//! that is fsynced and then renamed over the object, so a reader sees the old or the new
+//! object, never a mix. Size and modification time come from the file itself, so a write
+//! needs no second fsync for attributes.
+
+use maat_osd::{AdminAuthorized, Authorized, ObjectStore, StoreError};
+use maat_proto::msg::{ObjectAttributes, ObjectId, DATA_PARTITION};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Objects in a directory tree with fsync before every acknowledgement.
+pub struct FileObjectStore {
+    root: PathBuf,
+    temp_counter: AtomicU64,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct StoredAttributes {
+    policy_tag: u32,
+    user: Vec<(String, Vec<u8>)>,
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl FileObjectStore {
+    /// Opens the store under `data_dir`, creating the data partition, and removes
+    /// temporary files a crash left behind.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let root = data_dir.join("objects");
+        let store = Self {
+            root,
+            temp_counter: AtomicU64::new(0),
+        };
+        fs::create_dir_all(store.partition_dir(DATA_PARTITION))?;
+        sync_dir(&store.root)?;
+        for partition in fs::read_dir(&store.root)? {
+            let partition = partition?.path();
+            if !partition.is_dir() {
+                continue;
+            }
+            for entry in fs::read_dir(&partition)? {
+                let path = entry?.path();
+                let is_temp = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(".tmp-"));
+                if is_temp {
+                    fs::remove_file(&path)?;
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    fn partition_dir(&self, partition: u64) -> PathBuf {
+        self.root.join(format!("p{partition:x}"))
+    }
+
+    fn object_path(&self, o: ObjectId) -> PathBuf {
+        self.partition_dir(o.partition)
+            .join(format!("{:016x}.{:08x}", o.file, o.stripe))
+    }
+
+    fn attr_path(&self, o: ObjectId) -> PathBuf {
+        self.partition_dir(o.partition)
+            .join(format!("{:016x}.{:08x}.attr", o.file, o.stripe))
+    }
+
+    fn check_partition(&self, o: ObjectId) -> Result<PathBuf, StoreError> {
+        let dir = self.partition_dir(o.partition);
+        if dir.is_dir() {
+            Ok(dir)
+        } else {
+            Err(StoreError::Partition("no such partition"))
+        }
+    }
+
+    /// Writes `data` to a temporary file, fsyncs it, renames it to `target` and fsyncs
+    /// the directory.
+    fn replace_file(&self, dir: &Path, target: &Path, data: &[u8]) -> Result<(), StoreError> {
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        let temp = dir.join(format!(".tmp-{}-{n}", std::process::id()));
+        let mut f = File::create(&temp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&temp, target)?;
+        sync_dir(dir)?;
+        Ok(())
+    }
+}
+
+impl ObjectStore for FileObjectStore {
+    fn create(&self, auth: &Authorized) -> Result<(), StoreError> {
+        let o = auth.object();
+        let dir = self.check_partition(o)?;
+        let path = self.object_path(o);
+        if path.exists() {
+            return Ok(());
+        }
+        File::create(&path)?.sync_all()?;
+        sync_dir(&dir)?;
+        Ok(())
+    }
+
+    fn remove(&self, auth: &Authorized) -> Result<(), StoreError> {
+        let o = auth.object();
+        let dir = self.check_partition(o)?;
+        for p in [self.object_path(o), self.attr_path(o)] {
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        sync_dir(&dir)?;
+        Ok(())
+    }
+
+    fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError> {
+        let o = auth.object();
+        let f = match File::open(self.object_path(o)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound),
+            Err(e) => return Err(e.into()),
+        };
+        let size = f.metadata()?.len();
+        let end = size.min(offset.saturating_add(u64::from(length)));
+        let len = end.saturating_sub(offset) as usize;
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
+    fn write(
+        &self,
+        auth: &Authorized,
+        offset: u64,
+        data: &[u8],
+        replace: bool,
+    ) -> Result<(), StoreError> {
+        let o = auth.object();
+        let dir = self.check_partition(o)?;
+        let path = self.object_path(o);
+        if replace && offset == 0 {
+            return self.replace_file(&dir, &path, data);
+        }
+        let existed = path.exists();
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        f.write_all_at(data, offset)?;
+        if replace {
+            f.set_len(offset.saturating_add(data.len() as u64))?;
+        }
+        f.sync_data()?;
+        if !existed {
+            sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError> {
+        let o = auth.object();
+        let dir = self.check_partition(o)?;
+        let path = self.object_path(o);
+        let existed = path.exists();
+        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        f.write_all(data)?;
+        f.sync_data()?;
+        if !existed {
+            sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    fn attributes(&self, auth: &Authorized) -> Result<ObjectAttributes, StoreError> {
+        let o = auth.object();
+        let meta = match fs::metadata(self.object_path(o)) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound),
+            Err(e) => return Err(e.into()),
+        };
+        let mtime = meta
+            .modified()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let stored: StoredAttributes = match fs::read(self.attr_path(o)) {
+            Ok(bytes) => postcard::from_bytes(&bytes).map_err(|e| {
+                StoreError::Io(std::io::Error::new(ErrorKind::InvalidData, e.to_string()))
+            })?,
+            Err(e) if e.kind() == ErrorKind::NotFound => StoredAttributes::default(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(ObjectAttributes {
+            size: meta.len(),
+            mtime,
+            policy_tag: stored.policy_tag,
+            user: stored.user,
+        })
+    }
+
+    fn set_attributes(
+        &self,
+        auth: &Authorized,
+        policy_tag: u32,
+        user: &[(String, Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        let o = auth.object();
+        let dir = self.check_partition(o)?;
+        if !self.object_path(o).exists() {
+            return Err(StoreError::NotFound);
+        }
+        let bytes = postcard::to_stdvec(&StoredAttributes {
+            policy_tag,
+            user: user.to_vec(),
+        })
+        .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?;
+        self.replace_file(&dir, &self.attr_path(o), &bytes)
+    }
+
+    fn list(&self, _auth: &AdminAuthorized, partition: u64) -> Result<Vec<ObjectId>, StoreError> {
+        let dir = self.partition_dir(partition);
+        if !dir.is_dir() {
+            return Err(StoreError::Partition("no such partition"));
+        }
+        let mut out = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some((file, stripe)) = name.split_once('.') else {
+                continue;
+            };
+            if let (Ok(file), Ok(stripe)) = (
+                u64::from_str_radix(file, 16),
+                u32::from_str_radix(stripe, 16),
+            ) {
+                out.push(ObjectId {
+                    partition,
+                    file,
+                    stripe,
+                });
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn create_partition(&self, _auth: &AdminAuthorized, partition: u64) -> Result<(), StoreError> {
+        fs::create_dir_all(self.partition_dir(partition))?;
+        sync_dir(&self.root)?;
+        Ok(())
+    }
+
+    fn remove_partition(&self, _auth: &AdminAuthorized, partition: u64) -> Result<(), StoreError> {
+        let dir = self.partition_dir(partition);
+        match fs::remove_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(StoreError::Partition("no such partition"))
+            }
+            Err(_) => return Err(StoreError::Partition("partition is not empty")),
+        }
+        sync_dir(&self.root)?;
+        Ok(())
+    }
+
+    fn format(&self, _auth: &AdminAuthorized) -> Result<(), StoreError> {
+        fs::remove_dir_all(&self.root)?;
+        fs::create_dir_all(self.partition_dir(DATA_PARTITION))?;
+        sync_dir(&self.root)?;
+        if let Some(parent) = self.root.parent() {
+            sync_dir(parent)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,140 @@
+//! The accept loop: a thread per connection, bounded; frames in, frames out.
+
+use maat_net::{configure, read_frame, write_frame, NetError};
+use maat_proto::msg::{ErrorCode, WireError};
+use maat_proto::wire::FrameType;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Most connections served at once; more are closed at once.
+pub const CONNECTIONS_MAX: usize = 1024;
+
+/// A shutdown signal shared by a daemon's threads.
+#[derive(Clone, Default)]
+pub struct Shutdown {
+    flag: Arc<AtomicBool>,
+    wake: Arc<Mutex<Vec<SocketAddr>>>,
+}
+
+impl Shutdown {
+    /// A signal that has not fired.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fires: stops accepting, lets requests in flight finish.
+    pub fn trigger(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        let addrs = self.wake.lock().map(|a| a.clone()).unwrap_or_default();
+        for a in addrs {
+            // Wake the blocking accept.
+            let _ = TcpStream::connect_timeout(&a, Duration::from_millis(200));
+        }
+    }
+
+    /// Whether it fired.
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    fn watch(&self, addr: SocketAddr) {
+        if let Ok(mut a) = self.wake.lock() {
+            a.push(addr);
+        }
+    }
+}
+
+/// What a daemon does with one frame.
+pub type Handler = dyn Fn(FrameType, &[u8]) -> (FrameType, Vec<u8>) + Send + Sync;
+
+pub(crate) fn serve(listener: TcpListener, handler: Arc<Handler>, shutdown: &Shutdown, name: &str) {
+    if let Ok(addr) = listener.local_addr() {
+        shutdown.watch(addr);
+    }
+    let active = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        if shutdown.is_set() {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        if active.load(Ordering::SeqCst) >= CONNECTIONS_MAX {
+            drop(stream);
+            continue;
+        }
+        active.fetch_add(1, Ordering::SeqCst);
+        let handler = handler.clone();
+        let active = active.clone();
+        let shutdown = shutdown.clone();
+        let name = name.to_string();
+        std::thread::spawn(move || {
+            connection(stream, handler.as_ref(), &shutdown, &name);
+            active.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+    // Let requests in flight finish (bounded wait).
+    for _ in 0..100 {
+        if active.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, name: &str) {
+    if configure(&stream).is_err() {
+        return;
+    }
+    loop {
+        // Idle connections are checked for shutdown once a second; once a frame has begun
+        // it must arrive within the normal I/O timeout.
+        if shutdown.is_set() {
+            return;
+        }
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        match stream.peek(&mut [0u8; 1]) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(_) => return,
+        }
+        let _ = stream.set_read_timeout(Some(maat_net::IO_TIMEOUT));
+        match read_frame(&mut stream) {
+            Ok((frame_type, payload)) => {
+                let (t, answer) = handler(frame_type, &payload);
+                if t == FrameType::Refusal {
+                    if let Ok(e) = maat_proto::msg::decode::<WireError>(&answer) {
+                        eprintln!("{name}: refused: {e}");
+                    }
+                }
+                if write_frame(&mut stream, t, &answer).is_err() {
+                    return;
+                }
+            }
+            Err(NetError::Frame(e)) => {
+                // A bad header leaves the stream unsynchronized: answer, then close.
+                let refusal = WireError::from(e);
+                eprintln!("{name}: refused frame: {refusal}");
+                let (t, answer) = crate::refusal_frame(&refusal);
+                let _ = write_frame(&mut stream, t, &answer);
+                return;
+            }
+            Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                let refusal = WireError::new(ErrorCode::Malformed, "truncated frame");
+                eprintln!("{name}: refused frame: {refusal}");
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
