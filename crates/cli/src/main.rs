@@ -1,1 +1,572 @@
-fn main() {}
+//! `maat`: run a local cluster or single daemons, use files, administer users, benchmark.
+
+mod bench;
+mod up;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use maat_client::{Client, ClusterFile, Credential, Home};
+use maat_proto::msg::FileStat;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "maat",
+    version,
+    about = "Maat: a secure distributed object store",
+    long_about = "Maat: a secure distributed object store.\n\n\
+        Start a local cluster with `maat up`, then point client commands at it with\n\
+        MAAT_CLUSTER=DIR/client.toml (the cluster file) and MAAT_HOME (where one user's\n\
+        identity and session live; DIR/admin is the administrator's).",
+    after_help = "Quick start:\n  maat up                      # terminal 1: MDS + 4 OSDs under ./maat-data\n  export MAAT_CLUSTER=maat-data/client.toml MAAT_HOME=maat-data/admin\n  maat put README.md /readme && maat cat /readme"
+)]
+struct Cli {
+    /// Cluster file (client.toml written by `maat up`).
+    #[arg(long, global = true, env = "MAAT_CLUSTER")]
+    cluster: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a whole local cluster (MDS + N OSDs) in the foreground.
+    Up(up::UpArgs),
+    /// Run the metadata server from a TOML config.
+    Mds {
+        /// Config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run an object storage daemon from a TOML config.
+    Osd {
+        /// Config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Administration (run with MAAT_HOME=DIR/admin).
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// Log in as NAME (the passphrase never leaves this machine).
+    Login {
+        /// User name.
+        name: String,
+        /// Read the passphrase from standard input instead of the terminal.
+        #[arg(long)]
+        passphrase_stdin: bool,
+    },
+    /// End the session.
+    Logout,
+    /// Store a local file (LOCAL `-` reads standard input).
+    Put {
+        /// Local file.
+        local: PathBuf,
+        /// Path in Maat.
+        path: String,
+    },
+    /// Fetch a file (LOCAL `-` writes standard output).
+    Get {
+        /// Path in Maat.
+        path: String,
+        /// Local file.
+        local: PathBuf,
+    },
+    /// Print a file.
+    Cat {
+        /// Path in Maat.
+        path: String,
+    },
+    /// List a directory.
+    Ls {
+        /// Long format.
+        #[arg(short = 'l')]
+        long: bool,
+        /// Path in Maat.
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Make a directory (mode 0755).
+    Mkdir {
+        /// Create parents, succeed if it exists.
+        #[arg(short = 'p')]
+        parents: bool,
+        /// Path.
+        path: String,
+    },
+    /// Remove a file.
+    Rm {
+        /// Path.
+        path: String,
+    },
+    /// Remove an empty directory.
+    Rmdir {
+        /// Path.
+        path: String,
+    },
+    /// Rename or move.
+    Mv {
+        /// From.
+        from: String,
+        /// To.
+        to: String,
+    },
+    /// Show attributes.
+    Stat {
+        /// Path.
+        path: String,
+    },
+    /// Change permission bits (octal, e.g. 640).
+    Chmod {
+        /// Mode in octal.
+        mode: String,
+        /// Path.
+        path: String,
+    },
+    /// Change owner and/or group: USER, USER:GROUP or :GROUP.
+    Chown {
+        /// Owner spec.
+        owner: String,
+        /// Path.
+        path: String,
+    },
+    /// Requests, signatures, MACs and cache hit ratios per daemon and for this client.
+    Stats {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmarks against a local cluster started for the run.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Groups.
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Add a user (asks for the new user's passphrase) with a home /home/NAME.
+    Add {
+        /// Name.
+        name: String,
+        /// Supplementary groups, comma separated (must exist).
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
+        /// Read the passphrase from standard input.
+        #[arg(long)]
+        passphrase_stdin: bool,
+    },
+    /// Remove a user.
+    Rm {
+        /// Name.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum GroupCommand {
+    /// Add a group.
+    Add {
+        /// Name.
+        name: String,
+    },
+    /// Group membership.
+    Member {
+        #[command(subcommand)]
+        command: MemberCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum MemberCommand {
+    /// Add NAME to group G.
+    Add {
+        /// Group.
+        group: String,
+        /// User.
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct Nothing;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line naming the reason.
+            let mut text = format!("{e}");
+            for cause in e.chain().skip(1) {
+                text.push_str(&format!(": {cause}"));
+            }
+            eprintln!("maat: {}", text.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn home_dir() -> PathBuf {
+    if let Some(h) = std::env::var_os("MAAT_HOME") {
+        return PathBuf::from(h);
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".config/maat"),
+        None => PathBuf::from(".maat"),
+    }
+}
+
+fn client(cluster: &Option<PathBuf>) -> Result<Client> {
+    let path = cluster.clone().ok_or_else(|| {
+        anyhow!("no cluster file: pass --cluster FILE or set MAAT_CLUSTER (maat up writes DIR/client.toml)")
+    })?;
+    let file = ClusterFile::load(&path)?;
+    Ok(Client::new(file, Some(Home::new(home_dir())))?)
+}
+
+fn read_passphrase(from_stdin: bool, prompt: &str) -> Result<Vec<u8>> {
+    let text = if from_stdin || !std::io::stdin().is_terminal() {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_line(&mut s)
+            .context("reading passphrase from standard input")?;
+        s.trim_end_matches(['\n', '\r']).to_string()
+    } else {
+        rpassword::prompt_password(prompt).context("reading passphrase")?
+    };
+    if text.is_empty() {
+        bail!("empty passphrase");
+    }
+    Ok(text.into_bytes())
+}
+
+fn mode_string(s: &FileStat) -> String {
+    let mut out = String::with_capacity(10);
+    out.push(if s.is_dir { 'd' } else { '-' });
+    for shift in [6u16, 3, 0] {
+        let bits = (s.mode >> shift) & 7;
+        out.push(if bits & 4 != 0 { 'r' } else { '-' });
+        out.push(if bits & 2 != 0 { 'w' } else { '-' });
+        out.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    out
+}
+
+fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
+    if total < 4 * 1024 * 1024 || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bytes}/{total_bytes} [{bar:30}] {bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    Some(bar)
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Up(args) => up::run(args),
+        Command::Mds { config } => up::run_mds_daemon(&config),
+        Command::Osd { config } => up::run_osd_daemon(&config),
+        Command::Bench { command } => bench::run(command),
+        Command::Login {
+            name,
+            passphrase_stdin,
+        } => {
+            let mut c = client(&cli.cluster)?;
+            let pass = read_passphrase(passphrase_stdin, &format!("passphrase for {name}: "))?;
+            c.login(&name, Credential::Passphrase(&pass))?;
+            eprintln!("logged in as {name}");
+            Ok(())
+        }
+        Command::Logout => {
+            let mut c = client(&cli.cluster)?;
+            c.logout()?;
+            Ok(())
+        }
+        Command::Admin { command } => {
+            let mut c = client(&cli.cluster)?;
+            match command {
+                AdminCommand::User { command } => match command {
+                    UserCommand::Add {
+                        name,
+                        groups,
+                        passphrase_stdin,
+                    } => {
+                        let pass = read_passphrase(
+                            passphrase_stdin,
+                            &format!("passphrase for new user {name}: "),
+                        )?;
+                        c.user_add(
+                            &name,
+                            &groups,
+                            &pass,
+                            maat_crypto::kdf::PassphraseParams::DEFAULT,
+                        )?;
+                        eprintln!("added user {name} (home /home/{name})");
+                    }
+                    UserCommand::Rm { name } => c.user_rm(&name)?,
+                },
+                AdminCommand::Group { command } => match command {
+                    GroupCommand::Add { name } => c.group_add(&name)?,
+                    GroupCommand::Member {
+                        command: MemberCommand::Add { group, name },
+                    } => c.group_member_add(&group, &name)?,
+                },
+            }
+            Ok(())
+        }
+        Command::Put { local, path } => {
+            let mut c = client(&cli.cluster)?;
+            if local == Path::new("-") {
+                let mut data = Vec::new();
+                std::io::stdin().read_to_end(&mut data)?;
+                c.put(&mut data.as_slice(), data.len() as u64, &path, &mut |_| {})?;
+            } else {
+                let mut f =
+                    std::fs::File::open(&local).with_context(|| format!("{}", local.display()))?;
+                let size = f.metadata()?.len();
+                let bar = progress_bar(size);
+                c.put(&mut f, size, &path, &mut |n| {
+                    if let Some(b) = &bar {
+                        b.set_position(n)
+                    }
+                })?;
+                if let Some(b) = bar {
+                    b.finish_and_clear();
+                }
+            }
+            Ok(())
+        }
+        Command::Get { path, local } => {
+            let mut c = client(&cli.cluster)?;
+            if local == Path::new("-") {
+                let stdout = std::io::stdout();
+                let mut lock = stdout.lock();
+                c.get(&path, &mut lock, &mut |_| {})?;
+                lock.flush()?;
+                return Ok(());
+            }
+            let size = c.stat(&path)?.size;
+            let bar = progress_bar(size);
+            // Write beside the target and rename, so a failed get leaves no partial file.
+            let temp = local.with_extension("maat-partial");
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(&temp).with_context(|| format!("{}", temp.display()))?,
+            );
+            let result = c.get(&path, &mut f, &mut |n| {
+                if let Some(b) = &bar {
+                    b.set_position(n)
+                }
+            });
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            match result.map_err(anyhow::Error::from).and_then(|_| {
+                f.flush()?;
+                Ok(())
+            }) {
+                Ok(()) => {
+                    drop(f);
+                    std::fs::rename(&temp, &local)?;
+                    Ok(())
+                }
+                Err(e) => {
+                    drop(f);
+                    let _ = std::fs::remove_file(&temp);
+                    Err(e)
+                }
+            }
+        }
+        Command::Cat { path } => {
+            let mut c = client(&cli.cluster)?;
+            let stdout = std::io::stdout();
+            let mut lock = stdout.lock();
+            c.get(&path, &mut lock, &mut |_| {})?;
+            lock.flush()?;
+            Ok(())
+        }
+        Command::Ls { long, path } => {
+            let mut c = client(&cli.cluster)?;
+            let mut out = std::io::stdout().lock();
+            for (name, s) in c.readdir(&path)? {
+                if long {
+                    writeln!(
+                        out,
+                        "{} {:<8} {:<8} {:>12} {} {}",
+                        mode_string(&s),
+                        s.owner,
+                        s.group,
+                        s.size,
+                        s.mtime / 1000,
+                        name
+                    )?;
+                } else {
+                    writeln!(out, "{name}{}", if s.is_dir { "/" } else { "" })?;
+                }
+            }
+            Ok(())
+        }
+        Command::Mkdir { parents, path } => Ok(client(&cli.cluster)?.mkdir(&path, 0o755, parents)?),
+        Command::Rm { path } => Ok(client(&cli.cluster)?.unlink(&path)?),
+        Command::Rmdir { path } => Ok(client(&cli.cluster)?.rmdir(&path)?),
+        Command::Mv { from, to } => Ok(client(&cli.cluster)?.rename(&from, &to)?),
+        Command::Stat { path } => {
+            let s = client(&cli.cluster)?.stat(&path)?;
+            println!(
+                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmtime_ms: {}",
+                s.id,
+                if s.is_dir { "directory" } else { "file" },
+                s.mode,
+                mode_string(&s),
+                s.owner,
+                s.group,
+                s.size,
+                s.mtime
+            );
+            Ok(())
+        }
+        Command::Chmod { mode, path } => {
+            let m = u16::from_str_radix(mode.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| anyhow!("invalid mode {mode:?}: give octal bits like 640"))?;
+            Ok(client(&cli.cluster)?.chmod(&path, m)?)
+        }
+        Command::Chown { owner, path } => {
+            let (user, group) = match owner.split_once(':') {
+                Some((u, g)) => (u, Some(g)),
+                None => (owner.as_str(), None),
+            };
+            let user = (!user.is_empty()).then_some(user);
+            let group = group.filter(|g| !g.is_empty());
+            if user.is_none() && group.is_none() {
+                bail!("chown needs USER, USER:GROUP or :GROUP");
+            }
+            Ok(client(&cli.cluster)?.chown(&path, user, group)?)
+        }
+        Command::Stats { json } => {
+            let mut c = client(&cli.cluster)?;
+            let daemons = c.daemon_stats()?;
+            let cs = c.stats.clone();
+            let client_counters = vec![
+                ("requests".to_string(), cs.requests),
+                (
+                    "capability_cache_hits".to_string(),
+                    cs.capability_cache_hits,
+                ),
+                (
+                    "capability_cache_misses".to_string(),
+                    cs.capability_cache_misses,
+                ),
+            ];
+            if json {
+                let mut obj = serde_json::Map::new();
+                for d in daemons.iter() {
+                    let mut m = serde_json::Map::new();
+                    for (k, v) in &d.counters {
+                        m.insert(k.clone(), (*v).into());
+                    }
+                    m.insert("cache_hit_ratio".into(), ratio(&d.counters).into());
+                    obj.insert(d.daemon.clone(), m.into());
+                }
+                let mut m = serde_json::Map::new();
+                for (k, v) in &client_counters {
+                    m.insert(k.clone(), (*v).into());
+                }
+                m.insert("cache_hit_ratio".into(), ratio(&client_counters).into());
+                obj.insert("client".into(), m.into());
+                println!("{}", serde_json::Value::Object(obj));
+            } else {
+                let show = [
+                    "requests",
+                    "refusals",
+                    "signatures_made",
+                    "signatures_verified",
+                    "macs_computed",
+                    "macs_verified",
+                ];
+                println!(
+                    "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                    "daemon",
+                    "requests",
+                    "refused",
+                    "sig_made",
+                    "sig_verif",
+                    "mac_made",
+                    "mac_check",
+                    "cache_hit"
+                );
+                let mut rows: Vec<(String, Vec<(String, u64)>)> = daemons
+                    .into_iter()
+                    .map(|d| (d.daemon, d.counters))
+                    .collect();
+                rows.push(("client".into(), client_counters));
+                for (name, counters) in rows {
+                    let get = |k: &str| {
+                        counters
+                            .iter()
+                            .find(|(n, _)| n == k)
+                            .map(|(_, v)| v.to_string())
+                            .unwrap_or_else(|| "-".into())
+                    };
+                    let r = ratio(&counters);
+                    println!(
+                        "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                        name,
+                        get(show[0]),
+                        get(show[1]),
+                        get(show[2]),
+                        get(show[3]),
+                        get(show[4]),
+                        get(show[5]),
+                        if r.is_nan() {
+                            "-".to_string()
+                        } else {
+                            format!("{:.1}%", r * 100.0)
+                        }
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Capability cache hit ratio from a counter list (NaN when nothing was looked up).
+fn ratio(counters: &[(String, u64)]) -> f64 {
+    let get = |k: &str| {
+        counters
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| *v)
+            .unwrap_or(0)
+    };
+    let hits = get("capability_cache_hits") as f64;
+    let total = hits + get("capability_cache_misses") as f64;
+    if total == 0.0 {
+        f64::NAN
+    } else {
+        hits / total
+    }
+}

@@ -1,1 +1,1005 @@
-//! placeholder
+//! Maat's client library: what the CLI (and later FUSE and the Python SDK) build on.
+//!
+//! A [`Client`] logs in (SPEC M1: the passphrase is stretched locally with Argon2id and
+//! never sent), keeps its ticket, client–MDS key and client–OSD session keys (M2) in a
+//! home directory, MACs every request with a timestamp and nonce (T7) using a clock offset
+//! learned from the servers, computes object placement from the cluster map (T8), stripes
+//! large files, and caches opened capabilities (M5).
+
+mod home;
+pub mod placement;
+
+pub use home::{ClusterFile, Home, SessionState};
+
+use maat_crypto::mac::MacKey;
+use maat_crypto::seal::SealingSecretKey;
+use maat_crypto::sign::{SigningKey, VerifyingKey};
+use maat_crypto::{kdf, OsRng, Secret32};
+use maat_net::{Connection, NetError};
+use maat_proto::login;
+use maat_proto::msg::{
+    self, Access, ClusterMap, DaemonStats, ErrorCode, FileStat, InsecureRequest, KdfParams,
+    MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, ObjectId, OsdCommand,
+    OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, DATA_PARTITION,
+    STRIPE_UNIT_BYTES,
+};
+use maat_proto::session::{self, SessionConfirm};
+use maat_proto::signed::{Unverified, UnverifiedMac};
+use maat_proto::ticket::LoginTicket;
+use maat_proto::wire::{self, FrameType};
+use maat_proto::{OsdId, UnixMillis};
+use rand_core::RngCore;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// This crate's error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// A daemon refused the request.
+    #[error("{0}")]
+    Refused(WireError),
+    /// The network failed.
+    #[error("{address}: {source}")]
+    Net {
+        /// Peer.
+        address: String,
+        /// Error.
+        source: NetError,
+    },
+    /// A daemon's answer did not authenticate or decode.
+    #[error("bad answer from {address}: {reason}")]
+    BadAnswer {
+        /// Peer.
+        address: String,
+        /// Why.
+        reason: String,
+    },
+    /// No session: log in first.
+    #[error("not logged in: run `maat login NAME`")]
+    NotLoggedIn,
+    /// The cluster has no OSDs yet.
+    #[error("the cluster has no OSDs registered")]
+    NoOsds,
+    /// Local file or configuration problem.
+    #[error("{0}")]
+    Local(String),
+    /// A stripe is missing or short.
+    #[error("data missing: {0}")]
+    DataMissing(String),
+}
+
+impl ClientError {
+    /// The refusal code, if a daemon refused.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Refused(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// The local clock as protocol time.
+pub fn local_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// How a user proves who they are at login.
+pub enum Credential<'a> {
+    /// A passphrase (stretched locally with the MDS-supplied salt and parameters).
+    Passphrase(&'a [u8]),
+    /// A stored long-term key (the administrator identity `maat up` creates).
+    Key([u8; 32]),
+}
+
+/// Counters of this client (persisted in the session).
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ClientStats {
+    /// Opens answered from the client cache.
+    pub capability_cache_hits: u64,
+    /// Opens that went to the MDS.
+    pub capability_cache_misses: u64,
+    /// Requests sent.
+    pub requests: u64,
+}
+
+/// An opened file: attributes and the capability for its objects.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// Attributes at open time.
+    pub stat: FileStat,
+    /// The MDS-signed capability (empty in NOSEC mode).
+    pub capability: Vec<u8>,
+    /// Whether the MDS served it from its cache.
+    pub mds_cached: bool,
+}
+
+/// Progress callback: bytes done so far.
+pub type Progress<'a> = &'a mut dyn FnMut(u64);
+
+/// A client of one cluster acting for one user.
+pub struct Client {
+    cluster: ClusterFile,
+    home: Option<Home>,
+    mds: Connection,
+    osds: HashMap<u64, Connection>,
+    map: Option<ClusterMap>,
+    session: Option<SessionState>,
+    mds_key: VerifyingKey,
+    insecure_user: Option<u64>,
+    /// Counters.
+    pub stats: ClientStats,
+    dirty: bool,
+}
+
+fn decode_answer<T: serde::de::DeserializeOwned>(address: &str, bytes: &[u8]) -> Result<T> {
+    let r: std::result::Result<T, WireError> =
+        msg::decode(bytes).map_err(|e| ClientError::BadAnswer {
+            address: address.to_string(),
+            reason: e.to_string(),
+        })?;
+    r.map_err(ClientError::Refused)
+}
+
+fn refusal(address: &str, bytes: &[u8]) -> ClientError {
+    match msg::decode::<WireError>(bytes) {
+        Ok(e) => ClientError::Refused(e),
+        Err(e) => ClientError::BadAnswer {
+            address: address.to_string(),
+            reason: e.to_string(),
+        },
+    }
+}
+
+impl Client {
+    /// A client for `cluster`, keeping identity and session in `home` (none: in memory).
+    pub fn new(cluster: ClusterFile, home: Option<Home>) -> Result<Self> {
+        let mds_key = VerifyingKey::from_bytes(&cluster.mds_verifying_key()?)
+            .map_err(|e| ClientError::Local(format!("cluster file MDS key: {e}")))?;
+        let session = match &home {
+            Some(h) => h.load_session()?,
+            None => None,
+        };
+        let stats = session
+            .as_ref()
+            .map(|s| s.stats.clone())
+            .unwrap_or_default();
+        Ok(Self {
+            mds: Connection::new(cluster.mds.clone()),
+            cluster,
+            home,
+            osds: HashMap::new(),
+            map: None,
+            session,
+            mds_key,
+            insecure_user: None,
+            stats,
+            dirty: false,
+        })
+    }
+
+    /// Switches to NOSEC mode acting as `user` (benchmarks; daemons must allow it).
+    pub fn danger_insecure_as(&mut self, user: u64) {
+        self.insecure_user = Some(user);
+    }
+
+    /// Leaves NOSEC mode.
+    pub fn secure(&mut self) {
+        self.insecure_user = None;
+    }
+
+    /// The logged-in user's name.
+    pub fn user_name(&self) -> Option<&str> {
+        self.session.as_ref().map(|s| s.user.as_str())
+    }
+
+    /// Saves session state (keys, clock offset, caches) to the home directory.
+    pub fn save(&mut self) -> Result<()> {
+        if let (Some(home), Some(s)) = (&self.home, &mut self.session) {
+            s.stats = self.stats.clone();
+            home.save_session(s)?;
+        }
+        self.dirty = false;
+        Ok(())
+    }
+
+    fn now(&self) -> u64 {
+        let offset = self.session.as_ref().map(|s| s.clock_offset).unwrap_or(0);
+        local_now().saturating_add_signed(offset)
+    }
+
+    // ------------------------------------------------------------------ login
+
+    /// SPEC M1: logs in as `name`.
+    pub fn login(&mut self, name: &str, credential: Credential<'_>) -> Result<()> {
+        let address = self.cluster.mds.clone();
+        let start = msg::encode(&MdsPlainRequest::LoginStart { name: name.into() })
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let (salt, params, mds_time) = match self.plain_mds(&start)? {
+            MdsPlainResponse::LoginChallenge {
+                salt,
+                params,
+                mds_time,
+            } => (salt, params, mds_time),
+            _ => return Err(self.bad(&address, "unexpected answer to login start")),
+        };
+        let clock_offset = mds_time as i64 - local_now() as i64;
+        let user_key = match credential {
+            Credential::Key(k) => Secret32::from_bytes(k),
+            Credential::Passphrase(p) => kdf::passphrase_key(
+                p,
+                &salt,
+                kdf::PassphraseParams {
+                    memory_kib: params.memory_kib,
+                    iterations: params.iterations,
+                    lanes: params.lanes,
+                },
+            )
+            .map_err(|e| ClientError::Local(e.to_string()))?,
+        };
+        let signing = SigningKey::generate(&mut OsRng);
+        let sealing = SealingSecretKey::generate(&mut OsRng);
+        let mut nonce = [0u8; 16];
+        OsRng.fill_bytes(&mut nonce);
+        let timestamp = local_now().saturating_add_signed(clock_offset);
+        let signing_key = signing.verifying_key().to_bytes();
+        let sealing_key = sealing.public_key().0;
+        let parts = login::login_mac_parts(name, &signing_key, &sealing_key, timestamp, &nonce);
+        let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+        let mac = MacKey::new(user_key.clone()).tag(&refs);
+        let request = msg::encode(&MdsPlainRequest::Login {
+            name: name.into(),
+            signing_key,
+            sealing_key,
+            timestamp,
+            nonce,
+            mac,
+        })
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        let (ticket, mac) = match self.plain_mds(&request)? {
+            MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
+            _ => return Err(self.bad(&address, "unexpected answer to login")),
+        };
+        // Mutual authentication: the ticket is MDS-signed and the MAC proves the MDS knew
+        // the user key.
+        let verified = Unverified::<LoginTicket>::decode(&ticket)
+            .and_then(|t| t.verify(&self.mds_key, UnixMillis(timestamp)))
+            .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
+        let session_key = login::mds_session_key(user_key.expose(), &ticket, &nonce)
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let expected = login::login_ok_mac(&MacKey::new(session_key.clone()), &ticket, &nonce);
+        if !maat_crypto::ct_eq(&expected, &mac) {
+            return Err(self.bad(&address, "login answer MAC (wrong MDS?)"));
+        }
+        self.session = Some(SessionState {
+            user: name.into(),
+            uid: verified.user.0,
+            ticket: ticket.clone(),
+            session_id: login::mds_session_id(&ticket),
+            key: *session_key.expose(),
+            signing_seed: *signing.to_seed(),
+            sealing_secret: *sealing.to_bytes(),
+            expiry: verified.expiry.0,
+            clock_offset,
+            osd_sessions: Vec::new(),
+            opened: Vec::new(),
+            stats: self.stats.clone(),
+        });
+        self.osds.clear();
+        self.dirty = true;
+        self.save()
+    }
+
+    /// Logs in with the home's stored key if there is one and no live session.
+    pub fn ensure_session(&mut self) -> Result<()> {
+        if self.insecure_user.is_some() {
+            return Ok(());
+        }
+        if let Some(s) = &self.session {
+            if s.expiry > self.now() + 60_000 {
+                return Ok(());
+            }
+        }
+        self.relogin()
+    }
+
+    fn relogin(&mut self) -> Result<()> {
+        let identity = self.home.as_ref().and_then(|h| h.identity().ok().flatten());
+        match identity {
+            Some((name, key)) => self.login(&name, Credential::Key(key)),
+            None => {
+                if self
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| s.expiry <= self.now())
+                {
+                    Err(ClientError::Refused(WireError::new(
+                        ErrorCode::SessionExpired,
+                        "run `maat login` again",
+                    )))
+                } else {
+                    Err(ClientError::NotLoggedIn)
+                }
+            }
+        }
+    }
+
+    /// Ends the session at the MDS and forgets it locally.
+    pub fn logout(&mut self) -> Result<()> {
+        if self.session.is_some() {
+            let _ = self.mds_call(MdsRequest::Logout);
+        }
+        self.session = None;
+        if let Some(h) = &self.home {
+            h.remove_session()?;
+        }
+        Ok(())
+    }
+
+    fn bad(&self, address: &str, reason: &str) -> ClientError {
+        ClientError::BadAnswer {
+            address: address.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn plain_mds(&mut self, payload: &[u8]) -> Result<MdsPlainResponse> {
+        let address = self.cluster.mds.clone();
+        let (t, answer) =
+            self.mds
+                .call(FrameType::Plain, payload)
+                .map_err(|source| ClientError::Net {
+                    address: address.clone(),
+                    source,
+                })?;
+        match t {
+            FrameType::Plain => decode_answer(&address, &answer),
+            FrameType::Refusal => Err(refusal(&address, &answer)),
+            _ => Err(self.bad(&address, "unexpected frame type")),
+        }
+    }
+
+    // ------------------------------------------------------------------ MDS calls
+
+    /// One authenticated request to the MDS (re-logging in once with a stored key when
+    /// the MDS lost or expired the session).
+    pub fn mds_call(&mut self, request: MdsRequest) -> Result<MdsResponse> {
+        self.ensure_session()?;
+        match self.mds_call_once(&request) {
+            Err(ClientError::Refused(e))
+                if matches!(
+                    e.code,
+                    ErrorCode::UnknownSession | ErrorCode::SessionExpired
+                ) && self
+                    .home
+                    .as_ref()
+                    .is_some_and(|h| h.identity().ok().flatten().is_some()) =>
+            {
+                self.relogin()?;
+                self.mds_call_once(&request)
+            }
+            other => other,
+        }
+    }
+
+    fn mds_call_once(&mut self, request: &MdsRequest) -> Result<MdsResponse> {
+        self.stats.requests += 1;
+        let address = self.cluster.mds.clone();
+        let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
+        if let Some(user) = self.insecure_user {
+            let payload = msg::encode(&InsecureRequest {
+                user,
+                request: request.clone(),
+            })
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+            let (t, answer) = self
+                .mds
+                .call(FrameType::Insecure, &payload)
+                .map_err(|source| ClientError::Net {
+                    address: address.clone(),
+                    source,
+                })?;
+            return match t {
+                FrameType::Plain => decode_answer(&address, &answer),
+                _ => Err(refusal(&address, &answer)),
+            };
+        }
+        let now = self.now();
+        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let key = MacKey::new(Secret32::from_bytes(session.key));
+        let sid = session.session_id;
+        let mut nonce = [0u8; 16];
+        OsRng.fill_bytes(&mut nonce);
+        let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
+        let (t, answer) = self
+            .mds
+            .call(FrameType::Request, &payload)
+            .map_err(|source| ClientError::Net {
+                address: address.clone(),
+                source,
+            })?;
+        match t {
+            FrameType::Response => {
+                let (_, message) = wire::open_response(&key, &sid, &nonce, &answer)
+                    .map_err(|e| self.bad(&address, &e.to_string()))?;
+                decode_answer(&address, message)
+            }
+            FrameType::Refusal => Err(refusal(&address, &answer)),
+            _ => Err(self.bad(&address, "unexpected frame type")),
+        }
+    }
+
+    fn expect_ok(&mut self, request: MdsRequest) -> Result<()> {
+        match self.mds_call(request)? {
+            MdsResponse::Ok => Ok(()),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// The cluster map (fetched once per client).
+    pub fn cluster_map(&mut self) -> Result<ClusterMap> {
+        if let Some(m) = &self.map {
+            return Ok(m.clone());
+        }
+        match self.mds_call(MdsRequest::ClusterMap)? {
+            MdsResponse::ClusterMap(m) => {
+                self.map = Some(m.clone());
+                Ok(m)
+            }
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Attributes of a path.
+    pub fn stat(&mut self, path: &str) -> Result<FileStat> {
+        match self.mds_call(MdsRequest::Stat { path: path.into() })? {
+            MdsResponse::Stat(s) => Ok(s),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Directory entries (or the file itself).
+    pub fn readdir(&mut self, path: &str) -> Result<Vec<(String, FileStat)>> {
+        match self.mds_call(MdsRequest::Readdir { path: path.into() })? {
+            MdsResponse::Entries(e) => Ok(e),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// mkdir (with `parents`: mkdir -p).
+    pub fn mkdir(&mut self, path: &str, mode: u16, parents: bool) -> Result<()> {
+        self.expect_ok(MdsRequest::Mkdir {
+            path: path.into(),
+            mode,
+            parents,
+        })
+    }
+
+    /// rmdir.
+    pub fn rmdir(&mut self, path: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::Rmdir { path: path.into() })
+    }
+
+    /// rename.
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        self.forget_opened();
+        self.expect_ok(MdsRequest::Rename {
+            from: from.into(),
+            to: to.into(),
+        })
+    }
+
+    /// chmod.
+    pub fn chmod(&mut self, path: &str, mode: u16) -> Result<()> {
+        self.forget_opened();
+        self.expect_ok(MdsRequest::Chmod {
+            path: path.into(),
+            mode,
+        })
+    }
+
+    /// chown.
+    pub fn chown(&mut self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
+        self.forget_opened();
+        self.expect_ok(MdsRequest::Chown {
+            path: path.into(),
+            owner: owner.map(Into::into),
+            group: group.map(Into::into),
+        })
+    }
+
+    /// Administrator: adds a user whose key is derived here from `passphrase`.
+    pub fn user_add(
+        &mut self,
+        name: &str,
+        groups: &[String],
+        passphrase: &[u8],
+        params: kdf::PassphraseParams,
+    ) -> Result<()> {
+        let mut salt = [0u8; 16];
+        OsRng.fill_bytes(&mut salt);
+        let key = kdf::passphrase_key(passphrase, &salt, params)
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let sealed = login::seal_user_key(
+            &self.cluster.mds_sealing_key()?,
+            name,
+            key.expose(),
+            &mut OsRng,
+        )
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        self.expect_ok(MdsRequest::UserAdd {
+            name: name.into(),
+            groups: groups.to_vec(),
+            salt,
+            params: KdfParams {
+                memory_kib: params.memory_kib,
+                iterations: params.iterations,
+                lanes: params.lanes,
+            },
+            sealed_key: sealed,
+        })
+    }
+
+    /// Administrator: removes a user.
+    pub fn user_rm(&mut self, name: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::UserRm { name: name.into() })
+    }
+
+    /// Administrator: adds a group.
+    pub fn group_add(&mut self, name: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::GroupAdd { name: name.into() })
+    }
+
+    /// Administrator: adds a user to a group.
+    pub fn group_member_add(&mut self, group: &str, user: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::GroupMemberAdd {
+            group: group.into(),
+            user: user.into(),
+        })
+    }
+
+    // ------------------------------------------------------------------ capabilities
+
+    fn forget_opened(&mut self) {
+        if let Some(s) = &mut self.session {
+            s.opened.clear();
+        }
+    }
+
+    /// Opens a file; read opens are answered from the client cache while the cached
+    /// capability has more than half its lifetime left (SPEC M5).
+    pub fn open(&mut self, path: &str, access: Access, create: Option<u16>) -> Result<Opened> {
+        let now = self.now();
+        if access == Access::Read && self.insecure_user.is_none() {
+            if let Some(s) = &self.session {
+                if let Some(o) = s.opened.iter().find(|o| o.path == path) {
+                    if o.expiry > now && o.expiry - now > o.lifetime / 2 {
+                        self.stats.capability_cache_hits += 1;
+                        return Ok(Opened {
+                            stat: o.stat.clone(),
+                            capability: o.capability.clone(),
+                            mds_cached: true,
+                        });
+                    }
+                }
+            }
+        }
+        self.stats.capability_cache_misses += 1;
+        let opened = match self.mds_call(MdsRequest::Open {
+            path: path.into(),
+            access,
+            create,
+        })? {
+            MdsResponse::Opened {
+                stat,
+                capability,
+                cached,
+            } => Opened {
+                stat,
+                capability,
+                mds_cached: cached,
+            },
+            _ => return Err(self.bad("mds", "unexpected answer")),
+        };
+        if access == Access::Read && !opened.capability.is_empty() {
+            if let Ok(c) =
+                Unverified::<maat_proto::capability::Capability>::decode(&opened.capability)
+            {
+                let body = c.unverified_body();
+                if let Some(s) = &mut self.session {
+                    s.opened.retain(|o| o.path != path && o.expiry > now);
+                    if s.opened.len() < 1024 {
+                        s.opened.push(home::OpenedEntry {
+                            path: path.into(),
+                            stat: opened.stat.clone(),
+                            capability: opened.capability.clone(),
+                            expiry: body.expiry.0,
+                            lifetime: body.expiry.0.saturating_sub(now),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(opened)
+    }
+
+    // ------------------------------------------------------------------ OSD calls
+
+    fn osd_entry(&mut self, osd: u64) -> Result<msg::OsdEntry> {
+        self.cluster_map()?
+            .osds
+            .into_iter()
+            .find(|o| o.id == osd)
+            .ok_or(ClientError::NoOsds)
+    }
+
+    /// SPEC M2: negotiates a session key with `osd`.
+    fn negotiate(&mut self, osd: u64) -> Result<()> {
+        let entry = self.osd_entry(osd)?;
+        let now = self.now();
+        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let ticket = Unverified::<LoginTicket>::decode(&session.ticket)
+            .and_then(|t| t.verify(&self.mds_key, UnixMillis(now)))
+            .map_err(|e| ClientError::Local(format!("stored ticket: {e}")))?;
+        let signing = SigningKey::from_seed(&session.signing_seed);
+        let (offer, key) = session::make_offer(
+            &ticket,
+            &signing,
+            OsdId(osd),
+            &maat_crypto::seal::SealingPublicKey(entry.sealing_key),
+            UnixMillis(now),
+            &mut OsRng,
+        )
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        let payload = msg::encode(&OsdPlainRequest::Offer(offer.encoded().to_vec()))
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let conn = self
+            .osds
+            .entry(osd)
+            .or_insert_with(|| Connection::new(entry.address.clone()));
+        let (t, answer) =
+            conn.call(FrameType::Plain, &payload)
+                .map_err(|source| ClientError::Net {
+                    address: entry.address.clone(),
+                    source,
+                })?;
+        if t != FrameType::Plain {
+            return Err(refusal(&entry.address, &answer));
+        }
+        let OsdPlainResponse::Confirm(confirm) = decode_answer(&entry.address, &answer)?;
+        let confirm = UnverifiedMac::<SessionConfirm>::decode(&confirm)
+            .and_then(|c| session::check_confirm(c, &offer, &key))
+            .map_err(|e| self.bad(&entry.address, &format!("session confirmation: {e}")))?;
+        let _ = confirm;
+        if let Some(s) = &mut self.session {
+            s.osd_sessions.retain(|o| o.osd != osd);
+            s.osd_sessions.push(home::OsdSession {
+                osd,
+                session_id: key.session_id,
+                key: *key.key.expose(),
+                expiry: key.expiry.0,
+            });
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// One request to an OSD; renegotiates the session once if the OSD forgot it.
+    pub fn osd_call(&mut self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
+        match self.osd_call_once(osd, &request) {
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
+                if let Some(s) = &mut self.session {
+                    s.osd_sessions.retain(|o| o.osd != osd);
+                }
+                self.osd_call_once(osd, &request)
+            }
+            other => other,
+        }
+    }
+
+    /// Sends pre-built bytes to an OSD and returns the raw answer (attack tests).
+    pub fn osd_raw(
+        &mut self,
+        osd: u64,
+        frame_type: FrameType,
+        payload: &[u8],
+    ) -> Result<(FrameType, Vec<u8>)> {
+        let entry = self.osd_entry(osd)?;
+        let conn = self
+            .osds
+            .entry(osd)
+            .or_insert_with(|| Connection::new(entry.address.clone()));
+        conn.call(frame_type, payload)
+            .map_err(|source| ClientError::Net {
+                address: entry.address.clone(),
+                source,
+            })
+    }
+
+    /// The session this client holds with `osd` (negotiating it if needed): id and key.
+    pub fn osd_session(&mut self, osd: u64) -> Result<([u8; 16], [u8; 32])> {
+        self.ensure_session()?;
+        let now = self.now();
+        let live = self
+            .session
+            .as_ref()
+            .and_then(|s| {
+                s.osd_sessions
+                    .iter()
+                    .find(|o| o.osd == osd && o.expiry > now)
+            })
+            .map(|o| (o.session_id, o.key));
+        match live {
+            Some(l) => Ok(l),
+            None => {
+                self.negotiate(osd)?;
+                self.session
+                    .as_ref()
+                    .and_then(|s| s.osd_sessions.iter().find(|o| o.osd == osd))
+                    .map(|o| (o.session_id, o.key))
+                    .ok_or(ClientError::NotLoggedIn)
+            }
+        }
+    }
+
+    /// The current protocol time as this client sees it (local clock plus offset).
+    pub fn protocol_now(&self) -> u64 {
+        self.now()
+    }
+
+    fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+        self.stats.requests += 1;
+        let entry = self.osd_entry(osd)?;
+        let address = entry.address.clone();
+        if let Some(user) = self.insecure_user {
+            let payload = msg::encode(&InsecureRequest {
+                user,
+                request: request.clone(),
+            })
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+            let (t, answer) = self.osd_raw(osd, FrameType::Insecure, &payload)?;
+            return match t {
+                FrameType::Plain => decode_answer(&address, &answer),
+                _ => Err(refusal(&address, &answer)),
+            };
+        }
+        let (sid, key) = self.osd_session(osd)?;
+        let key = MacKey::new(Secret32::from_bytes(key));
+        let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
+        let mut nonce = [0u8; 16];
+        OsRng.fill_bytes(&mut nonce);
+        let payload = wire::seal_request(&key, &sid, UnixMillis(self.now()), &nonce, &body);
+        let (t, answer) = self.osd_raw(osd, FrameType::Request, &payload)?;
+        match t {
+            FrameType::Response => {
+                let (_, message) = wire::open_response(&key, &sid, &nonce, &answer)
+                    .map_err(|e| self.bad(&address, &e.to_string()))?;
+                decode_answer(&address, message)
+            }
+            FrameType::Refusal => Err(refusal(&address, &answer)),
+            _ => Err(self.bad(&address, "unexpected frame type")),
+        }
+    }
+
+    /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
+    pub fn place(&mut self, file: u64, stripe: u32) -> Result<u64> {
+        let map = self.cluster_map()?;
+        placement::place(&map, file, stripe).ok_or(ClientError::NoOsds)
+    }
+
+    // ------------------------------------------------------------------ files
+
+    /// Writes one object of a file.
+    pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
+        let object = ObjectId {
+            partition: DATA_PARTITION,
+            file: opened.stat.id,
+            stripe,
+        };
+        let osd = self.place(object.file, stripe)?;
+        self.osd_call(
+            osd,
+            OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::Write {
+                    object,
+                    offset: 0,
+                    data,
+                    replace: true,
+                },
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Reads one object of a file (`None` when it does not exist).
+    pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
+        let object = ObjectId {
+            partition: DATA_PARTITION,
+            file: opened.stat.id,
+            stripe,
+        };
+        let osd = self.place(object.file, stripe)?;
+        match self.osd_call(
+            osd,
+            OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::Read {
+                    object,
+                    offset: 0,
+                    length: STRIPE_UNIT_BYTES as u32,
+                },
+            },
+        ) {
+            Ok(OsdResponse::Data(d)) => Ok(Some(d)),
+            Ok(_) => Err(self.bad("osd", "unexpected answer")),
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
+        let object = ObjectId {
+            partition: DATA_PARTITION,
+            file: opened.stat.id,
+            stripe,
+        };
+        let osd = self.place(object.file, stripe)?;
+        self.osd_call(
+            osd,
+            OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::Remove { object },
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Stores `size` bytes from `reader` at `path` (creating it 0644), striping files of
+    /// at least [`STRIPE_UNIT_BYTES`] over OSDs; every stripe is durable on its OSD before
+    /// the size is recorded at the MDS.
+    pub fn put(
+        &mut self,
+        reader: &mut dyn Read,
+        size: u64,
+        path: &str,
+        progress: Progress<'_>,
+    ) -> Result<FileStat> {
+        self.forget_opened();
+        let opened = self.open(path, Access::ReadWrite, Some(0o644))?;
+        let old_stripes = stripes_for(opened.stat.size);
+        let stripes = stripes_for(size);
+        let mut done = 0u64;
+        for stripe in 0..stripes {
+            let len = (size - done).min(STRIPE_UNIT_BYTES) as usize;
+            let mut buf = vec![0u8; len];
+            reader
+                .read_exact(&mut buf)
+                .map_err(|e| ClientError::Local(format!("reading input: {e}")))?;
+            self.write_object(&opened, stripe, buf)?;
+            done += len as u64;
+            progress(done);
+        }
+        for stripe in stripes..old_stripes {
+            self.remove_object(&opened, stripe)?;
+        }
+        self.expect_ok(MdsRequest::SetSize {
+            file: opened.stat.id,
+            size,
+        })?;
+        let mut stat = opened.stat;
+        stat.size = size;
+        Ok(stat)
+    }
+
+    /// Streams the file at `path` into `writer`; returns the bytes written.
+    ///
+    /// Stripes are read until one is short, so a cached (older) size never truncates the
+    /// data; a missing stripe inside the recorded size is an error, never a hole.
+    pub fn get(
+        &mut self,
+        path: &str,
+        writer: &mut dyn Write,
+        progress: Progress<'_>,
+    ) -> Result<u64> {
+        let opened = self.open(path, Access::Read, None)?;
+        let expected = opened.stat.size;
+        let mut done = 0u64;
+        let mut stripe = 0u32;
+        loop {
+            if done >= expected && done % STRIPE_UNIT_BYTES != 0 {
+                break;
+            }
+            let data = match self.read_object(&opened, stripe)? {
+                Some(d) => d,
+                None if done >= expected => break,
+                None => {
+                    return Err(ClientError::DataMissing(format!(
+                        "{path}: stripe {stripe} of file {} not found",
+                        opened.stat.id
+                    )))
+                }
+            };
+            writer
+                .write_all(&data)
+                .map_err(|e| ClientError::Local(format!("writing output: {e}")))?;
+            done += data.len() as u64;
+            progress(done);
+            if (data.len() as u64) < STRIPE_UNIT_BYTES {
+                break;
+            }
+            stripe += 1;
+        }
+        if done < expected {
+            return Err(ClientError::DataMissing(format!(
+                "{path}: {done} of {expected} bytes found"
+            )));
+        }
+        Ok(done)
+    }
+
+    /// Removes a file and its objects.
+    pub fn unlink(&mut self, path: &str) -> Result<()> {
+        self.forget_opened();
+        let opened = match self.mds_call(MdsRequest::Unlink { path: path.into() })? {
+            MdsResponse::Opened {
+                stat,
+                capability,
+                cached,
+            } => Opened {
+                stat,
+                capability,
+                mds_cached: cached,
+            },
+            _ => return Err(self.bad("mds", "unexpected answer")),
+        };
+        for stripe in 0..stripes_for(opened.stat.size).max(1) {
+            self.remove_object(&opened, stripe)?;
+        }
+        Ok(())
+    }
+
+    /// Counters of the MDS and every OSD.
+    pub fn daemon_stats(&mut self) -> Result<Vec<DaemonStats>> {
+        let mut out = Vec::new();
+        match self.mds_call(MdsRequest::Stats)? {
+            MdsResponse::Stats(s) => out.push(s),
+            _ => return Err(self.bad("mds", "unexpected answer")),
+        }
+        let map = self.cluster_map()?;
+        for osd in map.osds {
+            match self.osd_call(
+                osd.id,
+                OsdRequest {
+                    capability: vec![],
+                    command: OsdCommand::Stats,
+                },
+            ) {
+                Ok(OsdResponse::Stats(s)) => out.push(s),
+                Ok(_) => return Err(self.bad("osd", "unexpected answer")),
+                Err(e) => out.push(DaemonStats {
+                    daemon: format!("osd {} (unreachable: {e})", osd.id),
+                    counters: vec![],
+                }),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Number of objects a file of `size` bytes has.
+pub fn stripes_for(size: u64) -> u32 {
+    size.div_ceil(STRIPE_UNIT_BYTES) as u32
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.save();
+    }
+}

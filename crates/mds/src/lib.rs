@@ -15,6 +15,10 @@ use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::SigningKey;
 use maat_crypto::{ct_eq, hash, Counters, CryptoRngCore, OpCounters, Secret32};
 use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::login::{
+    login_mac_parts, login_ok_mac, mds_session_id, mds_session_key, register_mac_parts,
+    registered_mac, USER_KEY_SEAL_CONTEXT,
+};
 use maat_proto::msg::{
     self, ClusterMap, DaemonStats, ErrorCode, KdfParams, MdsPlainRequest, MdsPlainResponse,
     MdsRequest, MdsResponse, OsdEntry, WireError,
@@ -40,13 +44,6 @@ pub const TICKET_LIFETIME_MILLIS_DEFAULT: u64 = 10 * 60 * 60 * 1000;
 pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
 /// How far before now a capability's validity starts, to tolerate clock offsets (T7).
 pub const CLOCK_SKEW_MILLIS: u64 = wire::REPLAY_WINDOW_MILLIS;
-
-const LOGIN_CONTEXT: &[u8] = b"maat/login/v1\0";
-const LOGIN_OK_CONTEXT: &[u8] = b"maat/login-ok/v1\0";
-const MDS_SESSION_INFO: &[u8] = b"maat/m1/mds-session/v1";
-const REGISTER_CONTEXT: &[u8] = b"maat/register/v1\0";
-const REGISTERED_CONTEXT: &[u8] = b"maat/registered/v1\0";
-const USER_KEY_SEAL_CONTEXT: &[u8] = b"maat/user-key/v1";
 
 /// This crate's error: a refusal the client caused, or a store failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -399,7 +396,7 @@ impl<S: MetaStore> Mds<S> {
                     self.store.commit(batch)?;
                 }
                 let vk = self.verifying_key();
-                let tag = join.tag(&[REGISTERED_CONTEXT, &vk, &nonce]);
+                let tag = registered_mac(&join, &vk, &nonce);
                 Ok(MdsPlainResponse::Registered {
                     mds_verifying_key: vk,
                     mac: tag,
@@ -480,9 +477,11 @@ impl<S: MetaStore> Mds<S> {
         let session_key = mds_session_key(&user.key, ticket.encoded(), &nonce)
             .map_err(|e| MdsError::refused(ErrorCode::Internal, e.to_string()))?;
         let session_id = mds_session_id(ticket.encoded());
-        let tag = MacKey::new(session_key.clone())
-            .with_counters(self.counters.clone())
-            .tag(&[LOGIN_OK_CONTEXT, ticket.encoded(), &nonce]);
+        let tag = login_ok_mac(
+            &MacKey::new(session_key.clone()).with_counters(self.counters.clone()),
+            ticket.encoded(),
+            &nonce,
+        );
         let mut batch = Batch::default();
         batch.push(Op::PutSession(
             session_id,
@@ -892,90 +891,6 @@ fn freshness_error(f: Freshness) -> MdsError {
         Freshness::Replayed => MdsError::refused(ErrorCode::ReplayedRequest, ""),
         Freshness::Busy => MdsError::refused(ErrorCode::Busy, "replay window full"),
     }
-}
-
-/// The fields a login MAC covers, in order.
-pub fn login_mac_parts(
-    name: &str,
-    signing_key: &[u8; 32],
-    sealing_key: &[u8; 32],
-    timestamp: u64,
-    nonce: &[u8; 16],
-) -> Vec<Vec<u8>> {
-    vec![
-        LOGIN_CONTEXT.to_vec(),
-        (name.len() as u32).to_be_bytes().to_vec(),
-        name.as_bytes().to_vec(),
-        signing_key.to_vec(),
-        sealing_key.to_vec(),
-        timestamp.to_be_bytes().to_vec(),
-        nonce.to_vec(),
-    ]
-}
-
-/// The fields an OSD registration MAC covers, in order.
-pub fn register_mac_parts(
-    id: u64,
-    address: &str,
-    sealing_key: &[u8; 32],
-    weight: u32,
-    timestamp: u64,
-    nonce: &[u8; 16],
-) -> Vec<Vec<u8>> {
-    vec![
-        REGISTER_CONTEXT.to_vec(),
-        id.to_be_bytes().to_vec(),
-        (address.len() as u32).to_be_bytes().to_vec(),
-        address.as_bytes().to_vec(),
-        sealing_key.to_vec(),
-        weight.to_be_bytes().to_vec(),
-        timestamp.to_be_bytes().to_vec(),
-        nonce.to_vec(),
-    ]
-}
-
-/// The MAC an OSD expects on the registration answer.
-pub fn registered_mac(join: &MacKey, verifying_key: &[u8; 32], nonce: &[u8; 16]) -> [u8; 32] {
-    join.tag(&[REGISTERED_CONTEXT, verifying_key, nonce])
-}
-
-/// The MAC a client expects on the login answer.
-pub fn login_ok_mac(session_key: &MacKey, ticket: &[u8], nonce: &[u8; 16]) -> [u8; 32] {
-    session_key.tag(&[LOGIN_OK_CONTEXT, ticket, nonce])
-}
-
-/// SPEC M1: the client–MDS session key,
-/// `HKDF-SHA256(salt = BLAKE3(ticket), ikm = user key, info = ["maat/m1/mds-session/v1", nonce])`.
-pub fn mds_session_key(
-    user_key: &[u8; 32],
-    ticket: &[u8],
-    nonce: &[u8; 16],
-) -> Result<Secret32, maat_crypto::CryptoError> {
-    let salt = hash::blake3(&[ticket]);
-    kdf::hkdf_sha256(&salt, user_key, &[MDS_SESSION_INFO, nonce])
-}
-
-/// The client–MDS session id: the first 16 bytes of BLAKE3 of the ticket.
-pub fn mds_session_id(ticket: &[u8]) -> [u8; 16] {
-    let d = hash::blake3(&[ticket]);
-    let mut id = [0u8; 16];
-    id.copy_from_slice(d.get(..16).unwrap_or(&[0u8; 16]));
-    id
-}
-
-/// Seals a new user's key to the MDS (what `maat admin user add` sends).
-pub fn seal_user_key(
-    mds_sealing_key: &[u8; 32],
-    name: &str,
-    key: &[u8; 32],
-    rng: &mut impl CryptoRngCore,
-) -> Result<Vec<u8>, maat_crypto::CryptoError> {
-    maat_crypto::seal::SealingPublicKey(*mds_sealing_key).seal(
-        USER_KEY_SEAL_CONTEXT,
-        name.as_bytes(),
-        key,
-        rng,
-    )
 }
 
 /// Whether two MACs are equal, in constant time.

@@ -30,6 +30,7 @@ mod error;
 pub mod horus;
 pub mod ids;
 pub mod limits;
+pub mod login;
 pub mod merkle_msg;
 pub mod msg;
 pub mod renewal;

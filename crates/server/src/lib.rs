@@ -333,8 +333,14 @@ fn register_once(
     OsRng.fill_bytes(&mut nonce);
     let timestamp = now().0;
     let sealing_key = core.sealing_public_key();
-    let parts =
-        maat_mds::register_mac_parts(id, advertise, &sealing_key, weight, timestamp, &nonce);
+    let parts = maat_proto::login::register_mac_parts(
+        id,
+        advertise,
+        &sealing_key,
+        weight,
+        timestamp,
+        &nonce,
+    );
     let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
     let request = MdsPlainRequest::RegisterOsd {
         id,
@@ -357,7 +363,7 @@ fn register_once(
             mds_verifying_key,
             mac,
         } => {
-            let expected = maat_mds::registered_mac(join, &mds_verifying_key, &nonce);
+            let expected = maat_proto::login::registered_mac(join, &mds_verifying_key, &nonce);
             if maat_mds::mac_eq(&expected, &mac) {
                 Ok(mds_verifying_key)
             } else {

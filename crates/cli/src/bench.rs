@@ -1,0 +1,628 @@
+//! `maat bench`: E1 (paper 000 Table 1) and a `rados bench`-shaped object benchmark, each
+//! against a local cluster started for the run with NOSEC allowed, secure and NOSEC
+//! measured side by side in the same run.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Subcommand;
+use maat_client::{Client, ClusterFile, Credential, Home, Opened};
+use maat_proto::msg::{Access, DaemonStats, ADMIN_USER_ID};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Benchmarks.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// E1: open / 128 KiB write / 128 KiB read under NOSEC, capability generated and
+    /// capability cached, plus sequential put/get throughput secure vs NOSEC.
+    Ops {
+        /// Operations per measurement.
+        #[arg(long, default_value_t = 200)]
+        iterations: u32,
+        /// Size of the sequential-throughput file in MiB.
+        #[arg(long, default_value_t = 32)]
+        seq_mib: u64,
+        /// Cluster data directory (default: a fresh temporary one; use /dev/shm/... to
+        /// take the disk out of the measurement).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// N concurrent writers of whole objects for S seconds, then reads of what was
+    /// written; NOSEC and secure in the same run (the shape of `rados bench`).
+    Objects {
+        /// Object size in bytes.
+        #[arg(long, default_value_t = 4 * 1024 * 1024)]
+        size: u64,
+        /// Concurrent writers / readers.
+        #[arg(long, default_value_t = 4)]
+        threads: u32,
+        /// Seconds of writing per mode.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+struct LocalCluster {
+    child: Child,
+    data: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    file: ClusterFile,
+}
+
+impl LocalCluster {
+    fn start(data: Option<PathBuf>) -> Result<Self> {
+        let (data, temp) = match data {
+            Some(d) => {
+                if d.join("mds/mds.toml").exists() {
+                    bail!(
+                        "{} already holds a cluster; benchmarks need a fresh directory",
+                        d.display()
+                    );
+                }
+                (d, None)
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("maat-bench-").tempdir()?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let exe = std::env::current_exe()?;
+        let mut child = Command::new(exe)
+            .args([
+                "up",
+                "--osds",
+                "4",
+                "--listen",
+                "127.0.0.1:0",
+                "--danger-allow-insecure",
+                "--data",
+            ])
+            .arg(&data)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the local cluster")?;
+        let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if l.contains("ready") => break,
+                Some(Ok(_)) => continue,
+                _ => bail!("local cluster did not start"),
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        let file = ClusterFile::load(&data.join("client.toml"))?;
+        Ok(Self {
+            child,
+            data,
+            _temp: temp,
+            file,
+        })
+    }
+
+    fn admin(&self) -> Result<Client> {
+        let home = Home::new(self.data.join("admin"));
+        let (name, key) = home
+            .identity()?
+            .ok_or_else(|| anyhow!("no admin identity"))?;
+        let mut c = Client::new(self.file.clone(), None)?;
+        c.login(&name, Credential::Key(key))?;
+        Ok(c)
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        // SIGTERM-equivalent for our supervisor: kill it; its children see stdin close.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn counter(stats: &[DaemonStats], daemon_prefix: &str, name: &str) -> u64 {
+    stats
+        .iter()
+        .filter(|d| d.daemon.starts_with(daemon_prefix))
+        .flat_map(|d| d.counters.iter())
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    mds_signatures: u64,
+    osd_verifications: u64,
+    macs: u64,
+}
+
+fn counts(c: &mut Client) -> Result<Counts> {
+    c.secure();
+    let s = c.daemon_stats()?;
+    Ok(Counts {
+        mds_signatures: counter(&s, "mds", "signatures_made"),
+        osd_verifications: counter(&s, "osd", "signatures_verified"),
+        macs: counter(&s, "mds", "macs_computed") + counter(&s, "osd", "macs_computed"),
+    })
+}
+
+struct Row {
+    name: &'static str,
+    micros: f64,
+    signatures: f64,
+    verifications: f64,
+    macs: f64,
+}
+
+fn per_op(before: Counts, after: Counts, n: u32, stats_overhead: Counts) -> (f64, f64, f64) {
+    let n = f64::from(n);
+    (
+        after
+            .mds_signatures
+            .saturating_sub(before.mds_signatures + stats_overhead.mds_signatures) as f64
+            / n,
+        after
+            .osd_verifications
+            .saturating_sub(before.osd_verifications + stats_overhead.osd_verifications)
+            as f64
+            / n,
+        after.macs.saturating_sub(before.macs + stats_overhead.macs) as f64 / n,
+    )
+}
+
+fn measure<F: FnMut(&mut Client, u32) -> Result<()>>(
+    c: &mut Client,
+    name: &'static str,
+    n: u32,
+    overhead: Counts,
+    insecure: bool,
+    mut op: F,
+) -> Result<Row> {
+    let before = counts(c)?;
+    if insecure {
+        c.danger_insecure_as(ADMIN_USER_ID);
+    }
+    let start = Instant::now();
+    for i in 0..n {
+        op(c, i)?;
+    }
+    let elapsed = start.elapsed();
+    c.secure();
+    let after = counts(c)?;
+    let (s, v, m) = per_op(before, after, n, overhead);
+    Ok(Row {
+        name,
+        micros: elapsed.as_secs_f64() * 1e6 / f64::from(n),
+        signatures: s,
+        verifications: v,
+        macs: m,
+    })
+}
+
+fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> Result<()> {
+    if iterations == 0 {
+        bail!("--iterations must be at least 1");
+    }
+    let cluster = LocalCluster::start(data)?;
+    let mut c = cluster.admin()?;
+    c.mkdir("/bench", 0o755, true)?;
+    let n = iterations;
+    let block = vec![0x5au8; 128 * 1024];
+    // Files: a..: NOSEC, g..: capability generated, c: capability cached.
+    c.danger_insecure_as(ADMIN_USER_ID);
+    for i in 0..n {
+        c.open(&format!("/bench/n{i}"), Access::ReadWrite, Some(0o644))?;
+        c.open(&format!("/bench/g{i}"), Access::ReadWrite, Some(0o644))?;
+    }
+    c.secure();
+    // What one round of `counts` itself costs (it MACs requests), measured, then subtracted.
+    let o0 = counts(&mut c)?;
+    let o1 = counts(&mut c)?;
+    let overhead = Counts {
+        mds_signatures: o1.mds_signatures - o0.mds_signatures,
+        osd_verifications: o1.osd_verifications - o0.osd_verifications,
+        macs: o1.macs - o0.macs,
+    };
+    let cached_open = c.open("/bench/c", Access::ReadWrite, Some(0o644))?;
+    // Warm the cached file's capability at every OSD it may touch.
+    c.write_object(&cached_open, 0, block.clone())?;
+
+    let mut rows = Vec::new();
+    let mut nosec: Vec<Opened> = Vec::new();
+    rows.push(measure(&mut c, "open NOSEC", n, overhead, true, |c, i| {
+        nosec.push(c.open(&format!("/bench/n{i}"), Access::ReadWrite, None)?);
+        Ok(())
+    })?);
+    let mut generated: Vec<Opened> = Vec::new();
+    rows.push(measure(
+        &mut c,
+        "open capability generated",
+        n,
+        overhead,
+        false,
+        |c, i| {
+            generated.push(c.open(&format!("/bench/g{i}"), Access::ReadWrite, None)?);
+            Ok(())
+        },
+    )?);
+    rows.push(measure(
+        &mut c,
+        "open capability cached",
+        n,
+        overhead,
+        false,
+        |c, _| {
+            c.open("/bench/c", Access::ReadWrite, None)
+                .map(|_| ())
+                .map_err(Into::into)
+        },
+    )?);
+    rows.push(measure(
+        &mut c,
+        "write 128K NOSEC",
+        n,
+        overhead,
+        true,
+        |c, i| {
+            c.write_object(&nosec[i as usize], 0, block.clone())
+                .map_err(Into::into)
+        },
+    )?);
+    rows.push(measure(
+        &mut c,
+        "write 128K capability generated",
+        n,
+        overhead,
+        false,
+        |c, i| {
+            c.write_object(&generated[i as usize], 0, block.clone())
+                .map_err(Into::into)
+        },
+    )?);
+    rows.push(measure(
+        &mut c,
+        "write 128K capability cached",
+        n,
+        overhead,
+        false,
+        |c, _| {
+            c.write_object(&cached_open, 0, block.clone())
+                .map_err(Into::into)
+        },
+    )?);
+    rows.push(measure(
+        &mut c,
+        "read 128K NOSEC",
+        n,
+        overhead,
+        true,
+        |c, i| {
+            c.read_object(&nosec[i as usize], 0)
+                .map(|_| ())
+                .map_err(Into::into)
+        },
+    )?);
+    // Fresh capabilities for reads, so the OSD has not seen them (generated case).
+    let mut fresh: Vec<Opened> = Vec::new();
+    c.mkdir("/bench/r", 0o755, true)?;
+    c.danger_insecure_as(ADMIN_USER_ID);
+    for i in 0..n {
+        let o = c.open(&format!("/bench/r/{i}"), Access::ReadWrite, Some(0o644))?;
+        c.write_object(&o, 0, block.clone())?;
+    }
+    c.secure();
+    for i in 0..n {
+        fresh.push(c.open(&format!("/bench/r/{i}"), Access::Read, None)?);
+    }
+    rows.push(measure(
+        &mut c,
+        "read 128K capability generated",
+        n,
+        overhead,
+        false,
+        |c, i| {
+            c.read_object(&fresh[i as usize], 0)
+                .map(|_| ())
+                .map_err(Into::into)
+        },
+    )?);
+    rows.push(measure(
+        &mut c,
+        "read 128K capability cached",
+        n,
+        overhead,
+        false,
+        |c, _| {
+            c.read_object(&cached_open, 0)
+                .map(|_| ())
+                .map_err(Into::into)
+        },
+    )?);
+
+    // Sequential throughput, alternating modes three times; medians.
+    let size = seq_mib * 1024 * 1024;
+    let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let mut put = [Vec::new(), Vec::new()];
+    let mut get = [Vec::new(), Vec::new()];
+    for round in 0..3 {
+        for (mode, insecure) in [(0usize, true), (1usize, false)] {
+            if insecure {
+                c.danger_insecure_as(ADMIN_USER_ID);
+            } else {
+                c.secure();
+            }
+            let path = format!("/bench/seq-{mode}-{round}");
+            let t = Instant::now();
+            c.put(&mut payload.as_slice(), size, &path, &mut |_| {})?;
+            put[mode].push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+            let mut sink = Vec::with_capacity(size as usize);
+            let t = Instant::now();
+            c.get(&path, &mut sink, &mut |_| {})?;
+            get[mode].push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+            if sink != payload {
+                bail!("sequential read-back differs from what was written");
+            }
+        }
+    }
+    c.secure();
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let (put_nosec, put_secure) = (med(&mut put[0]), med(&mut put[1]));
+    let (get_nosec, get_secure) = (med(&mut get[0]), med(&mut get[1]));
+    let seq_nosec = put_nosec + get_nosec;
+    let seq_secure = put_secure + get_secure;
+
+    let base = |prefix: &str| {
+        rows.iter()
+            .find(|r| r.name.starts_with(prefix) && r.name.ends_with("NOSEC"))
+            .map(|r| r.micros)
+            .unwrap_or(f64::NAN)
+    };
+    let find = |name: &str| {
+        rows.iter()
+            .find(|r| r.name == name)
+            .map(|r| r.micros)
+            .unwrap_or(f64::NAN)
+    };
+    let open_cached_over_nosec = find("open capability cached") / base("open");
+    let open_generated_over_nosec = find("open capability generated") / base("open");
+    let seq_ratio = seq_secure / seq_nosec;
+    if json {
+        let mut obj = serde_json::Map::new();
+        for r in &rows {
+            let key = r.name.replace(' ', "_").to_lowercase();
+            obj.insert(format!("{key}_us"), r.micros.into());
+            obj.insert(format!("{key}_signatures_per_op"), r.signatures.into());
+            obj.insert(
+                format!("{key}_verifications_per_op"),
+                r.verifications.into(),
+            );
+            obj.insert(format!("{key}_macs_per_op"), r.macs.into());
+        }
+        obj.insert(
+            "open_cached_over_nosec".into(),
+            open_cached_over_nosec.into(),
+        );
+        obj.insert(
+            "open_generated_over_nosec".into(),
+            open_generated_over_nosec.into(),
+        );
+        obj.insert("seq_throughput_secure_over_nosec".into(), seq_ratio.into());
+        obj.insert("seq_put_nosec_mb_s".into(), put_nosec.into());
+        obj.insert("seq_put_secure_mb_s".into(), put_secure.into());
+        obj.insert("seq_get_nosec_mb_s".into(), get_nosec.into());
+        obj.insert("seq_get_secure_mb_s".into(), get_secure.into());
+        obj.insert("iterations".into(), n.into());
+        obj.insert("seq_mib".into(), seq_mib.into());
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        println!("E1 (paper 000 Table 1 shape), {n} operations each, 4 OSDs on loopback");
+        println!(
+            "{:<34} {:>10} {:>8} {:>10} {:>10} {:>8}",
+            "operation", "µs/op", "× NOSEC", "sig/op", "verify/op", "MAC/op"
+        );
+        for r in &rows {
+            let kind = r.name.split(' ').next().unwrap_or("");
+            println!(
+                "{:<34} {:>10.1} {:>8.2} {:>10.2} {:>10.2} {:>8.2}",
+                r.name,
+                r.micros,
+                r.micros / base(kind),
+                r.signatures,
+                r.verifications,
+                r.macs
+            );
+        }
+        println!(
+            "sequential {seq_mib} MiB: put {put_secure:.0} / {put_nosec:.0} MB/s, get {get_secure:.0} / {get_nosec:.0} MB/s (secure / NOSEC)"
+        );
+        println!(
+            "open_cached_over_nosec {open_cached_over_nosec:.3} (target ≤ 1.10), open_generated_over_nosec {open_generated_over_nosec:.3}, seq_throughput_secure_over_nosec {seq_ratio:.3} (target ≥ 0.97)"
+        );
+    }
+    Ok(())
+}
+
+struct ModeResult {
+    write_mb_s: f64,
+    write_latency_ms: f64,
+    read_mb_s: f64,
+    read_latency_ms: f64,
+    objects: usize,
+}
+
+fn objects_mode(
+    cluster: &LocalCluster,
+    size: u64,
+    threads: u32,
+    seconds: u64,
+    insecure: bool,
+) -> Result<ModeResult> {
+    let tag = if insecure { "nosec" } else { "secure" };
+    let payload: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
+    let payload = std::sync::Arc::new(payload);
+    let mut handles = Vec::new();
+    let start = Instant::now();
+    for t in 0..threads {
+        let mut c = cluster.admin()?;
+        if insecure {
+            c.danger_insecure_as(ADMIN_USER_ID);
+        }
+        let payload = payload.clone();
+        handles.push(std::thread::spawn(
+            move || -> Result<(Client, Vec<(String, Duration)>)> {
+                let mut done = Vec::new();
+                let deadline = start + Duration::from_secs(seconds);
+                let mut i = 0u64;
+                while Instant::now() < deadline {
+                    let path = format!("/bench-objects/{tag}-{t}-{i}");
+                    let t0 = Instant::now();
+                    c.put(&mut payload.as_slice(), size, &path, &mut |_| {})?;
+                    done.push((path, t0.elapsed()));
+                    i += 1;
+                }
+                Ok((c, done))
+            },
+        ));
+    }
+    let mut clients = Vec::new();
+    let mut written: Vec<Vec<String>> = Vec::new();
+    let mut write_latency = Duration::ZERO;
+    let mut count = 0usize;
+    for h in handles {
+        let (c, done) = h.join().map_err(|_| anyhow!("writer panicked"))??;
+        count += done.len();
+        write_latency += done.iter().map(|(_, d)| *d).sum::<Duration>();
+        written.push(done.into_iter().map(|(p, _)| p).collect());
+        clients.push(c);
+    }
+    let write_elapsed = start.elapsed();
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for (mut c, paths) in clients.into_iter().zip(written) {
+        let expected = payload.clone();
+        handles.push(std::thread::spawn(move || -> Result<Duration> {
+            let mut total = Duration::ZERO;
+            for p in paths {
+                let mut sink = Vec::with_capacity(size as usize);
+                let t0 = Instant::now();
+                c.get(&p, &mut sink, &mut |_| {})?;
+                total += t0.elapsed();
+                if sink != *expected {
+                    bail!("{p}: read back differs");
+                }
+            }
+            Ok(total)
+        }));
+    }
+    let mut read_latency = Duration::ZERO;
+    for h in handles {
+        read_latency += h.join().map_err(|_| anyhow!("reader panicked"))??;
+    }
+    let read_elapsed = start.elapsed();
+    let bytes = (count as u64 * size) as f64;
+    let n = count.max(1) as f64;
+    Ok(ModeResult {
+        write_mb_s: bytes / write_elapsed.as_secs_f64() / 1e6,
+        write_latency_ms: write_latency.as_secs_f64() * 1e3 / n,
+        read_mb_s: bytes / read_elapsed.as_secs_f64() / 1e6,
+        read_latency_ms: read_latency.as_secs_f64() * 1e3 / n,
+        objects: count,
+    })
+}
+
+fn run_objects(
+    size: u64,
+    threads: u32,
+    seconds: u64,
+    data: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
+    if size == 0 || threads == 0 || seconds == 0 {
+        bail!("--size, --threads and --seconds must be at least 1");
+    }
+    if size > 1 << 30 {
+        bail!("--size above 1 GiB is not supported by this benchmark");
+    }
+    let cluster = LocalCluster::start(data)?;
+    cluster.admin()?.mkdir("/bench-objects", 0o755, true)?;
+    let nosec = objects_mode(&cluster, size, threads, seconds, true)?;
+    let secure = objects_mode(&cluster, size, threads, seconds, false)?;
+    if json {
+        let mut obj = serde_json::Map::new();
+        for (name, r) in [("nosec", &nosec), ("secure", &secure)] {
+            obj.insert(format!("{name}_write_mb_s"), r.write_mb_s.into());
+            obj.insert(
+                format!("{name}_write_latency_ms"),
+                r.write_latency_ms.into(),
+            );
+            obj.insert(format!("{name}_read_mb_s"), r.read_mb_s.into());
+            obj.insert(format!("{name}_read_latency_ms"), r.read_latency_ms.into());
+            obj.insert(format!("{name}_objects"), r.objects.into());
+        }
+        obj.insert(
+            "write_secure_over_nosec".into(),
+            (secure.write_mb_s / nosec.write_mb_s).into(),
+        );
+        obj.insert(
+            "read_secure_over_nosec".into(),
+            (secure.read_mb_s / nosec.read_mb_s).into(),
+        );
+        obj.insert("size".into(), size.into());
+        obj.insert("threads".into(), threads.into());
+        obj.insert("seconds".into(), seconds.into());
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        println!("objects of {size} B, {threads} threads, {seconds} s of writes per mode");
+        println!(
+            "{:<8} {:>10} {:>12} {:>10} {:>12} {:>8}",
+            "mode", "write MB/s", "write ms/op", "read MB/s", "read ms/op", "objects"
+        );
+        for (name, r) in [("NOSEC", &nosec), ("secure", &secure)] {
+            println!(
+                "{:<8} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>8}",
+                name, r.write_mb_s, r.write_latency_ms, r.read_mb_s, r.read_latency_ms, r.objects
+            );
+        }
+        println!(
+            "secure / NOSEC: write {:.3}, read {:.3}",
+            secure.write_mb_s / nosec.write_mb_s,
+            secure.read_mb_s / nosec.read_mb_s
+        );
+    }
+    Ok(())
+}
+
+/// Runs a benchmark.
+pub fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Ops {
+            iterations,
+            seq_mib,
+            data,
+            json,
+        } => run_ops(iterations, seq_mib, data, json),
+        BenchCommand::Objects {
+            size,
+            threads,
+            seconds,
+            data,
+            json,
+        } => run_objects(size, threads, seconds, data, json),
+    }
+}

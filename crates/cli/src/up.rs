@@ -1,0 +1,361 @@
+//! `maat up` (a supervised local cluster) and the single-daemon commands.
+//!
+//! `maat up` writes one TOML config per daemon on first start, then runs each daemon as a
+//! child process of the same binary (`maat mds --config …`, `maat osd --config …`), waits
+//! for each to report it serves, writes `DIR/client.toml`, and prints `ready`. A daemon
+//! that dies is restarted. Ctrl-C / SIGTERM closes the children's standard input, which is
+//! their signal to shut down cleanly.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use maat_server::{MdsFileConfig, OsdFileConfig, Shutdown};
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of `maat up`.
+#[derive(Args, Clone)]
+pub struct UpArgs {
+    /// Data directory (created on first start; reused after).
+    #[arg(long, default_value = "./maat-data")]
+    pub data: PathBuf,
+    /// Number of OSDs (first start only).
+    #[arg(long, default_value_t = 4)]
+    pub osds: u32,
+    /// MDS address; OSDs take the following ports. Port 0 picks free ports.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: String,
+    /// Let daemons accept NOSEC requests (benchmarks only; anyone can act as anyone).
+    #[arg(long, hide = true)]
+    pub danger_allow_insecure: bool,
+}
+
+const READY_PREFIX: &str = "maat-daemon-ready ";
+
+fn free_port(host: &str) -> Result<u16> {
+    let l = TcpListener::bind((host, 0)).with_context(|| format!("bind {host}:0"))?;
+    Ok(l.local_addr()?.port())
+}
+
+fn split_host_port(listen: &str) -> Result<(String, u16)> {
+    let (host, port) = listen
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("--listen wants HOST:PORT, got {listen:?}"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow!("--listen: bad port in {listen:?}"))?;
+    Ok((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+fn write_new(path: &Path, text: &str) -> Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
+
+/// Writes the configs for a new cluster under `data`.
+fn init(args: &UpArgs, data: &Path) -> Result<()> {
+    if args.osds == 0 || args.osds > 64 {
+        bail!("--osds must be between 1 and 64");
+    }
+    let (host, port) = split_host_port(&args.listen)?;
+    let mds_port = if port == 0 { free_port(&host)? } else { port };
+    let mds_address = format!("{host}:{mds_port}");
+    let mds = MdsFileConfig {
+        listen: mds_address.clone(),
+        data_dir: data.join("mds"),
+        admin_key_file: data.join("admin/key"),
+        join_key_file: data.join("mds/join.key"),
+        public_keys_file: Some(data.join("mds/public-keys.toml")),
+        ticket_lifetime_secs: maat_mds::TICKET_LIFETIME_MILLIS_DEFAULT / 1000,
+        capability_lifetime_secs: maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT / 1000,
+        danger_allow_insecure: args.danger_allow_insecure,
+    };
+    write_new(&data.join("mds/mds.toml"), &toml::to_string(&mds)?)?;
+    for i in 1..=args.osds {
+        let osd_port = if port == 0 {
+            free_port(&host)?
+        } else {
+            port.checked_add(i as u16)
+                .ok_or_else(|| anyhow!("OSD ports run past 65535"))?
+        };
+        let osd = OsdFileConfig {
+            id: u64::from(i),
+            listen: format!("{host}:{osd_port}"),
+            advertise: None,
+            data_dir: data.join(format!("osd-{i}")),
+            mds: mds_address.clone(),
+            join_key_file: data.join("mds/join.key"),
+            weight: 1,
+            danger_allow_insecure: args.danger_allow_insecure,
+        };
+        write_new(
+            &data.join(format!("osd-{i}/osd.toml")),
+            &toml::to_string(&osd)?,
+        )?;
+    }
+    let home = maat_client::Home::new(data.join("admin"));
+    home.write_identity("admin", Path::new("key"))?;
+    Ok(())
+}
+
+struct Daemon {
+    name: String,
+    config: PathBuf,
+    kind: &'static str,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+}
+
+impl Daemon {
+    fn start(&mut self, exe: &Path, data: &Path) -> Result<String> {
+        let mut child = Command::new(exe)
+            .arg(self.kind)
+            .arg("--config")
+            .arg(&self.config)
+            .env("MAAT_SUPERVISED", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("start {}", self.name))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("{}: no stdout", self.name))?;
+        self.stdin = child.stdin.take();
+        let pid = child.id();
+        self.child = Some(child);
+        let pid_file = data.join(format!("{}.pid", self.name.replace(' ', "-")));
+        std::fs::write(&pid_file, format!("{pid}\n"))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let name = self.name.clone();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix(READY_PREFIX) {
+                    if !sent {
+                        let _ = tx.send(addr.to_string());
+                        sent = true;
+                    }
+                } else {
+                    eprintln!("{name}: {line}");
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .map_err(|_| anyhow!("{} did not start (see its messages above)", self.name))
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(_))) | Some(Err(_)) => true,
+            _ => false,
+        }
+    }
+
+    fn stop(&mut self) {
+        // Closing stdin asks the daemon to shut down cleanly.
+        self.stdin = None;
+    }
+
+    fn wait(&mut self, deadline: Instant) {
+        if let Some(child) = self.child.as_mut() {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `maat up`.
+pub fn run(args: UpArgs) -> Result<()> {
+    let data = args.data.clone();
+    let first = !data.join("mds/mds.toml").exists();
+    if first {
+        std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
+        init(&args, &data)?;
+    }
+    let data = data
+        .canonicalize()
+        .with_context(|| format!("{}", data.display()))?;
+    let exe = std::env::current_exe().context("locating the maat binary")?;
+    let mut osd_configs: Vec<PathBuf> = std::fs::read_dir(&data)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("osd.toml"))
+        .filter(|p| p.exists())
+        .collect();
+    osd_configs.sort();
+    if !first && osd_configs.len() != args.osds as usize && args.osds != 4 {
+        eprintln!(
+            "note: {} already holds {} OSDs; --osds applies to a new data directory only",
+            data.display(),
+            osd_configs.len()
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let mut daemons = vec![Daemon {
+        name: "mds".into(),
+        config: data.join("mds/mds.toml"),
+        kind: "mds",
+        child: None,
+        stdin: None,
+    }];
+    for (i, c) in osd_configs.iter().enumerate() {
+        let cfg = OsdFileConfig::load(c)?;
+        let _ = i;
+        daemons.push(Daemon {
+            name: format!("osd-{}", cfg.id),
+            config: c.clone(),
+            kind: "osd",
+            child: None,
+            stdin: None,
+        });
+    }
+    let started = Instant::now();
+    let mut mds_address = String::new();
+    for d in daemons.iter_mut() {
+        let addr = d.start(&exe, &data)?;
+        if d.kind == "mds" {
+            mds_address = addr;
+            write_client_file(&data, &mds_address)?;
+        }
+    }
+    wait_for_osds(&data, daemons.len() - 1)?;
+    println!(
+        "maat: ready in {:.1}s: MDS at {mds_address}, {} OSDs, data in {}",
+        started.elapsed().as_secs_f64(),
+        daemons.len() - 1,
+        data.display()
+    );
+    println!(
+        "maat: in another terminal:\n  export MAAT_CLUSTER={0}/client.toml MAAT_HOME={0}/admin\n  maat put README.md /readme && maat cat /readme && maat stats",
+        data.display()
+    );
+    // Supervise: restart daemons that die; stop on a signal.
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+        for d in daemons.iter_mut() {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            if d.exited() {
+                eprintln!("maat: {} exited unexpectedly; restarting", d.name);
+                if let Err(e) = d.start(&exe, &data) {
+                    eprintln!("maat: restarting {} failed: {e}", d.name);
+                }
+            }
+        }
+    }
+    eprintln!("maat: shutting down");
+    // OSDs first, then the MDS.
+    for d in daemons.iter_mut().rev() {
+        d.stop();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for d in daemons.iter_mut().rev() {
+        d.wait(deadline);
+    }
+    eprintln!("maat: stopped");
+    Ok(())
+}
+
+fn write_client_file(data: &Path, mds_address: &str) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Keys {
+        mds_verifying_key: String,
+        mds_sealing_key: String,
+    }
+    let keys: Keys = toml::from_str(&std::fs::read_to_string(data.join("mds/public-keys.toml"))?)?;
+    let file = maat_client::ClusterFile {
+        mds: mds_address.to_string(),
+        mds_verifying_key: keys.mds_verifying_key,
+        mds_sealing_key: keys.mds_sealing_key,
+    };
+    std::fs::write(data.join("client.toml"), toml::to_string(&file)?)?;
+    Ok(())
+}
+
+fn wait_for_osds(data: &Path, expected: usize) -> Result<()> {
+    let file = maat_client::ClusterFile::load(&data.join("client.toml"))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let mut c = maat_client::Client::new(
+            file.clone(),
+            Some(maat_client::Home::new(data.join("admin"))),
+        )?;
+        match c.cluster_map() {
+            Ok(m) if m.osds.len() >= expected => return Ok(()),
+            Ok(m) => last = format!("{} of {expected} OSDs registered", m.osds.len()),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("cluster not ready: {last}")
+}
+
+fn install_shutdown(shutdown: &Shutdown) -> Result<()> {
+    let s = shutdown.clone();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            s.trigger();
+        }
+    });
+    if std::env::var_os("MAAT_SUPERVISED").is_some() {
+        // Under `maat up`: standard input closing (the supervisor stopping or dying)
+        // means shut down.
+        let s = shutdown.clone();
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+            s.trigger();
+        });
+    }
+    Ok(())
+}
+
+fn announce(kind: &str, addr: &str) {
+    use std::io::Write;
+    eprintln!("maat {kind}: serving on {addr}");
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{READY_PREFIX}{addr}");
+    let _ = out.flush();
+}
+
+/// `maat mds --config FILE`.
+pub fn run_mds_daemon(config: &Path) -> Result<()> {
+    let c = MdsFileConfig::load(config)?;
+    let shutdown = Shutdown::new();
+    install_shutdown(&shutdown)?;
+    maat_server::run_mds(&c, &shutdown, |addr| announce("mds", addr))?;
+    Ok(())
+}
+
+/// `maat osd --config FILE`.
+pub fn run_osd_daemon(config: &Path) -> Result<()> {
+    let c = OsdFileConfig::load(config)?;
+    let shutdown = Shutdown::new();
+    install_shutdown(&shutdown)?;
+    let kind = format!("osd {}", c.id);
+    maat_server::run_osd(&c, &shutdown, |addr| announce(&kind, addr))?;
+    Ok(())
+}

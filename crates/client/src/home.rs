@@ -1,0 +1,199 @@
+//! The cluster file and the per-user home directory (`MAAT_HOME`).
+//!
+//! `client.toml` names the MDS and its public keys. A home holds an optional stored
+//! identity (`identity.toml`: user name and key file, written for the administrator by
+//! `maat up`) and the current session (`session.json`, mode 0600): ticket, session keys,
+//! clock offset, OSD session keys and cached capabilities. Nothing in it is the passphrase.
+
+use crate::ClientError;
+use maat_proto::msg::FileStat;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// `client.toml`: how to reach and authenticate the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterFile {
+    /// MDS address.
+    pub mds: String,
+    /// MDS Ed25519 public key, hex.
+    pub mds_verifying_key: String,
+    /// MDS X25519 public key, hex.
+    pub mds_sealing_key: String,
+}
+
+fn key32(what: &str, hex_text: &str) -> Result<[u8; 32], ClientError> {
+    hex::decode(hex_text.trim())
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| ClientError::Local(format!("cluster file: {what} is not 32 bytes of hex")))
+}
+
+impl ClusterFile {
+    /// Reads a cluster file.
+    pub fn load(path: &Path) -> Result<Self, ClientError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ClientError::Local(format!("cluster file {}: {e}", path.display())))?;
+        toml::from_str(&text)
+            .map_err(|e| ClientError::Local(format!("cluster file {}: {e}", path.display())))
+    }
+
+    /// The MDS's verifying key.
+    pub fn mds_verifying_key(&self) -> Result<[u8; 32], ClientError> {
+        key32("mds_verifying_key", &self.mds_verifying_key)
+    }
+
+    /// The MDS's sealing key.
+    pub fn mds_sealing_key(&self) -> Result<[u8; 32], ClientError> {
+        key32("mds_sealing_key", &self.mds_sealing_key)
+    }
+}
+
+/// A session with one OSD (SPEC M2).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OsdSession {
+    /// OSD id.
+    pub osd: u64,
+    /// Session id.
+    pub session_id: [u8; 16],
+    /// K_CD.
+    pub key: [u8; 32],
+    /// Expiry (the ticket's).
+    pub expiry: u64,
+}
+
+/// A cached open (SPEC M5 at the client).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpenedEntry {
+    /// Path opened.
+    pub path: String,
+    /// Attributes then.
+    pub stat: FileStat,
+    /// Capability bytes.
+    pub capability: Vec<u8>,
+    /// Capability expiry.
+    pub expiry: u64,
+    /// Capability lifetime when received.
+    pub lifetime: u64,
+}
+
+/// Everything a logged-in client keeps between commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionState {
+    /// User name.
+    pub user: String,
+    /// User id.
+    pub uid: u64,
+    /// MDS-signed ticket.
+    pub ticket: Vec<u8>,
+    /// Client–MDS session id.
+    pub session_id: [u8; 16],
+    /// Client–MDS session key.
+    pub key: [u8; 32],
+    /// Ed25519 seed named in the ticket.
+    pub signing_seed: [u8; 32],
+    /// X25519 secret named in the ticket.
+    pub sealing_secret: [u8; 32],
+    /// Ticket expiry.
+    pub expiry: u64,
+    /// MDS clock minus local clock, ms (SPEC T7).
+    pub clock_offset: i64,
+    /// OSD sessions.
+    pub osd_sessions: Vec<OsdSession>,
+    /// Cached opens.
+    pub opened: Vec<OpenedEntry>,
+    /// Client counters.
+    pub stats: crate::ClientStats,
+}
+
+/// A home directory.
+#[derive(Debug, Clone)]
+pub struct Home {
+    dir: PathBuf,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Identity {
+    user: String,
+    key_file: PathBuf,
+}
+
+impl Home {
+    /// The home at `dir` (created on first save).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Records a stored identity (used for the administrator).
+    pub fn write_identity(&self, user: &str, key_file: &Path) -> Result<(), ClientError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| ClientError::Local(e.to_string()))?;
+        let text = toml::to_string(&Identity {
+            user: user.into(),
+            key_file: key_file.to_path_buf(),
+        })
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        std::fs::write(self.dir.join("identity.toml"), text)
+            .map_err(|e| ClientError::Local(e.to_string()))
+    }
+
+    /// The stored identity, if any: user name and key.
+    pub fn identity(&self) -> Result<Option<(String, [u8; 32])>, ClientError> {
+        let path = self.dir.join("identity.toml");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Ok(None);
+        };
+        let id: Identity = toml::from_str(&text)
+            .map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))?;
+        let key_file = if id.key_file.is_relative() {
+            self.dir.join(&id.key_file)
+        } else {
+            id.key_file
+        };
+        let key_text = std::fs::read_to_string(&key_file)
+            .map_err(|e| ClientError::Local(format!("{}: {e}", key_file.display())))?;
+        let key = key32("identity key", &key_text)?;
+        Ok(Some((id.user, key)))
+    }
+
+    pub(crate) fn load_session(&self) -> Result<Option<SessionState>, ClientError> {
+        let path = self.dir.join("session.json");
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+            Err(_) => Ok(None),
+        }
+    }
+
+    pub(crate) fn save_session(&self, s: &SessionState) -> Result<(), ClientError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| ClientError::Local(format!("{}: {e}", self.dir.display())))?;
+        let bytes = serde_json::to_vec(s).map_err(|e| ClientError::Local(e.to_string()))?;
+        let temp = self
+            .dir
+            .join(format!(".session.json.{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| ClientError::Local(format!("{}: {e}", temp.display())))?;
+        f.write_all(&bytes)
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        std::fs::rename(&temp, self.dir.join("session.json"))
+            .map_err(|e| ClientError::Local(e.to_string()))
+    }
+
+    pub(crate) fn remove_session(&self) -> Result<(), ClientError> {
+        match std::fs::remove_file(self.dir.join("session.json")) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ClientError::Local(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! SPEC M1: the login exchange and OSD registration: what their MACs cover and how the
+//! client–MDS session key is derived. Layouts in docs/PROTOCOL.md.
+
+use maat_crypto::mac::MacKey;
+use maat_crypto::{hash, kdf, CryptoRngCore, Secret32};
+
+const LOGIN_CONTEXT: &[u8] = b"maat/login/v1\0";
+const LOGIN_OK_CONTEXT: &[u8] = b"maat/login-ok/v1\0";
+const MDS_SESSION_INFO: &[u8] = b"maat/m1/mds-session/v1";
+const REGISTER_CONTEXT: &[u8] = b"maat/register/v1\0";
+const REGISTERED_CONTEXT: &[u8] = b"maat/registered/v1\0";
+/// Sealing context of a new user's key sent to the MDS.
+pub const USER_KEY_SEAL_CONTEXT: &[u8] = b"maat/user-key/v1";
+
+/// The fields a login MAC covers, in order.
+pub fn login_mac_parts(
+    name: &str,
+    signing_key: &[u8; 32],
+    sealing_key: &[u8; 32],
+    timestamp: u64,
+    nonce: &[u8; 16],
+) -> Vec<Vec<u8>> {
+    vec![
+        LOGIN_CONTEXT.to_vec(),
+        (name.len() as u32).to_be_bytes().to_vec(),
+        name.as_bytes().to_vec(),
+        signing_key.to_vec(),
+        sealing_key.to_vec(),
+        timestamp.to_be_bytes().to_vec(),
+        nonce.to_vec(),
+    ]
+}
+
+/// The fields an OSD registration MAC covers, in order.
+pub fn register_mac_parts(
+    id: u64,
+    address: &str,
+    sealing_key: &[u8; 32],
+    weight: u32,
+    timestamp: u64,
+    nonce: &[u8; 16],
+) -> Vec<Vec<u8>> {
+    vec![
+        REGISTER_CONTEXT.to_vec(),
+        id.to_be_bytes().to_vec(),
+        (address.len() as u32).to_be_bytes().to_vec(),
+        address.as_bytes().to_vec(),
+        sealing_key.to_vec(),
+        weight.to_be_bytes().to_vec(),
+        timestamp.to_be_bytes().to_vec(),
+        nonce.to_vec(),
+    ]
+}
+
+/// The MAC an OSD expects on the registration answer.
+pub fn registered_mac(join: &MacKey, verifying_key: &[u8; 32], nonce: &[u8; 16]) -> [u8; 32] {
+    join.tag(&[REGISTERED_CONTEXT, verifying_key, nonce])
+}
+
+/// The MAC a client expects on the login answer.
+pub fn login_ok_mac(session_key: &MacKey, ticket: &[u8], nonce: &[u8; 16]) -> [u8; 32] {
+    session_key.tag(&[LOGIN_OK_CONTEXT, ticket, nonce])
+}
+
+/// SPEC M1: the client–MDS session key,
+/// `HKDF-SHA256(salt = BLAKE3(ticket), ikm = user key, info = ["maat/m1/mds-session/v1", nonce])`.
+pub fn mds_session_key(
+    user_key: &[u8; 32],
+    ticket: &[u8],
+    nonce: &[u8; 16],
+) -> Result<Secret32, maat_crypto::CryptoError> {
+    let salt = hash::blake3(&[ticket]);
+    kdf::hkdf_sha256(&salt, user_key, &[MDS_SESSION_INFO, nonce])
+}
+
+/// The client–MDS session id: the first 16 bytes of BLAKE3 of the ticket.
+pub fn mds_session_id(ticket: &[u8]) -> [u8; 16] {
+    let d = hash::blake3(&[ticket]);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(d.get(..16).unwrap_or(&[0u8; 16]));
+    id
+}
+
+/// Seals a new user's key to the MDS (what `maat admin user add` sends).
+pub fn seal_user_key(
+    mds_sealing_key: &[u8; 32],
+    name: &str,
+    key: &[u8; 32],
+    rng: &mut impl CryptoRngCore,
+) -> Result<Vec<u8>, maat_crypto::CryptoError> {
+    maat_crypto::seal::SealingPublicKey(*mds_sealing_key).seal(
+        USER_KEY_SEAL_CONTEXT,
+        name.as_bytes(),
+        key,
+        rng,
+    )
+}
