@@ -29,6 +29,10 @@ pub struct UpArgs {
     /// MDS address; OSDs take the following ports. Port 0 picks free ports.
     #[arg(long, default_value = "127.0.0.1:7400")]
     pub listen: String,
+    /// Capability lifetime in seconds for a new cluster (revocation is expiry: shorter is
+    /// safer, longer means fewer signatures).
+    #[arg(long, default_value_t = maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT / 1000)]
+    pub capability_lifetime: u64,
     /// Let daemons accept NOSEC requests (benchmarks only; anyone can act as anyone).
     #[arg(long, hide = true)]
     pub danger_allow_insecure: bool,
@@ -63,6 +67,9 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
     if args.osds == 0 || args.osds > 64 {
         bail!("--osds must be between 1 and 64");
     }
+    if args.capability_lifetime == 0 {
+        bail!("--capability-lifetime must be at least 1 second");
+    }
     let (host, port) = split_host_port(&args.listen)?;
     let mds_port = if port == 0 { free_port(&host)? } else { port };
     let mds_address = format!("{host}:{mds_port}");
@@ -73,7 +80,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         join_key_file: data.join("mds/join.key"),
         public_keys_file: Some(data.join("mds/public-keys.toml")),
         ticket_lifetime_secs: maat_mds::TICKET_LIFETIME_MILLIS_DEFAULT / 1000,
-        capability_lifetime_secs: maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT / 1000,
+        capability_lifetime_secs: args.capability_lifetime,
         danger_allow_insecure: args.danger_allow_insecure,
     };
     write_new(&data.join("mds/mds.toml"), &toml::to_string(&mds)?)?;
@@ -237,7 +244,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     }
     wait_for_osds(&data, daemons.len() - 1)?;
     println!(
-        "maat: ready in {:.1}s: MDS at {mds_address}, {} OSDs, data in {}",
+        "maat: ready in {:.2}s: MDS at {mds_address}, {} OSDs, data in {}",
         started.elapsed().as_secs_f64(),
         daemons.len() - 1,
         data.display()

@@ -269,8 +269,18 @@ impl<S: MetaStore> Mds<S> {
         &self.counters
     }
 
+    /// Allocates the next id of counter `name`, counting allocations already pending in
+    /// `batch` (one batch may allocate several ids, e.g. `mkdir -p`).
     fn next_id(&self, name: &str, batch: &mut Batch) -> Result<u64> {
-        let current = match self.store.meta(name)? {
+        let pending = batch.0.iter().rev().find_map(|op| match op {
+            Op::PutMeta(k, v) if k == name => Some(v.clone()),
+            _ => None,
+        });
+        let stored = match pending {
+            Some(v) => Some(v),
+            None => self.store.meta(name)?,
+        };
+        let current = match stored {
             Some(v) => u64::from_be_bytes(
                 v.try_into()
                     .map_err(|_| StoreError(format!("meta {name} has the wrong length")))?,

@@ -1,0 +1,190 @@
+//! A real local cluster for integration tests: `maat up` on loopback with free ports in a
+//! temporary directory; stopped with SIGTERM when dropped.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use maat_client::{Client, ClusterFile, Credential, Home};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+pub const MAAT: &str = env!("CARGO_BIN_EXE_maat");
+
+pub struct Cluster {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn start(osds: u32, extra: &[&str]) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("maat-it-")
+            .tempdir()
+            .unwrap();
+        let mut child = Command::new(MAAT)
+            .args([
+                "up",
+                "--listen",
+                "127.0.0.1:0",
+                "--osds",
+                &osds.to_string(),
+                "--data",
+            ])
+            .arg(dir.path().join("data"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            let line = lines.next().expect("maat up ended before ready").unwrap();
+            if line.contains("ready") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Cluster { child, dir }
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn cluster_file(&self) -> PathBuf {
+        self.data().join("client.toml")
+    }
+
+    pub fn admin_home(&self) -> PathBuf {
+        self.data().join("admin")
+    }
+
+    /// A fresh home directory for a user.
+    pub fn home(&self, name: &str) -> PathBuf {
+        let h = self.dir.path().join(format!("home-{name}"));
+        std::fs::create_dir_all(&h).unwrap();
+        h
+    }
+
+    /// Runs `maat` with MAAT_HOME=home, optional standard input.
+    pub fn maat(&self, home: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        let mut child = Command::new(MAAT)
+            .args(args)
+            .env("MAAT_CLUSTER", self.cluster_file())
+            .env("MAAT_HOME", home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(data) = stdin {
+            input.write_all(data).unwrap();
+        }
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs `maat` and asserts success.
+    pub fn ok(&self, home: &Path, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+        let out = self.maat(home, args, stdin);
+        assert!(
+            out.status.success(),
+            "maat {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Runs `maat`, asserts failure, returns standard error.
+    pub fn fails(&self, home: &Path, args: &[&str], stdin: Option<&[u8]>) -> String {
+        let out = self.maat(home, args, stdin);
+        assert!(
+            !out.status.success(),
+            "maat {args:?} unexpectedly succeeded"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// An in-process client logged in as the administrator.
+    pub fn admin_client(&self) -> Client {
+        let home = Home::new(self.admin_home());
+        let (name, key) = home.identity().unwrap().unwrap();
+        let mut c = Client::new(ClusterFile::load(&self.cluster_file()).unwrap(), None).unwrap();
+        c.login(&name, Credential::Key(key)).unwrap();
+        c
+    }
+
+    /// An in-process client logged in with a passphrase.
+    pub fn user_client(&self, name: &str, passphrase: &str) -> Client {
+        let mut c = Client::new(ClusterFile::load(&self.cluster_file()).unwrap(), None).unwrap();
+        c.login(name, Credential::Passphrase(passphrase.as_bytes()))
+            .unwrap();
+        c
+    }
+
+    /// Adds a user through the CLI as the administrator.
+    pub fn add_user(&self, name: &str, passphrase: &str, groups: Option<&str>) {
+        let mut args = vec!["admin", "user", "add", name, "--passphrase-stdin"];
+        if let Some(g) = groups {
+            args.push("--groups");
+            args.push(g);
+        }
+        self.ok(
+            &self.admin_home(),
+            &args,
+            Some(format!("{passphrase}\n").as_bytes()),
+        );
+    }
+
+    /// Stops `maat up` with SIGTERM (asserting a clean exit) and starts it again on the
+    /// same data directory.
+    pub fn restart(&mut self) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "maat up exits 0 on SIGTERM, got {status}");
+        let mut child = Command::new(MAAT)
+            .args(["up", "--data"])
+            .arg(self.data())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert!(first.contains("ready"), "{first}");
+        std::thread::spawn(move || for _ in lines {});
+        self.child = child;
+    }
+
+    pub fn pid(&self, daemon: &str) -> u32 {
+        std::fs::read_to_string(self.data().join(format!("{daemon}.pid")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
