@@ -748,6 +748,15 @@ impl Client {
         }
     }
 
+    /// The client–MDS session id and key (tests build raw requests with them).
+    pub fn mds_session(&mut self) -> Result<([u8; 16], [u8; 32])> {
+        self.ensure_session()?;
+        self.session
+            .as_ref()
+            .map(|s| (s.session_id, s.key))
+            .ok_or(ClientError::NotLoggedIn)
+    }
+
     /// The current protocol time as this client sees it (local clock plus offset).
     pub fn protocol_now(&self) -> u64 {
         self.now()

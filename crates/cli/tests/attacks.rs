@@ -1,0 +1,365 @@
+//! Attacks against running daemons: each is refused with its own error code and the
+//! daemon keeps serving (checked after every attack with a legitimate read).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::Cluster;
+use maat_client::{Client, Opened};
+use maat_crypto::mac::MacKey;
+use maat_crypto::sign::SigningKey;
+use maat_crypto::{OsRng, Secret32};
+use maat_net::Connection;
+use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::msg::{
+    self, Access, ErrorCode, MdsRequest, ObjectId, OsdCommand, OsdRequest, OsdResponse, WireError,
+    DATA_PARTITION,
+};
+use maat_proto::signed;
+use maat_proto::wire::{self, FrameType};
+use maat_proto::{CapabilityId, FileId, UnixMillis, UserId};
+
+fn object(opened: &Opened) -> ObjectId {
+    ObjectId {
+        partition: DATA_PARTITION,
+        file: opened.stat.id,
+        stripe: 0,
+    }
+}
+
+fn read_with(
+    c: &mut Client,
+    osd: u64,
+    capability: Vec<u8>,
+    object: ObjectId,
+) -> Result<OsdResponse, ErrorCode> {
+    c.osd_call(
+        osd,
+        OsdRequest {
+            capability,
+            command: OsdCommand::Read {
+                object,
+                offset: 0,
+                length: 1024,
+            },
+        },
+    )
+    .map_err(|e| e.code().unwrap_or_else(|| panic!("not a refusal: {e}")))
+}
+
+fn still_serves(c: &mut Client, path: &str, expected: &[u8]) {
+    let mut out = Vec::new();
+    c.get(path, &mut out, &mut |_| {}).unwrap();
+    assert_eq!(out, expected);
+}
+
+fn refusal_code(frame: (FrameType, Vec<u8>)) -> ErrorCode {
+    assert_eq!(frame.0, FrameType::Refusal, "expected a refusal frame");
+    msg::decode::<WireError>(&frame.1).unwrap().code
+}
+
+#[test]
+fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
+    let cluster = Cluster::start(2, &["--capability-lifetime", "3"]);
+    cluster.add_user("alice", "alice pass", None);
+    cluster.add_user("bob", "bob pass", None);
+    let mut alice = cluster.user_client("alice", "alice pass");
+    let mut bob = cluster.user_client("bob", "bob pass");
+    alice
+        .put(&mut &b"file A"[..], 6, "/home/alice/a", &mut |_| {})
+        .unwrap();
+    alice
+        .put(&mut &b"file B"[..], 6, "/home/alice/b", &mut |_| {})
+        .unwrap();
+    alice.chmod("/home/alice/a", 0o644).unwrap();
+    let a = alice.open("/home/alice/a", Access::Read, None).unwrap();
+    let b = alice.open("/home/alice/b", Access::Read, None).unwrap();
+    let osd_a = alice.place(a.stat.id, 0).unwrap();
+    let osd_b = alice.place(b.stat.id, 0).unwrap();
+    assert!(
+        matches!(read_with(&mut alice, osd_a, a.capability.clone(), object(&a)), Ok(OsdResponse::Data(d)) if d == b"file A")
+    );
+
+    // 1. Forged capability: a byte of the signature flipped, and one signed by another key.
+    let mut tampered = a.capability.clone();
+    *tampered.last_mut().unwrap() ^= 1;
+    assert_eq!(
+        read_with(&mut alice, osd_a, tampered, object(&a)).unwrap_err(),
+        ErrorCode::BadSignature
+    );
+    let forger = SigningKey::generate(&mut OsRng);
+    let forged = signed::sign(
+        Capability {
+            users: Principals::User(UserId(alice_uid(&mut alice))),
+            files: Files::File(FileId(b.stat.id)),
+            id: CapabilityId(1),
+            mode: Mode::READ_WRITE,
+            start: UnixMillis(alice.protocol_now() - 1000),
+            expiry: UnixMillis(alice.protocol_now() + 60_000),
+        },
+        &forger,
+    );
+    assert_eq!(
+        read_with(&mut alice, osd_b, forged.encoded().to_vec(), object(&b)).unwrap_err(),
+        ErrorCode::BadSignature
+    );
+    still_serves(&mut alice, "/home/alice/a", b"file A");
+
+    // 2. A valid capability presented by another user (stolen): bob is not named in it.
+    assert_eq!(
+        read_with(&mut bob, osd_a, a.capability.clone(), object(&a)).unwrap_err(),
+        ErrorCode::WrongUser
+    );
+
+    // 3. A capability for file A used on an object of file B (confused deputy).
+    assert_eq!(
+        read_with(&mut alice, osd_b, a.capability.clone(), object(&b)).unwrap_err(),
+        ErrorCode::WrongFile
+    );
+
+    // 4. A read capability used to write.
+    let w = alice
+        .osd_call(
+            osd_a,
+            OsdRequest {
+                capability: a.capability.clone(),
+                command: OsdCommand::Write {
+                    object: object(&a),
+                    offset: 0,
+                    data: b"overwritten".to_vec(),
+                    replace: true,
+                },
+            },
+        )
+        .unwrap_err();
+    assert_eq!(w.code(), Some(ErrorCode::PermissionDenied), "{w}");
+    still_serves(&mut alice, "/home/alice/a", b"file A");
+
+    // 5. Replayed request: the same sealed envelope twice.
+    let (sid, key) = alice.osd_session(osd_a).unwrap();
+    let key = MacKey::new(Secret32::from_bytes(key));
+    let body = msg::encode(&OsdRequest {
+        capability: a.capability.clone(),
+        command: OsdCommand::Read {
+            object: object(&a),
+            offset: 0,
+            length: 100,
+        },
+    })
+    .unwrap();
+    let nonce = [42u8; 16];
+    let sealed = wire::seal_request(&key, &sid, UnixMillis(alice.protocol_now()), &nonce, &body);
+    let first = alice.osd_raw(osd_a, FrameType::Request, &sealed).unwrap();
+    assert_eq!(first.0, FrameType::Response);
+    let second = alice.osd_raw(osd_a, FrameType::Request, &sealed).unwrap();
+    assert_eq!(refusal_code(second), ErrorCode::ReplayedRequest);
+
+    // 6. Tampered MAC, and a tampered body under the original MAC.
+    let mut bad_mac = wire::seal_request(
+        &key,
+        &sid,
+        UnixMillis(alice.protocol_now()),
+        &[43u8; 16],
+        &body,
+    );
+    *bad_mac.last_mut().unwrap() ^= 0x80;
+    assert_eq!(
+        refusal_code(alice.osd_raw(osd_a, FrameType::Request, &bad_mac).unwrap()),
+        ErrorCode::BadMac
+    );
+    let mut bad_body = wire::seal_request(
+        &key,
+        &sid,
+        UnixMillis(alice.protocol_now()),
+        &[44u8; 16],
+        &body,
+    );
+    bad_body[50] ^= 1;
+    assert_eq!(
+        refusal_code(alice.osd_raw(osd_a, FrameType::Request, &bad_body).unwrap()),
+        ErrorCode::BadMac
+    );
+
+    // 7. Stale request: a timestamp a minute old.
+    let stale = wire::seal_request(
+        &key,
+        &sid,
+        UnixMillis(alice.protocol_now() - 60_000),
+        &[45u8; 16],
+        &body,
+    );
+    assert_eq!(
+        refusal_code(alice.osd_raw(osd_a, FrameType::Request, &stale).unwrap()),
+        ErrorCode::StaleRequest
+    );
+
+    // 8. Unknown session.
+    let unknown = wire::seal_request(
+        &key,
+        &[9u8; 16],
+        UnixMillis(alice.protocol_now()),
+        &[46u8; 16],
+        &body,
+    );
+    assert_eq!(
+        refusal_code(alice.osd_raw(osd_a, FrameType::Request, &unknown).unwrap()),
+        ErrorCode::UnknownSession
+    );
+    still_serves(&mut alice, "/home/alice/a", b"file A");
+
+    // 9. NOSEC requests are refused by a cluster not started for benchmarks.
+    let insecure = msg::encode(&msg::InsecureRequest {
+        user: 1,
+        request: OsdRequest {
+            capability: vec![],
+            command: OsdCommand::Read {
+                object: object(&a),
+                offset: 0,
+                length: 10,
+            },
+        },
+    })
+    .unwrap();
+    assert_eq!(
+        refusal_code(
+            alice
+                .osd_raw(osd_a, FrameType::Insecure, &insecure)
+                .unwrap()
+        ),
+        ErrorCode::InsecureRefused
+    );
+
+    // 10. MDS: replayed and tampered requests, and an admin request from a user.
+    let err = bob
+        .mds_call(MdsRequest::GroupAdd { name: "x".into() })
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied));
+    let mds_address =
+        toml::from_str::<toml::Table>(&std::fs::read_to_string(cluster.cluster_file()).unwrap())
+            .unwrap()["mds"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let mut mds = Connection::new(mds_address.clone());
+    let session = serde_session(&cluster, &mut bob);
+    let (msid, mkey) = session;
+    let mkey = MacKey::new(Secret32::from_bytes(mkey));
+    let stat = msg::encode(&MdsRequest::Stat {
+        path: "/home".into(),
+    })
+    .unwrap();
+    let sealed = wire::seal_request(
+        &mkey,
+        &msid,
+        UnixMillis(bob.protocol_now()),
+        &[47u8; 16],
+        &stat,
+    );
+    assert_eq!(
+        mds.call(FrameType::Request, &sealed).unwrap().0,
+        FrameType::Response
+    );
+    assert_eq!(
+        refusal_code(mds.call(FrameType::Request, &sealed).unwrap()),
+        ErrorCode::ReplayedRequest
+    );
+    let mut tampered = wire::seal_request(
+        &mkey,
+        &msid,
+        UnixMillis(bob.protocol_now()),
+        &[48u8; 16],
+        &stat,
+    );
+    *tampered.last_mut().unwrap() ^= 1;
+    assert_eq!(
+        refusal_code(mds.call(FrameType::Request, &tampered).unwrap()),
+        ErrorCode::BadMac
+    );
+
+    // 11. Malformed, oversized and truncated frames: refused (or dropped), daemon serves on.
+    for address in [mds_address.clone(), osd_address(&mut alice, osd_a)] {
+        let mut raw = Connection::new(address.clone());
+        assert_eq!(
+            refusal_code(raw.call_raw(b"XX\x01\x02\x00\x00\x00\x00").unwrap()),
+            ErrorCode::Malformed
+        );
+        let mut raw = Connection::new(address.clone());
+        assert_eq!(
+            refusal_code(raw.call_raw(b"MT\x01\x02\xff\xff\xff\xff").unwrap()),
+            ErrorCode::TooLarge
+        );
+        let mut raw = Connection::new(address.clone());
+        assert_eq!(
+            refusal_code(raw.call_raw(b"MT\x09\x02\x00\x00\x00\x00").unwrap()),
+            ErrorCode::UnsupportedVersion
+        );
+        let mut raw = Connection::new(address.clone());
+        let plain = raw
+            .call_raw(b"MT\x01\x01\x00\x00\x00\x03\xff\xff\xff")
+            .unwrap();
+        assert_eq!(plain.0, FrameType::Plain);
+        let r: Result<msg::MdsPlainResponse, WireError> = msg::decode(&plain.1).unwrap();
+        assert_eq!(r.unwrap_err().code, ErrorCode::Malformed);
+        // Truncated: a header promising 100 bytes, then 10 bytes and a hang-up.
+        let mut s = std::net::TcpStream::connect(&address).unwrap();
+        std::io::Write::write_all(&mut s, b"MT\x01\x02\x00\x00\x00\x64abcdefghij").unwrap();
+        drop(s);
+        // Garbage inside a valid frame of every type.
+        for t in [
+            FrameType::Plain,
+            FrameType::Request,
+            FrameType::Insecure,
+            FrameType::Response,
+        ] {
+            let mut raw = Connection::new(address.clone());
+            let answer = raw.call(t, &[0xff; 40]).unwrap();
+            assert!(answer.0 == FrameType::Refusal || answer.0 == FrameType::Plain);
+            if answer.0 == FrameType::Plain {
+                let r: Result<msg::MdsPlainResponse, WireError> = msg::decode(&answer.1).unwrap();
+                let code = r.unwrap_err().code;
+                assert!(
+                    matches!(code, ErrorCode::Malformed | ErrorCode::InsecureRefused),
+                    "{code:?}"
+                );
+            }
+        }
+    }
+    still_serves(&mut alice, "/home/alice/a", b"file A");
+
+    // 12. Expired capability (lifetime 3 s): refused as expired, even though it was cached.
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    assert_eq!(
+        read_with(&mut alice, osd_a, a.capability.clone(), object(&a)).unwrap_err(),
+        ErrorCode::CapabilityExpired
+    );
+    let mut fresh = cluster.user_client("alice", "alice pass");
+    still_serves(&mut fresh, "/home/alice/a", b"file A");
+}
+
+fn alice_uid(c: &mut Client) -> u64 {
+    // The capability a client holds names its user; read it back from a fresh open.
+    let o = c.open("/home/alice/a", Access::Read, None).unwrap();
+    let cap = maat_proto::Unverified::<Capability>::decode(&o.capability).unwrap();
+    match cap.unverified_body().users {
+        Principals::User(u) => u.0,
+        _ => panic!("explicit user expected"),
+    }
+}
+
+fn osd_address(c: &mut Client, osd: u64) -> String {
+    c.cluster_map()
+        .unwrap()
+        .osds
+        .into_iter()
+        .find(|o| o.id == osd)
+        .unwrap()
+        .address
+}
+
+fn serde_session(_cluster: &Cluster, c: &mut Client) -> ([u8; 16], [u8; 32]) {
+    c.mds_session().unwrap()
+}
