@@ -52,6 +52,11 @@ pub enum BenchCommand {
     },
 }
 
+fn nth(v: &[Opened], i: u32) -> Result<&Opened> {
+    v.get(i as usize)
+        .ok_or_else(|| anyhow!("internal: no opened file {i}"))
+}
+
 struct LocalCluster {
     child: Child,
     data: PathBuf,
@@ -277,7 +282,7 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         overhead,
         true,
         |c, i| {
-            c.write_object(&nosec[i as usize], 0, block.clone())
+            c.write_object(nth(&nosec, i)?, 0, block.clone())
                 .map_err(Into::into)
         },
     )?);
@@ -288,7 +293,7 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         overhead,
         false,
         |c, i| {
-            c.write_object(&generated[i as usize], 0, block.clone())
+            c.write_object(nth(&generated, i)?, 0, block.clone())
                 .map_err(Into::into)
         },
     )?);
@@ -310,7 +315,7 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         overhead,
         true,
         |c, i| {
-            c.read_object(&nosec[i as usize], 0)
+            c.read_object(nth(&nosec, i)?, 0)
                 .map(|_| ())
                 .map_err(Into::into)
         },
@@ -334,7 +339,7 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         overhead,
         false,
         |c, i| {
-            c.read_object(&fresh[i as usize], 0)
+            c.read_object(nth(&fresh, i)?, 0)
                 .map(|_| ())
                 .map_err(Into::into)
         },
@@ -355,10 +360,15 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
     // Sequential throughput, alternating modes three times; medians.
     let size = seq_mib * 1024 * 1024;
     let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-    let mut put = [Vec::new(), Vec::new()];
-    let mut get = [Vec::new(), Vec::new()];
+    // [NOSEC, secure] samples in MB/s.
+    let mut put: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut get: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for round in 0..3 {
         for (mode, insecure) in [(0usize, true), (1usize, false)] {
+            let (put_samples, get_samples) = match (put.get_mut(mode), get.get_mut(mode)) {
+                (Some(p), Some(g)) => (p, g),
+                _ => bail!("internal: mode index"),
+            };
             if insecure {
                 c.danger_insecure_as(ADMIN_USER_ID);
             } else {
@@ -367,11 +377,11 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
             let path = format!("/bench/seq-{mode}-{round}");
             let t = Instant::now();
             c.put(&mut payload.as_slice(), size, &path, &mut |_| {})?;
-            put[mode].push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+            put_samples.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
             let mut sink = Vec::with_capacity(size as usize);
             let t = Instant::now();
             c.get(&path, &mut sink, &mut |_| {})?;
-            get[mode].push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+            get_samples.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
             if sink != payload {
                 bail!("sequential read-back differs from what was written");
             }
@@ -382,8 +392,10 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let (put_nosec, put_secure) = (med(&mut put[0]), med(&mut put[1]));
-    let (get_nosec, get_secure) = (med(&mut get[0]), med(&mut get[1]));
+    let [put_n, put_s] = &mut put;
+    let [get_n, get_s] = &mut get;
+    let (put_nosec, put_secure) = (med(put_n), med(put_s));
+    let (get_nosec, get_secure) = (med(get_n), med(get_s));
     let seq_nosec = put_nosec + get_nosec;
     let seq_secure = put_secure + get_secure;
 

@@ -161,10 +161,10 @@ impl Daemon {
     }
 
     fn exited(&mut self) -> bool {
-        match self.child.as_mut().map(|c| c.try_wait()) {
-            Some(Ok(Some(_))) | Some(Err(_)) => true,
-            _ => false,
-        }
+        matches!(
+            self.child.as_mut().map(|c| c.try_wait()),
+            Some(Ok(Some(_))) | Some(Err(_))
+        )
     }
 
     fn stop(&mut self) {

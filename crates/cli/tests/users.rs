@@ -1,5 +1,10 @@
 //! Two users and a group against a real cluster, through the `maat` binary.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 use common::Cluster;

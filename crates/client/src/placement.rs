@@ -37,7 +37,7 @@ pub fn place(map: &ClusterMap, file: u64, stripe: u32) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
     use maat_proto::msg::OsdEntry;
 

@@ -468,8 +468,9 @@ impl<S: MetaStore> Mds<S> {
             )
             .map_err(|_| failed())?;
         let mut sid = [0u8; 16];
-        sid.get_mut(..8)
-            .map(|s| s.copy_from_slice(&user.id.to_be_bytes()));
+        if let Some(s) = sid.get_mut(..8) {
+            s.copy_from_slice(&user.id.to_be_bytes());
+        }
         self.fresh(&sid, &nonce, UnixMillis(timestamp), now)?;
         let sealing_key = maat_crypto::seal::SealingPublicKey(sealing_key);
         let mut iv = [0u8; 16];
@@ -740,6 +741,7 @@ impl<S: MetaStore> Mds<S> {
         (encoded, false)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn user_add(
         &self,
         who: &Principal,

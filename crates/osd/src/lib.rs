@@ -126,11 +126,19 @@ struct Stats {
     bytes_written: AtomicU64,
 }
 
+/// The session id, request nonce and session key of an authenticated request.
+#[derive(Debug, Clone)]
+struct SecureContext {
+    session_id: [u8; 16],
+    nonce: [u8; 16],
+    key: MacKey,
+}
+
 /// Who sent a request, after the envelope checks.
 #[derive(Debug, Clone)]
 pub struct Caller {
     user: UserId,
-    secure: Option<(([u8; 16], [u8; 16]), MacKey)>,
+    secure: Option<SecureContext>,
 }
 
 impl Caller {
@@ -310,7 +318,11 @@ impl OsdCore {
         Ok((
             Caller {
                 user,
-                secure: Some(((request.session_id, request.nonce), key)),
+                secure: Some(SecureContext {
+                    session_id: request.session_id,
+                    nonce: request.nonce,
+                    key,
+                }),
             },
             decoded,
         ))
@@ -508,9 +520,9 @@ impl OsdCore {
     ) -> (wire::FrameType, Vec<u8>) {
         let body = msg::encode(result).unwrap_or_default();
         match &caller.secure {
-            Some(((sid, nonce), key)) => (
+            Some(c) => (
                 wire::FrameType::Response,
-                wire::seal_response(key, sid, nonce, now, &body),
+                wire::seal_response(&c.key, &c.session_id, &c.nonce, now, &body),
             ),
             None => (wire::FrameType::Plain, body),
         }

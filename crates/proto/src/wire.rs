@@ -434,6 +434,7 @@ impl ReplayWindow {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::indexing_slicing)]
     use super::*;
     use maat_crypto::Secret32;
 

@@ -1,6 +1,12 @@
 //! A real local cluster for integration tests: `maat up` on loopback with free ports in a
 //! temporary directory; stopped with SIGTERM when dropped.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use maat_client::{Client, ClusterFile, Credential, Home};
 use std::io::{BufRead, BufReader, Write};
