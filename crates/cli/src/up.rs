@@ -249,8 +249,9 @@ pub fn run(args: UpArgs) -> Result<()> {
         daemons.len() - 1,
         data.display()
     );
+    let maat = exe.display();
     println!(
-        "maat: in another terminal:\n  export MAAT_CLUSTER={0}/client.toml MAAT_HOME={0}/admin\n  maat put README.md /readme && maat cat /readme && maat stats",
+        "maat: in another terminal (Ctrl-C here stops the cluster):\n  export MAAT_CLUSTER={0}/client.toml MAAT_HOME={0}/admin\n  {maat} put README.md /readme && {maat} cat /readme\n  {maat} ls -l / && {maat} stats\n  {maat} --help",
         data.display()
     );
     // Supervise: restart daemons that die; stop on a signal.

@@ -489,6 +489,24 @@ mod tests {
     }
 
     #[test]
+    fn envelope_vector() {
+        // Also in docs/PROTOCOL.md; computed independently with Python's hmac + blake3.
+        let key = MacKey::new(Secret32::from_bytes([7u8; 32]));
+        let payload = seal_request(
+            &key,
+            &[9u8; 16],
+            UnixMillis(1_795_305_600_000),
+            &[8u8; 16],
+            b"hello",
+        );
+        let frame = encode_frame(FrameType::Request, &payload).unwrap_or_default();
+        let expected = "4d5401020000004d09090909090909090909090909090909000001a2008d74000808080808080808080808080808080868656c6c6fbc4c7b4b7ec4b71141460574822e956b0d5181c735982a6f1acce9316827a6ba";
+        assert_eq!(hex::encode(&frame), expected);
+        let doc = include_str!("../../../docs/PROTOCOL.md");
+        assert!(doc.contains(expected), "vector missing from PROTOCOL.md");
+    }
+
+    #[test]
     fn frame_limits() {
         assert!(encode_header(FrameType::Plain, FRAME_PAYLOAD_BYTES_MAX + 1).is_err());
         let mut h = [0u8; 8];
