@@ -52,11 +52,6 @@ pub enum BenchCommand {
     },
 }
 
-fn nth(v: &[Opened], i: u32) -> Result<&Opened> {
-    v.get(i as usize)
-        .ok_or_else(|| anyhow!("internal: no opened file {i}"))
-}
-
 struct LocalCluster {
     child: Child,
     data: PathBuf,
@@ -188,52 +183,195 @@ fn per_op(before: Counts, after: Counts, n: u32, stats_overhead: Counts) -> (f64
     )
 }
 
+/// Accumulates one row over several interleaved rounds.
+struct Acc {
+    name: &'static str,
+    elapsed: Duration,
+    ops: u32,
+    before_after: Vec<(Counts, Counts)>,
+}
+
+impl Acc {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            elapsed: Duration::ZERO,
+            ops: 0,
+            before_after: Vec::new(),
+        }
+    }
+
+    fn row(&self, overhead: Counts) -> Row {
+        let n = f64::from(self.ops.max(1));
+        let mut s = 0.0;
+        let mut v = 0.0;
+        let mut m = 0.0;
+        for (b, a) in &self.before_after {
+            let (ds, dv, dm) = per_op(*b, *a, 1, overhead);
+            s += ds;
+            v += dv;
+            m += dm;
+        }
+        Row {
+            name: self.name,
+            micros: self.elapsed.as_secs_f64() * 1e6 / n,
+            signatures: s / n,
+            verifications: v / n,
+            macs: m / n,
+        }
+    }
+}
+
+/// Runs `op` for indexes `first..first + count`, adding time and crypto counts to `acc`.
 fn measure<F: FnMut(&mut Client, u32) -> Result<()>>(
     c: &mut Client,
-    name: &'static str,
-    n: u32,
-    overhead: Counts,
+    acc: &mut Acc,
+    first: u32,
+    count: u32,
     insecure: bool,
     mut op: F,
-) -> Result<Row> {
+) -> Result<()> {
     let before = counts(c)?;
     if insecure {
         c.danger_insecure_as(ADMIN_USER_ID);
     }
     let start = Instant::now();
-    for i in 0..n {
+    for i in first..first + count {
         op(c, i)?;
     }
-    let elapsed = start.elapsed();
+    acc.elapsed += start.elapsed();
+    acc.ops += count;
     c.secure();
     let after = counts(c)?;
-    let (s, v, m) = per_op(before, after, n, overhead);
-    Ok(Row {
-        name,
-        micros: elapsed.as_secs_f64() * 1e6 / f64::from(n),
-        signatures: s,
-        verifications: v,
-        macs: m,
-    })
+    acc.before_after.push((before, after));
+    Ok(())
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Open,
+    Write,
+    Read,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sec {
+    Nosec,
+    Generated,
+    Cached,
+}
+
+const VARIANTS: [(OpKind, Sec, &str); 9] = [
+    (OpKind::Open, Sec::Nosec, "open NOSEC"),
+    (OpKind::Open, Sec::Generated, "open capability generated"),
+    (OpKind::Open, Sec::Cached, "open capability cached"),
+    (OpKind::Write, Sec::Nosec, "write 128K NOSEC"),
+    (
+        OpKind::Write,
+        Sec::Generated,
+        "write 128K capability generated",
+    ),
+    (OpKind::Write, Sec::Cached, "write 128K capability cached"),
+    (OpKind::Read, Sec::Nosec, "read 128K NOSEC"),
+    (
+        OpKind::Read,
+        Sec::Generated,
+        "read 128K capability generated",
+    ),
+    (OpKind::Read, Sec::Cached, "read 128K capability cached"),
+];
+
+struct OpsState {
+    nosec: Vec<Option<Opened>>,
+    generated: Vec<Option<Opened>>,
+    fresh: Vec<Opened>,
+    cached: Opened,
+    block: Vec<u8>,
+}
+
+impl OpsState {
+    /// One E1 operation. Generated variants use index `i`'s own file, whose capability
+    /// neither the MDS (open) nor the OSD (write, read) has seen; cached variants reuse one.
+    fn run(&mut self, c: &mut Client, kind: OpKind, sec: Sec, i: u32) -> Result<()> {
+        let idx = i as usize;
+        let missing = || anyhow!("internal: file {i} not opened");
+        match (kind, sec) {
+            (OpKind::Open, Sec::Nosec) => {
+                let o = c.open(&format!("/bench/n{i}"), Access::ReadWrite, None)?;
+                *self.nosec.get_mut(idx).ok_or_else(missing)? = Some(o);
+            }
+            (OpKind::Open, Sec::Generated) => {
+                let o = c.open(&format!("/bench/g{i}"), Access::ReadWrite, None)?;
+                *self.generated.get_mut(idx).ok_or_else(missing)? = Some(o);
+            }
+            (OpKind::Open, Sec::Cached) => {
+                c.open("/bench/c", Access::ReadWrite, None)?;
+            }
+            (OpKind::Write, sec) => {
+                let target = match sec {
+                    Sec::Nosec => self.nosec.get(idx).and_then(Option::as_ref),
+                    Sec::Generated => self.generated.get(idx).and_then(Option::as_ref),
+                    Sec::Cached => Some(&self.cached),
+                }
+                .ok_or_else(missing)?;
+                c.write_object(target, 0, self.block.clone())?;
+            }
+            (OpKind::Read, sec) => {
+                let target = match sec {
+                    Sec::Nosec => self.nosec.get(idx).and_then(Option::as_ref),
+                    Sec::Generated => self.fresh.get(idx),
+                    Sec::Cached => Some(&self.cached),
+                }
+                .ok_or_else(missing)?;
+                c.read_object(target, 0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The counting pass runs `iterations / ROUNDS` operations per variant.
+const ROUNDS: u32 = 4;
+
 fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> Result<()> {
-    if iterations == 0 {
-        bail!("--iterations must be at least 1");
+    if iterations < ROUNDS {
+        bail!("--iterations must be at least {ROUNDS}");
     }
     let cluster = LocalCluster::start(data)?;
     let mut c = cluster.admin()?;
     c.mkdir("/bench", 0o755, true)?;
-    let n = iterations;
+    let n = iterations - iterations % ROUNDS;
+    let per = n / ROUNDS;
+    let total = (n + per) as usize;
     let block = vec![0x5au8; 128 * 1024];
-    // Files: a..: NOSEC, g..: capability generated, c: capability cached.
+    // Files n<i>: NOSEC; g<i>: capability generated; c: capability cached; r/<i>: fresh
+    // capabilities for reads. Indexes 0..n are timed, n..n+per counted.
+    c.mkdir("/bench/r", 0o755, true)?;
     c.danger_insecure_as(ADMIN_USER_ID);
-    for i in 0..n {
+    for i in 0..total {
         c.open(&format!("/bench/n{i}"), Access::ReadWrite, Some(0o644))?;
         c.open(&format!("/bench/g{i}"), Access::ReadWrite, Some(0o644))?;
+        let o = c.open(&format!("/bench/r/{i}"), Access::ReadWrite, Some(0o644))?;
+        c.write_object(&o, 0, block.clone())?;
     }
     c.secure();
-    // What one round of `counts` itself costs (it MACs requests), measured, then subtracted.
+    let mut state = OpsState {
+        nosec: vec![None; total],
+        generated: vec![None; total],
+        fresh: Vec::new(),
+        cached: c.open("/bench/c", Access::ReadWrite, Some(0o644))?,
+        block,
+    };
+    for i in 0..total {
+        state
+            .fresh
+            .push(c.open(&format!("/bench/r/{i}"), Access::Read, None)?);
+    }
+    // Warm the cached file's capability at the OSD it lives on.
+    c.write_object(&state.cached, 0, state.block.clone())?;
+    // What one `counts` call itself costs (it MACs requests), measured, then subtracted.
+    // (A first call negotiates OSD sessions, which costs extra; measure after it.)
+    counts(&mut c)?;
     let o0 = counts(&mut c)?;
     let o1 = counts(&mut c)?;
     let overhead = Counts {
@@ -241,121 +379,53 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         osd_verifications: o1.osd_verifications - o0.osd_verifications,
         macs: o1.macs - o0.macs,
     };
-    let cached_open = c.open("/bench/c", Access::ReadWrite, Some(0o644))?;
-    // Warm the cached file's capability at every OSD it may touch.
-    c.write_object(&cached_open, 0, block.clone())?;
 
-    let mut rows = Vec::new();
-    let mut nosec: Vec<Opened> = Vec::new();
-    rows.push(measure(&mut c, "open NOSEC", n, overhead, true, |c, i| {
-        nosec.push(c.open(&format!("/bench/n{i}"), Access::ReadWrite, None)?);
-        Ok(())
-    })?);
-    let mut generated: Vec<Opened> = Vec::new();
-    rows.push(measure(
-        &mut c,
-        "open capability generated",
-        n,
-        overhead,
-        false,
-        |c, i| {
-            generated.push(c.open(&format!("/bench/g{i}"), Access::ReadWrite, None)?);
-            Ok(())
-        },
-    )?);
-    rows.push(measure(
-        &mut c,
-        "open capability cached",
-        n,
-        overhead,
-        false,
-        |c, _| {
-            c.open("/bench/c", Access::ReadWrite, None)
-                .map(|_| ())
-                .map_err(Into::into)
-        },
-    )?);
-    rows.push(measure(
-        &mut c,
-        "write 128K NOSEC",
-        n,
-        overhead,
-        true,
-        |c, i| {
-            c.write_object(nth(&nosec, i)?, 0, block.clone())
-                .map_err(Into::into)
-        },
-    )?);
-    rows.push(measure(
-        &mut c,
-        "write 128K capability generated",
-        n,
-        overhead,
-        false,
-        |c, i| {
-            c.write_object(nth(&generated, i)?, 0, block.clone())
-                .map_err(Into::into)
-        },
-    )?);
-    rows.push(measure(
-        &mut c,
-        "write 128K capability cached",
-        n,
-        overhead,
-        false,
-        |c, _| {
-            c.write_object(&cached_open, 0, block.clone())
-                .map_err(Into::into)
-        },
-    )?);
-    rows.push(measure(
-        &mut c,
-        "read 128K NOSEC",
-        n,
-        overhead,
-        true,
-        |c, i| {
-            c.read_object(nth(&nosec, i)?, 0)
-                .map(|_| ())
-                .map_err(Into::into)
-        },
-    )?);
-    // Fresh capabilities for reads, so the OSD has not seen them (generated case).
-    let mut fresh: Vec<Opened> = Vec::new();
-    c.mkdir("/bench/r", 0o755, true)?;
-    c.danger_insecure_as(ADMIN_USER_ID);
-    for i in 0..n {
-        let o = c.open(&format!("/bench/r/{i}"), Access::ReadWrite, Some(0o644))?;
-        c.write_object(&o, 0, block.clone())?;
+    // Pass 1, exact counts: each variant alone over indexes n..n+per.
+    let mut acc: Vec<Acc> = VARIANTS.iter().map(|(_, _, name)| Acc::new(name)).collect();
+    for (v, (kind, sec, _)) in VARIANTS.iter().enumerate() {
+        let a = acc.get_mut(v).ok_or_else(|| anyhow!("internal: variant"))?;
+        measure(&mut c, a, n, per, *sec == Sec::Nosec, |c, i| {
+            state.run(c, *kind, *sec, i)
+        })?;
+    }
+    let counted: Vec<Row> = acc.iter().map(|a| a.row(overhead)).collect();
+
+    // Pass 2, times: per operation kind, the three variants one after another for each
+    // index (rotating which goes first), so drift on a shared machine hits all alike.
+    let mut elapsed = [Duration::ZERO; 9];
+    for (k, kind) in [OpKind::Open, OpKind::Write, OpKind::Read]
+        .into_iter()
+        .enumerate()
+    {
+        for i in 0..n {
+            for r in 0..3 {
+                let s = (i as usize + r) % 3;
+                let sec = [Sec::Nosec, Sec::Generated, Sec::Cached]
+                    .get(s)
+                    .copied()
+                    .ok_or_else(|| anyhow!("internal: variant"))?;
+                if sec == Sec::Nosec {
+                    c.danger_insecure_as(ADMIN_USER_ID);
+                } else {
+                    c.secure();
+                }
+                let t0 = Instant::now();
+                state.run(&mut c, kind, sec, i)?;
+                if let Some(e) = elapsed.get_mut(k * 3 + s) {
+                    *e += t0.elapsed();
+                }
+            }
+        }
     }
     c.secure();
-    for i in 0..n {
-        fresh.push(c.open(&format!("/bench/r/{i}"), Access::Read, None)?);
-    }
-    rows.push(measure(
-        &mut c,
-        "read 128K capability generated",
-        n,
-        overhead,
-        false,
-        |c, i| {
-            c.read_object(nth(&fresh, i)?, 0)
-                .map(|_| ())
-                .map_err(Into::into)
-        },
-    )?);
-    rows.push(measure(
-        &mut c,
-        "read 128K capability cached",
-        n,
-        overhead,
-        false,
-        |c, _| {
-            c.read_object(&cached_open, 0)
-                .map(|_| ())
-                .map_err(Into::into)
-        },
-    )?);
+    let rows: Vec<Row> = counted
+        .into_iter()
+        .zip(elapsed)
+        .map(|(r, e)| Row {
+            micros: e.as_secs_f64() * 1e6 / f64::from(n),
+            ..r
+        })
+        .collect();
 
     // Sequential throughput, alternating modes three times; medians.
     let size = seq_mib * 1024 * 1024;

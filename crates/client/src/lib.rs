@@ -28,7 +28,7 @@ use maat_proto::signed::{Unverified, UnverifiedMac};
 use maat_proto::ticket::LoginTicket;
 use maat_proto::wire::{self, FrameType};
 use maat_proto::{OsdId, UnixMillis};
-use rand_core::RngCore;
+use rand_core::{RngCore, SeedableRng};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -133,6 +133,8 @@ pub struct Client {
     session: Option<SessionState>,
     mds_key: VerifyingKey,
     insecure_user: Option<u64>,
+    /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
+    rng: rand_chacha::ChaCha20Rng,
     /// Counters.
     pub stats: ClientStats,
     dirty: bool,
@@ -179,6 +181,8 @@ impl Client {
             session,
             mds_key,
             insecure_user: None,
+            rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
+                .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
             stats,
             dirty: false,
         })
@@ -415,7 +419,7 @@ impl Client {
         let key = MacKey::new(Secret32::from_bytes(session.key));
         let sid = session.session_id;
         let mut nonce = [0u8; 16];
-        OsRng.fill_bytes(&mut nonce);
+        self.rng.fill_bytes(&mut nonce);
         let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
         let (t, answer) = self
             .mds
@@ -782,7 +786,7 @@ impl Client {
         let key = MacKey::new(Secret32::from_bytes(key));
         let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
         let mut nonce = [0u8; 16];
-        OsRng.fill_bytes(&mut nonce);
+        self.rng.fill_bytes(&mut nonce);
         let payload = wire::seal_request(&key, &sid, UnixMillis(self.now()), &nonce, &body);
         let (t, answer) = self.osd_raw(osd, FrameType::Request, &payload)?;
         match t {

@@ -42,6 +42,8 @@ pub const ROOT_INODE: u64 = 1;
 pub const TICKET_LIFETIME_MILLIS_DEFAULT: u64 = 10 * 60 * 60 * 1000;
 /// Most capabilities the MDS keeps cached (SPEC M5).
 pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
+/// Most sessions kept in memory (the store holds all of them).
+pub const SESSIONS_CACHED_MAX: usize = 65_536;
 /// How far before now a capability's validity starts, to tolerate clock offsets (T7).
 pub const CLOCK_SKEW_MILLIS: u64 = wire::REPLAY_WINDOW_MILLIS;
 
@@ -108,6 +110,9 @@ struct CachedCapability {
 
 struct Volatile {
     replay: ReplayWindow,
+    /// Sessions read from the store, so a request costs no database read (a cache: the
+    /// store stays the truth).
+    sessions: HashMap<[u8; 16], SessionRecord>,
     capabilities: HashMap<(u64, u64, u8), CachedCapability>,
 }
 
@@ -246,6 +251,7 @@ impl<S: MetaStore> Mds<S> {
             stats: Stats::default(),
             volatile: Mutex::new(Volatile {
                 replay: ReplayWindow::new(boot),
+                sessions: HashMap::new(),
                 capabilities: HashMap::new(),
             }),
             write: Mutex::new(()),
@@ -493,16 +499,15 @@ impl<S: MetaStore> Mds<S> {
             ticket.encoded(),
             &nonce,
         );
+        let record = SessionRecord {
+            user: user.id,
+            key: *session_key.expose(),
+            expiry: ticket.expiry.0,
+        };
         let mut batch = Batch::default();
-        batch.push(Op::PutSession(
-            session_id,
-            SessionRecord {
-                user: user.id,
-                key: *session_key.expose(),
-                expiry: ticket.expiry.0,
-            },
-        ));
+        batch.push(Op::PutSession(session_id, record.clone()));
         self.store.commit(batch)?;
+        self.remember_session(session_id, record);
         self.stats.logins.fetch_add(1, Ordering::Relaxed);
         Ok(MdsPlainResponse::LoginOk {
             ticket: ticket.encoded().to_vec(),
@@ -540,10 +545,7 @@ impl<S: MetaStore> Mds<S> {
         now: UnixMillis,
     ) -> Result<(&'a [u8], [u8; 16], [u8; 16], MacKey, Principal)> {
         let request = UnverifiedRequest::decode(payload)?;
-        let session = self
-            .store
-            .session(&request.session_id)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::UnknownSession, "log in again"))?;
+        let session = self.session(&request.session_id)?;
         if session.expiry <= now.0 {
             return Err(MdsError::refused(ErrorCode::SessionExpired, "log in again"));
         }
@@ -563,6 +565,27 @@ impl<S: MetaStore> Mds<S> {
             key,
             principal,
         ))
+    }
+
+    /// A session, from memory or (after a restart) from the store.
+    fn session(&self, id: &[u8; 16]) -> Result<SessionRecord> {
+        if let Some(s) = lock(&self.volatile).sessions.get(id) {
+            return Ok(s.clone());
+        }
+        let session = self
+            .store
+            .session(id)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::UnknownSession, "log in again"))?;
+        self.remember_session(*id, session.clone());
+        Ok(session)
+    }
+
+    fn remember_session(&self, id: [u8; 16], session: SessionRecord) {
+        let mut v = lock(&self.volatile);
+        if v.sessions.len() >= SESSIONS_CACHED_MAX {
+            v.sessions.clear();
+        }
+        v.sessions.insert(id, session);
     }
 
     fn principal(&self, uid: u64) -> Result<Principal> {
@@ -650,6 +673,7 @@ impl<S: MetaStore> Mds<S> {
                     let mut batch = Batch::default();
                     batch.push(Op::DeleteSession(*sid));
                     self.store.commit(batch)?;
+                    lock(&self.volatile).sessions.remove(sid);
                 }
                 Ok(MdsResponse::Ok)
             }
