@@ -59,6 +59,9 @@ pub struct OsdSession {
     pub key: [u8; 32],
     /// Expiry (the ticket's).
     pub expiry: u64,
+    /// OSD clock minus local clock, ms (from the MACed confirmation).
+    #[serde(default)]
+    pub clock_offset: i64,
 }
 
 /// A cached open (SPEC M5 at the client).

@@ -233,7 +233,11 @@ impl Client {
             } => (salt, params, mds_time),
             _ => return Err(self.bad(&address, "unexpected answer to login start")),
         };
-        let clock_offset = mds_time as i64 - local_now() as i64;
+        check_kdf_params(&params)?;
+        // Provisional offset for the login request only (this answer is unauthenticated; a
+        // forged one can only make the login fail). The session's offset comes from the
+        // signed ticket below.
+        let clock_offset = offset_to(mds_time);
         let user_key = match credential {
             Credential::Key(k) => Secret32::from_bytes(k),
             Credential::Passphrase(p) => kdf::passphrase_key(
@@ -272,8 +276,20 @@ impl Client {
         };
         // Mutual authentication: the ticket is MDS-signed and the MAC proves the MDS knew
         // the user key.
-        let verified = Unverified::<LoginTicket>::decode(&ticket)
-            .and_then(|t| t.verify(&self.mds_key, UnixMillis(timestamp)))
+        let unverified = Unverified::<LoginTicket>::decode(&ticket)
+            .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
+        let clock_offset = offset_to(
+            unverified
+                .unverified_body()
+                .start
+                .0
+                .saturating_add(login::TOKEN_BACKDATE_MILLIS),
+        );
+        let verified = unverified
+            .verify(
+                &self.mds_key,
+                UnixMillis(local_now().saturating_add_signed(clock_offset)),
+            )
             .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
         let session_key = login::mds_session_key(user_key.expose(), &ticket, &nonce)
             .map_err(|e| ClientError::Local(e.to_string()))?;
@@ -375,7 +391,7 @@ impl Client {
     /// the MDS lost or expired the session).
     pub fn mds_call(&mut self, request: MdsRequest) -> Result<MdsResponse> {
         self.ensure_session()?;
-        match self.mds_call_once(&request) {
+        match retry_stale(|| self.mds_call_once(&request)) {
             Err(ClientError::Refused(e))
                 if matches!(
                     e.code,
@@ -680,7 +696,8 @@ impl Client {
         let confirm = UnverifiedMac::<SessionConfirm>::decode(&confirm)
             .and_then(|c| session::check_confirm(c, &offer, &key))
             .map_err(|e| self.bad(&entry.address, &format!("session confirmation: {e}")))?;
-        let _ = confirm;
+        // The confirmation is MACed under K_CD: its time is the OSD's clock (SPEC T7).
+        let osd_offset = offset_to(confirm.timestamp.0);
         if let Some(s) = &mut self.session {
             s.osd_sessions.retain(|o| o.osd != osd);
             s.osd_sessions.push(home::OsdSession {
@@ -688,6 +705,7 @@ impl Client {
                 session_id: key.session_id,
                 key: *key.key.expose(),
                 expiry: key.expiry.0,
+                clock_offset: osd_offset,
             });
         }
         self.dirty = true;
@@ -696,7 +714,7 @@ impl Client {
 
     /// One request to an OSD; renegotiates the session once if the OSD forgot it.
     pub fn osd_call(&mut self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
-        match self.osd_call_once(osd, &request) {
+        match retry_stale(|| self.osd_call_once(osd, &request)) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
                 if let Some(s) = &mut self.session {
                     s.osd_sessions.retain(|o| o.osd != osd);
@@ -728,6 +746,11 @@ impl Client {
 
     /// The session this client holds with `osd` (negotiating it if needed): id and key.
     pub fn osd_session(&mut self, osd: u64) -> Result<([u8; 16], [u8; 32])> {
+        self.osd_session_with_offset(osd)
+            .map(|(sid, key, _)| (sid, key))
+    }
+
+    fn osd_session_with_offset(&mut self, osd: u64) -> Result<([u8; 16], [u8; 32], i64)> {
         self.ensure_session()?;
         let now = self.now();
         let live = self
@@ -738,7 +761,7 @@ impl Client {
                     .iter()
                     .find(|o| o.osd == osd && o.expiry > now)
             })
-            .map(|o| (o.session_id, o.key));
+            .map(|o| (o.session_id, o.key, o.clock_offset));
         match live {
             Some(l) => Ok(l),
             None => {
@@ -746,7 +769,7 @@ impl Client {
                 self.session
                     .as_ref()
                     .and_then(|s| s.osd_sessions.iter().find(|o| o.osd == osd))
-                    .map(|o| (o.session_id, o.key))
+                    .map(|o| (o.session_id, o.key, o.clock_offset))
                     .ok_or(ClientError::NotLoggedIn)
             }
         }
@@ -782,12 +805,13 @@ impl Client {
                 _ => Err(refusal(&address, &answer)),
             };
         }
-        let (sid, key) = self.osd_session(osd)?;
+        let (sid, key, offset) = self.osd_session_with_offset(osd)?;
         let key = MacKey::new(Secret32::from_bytes(key));
         let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
         let mut nonce = [0u8; 16];
         self.rng.fill_bytes(&mut nonce);
-        let payload = wire::seal_request(&key, &sid, UnixMillis(self.now()), &nonce, &body);
+        let now = local_now().saturating_add_signed(offset);
+        let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
         let (t, answer) = self.osd_raw(osd, FrameType::Request, &payload)?;
         match t {
             FrameType::Response => {
@@ -903,6 +927,7 @@ impl Client {
             self.remove_object(&opened, stripe)?;
         }
         self.expect_ok(MdsRequest::SetSize {
+            path: path.into(),
             file: opened.stat.id,
             size,
         })?;
@@ -1005,6 +1030,53 @@ impl Client {
         Ok(out)
     }
 }
+
+/// Offset from the local clock to a server clock that reads `server_now` now.
+fn offset_to(server_now: u64) -> i64 {
+    let diff = i128::from(server_now) - i128::from(local_now());
+    diff.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// A daemon that just restarted refuses requests dated within its first
+/// `FUTURE_SKEW_MILLIS` (T7); one retry after that long succeeds with a fresh timestamp.
+fn retry_stale<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
+    match call() {
+        Err(ClientError::Refused(e)) if e.code == ErrorCode::StaleRequest => {
+            std::thread::sleep(std::time::Duration::from_millis(
+                wire::FUTURE_SKEW_MILLIS + 50,
+            ));
+            call()
+        }
+        other => other,
+    }
+}
+
+/// Refuses key-stretching parameters a forged login challenge could use to make
+/// passphrase guessing cheap (too weak) or to exhaust this machine (too strong).
+fn check_kdf_params(p: &KdfParams) -> Result<()> {
+    let floor = kdf::PassphraseParams::DEFAULT;
+    if p.memory_kib < floor.memory_kib || p.iterations < floor.iterations || p.lanes == 0 {
+        return Err(ClientError::Local(
+            "the MDS asked for weaker passphrase stretching than Argon2id's defaults; refusing (forged answer?)".into(),
+        ));
+    }
+    if p.memory_kib > KDF_MEMORY_KIB_MAX
+        || p.iterations > KDF_ITERATIONS_MAX
+        || p.lanes > KDF_LANES_MAX
+    {
+        return Err(ClientError::Local(
+            "the MDS asked for unreasonable passphrase stretching; refusing".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Most Argon2id memory a login may ask for (1 GiB).
+pub const KDF_MEMORY_KIB_MAX: u32 = 1024 * 1024;
+/// Most Argon2id passes a login may ask for.
+pub const KDF_ITERATIONS_MAX: u32 = 16;
+/// Most Argon2id lanes a login may ask for.
+pub const KDF_LANES_MAX: u32 = 16;
 
 /// Number of objects a file of `size` bytes has.
 pub fn stripes_for(size: u64) -> u32 {

@@ -27,6 +27,7 @@ use maat_proto::signed;
 use maat_proto::ticket::LoginTicket;
 use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
 use maat_proto::{CapabilityId, FileId, UnixMillis, UserId};
+pub use namespace::FILE_BYTES_MAX;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -45,7 +46,7 @@ pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
 /// Most sessions kept in memory (the store holds all of them).
 pub const SESSIONS_CACHED_MAX: usize = 65_536;
 /// How far before now a capability's validity starts, to tolerate clock offsets (T7).
-pub const CLOCK_SKEW_MILLIS: u64 = wire::REPLAY_WINDOW_MILLIS;
+pub const CLOCK_SKEW_MILLIS: u64 = maat_proto::login::TOKEN_BACKDATE_MILLIS;
 
 /// This crate's error: a refusal the client caused, or a store failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -395,6 +396,15 @@ impl<S: MetaStore> Mds<S> {
                 }
                 let _guard = lock(&self.write);
                 let existing = self.store.osds()?;
+                if existing
+                    .iter()
+                    .any(|o| o.id == id && o.sealing_key != sealing_key)
+                {
+                    return Err(MdsError::refused(
+                        ErrorCode::AlreadyExists,
+                        format!("OSD {id} is registered with another key (a reformatted OSD needs a new id)"),
+                    ));
+                }
                 let entry = OsdEntry {
                     id,
                     address,
@@ -457,14 +467,19 @@ impl<S: MetaStore> Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsPlainResponse> {
         let failed = || MdsError::refused(ErrorCode::AuthenticationFailed, "");
-        let user = self.store.user_by_name(name)?.ok_or_else(failed)?;
+        // Same checks, same order and one error for known and unknown users: time, then a
+        // MAC check (against a decoy key when the user does not exist).
         lock(&self.volatile)
             .replay
             .check_time(UnixMillis(timestamp), now)
             .map_err(freshness_error)?;
-        let user_key =
-            MacKey::new(Secret32::from_bytes(user.key)).with_counters(self.counters.clone());
-        user_key
+        let user = self.store.user_by_name(name)?;
+        let key = match &user {
+            Some(u) => u.key,
+            None => hash::blake3_keyed(&self.decoy_key, &[b"decoy user key", name.as_bytes()]),
+        };
+        let user_key = MacKey::new(Secret32::from_bytes(key)).with_counters(self.counters.clone());
+        let mac_ok = user_key
             .verify(
                 &login_mac_parts(name, &signing_key, &sealing_key, timestamp, &nonce)
                     .iter()
@@ -472,7 +487,11 @@ impl<S: MetaStore> Mds<S> {
                     .collect::<Vec<_>>(),
                 &mac,
             )
-            .map_err(|_| failed())?;
+            .is_ok();
+        let user = match (user, mac_ok) {
+            (Some(u), true) => u,
+            _ => return Err(failed()),
+        };
         let mut sid = [0u8; 16];
         if let Some(s) = sid.get_mut(..8) {
             s.copy_from_slice(&user.id.to_be_bytes());
@@ -651,7 +670,7 @@ impl<S: MetaStore> Mds<S> {
                 access,
                 create,
             } => self.open_file(who, &path, access, create, session.is_some(), now, rng),
-            MdsRequest::SetSize { file, size } => self.set_size(who, file, size, now),
+            MdsRequest::SetSize { path, file, size } => self.set_size(who, &path, file, size, now),
             MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
             MdsRequest::Chown { path, owner, group } => {
@@ -802,18 +821,19 @@ impl<S: MetaStore> Mds<S> {
             gids.push(group.id);
         }
         let mut batch = Batch::default();
-        // Each user gets a personal group of the same name when the name is free.
-        let gid = match self.store.group_by_name(name)? {
-            Some(g) => g.id,
-            None => {
-                let gid = self.next_id("next_group", &mut batch)?;
-                batch.push(Op::PutGroup(GroupRecord {
-                    id: gid,
-                    name: name.into(),
-                }));
-                gid
-            }
-        };
+        // Each user gets a personal group of the same name; joining an existing group by
+        // accident of naming would hand its members the new user's group access.
+        if self.store.group_by_name(name)?.is_some() {
+            return Err(MdsError::refused(
+                ErrorCode::AlreadyExists,
+                format!("a group named {name} exists; pick another user name"),
+            ));
+        }
+        let gid = self.next_id("next_group", &mut batch)?;
+        batch.push(Op::PutGroup(GroupRecord {
+            id: gid,
+            name: name.into(),
+        }));
         let uid = self.next_id("next_user", &mut batch)?;
         batch.push(Op::PutUser(UserRecord {
             id: uid,

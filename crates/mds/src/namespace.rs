@@ -7,6 +7,9 @@ use maat_proto::limits::PATH_BYTES_MAX;
 use maat_proto::msg::{Access, ErrorCode, FileStat, MdsResponse, NAME_BYTES_MAX};
 use maat_proto::UnixMillis;
 
+/// Largest file size the MDS records (1 TiB: two million stripes).
+pub const FILE_BYTES_MAX: u64 = 1 << 40;
+
 const READ: u16 = 4;
 const WRITE: u16 = 2;
 const EXEC: u16 = 1;
@@ -354,22 +357,35 @@ impl<S: MetaStore> crate::Mds<S> {
         })
     }
 
+    /// Records a file's size after writing. The file is named by path (so the search
+    /// permissions on the way are checked) and by id (so a file replaced meanwhile is not
+    /// resized by mistake).
     pub(crate) fn set_size(
         &self,
         who: &Principal,
+        path: &str,
         file: u64,
         size: u64,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
-        let mut inode = self.load(file, &format!("file {file}"))?;
-        if inode.is_dir {
+        if size > FILE_BYTES_MAX {
             return Err(MdsError::refused(
-                ErrorCode::IsADirectory,
-                format!("file {file}"),
+                ErrorCode::TooLarge,
+                format!("files are limited to {FILE_BYTES_MAX} bytes"),
             ));
         }
-        require(who, &inode, WRITE, "set size")?;
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve(who, path)?;
+        if inode.id != file {
+            return Err(MdsError::refused(
+                ErrorCode::NoSuchFile,
+                format!("{path} was replaced while being written"),
+            ));
+        }
+        if inode.is_dir {
+            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        require(who, &inode, WRITE, path)?;
         inode.size = size;
         inode.mtime = now.0;
         let mut batch = Batch::default();

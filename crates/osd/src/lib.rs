@@ -16,6 +16,7 @@ use maat_proto::capability::{Capability, Mode};
 use maat_proto::msg::{
     self, DaemonStats, ErrorCode, InsecureRequest, ObjectAttributes, ObjectId, OsdCommand,
     OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, ADMIN_USER_ID,
+    DATA_PARTITION, STRIPE_UNIT_BYTES,
 };
 use maat_proto::session::{self, SessionOffer};
 use maat_proto::signed::Unverified;
@@ -200,7 +201,12 @@ impl OsdCore {
         let key = VerifyingKey::from_bytes(&key)
             .map_err(|_| refuse(ErrorCode::Malformed, "MDS key"))?
             .with_counters(self.counters.clone());
-        *write(&self.mds_key) = Some(key);
+        let mut current = write(&self.mds_key);
+        if current.as_ref().map(|k| k.to_bytes()) != Some(key.to_bytes()) {
+            // Capabilities verified under another key must be verified again.
+            write(&self.capabilities).clear();
+        }
+        *current = Some(key);
         Ok(())
     }
 
@@ -366,8 +372,17 @@ impl OsdCore {
             .command
             .object_access()
             .ok_or_else(|| refuse(ErrorCode::InvalidArgument, "not a data command"))?;
+        check_bounds(&request.command)?;
         if caller.secure.is_none() {
             return Ok(Authorized { object, mode });
+        }
+        // Capabilities name files, and user files live in the data partition only; other
+        // partitions are reachable by the administrator's commands alone.
+        if object.partition != DATA_PARTITION {
+            return Err(refuse(
+                ErrorCode::PermissionDenied,
+                "capabilities reach the data partition only",
+            ));
         }
         let capability = self.verified_capability(&request.capability, now)?;
         capability
@@ -559,6 +574,34 @@ impl OsdCore {
     /// This daemon's crypto counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+}
+
+/// Bounds every data command so no request makes the OSD allocate or write more than one
+/// stripe unit (a sparse object of 2^40 bytes followed by a 4 GiB read would otherwise be
+/// one user away).
+fn check_bounds(command: &OsdCommand) -> Result<(), WireError> {
+    let too_large = |what: &str| {
+        refuse(
+            ErrorCode::TooLarge,
+            format!("{what} beyond one stripe unit ({STRIPE_UNIT_BYTES} bytes)"),
+        )
+    };
+    match command {
+        OsdCommand::Read { offset, length, .. }
+            if offset.saturating_add(u64::from(*length)) > STRIPE_UNIT_BYTES =>
+        {
+            Err(too_large("read"))
+        }
+        OsdCommand::Write { offset, data, .. }
+            if offset.saturating_add(data.len() as u64) > STRIPE_UNIT_BYTES =>
+        {
+            Err(too_large("write"))
+        }
+        OsdCommand::Append { data, .. } if data.len() as u64 > STRIPE_UNIT_BYTES => {
+            Err(too_large("append"))
+        }
+        _ => Ok(()),
     }
 }
 

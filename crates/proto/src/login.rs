@@ -9,6 +9,10 @@ const LOGIN_OK_CONTEXT: &[u8] = b"maat/login-ok/v1\0";
 const MDS_SESSION_INFO: &[u8] = b"maat/m1/mds-session/v1";
 const REGISTER_CONTEXT: &[u8] = b"maat/register/v1\0";
 const REGISTERED_CONTEXT: &[u8] = b"maat/registered/v1\0";
+/// How far before its issue time the MDS starts a ticket's or capability's validity (to
+/// tolerate clock offsets). A client learns the MDS clock from a ticket as
+/// `start + TOKEN_BACKDATE_MILLIS`, an authenticated value.
+pub const TOKEN_BACKDATE_MILLIS: u64 = 30_000;
 /// Sealing context of a new user's key sent to the MDS.
 pub const USER_KEY_SEAL_CONTEXT: &[u8] = b"maat/user-key/v1";
 

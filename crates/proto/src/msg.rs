@@ -339,7 +339,9 @@ pub enum MdsRequest {
     },
     /// Record the size after writing (the "close" of a writer).
     SetSize {
-        /// File.
+        /// Path of the file.
+        path: String,
+        /// Its id as opened (refused if the path now names another file).
         file: u64,
         /// New size in bytes.
         size: u64,

@@ -42,6 +42,10 @@ pub const FRAME_HEADER_BYTES: usize = 8;
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// How far a request's timestamp may be from the receiver's clock (SPEC T7).
 pub const REPLAY_WINDOW_MILLIS: u64 = 30_000;
+/// How far a request's timestamp may run ahead of the receiver's clock. Small, because a
+/// receiver refuses timestamps before `boot + FUTURE_SKEW_MILLIS`: together the two rules
+/// make a request captured before a restart unusable after it (see [`ReplayWindow`]).
+pub const FUTURE_SKEW_MILLIS: u64 = 500;
 /// Most (session, nonce) pairs a receiver remembers; beyond this it refuses new requests
 /// as busy rather than forget one inside the window.
 pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
@@ -352,17 +356,20 @@ pub enum Freshness {
 
 /// SPEC T7: timestamps plus a nonce window.
 ///
-/// A request is fresh when its timestamp is within [`REPLAY_WINDOW_MILLIS`] of `now`, not
-/// earlier than the receiver's boot time, and its (session, nonce) pair is unseen. The boot
-/// rule is what makes an in-memory window safe across restarts: a request captured before
-/// a crash carries a timestamp before the new boot and is refused as stale, so nothing
-/// needs to be persisted.
+/// A request is fresh when its timestamp is at most [`REPLAY_WINDOW_MILLIS`] old, at most
+/// [`FUTURE_SKEW_MILLIS`] ahead of `now`, not earlier than `boot + FUTURE_SKEW_MILLIS`,
+/// and its (session, nonce) pair is unseen. The last two rules make an in-memory window
+/// safe across restarts: a request captured at time `t` before a restart at `b > t` has a
+/// timestamp `≤ t + FUTURE_SKEW < b + FUTURE_SKEW`, so it is refused as stale afterwards
+/// and nothing needs to be persisted. Pruning uses the latest `now` seen, so a clock that
+/// steps back cannot make forgotten nonces acceptable again.
 #[derive(Debug)]
 pub struct ReplayWindow {
     boot: UnixMillis,
     window_millis: u64,
     seen: HashSet<([u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
     order: VecDeque<(UnixMillis, [u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
+    latest_now: UnixMillis,
 }
 
 impl ReplayWindow {
@@ -373,12 +380,18 @@ impl ReplayWindow {
             window_millis: REPLAY_WINDOW_MILLIS,
             seen: HashSet::new(),
             order: VecDeque::new(),
+            latest_now: boot,
         }
     }
 
     /// Checks only the timestamp (cheap; done before the MAC).
     pub fn check_time(&self, timestamp: UnixMillis, now: UnixMillis) -> Result<(), Freshness> {
-        if timestamp < self.boot || timestamp.0.abs_diff(now.0) > self.window_millis {
+        // "Old" is judged against the latest time seen, so a clock stepping back cannot
+        // bring a pruned nonce's timestamp back into the window.
+        let too_old = now.max(self.latest_now).0.saturating_sub(timestamp.0) > self.window_millis;
+        let too_new = timestamp.0 > now.0.saturating_add(FUTURE_SKEW_MILLIS);
+        let before_boot = timestamp.0 < self.boot.0.saturating_add(FUTURE_SKEW_MILLIS);
+        if too_old || too_new || before_boot {
             return Err(Freshness::Stale);
         }
         Ok(())
@@ -411,7 +424,8 @@ impl ReplayWindow {
         // Entries are forgotten once their timestamp could no longer pass `check_time`.
         // The queue is in arrival order, which is near timestamp order; an entry that
         // arrived out of order is kept a little longer, never dropped early.
-        let horizon = now.0.saturating_sub(self.window_millis);
+        self.latest_now = self.latest_now.max(now);
+        let horizon = self.latest_now.0.saturating_sub(self.window_millis);
         while let Some((ts, sid, nonce)) = self.order.front() {
             if ts.0 >= horizon {
                 break;
@@ -462,6 +476,39 @@ mod tests {
         // After the window passes the old nonce is forgotten, but it would be stale anyway.
         assert_eq!(w.check_and_record(&sid, &[5u8; 16], later, later), Ok(()));
         assert_eq!(w.len(), 1);
+        // Future-dated beyond the skew, and inside the boot grace: both stale.
+        let future = UnixMillis(later.0 + FUTURE_SKEW_MILLIS + 1);
+        assert_eq!(
+            w.check_and_record(&sid, &[6u8; 16], future, later),
+            Err(Freshness::Stale)
+        );
+        assert_eq!(
+            w.check_time(
+                UnixMillis(boot.0 + FUTURE_SKEW_MILLIS - 1),
+                UnixMillis(boot.0 + 1000)
+            ),
+            Err(Freshness::Stale)
+        );
+        // A request captured just before a restart cannot pass after it: its timestamp is
+        // at most capture + skew, below the new boot + skew.
+        let captured_at = UnixMillis(2_000_000);
+        let ts = UnixMillis(captured_at.0 + FUTURE_SKEW_MILLIS);
+        let restarted = ReplayWindow::new(UnixMillis(captured_at.0 + 1));
+        assert_eq!(
+            restarted.check_time(ts, UnixMillis(captured_at.0 + 5000)),
+            Err(Freshness::Stale)
+        );
+        // A clock stepping back does not resurrect forgotten nonces.
+        let mut w = ReplayWindow::new(boot);
+        let t1 = UnixMillis(1_100_000);
+        assert_eq!(w.check_and_record(&sid, &[7u8; 16], t1, t1), Ok(()));
+        let t2 = UnixMillis(t1.0 + REPLAY_WINDOW_MILLIS + 10);
+        assert_eq!(w.check_and_record(&sid, &[8u8; 16], t2, t2), Ok(()));
+        let back = UnixMillis(t1.0 + 10);
+        assert_eq!(
+            w.check_and_record(&sid, &[7u8; 16], t1, back),
+            Err(Freshness::Stale)
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod object_store;
 mod serve;
 
 pub use config::{MdsFileConfig, OsdFileConfig};
-pub use serve::{Shutdown, CONNECTIONS_MAX};
+pub use serve::{Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;

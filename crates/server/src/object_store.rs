@@ -48,7 +48,10 @@ impl FileObjectStore {
             temp_counter: AtomicU64::new(0),
         };
         fs::create_dir_all(store.partition_dir(DATA_PARTITION))?;
+        // Make the directory chain itself durable on first start.
+        sync_dir(&store.partition_dir(DATA_PARTITION))?;
         sync_dir(&store.root)?;
+        sync_dir(data_dir)?;
         for partition in fs::read_dir(&store.root)? {
             let partition = partition?.path();
             if !partition.is_dir() {
@@ -110,11 +113,17 @@ impl ObjectStore for FileObjectStore {
     fn create(&self, auth: &Authorized) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
-        let path = self.object_path(o);
-        if path.exists() {
-            return Ok(());
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(self.object_path(o))
+        {
+            Ok(f) => f.sync_all()?,
+            // Never truncate: a write may have landed in between.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e.into()),
         }
-        File::create(&path)?.sync_all()?;
+        // Also when it existed: its creator may not have made the entry durable yet.
         sync_dir(&dir)?;
         Ok(())
     }
@@ -161,7 +170,6 @@ impl ObjectStore for FileObjectStore {
         if replace && offset == 0 {
             return self.replace_file(&dir, &path, data);
         }
-        let existed = path.exists();
         let f = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -172,9 +180,9 @@ impl ObjectStore for FileObjectStore {
             f.set_len(offset.saturating_add(data.len() as u64))?;
         }
         f.sync_data()?;
-        if !existed {
-            sync_dir(&dir)?;
-        }
+        // Always: whoever created the file may not have made its entry durable yet, and
+        // this write must not be acknowledged before it is.
+        sync_dir(&dir)?;
         Ok(())
     }
 
@@ -182,13 +190,10 @@ impl ObjectStore for FileObjectStore {
         let o = auth.object();
         let dir = self.check_partition(o)?;
         let path = self.object_path(o);
-        let existed = path.exists();
         let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
         f.write_all(data)?;
         f.sync_data()?;
-        if !existed {
-            sync_dir(&dir)?;
-        }
+        sync_dir(&dir)?;
         Ok(())
     }
 

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 /// Most connections served at once; more are closed at once.
 pub const CONNECTIONS_MAX: usize = 1024;
+/// A connection that sends no frame for this long is closed, so idle sockets cannot hold
+/// every slot.
+pub const IDLE_SECONDS_MAX: u32 = 120;
 
 /// A shutdown signal shared by a daemon's threads.
 #[derive(Clone, Default)]
@@ -86,6 +89,7 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
     if configure(&stream).is_err() {
         return;
     }
+    let mut idle_seconds = 0u32;
     loop {
         // Idle connections are checked for shutdown once a second; once a frame has begun
         // it must arrive within the normal I/O timeout.
@@ -104,10 +108,15 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
                         | std::io::ErrorKind::Interrupted
                 ) =>
             {
-                continue
+                idle_seconds += 1;
+                if idle_seconds >= IDLE_SECONDS_MAX {
+                    return;
+                }
+                continue;
             }
             Err(_) => return,
         }
+        idle_seconds = 0;
         let _ = stream.set_read_timeout(Some(maat_net::IO_TIMEOUT));
         match read_frame(&mut stream) {
             Ok((frame_type, payload)) => {
