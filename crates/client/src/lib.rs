@@ -586,6 +586,21 @@ impl Client {
 
     // ------------------------------------------------------------------ capabilities
 
+    fn opened_from(&self, response: MdsResponse) -> Result<Opened> {
+        match response {
+            MdsResponse::Opened {
+                stat,
+                capability,
+                cached,
+            } => Ok(Opened {
+                stat,
+                capability,
+                mds_cached: cached,
+            }),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     fn forget_opened(&mut self) {
         if let Some(s) = &mut self.session {
             s.opened.clear();
@@ -611,22 +626,12 @@ impl Client {
             }
         }
         self.stats.capability_cache_misses += 1;
-        let opened = match self.mds_call(MdsRequest::Open {
+        let response = self.mds_call(MdsRequest::Open {
             path: path.into(),
             access,
             create,
-        })? {
-            MdsResponse::Opened {
-                stat,
-                capability,
-                cached,
-            } => Opened {
-                stat,
-                capability,
-                mds_cached: cached,
-            },
-            _ => return Err(self.bad("mds", "unexpected answer")),
-        };
+        })?;
+        let opened = self.opened_from(response)?;
         if access == Access::Read && !opened.capability.is_empty() {
             if let Ok(c) =
                 Unverified::<maat_proto::capability::Capability>::decode(&opened.capability)
@@ -832,14 +837,19 @@ impl Client {
 
     // ------------------------------------------------------------------ files
 
-    /// Writes one object of a file.
-    pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
+    /// The object holding stripe `stripe` of an opened file, and the OSD it lives on.
+    fn stripe_target(&mut self, opened: &Opened, stripe: u32) -> Result<(u64, ObjectId)> {
         let object = ObjectId {
             partition: DATA_PARTITION,
             file: opened.stat.id,
             stripe,
         };
-        let osd = self.place(object.file, stripe)?;
+        Ok((self.place(object.file, stripe)?, object))
+    }
+
+    /// Writes one object of a file.
+    pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
+        let (osd, object) = self.stripe_target(opened, stripe)?;
         self.osd_call(
             osd,
             OsdRequest {
@@ -857,12 +867,7 @@ impl Client {
 
     /// Reads one object of a file (`None` when it does not exist).
     pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
-        let object = ObjectId {
-            partition: DATA_PARTITION,
-            file: opened.stat.id,
-            stripe,
-        };
-        let osd = self.place(object.file, stripe)?;
+        let (osd, object) = self.stripe_target(opened, stripe)?;
         match self.osd_call(
             osd,
             OsdRequest {
@@ -882,12 +887,7 @@ impl Client {
     }
 
     fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
-        let object = ObjectId {
-            partition: DATA_PARTITION,
-            file: opened.stat.id,
-            stripe,
-        };
-        let osd = self.place(object.file, stripe)?;
+        let (osd, object) = self.stripe_target(opened, stripe)?;
         self.osd_call(
             osd,
             OsdRequest {
@@ -985,18 +985,8 @@ impl Client {
     /// Removes a file and its objects.
     pub fn unlink(&mut self, path: &str) -> Result<()> {
         self.forget_opened();
-        let opened = match self.mds_call(MdsRequest::Unlink { path: path.into() })? {
-            MdsResponse::Opened {
-                stat,
-                capability,
-                cached,
-            } => Opened {
-                stat,
-                capability,
-                mds_cached: cached,
-            },
-            _ => return Err(self.bad("mds", "unexpected answer")),
-        };
+        let response = self.mds_call(MdsRequest::Unlink { path: path.into() })?;
+        let opened = self.opened_from(response)?;
         for stripe in 0..stripes_for(opened.stat.size).max(1) {
             self.remove_object(&opened, stripe)?;
         }

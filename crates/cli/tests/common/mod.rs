@@ -154,20 +154,7 @@ impl Cluster {
             .unwrap();
         let status = self.child.wait().unwrap();
         assert!(status.success(), "maat up exits 0 on SIGTERM, got {status}");
-        let mut child = Command::new(MAAT)
-            .args(["up", "--data"])
-            .arg(self.data())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().unwrap().unwrap();
-        assert!(first.contains("ready"), "{first}");
-        std::thread::spawn(move || for _ in lines {});
-        self.child = child;
+        self.child = spawn_up(&["up"], &self.data());
     }
 
     pub fn pid(&self, daemon: &str) -> u32 {
@@ -177,6 +164,29 @@ impl Cluster {
             .parse()
             .unwrap()
     }
+}
+
+/// Starts `maat <args> --data <data>` and waits for its `ready` line.
+fn spawn_up(args: &[&str], data: &Path) -> Child {
+    let mut child = Command::new(MAAT)
+        .args(args)
+        .arg("--data")
+        .arg(data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        let line = lines.next().expect("maat up ended before ready").unwrap();
+        if line.contains("ready") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    child
 }
 
 impl Drop for Cluster {
