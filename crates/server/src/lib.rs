@@ -309,7 +309,10 @@ fn register_loop(
                 return;
             }
             Err(e) => {
-                if !warned {
+                // Right after the MDS boots it refuses timestamps inside its restart grace
+                // (T7); that is expected and retried, not worth a warning.
+                let expected = e.contains("stale request");
+                if !warned && !expected {
                     eprintln!(
                         "osd {id}: registration with MDS at {mds_address} failed ({e}); retrying"
                     );
