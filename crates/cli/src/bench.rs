@@ -161,7 +161,9 @@ fn counts(c: &mut Client) -> Result<Counts> {
 
 struct Row {
     name: &'static str,
+    /// Median.
     micros: f64,
+    mean_micros: f64,
     signatures: f64,
     verifications: f64,
     macs: f64,
@@ -212,9 +214,11 @@ impl Acc {
             v += dv;
             m += dm;
         }
+        let mean = self.elapsed.as_secs_f64() * 1e6 / n;
         Row {
             name: self.name,
-            micros: self.elapsed.as_secs_f64() * 1e6 / n,
+            micros: mean,
+            mean_micros: mean,
             signatures: s / n,
             verifications: v / n,
             macs: m / n,
@@ -392,7 +396,8 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
 
     // Pass 2, times: per operation kind, the three variants one after another for each
     // index (rotating which goes first), so drift on a shared machine hits all alike.
-    let mut elapsed = [Duration::ZERO; 9];
+    // Medians are reported (scheduler hiccups on a shared VM skew means); means too.
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n as usize); 9];
     for (k, kind) in [OpKind::Open, OpKind::Write, OpKind::Read]
         .into_iter()
         .enumerate()
@@ -411,8 +416,8 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
                 }
                 let t0 = Instant::now();
                 state.run(&mut c, kind, sec, i)?;
-                if let Some(e) = elapsed.get_mut(k * 3 + s) {
-                    *e += t0.elapsed();
+                if let Some(v) = samples.get_mut(k * 3 + s) {
+                    v.push(t0.elapsed());
                 }
             }
         }
@@ -420,20 +425,27 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
     c.secure();
     let rows: Vec<Row> = counted
         .into_iter()
-        .zip(elapsed)
-        .map(|(r, e)| Row {
-            micros: e.as_secs_f64() * 1e6 / f64::from(n),
-            ..r
+        .zip(samples)
+        .map(|(r, mut v)| {
+            v.sort();
+            let total: Duration = v.iter().sum();
+            Row {
+                micros: v
+                    .get(v.len() / 2)
+                    .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6),
+                mean_micros: total.as_secs_f64() * 1e6 / v.len().max(1) as f64,
+                ..r
+            }
         })
         .collect();
 
-    // Sequential throughput, alternating modes three times; medians.
+    // Sequential throughput, alternating modes five times; medians.
     let size = seq_mib * 1024 * 1024;
     let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
     // [NOSEC, secure] samples in MB/s.
     let mut put: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut get: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..3 {
+    for round in 0..5 {
         for (mode, insecure) in [(0usize, true), (1usize, false)] {
             let (put_samples, get_samples) = match (put.get_mut(mode), get.get_mut(mode)) {
                 (Some(p), Some(g)) => (p, g),
@@ -489,6 +501,7 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         for r in &rows {
             let key = r.name.replace(' ', "_").to_lowercase();
             obj.insert(format!("{key}_us"), r.micros.into());
+            obj.insert(format!("{key}_mean_us"), r.mean_micros.into());
             obj.insert(format!("{key}_signatures_per_op"), r.signatures.into());
             obj.insert(
                 format!("{key}_verifications_per_op"),
@@ -515,15 +528,16 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
     } else {
         println!("E1 (paper 000 Table 1 shape), {n} operations each, 4 OSDs on loopback");
         println!(
-            "{:<34} {:>10} {:>8} {:>10} {:>10} {:>8}",
-            "operation", "µs/op", "× NOSEC", "sig/op", "verify/op", "MAC/op"
+            "{:<34} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8}",
+            "operation", "median µs", "mean µs", "× NOSEC", "sig/op", "verify/op", "MAC/op"
         );
         for r in &rows {
             let kind = r.name.split(' ').next().unwrap_or("");
             println!(
-                "{:<34} {:>10.1} {:>8.2} {:>10.2} {:>10.2} {:>8.2}",
+                "{:<34} {:>10.1} {:>10.1} {:>8.2} {:>10.2} {:>10.2} {:>8.2}",
                 r.name,
                 r.micros,
+                r.mean_micros,
                 r.micros / base(kind),
                 r.signatures,
                 r.verifications,

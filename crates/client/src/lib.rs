@@ -41,7 +41,7 @@ pub enum ClientError {
     #[error("{0}")]
     Refused(WireError),
     /// The network failed.
-    #[error("{address}: {source}")]
+    #[error("cannot reach {address} (is the cluster running?): {source}")]
     Net {
         /// Peer.
         address: String,
