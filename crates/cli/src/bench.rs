@@ -397,7 +397,7 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
     // Pass 2, times: per operation kind, the three variants one after another for each
     // index (rotating which goes first), so drift on a shared machine hits all alike.
     // Medians are reported (scheduler hiccups on a shared VM skew means); means too.
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n as usize); 9];
+    let mut samples: Vec<Vec<Duration>> = (0..9).map(|_| Vec::with_capacity(n as usize)).collect();
     for (k, kind) in [OpKind::Open, OpKind::Write, OpKind::Read]
         .into_iter()
         .enumerate()
