@@ -10,9 +10,8 @@
 mod common;
 use common::Cluster;
 use maat_client::{Client, Opened};
-use maat_crypto::mac::MacKey;
 use maat_crypto::sign::SigningKey;
-use maat_crypto::{OsRng, Secret32};
+use maat_crypto::OsRng;
 use maat_net::Connection;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::msg::{
@@ -141,7 +140,7 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
 
     // 5. Replayed request: the same sealed envelope twice.
     let (sid, key) = alice.osd_session(osd_a).unwrap();
-    let key = MacKey::new(Secret32::from_bytes(key));
+    let key = wire::envelope_key(&key);
     let body = msg::encode(&OsdRequest {
         capability: a.capability.clone(),
         command: OsdCommand::Read {
@@ -247,7 +246,7 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     let mut mds = Connection::new(mds_address.clone());
     let session = serde_session(&cluster, &mut bob);
     let (msid, mkey) = session;
-    let mkey = MacKey::new(Secret32::from_bytes(mkey));
+    let mkey = wire::envelope_key(&mkey);
     let stat = msg::encode(&MdsRequest::Stat {
         path: "/home".into(),
     })

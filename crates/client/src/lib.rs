@@ -432,7 +432,7 @@ impl Client {
         }
         let now = self.now();
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let key = MacKey::new(Secret32::from_bytes(session.key));
+        let key = wire::envelope_key(&session.key);
         let sid = session.session_id;
         let mut nonce = [0u8; 16];
         self.rng.fill_bytes(&mut nonce);
@@ -811,7 +811,7 @@ impl Client {
             };
         }
         let (sid, key, offset) = self.osd_session_with_offset(osd)?;
-        let key = MacKey::new(Secret32::from_bytes(key));
+        let key = wire::envelope_key(&key);
         let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
         let mut nonce = [0u8; 16];
         self.rng.fill_bytes(&mut nonce);

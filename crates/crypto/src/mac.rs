@@ -81,3 +81,57 @@ pub(crate) fn tag_raw(key: &[u8; 32], parts: &[&[u8]]) -> Tag {
         Err(_) => [0u8; TAG_BYTES],
     }
 }
+
+/// Keyed BLAKE3 as a MAC (SPEC suite: "keyed BLAKE3 where no T10 compatibility is
+/// implied"): one pass over the message, where HMAC-SHA256 of a BLAKE3 digest would be
+/// two. Used for request/response envelopes (T7). The key is derived from a session
+/// secret with BLAKE3's key-derivation mode and a context string, so the same secret never
+/// keys two MAC algorithms.
+#[derive(Clone)]
+pub struct Blake3Mac {
+    key: Secret32,
+    counters: Counters,
+}
+
+impl Blake3Mac {
+    /// Derives the MAC key for `context` from `secret`.
+    pub fn derive(secret: &Secret32, context: &str) -> Self {
+        Self {
+            key: Secret32::from_bytes(blake3::derive_key(context, secret.expose())),
+            counters: global().clone(),
+        }
+    }
+
+    /// Counts this key's operations into `counters`.
+    pub fn with_counters(mut self, counters: Counters) -> Self {
+        self.counters = counters;
+        self
+    }
+
+    /// Keyed BLAKE3 over the concatenation of `parts`.
+    pub fn tag(&self, parts: &[&[u8]]) -> Tag {
+        bump!(self.counters, macs_computed);
+        let mut hasher = blake3::Hasher::new_keyed(self.key.expose());
+        for part in parts {
+            hasher.update(part);
+        }
+        *hasher.finalize().as_bytes()
+    }
+
+    /// Checks `tag` over `parts` in constant time.
+    pub fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> Result<()> {
+        bump!(self.counters, macs_verified);
+        let expected = self.tag(parts);
+        if ct_eq(&expected, tag) {
+            Ok(())
+        } else {
+            Err(CryptoError::BadMac)
+        }
+    }
+}
+
+impl std::fmt::Debug for Blake3Mac {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Blake3Mac(<redacted>)")
+    }
+}

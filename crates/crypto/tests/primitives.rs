@@ -191,3 +191,26 @@ fn hkdf_info_parts_are_unambiguous() {
     let b = kdf::hkdf_sha256(b"s", b"ikm", &[b"a", b"bc"]).unwrap();
     assert_ne!(a, b);
 }
+
+#[test]
+fn keyed_blake3_mac_refuses_tampering_and_other_keys() {
+    use maat_crypto::mac::Blake3Mac;
+    use maat_crypto::Secret32;
+    let counters = maat_crypto::OpCounters::new_handle();
+    let key = Blake3Mac::derive(&Secret32::from_bytes([1u8; 32]), "test ctx")
+        .with_counters(counters.clone());
+    let tag = key.tag(&[b"head", b"body"]);
+    assert!(key.verify(&[b"head", b"body"], &tag).is_ok());
+    assert!(key.verify(&[b"head", b"bodz"], &tag).is_err());
+    let mut bad = tag;
+    bad[31] ^= 1;
+    assert!(key.verify(&[b"head", b"body"], &bad).is_err());
+    // Another secret, or the same secret under another context, gives another key.
+    let other = Blake3Mac::derive(&Secret32::from_bytes([2u8; 32]), "test ctx");
+    assert!(other.verify(&[b"head", b"body"], &tag).is_err());
+    let other_ctx = Blake3Mac::derive(&Secret32::from_bytes([1u8; 32]), "other ctx");
+    assert!(other_ctx.verify(&[b"head", b"body"], &tag).is_err());
+    let c = counters.snapshot();
+    assert_eq!(c.macs_verified, 3);
+    assert_eq!(c.macs_computed, 4);
+}

@@ -10,7 +10,7 @@ mod namespace;
 pub mod store;
 
 use maat_crypto::kdf;
-use maat_crypto::mac::MacKey;
+use maat_crypto::mac::{Blake3Mac, MacKey};
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::SigningKey;
 use maat_crypto::{ct_eq, hash, Counters, CryptoRngCore, OpCounters, Secret32};
@@ -113,7 +113,7 @@ struct Volatile {
     replay: ReplayWindow,
     /// Sessions read from the store, so a request costs no database read (a cache: the
     /// store stays the truth).
-    sessions: HashMap<[u8; 16], SessionRecord>,
+    sessions: HashMap<[u8; 16], (SessionRecord, Blake3Mac)>,
     capabilities: HashMap<(u64, u64, u8), CachedCapability>,
 }
 
@@ -562,9 +562,9 @@ impl<S: MetaStore> Mds<S> {
         &self,
         payload: &'a [u8],
         now: UnixMillis,
-    ) -> Result<(&'a [u8], [u8; 16], [u8; 16], MacKey, Principal)> {
+    ) -> Result<(&'a [u8], [u8; 16], [u8; 16], Blake3Mac, Principal)> {
         let request = UnverifiedRequest::decode(payload)?;
-        let session = self.session(&request.session_id)?;
+        let (session, key) = self.session(&request.session_id)?;
         if session.expiry <= now.0 {
             return Err(MdsError::refused(ErrorCode::SessionExpired, "log in again"));
         }
@@ -572,8 +572,6 @@ impl<S: MetaStore> Mds<S> {
             .replay
             .check_time(request.timestamp, now)
             .map_err(freshness_error)?;
-        let key =
-            MacKey::new(Secret32::from_bytes(session.key)).with_counters(self.counters.clone());
         let request = request.verify(&key)?;
         self.fresh(&request.session_id, &request.nonce, request.timestamp, now)?;
         let principal = self.principal(session.user)?;
@@ -586,8 +584,8 @@ impl<S: MetaStore> Mds<S> {
         ))
     }
 
-    /// A session, from memory or (after a restart) from the store.
-    fn session(&self, id: &[u8; 16]) -> Result<SessionRecord> {
+    /// A session and its envelope key, from memory or (after a restart) from the store.
+    fn session(&self, id: &[u8; 16]) -> Result<(SessionRecord, Blake3Mac)> {
         if let Some(s) = lock(&self.volatile).sessions.get(id) {
             return Ok(s.clone());
         }
@@ -595,16 +593,18 @@ impl<S: MetaStore> Mds<S> {
             .store
             .session(id)?
             .ok_or_else(|| MdsError::refused(ErrorCode::UnknownSession, "log in again"))?;
-        self.remember_session(*id, session.clone());
-        Ok(session)
+        Ok(self.remember_session(*id, session))
     }
 
-    fn remember_session(&self, id: [u8; 16], session: SessionRecord) {
+    fn remember_session(&self, id: [u8; 16], session: SessionRecord) -> (SessionRecord, Blake3Mac) {
+        let key = wire::envelope_key(&session.key).with_counters(self.counters.clone());
+        let entry = (session, key);
         let mut v = lock(&self.volatile);
         if v.sessions.len() >= SESSIONS_CACHED_MAX {
             v.sessions.clear();
         }
-        v.sessions.insert(id, session);
+        v.sessions.insert(id, entry.clone());
+        entry
     }
 
     fn principal(&self, uid: u64) -> Result<Principal> {

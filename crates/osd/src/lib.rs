@@ -8,7 +8,7 @@
 //! takes one for every data operation, so a store call without the checks does not compile.
 //! The real store (files with fsync) lives in `maat-server`.
 
-use maat_crypto::mac::MacKey;
+use maat_crypto::mac::Blake3Mac;
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::VerifyingKey;
 use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters};
@@ -109,7 +109,7 @@ pub trait ObjectStore: Send + Sync {
 struct Session {
     user: UserId,
     expiry: UnixMillis,
-    key: MacKey,
+    key: Blake3Mac,
 }
 
 struct CachedCapability {
@@ -132,7 +132,7 @@ struct Stats {
 struct SecureContext {
     session_id: [u8; 16],
     nonce: [u8; 16],
-    key: MacKey,
+    key: Blake3Mac,
 }
 
 /// Who sent a request, after the envelope checks.
@@ -277,7 +277,7 @@ impl OsdCore {
                 Session {
                     user: key.user,
                     expiry: key.expiry,
-                    key: key.mac_key().with_counters(self.counters.clone()),
+                    key: wire::envelope_key(key.key.expose()).with_counters(self.counters.clone()),
                 },
             );
         }

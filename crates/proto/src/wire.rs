@@ -11,25 +11,27 @@
 //!
 //! ```text
 //! session id [16] ‖ timestamp u64 BE ‖ nonce [16] ‖ message ‖ MAC [32]
-//! MAC = HMAC-SHA256(K, "maat/req/v1\0" ‖ session id ‖ timestamp ‖ nonce ‖ BLAKE3(message))
+//! MAC = BLAKE3-keyed(K_env, "maat/req/v1\0" ‖ session id ‖ timestamp ‖ nonce ‖ message)
 //! ```
 //!
 //! and their answers ([`FrameType::Response`])
 //!
 //! ```text
 //! nonce of the request [16] ‖ timestamp u64 BE ‖ message ‖ MAC [32]
-//! MAC = HMAC-SHA256(K, "maat/resp/v1\0" ‖ session id ‖ nonce ‖ timestamp ‖ BLAKE3(message))
+//! MAC = BLAKE3-keyed(K_env, "maat/resp/v1\0" ‖ session id ‖ nonce ‖ timestamp ‖ message)
 //! ```
 //!
-//! The message is hashed with BLAKE3 first so the MAC covers bulk data (SPEC T2's ALLDATA
-//! idea) at BLAKE3 speed while the keyed part stays one HMAC per request. Receivers check,
+//! `K_env = BLAKE3-derive-key("maat envelope v1", K)` for the session secret `K`. The MAC
+//! covers bulk data (SPEC T2's ALLDATA idea) in one keyed-BLAKE3 pass (the SPEC suite's
+//! choice where no T10 compatibility is implied). Every field before the message has a
+//! fixed length, so the MAC input is unambiguous. Receivers check,
 //! in this order: session known, session not expired, timestamp inside the window and not
 //! before the receiver booted, MAC, nonce unseen ([`ReplayWindow`]); each refusal is typed.
 
 use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
 use crate::{ProtoError, Result, UnixMillis};
-use maat_crypto::hash;
-use maat_crypto::mac::{MacKey, TAG_BYTES};
+use maat_crypto::mac::{Blake3Mac, TAG_BYTES};
+use maat_crypto::Secret32;
 use std::collections::{HashSet, VecDeque};
 
 /// First two bytes of every frame.
@@ -50,6 +52,8 @@ pub const FUTURE_SKEW_MILLIS: u64 = 500;
 /// as busy rather than forget one inside the window.
 pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
 
+/// BLAKE3 key-derivation context of envelope keys.
+pub const ENVELOPE_KEY_CONTEXT: &str = "maat envelope v1";
 const REQUEST_CONTEXT: &[u8] = b"maat/req/v1\0";
 const RESPONSE_CONTEXT: &[u8] = b"maat/resp/v1\0";
 const ENVELOPE_HEADER_BYTES: usize = SESSION_ID_BYTES + 8 + NONCE_BYTES;
@@ -200,26 +204,30 @@ pub struct VerifiedRequest<'a> {
     pub message: &'a [u8],
 }
 
+/// The envelope MAC key for a session secret.
+pub fn envelope_key(session_secret: &[u8; 32]) -> Blake3Mac {
+    Blake3Mac::derive(&Secret32::from_bytes(*session_secret), ENVELOPE_KEY_CONTEXT)
+}
+
 fn request_tag(
-    key: &MacKey,
+    key: &Blake3Mac,
     session_id: &[u8],
     timestamp: UnixMillis,
     nonce: &[u8],
     message: &[u8],
 ) -> [u8; TAG_BYTES] {
-    let digest = hash::blake3(&[message]);
     key.tag(&[
         REQUEST_CONTEXT,
         session_id,
         &timestamp.0.to_be_bytes(),
         nonce,
-        &digest,
+        message,
     ])
 }
 
 /// Builds the payload of an authenticated request.
 pub fn seal_request(
-    key: &MacKey,
+    key: &Blake3Mac,
     session_id: &[u8; SESSION_ID_BYTES],
     timestamp: UnixMillis,
     nonce: &[u8; NONCE_BYTES],
@@ -257,16 +265,15 @@ impl<'a> UnverifiedRequest<'a> {
         })
     }
 
-    /// Checks the MAC under the session key.
-    pub fn verify(self, key: &MacKey) -> Result<VerifiedRequest<'a>> {
-        let digest = hash::blake3(&[self.message]);
+    /// Checks the MAC under the session's envelope key.
+    pub fn verify(self, key: &Blake3Mac) -> Result<VerifiedRequest<'a>> {
         key.verify(
             &[
                 REQUEST_CONTEXT,
                 &self.session_id,
                 &self.timestamp.0.to_be_bytes(),
                 &self.nonce,
-                &digest,
+                self.message,
             ],
             &self.mac,
         )
@@ -282,19 +289,18 @@ impl<'a> UnverifiedRequest<'a> {
 
 /// Builds the payload of an authenticated response to the request with `nonce`.
 pub fn seal_response(
-    key: &MacKey,
+    key: &Blake3Mac,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
     timestamp: UnixMillis,
     message: &[u8],
 ) -> Vec<u8> {
-    let digest = hash::blake3(&[message]);
     let tag = key.tag(&[
         RESPONSE_CONTEXT,
         session_id,
         nonce,
         &timestamp.0.to_be_bytes(),
-        &digest,
+        message,
     ]);
     let mut out = Vec::with_capacity(RESPONSE_HEADER_BYTES + message.len() + TAG_BYTES);
     out.extend_from_slice(nonce);
@@ -307,7 +313,7 @@ pub fn seal_response(
 /// Checks a response payload against the request it answers; returns the server's
 /// timestamp and the message.
 pub fn open_response<'a>(
-    key: &MacKey,
+    key: &Blake3Mac,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
     payload: &'a [u8],
@@ -322,14 +328,13 @@ pub fn open_response<'a>(
     let mut r = crate::codec::Reader::new(head, "response envelope");
     let echoed: [u8; NONCE_BYTES] = r.array()?;
     let timestamp = UnixMillis(r.u64()?);
-    let digest = hash::blake3(&[message]);
     key.verify(
         &[
             RESPONSE_CONTEXT,
             session_id,
             &echoed,
             &timestamp.0.to_be_bytes(),
-            &digest,
+            message,
         ],
         mac,
     )
@@ -450,7 +455,6 @@ impl ReplayWindow {
 mod tests {
     #![allow(clippy::indexing_slicing)]
     use super::*;
-    use maat_crypto::Secret32;
 
     #[test]
     fn replay_window_refuses_replays_stale_and_pre_boot() {
@@ -513,7 +517,7 @@ mod tests {
 
     #[test]
     fn envelope_round_trip_and_tamper() {
-        let key = MacKey::new(Secret32::from_bytes([7u8; 32]));
+        let key = envelope_key(&[7u8; 32]);
         let sid = [9u8; 16];
         let nonce = [8u8; 16];
         let payload = seal_request(&key, &sid, UnixMillis(5), &nonce, b"hello");
@@ -538,7 +542,7 @@ mod tests {
     #[test]
     fn envelope_vector() {
         // Also in docs/PROTOCOL.md; computed independently with Python's hmac + blake3.
-        let key = MacKey::new(Secret32::from_bytes([7u8; 32]));
+        let key = envelope_key(&[7u8; 32]);
         let payload = seal_request(
             &key,
             &[9u8; 16],
@@ -547,7 +551,7 @@ mod tests {
             b"hello",
         );
         let frame = encode_frame(FrameType::Request, &payload).unwrap_or_default();
-        let expected = "4d5401020000004d09090909090909090909090909090909000001a2008d74000808080808080808080808080808080868656c6c6fbc4c7b4b7ec4b71141460574822e956b0d5181c735982a6f1acce9316827a6ba";
+        let expected = "4d5401020000004d09090909090909090909090909090909000001a2008d74000808080808080808080808080808080868656c6c6f7049b4dc6d2820fe9d8a558daf1edfbaba8ccd66b13e36a4cb015791dedd8a7f";
         assert_eq!(hex::encode(&frame), expected);
         let doc = include_str!("../../../docs/PROTOCOL.md");
         assert!(doc.contains(expected), "vector missing from PROTOCOL.md");
