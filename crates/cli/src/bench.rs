@@ -18,7 +18,7 @@ pub enum BenchCommand {
     /// capability cached, plus sequential put/get throughput secure vs NOSEC.
     Ops {
         /// Operations per measurement.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 400)]
         iterations: u32,
         /// Size of the sequential-throughput file in MiB.
         #[arg(long, default_value_t = 32)]
