@@ -43,6 +43,8 @@ pub const ROOT_INODE: u64 = 1;
 pub const TICKET_LIFETIME_MILLIS_DEFAULT: u64 = 10 * 60 * 60 * 1000;
 /// Most capabilities the MDS keeps cached (SPEC M5).
 pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
+/// Expired sessions are deleted from the store every this many logins (and at start).
+pub const SESSION_SWEEP_LOGINS: u64 = 1024;
 /// Most sessions kept in memory (the store holds all of them).
 pub const SESSIONS_CACHED_MAX: usize = 65_536;
 /// How far before now a capability's validity starts, to tolerate clock offsets (T7).
@@ -240,6 +242,12 @@ impl<S: MetaStore> Mds<S> {
                 "next_group".into(),
                 2u64.to_be_bytes().to_vec(),
             ));
+        }
+        // Expired sessions are dropped at start (and every SESSION_SWEEP_LOGINS logins).
+        for (id, session) in store.sessions()? {
+            if session.expiry <= boot.0 {
+                batch.push(Op::DeleteSession(id));
+            }
         }
         if !batch.0.is_empty() {
             store.commit(batch)?;
@@ -527,7 +535,10 @@ impl<S: MetaStore> Mds<S> {
         batch.push(Op::PutSession(session_id, record.clone()));
         self.store.commit(batch)?;
         self.remember_session(session_id, record);
-        self.stats.logins.fetch_add(1, Ordering::Relaxed);
+        let logins = self.stats.logins.fetch_add(1, Ordering::Relaxed) + 1;
+        if logins % SESSION_SWEEP_LOGINS == 0 {
+            self.sweep_sessions(now)?;
+        }
         Ok(MdsPlainResponse::LoginOk {
             ticket: ticket.encoded().to_vec(),
             mac: tag,
@@ -582,6 +593,23 @@ impl<S: MetaStore> Mds<S> {
             key,
             principal,
         ))
+    }
+
+    /// Deletes expired sessions from the store and the memory cache.
+    fn sweep_sessions(&self, now: UnixMillis) -> Result<()> {
+        let mut batch = Batch::default();
+        for (id, session) in self.store.sessions()? {
+            if session.expiry <= now.0 {
+                batch.push(Op::DeleteSession(id));
+            }
+        }
+        if !batch.0.is_empty() {
+            self.store.commit(batch)?;
+        }
+        lock(&self.volatile)
+            .sessions
+            .retain(|_, (s, _)| s.expiry > now.0);
+        Ok(())
     }
 
     /// A session and its envelope key, from memory or (after a restart) from the store.

@@ -146,6 +146,8 @@ pub trait MetaStore: Send + Sync {
     fn group(&self, id: u64) -> Result<Option<GroupRecord>, StoreError>;
     /// A session.
     fn session(&self, id: &[u8; 16]) -> Result<Option<SessionRecord>, StoreError>;
+    /// Every session (for removing expired ones).
+    fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError>;
     /// The OSDs.
     fn osds(&self) -> Result<Vec<OsdEntry>, StoreError>;
     /// A metadata value.

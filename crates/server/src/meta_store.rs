@@ -138,6 +138,21 @@ impl MetaStore for RedbStore {
         }
     }
 
+    fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(SESSIONS).map_err(err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(err)? {
+            let (k, v) = item.map_err(err)?;
+            let id: [u8; 16] = k
+                .value()
+                .try_into()
+                .map_err(|_| StoreError("corrupt session id".into()))?;
+            out.push((id, dec(v.value())?));
+        }
+        Ok(out)
+    }
+
     fn osds(&self) -> Result<Vec<OsdEntry>, StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(OSDS).map_err(err)?;

@@ -1,0 +1,385 @@
+//! The MDS logic driven in memory (no sockets, no disk): an in-memory `MetaStore`, time and
+//! randomness passed in.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use maat_crypto::mac::MacKey;
+use maat_crypto::Secret32;
+use maat_mds::store::{
+    Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserRecord,
+};
+use maat_mds::{Mds, MdsConfig};
+use maat_proto::login;
+use maat_proto::msg::{
+    self, ErrorCode, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, OsdEntry,
+    WireError,
+};
+use maat_proto::wire;
+use maat_proto::UnixMillis;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+#[derive(Default)]
+struct Tables {
+    inodes: BTreeMap<u64, Inode>,
+    entries: BTreeMap<(u64, String), u64>,
+    users: BTreeMap<u64, UserRecord>,
+    groups: BTreeMap<u64, GroupRecord>,
+    sessions: BTreeMap<[u8; 16], SessionRecord>,
+    osds: BTreeMap<u64, OsdEntry>,
+    meta: BTreeMap<String, Vec<u8>>,
+}
+
+/// A `MetaStore` in a `BTreeMap`, applying each batch atomically under one lock.
+#[derive(Default)]
+struct MemStore(Mutex<Tables>);
+
+impl MetaStore for &MemStore {
+    fn inode(&self, id: u64) -> Result<Option<Inode>, StoreError> {
+        Ok(self.0.lock().unwrap().inodes.get(&id).cloned())
+    }
+    fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .entries
+            .get(&(parent, name.to_string()))
+            .copied())
+    }
+    fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .entries
+            .iter()
+            .filter(|((p, _), _)| *p == parent)
+            .map(|((_, n), c)| (n.clone(), *c))
+            .collect())
+    }
+    fn user_by_name(&self, name: &str) -> Result<Option<UserRecord>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .users
+            .values()
+            .find(|u| u.name == name)
+            .cloned())
+    }
+    fn user(&self, id: u64) -> Result<Option<UserRecord>, StoreError> {
+        Ok(self.0.lock().unwrap().users.get(&id).cloned())
+    }
+    fn group_by_name(&self, name: &str) -> Result<Option<GroupRecord>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .groups
+            .values()
+            .find(|g| g.name == name)
+            .cloned())
+    }
+    fn group(&self, id: u64) -> Result<Option<GroupRecord>, StoreError> {
+        Ok(self.0.lock().unwrap().groups.get(&id).cloned())
+    }
+    fn session(&self, id: &[u8; 16]) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self.0.lock().unwrap().sessions.get(id).cloned())
+    }
+    fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .sessions
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect())
+    }
+    fn osds(&self) -> Result<Vec<OsdEntry>, StoreError> {
+        Ok(self.0.lock().unwrap().osds.values().cloned().collect())
+    }
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.0.lock().unwrap().meta.get(key).cloned())
+    }
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        let mut t = self.0.lock().unwrap();
+        for op in batch.0 {
+            match op {
+                Op::PutInode(i) => {
+                    t.inodes.insert(i.id, i);
+                }
+                Op::DeleteInode(id) => {
+                    t.inodes.remove(&id);
+                }
+                Op::PutEntry {
+                    parent,
+                    name,
+                    child,
+                } => {
+                    t.entries.insert((parent, name), child);
+                }
+                Op::DeleteEntry { parent, name } => {
+                    t.entries.remove(&(parent, name));
+                }
+                Op::PutUser(u) => {
+                    t.users.insert(u.id, u);
+                }
+                Op::DeleteUser { id, .. } => {
+                    t.users.remove(&id);
+                }
+                Op::PutGroup(g) => {
+                    t.groups.insert(g.id, g);
+                }
+                Op::PutSession(id, s) => {
+                    t.sessions.insert(id, s);
+                }
+                Op::DeleteSession(id) => {
+                    t.sessions.remove(&id);
+                }
+                Op::PutOsd(o) => {
+                    t.osds.insert(o.id, o);
+                }
+                Op::PutMeta(k, v) => {
+                    t.meta.insert(k, v);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+const ADMIN_KEY: [u8; 32] = [0xad; 32];
+const T0: u64 = 1_795_305_600_000;
+
+fn config(ticket_millis: u64) -> MdsConfig {
+    MdsConfig {
+        ticket_lifetime_millis: ticket_millis,
+        capability_lifetime_millis: 300_000,
+        danger_allow_insecure: false,
+        join_key: [0x10; 32],
+    }
+}
+
+/// Logs in as the administrator; returns the session id and envelope key.
+fn admin_login(
+    mds: &Mds<&MemStore>,
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> ([u8; 16], maat_crypto::mac::Blake3Mac) {
+    let nonce = [3u8; 16];
+    let (sk, xk) = ([1u8; 32], [2u8; 32]);
+    let parts = login::login_mac_parts("admin", &sk, &xk, now, &nonce);
+    let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    let mac = MacKey::new(Secret32::from_bytes(ADMIN_KEY)).tag(&refs);
+    let req = msg::encode(&MdsPlainRequest::Login {
+        name: "admin".into(),
+        signing_key: sk,
+        sealing_key: xk,
+        timestamp: now,
+        nonce,
+        mac,
+    })
+    .unwrap();
+    let answer: Result<MdsPlainResponse, WireError> =
+        msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+    match answer.unwrap() {
+        MdsPlainResponse::LoginOk { ticket, .. } => {
+            let key = login::mds_session_key(&ADMIN_KEY, &ticket, &nonce).unwrap();
+            (
+                login::mds_session_id(&ticket),
+                wire::envelope_key(key.expose()),
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn call(
+    mds: &Mds<&MemStore>,
+    session: &([u8; 16], maat_crypto::mac::Blake3Mac),
+    request: MdsRequest,
+    now: u64,
+    nonce: u8,
+    rng: &mut ChaCha20Rng,
+) -> Result<MdsResponse, WireError> {
+    let body = msg::encode(&request).unwrap();
+    let n = [nonce; 16];
+    let payload = wire::seal_request(&session.1, &session.0, UnixMillis(now), &n, &body);
+    let sealed = mds.handle_request(&payload, UnixMillis(now), rng)?;
+    let (_, message) = wire::open_response(&session.1, &session.0, &n, &sealed).unwrap();
+    msg::decode::<Result<MdsResponse, WireError>>(message).unwrap()
+}
+
+#[test]
+fn expired_sessions_are_swept_at_start() {
+    let store = MemStore::default();
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    let boot = T0;
+    let mds = Mds::open(
+        &store,
+        config(60_000),
+        &ADMIN_KEY,
+        UnixMillis(boot),
+        &mut rng,
+    )
+    .unwrap();
+    let now = boot + 1000;
+    let s = admin_login(&mds, now, &mut rng);
+    assert!(call(
+        &mds,
+        &s,
+        MdsRequest::Stat { path: "/".into() },
+        now + 10,
+        1,
+        &mut rng
+    )
+    .is_ok());
+    assert_eq!(store.0.lock().unwrap().sessions.len(), 1);
+    drop(mds);
+    // Restart before expiry: the session survives (persisted).
+    let mds = Mds::open(
+        &store,
+        config(60_000),
+        &ADMIN_KEY,
+        UnixMillis(now + 2000),
+        &mut rng,
+    )
+    .unwrap();
+    assert!(call(
+        &mds,
+        &s,
+        MdsRequest::Stat { path: "/".into() },
+        now + 3000,
+        2,
+        &mut rng
+    )
+    .is_ok());
+    drop(mds);
+    // Restart after expiry: swept from the store.
+    let later = now + 120_000;
+    let mds = Mds::open(
+        &store,
+        config(60_000),
+        &ADMIN_KEY,
+        UnixMillis(later),
+        &mut rng,
+    )
+    .unwrap();
+    assert!(store.0.lock().unwrap().sessions.is_empty());
+    let err = call(
+        &mds,
+        &s,
+        MdsRequest::Stat { path: "/".into() },
+        later + 1000,
+        3,
+        &mut rng,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::UnknownSession);
+}
+
+#[test]
+fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
+    let store = MemStore::default();
+    let mut rng = ChaCha20Rng::seed_from_u64(2);
+    let mds = Mds::open(
+        &store,
+        config(3_600_000),
+        &ADMIN_KEY,
+        UnixMillis(T0),
+        &mut rng,
+    )
+    .unwrap();
+    let now = T0 + 1000;
+    let s = admin_login(&mds, now, &mut rng);
+    call(
+        &mds,
+        &s,
+        MdsRequest::Mkdir {
+            path: "/a/b/c".into(),
+            mode: 0o755,
+            parents: true,
+        },
+        now,
+        1,
+        &mut rng,
+    )
+    .unwrap();
+    let ids: Vec<u64> = ["/a", "/a/b", "/a/b/c"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            match call(
+                &mds,
+                &s,
+                MdsRequest::Stat { path: (*p).into() },
+                now,
+                10 + i as u8,
+                &mut rng,
+            )
+            .unwrap()
+            {
+                MdsResponse::Stat(st) => st.id,
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect();
+    assert!(
+        ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
+        "{ids:?}"
+    );
+    // rmdir of the non-empty middle directory is refused; the leaf goes.
+    let err = call(
+        &mds,
+        &s,
+        MdsRequest::Rmdir {
+            path: "/a/b".into(),
+        },
+        now,
+        20,
+        &mut rng,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotEmpty);
+    call(
+        &mds,
+        &s,
+        MdsRequest::Rmdir {
+            path: "/a/b/c".into(),
+        },
+        now,
+        21,
+        &mut rng,
+    )
+    .unwrap();
+
+    // A login for an unknown user and a wrong-key login for a known one look the same,
+    // also with a stale timestamp.
+    for (name, ts) in [("admin", now), ("nobody", now), ("admin", 5), ("nobody", 5)] {
+        let req = msg::encode(&MdsPlainRequest::Login {
+            name: name.into(),
+            signing_key: [1; 32],
+            sealing_key: [2; 32],
+            timestamp: ts,
+            nonce: [9; 16],
+            mac: [0; 32],
+        })
+        .unwrap();
+        let answer: Result<MdsPlainResponse, WireError> =
+            msg::decode(&mds.handle_plain(&req, UnixMillis(now), &mut rng)).unwrap();
+        let expected = if ts == now {
+            ErrorCode::AuthenticationFailed
+        } else {
+            ErrorCode::StaleRequest
+        };
+        assert_eq!(answer.unwrap_err().code, expected, "{name} at {ts}");
+    }
+}
