@@ -133,6 +133,8 @@ pub struct Client {
     session: Option<SessionState>,
     mds_key: VerifyingKey,
     insecure_user: Option<u64>,
+    /// Envelope keys derived from session secrets, kept for the life of the client.
+    envelope_keys: EnvelopeKeys,
     /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
     rng: rand_chacha::ChaCha20Rng,
     /// Counters.
@@ -181,6 +183,7 @@ impl Client {
             session,
             mds_key,
             insecure_user: None,
+            envelope_keys: EnvelopeKeys::default(),
             rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
                 .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
             stats,
@@ -432,7 +435,7 @@ impl Client {
         }
         let now = self.now();
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let key = wire::envelope_key(&session.key);
+        let key = self.envelope_keys.get(&session.session_id, &session.key);
         let sid = session.session_id;
         let mut nonce = [0u8; 16];
         self.rng.fill_bytes(&mut nonce);
@@ -811,7 +814,7 @@ impl Client {
             };
         }
         let (sid, key, offset) = self.osd_session_with_offset(osd)?;
-        let key = wire::envelope_key(&key);
+        let key = self.envelope_keys.get(&sid, &key);
         let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
         let mut nonce = [0u8; 16];
         self.rng.fill_bytes(&mut nonce);
@@ -1018,6 +1021,27 @@ impl Client {
             }
         }
         Ok(out)
+    }
+}
+
+/// Envelope keys by session id (one key derivation per session, not per request).
+#[derive(Default)]
+struct EnvelopeKeys(HashMap<[u8; 16], maat_crypto::mac::Blake3Mac>);
+
+impl EnvelopeKeys {
+    /// Most keys kept (one per MDS or OSD session).
+    const ENTRIES_MAX: usize = 1024;
+
+    fn get(&mut self, session_id: &[u8; 16], secret: &[u8; 32]) -> maat_crypto::mac::Blake3Mac {
+        if let Some(k) = self.0.get(session_id) {
+            return k.clone();
+        }
+        if self.0.len() >= Self::ENTRIES_MAX {
+            self.0.clear();
+        }
+        let k = wire::envelope_key(secret);
+        self.0.insert(*session_id, k.clone());
+        k
     }
 }
 
