@@ -157,7 +157,12 @@ impl Daemon {
             }
         });
         rx.recv_timeout(Duration::from_secs(30))
-            .map_err(|_| anyhow!("{} did not start (see its messages above)", self.name))
+            .map_err(|_| {
+                anyhow!(
+                    "{} did not start (see its messages above; is another `maat up` using this data directory or port?)",
+                    self.name
+                )
+            })
     }
 
     fn exited(&mut self) -> bool {

@@ -28,6 +28,9 @@ use std::sync::{Mutex, RwLock};
 
 /// Most client sessions an OSD keeps.
 pub const SESSIONS_MAX: usize = 65_536;
+/// Most sessions one user may hold at an OSD; a new one replaces that user's oldest, so one
+/// user cannot fill the table for everyone.
+pub const SESSIONS_PER_USER_MAX: usize = 256;
 /// Most verified capabilities an OSD caches (SPEC M5).
 pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
 
@@ -266,6 +269,16 @@ impl OsdCore {
         let confirm = session::confirm(&offer, &key, now, rng);
         {
             let mut sessions = write(&self.sessions);
+            let mine: Vec<([u8; 16], UnixMillis)> = sessions
+                .iter()
+                .filter(|(_, s)| s.user == key.user)
+                .map(|(id, s)| (*id, s.expiry))
+                .collect();
+            if mine.len() >= SESSIONS_PER_USER_MAX {
+                if let Some((oldest, _)) = mine.iter().min_by_key(|(_, expiry)| *expiry) {
+                    sessions.remove(oldest);
+                }
+            }
             if sessions.len() >= SESSIONS_MAX {
                 sessions.retain(|_, s| s.expiry > now);
                 if sessions.len() >= SESSIONS_MAX {

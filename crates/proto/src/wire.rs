@@ -32,7 +32,7 @@ use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
 use crate::{ProtoError, Result, UnixMillis};
 use maat_crypto::mac::{Blake3Mac, TAG_BYTES};
 use maat_crypto::Secret32;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// First two bytes of every frame.
 pub const FRAME_MAGIC: [u8; 2] = *b"MT";
@@ -51,6 +51,9 @@ pub const FUTURE_SKEW_MILLIS: u64 = 500;
 /// Most (session, nonce) pairs a receiver remembers; beyond this it refuses new requests
 /// as busy rather than forget one inside the window.
 pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
+/// Most nonces one session may have in the window (about 2,000 requests a second), so a
+/// single session cannot fill the window for everyone.
+pub const REPLAY_ENTRIES_PER_SESSION_MAX: u32 = 1 << 16;
 
 /// BLAKE3 key-derivation context of envelope keys.
 pub const ENVELOPE_KEY_CONTEXT: &str = "maat envelope v1";
@@ -374,6 +377,7 @@ pub struct ReplayWindow {
     window_millis: u64,
     seen: HashSet<([u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
     order: VecDeque<(UnixMillis, [u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
+    per_session: HashMap<[u8; SESSION_ID_BYTES], u32>,
     latest_now: UnixMillis,
 }
 
@@ -385,6 +389,7 @@ impl ReplayWindow {
             window_millis: REPLAY_WINDOW_MILLIS,
             seen: HashSet::new(),
             order: VecDeque::new(),
+            per_session: HashMap::new(),
             latest_now: boot,
         }
     }
@@ -417,9 +422,11 @@ impl ReplayWindow {
         if self.seen.contains(&key) {
             return Err(Freshness::Replayed);
         }
-        if self.seen.len() >= REPLAY_ENTRIES_MAX {
+        let mine = self.per_session.get(session_id).copied().unwrap_or(0);
+        if self.seen.len() >= REPLAY_ENTRIES_MAX || mine >= REPLAY_ENTRIES_PER_SESSION_MAX {
             return Err(Freshness::Busy);
         }
+        self.per_session.insert(*session_id, mine + 1);
         self.seen.insert(key);
         self.order.push_back((timestamp, *session_id, *nonce));
         Ok(())
@@ -436,6 +443,12 @@ impl ReplayWindow {
                 break;
             }
             self.seen.remove(&(*sid, *nonce));
+            if let Some(n) = self.per_session.get_mut(sid) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.per_session.remove(sid);
+                }
+            }
             self.order.pop_front();
         }
     }
@@ -513,6 +526,27 @@ mod tests {
             w.check_and_record(&sid, &[7u8; 16], t1, back),
             Err(Freshness::Stale)
         );
+    }
+
+    #[test]
+    fn one_session_cannot_fill_the_window() {
+        let boot = UnixMillis(1_000_000);
+        let now = UnixMillis(1_010_000);
+        let mut w = ReplayWindow::new(boot);
+        let mut nonce = [0u8; 16];
+        for i in 0..REPLAY_ENTRIES_PER_SESSION_MAX {
+            nonce[..4].copy_from_slice(&i.to_be_bytes());
+            assert_eq!(w.check_and_record(&[1; 16], &nonce, now, now), Ok(()));
+        }
+        nonce[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(
+            w.check_and_record(&[1; 16], &nonce, now, now),
+            Err(Freshness::Busy)
+        );
+        // Another session is unaffected, and the first recovers once its nonces age out.
+        assert_eq!(w.check_and_record(&[2; 16], &nonce, now, now), Ok(()));
+        let later = UnixMillis(now.0 + REPLAY_WINDOW_MILLIS + 1);
+        assert_eq!(w.check_and_record(&[1; 16], &nonce, later, later), Ok(()));
     }
 
     #[test]
