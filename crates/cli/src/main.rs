@@ -345,7 +345,11 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 let mut f =
                     std::fs::File::open(&local).with_context(|| format!("{}", local.display()))?;
-                let size = f.metadata()?.len();
+                let meta = f.metadata()?;
+                if !meta.is_file() {
+                    bail!("{} is not a regular file", local.display());
+                }
+                let size = meta.len();
                 let bar = progress_bar(size);
                 c.put(&mut f, size, &path, &mut |n| {
                     if let Some(b) = &bar {
