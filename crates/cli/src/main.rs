@@ -216,7 +216,11 @@ fn main() -> ExitCode {
             // One line naming the reason.
             let mut text = format!("{e}");
             for cause in e.chain().skip(1) {
-                text.push_str(&format!(": {cause}"));
+                // Errors that already print their cause are not repeated.
+                let cause = cause.to_string();
+                if !text.contains(&cause) {
+                    text.push_str(&format!(": {cause}"));
+                }
             }
             eprintln!("maat: {}", text.replace('\n', " "));
             ExitCode::FAILURE
@@ -243,14 +247,15 @@ fn client(cluster: &Option<PathBuf>) -> Result<Client> {
 }
 
 fn read_passphrase(from_stdin: bool, prompt: &str) -> Result<Vec<u8>> {
-    let text = if from_stdin || !std::io::stdin().is_terminal() {
+    let text = if from_stdin {
         let mut s = String::new();
         std::io::stdin()
             .read_line(&mut s)
             .context("reading passphrase from standard input")?;
         s.trim_end_matches(['\n', '\r']).to_string()
     } else {
-        rpassword::prompt_password(prompt).context("reading passphrase")?
+        rpassword::prompt_password(prompt)
+            .context("no terminal to ask for the passphrase (use --passphrase-stdin)")?
     };
     if text.is_empty() {
         bail!("empty passphrase");
@@ -302,6 +307,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Logout => {
             let mut c = client(&cli.cluster)?;
             c.logout()?;
+            eprintln!("logged out");
             Ok(())
         }
         Command::Admin { command } => {
@@ -338,9 +344,24 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Put { local, path } => {
             let mut c = client(&cli.cluster)?;
-            if local == Path::new("-") {
+            let special = local != Path::new("-")
+                && std::fs::metadata(&local)
+                    .with_context(|| format!("{}", local.display()))
+                    .map(|m| {
+                        if m.is_dir() {
+                            Err(anyhow!("{} is a directory", local.display()))
+                        } else {
+                            Ok(!m.is_file())
+                        }
+                    })??;
+            if local == Path::new("-") || special {
+                // Standard input, pipes and devices have no size up front: read them whole.
                 let mut data = Vec::new();
-                std::io::stdin().read_to_end(&mut data)?;
+                if special {
+                    std::fs::File::open(&local)?.read_to_end(&mut data)?;
+                } else {
+                    std::io::stdin().read_to_end(&mut data)?;
+                }
                 c.put(&mut data.as_slice(), data.len() as u64, &path, &mut |_| {})?;
             } else {
                 let mut f =
@@ -372,9 +393,21 @@ fn run(cli: Cli) -> Result<()> {
                 return Ok(());
             }
             let size = c.stat(&path)?.size;
+            let local = if local.is_dir() {
+                let name = path
+                    .rsplit('/')
+                    .next()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or("file");
+                local.join(name)
+            } else {
+                local
+            };
             let bar = progress_bar(size);
             // Write beside the target and rename, so a failed get leaves no partial file.
-            let temp = local.with_extension("maat-partial");
+            let mut temp_name = local.file_name().unwrap_or_default().to_os_string();
+            temp_name.push(".maat-partial");
+            let temp = local.with_file_name(temp_name);
             let mut f = std::io::BufWriter::new(
                 std::fs::File::create(&temp).with_context(|| format!("{}", temp.display()))?,
             );
@@ -392,8 +425,10 @@ fn run(cli: Cli) -> Result<()> {
             }) {
                 Ok(()) => {
                     drop(f);
-                    std::fs::rename(&temp, &local)?;
-                    Ok(())
+                    std::fs::rename(&temp, &local).map_err(|e| {
+                        let _ = std::fs::remove_file(&temp);
+                        anyhow!("{}: {e}", local.display())
+                    })
                 }
                 Err(e) => {
                     drop(f);
@@ -406,9 +441,15 @@ fn run(cli: Cli) -> Result<()> {
             let mut c = client(&cli.cluster)?;
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
-            c.get(&path, &mut lock, &mut |_| {})?;
-            lock.flush()?;
-            Ok(())
+            match c.get(&path, &mut lock, &mut |_| {}) {
+                // `maat cat … | head` closing the pipe early is not a failure.
+                Err(maat_client::ClientError::Local(m)) if m.contains("Broken pipe") => Ok(()),
+                Err(e) => Err(e.into()),
+                Ok(_) => {
+                    let _ = lock.flush();
+                    Ok(())
+                }
+            }
         }
         Command::Ls { long, path } => {
             let mut c = client(&cli.cluster)?;

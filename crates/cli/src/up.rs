@@ -71,6 +71,17 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         bail!("--capability-lifetime must be at least 1 second");
     }
     let (host, port) = split_host_port(&args.listen)?;
+    if port != 0 {
+        let last = u32::from(port) + args.osds;
+        if last > 65_535 {
+            bail!("--listen {}: OSD ports would run past 65535", args.listen);
+        }
+        // Nothing is written before every port is known to be free.
+        for p in port..=last as u16 {
+            TcpListener::bind((host.as_str(), p))
+                .with_context(|| format!("port {host}:{p} is taken (choose another --listen)"))?;
+        }
+    }
     let mds_port = if port == 0 { free_port(&host)? } else { port };
     let mds_address = format!("{host}:{mds_port}");
     let mds = MdsFileConfig {
@@ -83,7 +94,6 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         capability_lifetime_secs: args.capability_lifetime,
         danger_allow_insecure: args.danger_allow_insecure,
     };
-    write_new(&data.join("mds/mds.toml"), &toml::to_string(&mds)?)?;
     for i in 1..=args.osds {
         let osd_port = if port == 0 {
             free_port(&host)?
@@ -108,6 +118,8 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
     }
     let home = maat_client::Home::new(data.join("admin"));
     home.write_identity("admin", Path::new("key"))?;
+    // Last: its presence marks a complete cluster directory.
+    write_new(&data.join("mds/mds.toml"), &toml::to_string(&mds)?)?;
     Ok(())
 }
 
@@ -138,8 +150,11 @@ impl Daemon {
         self.stdin = child.stdin.take();
         let pid = child.id();
         self.child = Some(child);
+        // Written beside and renamed, so a reader never sees an empty pid file.
         let pid_file = data.join(format!("{}.pid", self.name.replace(' ', "-")));
-        std::fs::write(&pid_file, format!("{pid}\n"))?;
+        let temp = data.join(format!(".{}.pid.tmp", self.name.replace(' ', "-")));
+        std::fs::write(&temp, format!("{pid}\n"))?;
+        std::fs::rename(&temp, &pid_file)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let name = self.name.clone();
         std::thread::spawn(move || {

@@ -50,7 +50,9 @@ fn read_with(
     .map_err(|e| e.code().unwrap_or_else(|| panic!("not a refusal: {e}")))
 }
 
+/// The daemons still serve: a metadata request reaches the MDS and a read reaches the OSD.
 fn still_serves(c: &mut Client, path: &str, expected: &[u8]) {
+    assert!(c.stat(path).is_ok(), "MDS stopped serving");
     let mut out = Vec::new();
     c.get(path, &mut out, &mut |_| {}).unwrap();
     assert_eq!(out, expected);
@@ -114,11 +116,15 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         ErrorCode::WrongUser
     );
 
+    still_serves(&mut bob, "/home/alice/a", b"file A");
+
     // 3. A capability for file A used on an object of file B (confused deputy).
     assert_eq!(
         read_with(&mut alice, osd_b, a.capability.clone(), object(&b)).unwrap_err(),
         ErrorCode::WrongFile
     );
+
+    still_serves(&mut alice, "/home/alice/a", b"file A");
 
     // 4. A read capability used to write.
     let w = alice
@@ -157,6 +163,8 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     let second = alice.osd_raw(osd_a, FrameType::Request, &sealed).unwrap();
     assert_eq!(refusal_code(second), ErrorCode::ReplayedRequest);
 
+    still_serves(&mut alice, "/home/alice/a", b"file A");
+
     // 6. Tampered MAC, and a tampered body under the original MAC.
     let mut bad_mac = wire::seal_request(
         &key,
@@ -183,6 +191,8 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         ErrorCode::BadMac
     );
 
+    still_serves(&mut alice, "/home/alice/a", b"file A");
+
     // 7. Stale request: a timestamp a minute old.
     let stale = wire::seal_request(
         &key,
@@ -195,6 +205,8 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         refusal_code(alice.osd_raw(osd_a, FrameType::Request, &stale).unwrap()),
         ErrorCode::StaleRequest
     );
+
+    still_serves(&mut alice, "/home/alice/a", b"file A");
 
     // 8. Unknown session.
     let unknown = wire::seal_request(
@@ -231,6 +243,8 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         ),
         ErrorCode::InsecureRefused
     );
+
+    still_serves(&mut alice, "/home/alice/a", b"file A");
 
     // 10. MDS: replayed and tampered requests, and an admin request from a user.
     let err = bob
@@ -279,6 +293,20 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         ErrorCode::BadMac
     );
 
+    let mut body_flip = wire::seal_request(
+        &mkey,
+        &msid,
+        UnixMillis(bob.protocol_now()),
+        &[49u8; 16],
+        &stat,
+    );
+    body_flip[45] ^= 1;
+    assert_eq!(
+        refusal_code(mds.call(FrameType::Request, &body_flip).unwrap()),
+        ErrorCode::BadMac
+    );
+    still_serves(&mut bob, "/home/alice/a", b"file A");
+
     // 11. Malformed, oversized and truncated frames: refused (or dropped), daemon serves on.
     for address in [mds_address.clone(), osd_address(&mut alice, osd_a)] {
         let mut raw = Connection::new(address.clone());
@@ -303,10 +331,19 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         assert_eq!(plain.0, FrameType::Plain);
         let r: Result<msg::MdsPlainResponse, WireError> = msg::decode(&plain.1).unwrap();
         assert_eq!(r.unwrap_err().code, ErrorCode::Malformed);
-        // Truncated: a header promising 100 bytes, then 10 bytes and a hang-up.
+        // Truncated: a header promising 100 bytes, then 10 bytes and the end of our
+        // sending side. The daemon answers nothing and closes the connection.
         let mut s = std::net::TcpStream::connect(&address).unwrap();
         std::io::Write::write_all(&mut s, b"MT\x01\x02\x00\x00\x00\x64abcdefghij").unwrap();
-        drop(s);
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut rest = Vec::new();
+        let n = std::io::Read::read_to_end(&mut s, &mut rest).unwrap();
+        assert_eq!(
+            n, 0,
+            "no answer to a truncated frame, and the connection is closed"
+        );
         // Garbage inside a valid frame of every type.
         for t in [
             FrameType::Plain,

@@ -42,18 +42,21 @@ fn private_files_groups_chmod_and_cli_errors() {
         Some(b"carol passphrase\n"),
     );
     // A wrong passphrase is refused without saying whether the user exists.
-    let err = cluster.fails(
+    let known = cluster.fails(
         &cluster.home("mallory"),
         &["login", "bob", "--passphrase-stdin"],
         Some(b"guess\n"),
     );
-    assert!(err.contains("authentication failed"), "{err}");
-    let err = cluster.fails(
+    let unknown = cluster.fails(
         &cluster.home("mallory"),
         &["login", "nobody", "--passphrase-stdin"],
         Some(b"guess\n"),
     );
-    assert!(err.contains("authentication failed"), "{err}");
+    assert_eq!(known, "maat: authentication failed\n");
+    assert_eq!(
+        unknown, known,
+        "the answer must not reveal which users exist"
+    );
 
     // New files are 0644: private only after chmod 600.
     cluster.ok(
@@ -140,10 +143,15 @@ fn private_files_groups_chmod_and_cli_errors() {
     );
     assert_eq!(std::fs::read(&dst).unwrap(), big);
 
-    // Logout ends the session.
+    // Logout ends the session locally and at the MDS: a copy of the session file kept
+    // from before is refused afterwards.
+    let saved = std::fs::read(bob.join("session.json")).unwrap();
     cluster.ok(&bob, &["logout"], None);
     let err = cluster.fails(&bob, &["cat", "/home/alice/diary"], None);
     assert!(err.contains("not logged in"), "{err}");
+    std::fs::write(bob.join("session.json"), saved).unwrap();
+    let err = cluster.fails(&bob, &["cat", "/home/alice/diary"], None);
+    assert!(err.contains("unknown session"), "{err}");
 
     // Stats show signatures and cache hits per daemon.
     let stats = cluster.ok(&admin, &["stats", "--json"], None);
@@ -168,8 +176,41 @@ fn restart_resumes_with_data_users_and_keys() {
         &["put", "-", "/home/dave/keep"],
         Some(b"kept across restarts"),
     );
+    // Capture a sealed request that the MDS accepted, to replay it after the restart.
+    let mut c = cluster.user_client("dave", "dave passphrase");
+    let (sid, key) = c.mds_session().unwrap();
+    let key = maat_proto::wire::envelope_key(&key);
+    let body = maat_proto::msg::encode(&maat_proto::msg::MdsRequest::Stat {
+        path: "/home/dave/keep".into(),
+    })
+    .unwrap();
+    let sealed = maat_proto::wire::seal_request(
+        &key,
+        &sid,
+        maat_proto::UnixMillis(c.protocol_now()),
+        &[77u8; 16],
+        &body,
+    );
+    let mds_address = maat_client::ClusterFile::load(&cluster.cluster_file())
+        .unwrap()
+        .mds;
+    let mut conn = maat_net::Connection::new(mds_address.clone());
+    let (t, _) = conn
+        .call(maat_proto::wire::FrameType::Request, &sealed)
+        .unwrap();
+    assert_eq!(t, maat_proto::wire::FrameType::Response);
+
     let mut restarted = cluster;
     restarted.restart();
+    // The replay window is in memory, but the restart does not reopen it: the captured
+    // request predates the new boot and is refused as stale.
+    let mut conn = maat_net::Connection::new(mds_address);
+    let (t, answer) = conn
+        .call(maat_proto::wire::FrameType::Request, &sealed)
+        .unwrap();
+    assert_eq!(t, maat_proto::wire::FrameType::Refusal);
+    let refusal: maat_proto::msg::WireError = maat_proto::msg::decode(&answer).unwrap();
+    assert_eq!(refusal.code, maat_proto::msg::ErrorCode::StaleRequest);
     // The session survives too (sessions are in the MDS store); a new login works as well.
     assert_eq!(
         restarted.ok(&dave, &["cat", "/home/dave/keep"], None),

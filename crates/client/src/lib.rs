@@ -354,15 +354,22 @@ impl Client {
     }
 
     /// Ends the session at the MDS and forgets it locally.
+    /// The local session is forgotten even when the MDS cannot be told; the error then
+    /// says the session stays valid there until its ticket expires.
     pub fn logout(&mut self) -> Result<()> {
-        if self.session.is_some() {
-            let _ = self.mds_call(MdsRequest::Logout);
-        }
+        let told = match &self.session {
+            Some(_) => self.mds_call(MdsRequest::Logout).map(|_| ()),
+            None => Ok(()),
+        };
         self.session = None;
         if let Some(h) = &self.home {
             h.remove_session()?;
         }
-        Ok(())
+        told.map_err(|e| {
+            ClientError::Local(format!(
+                "forgot the local session, but the MDS was not told ({e}); the session stays valid there until it expires"
+            ))
+        })
     }
 
     fn bad(&self, address: &str, reason: &str) -> ClientError {
