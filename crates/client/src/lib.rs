@@ -418,6 +418,28 @@ impl Client {
         }
     }
 
+    /// Checks and decodes the answer to an authenticated request: a MACed response for
+    /// this request, or an (unauthenticated) refusal.
+    fn open_answer<T: serde::de::DeserializeOwned>(
+        &self,
+        address: &str,
+        key: &maat_crypto::mac::Blake3Mac,
+        sid: &[u8; 16],
+        nonce: &[u8; 16],
+        frame_type: FrameType,
+        answer: &[u8],
+    ) -> Result<T> {
+        match frame_type {
+            FrameType::Response => {
+                let (_, message) = wire::open_response(key, sid, nonce, answer)
+                    .map_err(|e| self.bad(address, &e.to_string()))?;
+                decode_answer(address, message)
+            }
+            FrameType::Refusal => Err(refusal(address, answer)),
+            _ => Err(self.bad(address, "unexpected frame type")),
+        }
+    }
+
     fn mds_call_once(&mut self, request: &MdsRequest) -> Result<MdsResponse> {
         self.stats.requests += 1;
         let address = self.cluster.mds.clone();
@@ -454,15 +476,7 @@ impl Client {
                 address: address.clone(),
                 source,
             })?;
-        match t {
-            FrameType::Response => {
-                let (_, message) = wire::open_response(&key, &sid, &nonce, &answer)
-                    .map_err(|e| self.bad(&address, &e.to_string()))?;
-                decode_answer(&address, message)
-            }
-            FrameType::Refusal => Err(refusal(&address, &answer)),
-            _ => Err(self.bad(&address, "unexpected frame type")),
-        }
+        self.open_answer(&address, &key, &sid, &nonce, t, &answer)
     }
 
     fn expect_ok(&mut self, request: MdsRequest) -> Result<()> {
@@ -828,15 +842,7 @@ impl Client {
         let now = local_now().saturating_add_signed(offset);
         let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
         let (t, answer) = self.osd_raw(osd, FrameType::Request, &payload)?;
-        match t {
-            FrameType::Response => {
-                let (_, message) = wire::open_response(&key, &sid, &nonce, &answer)
-                    .map_err(|e| self.bad(&address, &e.to_string()))?;
-                decode_answer(&address, message)
-            }
-            FrameType::Refusal => Err(refusal(&address, &answer)),
-            _ => Err(self.bad(&address, "unexpected frame type")),
-        }
+        self.open_answer(&address, &key, &sid, &nonce, t, &answer)
     }
 
     /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).

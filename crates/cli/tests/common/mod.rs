@@ -27,31 +27,10 @@ impl Cluster {
             .prefix("maat-it-")
             .tempdir()
             .unwrap();
-        let mut child = Command::new(MAAT)
-            .args([
-                "up",
-                "--listen",
-                "127.0.0.1:0",
-                "--osds",
-                &osds.to_string(),
-                "--data",
-            ])
-            .arg(dir.path().join("data"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        loop {
-            let line = lines.next().expect("maat up ended before ready").unwrap();
-            if line.contains("ready") {
-                break;
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
+        let osds = osds.to_string();
+        let mut args = vec!["up", "--listen", "127.0.0.1:0", "--osds", &osds];
+        args.extend_from_slice(extra);
+        let child = spawn_up(&args, &dir.path().join("data"));
         Cluster { child, dir }
     }
 
