@@ -139,7 +139,6 @@ pub struct Client {
     rng: rand_chacha::ChaCha20Rng,
     /// Counters.
     pub stats: ClientStats,
-    dirty: bool,
 }
 
 fn decode_answer<T: serde::de::DeserializeOwned>(address: &str, bytes: &[u8]) -> Result<T> {
@@ -187,7 +186,6 @@ impl Client {
             rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
                 .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
             stats,
-            dirty: false,
         })
     }
 
@@ -212,7 +210,6 @@ impl Client {
             s.stats = self.stats.clone();
             home.save_session(s)?;
         }
-        self.dirty = false;
         Ok(())
     }
 
@@ -315,7 +312,6 @@ impl Client {
             stats: self.stats.clone(),
         });
         self.osds.clear();
-        self.dirty = true;
         self.save()
     }
 
@@ -737,7 +733,6 @@ impl Client {
                 clock_offset: osd_offset,
             });
         }
-        self.dirty = true;
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use maat_crypto::kdf;
 use maat_crypto::mac::{Blake3Mac, MacKey};
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::SigningKey;
-use maat_crypto::{ct_eq, hash, Counters, CryptoRngCore, OpCounters, Secret32};
+use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters, Secret32};
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::login::{
     login_mac_parts, login_ok_mac, mds_session_id, mds_session_key, register_mac_parts,
@@ -975,9 +975,4 @@ fn freshness_error(f: Freshness) -> MdsError {
         Freshness::Replayed => MdsError::refused(ErrorCode::ReplayedRequest, ""),
         Freshness::Busy => MdsError::refused(ErrorCode::Busy, "replay window full"),
     }
-}
-
-/// Whether two MACs are equal, in constant time.
-pub fn mac_eq(a: &[u8], b: &[u8]) -> bool {
-    ct_eq(a, b)
 }

@@ -367,7 +367,7 @@ fn register_once(
             mac,
         } => {
             let expected = maat_proto::login::registered_mac(join, &mds_verifying_key, &nonce);
-            if maat_mds::mac_eq(&expected, &mac) {
+            if maat_crypto::ct_eq(&expected, &mac) {
                 Ok(mds_verifying_key)
             } else {
                 Err("registration answer has a bad MAC".into())
