@@ -59,6 +59,26 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in byte order (tests use it to demand a fixture for each).
+    pub const ALL: [Kind; 16] = [
+        Kind::LoginTicket,
+        Kind::SessionOffer,
+        Kind::SessionConfirm,
+        Kind::Capability,
+        Kind::MerkleTree,
+        Kind::Renewal,
+        Kind::Revocation,
+        Kind::FileHandle,
+        Kind::KeyLifetime,
+        Kind::Proof,
+        Kind::T10Capability,
+        Kind::SetKey,
+        Kind::SetMasterKeyOffer,
+        Kind::SetMasterKeyAccept,
+        Kind::Lockbox,
+        Kind::RangeGrant,
+    ];
+
     /// Human-readable name used in errors.
     pub fn name(self) -> &'static str {
         match self {
@@ -81,6 +101,9 @@ impl Kind {
         }
     }
 }
+
+// A kind added after `RangeGrant` must be added to `Kind::ALL` too.
+const _: () = assert!(Kind::ALL.len() == Kind::RangeGrant as usize);
 
 /// The body of a token kind: its fields and their canonical encoding.
 pub trait Body: Sized {

@@ -36,7 +36,11 @@ fn exhaustive(name: &str) {
 }
 
 macro_rules! tamper_tests {
-    ($($name:ident),* $(,)?) => { $( #[test] fn $name() { exhaustive(stringify!($name)); } )* };
+    ($($name:ident),* $(,)?) => {
+        $( #[test] fn $name() { exhaustive(stringify!($name)); } )*
+        /// The fixtures that have a tamper test above.
+        const TESTED: &[&str] = &[$(stringify!($name)),*];
+    };
 }
 
 tamper_tests!(
@@ -62,10 +66,30 @@ tamper_tests!(
 
 #[test]
 fn every_fixture_has_a_tamper_test() {
-    let names: Vec<&str> = common::fixtures().iter().map(|f| f.name).collect();
-    assert_eq!(
-        names.len(),
-        18,
-        "add the new token to tamper_tests!: {names:?}"
-    );
+    let mut names: Vec<&str> = common::fixtures().iter().map(|f| f.name).collect();
+    let mut tested = TESTED.to_vec();
+    names.sort_unstable();
+    tested.sort_unstable();
+    assert_eq!(names, tested, "add the new fixture to tamper_tests!");
+}
+
+#[test]
+fn every_token_kind_has_a_fixture() {
+    // Tokens start `version ‖ kind`; each kind must be among the fixtures tampered with.
+    // A token that only ever travels sealed is tampered with in its sealed form.
+    const SEALED: &[(&str, maat_proto::Kind)] = &[("proof_token_sealed", maat_proto::Kind::Proof)];
+    let fixtures = common::fixtures();
+    for kind in maat_proto::signed::Kind::ALL {
+        let headed = |f: &common::Fixture| {
+            f.bytes.first() == Some(&maat_proto::PROTOCOL_VERSION)
+                && f.bytes.get(1) == Some(&(kind as u8))
+        };
+        assert!(
+            fixtures
+                .iter()
+                .any(|f| headed(f) || SEALED.contains(&(f.name, kind))),
+            "no fixture for {} tokens: add one to tests/common and tamper_tests!",
+            kind.name()
+        );
+    }
 }
