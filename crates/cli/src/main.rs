@@ -209,6 +209,9 @@ enum MemberCommand {
 struct Nothing;
 
 fn main() -> ExitCode {
+    // Everything maat writes (keys, databases, objects, sessions, configs) is for this
+    // account only; files that are meant to be shared are handed over explicitly.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -87,6 +87,9 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
     let mds = MdsFileConfig {
         listen: mds_address.clone(),
         data_dir: data.join("mds"),
+        // Apart from the database directory, so that copying or backing that up does
+        // not carry the MDS's secrets.
+        key_dir: Some(data.join("mds-keys")),
         admin_key_file: data.join("admin/key"),
         join_key_file: data.join("mds/join.key"),
         public_keys_file: Some(data.join("mds/public-keys.toml")),
@@ -255,14 +258,17 @@ pub fn run(args: UpArgs) -> Result<()> {
     }
     let started = Instant::now();
     let mut mds_address = String::new();
+    let mut osd_addresses = Vec::new();
     for d in daemons.iter_mut() {
         let addr = d.start(&exe, &data)?;
         if d.kind == "mds" {
             mds_address = addr;
             write_client_file(&data, &mds_address)?;
+        } else {
+            osd_addresses.push(addr);
         }
     }
-    wait_for_osds(&data, daemons.len() - 1)?;
+    wait_for_osds(&data, &osd_addresses)?;
     println!(
         "maat: ready in {:.2}s: MDS at {mds_address}, {} OSDs, data in {}",
         started.elapsed().as_secs_f64(),
@@ -307,18 +313,24 @@ fn write_client_file(data: &Path, mds_address: &str) -> Result<()> {
     struct Keys {
         mds_verifying_key: String,
         mds_sealing_key: String,
+        #[serde(default)]
+        mds_opaque_key: Option<String>,
     }
     let keys: Keys = toml::from_str(&std::fs::read_to_string(data.join("mds/public-keys.toml"))?)?;
     let file = maat_client::ClusterFile {
         mds: mds_address.to_string(),
         mds_verifying_key: keys.mds_verifying_key,
         mds_sealing_key: keys.mds_sealing_key,
+        mds_opaque_key: keys.mds_opaque_key,
     };
     std::fs::write(data.join("client.toml"), toml::to_string(&file)?)?;
     Ok(())
 }
 
-fn wait_for_osds(data: &Path, expected: usize) -> Result<()> {
+/// Waits until the MDS's map lists every OSD at the address it now serves on (after a
+/// restart the map still holds the previous addresses until each OSD registers again).
+fn wait_for_osds(data: &Path, addresses: &[String]) -> Result<()> {
+    let expected = addresses.len();
     let file = maat_client::ClusterFile::load(&data.join("client.toml"))?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = String::new();
@@ -328,8 +340,16 @@ fn wait_for_osds(data: &Path, expected: usize) -> Result<()> {
             Some(maat_client::Home::new(data.join("admin"))),
         )?;
         match c.cluster_map() {
-            Ok(m) if m.osds.len() >= expected => return Ok(()),
-            Ok(m) => last = format!("{} of {expected} OSDs registered", m.osds.len()),
+            Ok(m) => {
+                let current = addresses
+                    .iter()
+                    .filter(|a| m.osds.iter().any(|o| &o.address == *a))
+                    .count();
+                if current == expected {
+                    return Ok(());
+                }
+                last = format!("{current} of {expected} OSDs registered at their addresses");
+            }
             Err(e) => last = e.to_string(),
         }
         std::thread::sleep(Duration::from_millis(100));

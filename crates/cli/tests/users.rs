@@ -52,7 +52,10 @@ fn private_files_groups_chmod_and_cli_errors() {
         &["login", "nobody", "--passphrase-stdin"],
         Some(b"guess\n"),
     );
-    assert_eq!(known, "maat: authentication failed\n");
+    assert_eq!(
+        known,
+        "maat: authentication failed: wrong name or passphrase (or not the MDS this user registered with)\n"
+    );
     assert_eq!(
         unknown, known,
         "the answer must not reveal which users exist"
@@ -149,7 +152,20 @@ fn private_files_groups_chmod_and_cli_errors() {
     cluster.ok(&bob, &["logout"], None);
     let err = cluster.fails(&bob, &["cat", "/home/alice/diary"], None);
     assert!(err.contains("not logged in"), "{err}");
-    std::fs::write(bob.join("session.json"), saved).unwrap();
+    // Put back with the mode the client requires (it refuses a session file that others
+    // can read, which a plain `fs::write` under the test's umask would make).
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(bob.join("session.json"))
+            .unwrap();
+        f.write_all(&saved).unwrap();
+    }
     let err = cluster.fails(&bob, &["cat", "/home/alice/diary"], None);
     assert!(err.contains("unknown session"), "{err}");
 

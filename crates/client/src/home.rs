@@ -19,6 +19,34 @@ pub struct ClusterFile {
     pub mds_verifying_key: String,
     /// MDS X25519 public key, hex.
     pub mds_sealing_key: String,
+    /// MDS OPAQUE static public key, hex (optional: when present, a login checks that the
+    /// MDS answering is the one users registered with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mds_opaque_key: Option<String>,
+}
+
+/// Creates a home directory (and missing parents) readable by its owner only.
+fn create_private_dir(dir: &Path) -> Result<(), ClientError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))
+}
+
+/// Refuses a key or session file that group or others can read (as ssh does).
+fn check_private(path: &Path) -> Result<(), ClientError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.mode() & 0o077 != 0 => Err(ClientError::Local(format!(
+            "{} has mode {:04o}: group or others can read it (it holds keys); run `chmod 600 {}`",
+            path.display(),
+            m.mode() & 0o7777,
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn key32(what: &str, hex_text: &str) -> Result<[u8; 32], ClientError> {
@@ -45,6 +73,16 @@ impl ClusterFile {
     /// The MDS's sealing key.
     pub fn mds_sealing_key(&self) -> Result<[u8; 32], ClientError> {
         key32("mds_sealing_key", &self.mds_sealing_key)
+    }
+
+    /// The MDS's OPAQUE public key, if the file pins one.
+    pub fn mds_opaque_key(&self) -> Result<Option<Vec<u8>>, ClientError> {
+        match &self.mds_opaque_key {
+            None => Ok(None),
+            Some(text) => hex::decode(text.trim())
+                .map(Some)
+                .map_err(|_| ClientError::Local("cluster file: mds_opaque_key is not hex".into())),
+        }
     }
 }
 
@@ -133,14 +171,23 @@ impl Home {
 
     /// Records a stored identity (used for the administrator).
     pub fn write_identity(&self, user: &str, key_file: &Path) -> Result<(), ClientError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| ClientError::Local(e.to_string()))?;
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        create_private_dir(&self.dir)?;
         let text = toml::to_string(&Identity {
             user: user.into(),
             key_file: key_file.to_path_buf(),
         })
         .map_err(|e| ClientError::Local(e.to_string()))?;
-        std::fs::write(self.dir.join("identity.toml"), text)
-            .map_err(|e| ClientError::Local(e.to_string()))
+        let path = self.dir.join("identity.toml");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))
     }
 
     /// The stored identity, if any: user name and key.
@@ -156,6 +203,7 @@ impl Home {
         } else {
             id.key_file
         };
+        check_private(&key_file)?;
         let key_text = std::fs::read_to_string(&key_file)
             .map_err(|e| ClientError::Local(format!("{}: {e}", key_file.display())))?;
         let key = key32("identity key", &key_text)?;
@@ -164,6 +212,7 @@ impl Home {
 
     pub(crate) fn load_session(&self) -> Result<Option<SessionState>, ClientError> {
         let path = self.dir.join("session.json");
+        check_private(&path)?;
         match std::fs::read(&path) {
             Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
             Err(_) => Ok(None),
@@ -173,8 +222,7 @@ impl Home {
     pub(crate) fn save_session(&self, s: &SessionState) -> Result<(), ClientError> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| ClientError::Local(format!("{}: {e}", self.dir.display())))?;
+        create_private_dir(&self.dir)?;
         let bytes = serde_json::to_vec(s).map_err(|e| ClientError::Local(e.to_string()))?;
         let temp = self
             .dir

@@ -6,9 +6,11 @@
 //! learned from the servers, computes object placement from the cluster map (T8), stripes
 //! large files, and caches opened capabilities (M5).
 
+mod auth;
 mod home;
 pub mod placement;
 
+pub use auth::{KDF_ITERATIONS_MAX, KDF_LANES_MAX, KDF_MEMORY_KIB_MAX};
 pub use home::{ClusterFile, Home, SessionState};
 
 use maat_crypto::mac::MacKey;
@@ -219,101 +221,6 @@ impl Client {
     }
 
     // ------------------------------------------------------------------ login
-
-    /// SPEC M1: logs in as `name`.
-    pub fn login(&mut self, name: &str, credential: Credential<'_>) -> Result<()> {
-        let address = self.cluster.mds.clone();
-        let start = msg::encode(&MdsPlainRequest::LoginStart { name: name.into() })
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        let (salt, params, mds_time) = match self.plain_mds(&start)? {
-            MdsPlainResponse::LoginChallenge {
-                salt,
-                params,
-                mds_time,
-            } => (salt, params, mds_time),
-            _ => return Err(self.bad(&address, "unexpected answer to login start")),
-        };
-        check_kdf_params(&params)?;
-        // Provisional offset for the login request only (this answer is unauthenticated; a
-        // forged one can only make the login fail). The session's offset comes from the
-        // signed ticket below.
-        let clock_offset = offset_to(mds_time);
-        let user_key = match credential {
-            Credential::Key(k) => Secret32::from_bytes(k),
-            Credential::Passphrase(p) => kdf::passphrase_key(
-                p,
-                &salt,
-                kdf::PassphraseParams {
-                    memory_kib: params.memory_kib,
-                    iterations: params.iterations,
-                    lanes: params.lanes,
-                },
-            )
-            .map_err(|e| ClientError::Local(e.to_string()))?,
-        };
-        let signing = SigningKey::generate(&mut OsRng);
-        let sealing = SealingSecretKey::generate(&mut OsRng);
-        let mut nonce = [0u8; 16];
-        OsRng.fill_bytes(&mut nonce);
-        let timestamp = local_now().saturating_add_signed(clock_offset);
-        let signing_key = signing.verifying_key().to_bytes();
-        let sealing_key = sealing.public_key().0;
-        let parts = login::login_mac_parts(name, &signing_key, &sealing_key, timestamp, &nonce);
-        let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
-        let mac = MacKey::new(user_key.clone()).tag(&refs);
-        let request = msg::encode(&MdsPlainRequest::Login {
-            name: name.into(),
-            signing_key,
-            sealing_key,
-            timestamp,
-            nonce,
-            mac,
-        })
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-        let (ticket, mac) = match self.plain_mds(&request)? {
-            MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
-            _ => return Err(self.bad(&address, "unexpected answer to login")),
-        };
-        // Mutual authentication: the ticket is MDS-signed and the MAC proves the MDS knew
-        // the user key.
-        let unverified = Unverified::<LoginTicket>::decode(&ticket)
-            .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
-        let clock_offset = offset_to(
-            unverified
-                .unverified_body()
-                .start
-                .0
-                .saturating_add(login::TOKEN_BACKDATE_MILLIS),
-        );
-        let verified = unverified
-            .verify(
-                &self.mds_key,
-                UnixMillis(local_now().saturating_add_signed(clock_offset)),
-            )
-            .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
-        let session_key = login::mds_session_key(user_key.expose(), &ticket, &nonce)
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        let expected = login::login_ok_mac(&MacKey::new(session_key.clone()), &ticket, &nonce);
-        if !maat_crypto::ct_eq(&expected, &mac) {
-            return Err(self.bad(&address, "login answer MAC (wrong MDS?)"));
-        }
-        self.session = Some(SessionState {
-            user: name.into(),
-            uid: verified.user.0,
-            ticket: ticket.clone(),
-            session_id: login::mds_session_id(&ticket),
-            key: *session_key.expose(),
-            signing_seed: *signing.to_seed(),
-            sealing_secret: *sealing.to_bytes(),
-            expiry: verified.expiry.0,
-            clock_offset,
-            osd_sessions: Vec::new(),
-            opened: Vec::new(),
-            stats: self.stats.clone(),
-        });
-        self.osds.clear();
-        self.save()
-    }
 
     /// Logs in with the home's stored key if there is one and no live session.
     pub fn ensure_session(&mut self) -> Result<()> {
@@ -551,38 +458,6 @@ impl Client {
             path: path.into(),
             owner: owner.map(Into::into),
             group: group.map(Into::into),
-        })
-    }
-
-    /// Administrator: adds a user whose key is derived here from `passphrase`.
-    pub fn user_add(
-        &mut self,
-        name: &str,
-        groups: &[String],
-        passphrase: &[u8],
-        params: kdf::PassphraseParams,
-    ) -> Result<()> {
-        let mut salt = [0u8; 16];
-        OsRng.fill_bytes(&mut salt);
-        let key = kdf::passphrase_key(passphrase, &salt, params)
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        let sealed = login::seal_user_key(
-            &self.cluster.mds_sealing_key()?,
-            name,
-            key.expose(),
-            &mut OsRng,
-        )
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-        self.expect_ok(MdsRequest::UserAdd {
-            name: name.into(),
-            groups: groups.to_vec(),
-            salt,
-            params: KdfParams {
-                memory_kib: params.memory_kib,
-                iterations: params.iterations,
-                lanes: params.lanes,
-            },
-            sealed_key: sealed,
         })
     }
 
@@ -1072,33 +947,6 @@ fn retry_stale<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
         other => other,
     }
 }
-
-/// Refuses key-stretching parameters a forged login challenge could use to make
-/// passphrase guessing cheap (too weak) or to exhaust this machine (too strong).
-fn check_kdf_params(p: &KdfParams) -> Result<()> {
-    let floor = kdf::PassphraseParams::DEFAULT;
-    if p.memory_kib < floor.memory_kib || p.iterations < floor.iterations || p.lanes == 0 {
-        return Err(ClientError::Local(
-            "the MDS asked for weaker passphrase stretching than Argon2id's defaults; refusing (forged answer?)".into(),
-        ));
-    }
-    if p.memory_kib > KDF_MEMORY_KIB_MAX
-        || p.iterations > KDF_ITERATIONS_MAX
-        || p.lanes > KDF_LANES_MAX
-    {
-        return Err(ClientError::Local(
-            "the MDS asked for unreasonable passphrase stretching; refusing".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Most Argon2id memory a login may ask for (1 GiB).
-pub const KDF_MEMORY_KIB_MAX: u32 = 1024 * 1024;
-/// Most Argon2id passes a login may ask for.
-pub const KDF_ITERATIONS_MAX: u32 = 16;
-/// Most Argon2id lanes a login may ask for.
-pub const KDF_LANES_MAX: u32 = 16;
 
 /// Number of objects a file of `size` bytes has.
 pub fn stripes_for(size: u64) -> u32 {

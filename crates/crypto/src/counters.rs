@@ -68,8 +68,11 @@ counters! {
     kht_derivations,
     /// Merkle node hashes computed (leaves and inner nodes).
     merkle_hashes,
-    /// Argon2id passphrase derivations.
+    /// Argon2id passphrase derivations (also the key stretching inside OPAQUE).
     passphrase_derivations,
+    /// OPAQUE login steps that cost group operations (server KE2, client finish, server
+    /// finish).
+    pake_steps,
 }
 
 impl OpCounters {

@@ -7,6 +7,7 @@
 //! * [`seal`]: sealing a message to an X25519 public key (X25519 + HKDF-SHA256 + AES-256-GCM).
 //! * [`mac`]: HMAC-SHA256 with constant-time verification (T2, T7).
 //! * [`hash`] and [`kdf`]: BLAKE3, HKDF-SHA256 and Argon2id passphrase keys (M1).
+//! * [`pake`]: OPAQUE (RFC 9807), the augmented PAKE of the login (M1, T6).
 //! * [`aead`]: per-block authenticated encryption where every write uses a fresh subkey (H3).
 //! * [`merkle`]: domain-separated Merkle trees with composition and membership proofs (M3, M4).
 //! * [`kht`]: the Horus keyed hash tree, its compact shape encoding and range covers (H1, H2).
@@ -24,6 +25,7 @@ pub mod kdf;
 pub mod kht;
 pub mod mac;
 pub mod merkle;
+pub mod pake;
 pub mod seal;
 mod secret;
 pub mod sign;

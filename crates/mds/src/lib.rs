@@ -8,6 +8,7 @@
 
 mod namespace;
 pub mod store;
+mod users;
 
 use maat_crypto::kdf;
 use maat_crypto::mac::{Blake3Mac, MacKey};
@@ -17,7 +18,7 @@ use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters, Secret32};
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::login::{
     login_mac_parts, login_ok_mac, mds_session_id, mds_session_key, register_mac_parts,
-    registered_mac, USER_KEY_SEAL_CONTEXT,
+    registered_mac,
 };
 use maat_proto::msg::{
     self, ClusterMap, DaemonStats, ErrorCode, KdfParams, MdsPlainRequest, MdsPlainResponse,
@@ -31,7 +32,10 @@ pub use namespace::FILE_BYTES_MAX;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-pub use store::{Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserRecord};
+pub use store::{
+    Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserCredential, UserRecord,
+};
+pub use users::MdsSecrets;
 
 /// The administrator's user id (superuser: passes every permission check).
 pub const ADMIN_UID: u64 = msg::ADMIN_USER_ID;
@@ -45,6 +49,8 @@ pub const TICKET_LIFETIME_MILLIS_DEFAULT: u64 = 10 * 60 * 60 * 1000;
 pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
 /// Expired sessions are deleted from the store every this many logins (and at start).
 pub const SESSION_SWEEP_LOGINS: u64 = 1024;
+/// Key-derivation context of the key that seals session keys in the store.
+const SESSION_WRAP_CONTEXT: &[u8] = b"maat/mds/session-at-rest/v1";
 /// Most sessions kept in memory (the store holds all of them).
 pub const SESSIONS_CACHED_MAX: usize = 65_536;
 /// How far before now a capability's validity starts, to tolerate clock offsets (T7).
@@ -60,6 +66,9 @@ pub enum MdsError {
     /// The metadata store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A cryptographic operation of the MDS's own failed (not the client's fault).
+    #[error("MDS cryptography: {0}")]
+    Crypto(#[from] maat_crypto::CryptoError),
 }
 
 impl MdsError {
@@ -71,7 +80,7 @@ impl MdsError {
     pub fn to_wire(&self) -> WireError {
         match self {
             MdsError::Refused(e) => e.clone(),
-            MdsError::Store(_) => WireError::new(ErrorCode::Internal, ""),
+            MdsError::Store(_) | MdsError::Crypto(_) => WireError::new(ErrorCode::Internal, ""),
         }
     }
 }
@@ -140,7 +149,10 @@ pub struct Mds<S: MetaStore> {
     config: MdsConfig,
     signing: SigningKey,
     sealing: SealingSecretKey,
-    decoy_key: [u8; 32],
+    /// Seals session keys for the store (derived from the sealing secret).
+    session_wrap: maat_crypto::aead::BlockKey,
+    decoy_key: Secret32,
+    pake: maat_crypto::pake::ServerSetup,
     counters: Counters,
     stats: Stats,
     volatile: Mutex<Volatile>,
@@ -162,40 +174,28 @@ fn meta_array<S: MetaStore>(store: &S, key: &str) -> Result<Option<[u8; 32]>> {
     })
 }
 
-fn kdf_params(p: kdf::PassphraseParams) -> KdfParams {
-    KdfParams {
-        memory_kib: p.memory_kib,
-        iterations: p.iterations,
-        lanes: p.lanes,
-    }
-}
-
 impl<S: MetaStore> Mds<S> {
-    /// Opens the MDS over `store`, creating keys, the root directory and the administrator
-    /// on first start. `admin_key` is the administrator's long-term key, used only when the
-    /// administrator is created.
+    /// Opens the MDS over `store` with `secrets`, creating the root directory and the
+    /// administrator on first start. `admin_key` is the administrator's long-term key,
+    /// used only when the administrator is created (registered as an OPAQUE password).
+    /// Secrets a format-0 store still holds are deleted from it: the daemon has moved them
+    /// into key files first ([`MdsSecrets::legacy_from_store`]).
     pub fn open(
         store: S,
         config: MdsConfig,
+        secrets: MdsSecrets,
         admin_key: &[u8; 32],
         boot: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Self> {
         let counters = OpCounters::new_handle();
+        let pake = maat_crypto::pake::ServerSetup::from_bytes(&secrets.opaque_setup)?;
         let mut batch = Batch::default();
-        let key =
-            |name: &str, batch: &mut Batch, rng: &mut dyn CryptoRngCore| -> Result<[u8; 32]> {
-                if let Some(k) = meta_array(&store, name)? {
-                    return Ok(k);
-                }
-                let mut k = [0u8; 32];
-                rng.fill_bytes(&mut k);
-                batch.push(Op::PutMeta(name.into(), k.to_vec()));
-                Ok(k)
-            };
-        let signing_seed = key("signing_seed", &mut batch, rng)?;
-        let sealing_secret = key("sealing_secret", &mut batch, rng)?;
-        let decoy_key = key("decoy_key", &mut batch, rng)?;
+        for key in store::LEGACY_SECRET_KEYS {
+            if store.meta(key)?.is_some() {
+                batch.push(Op::DeleteMeta(key.into()));
+            }
+        }
         if store.inode(ROOT_INODE)?.is_none() {
             batch.push(Op::PutInode(Inode {
                 id: ROOT_INODE,
@@ -231,9 +231,7 @@ impl<S: MetaStore> Mds<S> {
             batch.push(Op::PutUser(UserRecord {
                 id: ADMIN_UID,
                 name: "admin".into(),
-                key: *admin_key,
-                salt: [0; 16],
-                params: kdf_params(kdf::PassphraseParams::DEFAULT),
+                credential: users::register_stored_key(&pake, "admin", admin_key, &counters, rng)?,
                 gid: ADMIN_GID,
                 groups: vec![],
             }));
@@ -253,9 +251,19 @@ impl<S: MetaStore> Mds<S> {
             store.commit(batch)?;
         }
         Ok(Self {
-            signing: SigningKey::from_seed(&signing_seed).with_counters(counters.clone()),
-            sealing: SealingSecretKey::from_bytes(sealing_secret).with_counters(counters.clone()),
-            decoy_key,
+            signing: SigningKey::from_seed(secrets.signing_seed.expose())
+                .with_counters(counters.clone()),
+            sealing: SealingSecretKey::from_bytes(*secrets.sealing_secret.expose())
+                .with_counters(counters.clone()),
+            session_wrap: maat_crypto::aead::BlockKey::new(Secret32::from_bytes(
+                maat_crypto::hash::blake3_keyed(
+                    secrets.sealing_secret.expose(),
+                    &[SESSION_WRAP_CONTEXT],
+                ),
+            ))
+            .with_counters(counters.clone()),
+            decoy_key: secrets.decoy_key,
+            pake,
             counters,
             stats: Stats::default(),
             volatile: Mutex::new(Volatile {
@@ -277,6 +285,11 @@ impl<S: MetaStore> Mds<S> {
     /// The MDS's X25519 public key (new users' keys are sealed to it).
     pub fn sealing_public_key(&self) -> [u8; 32] {
         self.sealing.public_key().0
+    }
+
+    /// The MDS's OPAQUE static public key (clients may pin it).
+    pub fn opaque_public_key(&self) -> Vec<u8> {
+        self.pake.public_key()
     }
 
     /// This daemon's operation counters.
@@ -341,24 +354,7 @@ impl<S: MetaStore> Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsPlainResponse> {
         match request {
-            MdsPlainRequest::LoginStart { name } => {
-                // Unknown users get a decoy salt derived from the name, so the answer does
-                // not reveal who exists.
-                let (salt, params) = match self.store.user_by_name(&name)? {
-                    Some(u) => (u.salt, u.params),
-                    None => {
-                        let d = hash::blake3_keyed(&self.decoy_key, &[name.as_bytes()]);
-                        let mut salt = [0u8; 16];
-                        salt.copy_from_slice(d.get(..16).unwrap_or(&[0u8; 16]));
-                        (salt, kdf_params(kdf::PassphraseParams::DEFAULT))
-                    }
-                };
-                Ok(MdsPlainResponse::LoginChallenge {
-                    salt,
-                    params,
-                    mds_time: now.0,
-                })
-            }
+            MdsPlainRequest::LoginStart { name } => self.legacy_login_start(&name, now),
             MdsPlainRequest::Login {
                 name,
                 signing_key,
@@ -366,7 +362,7 @@ impl<S: MetaStore> Mds<S> {
                 timestamp,
                 nonce,
                 mac,
-            } => self.login(
+            } => self.legacy_login(
                 &name,
                 signing_key,
                 sealing_key,
@@ -376,6 +372,16 @@ impl<S: MetaStore> Mds<S> {
                 now,
                 rng,
             ),
+            MdsPlainRequest::OpaqueLoginStart {
+                name,
+                ke1,
+                signing_key,
+                sealing_key,
+                nonce,
+            } => self.opaque_login_start(&name, &ke1, signing_key, sealing_key, nonce, now, rng),
+            MdsPlainRequest::OpaqueLoginFinish { state, ke3 } => {
+                self.opaque_login_finish(&state, &ke3, now, rng)
+            }
             MdsPlainRequest::RegisterOsd {
                 id,
                 address,
@@ -462,90 +468,6 @@ impl<S: MetaStore> Mds<S> {
             .map_err(freshness_error)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn login(
-        &self,
-        name: &str,
-        signing_key: [u8; 32],
-        sealing_key: [u8; 32],
-        timestamp: u64,
-        nonce: [u8; 16],
-        mac: [u8; 32],
-        now: UnixMillis,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<MdsPlainResponse> {
-        let failed = || MdsError::refused(ErrorCode::AuthenticationFailed, "");
-        // Same checks, same order and one error for known and unknown users: time, then a
-        // MAC check (against a decoy key when the user does not exist).
-        lock(&self.volatile)
-            .replay
-            .check_time(UnixMillis(timestamp), now)
-            .map_err(freshness_error)?;
-        let user = self.store.user_by_name(name)?;
-        let key = match &user {
-            Some(u) => u.key,
-            None => hash::blake3_keyed(&self.decoy_key, &[b"decoy user key", name.as_bytes()]),
-        };
-        let user_key = MacKey::new(Secret32::from_bytes(key)).with_counters(self.counters.clone());
-        let mac_ok = user_key
-            .verify(
-                &login_mac_parts(name, &signing_key, &sealing_key, timestamp, &nonce)
-                    .iter()
-                    .map(|v| v.as_slice())
-                    .collect::<Vec<_>>(),
-                &mac,
-            )
-            .is_ok();
-        let user = match (user, mac_ok) {
-            (Some(u), true) => u,
-            _ => return Err(failed()),
-        };
-        let mut sid = [0u8; 16];
-        if let Some(s) = sid.get_mut(..8) {
-            s.copy_from_slice(&user.id.to_be_bytes());
-        }
-        self.fresh(&sid, &nonce, UnixMillis(timestamp), now)?;
-        let sealing_key = maat_crypto::seal::SealingPublicKey(sealing_key);
-        let mut iv = [0u8; 16];
-        rng.fill_bytes(&mut iv);
-        let ticket = LoginTicket {
-            ticket_id: rng.next_u64(),
-            user: UserId(user.id),
-            client_signing_key: signing_key,
-            client_sealing_key: sealing_key,
-            iv,
-            start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
-            expiry: now.plus_millis(self.config.ticket_lifetime_millis),
-        };
-        let ticket = signed::sign(ticket, &self.signing);
-        let session_key = mds_session_key(&user.key, ticket.encoded(), &nonce)
-            .map_err(|e| MdsError::refused(ErrorCode::Internal, e.to_string()))?;
-        let session_id = mds_session_id(ticket.encoded());
-        let tag = login_ok_mac(
-            &MacKey::new(session_key.clone()).with_counters(self.counters.clone()),
-            ticket.encoded(),
-            &nonce,
-        );
-        let record = SessionRecord {
-            user: user.id,
-            key: *session_key.expose(),
-            expiry: ticket.expiry.0,
-        };
-        let mut batch = Batch::default();
-        batch.push(Op::PutSession(session_id, record.clone()));
-        self.store.commit(batch)?;
-        self.remember_session(session_id, record);
-        let logins = self.stats.logins.fetch_add(1, Ordering::Relaxed) + 1;
-        if logins % SESSION_SWEEP_LOGINS == 0 {
-            self.sweep_sessions(now)?;
-        }
-        Ok(MdsPlainResponse::LoginOk {
-            ticket: ticket.encoded().to_vec(),
-            mac: tag,
-            mds_time: now.0,
-        })
-    }
-
     // ------------------------------------------------------------ authenticated requests
 
     /// Handles an authenticated request envelope. `Ok` is the sealed response payload;
@@ -621,11 +543,41 @@ impl<S: MetaStore> Mds<S> {
             .store
             .session(id)?
             .ok_or_else(|| MdsError::refused(ErrorCode::UnknownSession, "log in again"))?;
-        Ok(self.remember_session(*id, session))
+        let key = self
+            .session_wrap
+            .open(0, id, &session.sealed_key)
+            .map_err(|_| {
+                MdsError::refused(
+                    ErrorCode::UnknownSession,
+                    "the stored session does not open under this MDS's keys; log in again",
+                )
+            })?;
+        let key: [u8; 32] = key.as_slice().try_into().map_err(|_| {
+            MdsError::refused(
+                ErrorCode::UnknownSession,
+                "corrupt stored session; log in again",
+            )
+        })?;
+        Ok(self.remember_session(*id, session, &Secret32::from_bytes(key)))
     }
 
-    fn remember_session(&self, id: [u8; 16], session: SessionRecord) -> (SessionRecord, Blake3Mac) {
-        let key = wire::envelope_key(&session.key).with_counters(self.counters.clone());
+    /// Seals a new session's key for the store.
+    fn seal_session_key(
+        &self,
+        id: &[u8; 16],
+        key: &Secret32,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<u8>> {
+        Ok(self.session_wrap.seal(0, id, key.expose(), rng)?)
+    }
+
+    fn remember_session(
+        &self,
+        id: [u8; 16],
+        session: SessionRecord,
+        key: &Secret32,
+    ) -> (SessionRecord, Blake3Mac) {
+        let key = wire::envelope_key(key.expose()).with_counters(self.counters.clone());
         let entry = (session, key);
         let mut v = lock(&self.volatile);
         if v.sessions.len() >= SESSIONS_CACHED_MAX {
@@ -704,13 +656,23 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::Chown { path, owner, group } => {
                 self.chown(who, &path, owner.as_deref(), group.as_deref(), now)
             }
-            MdsRequest::UserAdd {
+            MdsRequest::UserAdd { .. } => Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "this client sends a password-equivalent key; upgrade it (users are added with OPAQUE records)",
+            )),
+            MdsRequest::RegisterStart { name, request } => {
+                self.register_start(who, &name, &request)
+            }
+            MdsRequest::UserAddOpaque {
                 name,
                 groups,
-                salt,
                 params,
-                sealed_key,
-            } => self.user_add(who, &name, &groups, salt, params, &sealed_key, now),
+                sealed_upload,
+            } => self.user_add(who, &name, &groups, params, &sealed_upload, now),
+            MdsRequest::SetCredential {
+                params,
+                sealed_upload,
+            } => self.set_credential(who, params, &sealed_upload),
             MdsRequest::UserRm { name } => self.user_rm(who, &name),
             MdsRequest::GroupAdd { name } => self.group_add(who, &name),
             MdsRequest::GroupMemberAdd { group, user } => self.group_member_add(who, &group, &user),
@@ -810,151 +772,6 @@ impl<S: MetaStore> Mds<S> {
             },
         );
         (encoded, false)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn user_add(
-        &self,
-        who: &Principal,
-        name: &str,
-        groups: &[String],
-        salt: [u8; 16],
-        params: KdfParams,
-        sealed_key: &[u8],
-        now: UnixMillis,
-    ) -> Result<MdsResponse> {
-        require_admin(who)?;
-        namespace::check_name(name)?;
-        let key = self
-            .sealing
-            .open(USER_KEY_SEAL_CONTEXT, name.as_bytes(), sealed_key)
-            .map_err(|_| MdsError::refused(ErrorCode::BadMac, "sealed user key does not open"))?;
-        let key: [u8; 32] = key
-            .as_slice()
-            .try_into()
-            .map_err(|_| MdsError::refused(ErrorCode::InvalidArgument, "user key length"))?;
-        let _guard = lock(&self.write);
-        if self.store.user_by_name(name)?.is_some() {
-            return Err(MdsError::refused(
-                ErrorCode::AlreadyExists,
-                format!("user {name}"),
-            ));
-        }
-        let mut gids = Vec::new();
-        for g in groups {
-            let group = self
-                .store
-                .group_by_name(g)?
-                .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, g.clone()))?;
-            gids.push(group.id);
-        }
-        let mut batch = Batch::default();
-        // Each user gets a personal group of the same name; joining an existing group by
-        // accident of naming would hand its members the new user's group access.
-        if self.store.group_by_name(name)?.is_some() {
-            return Err(MdsError::refused(
-                ErrorCode::AlreadyExists,
-                format!("a group named {name} exists; pick another user name"),
-            ));
-        }
-        let gid = self.next_id("next_group", &mut batch)?;
-        batch.push(Op::PutGroup(GroupRecord {
-            id: gid,
-            name: name.into(),
-        }));
-        let uid = self.next_id("next_user", &mut batch)?;
-        batch.push(Op::PutUser(UserRecord {
-            id: uid,
-            name: name.into(),
-            key,
-            salt,
-            params,
-            gid,
-            groups: gids,
-        }));
-        // A home directory the user owns: /home/NAME.
-        let home = ROOT_INODE + 1;
-        if self.store.lookup(home, name)?.is_none() {
-            let ino = self.next_id("next_inode", &mut batch)?;
-            batch.push(Op::PutInode(Inode {
-                id: ino,
-                is_dir: true,
-                mode: 0o755,
-                uid,
-                gid,
-                size: 0,
-                mtime: now.0,
-            }));
-            batch.push(Op::PutEntry {
-                parent: home,
-                name: name.into(),
-                child: ino,
-            });
-        }
-        self.store.commit(batch)?;
-        Ok(MdsResponse::Ok)
-    }
-
-    fn user_rm(&self, who: &Principal, name: &str) -> Result<MdsResponse> {
-        require_admin(who)?;
-        let _guard = lock(&self.write);
-        let user = self
-            .store
-            .user_by_name(name)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, name.to_string()))?;
-        if user.id == ADMIN_UID {
-            return Err(MdsError::refused(
-                ErrorCode::InvalidArgument,
-                "the administrator cannot be removed",
-            ));
-        }
-        let mut batch = Batch::default();
-        batch.push(Op::DeleteUser {
-            id: user.id,
-            name: user.name,
-        });
-        self.store.commit(batch)?;
-        Ok(MdsResponse::Ok)
-    }
-
-    fn group_add(&self, who: &Principal, name: &str) -> Result<MdsResponse> {
-        require_admin(who)?;
-        namespace::check_name(name)?;
-        let _guard = lock(&self.write);
-        if self.store.group_by_name(name)?.is_some() {
-            return Err(MdsError::refused(
-                ErrorCode::AlreadyExists,
-                format!("group {name}"),
-            ));
-        }
-        let mut batch = Batch::default();
-        let gid = self.next_id("next_group", &mut batch)?;
-        batch.push(Op::PutGroup(GroupRecord {
-            id: gid,
-            name: name.into(),
-        }));
-        self.store.commit(batch)?;
-        Ok(MdsResponse::Ok)
-    }
-
-    fn group_member_add(&self, who: &Principal, group: &str, user: &str) -> Result<MdsResponse> {
-        require_admin(who)?;
-        let _guard = lock(&self.write);
-        let group = self
-            .store
-            .group_by_name(group)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, group.to_string()))?;
-        let mut user = self
-            .store
-            .user_by_name(user)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, user.to_string()))?;
-        if user.gid != group.id && !user.groups.contains(&group.id) {
-            user.groups.push(group.id);
-            let mut batch = Batch::default();
-            batch.push(Op::PutUser(user));
-            self.store.commit(batch)?;
-        }
-        Ok(MdsResponse::Ok)
     }
 }
 

@@ -35,16 +35,48 @@ pub struct UserRecord {
     pub id: u64,
     /// Name.
     pub name: String,
-    /// The client–MDS long-term key (Argon2id of the passphrase, or random for the admin).
-    pub key: [u8; 32],
-    /// Salt of the passphrase derivation.
-    pub salt: [u8; 16],
-    /// Argon2id parameters.
-    pub params: KdfParams,
+    /// What the MDS checks a login against.
+    pub credential: UserCredential,
     /// Primary group.
     pub gid: u64,
     /// Supplementary groups.
     pub groups: Vec<u64>,
+}
+
+/// What the MDS holds to check a user's login.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UserCredential {
+    /// OPAQUE (RFC 9807) registration record: nothing in it logs in; a stolen copy allows
+    /// one offline guess per passphrase, each costing an Argon2id run with `params`.
+    Opaque {
+        /// The record (`opaque-ke` serialization).
+        record: Vec<u8>,
+        /// Argon2id parameters of the key stretching.
+        params: KdfParams,
+    },
+    /// A record from before OPAQUE (store format 0): the Argon2id output itself, which is
+    /// all a client needs to log in. Accepted for one more login, after which the client
+    /// replaces it with an OPAQUE record.
+    Legacy {
+        /// The client–MDS long-term key.
+        key: [u8; 32],
+        /// Salt of the passphrase derivation.
+        salt: [u8; 16],
+        /// Argon2id parameters.
+        params: KdfParams,
+    },
+}
+
+/// A user as stored by store format 0 (before versioned records).
+#[derive(Deserialize)]
+struct UserRecordV0 {
+    id: u64,
+    name: String,
+    key: [u8; 32],
+    salt: [u8; 16],
+    params: KdfParams,
+    gid: u64,
+    groups: Vec<u64>,
 }
 
 /// A group.
@@ -61,8 +93,10 @@ pub struct GroupRecord {
 pub struct SessionRecord {
     /// The user.
     pub user: u64,
-    /// The client–MDS session key.
-    pub key: [u8; 32],
+    /// The client–MDS session key, sealed (AEAD, AAD = the session id) under a key the
+    /// MDS derives from its sealing secret, which lives in a key file: a copy of the
+    /// database does not let its holder act in anyone's session.
+    pub sealed_key: Vec<u8>,
     /// When the ticket expires.
     pub expiry: u64,
 }
@@ -107,8 +141,10 @@ pub enum Op {
     DeleteSession([u8; 16]),
     /// Insert or replace an OSD in the cluster map.
     PutOsd(OsdEntry),
-    /// Set a metadata value (keys, counters).
+    /// Set a metadata value (counters, the store format).
     PutMeta(String, Vec<u8>),
+    /// Delete a metadata value.
+    DeleteMeta(String),
 }
 
 /// A set of changes applied atomically.
@@ -121,6 +157,139 @@ impl Batch {
         self.0.push(op);
         self
     }
+}
+
+// ------------------------------------------------------------------ versioned records
+
+/// The layout of the store as a whole (tables and keys), kept in the `meta` table under
+/// [`STORE_FORMAT_KEY`]. A store without it is format 0: unversioned postcard values and
+/// the MDS secrets inside `meta`. [`migrate_v0_value`] turns format-0 values into
+/// format-1 values; a store written by a newer format is refused, never guessed at.
+pub const STORE_FORMAT: u64 = 1;
+/// The `meta` key of the store format.
+pub const STORE_FORMAT_KEY: &str = "store_format";
+/// Keys under which format 0 kept the MDS secrets in `meta` (moved to key files).
+pub const LEGACY_SECRET_KEYS: [&str; 3] = ["signing_seed", "sealing_secret", "decoy_key"];
+
+/// A value stored in a table: `version (u8) ‖ postcard(value at that version)`. Each
+/// record type knows every version it ever had and decodes all of them.
+pub trait Record: Sized {
+    /// What this is, for error messages.
+    const WHAT: &'static str;
+    /// The version [`Record::encode`] writes.
+    const VERSION: u8;
+    /// Decodes the body of version `version`.
+    fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError>;
+    /// Encodes the body at [`Record::VERSION`].
+    fn encode_body(&self) -> Result<Vec<u8>, StoreError>;
+    /// Decodes a format-0 value (no version byte).
+    fn decode_v0(bytes: &[u8]) -> Result<Self, StoreError>;
+
+    /// The stored bytes.
+    fn encode(&self) -> Result<Vec<u8>, StoreError> {
+        let body = self.encode_body()?;
+        let mut out = Vec::with_capacity(1 + body.len());
+        out.push(Self::VERSION);
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// Reads stored bytes of any known version.
+    fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
+        match bytes.split_first() {
+            Some((&version, body)) if version >= 1 && version <= Self::VERSION => {
+                Self::decode_version(version, body)
+            }
+            Some((&version, _)) => Err(StoreError(format!(
+                "{} record of version {version}, newer than this MDS knows ({}): upgrade Maat",
+                Self::WHAT,
+                Self::VERSION
+            ))),
+            None => Err(StoreError(format!("empty {} record", Self::WHAT))),
+        }
+    }
+}
+
+fn postcard_body<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
+    postcard::to_stdvec(v).map_err(|e| StoreError(format!("encoding a record: {e}")))
+}
+
+fn postcard_value<T: serde::de::DeserializeOwned>(
+    what: &str,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
+    postcard::from_bytes(bytes).map_err(|e| StoreError(format!("corrupt {what} record: {e}")))
+}
+
+/// Records whose version 1 has the same fields as format 0.
+macro_rules! record_v1 {
+    ($t:ty, $what:literal) => {
+        impl Record for $t {
+            const WHAT: &'static str = $what;
+            const VERSION: u8 = 1;
+            fn decode_version(_version: u8, body: &[u8]) -> Result<Self, StoreError> {
+                postcard_value(Self::WHAT, body)
+            }
+            fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
+                postcard_body(self)
+            }
+            fn decode_v0(bytes: &[u8]) -> Result<Self, StoreError> {
+                postcard_value(Self::WHAT, bytes)
+            }
+        }
+    };
+}
+
+record_v1!(Inode, "inode");
+record_v1!(GroupRecord, "group");
+
+impl Record for SessionRecord {
+    const WHAT: &'static str = "session";
+    const VERSION: u8 = 1;
+    fn decode_version(_version: u8, body: &[u8]) -> Result<Self, StoreError> {
+        postcard_value(Self::WHAT, body)
+    }
+    fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
+        postcard_body(self)
+    }
+    /// Format 0 kept session keys in clear; they are never carried over (the migration
+    /// drops format-0 sessions: their users log in again).
+    fn decode_v0(_bytes: &[u8]) -> Result<Self, StoreError> {
+        Err(StoreError(
+            "format-0 sessions are not migrated (their keys were stored in clear)".into(),
+        ))
+    }
+}
+record_v1!(OsdEntry, "OSD");
+
+impl Record for UserRecord {
+    const WHAT: &'static str = "user";
+    const VERSION: u8 = 1;
+    fn decode_version(_version: u8, body: &[u8]) -> Result<Self, StoreError> {
+        postcard_value(Self::WHAT, body)
+    }
+    fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
+        postcard_body(self)
+    }
+    fn decode_v0(bytes: &[u8]) -> Result<Self, StoreError> {
+        let v0: UserRecordV0 = postcard_value(Self::WHAT, bytes)?;
+        Ok(UserRecord {
+            id: v0.id,
+            name: v0.name,
+            credential: UserCredential::Legacy {
+                key: v0.key,
+                salt: v0.salt,
+                params: v0.params,
+            },
+            gid: v0.gid,
+            groups: v0.groups,
+        })
+    }
+}
+
+/// Rewrites one format-0 value of a record type as its current stored bytes.
+pub fn migrate_v0_value<T: Record>(bytes: &[u8]) -> Result<Vec<u8>, StoreError> {
+    T::decode_v0(bytes)?.encode()
 }
 
 /// A store failure (I/O or corruption); always the daemon's fault, never the client's.

@@ -7,12 +7,11 @@
     clippy::indexing_slicing
 )]
 
-use maat_crypto::mac::MacKey;
-use maat_crypto::Secret32;
+use maat_crypto::pake;
 use maat_mds::store::{
     Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserRecord,
 };
-use maat_mds::{Mds, MdsConfig};
+use maat_mds::{Mds, MdsConfig, MdsSecrets};
 use maat_proto::login;
 use maat_proto::msg::{
     self, ErrorCode, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, OsdEntry,
@@ -150,6 +149,9 @@ impl MetaStore for &MemStore {
                 Op::PutMeta(k, v) => {
                     t.meta.insert(k, v);
                 }
+                Op::DeleteMeta(k) => {
+                    t.meta.remove(&k);
+                }
             }
         }
         Ok(())
@@ -168,31 +170,73 @@ fn config(ticket_millis: u64) -> MdsConfig {
     }
 }
 
+/// The same MDS secrets on every start (as the daemon's key files give).
+fn secrets() -> MdsSecrets {
+    MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99))
+}
+
+/// Runs an OPAQUE login for `name` with `password` against `mds`; the answer to KE3.
+fn opaque_login(
+    mds: &Mds<&MemStore>,
+    name: &str,
+    password: &[u8],
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> (
+    Result<MdsPlainResponse, WireError>,
+    Option<pake::SessionKey>,
+    [u8; 16],
+) {
+    let nonce = [3u8; 16];
+    let (sk, xk) = ([1u8; 32], [2u8; 32]);
+    let (state, ke1) = pake::client_login_start(password, rng).unwrap();
+    let req = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
+        name: name.into(),
+        ke1,
+        signing_key: sk,
+        sealing_key: xk,
+        nonce,
+    })
+    .unwrap();
+    let answer: Result<MdsPlainResponse, WireError> =
+        msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+    let (ke2, login_state) = match answer.unwrap() {
+        MdsPlainResponse::OpaqueLoginChallenge { ke2, state, .. } => (ke2, state),
+        other => panic!("{other:?}"),
+    };
+    let context = login::opaque_login_context(name, &sk, &xk, &nonce);
+    let counters = maat_crypto::OpCounters::new_handle();
+    let (ke3, key) = match state.finish(
+        password,
+        &ke2,
+        &context,
+        login::KEY_CREDENTIAL_PARAMS,
+        &counters,
+        rng,
+    ) {
+        Ok(done) => (done.ke3, Some(done.session_key)),
+        // A client that cannot finish still sends something: the MDS must refuse it.
+        Err(_) => (vec![0u8; 64], None),
+    };
+    let req = msg::encode(&MdsPlainRequest::OpaqueLoginFinish {
+        state: login_state,
+        ke3,
+    })
+    .unwrap();
+    let answer = msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+    (answer, key, nonce)
+}
+
 /// Logs in as the administrator; returns the session id and envelope key.
 fn admin_login(
     mds: &Mds<&MemStore>,
     now: u64,
     rng: &mut ChaCha20Rng,
 ) -> ([u8; 16], maat_crypto::mac::Blake3Mac) {
-    let nonce = [3u8; 16];
-    let (sk, xk) = ([1u8; 32], [2u8; 32]);
-    let parts = login::login_mac_parts("admin", &sk, &xk, now, &nonce);
-    let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
-    let mac = MacKey::new(Secret32::from_bytes(ADMIN_KEY)).tag(&refs);
-    let req = msg::encode(&MdsPlainRequest::Login {
-        name: "admin".into(),
-        signing_key: sk,
-        sealing_key: xk,
-        timestamp: now,
-        nonce,
-        mac,
-    })
-    .unwrap();
-    let answer: Result<MdsPlainResponse, WireError> =
-        msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+    let (answer, key, nonce) = opaque_login(mds, "admin", &ADMIN_KEY, now, rng);
     match answer.unwrap() {
         MdsPlainResponse::LoginOk { ticket, .. } => {
-            let key = login::mds_session_key(&ADMIN_KEY, &ticket, &nonce).unwrap();
+            let key = login::mds_session_key(key.unwrap().as_slice(), &ticket, &nonce).unwrap();
             (
                 login::mds_session_id(&ticket),
                 wire::envelope_key(key.expose()),
@@ -226,6 +270,7 @@ fn expired_sessions_are_swept_at_start() {
     let mds = Mds::open(
         &store,
         config(60_000),
+        secrets(),
         &ADMIN_KEY,
         UnixMillis(boot),
         &mut rng,
@@ -248,6 +293,7 @@ fn expired_sessions_are_swept_at_start() {
     let mds = Mds::open(
         &store,
         config(60_000),
+        secrets(),
         &ADMIN_KEY,
         UnixMillis(now + 2000),
         &mut rng,
@@ -268,6 +314,7 @@ fn expired_sessions_are_swept_at_start() {
     let mds = Mds::open(
         &store,
         config(60_000),
+        secrets(),
         &ADMIN_KEY,
         UnixMillis(later),
         &mut rng,
@@ -293,6 +340,7 @@ fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
     let mds = Mds::open(
         &store,
         config(3_600_000),
+        secrets(),
         &ADMIN_KEY,
         UnixMillis(T0),
         &mut rng,
@@ -382,4 +430,84 @@ fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
         };
         assert_eq!(answer.unwrap_err().code, expected, "{name} at {ts}");
     }
+
+    // OPAQUE: an unknown user gets a KE2 of the same length as a real one, and both an
+    // unknown user and a wrong passphrase fail at KE3 with the same code.
+    let ke2_len = |name: &str, rng: &mut ChaCha20Rng| {
+        let (_, ke1) = pake::client_login_start(b"x", rng).unwrap();
+        let req = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
+            name: name.into(),
+            ke1,
+            signing_key: [1; 32],
+            sealing_key: [2; 32],
+            nonce: [4; 16],
+        })
+        .unwrap();
+        let answer: Result<MdsPlainResponse, WireError> =
+            msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+        match answer.unwrap() {
+            MdsPlainResponse::OpaqueLoginChallenge { ke2, state, .. } => (ke2.len(), state.len()),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(ke2_len("admin", &mut rng).0, ke2_len("nobody", &mut rng).0);
+    for (name, password) in [("admin", &[0u8; 32][..]), ("nobody", &ADMIN_KEY[..])] {
+        let (answer, _, _) = opaque_login(&mds, name, password, now, &mut rng);
+        assert_eq!(
+            answer.unwrap_err().code,
+            ErrorCode::AuthenticationFailed,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_stolen_store_does_not_log_in() {
+    // SPEC M1, T6 (issue 12): everything the store holds about a user, tried as the
+    // password, fails; so does the legacy MAC login keyed with any 32 bytes of it.
+    let store = MemStore::default();
+    let mut rng = ChaCha20Rng::seed_from_u64(3);
+    let mds = Mds::open(
+        &store,
+        config(3_600_000),
+        secrets(),
+        &ADMIN_KEY,
+        UnixMillis(T0),
+        &mut rng,
+    )
+    .unwrap();
+    let now = T0 + 1000;
+    let record = store.0.lock().unwrap().users.get(&1).cloned().unwrap();
+    let stored = match &record.credential {
+        maat_mds::UserCredential::Opaque { record, .. } => record.clone(),
+        other => panic!("{other:?}"),
+    };
+    let mut guesses: Vec<Vec<u8>> = vec![stored.clone()];
+    guesses.extend(stored.chunks(32).map(|c| c.to_vec()));
+    for guess in &guesses {
+        let (answer, _, _) = opaque_login(&mds, "admin", guess, now, &mut rng);
+        assert_eq!(answer.unwrap_err().code, ErrorCode::AuthenticationFailed);
+    }
+    for (i, chunk) in stored.chunks_exact(32).enumerate() {
+        let key: [u8; 32] = chunk.try_into().unwrap();
+        let nonce = [i as u8; 16];
+        let parts = login::login_mac_parts("admin", &[1; 32], &[2; 32], now, &nonce);
+        let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+        let mac = maat_crypto::mac::MacKey::new(maat_crypto::Secret32::from_bytes(key)).tag(&refs);
+        let req = msg::encode(&MdsPlainRequest::Login {
+            name: "admin".into(),
+            signing_key: [1; 32],
+            sealing_key: [2; 32],
+            timestamp: now,
+            nonce,
+            mac,
+        })
+        .unwrap();
+        let answer: Result<MdsPlainResponse, WireError> =
+            msg::decode(&mds.handle_plain(&req, UnixMillis(now), &mut rng)).unwrap();
+        assert_eq!(answer.unwrap_err().code, ErrorCode::AuthenticationFailed);
+    }
+    // The real key still works (the test can fail).
+    let (answer, _, _) = opaque_login(&mds, "admin", &ADMIN_KEY, now, &mut rng);
+    assert!(matches!(answer, Ok(MdsPlainResponse::LoginOk { .. })));
 }

@@ -35,6 +35,41 @@ pub fn login_mac_parts(
     ]
 }
 
+const OPAQUE_CONTEXT: &[u8] = b"maat/login-opaque/v1\0";
+/// Sealing context of an OPAQUE registration upload sent to the MDS.
+pub const REGISTRATION_SEAL_CONTEXT: &[u8] = b"maat/opaque-upload/v1";
+/// Sealing context of the login state the MDS hands the client between KE2 and KE3.
+pub const LOGIN_STATE_SEAL_CONTEXT: &[u8] = b"maat/login-state/v1";
+/// How long a login may take between KE2 and KE3 (inside the replay window, which
+/// remembers the login's nonce).
+pub const LOGIN_STATE_LIFETIME_MILLIS: u64 = 20_000;
+/// Key stretching for stored-key identities (the administrator's random 32-byte key):
+/// the input already has full entropy, so the stretching is the cheapest Argon2id allows.
+pub const KEY_CREDENTIAL_PARAMS: kdf::PassphraseParams = kdf::PassphraseParams {
+    memory_kib: 8,
+    iterations: 1,
+    lanes: 1,
+};
+
+/// SPEC M1, T6: the OPAQUE context of a login, the bytes both ends bind into the
+/// transcript: the user name, the two keys the ticket will name and the nonce. A KE1
+/// replayed with other keys fails at KE3.
+pub fn opaque_login_context(
+    name: &str,
+    signing_key: &[u8; 32],
+    sealing_key: &[u8; 32],
+    nonce: &[u8; 16],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(OPAQUE_CONTEXT.len() + 4 + name.len() + 32 + 32 + 16);
+    out.extend_from_slice(OPAQUE_CONTEXT);
+    out.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(signing_key);
+    out.extend_from_slice(sealing_key);
+    out.extend_from_slice(nonce);
+    out
+}
+
 /// The fields an OSD registration MAC covers, in order.
 pub fn register_mac_parts(
     id: u64,
@@ -67,9 +102,11 @@ pub fn login_ok_mac(session_key: &MacKey, ticket: &[u8], nonce: &[u8; 16]) -> [u
 }
 
 /// SPEC M1: the client–MDS session key,
-/// `HKDF-SHA256(salt = BLAKE3(ticket), ikm = user key, info = ["maat/m1/mds-session/v1", nonce])`.
+/// `HKDF-SHA256(salt = BLAKE3(ticket), ikm = K, info = ["maat/m1/mds-session/v1", nonce])`
+/// where `K` is the OPAQUE session key (64 bytes), or the user key of a login from before
+/// OPAQUE (32 bytes).
 pub fn mds_session_key(
-    user_key: &[u8; 32],
+    user_key: &[u8],
     ticket: &[u8],
     nonce: &[u8; 16],
 ) -> Result<Secret32, maat_crypto::CryptoError> {
@@ -96,6 +133,23 @@ pub fn seal_user_key(
         USER_KEY_SEAL_CONTEXT,
         name.as_bytes(),
         key,
+        rng,
+    )
+}
+
+/// Seals an OPAQUE registration upload to the MDS (AAD: the user name). The upload is
+/// not a password-equivalent, but it allows an offline guess per passphrase, so it never
+/// crosses the network in clear.
+pub fn seal_registration_upload(
+    mds_sealing_key: &[u8; 32],
+    name: &str,
+    upload: &[u8],
+    rng: &mut impl CryptoRngCore,
+) -> Result<Vec<u8>, maat_crypto::CryptoError> {
+    maat_crypto::seal::SealingPublicKey(*mds_sealing_key).seal(
+        REGISTRATION_SEAL_CONTEXT,
+        name.as_bytes(),
+        upload,
         rng,
     )
 }

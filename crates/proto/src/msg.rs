@@ -218,6 +218,26 @@ pub struct KdfParams {
     pub lanes: u32,
 }
 
+impl From<maat_crypto::kdf::PassphraseParams> for KdfParams {
+    fn from(p: maat_crypto::kdf::PassphraseParams) -> Self {
+        KdfParams {
+            memory_kib: p.memory_kib,
+            iterations: p.iterations,
+            lanes: p.lanes,
+        }
+    }
+}
+
+impl From<KdfParams> for maat_crypto::kdf::PassphraseParams {
+    fn from(p: KdfParams) -> Self {
+        maat_crypto::kdf::PassphraseParams {
+            memory_kib: p.memory_kib,
+            iterations: p.iterations,
+            lanes: p.lanes,
+        }
+    }
+}
+
 /// Unauthenticated messages to the MDS (frame type Plain).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MdsPlainRequest {
@@ -258,6 +278,28 @@ pub enum MdsPlainRequest {
         /// HMAC-SHA256 under the join key (see PROTOCOL.md).
         mac: [u8; 32],
     },
+    /// OPAQUE login, first message (SPEC M1, T6): KE1 and the keys the ticket will name.
+    /// Everything but `ke1` is bound into the OPAQUE transcript as its context.
+    OpaqueLoginStart {
+        /// User name (the OPAQUE credential identifier).
+        name: String,
+        /// OPAQUE KE1 (blinded passphrase and the client's ephemeral key share).
+        ke1: Vec<u8>,
+        /// Client Ed25519 public key for this login.
+        signing_key: [u8; 32],
+        /// Client X25519 public key for this login.
+        sealing_key: [u8; 32],
+        /// Fresh nonce (the login is accepted once; the MDS's own clock dates it, so a
+        /// client's clock offset does not matter at login).
+        nonce: [u8; 16],
+    },
+    /// OPAQUE login, last message: KE3 and the state the MDS handed out with KE2.
+    OpaqueLoginFinish {
+        /// The MDS's login state, sealed to its own key (the MDS keeps none).
+        state: Vec<u8>,
+        /// OPAQUE KE3 (the client's key-confirmation MAC).
+        ke3: Vec<u8>,
+    },
 }
 
 /// Answers to [`MdsPlainRequest`].
@@ -287,6 +329,23 @@ pub enum MdsPlainResponse {
         mds_verifying_key: [u8; 32],
         /// HMAC under the join key over the key and the request nonce.
         mac: [u8; 32],
+    },
+    /// OPAQUE KE2 (answers `OpaqueLoginStart`; unknown users get an indistinguishable one).
+    OpaqueLoginChallenge {
+        /// OPAQUE KE2: the OPRF evaluation, the masked envelope, the MDS's key share and MAC.
+        ke2: Vec<u8>,
+        /// Argon2id parameters of the key stretching (the user's; defaults for unknown users).
+        params: KdfParams,
+        /// State to send back with KE3, sealed by the MDS to itself; expires quickly.
+        state: Vec<u8>,
+        /// MDS clock.
+        mds_time: u64,
+    },
+    /// The user still has a record from before OPAQUE: log in once with `LoginStart` and
+    /// `Login`, then replace the record (`SetCredential`).
+    LegacyLoginRequired {
+        /// MDS clock.
+        mds_time: u64,
     },
 }
 
@@ -408,6 +467,33 @@ pub enum MdsRequest {
     Stats,
     /// End this session.
     Logout,
+    /// OPAQUE registration, first step: the MDS's OPRF answer for `name`. The
+    /// administrator may ask for any name; a user only for their own.
+    RegisterStart {
+        /// The user the registration is for (the OPAQUE credential identifier).
+        name: String,
+        /// OPAQUE registration request (the blinded passphrase).
+        request: Vec<u8>,
+    },
+    /// Administrator: add a user with an OPAQUE registration record.
+    UserAddOpaque {
+        /// Name.
+        name: String,
+        /// Supplementary groups (must exist).
+        groups: Vec<String>,
+        /// Argon2id parameters of the key stretching.
+        params: KdfParams,
+        /// The OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the name).
+        sealed_upload: Vec<u8>,
+    },
+    /// The caller replaces their own credential: a passphrase change, or the move of a
+    /// record from before OPAQUE to OPAQUE.
+    SetCredential {
+        /// Argon2id parameters of the key stretching.
+        params: KdfParams,
+        /// The OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the name).
+        sealed_upload: Vec<u8>,
+    },
 }
 
 /// File or directory attributes.
@@ -482,6 +568,11 @@ pub enum MdsResponse {
     },
     /// Counters.
     Stats(DaemonStats),
+    /// OPAQUE registration response (answers `RegisterStart`).
+    RegistrationResponse {
+        /// The OPRF evaluation and the MDS's static public key.
+        response: Vec<u8>,
+    },
 }
 
 /// Where an object lives in an OSD's object model (SPEC T5).

@@ -13,6 +13,10 @@ pub struct MdsFileConfig {
     pub listen: String,
     /// Directory for the metadata database.
     pub data_dir: PathBuf,
+    /// Directory of the MDS's own secrets (signing, sealing, decoy and OPAQUE keys), apart
+    /// from the database so that a copy of it does not carry them. Default `DATA_DIR/keys`.
+    #[serde(default)]
+    pub key_dir: Option<PathBuf>,
     /// The administrator's key (created on first start if missing).
     pub admin_key_file: PathBuf,
     /// The key OSDs register with (created on first start if missing; copy it to OSDs).
@@ -81,6 +85,13 @@ impl MdsFileConfig {
     /// Reads a config file.
     pub fn load(path: &Path) -> Result<Self, ServerError> {
         load(path)
+    }
+
+    /// Where the MDS keeps its secrets.
+    pub fn key_dir(&self) -> PathBuf {
+        self.key_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("keys"))
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod config;
 pub mod meta_store;
 pub mod object_store;
+pub mod private;
 mod serve;
 
 pub use config::{MdsFileConfig, OsdFileConfig};
@@ -17,7 +18,7 @@ pub use serve::{Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::{OsRng, Secret32};
-use maat_mds::{Mds, MdsConfig};
+use maat_mds::{Mds, MdsConfig, MdsSecrets, MetaStore};
 use maat_net::Connection;
 use maat_osd::OsdCore;
 use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, WireError};
@@ -25,7 +26,7 @@ use maat_proto::wire::FrameType;
 use maat_proto::{OsdId, UnixMillis};
 use rand_core::RngCore;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -48,6 +49,16 @@ pub enum ServerError {
         path: String,
         /// Why.
         reason: String,
+    },
+    /// A key file, database or data directory is readable or writable by group or others.
+    #[error("{path} has mode {mode:04o}: group or others can read it (it holds keys or data); run `{fix}` and start again")]
+    Exposed {
+        /// The file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+        /// The command that fixes it.
+        fix: String,
     },
     /// I/O failed.
     #[error("{what}: {source}")]
@@ -83,39 +94,21 @@ pub fn now() -> UnixMillis {
     )
 }
 
-/// Reads a 32-byte key stored as hex.
+/// Reads a 32-byte key stored as hex (refused when group or others can read it).
 pub fn read_key_file(path: &Path) -> Result<[u8; 32], ServerError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ServerError::KeyFile {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    let bytes = hex::decode(text.trim()).map_err(|e| ServerError::KeyFile {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    bytes.try_into().map_err(|_| ServerError::KeyFile {
-        path: path.display().to_string(),
-        reason: "expected 32 bytes of hex".into(),
-    })
+    let bytes = private::read_secret_file(path)?;
+    bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| ServerError::KeyFile {
+            path: path.display().to_string(),
+            reason: "expected 32 bytes of hex".into(),
+        })
 }
 
 /// Writes a 32-byte key as hex, readable by the owner only, fsynced.
 pub fn write_key_file(path: &Path, key: &[u8; 32]) -> Result<(), ServerError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io(format!("create {}", path.display())))?;
-    f.write_all(hex::encode(key).as_bytes())
-        .and_then(|()| f.write_all(b"\n"))
-        .and_then(|()| f.sync_all())
-        .map_err(io(format!("write {}", path.display())))
+    private::write_secret_file(path, key)
 }
 
 /// Reads the key at `path`, or creates a random one there.
@@ -129,6 +122,56 @@ pub fn key_file_or_create(path: &Path) -> Result<[u8; 32], ServerError> {
     Ok(key)
 }
 
+/// File names of the MDS secrets in its key directory.
+pub const MDS_KEY_FILES: [&str; 4] = ["signing.key", "sealing.key", "decoy.key", "opaque.key"];
+
+/// The MDS secrets from their key files; missing ones are created, from the secrets a
+/// format-0 store held (`legacy`) or at random. A cluster that already has a namespace
+/// but lost a key file is refused: a new signing key would orphan every OSD and client.
+fn mds_secrets(
+    key_dir: &Path,
+    legacy: Option<[Secret32; 3]>,
+    initialized: bool,
+) -> Result<MdsSecrets, ServerError> {
+    let paths = MDS_KEY_FILES.map(|f| key_dir.join(f));
+    let missing: Vec<&PathBuf> = paths.iter().filter(|p| !p.exists()).collect();
+    if initialized && legacy.is_none() && !missing.is_empty() {
+        return Err(ServerError::KeyFile {
+            path: missing
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            reason: "missing, but this MDS already has a namespace signed with it; restore the key files from a backup".into(),
+        });
+    }
+    let fresh = MdsSecrets::generate(&mut OsRng);
+    let [signing, sealing, decoy] = match legacy {
+        Some(l) => l,
+        None => [fresh.signing_seed, fresh.sealing_secret, fresh.decoy_key],
+    };
+    let [p_signing, p_sealing, p_decoy, p_opaque] = &paths;
+    let load32 = |path: &Path, value: Secret32| -> Result<Secret32, ServerError> {
+        if !path.exists() {
+            write_key_file(path, value.expose())?;
+        }
+        Ok(Secret32::from_bytes(read_key_file(path)?))
+    };
+    let signing_seed = load32(p_signing, signing)?;
+    let sealing_secret = load32(p_sealing, sealing)?;
+    let decoy_key = load32(p_decoy, decoy)?;
+    if !p_opaque.exists() {
+        private::write_secret_file(p_opaque, &fresh.opaque_setup)?;
+    }
+    let opaque_setup = private::read_secret_file(p_opaque)?;
+    Ok(MdsSecrets {
+        signing_seed,
+        sealing_secret,
+        decoy_key,
+        opaque_setup,
+    })
+}
+
 fn bind(address: &str) -> Result<TcpListener, ServerError> {
     TcpListener::bind(address).map_err(io(format!("listen on {address}")))
 }
@@ -140,9 +183,32 @@ pub fn run_mds(
     shutdown: &Shutdown,
     ready: impl FnOnce(&str),
 ) -> Result<(), ServerError> {
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(io(format!("create {}", config.data_dir.display())))?;
-    let store = meta_store::RedbStore::open(&config.data_dir.join("meta.redb"))?;
+    private::create_private_dir(&config.data_dir)?;
+    let db_path = config.data_dir.join("meta.redb");
+    private::check_private(&db_path)?;
+    let mut store = meta_store::RedbStore::open(&db_path)?;
+    let key_dir = config.key_dir();
+    private::check_private(&key_dir)?;
+    let initialized = store.inode(maat_mds::ROOT_INODE)?.is_some();
+    let legacy = MdsSecrets::legacy_from_store(&store)?;
+    let moved = legacy.is_some();
+    let secrets = mds_secrets(&key_dir, legacy, initialized)?;
+    if moved {
+        // The key files are durable now; take the secrets out of the database, and rewrite
+        // it into a fresh file so that their bytes do not linger in free pages. (A copy of
+        // the format-0 database taken before this must still be treated as holding them.)
+        let mut batch = maat_mds::Batch::default();
+        for key in maat_mds::store::LEGACY_SECRET_KEYS {
+            batch.push(maat_mds::Op::DeleteMeta(key.into()));
+        }
+        store.commit(batch)?;
+        store = store.rewrite_fresh(&db_path)?;
+        eprintln!(
+            "mds: moved the MDS secrets out of {} into {}",
+            db_path.display(),
+            key_dir.display()
+        );
+    }
     let admin_key = key_file_or_create(&config.admin_key_file)?;
     let join_key = key_file_or_create(&config.join_key_file)?;
     let boot = now();
@@ -154,17 +220,19 @@ pub fn run_mds(
             danger_allow_insecure: config.danger_allow_insecure,
             join_key,
         },
+        secrets,
         &admin_key,
         boot,
         &mut OsRng,
     )?;
     if let Some(path) = &config.public_keys_file {
         let text = format!(
-            "mds_verifying_key = \"{}\"\nmds_sealing_key = \"{}\"\n",
+            "mds_verifying_key = \"{}\"\nmds_sealing_key = \"{}\"\nmds_opaque_key = \"{}\"\n",
             hex::encode(mds.verifying_key()),
-            hex::encode(mds.sealing_public_key())
+            hex::encode(mds.sealing_public_key()),
+            hex::encode(mds.opaque_public_key())
         );
-        std::fs::write(path, text).map_err(io(format!("write {}", path.display())))?;
+        private::replace_file(path, text.as_bytes())?;
     }
     let listener = bind(&config.listen)?;
     let local = listener
@@ -206,8 +274,7 @@ pub fn run_osd(
     shutdown: &Shutdown,
     ready: impl FnOnce(&str),
 ) -> Result<(), ServerError> {
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(io(format!("create {}", config.data_dir.display())))?;
+    private::create_private_dir(&config.data_dir)?;
     let sealing = key_file_or_create(&config.data_dir.join("osd.key"))?;
     let sealing = SealingSecretKey::from_bytes(sealing);
     let join_key = read_key_file(&config.join_key_file)?;

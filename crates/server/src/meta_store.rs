@@ -1,12 +1,16 @@
 //! The MDS's [`MetaStore`] on redb: one file, copy-on-write B-trees, each commit atomic and
 //! fsynced (redb's default durability), so a crash leaves either the old or the new state.
+//!
+//! Every value is a versioned [`Record`]; the store's layout version is in `meta` under
+//! [`STORE_FORMAT_KEY`] (docs/PROTOCOL.md, "At rest"). A store of format 0 (no version anywhere) is
+//! rewritten to the current format in one transaction when it is opened.
 
 use maat_mds::store::{
-    Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserRecord,
+    migrate_v0_value, Batch, GroupRecord, Inode, MetaStore, Op, Record, SessionRecord, StoreError,
+    UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
 use redb::{Database, ReadableTable, TableDefinition};
-use serde::{de::DeserializeOwned, Serialize};
 use std::path::Path;
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
@@ -28,12 +32,45 @@ fn err(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
 }
 
-fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    postcard::to_stdvec(v).map_err(err)
+fn enc<T: Record>(v: &T) -> Result<Vec<u8>, StoreError> {
+    v.encode()
 }
 
-fn dec<T: DeserializeOwned>(v: &[u8]) -> Result<T, StoreError> {
-    postcard::from_bytes(v).map_err(|e| StoreError(format!("corrupt record: {e}")))
+fn dec<T: Record>(v: &[u8]) -> Result<T, StoreError> {
+    T::decode(v)
+}
+
+/// Copies every entry of `table` from one database to another.
+fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    from: &redb::ReadTransaction,
+    to: &redb::WriteTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<(), StoreError> {
+    let source = from.open_table(table).map_err(err)?;
+    let mut target = to.open_table(table).map_err(err)?;
+    for item in source.iter().map_err(err)? {
+        let (k, v) = item.map_err(err)?;
+        target.insert(k.value(), v.value()).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Rewrites every value of `table` (keyed by id) from format 0 as a versioned record of
+/// type `T`.
+fn migrate_table<T: Record>(
+    tx: &redb::WriteTransaction,
+    table: TableDefinition<u64, &[u8]>,
+) -> Result<usize, StoreError> {
+    let mut t = tx.open_table(table).map_err(err)?;
+    let mut rewritten = Vec::new();
+    for item in t.iter().map_err(err)? {
+        let (k, v) = item.map_err(err)?;
+        rewritten.push((k.value(), migrate_v0_value::<T>(v.value())?));
+    }
+    for (k, v) in &rewritten {
+        t.insert(*k, v.as_slice()).map_err(err)?;
+    }
+    Ok(rewritten.len())
 }
 
 impl RedbStore {
@@ -53,10 +90,111 @@ impl RedbStore {
             tx.open_table(META).map_err(err)?;
         }
         tx.commit().map_err(err)?;
-        Ok(Self { db })
+        let store = Self { db };
+        store.upgrade()?;
+        Ok(store)
     }
 
-    fn get_u64<T: DeserializeOwned>(
+    /// The store's format: absent means format 0 (or a new, empty store).
+    fn format(&self) -> Result<Option<u64>, StoreError> {
+        Ok(match self.meta(STORE_FORMAT_KEY)? {
+            Some(v) => Some(u64::from_be_bytes(v.try_into().map_err(|_| {
+                StoreError(format!("meta {STORE_FORMAT_KEY} has the wrong length"))
+            })?)),
+            None => None,
+        })
+    }
+
+    /// Brings a store of an older format to [`STORE_FORMAT`] in one transaction; refuses a
+    /// newer one.
+    fn upgrade(&self) -> Result<(), StoreError> {
+        match self.format()? {
+            Some(f) if f == STORE_FORMAT => return Ok(()),
+            Some(f) if f > STORE_FORMAT => {
+                return Err(StoreError(format!(
+                    "the metadata store has format {f}, newer than this MDS knows ({STORE_FORMAT}): upgrade Maat"
+                )))
+            }
+            Some(f) => {
+                return Err(StoreError(format!(
+                    "the metadata store has format {f}, which no migration knows"
+                )))
+            }
+            None => {}
+        }
+        let tx = self.db.begin_write().map_err(err)?;
+        let mut records = 0usize;
+        records += migrate_table::<Inode>(&tx, INODES)?;
+        records += migrate_table::<UserRecord>(&tx, USERS)?;
+        records += migrate_table::<GroupRecord>(&tx, GROUPS)?;
+        records += migrate_table::<OsdEntry>(&tx, OSDS)?;
+        {
+            // Format 0 kept session keys in clear: drop those sessions (their users log in
+            // again) rather than carry the keys over.
+            let mut t = tx.open_table(SESSIONS).map_err(err)?;
+            let ids: Vec<Vec<u8>> = t
+                .iter()
+                .map_err(err)?
+                .map(|item| item.map(|(k, _)| k.value().to_vec()))
+                .collect::<Result<_, _>>()
+                .map_err(err)?;
+            for id in &ids {
+                t.remove(id.as_slice()).map_err(err)?;
+            }
+            if !ids.is_empty() {
+                eprintln!(
+                    "mds: dropped {} sessions of the format-0 store (their keys were stored in clear); those users log in again",
+                    ids.len()
+                );
+            }
+        }
+        {
+            let mut meta = tx.open_table(META).map_err(err)?;
+            meta.insert(STORE_FORMAT_KEY, STORE_FORMAT.to_be_bytes().as_slice())
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        if records > 0 {
+            eprintln!(
+                "mds: metadata store migrated from format 0 to {STORE_FORMAT} ({records} records)"
+            );
+        }
+        Ok(())
+    }
+
+    /// Rewrites the database at `path` into a fresh file and renames it into place, so
+    /// that values deleted from it (a format-0 store's secrets) are not left in free
+    /// pages, which redb's `compact` does not promise. The old file's blocks are freed,
+    /// not wiped: a copy of it taken before, or the raw disk, may still hold them.
+    pub fn rewrite_fresh(self, path: &Path) -> Result<Self, StoreError> {
+        let temp = path.with_extension("redb.rewrite");
+        let _ = std::fs::remove_file(&temp);
+        {
+            let fresh = Database::create(&temp).map_err(err)?;
+            let from = self.db.begin_read().map_err(err)?;
+            let to = fresh.begin_write().map_err(err)?;
+            copy_table(&from, &to, INODES)?;
+            copy_table(&from, &to, ENTRIES)?;
+            copy_table(&from, &to, USERS)?;
+            copy_table(&from, &to, USER_NAMES)?;
+            copy_table(&from, &to, GROUPS)?;
+            copy_table(&from, &to, GROUP_NAMES)?;
+            copy_table(&from, &to, SESSIONS)?;
+            copy_table(&from, &to, OSDS)?;
+            copy_table(&from, &to, META)?;
+            to.commit().map_err(err)?;
+        }
+        drop(self);
+        std::fs::rename(&temp, path).map_err(err)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(err)?;
+        }
+        Self::open(path)
+    }
+
+    fn get_u64<T: Record>(
         &self,
         table: TableDefinition<u64, &[u8]>,
         key: u64,
@@ -227,6 +365,9 @@ impl MetaStore for RedbStore {
                     }
                     Op::PutMeta(k, v) => {
                         meta.insert(k.as_str(), v.as_slice()).map_err(err)?;
+                    }
+                    Op::DeleteMeta(k) => {
+                        meta.remove(k.as_str()).map_err(err)?;
                     }
                 }
             }

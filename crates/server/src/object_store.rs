@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -34,8 +35,51 @@ struct StoredAttributes {
     user: Vec<(String, Vec<u8>)>,
 }
 
+/// `.attr` files start with this marker and a version byte. Format 0 had neither; its
+/// files start with a postcard varint `u32`, which is never five `0xFF` bytes, so the two
+/// cannot be confused.
+const ATTR_MAGIC: [u8; 5] = [0xFF; 5];
+/// The `.attr` version written now.
+const ATTR_VERSION: u8 = 1;
+
+fn invalid(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io(std::io::Error::new(ErrorKind::InvalidData, e.to_string()))
+}
+
+impl StoredAttributes {
+    fn encode(&self) -> Result<Vec<u8>, StoreError> {
+        let mut out = ATTR_MAGIC.to_vec();
+        out.push(ATTR_VERSION);
+        out.extend_from_slice(&postcard::to_stdvec(self).map_err(invalid)?);
+        Ok(out)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
+        match bytes.strip_prefix(&ATTR_MAGIC[..]) {
+            Some([1, body @ ..]) => postcard::from_bytes(body).map_err(invalid),
+            Some([v, ..]) => Err(invalid(format!(
+                "attribute file version {v} is newer than this OSD knows ({ATTR_VERSION})"
+            ))),
+            Some([]) => Err(invalid("empty attribute file")),
+            // Format 0: plain postcard.
+            None => postcard::from_bytes(bytes).map_err(invalid),
+        }
+    }
+}
+
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Objects and attribute files: readable by the OSD's account only.
+const OBJECT_FILE_MODE: u32 = 0o600;
+
+/// Creates `dir` and its missing parents readable by the OSD's account only.
+fn private_dirs(dir: &Path) -> std::io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 impl FileObjectStore {
@@ -47,7 +91,7 @@ impl FileObjectStore {
             root,
             temp_counter: AtomicU64::new(0),
         };
-        fs::create_dir_all(store.partition_dir(DATA_PARTITION))?;
+        private_dirs(&store.partition_dir(DATA_PARTITION))?;
         // Make the directory chain itself durable on first start.
         sync_dir(&store.partition_dir(DATA_PARTITION))?;
         sync_dir(&store.root)?;
@@ -99,7 +143,11 @@ impl FileObjectStore {
     fn replace_file(&self, dir: &Path, target: &Path, data: &[u8]) -> Result<(), StoreError> {
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
         let temp = dir.join(format!(".tmp-{}-{n}", std::process::id()));
-        let mut f = File::create(&temp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(OBJECT_FILE_MODE)
+            .open(&temp)?;
         f.write_all(data)?;
         f.sync_all()?;
         drop(f);
@@ -116,6 +164,7 @@ impl ObjectStore for FileObjectStore {
         match OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(OBJECT_FILE_MODE)
             .open(self.object_path(o))
         {
             Ok(f) => f.sync_all()?,
@@ -174,6 +223,7 @@ impl ObjectStore for FileObjectStore {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(OBJECT_FILE_MODE)
             .open(&path)?;
         f.write_all_at(data, offset)?;
         if replace {
@@ -190,7 +240,11 @@ impl ObjectStore for FileObjectStore {
         let o = auth.object();
         let dir = self.check_partition(o)?;
         let path = self.object_path(o);
-        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(OBJECT_FILE_MODE)
+            .open(&path)?;
         f.write_all(data)?;
         f.sync_data()?;
         sync_dir(&dir)?;
@@ -210,9 +264,7 @@ impl ObjectStore for FileObjectStore {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let stored: StoredAttributes = match fs::read(self.attr_path(o)) {
-            Ok(bytes) => postcard::from_bytes(&bytes).map_err(|e| {
-                StoreError::Io(std::io::Error::new(ErrorKind::InvalidData, e.to_string()))
-            })?,
+            Ok(bytes) => StoredAttributes::decode(&bytes)?,
             Err(e) if e.kind() == ErrorKind::NotFound => StoredAttributes::default(),
             Err(e) => return Err(e.into()),
         };
@@ -235,11 +287,11 @@ impl ObjectStore for FileObjectStore {
         if !self.object_path(o).exists() {
             return Err(StoreError::NotFound);
         }
-        let bytes = postcard::to_stdvec(&StoredAttributes {
+        let bytes = StoredAttributes {
             policy_tag,
             user: user.to_vec(),
-        })
-        .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?;
+        }
+        .encode()?;
         self.replace_file(&dir, &self.attr_path(o), &bytes)
     }
 
@@ -271,7 +323,7 @@ impl ObjectStore for FileObjectStore {
     }
 
     fn create_partition(&self, _auth: &AdminAuthorized, partition: u64) -> Result<(), StoreError> {
-        fs::create_dir_all(self.partition_dir(partition))?;
+        private_dirs(&self.partition_dir(partition))?;
         sync_dir(&self.root)?;
         Ok(())
     }
@@ -291,11 +343,39 @@ impl ObjectStore for FileObjectStore {
 
     fn format(&self, _auth: &AdminAuthorized) -> Result<(), StoreError> {
         fs::remove_dir_all(&self.root)?;
-        fs::create_dir_all(self.partition_dir(DATA_PARTITION))?;
+        private_dirs(&self.partition_dir(DATA_PARTITION))?;
         sync_dir(&self.root)?;
         if let Some(parent) = self.root.parent() {
             sync_dir(parent)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod attr_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn format_0_attribute_files_still_load_and_new_ones_carry_a_version() {
+        let a = StoredAttributes {
+            policy_tag: 7,
+            user: vec![("k".into(), vec![1, 2])],
+        };
+        let v0 = postcard::to_stdvec(&a).unwrap();
+        let back = StoredAttributes::decode(&v0).unwrap();
+        assert_eq!(
+            (back.policy_tag, back.user),
+            (7, vec![("k".to_string(), vec![1, 2])])
+        );
+        let v1 = a.encode().unwrap();
+        assert_eq!(v1.get(..6), Some(&[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 1][..]));
+        assert_eq!(StoredAttributes::decode(&v1).unwrap().policy_tag, 7);
+        let mut v9 = v1.clone();
+        if let Some(b) = v9.get_mut(5) {
+            *b = 9;
+        }
+        assert!(StoredAttributes::decode(&v9).is_err());
     }
 }

@@ -34,6 +34,12 @@ impl Cluster {
         Cluster { child, dir }
     }
 
+    /// Runs `maat up` on an existing cluster directory `dir/data`.
+    pub fn adopt(dir: tempfile::TempDir) -> Cluster {
+        let child = spawn_up(&["up"], &dir.path().join("data"));
+        Cluster { child, dir }
+    }
+
     pub fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -127,12 +133,28 @@ impl Cluster {
     /// Stops `maat up` with SIGTERM (asserting a clean exit) and starts it again on the
     /// same data directory.
     pub fn restart(&mut self) {
+        self.restart_with(|_| {});
+    }
+
+    /// Like [`Cluster::restart`], running `while_stopped` on the data directory between.
+    pub fn restart_with(&mut self, while_stopped: impl FnOnce(&Path)) {
+        self.stop();
+        while_stopped(&self.data());
+        self.start_again();
+    }
+
+    /// Stops `maat up` with SIGTERM and asserts a clean exit.
+    pub fn stop(&mut self) {
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .unwrap();
         let status = self.child.wait().unwrap();
         assert!(status.success(), "maat up exits 0 on SIGTERM, got {status}");
+    }
+
+    /// Starts `maat up` again on the data directory after [`Cluster::stop`].
+    pub fn start_again(&mut self) {
         self.child = spawn_up(&["up"], &self.data());
     }
 
@@ -170,6 +192,9 @@ fn spawn_up(args: &[&str], data: &Path) -> Child {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();

@@ -1,0 +1,322 @@
+//! Login and registration (SPEC M1, T6): OPAQUE, so the passphrase never leaves this
+//! machine and the MDS stores nothing a client could log in with.
+//!
+//! A login is three messages: KE1 with the keys the ticket will name, KE2 from the MDS
+//! (this is where the client authenticates the MDS: a server without the user's record
+//! cannot make a KE2 that verifies), KE3 with the ticket in answer. A user whose record
+//! predates OPAQUE logs in once the old way and the client at once replaces the record.
+
+use super::*;
+use maat_crypto::pake;
+use zeroize::Zeroizing;
+
+/// Most Argon2id memory a login may ask for (1 GiB).
+pub const KDF_MEMORY_KIB_MAX: u32 = 1024 * 1024;
+/// Most Argon2id passes a login may ask for.
+pub const KDF_ITERATIONS_MAX: u32 = 16;
+/// Most Argon2id lanes a login may ask for.
+pub const KDF_LANES_MAX: u32 = 16;
+
+/// Refuses key-stretching parameters a forged login answer could use to make passphrase
+/// guessing cheap (too weak) or to exhaust this machine (too strong).
+fn check_kdf_params(p: &KdfParams) -> Result<()> {
+    let floor = kdf::PassphraseParams::DEFAULT;
+    if p.memory_kib < floor.memory_kib || p.iterations < floor.iterations || p.lanes == 0 {
+        return Err(ClientError::Local(
+            "the MDS asked for weaker passphrase stretching than Argon2id's defaults; refusing (forged answer?)".into(),
+        ));
+    }
+    if p.memory_kib > KDF_MEMORY_KIB_MAX
+        || p.iterations > KDF_ITERATIONS_MAX
+        || p.lanes > KDF_LANES_MAX
+    {
+        return Err(ClientError::Local(
+            "the MDS asked for unreasonable passphrase stretching; refusing".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn local(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Local(e.to_string())
+}
+
+/// The OPAQUE password and stretching of a credential: a stored key has full entropy and
+/// always uses [`login::KEY_CREDENTIAL_PARAMS`], whatever the MDS says.
+fn password(credential: &Credential<'_>) -> (Zeroizing<Vec<u8>>, Option<kdf::PassphraseParams>) {
+    match credential {
+        Credential::Key(k) => (
+            Zeroizing::new(k.to_vec()),
+            Some(login::KEY_CREDENTIAL_PARAMS),
+        ),
+        Credential::Passphrase(p) => (Zeroizing::new(p.to_vec()), None),
+    }
+}
+
+/// The keys a login asks the ticket to name.
+struct LoginKeys {
+    signing: SigningKey,
+    sealing: SealingSecretKey,
+    nonce: [u8; 16],
+}
+
+impl LoginKeys {
+    fn generate() -> Self {
+        let mut nonce = [0u8; 16];
+        OsRng.fill_bytes(&mut nonce);
+        Self {
+            signing: SigningKey::generate(&mut OsRng),
+            sealing: SealingSecretKey::generate(&mut OsRng),
+            nonce,
+        }
+    }
+}
+
+impl Client {
+    /// SPEC M1, T6: logs in as `name` with OPAQUE.
+    pub fn login(&mut self, name: &str, credential: Credential<'_>) -> Result<()> {
+        let address = self.cluster.mds.clone();
+        let (password, fixed) = password(&credential);
+        let keys = LoginKeys::generate();
+        let signing_key = keys.signing.verifying_key().to_bytes();
+        let sealing_key = keys.sealing.public_key().0;
+        let (state, ke1) = pake::client_login_start(&password, &mut OsRng).map_err(local)?;
+        let start = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
+            name: name.into(),
+            ke1,
+            signing_key,
+            sealing_key,
+            nonce: keys.nonce,
+        })
+        .map_err(local)?;
+        let (ke2, params, login_state) = match self.plain_mds(&start)? {
+            MdsPlainResponse::OpaqueLoginChallenge {
+                ke2, params, state, ..
+            } => (ke2, params, state),
+            MdsPlainResponse::LegacyLoginRequired { mds_time } => {
+                return self.legacy_login_and_migrate(name, &credential, mds_time);
+            }
+            _ => return Err(self.bad(&address, "unexpected answer to login start")),
+        };
+        let params = match fixed {
+            Some(p) => p,
+            None => {
+                check_kdf_params(&params)?;
+                params.into()
+            }
+        };
+        let context = login::opaque_login_context(name, &signing_key, &sealing_key, &keys.nonce);
+        let done = state
+            .finish(
+                &password,
+                &ke2,
+                &context,
+                params,
+                maat_crypto::counters::global(),
+                &mut OsRng,
+            )
+            .map_err(|_| {
+                // The same answer for a wrong passphrase, an unknown user and an MDS that
+                // does not hold the user's record (not the real MDS).
+                ClientError::Refused(WireError::new(
+                    ErrorCode::AuthenticationFailed,
+                    "wrong name or passphrase (or not the MDS this user registered with)",
+                ))
+            })?;
+        if let Some(pinned) = self.cluster.mds_opaque_key()? {
+            if !maat_crypto::ct_eq(&pinned, &done.server_public_key) {
+                return Err(self.bad(
+                    &address,
+                    "the MDS's OPAQUE key differs from the cluster file's",
+                ));
+            }
+        }
+        let finish = msg::encode(&MdsPlainRequest::OpaqueLoginFinish {
+            state: login_state,
+            ke3: done.ke3,
+        })
+        .map_err(local)?;
+        let (ticket, mac) = match self.plain_mds(&finish)? {
+            MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
+            _ => return Err(self.bad(&address, "unexpected answer to login")),
+        };
+        self.start_session(name, keys, &ticket, mac, done.session_key.as_slice())
+    }
+
+    /// The login from before OPAQUE (a MAC under the Argon2id key), for a user whose
+    /// record is still of that kind; then the record is replaced by an OPAQUE one.
+    fn legacy_login_and_migrate(
+        &mut self,
+        name: &str,
+        credential: &Credential<'_>,
+        mds_time: u64,
+    ) -> Result<()> {
+        let address = self.cluster.mds.clone();
+        let start =
+            msg::encode(&MdsPlainRequest::LoginStart { name: name.into() }).map_err(local)?;
+        let (salt, params) = match self.plain_mds(&start)? {
+            MdsPlainResponse::LoginChallenge { salt, params, .. } => (salt, params),
+            _ => return Err(self.bad(&address, "unexpected answer to login start")),
+        };
+        let user_key = match credential {
+            Credential::Key(k) => Secret32::from_bytes(*k),
+            Credential::Passphrase(p) => {
+                check_kdf_params(&params)?;
+                kdf::passphrase_key(p, &salt, params.into()).map_err(local)?
+            }
+        };
+        // Provisional offset for this request only (the answer was unauthenticated; a
+        // forged one can only make the login fail). The session's comes from the ticket.
+        let timestamp = local_now().saturating_add_signed(offset_to(mds_time));
+        let keys = LoginKeys::generate();
+        let signing_key = keys.signing.verifying_key().to_bytes();
+        let sealing_key = keys.sealing.public_key().0;
+        let parts =
+            login::login_mac_parts(name, &signing_key, &sealing_key, timestamp, &keys.nonce);
+        let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+        let request = msg::encode(&MdsPlainRequest::Login {
+            name: name.into(),
+            signing_key,
+            sealing_key,
+            timestamp,
+            nonce: keys.nonce,
+            mac: MacKey::new(user_key.clone()).tag(&refs),
+        })
+        .map_err(local)?;
+        let (ticket, mac) = match self.plain_mds(&request)? {
+            MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
+            _ => return Err(self.bad(&address, "unexpected answer to login")),
+        };
+        self.start_session(name, keys, &ticket, mac, user_key.expose())?;
+        // The MDS still holds a password-equivalent for this user: replace it now.
+        let (password, fixed) = password(credential);
+        let params = fixed.unwrap_or(params.into());
+        let sealed = self.registration_upload(name, &password, params)?;
+        self.expect_ok(MdsRequest::SetCredential {
+            params: params.into(),
+            sealed_upload: sealed,
+        })
+    }
+
+    /// Checks the ticket (MDS signature, our keys in it) and the answer's MAC under the
+    /// new session key (derived from `secret`), then keeps the session.
+    fn start_session(
+        &mut self,
+        name: &str,
+        keys: LoginKeys,
+        ticket: &[u8],
+        mac: [u8; 32],
+        secret: &[u8],
+    ) -> Result<()> {
+        let address = self.cluster.mds.clone();
+        let unverified = Unverified::<LoginTicket>::decode(ticket)
+            .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
+        let clock_offset = offset_to(
+            unverified
+                .unverified_body()
+                .start
+                .0
+                .saturating_add(login::TOKEN_BACKDATE_MILLIS),
+        );
+        let verified = unverified
+            .verify(
+                &self.mds_key,
+                UnixMillis(local_now().saturating_add_signed(clock_offset)),
+            )
+            .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
+        if verified.client_signing_key != keys.signing.verifying_key().to_bytes()
+            || verified.client_sealing_key.0 != keys.sealing.public_key().0
+        {
+            return Err(self.bad(&address, "the ticket names other keys than this login's"));
+        }
+        let session_key = login::mds_session_key(secret, ticket, &keys.nonce).map_err(local)?;
+        let expected = login::login_ok_mac(&MacKey::new(session_key.clone()), ticket, &keys.nonce);
+        if !maat_crypto::ct_eq(&expected, &mac) {
+            return Err(self.bad(&address, "login answer MAC (wrong MDS?)"));
+        }
+        self.session = Some(SessionState {
+            user: name.into(),
+            uid: verified.user.0,
+            ticket: ticket.to_vec(),
+            session_id: login::mds_session_id(ticket),
+            key: *session_key.expose(),
+            signing_seed: *keys.signing.to_seed(),
+            sealing_secret: *keys.sealing.to_bytes(),
+            expiry: verified.expiry.0,
+            clock_offset,
+            osd_sessions: Vec::new(),
+            opened: Vec::new(),
+            stats: self.stats.clone(),
+        });
+        self.osds.clear();
+        self.save()
+    }
+
+    /// Runs OPAQUE registration for `name` with the MDS (over the authenticated channel)
+    /// and returns the upload sealed to the MDS. The key stretching runs here.
+    fn registration_upload(
+        &mut self,
+        name: &str,
+        password: &[u8],
+        params: kdf::PassphraseParams,
+    ) -> Result<Vec<u8>> {
+        let (state, request) =
+            pake::client_registration_start(password, &mut OsRng).map_err(local)?;
+        let response = match self.mds_call(MdsRequest::RegisterStart {
+            name: name.into(),
+            request,
+        })? {
+            MdsResponse::RegistrationResponse { response } => response,
+            _ => {
+                let address = self.cluster.mds.clone();
+                return Err(self.bad(&address, "unexpected answer to registration"));
+            }
+        };
+        let (upload, _) = state
+            .finish(
+                password,
+                &response,
+                params,
+                maat_crypto::counters::global(),
+                &mut OsRng,
+            )
+            .map_err(local)?;
+        login::seal_registration_upload(&self.cluster.mds_sealing_key()?, name, &upload, &mut OsRng)
+            .map_err(local)
+    }
+
+    /// Administrator: adds a user registered here with `passphrase` (OPAQUE: the MDS
+    /// learns neither the passphrase nor anything that logs in).
+    pub fn user_add(
+        &mut self,
+        name: &str,
+        groups: &[String],
+        passphrase: &[u8],
+        params: kdf::PassphraseParams,
+    ) -> Result<()> {
+        let sealed = self.registration_upload(name, passphrase, params)?;
+        self.expect_ok(MdsRequest::UserAddOpaque {
+            name: name.into(),
+            groups: groups.to_vec(),
+            params: params.into(),
+            sealed_upload: sealed,
+        })
+    }
+
+    /// Replaces the logged-in user's passphrase.
+    pub fn set_passphrase(
+        &mut self,
+        passphrase: &[u8],
+        params: kdf::PassphraseParams,
+    ) -> Result<()> {
+        let name = self
+            .user_name()
+            .map(str::to_string)
+            .ok_or(ClientError::NotLoggedIn)?;
+        let sealed = self.registration_upload(&name, passphrase, params)?;
+        self.expect_ok(MdsRequest::SetCredential {
+            params: params.into(),
+            sealed_upload: sealed,
+        })
+    }
+}
