@@ -284,6 +284,7 @@ pub enum MdsPlainRequest {
         /// User name (the OPAQUE credential identifier).
         name: String,
         /// OPAQUE KE1 (blinded passphrase and the client's ephemeral key share).
+        #[serde(with = "serde_bytes")]
         ke1: Vec<u8>,
         /// Client Ed25519 public key for this login.
         signing_key: [u8; 32],
@@ -296,8 +297,10 @@ pub enum MdsPlainRequest {
     /// OPAQUE login, last message: KE3 and the state the MDS handed out with KE2.
     OpaqueLoginFinish {
         /// The MDS's login state, sealed to its own key (the MDS keeps none).
+        #[serde(with = "serde_bytes")]
         state: Vec<u8>,
         /// OPAQUE KE3 (the client's key-confirmation MAC).
+        #[serde(with = "serde_bytes")]
         ke3: Vec<u8>,
     },
 }
@@ -317,6 +320,7 @@ pub enum MdsPlainResponse {
     /// Login accepted.
     LoginOk {
         /// The MDS-signed ticket.
+        #[serde(with = "serde_bytes")]
         ticket: Vec<u8>,
         /// HMAC under the new client–MDS key: proves the MDS knew the user key.
         mac: [u8; 32],
@@ -333,10 +337,12 @@ pub enum MdsPlainResponse {
     /// OPAQUE KE2 (answers `OpaqueLoginStart`; unknown users get an indistinguishable one).
     OpaqueLoginChallenge {
         /// OPAQUE KE2: the OPRF evaluation, the masked envelope, the MDS's key share and MAC.
+        #[serde(with = "serde_bytes")]
         ke2: Vec<u8>,
         /// Argon2id parameters of the key stretching (the user's; defaults for unknown users).
         params: KdfParams,
         /// State to send back with KE3, sealed by the MDS to itself; expires quickly.
+        #[serde(with = "serde_bytes")]
         state: Vec<u8>,
         /// MDS clock.
         mds_time: u64,
@@ -444,6 +450,7 @@ pub enum MdsRequest {
         /// Argon2id parameters used.
         params: KdfParams,
         /// The passphrase-derived key sealed to the MDS's X25519 key (AAD: the name).
+        #[serde(with = "serde_bytes")]
         sealed_key: Vec<u8>,
     },
     /// Administrator: remove a user.
@@ -473,6 +480,7 @@ pub enum MdsRequest {
         /// The user the registration is for (the OPAQUE credential identifier).
         name: String,
         /// OPAQUE registration request (the blinded passphrase).
+        #[serde(with = "serde_bytes")]
         request: Vec<u8>,
     },
     /// Administrator: add a user with an OPAQUE registration record.
@@ -484,6 +492,7 @@ pub enum MdsRequest {
         /// Argon2id parameters of the key stretching.
         params: KdfParams,
         /// The OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the name).
+        #[serde(with = "serde_bytes")]
         sealed_upload: Vec<u8>,
     },
     /// The caller replaces their own credential: a passphrase change, or the move of a
@@ -492,6 +501,7 @@ pub enum MdsRequest {
         /// Argon2id parameters of the key stretching.
         params: KdfParams,
         /// The OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the name).
+        #[serde(with = "serde_bytes")]
         sealed_upload: Vec<u8>,
     },
 }
@@ -562,6 +572,7 @@ pub enum MdsResponse {
         /// Its attributes.
         stat: FileStat,
         /// MDS-signed capability (empty in NOSEC mode).
+        #[serde(with = "serde_bytes")]
         capability: Vec<u8>,
         /// Whether the MDS served it from its cache (SPEC M5).
         cached: bool,
@@ -571,6 +582,7 @@ pub enum MdsResponse {
     /// OPAQUE registration response (answers `RegisterStart`).
     RegistrationResponse {
         /// The OPRF evaluation and the MDS's static public key.
+        #[serde(with = "serde_bytes")]
         response: Vec<u8>,
     },
 }
@@ -631,6 +643,7 @@ pub enum OsdCommand {
         /// Offset.
         offset: u64,
         /// Data.
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
         /// Replace the whole object.
         replace: bool,
@@ -640,6 +653,7 @@ pub enum OsdCommand {
         /// Object.
         object: ObjectId,
         /// Data.
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     /// Read attributes.
@@ -701,6 +715,7 @@ impl OsdCommand {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdRequest {
     /// MDS-signed capability bytes.
+    #[serde(with = "serde_bytes")]
     pub capability: Vec<u8>,
     /// The command.
     pub command: OsdCommand,
@@ -721,7 +736,7 @@ pub enum OsdResponse {
     /// Done.
     Ok,
     /// Bytes read.
-    Data(Vec<u8>),
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Attributes.
     Attributes(ObjectAttributes),
     /// Objects.
@@ -734,14 +749,14 @@ pub enum OsdResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OsdPlainRequest {
     /// SPEC M2: a signed session offer.
-    Offer(Vec<u8>),
+    Offer(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Answer to [`OsdPlainRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OsdPlainResponse {
     /// The MACed confirmation.
-    Confirm(Vec<u8>),
+    Confirm(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Fuzz entry: every message decoder over arbitrary bytes must not panic.
@@ -754,4 +769,25 @@ pub fn fuzz_messages(data: &[u8]) {
     let _ = decode::<Result<OsdResponse, WireError>>(data);
     let _ = decode::<InsecureRequest<MdsRequest>>(data);
     let _ = decode::<OsdPlainRequest>(data);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Byte strings are encoded as postcard bytes (`serde_bytes`), which postcard lays out
+    /// exactly as the sequence of `u8` it replaced (varint length, raw bytes): the wire
+    /// did not change, only the per-byte serde calls that cost a third of the data path.
+    #[test]
+    fn byte_strings_keep_the_sequence_layout() {
+        let data: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
+        let as_bytes = encode(&OsdResponse::Data(data.clone())).unwrap();
+        let as_seq = postcard::to_stdvec(&(1u8, &data)).unwrap();
+        assert_eq!(as_bytes, as_seq);
+        assert_eq!(
+            decode::<OsdResponse>(&as_seq).unwrap(),
+            OsdResponse::Data(data)
+        );
+    }
 }
