@@ -94,6 +94,10 @@ enum Command {
         /// Create parents, succeed if it exists.
         #[arg(short = 'p')]
         parents: bool,
+        /// Put the new directories in this partition: files made below them inherit it,
+        /// hence its protection method (`maat admin partition list`). Default: the parent's.
+        #[arg(long)]
+        partition: Option<String>,
         /// Path.
         path: String,
     },
@@ -158,6 +162,36 @@ enum AdminCommand {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Partitions and their protection methods (SPEC T1). A file belongs to the partition
+    /// of the directory it is made in; start one with `maat mkdir --partition NAME DIR`.
+    Partition {
+        #[command(subcommand)]
+        command: PartitionCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PartitionCommand {
+    /// Create a partition.
+    Create {
+        /// Name (letters, digits, '-', '_').
+        name: String,
+        /// NOSEC (danger flag only), CAPKEY (capability checked, commands unprotected),
+        /// CMDRSP (commands and responses MACed, data not), ALLDATA (everything MACed) or
+        /// CONFIDENTIAL (everything MACed and encrypted on the wire).
+        #[arg(long, value_parser = up::parse_protection)]
+        security: maat_proto::protection::Protection,
+    },
+    /// Change a partition's method (capabilities already issued keep theirs until expiry).
+    SetSecurity {
+        /// Name.
+        name: String,
+        /// The new method.
+        #[arg(value_parser = up::parse_protection)]
+        security: maat_proto::protection::Protection,
+    },
+    /// List partitions and their methods.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -342,6 +376,22 @@ fn run(cli: Cli) -> Result<()> {
                         command: MemberCommand::Add { group, name },
                     } => c.group_member_add(&group, &name)?,
                 },
+                AdminCommand::Partition { command } => match command {
+                    PartitionCommand::Create { name, security } => {
+                        c.partition_create(&name, security)?;
+                        eprintln!("created partition {name} ({security}); put files in it with `maat mkdir --partition {name} DIR`");
+                    }
+                    PartitionCommand::SetSecurity { name, security } => {
+                        c.partition_set_security(&name, security)?;
+                        eprintln!("partition {name} is now {security} for capabilities issued from now on");
+                    }
+                    PartitionCommand::List => {
+                        println!("{:>4}  {:<24} security", "id", "name");
+                        for p in c.partitions()? {
+                            println!("{:>4}  {:<24} {}", p.id, p.name, p.protection);
+                        }
+                    }
+                },
             }
             Ok(())
         }
@@ -475,14 +525,18 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Mkdir { parents, path } => Ok(client(&cli.cluster)?.mkdir(&path, 0o755, parents)?),
+        Command::Mkdir {
+            parents,
+            partition,
+            path,
+        } => Ok(client(&cli.cluster)?.mkdir_in(&path, 0o755, parents, partition.as_deref())?),
         Command::Rm { path } => Ok(client(&cli.cluster)?.unlink(&path)?),
         Command::Rmdir { path } => Ok(client(&cli.cluster)?.rmdir(&path)?),
         Command::Mv { from, to } => Ok(client(&cli.cluster)?.rename(&from, &to)?),
         Command::Stat { path } => {
             let s = client(&cli.cluster)?.stat(&path)?;
             println!(
-                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmtime_ms: {}",
+                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmtime_ms: {}\npartition: {}\nsecurity: {}",
                 s.id,
                 if s.is_dir { "directory" } else { "file" },
                 s.mode,
@@ -490,7 +544,9 @@ fn run(cli: Cli) -> Result<()> {
                 s.owner,
                 s.group,
                 s.size,
-                s.mtime
+                s.mtime,
+                s.partition,
+                s.protection
             );
             Ok(())
         }

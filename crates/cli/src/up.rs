@@ -36,6 +36,17 @@ pub struct UpArgs {
     /// Let daemons accept NOSEC requests (benchmarks only; anyone can act as anyone).
     #[arg(long, hide = true)]
     pub danger_allow_insecure: bool,
+    /// Protection method of the `default` partition of a new cluster (SPEC T1): CAPKEY,
+    /// CMDRSP, ALLDATA or CONFIDENTIAL (NOSEC only with the danger flag). More partitions:
+    /// `maat admin partition create`.
+    #[arg(long, default_value = "ALLDATA", value_parser = parse_protection)]
+    pub security: maat_proto::protection::Protection,
+}
+
+/// A protection method by name, for command-line options.
+pub fn parse_protection(name: &str) -> Result<maat_proto::protection::Protection, String> {
+    maat_proto::protection::Protection::parse(name)
+        .ok_or_else(|| format!("{name:?}: expected NOSEC, CAPKEY, CMDRSP, ALLDATA or CONFIDENTIAL"))
 }
 
 const READY_PREFIX: &str = "maat-daemon-ready ";
@@ -96,7 +107,11 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         ticket_lifetime_secs: maat_mds::TICKET_LIFETIME_MILLIS_DEFAULT / 1000,
         capability_lifetime_secs: args.capability_lifetime,
         danger_allow_insecure: args.danger_allow_insecure,
+        default_security: Some(args.security.name().into()),
     };
+    if args.security == maat_proto::protection::Protection::NoSec && !args.danger_allow_insecure {
+        bail!("--security NOSEC needs --danger-allow-insecure (anyone could then act as anyone)");
+    }
     for i in 1..=args.osds {
         let osd_port = if port == 0 {
             free_port(&host)?

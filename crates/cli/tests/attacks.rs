@@ -99,6 +99,7 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
             files: Files::File(FileId(b.stat.id)),
             id: CapabilityId(1),
             mode: Mode::READ_WRITE,
+            protection: maat_proto::protection::Protection::AllData,
             start: UnixMillis(alice.protocol_now() - 1000),
             expiry: UnixMillis(alice.protocol_now() + 60_000),
         },

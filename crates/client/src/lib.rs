@@ -25,6 +25,7 @@ use maat_proto::msg::{
     OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, DATA_PARTITION,
     STRIPE_UNIT_BYTES,
 };
+use maat_proto::protection::{self, Protection};
 use maat_proto::session::{self, SessionConfirm};
 use maat_proto::signed::{Unverified, UnverifiedMac};
 use maat_proto::ticket::LoginTicket;
@@ -144,12 +145,17 @@ pub struct Client {
 }
 
 fn decode_answer<T: serde::de::DeserializeOwned>(address: &str, bytes: &[u8]) -> Result<T> {
-    let r: std::result::Result<T, WireError> =
-        msg::decode(bytes).map_err(|e| ClientError::BadAnswer {
-            address: address.to_string(),
-            reason: e.to_string(),
-        })?;
-    r.map_err(ClientError::Refused)
+    decode_answer_raw(address, bytes)?.map_err(ClientError::Refused)
+}
+
+fn decode_answer_raw<T: serde::de::DeserializeOwned>(
+    address: &str,
+    bytes: &[u8],
+) -> Result<std::result::Result<T, WireError>> {
+    msg::decode(bytes).map_err(|e| ClientError::BadAnswer {
+        address: address.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 fn refusal(address: &str, bytes: &[u8]) -> ClientError {
@@ -367,7 +373,10 @@ impl Client {
         }
         let now = self.now();
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let key = self.envelope_keys.get(&session.session_id, &session.key);
+        let key = self
+            .envelope_keys
+            .get(&session.session_id, &session.key)
+            .mac;
         let sid = session.session_id;
         let mut nonce = [0u8; 16];
         self.rng.fill_bytes(&mut nonce);
@@ -421,11 +430,50 @@ impl Client {
 
     /// mkdir (with `parents`: mkdir -p).
     pub fn mkdir(&mut self, path: &str, mode: u16, parents: bool) -> Result<()> {
+        self.mkdir_in(path, mode, parents, None)
+    }
+
+    /// Creates a directory in `partition` (SPEC T1): files made below it inherit the
+    /// partition, hence its protection method. `None` inherits the parent's.
+    pub fn mkdir_in(
+        &mut self,
+        path: &str,
+        mode: u16,
+        parents: bool,
+        partition: Option<&str>,
+    ) -> Result<()> {
         self.expect_ok(MdsRequest::Mkdir {
             path: path.into(),
             mode,
             parents,
+            partition: partition.map(str::to_string),
         })
+    }
+
+    /// Administrator: creates a partition with a protection method.
+    pub fn partition_create(&mut self, name: &str, protection: Protection) -> Result<()> {
+        self.mds_call(MdsRequest::PartitionCreate {
+            name: name.into(),
+            protection,
+        })
+        .map(drop)
+    }
+
+    /// Administrator: changes a partition's protection method.
+    pub fn partition_set_security(&mut self, name: &str, protection: Protection) -> Result<()> {
+        self.mds_call(MdsRequest::PartitionSetSecurity {
+            name: name.into(),
+            protection,
+        })
+        .map(drop)
+    }
+
+    /// The partitions.
+    pub fn partitions(&mut self) -> Result<Vec<msg::PartitionInfo>> {
+        match self.mds_call(MdsRequest::PartitionList)? {
+            MdsResponse::Partitions(p) => Ok(p),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
     }
 
     /// rmdir.
@@ -693,26 +741,66 @@ impl Client {
         let entry = self.osd_entry(osd)?;
         let address = entry.address.clone();
         if let Some(user) = self.insecure_user {
-            let payload = msg::encode(&InsecureRequest {
-                user,
-                request: request.clone(),
-            })
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-            let (t, answer) = self.osd_raw(osd, FrameType::Insecure, &payload)?;
-            return match t {
-                FrameType::Plain => decode_answer(&address, &answer),
-                _ => Err(refusal(&address, &answer)),
-            };
+            return self.osd_call_insecure(osd, user, request);
         }
         let (sid, key, offset) = self.osd_session_with_offset(osd)?;
-        let key = self.envelope_keys.get(&sid, &key);
-        let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
+        let keys = self.envelope_keys.get(&sid, &key);
+        let method = request_protection(&request.capability);
+        let (head, data) = request.split_bulk();
+        let message = msg::encode(&head).map_err(|e| ClientError::Local(e.to_string()))?;
         let mut nonce = [0u8; 16];
         self.rng.fill_bytes(&mut nonce);
-        let now = local_now().saturating_add_signed(offset);
-        let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
-        let (t, answer) = self.osd_raw(osd, FrameType::Request, &payload)?;
-        self.open_answer(&address, &key, &sid, &nonce, t, &answer)
+        let header = protection::RequestHeader {
+            method,
+            session_id: sid,
+            timestamp: UnixMillis(local_now().saturating_add_signed(offset)),
+            nonce,
+        };
+        let payload = protection::seal_request(
+            &keys,
+            &header,
+            &message,
+            data,
+            &request.capability,
+            &mut self.rng,
+        )
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        let (t, answer) = self.osd_raw(osd, FrameType::SecRequest, &payload)?;
+        match t {
+            FrameType::SecResponse => {
+                let (_, message, data) =
+                    protection::open_response(&keys, method, &sid, &nonce, &answer)
+                        .map_err(|e| self.bad(&address, &e.to_string()))?;
+                let mut result: std::result::Result<OsdResponse, WireError> =
+                    decode_answer_raw(&address, &message)?;
+                msg::put_response_bulk(&mut result, data)
+                    .map_err(|e| self.bad(&address, &e.to_string()))?;
+                result.map_err(ClientError::Refused)
+            }
+            FrameType::Refusal => Err(refusal(&address, &answer)),
+            _ => Err(self.bad(&address, "unexpected frame type")),
+        }
+    }
+
+    /// A NOSEC request (benchmarks, and files in a NOSEC partition of a cluster started
+    /// with the danger flag): the user is claimed, nothing is checked or protected.
+    fn osd_call_insecure(
+        &mut self,
+        osd: u64,
+        user: u64,
+        request: &OsdRequest,
+    ) -> Result<OsdResponse> {
+        let address = self.osd_entry(osd)?.address;
+        let payload = msg::encode(&InsecureRequest {
+            user,
+            request: request.clone(),
+        })
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        let (t, answer) = self.osd_raw(osd, FrameType::Insecure, &payload)?;
+        match t {
+            FrameType::Plain => decode_answer(&address, &answer),
+            _ => Err(refusal(&address, &answer)),
+        }
     }
 
     /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
@@ -733,10 +821,26 @@ impl Client {
         Ok((self.place(object.file, stripe)?, object))
     }
 
+    /// A data request for an opened file: protected as its partition requires, or NOSEC
+    /// for a NOSEC partition (which only a cluster with the danger flag has).
+    fn data_call(&mut self, opened: &Opened, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
+        if opened.stat.protection == Protection::NoSec && self.insecure_user.is_none() {
+            let uid = self
+                .session
+                .as_ref()
+                .map(|s| s.uid)
+                .ok_or(ClientError::NotLoggedIn)?;
+            self.stats.requests += 1;
+            return self.osd_call_insecure(osd, uid, &request);
+        }
+        self.osd_call(osd, request)
+    }
+
     /// Writes one object of a file.
     pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
-        self.osd_call(
+        self.data_call(
+            opened,
             osd,
             OsdRequest {
                 capability: opened.capability.clone(),
@@ -754,7 +858,8 @@ impl Client {
     /// Reads one object of a file (`None` when it does not exist).
     pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
-        match self.osd_call(
+        match self.data_call(
+            opened,
             osd,
             OsdRequest {
                 capability: opened.capability.clone(),
@@ -774,7 +879,8 @@ impl Client {
 
     fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
-        self.osd_call(
+        self.data_call(
+            opened,
             osd,
             OsdRequest {
                 capability: opened.capability.clone(),
@@ -909,23 +1015,34 @@ impl Client {
 
 /// Envelope keys by session id (one key derivation per session, not per request).
 #[derive(Default)]
-struct EnvelopeKeys(HashMap<[u8; 16], maat_crypto::mac::Blake3Mac>);
+struct EnvelopeKeys(HashMap<[u8; 16], protection::EnvelopeKeys>);
 
 impl EnvelopeKeys {
     /// Most keys kept (one per MDS or OSD session).
     const ENTRIES_MAX: usize = 1024;
 
-    fn get(&mut self, session_id: &[u8; 16], secret: &[u8; 32]) -> maat_crypto::mac::Blake3Mac {
+    fn get(&mut self, session_id: &[u8; 16], secret: &[u8; 32]) -> protection::EnvelopeKeys {
         if let Some(k) = self.0.get(session_id) {
             return k.clone();
         }
         if self.0.len() >= Self::ENTRIES_MAX {
             self.0.clear();
         }
-        let k = wire::envelope_key(secret);
+        let k = protection::EnvelopeKeys::new(secret);
         self.0.insert(*session_id, k.clone());
         k
     }
+}
+
+/// The protection method a request must use (SPEC T1): the one its capability names
+/// (read without verifying: the OSD verifies), CMDRSP for requests without one.
+fn request_protection(capability: &[u8]) -> Protection {
+    if capability.is_empty() {
+        return Protection::CmdRsp;
+    }
+    maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(capability)
+        .map(|c| c.unverified_body().protection)
+        .unwrap_or(Protection::AllData)
 }
 
 /// Offset from the local clock to a server clock that reads `server_now` now.

@@ -7,6 +7,7 @@
 //! never touches a socket, a file or the clock.
 
 mod namespace;
+mod partitions;
 pub mod store;
 mod users;
 
@@ -33,7 +34,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 pub use store::{
-    Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserCredential, UserRecord,
+    Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
+    UserCredential, UserRecord, DEFAULT_PARTITION,
 };
 pub use users::MdsSecrets;
 
@@ -104,6 +106,10 @@ pub struct MdsConfig {
     pub danger_allow_insecure: bool,
     /// Key OSDs prove membership with when they register.
     pub join_key: [u8; 32],
+    /// Protection method of the `default` partition when the MDS creates it (a new
+    /// cluster, or the first start after partitions existed); later changes go through
+    /// `maat admin partition set-security`.
+    pub default_protection: maat_proto::protection::Protection,
 }
 
 #[derive(Default)]
@@ -196,6 +202,17 @@ impl<S: MetaStore> Mds<S> {
                 batch.push(Op::DeleteMeta(key.into()));
             }
         }
+        if config.default_protection == maat_proto::protection::Protection::NoSec
+            && !config.danger_allow_insecure
+        {
+            return Err(MdsError::refused(
+                ErrorCode::InsecureRefused,
+                "a NOSEC default partition needs the danger flag",
+            ));
+        }
+        if let Some(op) = Self::default_partition_op(&store, config.default_protection)? {
+            batch.push(op);
+        }
         if store.inode(ROOT_INODE)?.is_none() {
             batch.push(Op::PutInode(Inode {
                 id: ROOT_INODE,
@@ -205,6 +222,7 @@ impl<S: MetaStore> Mds<S> {
                 gid: ADMIN_GID,
                 size: 0,
                 mtime: boot.0,
+                partition: DEFAULT_PARTITION,
             }));
             batch.push(Op::PutEntry {
                 parent: ROOT_INODE,
@@ -219,6 +237,7 @@ impl<S: MetaStore> Mds<S> {
                 gid: ADMIN_GID,
                 size: 0,
                 mtime: boot.0,
+                partition: DEFAULT_PARTITION,
             }));
             batch.push(Op::PutMeta(
                 "next_inode".into(),
@@ -344,7 +363,7 @@ impl<S: MetaStore> Mds<S> {
             .map_err(MdsError::from)
             .and_then(|request| self.plain(request, now, rng));
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
-        msg::encode(&result).unwrap_or_default()
+        msg::encode_result(&result)
     }
 
     fn plain(
@@ -486,7 +505,7 @@ impl<S: MetaStore> Mds<S> {
             .map_err(MdsError::from)
             .and_then(|r| self.dispatch(&principal, Some(&session_id), r, now, rng));
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
-        let body = msg::encode(&result).unwrap_or_default();
+        let body = msg::encode_result(&result);
         Ok(wire::seal_response(&key, &session_id, &nonce, now, &body))
     }
 
@@ -617,7 +636,7 @@ impl<S: MetaStore> Mds<S> {
                 })
         };
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
-        msg::encode(&result).unwrap_or_default()
+        msg::encode_result(&result)
     }
 
     fn dispatch(
@@ -642,7 +661,8 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 mode,
                 parents,
-            } => self.mkdir(who, &path, mode, parents, now),
+                partition,
+            } => self.mkdir(who, &path, mode, parents, partition.as_deref(), now),
             MdsRequest::Rmdir { path } => self.remove(who, &path, true, now, rng),
             MdsRequest::Unlink { path } => self.remove(who, &path, false, now, rng),
             MdsRequest::Open {
@@ -677,6 +697,13 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::GroupAdd { name } => self.group_add(who, &name),
             MdsRequest::GroupMemberAdd { group, user } => self.group_member_add(who, &group, &user),
             MdsRequest::Stats => Ok(MdsResponse::Stats(self.stats())),
+            MdsRequest::PartitionCreate { name, protection } => {
+                self.partition_create(who, &name, protection)
+            }
+            MdsRequest::PartitionSetSecurity { name, protection } => {
+                self.partition_set_security(who, &name, protection)
+            }
+            MdsRequest::PartitionList => self.partition_list(),
             MdsRequest::Logout => {
                 if let Some(sid) = session {
                     let mut batch = Batch::default();
@@ -727,11 +754,12 @@ impl<S: MetaStore> Mds<S> {
         uid: u64,
         file: u64,
         mode: Mode,
+        protection: maat_proto::protection::Protection,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> (Vec<u8>, bool) {
         let lifetime = self.config.capability_lifetime_millis;
-        let key = (uid, file, mode.bits());
+        let key = (uid, file, mode.bits() | (protection.byte() << 4));
         {
             let volatile = lock(&self.volatile);
             if let Some(c) = volatile.capabilities.get(&key) {
@@ -751,6 +779,7 @@ impl<S: MetaStore> Mds<S> {
             files: Files::File(FileId(file)),
             id: CapabilityId(rng.next_u64()),
             mode,
+            protection,
             start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
             expiry: now.plus_millis(lifetime),
         };

@@ -135,6 +135,7 @@ impl<S: MetaStore> crate::Mds<S> {
             .group(inode.gid)?
             .map(|g| g.name)
             .unwrap_or_else(|| inode.gid.to_string());
+        let partition = self.partition(inode.partition)?;
         Ok(FileStat {
             id: inode.id,
             is_dir: inode.is_dir,
@@ -143,6 +144,8 @@ impl<S: MetaStore> crate::Mds<S> {
             group,
             size: inode.size,
             mtime: inode.mtime,
+            partition: partition.name,
+            protection: partition.protection,
         })
     }
 
@@ -164,12 +167,14 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(MdsResponse::Entries(out))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn new_inode(
         &self,
         who: &Principal,
         parent: &Inode,
         is_dir: bool,
         mode: u16,
+        partition: Option<u64>,
         now: UnixMillis,
         batch: &mut Batch,
     ) -> Result<Inode> {
@@ -184,6 +189,7 @@ impl<S: MetaStore> crate::Mds<S> {
             gid,
             size: 0,
             mtime: now.0,
+            partition: partition.unwrap_or(parent.partition),
         })
     }
 
@@ -193,9 +199,14 @@ impl<S: MetaStore> crate::Mds<S> {
         path: &str,
         mode: u16,
         parents: bool,
+        partition: Option<&str>,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let parts = components(path)?;
+        let partition = match partition {
+            Some(name) => Some(self.partition_by_name(name)?.id),
+            None => None,
+        };
         let _guard = lock(&self.write);
         let mut batch = Batch::default();
         let mut current = self.load(ROOT_INODE, path)?;
@@ -226,7 +237,8 @@ impl<S: MetaStore> crate::Mds<S> {
                 }
                 None if last || parents => {
                     require(who, &current, WRITE | EXEC, path)?;
-                    let dir = self.new_inode(who, &current, true, mode, now, &mut batch)?;
+                    let dir =
+                        self.new_inode(who, &current, true, mode, partition, now, &mut batch)?;
                     batch.push(Op::PutEntry {
                         parent: current.id,
                         name: part.to_string(),
@@ -286,7 +298,8 @@ impl<S: MetaStore> crate::Mds<S> {
         if directory {
             return Ok(MdsResponse::Ok);
         }
-        let (capability, cached) = self.capability(who.uid, inode.id, Mode::WRITE, now, rng);
+        let (capability, cached) =
+            self.capability(who.uid, inode.id, Mode::WRITE, stat.protection, now, rng);
         Ok(MdsResponse::Opened {
             stat,
             capability,
@@ -315,7 +328,8 @@ impl<S: MetaStore> crate::Mds<S> {
                     None => {
                         require(who, &parent, WRITE | EXEC, path)?;
                         let mut batch = Batch::default();
-                        let inode = self.new_inode(who, &parent, false, mode, now, &mut batch)?;
+                        let inode =
+                            self.new_inode(who, &parent, false, mode, None, now, &mut batch)?;
                         batch.push(Op::PutEntry {
                             parent: parent.id,
                             name: name.to_string(),
@@ -346,7 +360,7 @@ impl<S: MetaStore> crate::Mds<S> {
         };
         let stat = self.stat_of(&inode)?;
         let (capability, cached) = if secure {
-            self.capability(who.uid, inode.id, wanted, now, rng)
+            self.capability(who.uid, inode.id, wanted, stat.protection, now, rng)
         } else {
             (Vec::new(), false)
         };

@@ -26,6 +26,51 @@ pub struct Inode {
     pub size: u64,
     /// Modification time, ms since the epoch.
     pub mtime: u64,
+    /// The partition the file lives in (its protection method, SPEC T1); new files and
+    /// directories inherit their parent's.
+    pub partition: u64,
+}
+
+/// An inode as version 1 (and format 0) stored it: before partitions.
+#[derive(Deserialize)]
+struct InodeV1 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+}
+
+impl From<InodeV1> for Inode {
+    fn from(v: InodeV1) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: DEFAULT_PARTITION,
+        }
+    }
+}
+
+/// The partition every cluster has (id 1, `default`): files from before partitions live
+/// in it, and `/` belongs to it.
+pub const DEFAULT_PARTITION: u64 = 1;
+
+/// A partition: a name and the protection method its files' data path must use (SPEC T1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    /// Id.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// The protection method.
+    pub protection: maat_proto::protection::Protection,
 }
 
 /// A user.
@@ -141,6 +186,8 @@ pub enum Op {
     DeleteSession([u8; 16]),
     /// Insert or replace an OSD in the cluster map.
     PutOsd(OsdEntry),
+    /// Insert or replace a partition.
+    PutPartition(PartitionRecord),
     /// Set a metadata value (counters, the store format).
     PutMeta(String, Vec<u8>),
     /// Delete a metadata value.
@@ -240,7 +287,23 @@ macro_rules! record_v1 {
     };
 }
 
-record_v1!(Inode, "inode");
+impl Record for Inode {
+    const WHAT: &'static str = "inode";
+    const VERSION: u8 = 2;
+    fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
+        match version {
+            1 => Ok(postcard_value::<InodeV1>(Self::WHAT, body)?.into()),
+            _ => postcard_value(Self::WHAT, body),
+        }
+    }
+    fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
+        postcard_body(self)
+    }
+    fn decode_v0(bytes: &[u8]) -> Result<Self, StoreError> {
+        Ok(postcard_value::<InodeV1>(Self::WHAT, bytes)?.into())
+    }
+}
+record_v1!(PartitionRecord, "partition");
 record_v1!(GroupRecord, "group");
 
 impl Record for SessionRecord {
@@ -319,6 +382,8 @@ pub trait MetaStore: Send + Sync {
     fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError>;
     /// The OSDs.
     fn osds(&self) -> Result<Vec<OsdEntry>, StoreError>;
+    /// Every partition.
+    fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError>;
     /// A metadata value.
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Applies `batch` atomically and durably (fsync) before returning.

@@ -513,6 +513,7 @@ impl<S: MetaStore> Mds<S> {
                 gid,
                 size: 0,
                 mtime: now.0,
+                partition: store::DEFAULT_PARTITION,
             }));
             batch.push(Op::PutEntry {
                 parent: home,

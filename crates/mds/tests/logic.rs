@@ -9,7 +9,8 @@
 
 use maat_crypto::pake;
 use maat_mds::store::{
-    Batch, GroupRecord, Inode, MetaStore, Op, SessionRecord, StoreError, UserRecord,
+    Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
+    UserRecord,
 };
 use maat_mds::{Mds, MdsConfig, MdsSecrets};
 use maat_proto::login;
@@ -32,6 +33,7 @@ struct Tables {
     groups: BTreeMap<u64, GroupRecord>,
     sessions: BTreeMap<[u8; 16], SessionRecord>,
     osds: BTreeMap<u64, OsdEntry>,
+    partitions: BTreeMap<u64, PartitionRecord>,
     meta: BTreeMap<String, Vec<u8>>,
 }
 
@@ -105,6 +107,16 @@ impl MetaStore for &MemStore {
     fn osds(&self) -> Result<Vec<OsdEntry>, StoreError> {
         Ok(self.0.lock().unwrap().osds.values().cloned().collect())
     }
+    fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .partitions
+            .values()
+            .cloned()
+            .collect())
+    }
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.0.lock().unwrap().meta.get(key).cloned())
     }
@@ -146,6 +158,9 @@ impl MetaStore for &MemStore {
                 Op::PutOsd(o) => {
                     t.osds.insert(o.id, o);
                 }
+                Op::PutPartition(p) => {
+                    t.partitions.insert(p.id, p);
+                }
                 Op::PutMeta(k, v) => {
                     t.meta.insert(k, v);
                 }
@@ -167,6 +182,7 @@ fn config(ticket_millis: u64) -> MdsConfig {
         capability_lifetime_millis: 300_000,
         danger_allow_insecure: false,
         join_key: [0x10; 32],
+        default_protection: maat_proto::protection::Protection::AllData,
     }
 }
 
@@ -355,6 +371,7 @@ fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
             path: "/a/b/c".into(),
             mode: 0o755,
             parents: true,
+            partition: None,
         },
         now,
         1,

@@ -8,7 +8,6 @@
 //! takes one for every data operation, so a store call without the checks does not compile.
 //! The real store (files with fsync) lives in `maat-server`.
 
-use maat_crypto::mac::Blake3Mac;
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::VerifyingKey;
 use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters};
@@ -18,6 +17,7 @@ use maat_proto::msg::{
     OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, ADMIN_USER_ID,
     DATA_PARTITION, STRIPE_UNIT_BYTES,
 };
+use maat_proto::protection::{self, EnvelopeKeys, Protection};
 use maat_proto::session::{self, SessionOffer};
 use maat_proto::signed::Unverified;
 use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
@@ -112,7 +112,7 @@ pub trait ObjectStore: Send + Sync {
 struct Session {
     user: UserId,
     expiry: UnixMillis,
-    key: Blake3Mac,
+    keys: EnvelopeKeys,
 }
 
 struct CachedCapability {
@@ -135,7 +135,17 @@ struct Stats {
 struct SecureContext {
     session_id: [u8; 16],
     nonce: [u8; 16],
-    key: Blake3Mac,
+    keys: EnvelopeKeys,
+    /// The protection method of a `SecRequest` envelope; `None` for the version-1
+    /// envelope, which MACs everything (as ALLDATA) and encrypts nothing.
+    method: Option<Protection>,
+}
+
+impl SecureContext {
+    /// The method the request was protected with.
+    fn protection(&self) -> Protection {
+        self.method.unwrap_or(Protection::AllData)
+    }
 }
 
 /// Who sent a request, after the envelope checks.
@@ -246,7 +256,7 @@ impl OsdCore {
     ) -> Vec<u8> {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let result = self.counted(self.offer(message, now, rng));
-        msg::encode(&result).unwrap_or_default()
+        msg::encode_result(&result)
     }
 
     fn offer(
@@ -290,7 +300,7 @@ impl OsdCore {
                 Session {
                     user: key.user,
                     expiry: key.expiry,
-                    key: wire::envelope_key(key.key.expose()).with_counters(self.counters.clone()),
+                    keys: EnvelopeKeys::new(key.key.expose()).with_counters(self.counters.clone()),
                 },
             );
         }
@@ -324,12 +334,12 @@ impl OsdCore {
             if session.expiry <= now {
                 return Err(refuse(ErrorCode::SessionExpired, "log in again"));
             }
-            (session.user, session.key.clone())
+            (session.user, session.keys.clone())
         };
         lock(&self.replay)
             .check_time(request.timestamp, now)
             .map_err(freshness)?;
-        let request = request.verify(&key)?;
+        let request = request.verify(&key.mac)?;
         lock(&self.replay)
             .check_and_record(&request.session_id, &request.nonce, request.timestamp, now)
             .map_err(freshness)?;
@@ -340,7 +350,68 @@ impl OsdCore {
                 secure: Some(SecureContext {
                     session_id: request.session_id,
                     nonce: request.nonce,
-                    key,
+                    keys: key,
+                    method: None,
+                }),
+            },
+            decoded,
+        ))
+    }
+
+    /// SPEC T1 + T7: checks a protected envelope (`SecRequest`) and decodes the request.
+    /// The method is checked against the capability later, in [`OsdCore::authorize`].
+    pub fn open_sec_request(
+        &self,
+        payload: &[u8],
+        now: UnixMillis,
+    ) -> Result<(Caller, OsdRequest), WireError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let r = self.open_sec_request_inner(payload, now);
+        self.counted(r)
+    }
+
+    fn open_sec_request_inner(
+        &self,
+        payload: &[u8],
+        now: UnixMillis,
+    ) -> Result<(Caller, OsdRequest), WireError> {
+        let envelope = protection::UnverifiedRequest::decode(payload)?;
+        let header = envelope.header;
+        let (user, keys) = {
+            let sessions = read(&self.sessions);
+            let session = sessions.get(&header.session_id).ok_or_else(|| {
+                refuse(ErrorCode::UnknownSession, "negotiate a session key first")
+            })?;
+            if session.expiry <= now {
+                return Err(refuse(ErrorCode::SessionExpired, "log in again"));
+            }
+            (session.user, session.keys.clone())
+        };
+        lock(&self.replay)
+            .check_time(header.timestamp, now)
+            .map_err(freshness)?;
+        // CAPKEY's MAC covers the capability, which only the (unprotected) message names.
+        let capability = match header.method {
+            Protection::CapKey => {
+                let message = envelope.peek_message().unwrap_or_default();
+                msg::decode::<OsdRequest>(message)?.capability
+            }
+            _ => Vec::new(),
+        };
+        let (message, data) = envelope.open(&keys, &capability)?;
+        lock(&self.replay)
+            .check_and_record(&header.session_id, &header.nonce, header.timestamp, now)
+            .map_err(freshness)?;
+        let mut decoded: OsdRequest = msg::decode(&message)?;
+        decoded.put_bulk(data)?;
+        Ok((
+            Caller {
+                user,
+                secure: Some(SecureContext {
+                    session_id: header.session_id,
+                    nonce: header.nonce,
+                    keys,
+                    method: Some(header.method),
                 }),
             },
             decoded,
@@ -407,6 +478,18 @@ impl OsdCore {
         capability
             .check_mode(mode)
             .map_err(|e| refuse(ErrorCode::PermissionDenied, e.to_string()))?;
+        if let Some(secure) = &caller.secure {
+            if secure.protection() < capability.protection {
+                return Err(refuse(
+                    ErrorCode::ProtectionTooWeak,
+                    format!(
+                        "sealed with {}, the file's partition requires {}",
+                        secure.protection(),
+                        capability.protection
+                    ),
+                ));
+            }
+        }
         Ok(Authorized { object, mode })
     }
 
@@ -443,7 +526,11 @@ impl OsdCore {
 
     /// Administrative commands need the administrator (as authenticated, never claimed).
     pub fn authorize_admin(&self, caller: &Caller) -> Result<AdminAuthorized, WireError> {
-        if caller.secure.is_some() && caller.user == UserId(ADMIN_USER_ID) {
+        let protected = caller
+            .secure
+            .as_ref()
+            .is_some_and(|s| s.protection() >= Protection::CmdRsp);
+        if protected && caller.user == UserId(ADMIN_USER_ID) {
             Ok(AdminAuthorized(()))
         } else {
             self.counted(Err(refuse(
@@ -538,21 +625,42 @@ impl OsdCore {
         self.counted(result.map_err(io))
     }
 
-    /// Seals the answer for `caller`: an authenticated response frame for secure callers,
-    /// a plain encoded result for NOSEC ones.
+    /// Seals the answer for `caller`: a protected response with the request's method, an
+    /// authenticated version-1 response, or (NOSEC) a plain encoded result.
     pub fn seal_response(
         &self,
         caller: &Caller,
-        result: &Result<OsdResponse, WireError>,
+        mut result: Result<OsdResponse, WireError>,
         now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
     ) -> (wire::FrameType, Vec<u8>) {
-        let body = msg::encode(result).unwrap_or_default();
-        match &caller.secure {
-            Some(c) => (
+        let Some(c) = &caller.secure else {
+            return (wire::FrameType::Plain, msg::encode_result(&result));
+        };
+        let Some(method) = c.method else {
+            let body = msg::encode_result(&result);
+            return (
                 wire::FrameType::Response,
-                wire::seal_response(&c.key, &c.session_id, &c.nonce, now, &body),
+                wire::seal_response(&c.keys.mac, &c.session_id, &c.nonce, now, &body),
+            );
+        };
+        let data = msg::take_response_bulk(&mut result);
+        let body = msg::encode_result(&result);
+        match protection::seal_response(
+            &c.keys,
+            method,
+            &c.session_id,
+            &c.nonce,
+            now,
+            &body,
+            &data,
+            rng,
+        ) {
+            Ok(sealed) => (wire::FrameType::SecResponse, sealed),
+            Err(e) => (
+                wire::FrameType::Refusal,
+                msg::encode_result::<OsdResponse>(&Err(WireError::from(e))),
             ),
-            None => (wire::FrameType::Plain, body),
         }
     }
 

@@ -5,6 +5,7 @@
 
 use crate::codec::{Reader, Writer};
 use crate::merkle_msg::{MemberSet, SetKind};
+use crate::protection::Protection;
 use crate::signed::{Body, Kind};
 use crate::{CapabilityId, FileId, ProtoError, Result, UnixMillis, UserId};
 use maat_crypto::hash::Digest;
@@ -70,6 +71,11 @@ pub struct Capability {
     pub id: CapabilityId,
     /// Granted mode.
     pub mode: Mode,
+    /// The protection method requests under this capability must use at least (SPEC T1),
+    /// chosen by the MDS per partition. Encoded in the high nibble of the mode byte:
+    /// 0 = ALLDATA (so capabilities from before methods existed keep their meaning),
+    /// 1 = CAPKEY, 2 = CMDRSP, 3 = CONFIDENTIAL.
+    pub protection: Protection,
     /// Start of validity.
     pub start: UnixMillis,
     /// End of validity (a renewal token may extend it).
@@ -105,6 +111,26 @@ fn read_id(field: &[u8; 32]) -> Result<u64> {
     Ok(u64::from_be_bytes(id))
 }
 
+/// NOSEC never has a capability; the others in the mode byte's high nibble.
+fn protection_nibble(p: Protection) -> u8 {
+    match p {
+        Protection::AllData | Protection::NoSec => 0,
+        Protection::CapKey => 1,
+        Protection::CmdRsp => 2,
+        Protection::Confidential => 3,
+    }
+}
+
+fn protection_from_nibble(n: u8) -> Option<Protection> {
+    Some(match n {
+        0 => Protection::AllData,
+        1 => Protection::CapKey,
+        2 => Protection::CmdRsp,
+        3 => Protection::Confidential,
+        _ => return None,
+    })
+}
+
 impl Body for Capability {
     const KIND: Kind = Kind::Capability;
     fn encode_body(&self, w: &mut Writer) {
@@ -118,7 +144,7 @@ impl Body for Capability {
             Files::FileTree(d) => write_id_or_digest(w, 2, None, Some(d)),
         }
         w.u64(self.id.0)
-            .u8(self.mode.0)
+            .u8(self.mode.0 | (protection_nibble(self.protection) << 4))
             .u64(self.start.0)
             .u64(self.expiry.0);
     }
@@ -149,15 +175,21 @@ impl Body for Capability {
             }
         };
         let id = CapabilityId(r.u64()?);
-        let mode = Mode::from_bits(r.u8()?).ok_or(ProtoError::Malformed {
+        let mode_byte = r.u8()?;
+        let mode = Mode::from_bits(mode_byte & 0x0f).ok_or(ProtoError::Malformed {
             what: "capability",
             reason: "unknown or empty mode bits",
+        })?;
+        let protection = protection_from_nibble(mode_byte >> 4).ok_or(ProtoError::Malformed {
+            what: "capability",
+            reason: "unknown protection method",
         })?;
         Ok(Self {
             users,
             files,
             id,
             mode,
+            protection,
             start: UnixMillis(r.u64()?),
             expiry: UnixMillis(r.u64()?),
         })

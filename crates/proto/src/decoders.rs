@@ -138,12 +138,26 @@ pub const ALL: &[(&str, Decoder)] = &[
     ("frame", frame),
 ];
 
+/// The protected envelopes (SPEC T1): split, peek and open under a fixed key, every method.
+fn protected_envelopes(payload: &[u8]) {
+    use crate::protection::{self, EnvelopeKeys, Protection};
+    let keys = EnvelopeKeys::new(&[7; 32]);
+    if let Ok(request) = protection::UnverifiedRequest::decode(payload) {
+        let _ = request.peek_message();
+        let _ = request.open(&keys, b"capability");
+    }
+    for method in Protection::ALL {
+        let _ = protection::open_response(&keys, method, &[1; 16], &[2; 16], payload);
+    }
+}
+
 /// Fuzz entry: a frame, the request envelope inside it and every message decoder.
 pub fn frame(data: &[u8]) {
     if let Ok((kind, payload)) = crate::wire::decode_frame(data) {
         let re = crate::wire::encode_frame(kind, payload).unwrap_or_default();
         canonical("frame", data, &re);
         let _ = crate::wire::UnverifiedRequest::decode(payload);
+        protected_envelopes(payload);
         crate::msg::fuzz_messages(payload);
     }
     crate::msg::fuzz_messages(data);

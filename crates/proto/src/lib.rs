@@ -33,6 +33,7 @@ pub mod limits;
 pub mod login;
 pub mod merkle_msg;
 pub mod msg;
+pub mod protection;
 pub mod renewal;
 pub mod revocation;
 pub mod session;

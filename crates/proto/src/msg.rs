@@ -104,6 +104,9 @@ pub enum ErrorCode {
     WrongRecipient,
     /// The daemon failed internally (I/O); see its log.
     Internal,
+    /// The request was sealed with a weaker protection method (SPEC T1) than its
+    /// capability (hence the file's partition) requires.
+    ProtectionTooWeak,
 }
 
 impl ErrorCode {
@@ -139,6 +142,7 @@ impl ErrorCode {
             ErrorCode::NoSuchObject => "no such object",
             ErrorCode::WrongRecipient => "addressed to another party",
             ErrorCode::Internal => "internal error",
+            ErrorCode::ProtectionTooWeak => "protection method weaker than the partition requires",
         }
     }
 
@@ -204,6 +208,23 @@ impl std::error::Error for WireError {}
 impl From<ProtoError> for WireError {
     fn from(e: ProtoError) -> Self {
         WireError::new(ErrorCode::from_proto(&e), e.to_string())
+    }
+}
+
+/// Encodes an answer. Encoding a value of these types cannot fail short of running out of
+/// memory; should it fail, the answer becomes an `Internal` refusal naming why, never an
+/// empty or undecodable frame.
+pub fn encode_result<T: Serialize>(result: &std::result::Result<T, WireError>) -> Vec<u8> {
+    match encode(result) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let refusal: std::result::Result<(), WireError> = Err(WireError::new(
+                ErrorCode::Internal,
+                format!("encoding the answer failed: {e}"),
+            ));
+            // `Err` (variant 1), the code's index, an empty detail.
+            encode(&refusal).unwrap_or_else(|_| vec![1, ErrorCode::Internal as u8, 0])
+        }
     }
 }
 
@@ -387,6 +408,9 @@ pub enum MdsRequest {
         mode: u16,
         /// Create missing parents, and succeed if it exists.
         parents: bool,
+        /// The partition of the new directories (default: the parent's); everything made
+        /// below them inherits it.
+        partition: Option<String>,
     },
     /// Remove an empty directory.
     Rmdir {
@@ -504,6 +528,23 @@ pub enum MdsRequest {
         #[serde(with = "serde_bytes")]
         sealed_upload: Vec<u8>,
     },
+    /// Administrator: create a partition with a protection method (SPEC T1).
+    PartitionCreate {
+        /// Name.
+        name: String,
+        /// Method.
+        protection: crate::protection::Protection,
+    },
+    /// Administrator: change a partition's method; capabilities issued afterwards carry it
+    /// (ones already issued keep theirs until they expire).
+    PartitionSetSecurity {
+        /// Name.
+        name: String,
+        /// Method.
+        protection: crate::protection::Protection,
+    },
+    /// List the partitions.
+    PartitionList,
 }
 
 /// File or directory attributes.
@@ -523,6 +564,21 @@ pub struct FileStat {
     pub size: u64,
     /// Modification time (ms since the epoch).
     pub mtime: u64,
+    /// The partition's name.
+    pub partition: String,
+    /// The protection method of the partition's data path (SPEC T1).
+    pub protection: crate::protection::Protection,
+}
+
+/// A partition as `maat admin partition list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    /// Id.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Protection method.
+    pub protection: crate::protection::Protection,
 }
 
 /// An OSD in the cluster map.
@@ -585,6 +641,8 @@ pub enum MdsResponse {
         #[serde(with = "serde_bytes")]
         response: Vec<u8>,
     },
+    /// The partitions.
+    Partitions(Vec<PartitionInfo>),
 }
 
 /// Where an object lives in an OSD's object model (SPEC T5).
@@ -719,6 +777,97 @@ pub struct OsdRequest {
     pub capability: Vec<u8>,
     /// The command.
     pub command: OsdCommand,
+}
+
+impl OsdRequest {
+    /// Moves the bulk data out (a protected envelope carries it apart from the message,
+    /// see `protection`); empty for commands without data.
+    pub fn take_bulk(&mut self) -> Vec<u8> {
+        match &mut self.command {
+            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } => {
+                std::mem::take(data)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The request without its bulk data, and the data (borrowed: nothing is copied but
+    /// the small fields).
+    pub fn split_bulk(&self) -> (OsdRequest, &[u8]) {
+        let (command, data) = match &self.command {
+            OsdCommand::Write {
+                object,
+                offset,
+                data,
+                replace,
+            } => (
+                OsdCommand::Write {
+                    object: *object,
+                    offset: *offset,
+                    data: Vec::new(),
+                    replace: *replace,
+                },
+                data.as_slice(),
+            ),
+            OsdCommand::Append { object, data } => (
+                OsdCommand::Append {
+                    object: *object,
+                    data: Vec::new(),
+                },
+                data.as_slice(),
+            ),
+            other => (other.clone(), &[][..]),
+        };
+        (
+            OsdRequest {
+                capability: self.capability.clone(),
+                command,
+            },
+            data,
+        )
+    }
+
+    /// Puts bulk data taken by [`OsdRequest::take_bulk`] back; refuses data for a command
+    /// that carries none.
+    pub fn put_bulk(&mut self, bulk: Vec<u8>) -> Result<()> {
+        match &mut self.command {
+            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } if data.is_empty() => {
+                *data = bulk;
+                Ok(())
+            }
+            _ if bulk.is_empty() => Ok(()),
+            _ => Err(ProtoError::Malformed {
+                what: "OSD request",
+                reason: "bulk data for a command without data",
+            }),
+        }
+    }
+}
+
+/// Moves the bulk data out of an OSD answer (see [`OsdRequest::take_bulk`]).
+pub fn take_response_bulk(result: &mut std::result::Result<OsdResponse, WireError>) -> Vec<u8> {
+    match result {
+        Ok(OsdResponse::Data(data)) => std::mem::take(data),
+        _ => Vec::new(),
+    }
+}
+
+/// Puts bulk data back into an OSD answer.
+pub fn put_response_bulk(
+    result: &mut std::result::Result<OsdResponse, WireError>,
+    bulk: Vec<u8>,
+) -> Result<()> {
+    match result {
+        Ok(OsdResponse::Data(data)) if data.is_empty() => {
+            *data = bulk;
+            Ok(())
+        }
+        _ if bulk.is_empty() => Ok(()),
+        _ => Err(ProtoError::Malformed {
+            what: "OSD response",
+            reason: "bulk data for an answer without data",
+        }),
+    }
 }
 
 /// A NOSEC request (benchmarks): the claimed user and the command, nothing checked.

@@ -78,6 +78,10 @@ pub enum FrameType {
     /// A request in NOSEC mode (benchmarks only; daemons refuse it unless configured with
     /// `danger_allow_nosec`).
     Insecure = 5,
+    /// A request in a protected envelope that names its method (SPEC T1, `protection`).
+    SecRequest = 6,
+    /// The answer to a [`FrameType::SecRequest`], sealed with the same method.
+    SecResponse = 7,
 }
 
 impl FrameType {
@@ -88,6 +92,8 @@ impl FrameType {
             3 => FrameType::Response,
             4 => FrameType::Refusal,
             5 => FrameType::Insecure,
+            6 => FrameType::SecRequest,
+            7 => FrameType::SecResponse,
             _ => return None,
         })
     }

@@ -40,7 +40,7 @@ proptest! {
 
     #[test]
     fn capability_round_trips(users in principals(), files in files(), id in any::<u64>(), mode in 1u8..4, start in any::<u64>(), expiry in any::<u64>()) {
-        let body = Capability { users, files, id: CapabilityId(id), mode: Mode::from_bits(mode).unwrap(), start: UnixMillis(start), expiry: UnixMillis(expiry) };
+        let body = Capability { users, files, id: CapabilityId(id), mode: Mode::from_bits(mode).unwrap(), protection: maat_proto::protection::Protection::AllData, start: UnixMillis(start), expiry: UnixMillis(expiry) };
         let token = signed::sign(body.clone(), &common::keys().mds);
         prop_assert_eq!(token.encoded().len(), maat_proto::capability::CAPABILITY_BYTES);
         let decoded = Unverified::<Capability>::decode(token.encoded()).unwrap();

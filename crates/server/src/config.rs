@@ -33,6 +33,11 @@ pub struct MdsFileConfig {
     /// Accept NOSEC requests. Benchmarks only: anyone can then act as anyone.
     #[serde(default)]
     pub danger_allow_insecure: bool,
+    /// Protection method (SPEC T1) of the `default` partition when the MDS creates it:
+    /// CAPKEY, CMDRSP, ALLDATA (the default) or CONFIDENTIAL; NOSEC needs
+    /// `danger_allow_insecure`. Change it later with `maat admin partition set-security`.
+    #[serde(default)]
+    pub default_security: Option<String>,
 }
 
 /// `maat osd --config FILE`.
@@ -85,6 +90,21 @@ impl MdsFileConfig {
     /// Reads a config file.
     pub fn load(path: &Path) -> Result<Self, ServerError> {
         load(path)
+    }
+
+    /// The `default` partition's protection method.
+    pub fn default_protection(&self) -> Result<maat_proto::protection::Protection, ServerError> {
+        match &self.default_security {
+            None => Ok(maat_proto::protection::Protection::AllData),
+            Some(name) => maat_proto::protection::Protection::parse(name).ok_or_else(|| {
+                ServerError::Config {
+                    path: "mds config".into(),
+                    reason: format!(
+                        "default_security = {name:?}: expected NOSEC, CAPKEY, CMDRSP, ALLDATA or CONFIDENTIAL"
+                    ),
+                }
+            }),
+        }
     }
 
     /// Where the MDS keeps its secrets.

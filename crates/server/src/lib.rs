@@ -219,6 +219,7 @@ pub fn run_mds(
             capability_lifetime_millis: config.capability_lifetime_secs.saturating_mul(1000),
             danger_allow_insecure: config.danger_allow_insecure,
             join_key,
+            default_protection: config.default_protection()?,
         },
         secrets,
         &admin_key,
@@ -252,10 +253,13 @@ pub fn run_mds(
                 FrameType::Plain,
                 mds.handle_insecure(payload, now, &mut OsRng),
             ),
-            FrameType::Response | FrameType::Refusal => refusal_frame(&WireError::new(
+            FrameType::SecRequest => refusal_frame(&WireError::new(
                 msg::ErrorCode::Malformed,
-                "unexpected frame type",
+                "the MDS takes version-1 envelopes only",
             )),
+            FrameType::Response | FrameType::SecResponse | FrameType::Refusal => refusal_frame(
+                &WireError::new(msg::ErrorCode::Malformed, "unexpected frame type"),
+            ),
         }
     };
     ready(&local);
@@ -265,7 +269,12 @@ pub fn run_mds(
 
 /// An unauthenticated refusal frame.
 pub fn refusal_frame(error: &WireError) -> (FrameType, Vec<u8>) {
-    (FrameType::Refusal, msg::encode(error).unwrap_or_default())
+    // Encoding a refusal cannot fail short of memory running out; even then the peer
+    // gets a decodable `Internal` refusal, never an empty frame.
+    let bytes = msg::encode(error)
+        .or_else(|_| msg::encode(&WireError::new(msg::ErrorCode::Internal, "")))
+        .unwrap_or_else(|_| vec![msg::ErrorCode::Internal as u8, 0]);
+    (FrameType::Refusal, bytes)
 }
 
 /// Runs an OSD until `shutdown` fires.
@@ -296,6 +305,7 @@ pub fn run_osd(
         .map_err(io("local address"))?
         .to_string();
     let advertise = config.advertise.clone().unwrap_or_else(|| local.clone());
+    let advertise_ready = advertise.clone();
     {
         let core = core.clone();
         let mds_address = config.mds.clone();
@@ -323,27 +333,28 @@ pub fn run_osd(
                 FrameType::Plain,
                 core.handle_plain(payload, now, &mut OsRng),
             ),
-            FrameType::Request => match core.open_request(payload, now) {
-                Ok((caller, request)) => {
-                    let result = core.execute(store.as_ref(), &caller, &request, now);
-                    core.seal_response(&caller, &result, now)
+            FrameType::Request | FrameType::SecRequest | FrameType::Insecure => {
+                let opened = match frame_type {
+                    FrameType::Request => core.open_request(payload, now),
+                    FrameType::SecRequest => core.open_sec_request(payload, now),
+                    _ => core.open_insecure(payload),
+                };
+                match opened {
+                    Ok((caller, request)) => {
+                        let result = core.execute(store.as_ref(), &caller, &request, now);
+                        core.seal_response(&caller, result, now, &mut OsRng)
+                    }
+                    Err(refusal) => refusal_frame(&refusal),
                 }
-                Err(refusal) => refusal_frame(&refusal),
-            },
-            FrameType::Insecure => match core.open_insecure(payload) {
-                Ok((caller, request)) => {
-                    let result = core.execute(store.as_ref(), &caller, &request, now);
-                    core.seal_response(&caller, &result, now)
-                }
-                Err(refusal) => refusal_frame(&refusal),
-            },
-            FrameType::Response | FrameType::Refusal => refusal_frame(&WireError::new(
-                msg::ErrorCode::Malformed,
-                "unexpected frame type",
-            )),
+            }
+            FrameType::Response | FrameType::SecResponse | FrameType::Refusal => refusal_frame(
+                &WireError::new(msg::ErrorCode::Malformed, "unexpected frame type"),
+            ),
         }
     };
-    ready(&local);
+    // The address clients reach it at (what it registered), which is what `maat up`
+    // waits to see in the map.
+    ready(&advertise_ready);
     let name = format!("osd {}", config.id);
     serve::serve(listener, Arc::new(handler), shutdown, &name);
     Ok(())

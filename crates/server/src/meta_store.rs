@@ -6,8 +6,8 @@
 //! rewritten to the current format in one transaction when it is opened.
 
 use maat_mds::store::{
-    migrate_v0_value, Batch, GroupRecord, Inode, MetaStore, Op, Record, SessionRecord, StoreError,
-    UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
+    migrate_v0_value, Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record,
+    SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
 use redb::{Database, ReadableTable, TableDefinition};
@@ -21,6 +21,7 @@ const GROUPS: TableDefinition<u64, &[u8]> = TableDefinition::new("groups");
 const GROUP_NAMES: TableDefinition<&str, u64> = TableDefinition::new("group_names");
 const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
 const OSDS: TableDefinition<u64, &[u8]> = TableDefinition::new("osds");
+const PARTITIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("partitions");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// Metadata in a redb database file.
@@ -87,6 +88,7 @@ impl RedbStore {
             tx.open_table(GROUP_NAMES).map_err(err)?;
             tx.open_table(SESSIONS).map_err(err)?;
             tx.open_table(OSDS).map_err(err)?;
+            tx.open_table(PARTITIONS).map_err(err)?;
             tx.open_table(META).map_err(err)?;
         }
         tx.commit().map_err(err)?;
@@ -181,6 +183,7 @@ impl RedbStore {
             copy_table(&from, &to, GROUP_NAMES)?;
             copy_table(&from, &to, SESSIONS)?;
             copy_table(&from, &to, OSDS)?;
+            copy_table(&from, &to, PARTITIONS)?;
             copy_table(&from, &to, META)?;
             to.commit().map_err(err)?;
         }
@@ -302,6 +305,17 @@ impl MetaStore for RedbStore {
         Ok(out)
     }
 
+    fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(PARTITIONS).map_err(err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(err)? {
+            let (_, v) = item.map_err(err)?;
+            out.push(dec(v.value())?);
+        }
+        Ok(out)
+    }
+
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(META).map_err(err)?;
@@ -319,6 +333,7 @@ impl MetaStore for RedbStore {
             let mut group_names = tx.open_table(GROUP_NAMES).map_err(err)?;
             let mut sessions = tx.open_table(SESSIONS).map_err(err)?;
             let mut osds = tx.open_table(OSDS).map_err(err)?;
+            let mut partitions = tx.open_table(PARTITIONS).map_err(err)?;
             let mut meta = tx.open_table(META).map_err(err)?;
             for op in batch.0 {
                 match op {
@@ -362,6 +377,9 @@ impl MetaStore for RedbStore {
                     }
                     Op::PutOsd(o) => {
                         osds.insert(o.id, enc(&o)?.as_slice()).map_err(err)?;
+                    }
+                    Op::PutPartition(p) => {
+                        partitions.insert(p.id, enc(&p)?.as_slice()).map_err(err)?;
                     }
                     Op::PutMeta(k, v) => {
                         meta.insert(k.as_str(), v.as_slice()).map_err(err)?;

@@ -99,6 +99,7 @@ pub fn capability(users: Principals, files: Files) -> Capability {
         files,
         id: CapabilityId(9001),
         mode: Mode::READ_WRITE,
+        protection: maat_proto::protection::Protection::AllData,
         start: T0,
         expiry: T1,
     }

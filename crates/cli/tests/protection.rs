@@ -1,0 +1,376 @@
+//! SPEC T1 against a man in the middle on loopback: the OSD advertises a proxy that can
+//! flip one byte of a chosen part of a chosen frame, or record frames and send them again.
+//! For each protection method the test checks what it promises and, honestly, what it
+//! does not (docs/THREAT_MODEL.md lists the same).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::Cluster;
+use maat_client::Client;
+use maat_proto::msg::{Access, ErrorCode, OsdCommand, OsdRequest};
+use maat_proto::protection::{self, Protection, RequestHeader};
+use maat_proto::wire::FrameType;
+use maat_proto::UnixMillis;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+/// Bytes before the message in a protected request / response envelope.
+const REQUEST_HEAD: usize = 1 + 16 + 8 + 16 + 4;
+const RESPONSE_HEAD: usize = 1 + 16 + 8 + 4;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Part {
+    Header,
+    /// The last byte of the message (for a write: its `replace` flag).
+    MessageEnd,
+    Data,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Tamper {
+    /// Client → OSD (`SecRequest`) or OSD → client (`SecResponse`).
+    to_server: bool,
+    part: Part,
+    /// Only frames with more than this many payload bytes (bulk transfers).
+    min_len: usize,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    tamper: Option<Tamper>,
+    tampered: u32,
+    /// Every client → OSD frame, whole.
+    recorded: Vec<Vec<u8>>,
+    /// Every OSD → client byte.
+    from_server: Vec<u8>,
+}
+
+fn flip(payload: &mut [u8], request: bool, part: Part) {
+    let head = if request { REQUEST_HEAD } else { RESPONSE_HEAD };
+    let message_len = u32::from_be_bytes(payload[head - 4..head].try_into().unwrap()) as usize;
+    let at = match part {
+        Part::Header => head - 10,
+        Part::MessageEnd => head + message_len - 1,
+        Part::Data => head + message_len + 100,
+    };
+    payload[at] ^= 0x01;
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, to_server: bool, state: Arc<Mutex<ProxyState>>) {
+    loop {
+        let mut header = [0u8; 8];
+        if from.read_exact(&mut header).is_err() {
+            break;
+        }
+        let len = u32::from_be_bytes(header[4..8].try_into().unwrap()) as usize;
+        let mut payload = vec![0u8; len];
+        if from.read_exact(&mut payload).is_err() {
+            break;
+        }
+        {
+            let mut s = state.lock().unwrap();
+            let kind = if to_server {
+                FrameType::SecRequest as u8
+            } else {
+                FrameType::SecResponse as u8
+            };
+            if let Some(t) = s.tamper {
+                if t.to_server == to_server && header[3] == kind && len > t.min_len {
+                    flip(&mut payload, to_server, t.part);
+                    s.tamper = None;
+                    s.tampered += 1;
+                }
+            }
+            if to_server {
+                s.recorded.push([&header[..], &payload].concat());
+            } else {
+                s.from_server.extend_from_slice(&header);
+                s.from_server.extend_from_slice(&payload);
+            }
+        }
+        if to.write_all(&header).is_err() || to.write_all(&payload).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+fn proxy(listener: TcpListener, upstream: String, state: Arc<Mutex<ProxyState>>) {
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let st = state.clone();
+            std::thread::spawn(move || pump(client, server, true, st));
+            let st = state.clone();
+            std::thread::spawn(move || pump(s2, c2, false, st));
+        }
+    });
+}
+
+struct Mitm {
+    cluster: Cluster,
+    state: Arc<Mutex<ProxyState>>,
+}
+
+impl Mitm {
+    /// A one-OSD cluster whose OSD clients reach only through the proxy, with one
+    /// partition per protected method.
+    fn start() -> Mitm {
+        let mut cluster = Cluster::start(1, &[]);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy_address = listener.local_addr().unwrap().to_string();
+        let osd_toml = cluster.data().join("osd-1/osd.toml");
+        let mut upstream = String::new();
+        cluster.restart_with(|_| {
+            let text = std::fs::read_to_string(&osd_toml).unwrap();
+            upstream = text
+                .lines()
+                .find_map(|l| l.strip_prefix("listen = "))
+                .unwrap()
+                .trim_matches('"')
+                .to_string();
+            std::fs::write(
+                &osd_toml,
+                format!("advertise = \"{proxy_address}\"\n{text}"),
+            )
+            .unwrap();
+        });
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        proxy(listener, upstream, state.clone());
+        let mut admin = cluster.admin_client();
+        for m in [
+            Protection::CapKey,
+            Protection::CmdRsp,
+            Protection::AllData,
+            Protection::Confidential,
+        ] {
+            admin.partition_create(m.name(), m).unwrap();
+            admin
+                .mkdir_in(&format!("/{}", m.name()), 0o755, false, Some(m.name()))
+                .unwrap();
+        }
+        Mitm { cluster, state }
+    }
+
+    fn arm(&self, tamper: Tamper) {
+        let mut s = self.state.lock().unwrap();
+        s.tamper = Some(tamper);
+        s.tampered = 0;
+    }
+
+    fn fired(&self) -> bool {
+        let mut s = self.state.lock().unwrap();
+        s.tamper = None;
+        s.tampered > 0
+    }
+}
+
+fn content(seed: u8) -> Vec<u8> {
+    (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
+        .collect()
+}
+
+fn put(c: &mut Client, path: &str, data: &[u8]) -> Result<(), String> {
+    c.put(&mut &data[..], data.len() as u64, path, &mut |_| {})
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+fn get(c: &mut Client, path: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    c.get(path, &mut out, &mut |_| {})
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+const WRITE: Tamper = Tamper {
+    to_server: true,
+    part: Part::Header,
+    min_len: 10_000,
+};
+
+#[test]
+fn each_method_detects_what_it_promises_under_a_tampering_proxy() {
+    let m = Mitm::start();
+    let mut c = m.cluster.admin_client();
+    for method in [
+        Protection::CapKey,
+        Protection::CmdRsp,
+        Protection::AllData,
+        Protection::Confidential,
+    ] {
+        let dir = format!("/{}", method.name());
+        let original = content(method.byte());
+        put(&mut c, &format!("{dir}/clean"), &original).unwrap();
+        assert_eq!(c.stat(&format!("{dir}/clean")).unwrap().protection, method);
+
+        // Request header (the timestamp) changed: refused under every method.
+        m.arm(WRITE);
+        let r = put(&mut c, &format!("{dir}/h"), &original);
+        assert!(m.fired());
+        assert!(r.is_err(), "{method}: changed request header accepted");
+
+        // The command changed (a write's `replace` flag): CAPKEY does not protect it.
+        m.arm(Tamper {
+            part: Part::MessageEnd,
+            ..WRITE
+        });
+        let r = put(&mut c, &format!("{dir}/m"), &original);
+        assert!(m.fired());
+        assert_eq!(
+            r.is_ok(),
+            method == Protection::CapKey,
+            "{method}: changed command: {r:?}"
+        );
+
+        // A data byte of a write changed: CAPKEY and CMDRSP store it; ALLDATA and
+        // CONFIDENTIAL refuse it.
+        m.arm(Tamper {
+            part: Part::Data,
+            ..WRITE
+        });
+        let r = put(&mut c, &format!("{dir}/d"), &original);
+        assert!(m.fired());
+        if method >= Protection::AllData {
+            assert!(r.is_err(), "{method}: changed request data accepted");
+        } else {
+            r.unwrap();
+            let stored = get(&mut c, &format!("{dir}/d")).unwrap();
+            assert_ne!(stored, original, "{method}: the flip should have landed");
+        }
+
+        // Response changes: the header is detected by every method, the result message
+        // from CMDRSP up, data from ALLDATA up.
+        for (part, protected_from) in [
+            (Part::Header, Protection::CapKey),
+            (Part::MessageEnd, Protection::CmdRsp),
+            (Part::Data, Protection::AllData),
+        ] {
+            m.arm(Tamper {
+                to_server: false,
+                part,
+                min_len: 10_000,
+            });
+            let r = get(&mut c, &format!("{dir}/clean"));
+            assert!(m.fired(), "{method} {part:?}");
+            if method >= protected_from {
+                assert!(r.is_err(), "{method}: changed response {part:?} accepted");
+            } else if part == Part::Data {
+                assert_ne!(r.unwrap(), original, "{method}: data flip should land");
+            }
+        }
+        assert_eq!(get(&mut c, &format!("{dir}/clean")).unwrap(), original);
+    }
+}
+
+#[test]
+fn confidential_gets_carry_none_of_the_files_bytes_and_others_do() {
+    let m = Mitm::start();
+    let mut c = m.cluster.admin_client();
+    for method in [Protection::AllData, Protection::Confidential] {
+        let path = format!("/{}/secret", method.name());
+        let secret = content(0x5a ^ method.byte());
+        put(&mut c, &path, &secret).unwrap();
+        m.state.lock().unwrap().from_server.clear();
+        assert_eq!(get(&mut c, &path).unwrap(), secret);
+        let captured = std::mem::take(&mut m.state.lock().unwrap().from_server);
+        assert!(captured.len() > secret.len());
+        let windows: std::collections::HashSet<&[u8]> = captured.windows(16).collect();
+        let leaked = secret
+            .chunks_exact(16)
+            .filter(|w| windows.contains(w))
+            .count();
+        if method == Protection::Confidential {
+            assert_eq!(leaked, 0, "a CONFIDENTIAL get leaked file bytes");
+        } else {
+            assert!(leaked > 0, "an ALLDATA get carries the file in clear");
+        }
+    }
+}
+
+#[test]
+fn replayed_requests_and_downgrades_are_refused() {
+    let m = Mitm::start();
+    let mut c = m.cluster.admin_client();
+    put(&mut c, "/CONFIDENTIAL/f", &content(1)).unwrap();
+    // Replay every recorded request frame on a fresh connection to the proxy.
+    let frames = std::mem::take(&mut m.state.lock().unwrap().recorded);
+    let osd = c.cluster_map().unwrap().osds[0].address.clone();
+    let mut replayed = 0;
+    for frame in frames
+        .iter()
+        .filter(|f| f[3] == FrameType::SecRequest as u8)
+    {
+        let mut s = TcpStream::connect(&osd).unwrap();
+        s.write_all(frame).unwrap();
+        let mut header = [0u8; 8];
+        s.read_exact(&mut header).unwrap();
+        let mut payload = vec![0u8; u32::from_be_bytes(header[4..8].try_into().unwrap()) as usize];
+        s.read_exact(&mut payload).unwrap();
+        assert_eq!(header[3], FrameType::Refusal as u8);
+        let e: maat_proto::msg::WireError = maat_proto::msg::decode(&payload).unwrap();
+        assert_eq!(e.code, ErrorCode::ReplayedRequest, "{e:?}");
+        replayed += 1;
+    }
+    assert!(replayed >= 1);
+
+    // A request sealed with CMDRSP under a CONFIDENTIAL capability: refused, typed.
+    let opened = c.open("/CONFIDENTIAL/f", Access::Read, None).unwrap();
+    let (sid, secret) = c.osd_session(1).unwrap();
+    let keys = protection::EnvelopeKeys::new(&secret);
+    let request = OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Read {
+            object: maat_proto::msg::ObjectId {
+                partition: maat_proto::msg::DATA_PARTITION,
+                file: opened.stat.id,
+                stripe: 0,
+            },
+            offset: 0,
+            length: 100,
+        },
+    };
+    for weaker in [Protection::CapKey, Protection::CmdRsp, Protection::AllData] {
+        let header = RequestHeader {
+            method: weaker,
+            session_id: sid,
+            timestamp: UnixMillis(c.protocol_now()),
+            nonce: [weaker.byte(); 16],
+        };
+        let payload = protection::seal_request(
+            &keys,
+            &header,
+            &maat_proto::msg::encode(&request).unwrap(),
+            &[],
+            &request.capability,
+            &mut maat_crypto::OsRng,
+        )
+        .unwrap();
+        let (t, answer) = c.osd_raw(1, FrameType::SecRequest, &payload).unwrap();
+        let message = if t == FrameType::SecResponse {
+            let (_, message, _) =
+                protection::open_response(&keys, weaker, &sid, &header.nonce, &answer).unwrap();
+            message
+        } else {
+            answer
+        };
+        let r: Result<maat_proto::msg::OsdResponse, maat_proto::msg::WireError> =
+            maat_proto::msg::decode(&message).unwrap();
+        assert_eq!(
+            r.unwrap_err().code,
+            ErrorCode::ProtectionTooWeak,
+            "{weaker}"
+        );
+    }
+}

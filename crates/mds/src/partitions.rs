@@ -1,0 +1,138 @@
+//! Partitions (SPEC T1): named sets of files whose data path uses one protection method,
+//! chosen by the administrator. A file belongs to the partition of the directory it was
+//! made in (`maat mkdir --partition NAME` starts one); the MDS signs the partition's method
+//! into every capability for the file, and OSDs refuse requests sealed more weakly. On the
+//! OSDs every user file's objects live in the data partition, keyed by the file id: the
+//! method travels in the capability, so an OSD needs no partition table of its own.
+
+use super::*;
+use maat_proto::msg::PartitionInfo;
+use maat_proto::protection::Protection;
+use store::{PartitionRecord, DEFAULT_PARTITION};
+
+/// Longest partition name.
+pub const PARTITION_NAME_BYTES_MAX: usize = 64;
+
+fn info(p: &PartitionRecord) -> PartitionInfo {
+    PartitionInfo {
+        id: p.id,
+        name: p.name.clone(),
+        protection: p.protection,
+    }
+}
+
+impl<S: MetaStore> Mds<S> {
+    /// The partition with `id`; a file naming a partition that does not exist (which the
+    /// MDS never writes) is refused rather than given a default method.
+    pub(crate) fn partition(&self, id: u64) -> Result<PartitionRecord> {
+        self.store
+            .partitions()?
+            .into_iter()
+            .find(|p| p.id == id)
+            .ok_or_else(|| {
+                MdsError::refused(ErrorCode::Internal, format!("partition {id} is missing"))
+            })
+    }
+
+    pub(crate) fn partition_by_name(&self, name: &str) -> Result<PartitionRecord> {
+        self.store
+            .partitions()?
+            .into_iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| {
+                MdsError::refused(
+                    ErrorCode::InvalidArgument,
+                    format!("no partition named {name:?} (see `maat admin partition list`)"),
+                )
+            })
+    }
+
+    fn allowed(&self, protection: Protection) -> Result<()> {
+        if protection == Protection::NoSec && !self.config.danger_allow_insecure {
+            return Err(MdsError::refused(
+                ErrorCode::InsecureRefused,
+                "NOSEC partitions need a cluster started with the danger flag",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn partition_create(
+        &self,
+        who: &Principal,
+        name: &str,
+        protection: Protection,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        self.allowed(protection)?;
+        if name.is_empty()
+            || name.len() > PARTITION_NAME_BYTES_MAX
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!("partition names are 1 to {PARTITION_NAME_BYTES_MAX} letters, digits, '-' or '_'"),
+            ));
+        }
+        let _guard = lock(&self.write);
+        if self.store.partitions()?.iter().any(|p| p.name == name) {
+            return Err(MdsError::refused(
+                ErrorCode::AlreadyExists,
+                format!("partition {name}"),
+            ));
+        }
+        let mut batch = Batch::default();
+        let id = self.next_id("next_partition", &mut batch)?;
+        let record = PartitionRecord {
+            id,
+            name: name.into(),
+            protection,
+        };
+        batch.push(Op::PutPartition(record.clone()));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Partitions(vec![info(&record)]))
+    }
+
+    pub(crate) fn partition_set_security(
+        &self,
+        who: &Principal,
+        name: &str,
+        protection: Protection,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        self.allowed(protection)?;
+        let _guard = lock(&self.write);
+        let mut record = self.partition_by_name(name)?;
+        record.protection = protection;
+        let mut batch = Batch::default();
+        batch.push(Op::PutPartition(record.clone()));
+        self.store.commit(batch)?;
+        // Cached capabilities carry the old method: issue fresh ones from now on.
+        lock(&self.volatile).capabilities.clear();
+        Ok(MdsResponse::Partitions(vec![info(&record)]))
+    }
+
+    pub(crate) fn partition_list(&self) -> Result<MdsResponse> {
+        let mut all: Vec<PartitionInfo> = self.store.partitions()?.iter().map(info).collect();
+        all.sort_by_key(|p| p.id);
+        Ok(MdsResponse::Partitions(all))
+    }
+
+    /// The default partition for a new cluster, or an existing one from before partitions.
+    pub(crate) fn default_partition_op(store: &S, protection: Protection) -> Result<Option<Op>> {
+        if store
+            .partitions()?
+            .iter()
+            .any(|p| p.id == DEFAULT_PARTITION)
+        {
+            return Ok(None);
+        }
+        Ok(Some(Op::PutPartition(PartitionRecord {
+            id: DEFAULT_PARTITION,
+            name: "default".into(),
+            protection,
+        })))
+    }
+}

@@ -1,0 +1,605 @@
+//! SPEC T1: the protection methods of the data path, and the envelope that carries each.
+//!
+//! Five methods, each including the one below it:
+//!
+//! | method | request | response |
+//! |---|---|---|
+//! | `NOSEC` | no capability, no MAC (`FrameType::Insecure`; needs the danger flag) | none |
+//! | `CAPKEY` | session MAC over the envelope header and the capability only | MAC over the header (origin, freshness) |
+//! | `CMDRSP` | MAC over the header and the whole command message, not bulk data | MAC over the header and the result message, not bulk data |
+//! | `ALLDATA` | MAC over everything, data included | MAC over everything |
+//! | `CONFIDENTIAL` | AEAD over message and data (header as AAD) | AEAD likewise |
+//!
+//! The MDS chooses the method per partition and signs it into every capability it issues
+//! ([`crate::capability::Capability::protection`]); an OSD refuses a request sealed with a
+//! weaker method than its capability names, so neither a client nor a man in the middle
+//! can downgrade it.
+//!
+//! A protected envelope (`FrameType::SecRequest` / `SecResponse`) splits the message from
+//! its bulk data so that CAPKEY and CMDRSP need not touch data bytes:
+//!
+//! ```text
+//! request:  method u8 ‖ session id [16] ‖ timestamp u64 BE ‖ nonce [16] ‖ message length u32 BE ‖ body ‖ trailer
+//! response: method u8 ‖ nonce [16] ‖ timestamp u64 BE ‖ message length u32 BE ‖ body ‖ trailer
+//! ```
+//!
+//! For the MAC methods `body = message ‖ data` and `trailer` is the 32-byte keyed-BLAKE3
+//! tag (envelope key of the session) over the context string, every header field (the
+//! session id included, also in responses) and, per method: the capability (CAPKEY
+//! requests), nothing more (CAPKEY responses), the message (CMDRSP), message and data
+//! (ALLDATA). For CONFIDENTIAL `body` is `AEAD(message ‖ data)` with the session's AEAD key
+//! (`BlockKey`, ChaCha20-Poly1305 under a per-message subkey; block index 0 for requests,
+//! 1 for responses), the context and header as associated data, and no trailer.
+
+use crate::codec::Reader;
+use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
+use crate::{ProtoError, Result, UnixMillis};
+use maat_crypto::aead::BlockKey;
+use maat_crypto::mac::{Blake3Mac, TAG_BYTES};
+use maat_crypto::Secret32;
+use serde::{Deserialize, Serialize};
+
+/// A protection method (SPEC T1), ordered from weakest to strongest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Protection {
+    /// No security: the claimed user is believed (benchmarks; needs the danger flag).
+    NoSec = 0,
+    /// The capability is checked and bound to the session; commands are not protected.
+    CapKey = 1,
+    /// Commands and responses are integrity-protected, bulk data is not.
+    CmdRsp = 2,
+    /// Everything, data included, is integrity-protected.
+    AllData = 3,
+    /// Everything is integrity-protected and encrypted on the wire.
+    Confidential = 4,
+}
+
+impl Protection {
+    /// Every method, weakest first.
+    pub const ALL: [Protection; 5] = [
+        Protection::NoSec,
+        Protection::CapKey,
+        Protection::CmdRsp,
+        Protection::AllData,
+        Protection::Confidential,
+    ];
+
+    /// The name users type and see.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protection::NoSec => "NOSEC",
+            Protection::CapKey => "CAPKEY",
+            Protection::CmdRsp => "CMDRSP",
+            Protection::AllData => "ALLDATA",
+            Protection::Confidential => "CONFIDENTIAL",
+        }
+    }
+
+    /// Parses a name (case-insensitive).
+    pub fn parse(name: &str) -> Option<Protection> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The envelope's method byte.
+    pub fn byte(self) -> u8 {
+        self as u8
+    }
+
+    /// The method of an envelope's method byte (NOSEC never travels in an envelope).
+    pub fn from_byte(b: u8) -> Option<Protection> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.byte() == b && *p != Protection::NoSec)
+    }
+}
+
+impl std::fmt::Display for Protection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+const REQUEST_CONTEXT: &[u8] = b"maat/req/v2\0";
+const RESPONSE_CONTEXT: &[u8] = b"maat/resp/v2\0";
+/// BLAKE3 key-derivation context of a session's envelope AEAD key.
+pub const ENVELOPE_AEAD_CONTEXT: &str = "maat envelope aead v1";
+const REQUEST_HEADER_BYTES: usize = 1 + SESSION_ID_BYTES + 8 + NONCE_BYTES + 4;
+const RESPONSE_HEADER_BYTES: usize = 1 + NONCE_BYTES + 8 + 4;
+const REQUEST_BLOCK: u64 = 0;
+const RESPONSE_BLOCK: u64 = 1;
+
+/// The keys of one session for protected envelopes.
+#[derive(Clone, Debug)]
+pub struct EnvelopeKeys {
+    /// MAC key (the same envelope key as `wire`).
+    pub mac: Blake3Mac,
+    /// AEAD key for CONFIDENTIAL.
+    pub aead: BlockKey,
+}
+
+impl EnvelopeKeys {
+    /// Both keys of a session secret.
+    pub fn new(session_secret: &[u8; 32]) -> Self {
+        let secret = Secret32::from_bytes(*session_secret);
+        Self {
+            mac: crate::wire::envelope_key(session_secret),
+            aead: BlockKey::new(Secret32::from_bytes(maat_crypto::hash::blake3_keyed(
+                secret.expose(),
+                &[ENVELOPE_AEAD_CONTEXT.as_bytes()],
+            ))),
+        }
+    }
+
+    /// Counts the keys' operations into `counters`.
+    pub fn with_counters(self, counters: maat_crypto::counters::Counters) -> Self {
+        Self {
+            mac: self.mac.with_counters(counters.clone()),
+            aead: self.aead.with_counters(counters),
+        }
+    }
+}
+
+/// The fields of a request envelope header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    /// The method the sender sealed with.
+    pub method: Protection,
+    /// The sender's session.
+    pub session_id: [u8; SESSION_ID_BYTES],
+    /// The sender's clock (corrected by its offset to the receiver's).
+    pub timestamp: UnixMillis,
+    /// Fresh per request.
+    pub nonce: [u8; NONCE_BYTES],
+}
+
+fn u32_len(len: usize, what: &'static str) -> Result<[u8; 4]> {
+    u32::try_from(len)
+        .map(u32::to_be_bytes)
+        .map_err(|_| ProtoError::TooLarge {
+            what,
+            len,
+            limit: u32::MAX as usize,
+        })
+}
+
+fn request_head(h: &RequestHeader, message_len: [u8; 4]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(REQUEST_HEADER_BYTES);
+    out.push(h.method.byte());
+    out.extend_from_slice(&h.session_id);
+    out.extend_from_slice(&h.timestamp.0.to_be_bytes());
+    out.extend_from_slice(&h.nonce);
+    out.extend_from_slice(&message_len);
+    out
+}
+
+/// Seals a request: `message` is the command without its bulk data, `data` the bulk data,
+/// `capability` the capability bytes the message carries (the CAPKEY MAC covers them).
+pub fn seal_request(
+    keys: &EnvelopeKeys,
+    header: &RequestHeader,
+    message: &[u8],
+    data: &[u8],
+    capability: &[u8],
+    rng: &mut impl rand_core::CryptoRngCore,
+) -> Result<Vec<u8>> {
+    let head = request_head(header, u32_len(message.len(), "request message")?);
+    let mut out = Vec::with_capacity(head.len() + message.len() + data.len() + 48);
+    out.extend_from_slice(&head);
+    out.extend_from_slice(message);
+    out.extend_from_slice(data);
+    match header.method {
+        Protection::NoSec => {
+            return Err(ProtoError::Malformed {
+                what: "request envelope",
+                reason: "NOSEC has no envelope",
+            })
+        }
+        Protection::CapKey => {
+            let tag = keys.mac.tag(&[REQUEST_CONTEXT, &head, capability]);
+            out.extend_from_slice(&tag);
+        }
+        Protection::CmdRsp => {
+            let tag = keys.mac.tag(&[REQUEST_CONTEXT, &head, message]);
+            out.extend_from_slice(&tag);
+        }
+        Protection::AllData => {
+            let tag = keys.mac.tag(&[REQUEST_CONTEXT, &head, message, data]);
+            out.extend_from_slice(&tag);
+        }
+        Protection::Confidential => {
+            let mut body = out.split_off(head.len());
+            let aad = [REQUEST_CONTEXT, &head].concat();
+            keys.aead
+                .seal_in_place(REQUEST_BLOCK, &aad, &mut body, rng)
+                .map_err(ProtoError::Crypto)?;
+            out.extend_from_slice(&body);
+        }
+    }
+    Ok(out)
+}
+
+/// A request envelope split into its parts, not yet checked.
+#[derive(Debug)]
+pub struct UnverifiedRequest<'a> {
+    /// The header fields.
+    pub header: RequestHeader,
+    head: &'a [u8],
+    message_len: usize,
+    body: &'a [u8],
+    trailer: &'a [u8],
+}
+
+impl<'a> UnverifiedRequest<'a> {
+    /// Splits a request payload.
+    pub fn decode(payload: &'a [u8]) -> Result<Self> {
+        let truncated = ProtoError::Truncated {
+            what: "request envelope",
+        };
+        if payload.len() < REQUEST_HEADER_BYTES {
+            return Err(truncated);
+        }
+        let (head, rest) = payload.split_at(REQUEST_HEADER_BYTES);
+        let mut r = Reader::new(head, "request envelope");
+        let method = Protection::from_byte(r.u8()?).ok_or(ProtoError::Malformed {
+            what: "request envelope",
+            reason: "unknown protection method",
+        })?;
+        let session_id = r.array()?;
+        let timestamp = UnixMillis(r.u64()?);
+        let nonce = r.array()?;
+        let message_len = r.u32()? as usize;
+        let (body, trailer) = if method == Protection::Confidential {
+            (rest, &[][..])
+        } else {
+            let at = rest.len().checked_sub(TAG_BYTES).ok_or(truncated.clone())?;
+            rest.split_at(at)
+        };
+        if method != Protection::Confidential && body.len() < message_len {
+            return Err(truncated);
+        }
+        Ok(Self {
+            header: RequestHeader {
+                method,
+                session_id,
+                timestamp,
+                nonce,
+            },
+            head,
+            message_len,
+            body,
+            trailer,
+        })
+    }
+
+    /// The message and data as sent, before any check: for CAPKEY the receiver must
+    /// decode the message to find the capability the MAC covers. `None` for CONFIDENTIAL,
+    /// whose body is encrypted.
+    pub fn peek_message(&self) -> Option<&'a [u8]> {
+        match self.header.method {
+            Protection::Confidential => None,
+            _ => self.body.get(..self.message_len),
+        }
+    }
+
+    /// Checks the envelope under `keys`; returns message and data. `capability` is what the
+    /// decoded message carries (used by CAPKEY only).
+    pub fn open(self, keys: &EnvelopeKeys, capability: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+        let bad = ProtoError::BadMac { token: "request" };
+        let split = |body: &[u8], len: usize| -> Result<(Vec<u8>, Vec<u8>)> {
+            if body.len() < len {
+                return Err(ProtoError::Truncated {
+                    what: "request envelope",
+                });
+            }
+            let (m, d) = body.split_at(len);
+            Ok((m.to_vec(), d.to_vec()))
+        };
+        let (message, data) = if self.body.len() >= self.message_len {
+            self.body.split_at(self.message_len)
+        } else {
+            (self.body, &[][..])
+        };
+        match self.header.method {
+            Protection::NoSec => Err(bad),
+            Protection::CapKey => {
+                keys.mac
+                    .verify(&[REQUEST_CONTEXT, self.head, capability], self.trailer)
+                    .map_err(|_| bad)?;
+                split(self.body, self.message_len)
+            }
+            Protection::CmdRsp => {
+                keys.mac
+                    .verify(&[REQUEST_CONTEXT, self.head, message], self.trailer)
+                    .map_err(|_| bad)?;
+                split(self.body, self.message_len)
+            }
+            Protection::AllData => {
+                keys.mac
+                    .verify(&[REQUEST_CONTEXT, self.head, message, data], self.trailer)
+                    .map_err(|_| bad)?;
+                split(self.body, self.message_len)
+            }
+            Protection::Confidential => {
+                let aad = [REQUEST_CONTEXT, self.head].concat();
+                let mut body = self.body.to_vec();
+                let len = keys
+                    .aead
+                    .open_in_place(REQUEST_BLOCK, &aad, &mut body)
+                    .map_err(|_| ProtoError::DecryptionFailed { token: "request" })?
+                    .len();
+                body.truncate(len);
+                if body.len() < self.message_len {
+                    return Err(ProtoError::Truncated {
+                        what: "request envelope",
+                    });
+                }
+                let data = body.split_off(self.message_len);
+                Ok((body, data))
+            }
+        }
+    }
+}
+
+fn response_head(
+    method: Protection,
+    nonce: &[u8; NONCE_BYTES],
+    timestamp: UnixMillis,
+    message_len: [u8; 4],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(RESPONSE_HEADER_BYTES);
+    out.push(method.byte());
+    out.extend_from_slice(nonce);
+    out.extend_from_slice(&timestamp.0.to_be_bytes());
+    out.extend_from_slice(&message_len);
+    out
+}
+
+/// Seals the response to the request with `nonce`, with the method the request used.
+#[allow(clippy::too_many_arguments)]
+pub fn seal_response(
+    keys: &EnvelopeKeys,
+    method: Protection,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    timestamp: UnixMillis,
+    message: &[u8],
+    data: &[u8],
+    rng: &mut impl rand_core::CryptoRngCore,
+) -> Result<Vec<u8>> {
+    let head = response_head(
+        method,
+        nonce,
+        timestamp,
+        u32_len(message.len(), "response message")?,
+    );
+    let mut out = Vec::with_capacity(head.len() + message.len() + data.len() + 48);
+    out.extend_from_slice(&head);
+    out.extend_from_slice(message);
+    out.extend_from_slice(data);
+    let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
+    match method {
+        Protection::NoSec => {
+            return Err(ProtoError::Malformed {
+                what: "response envelope",
+                reason: "NOSEC has no envelope",
+            })
+        }
+        Protection::CapKey => out.extend_from_slice(&keys.mac.tag(&[&ctx, &head])),
+        Protection::CmdRsp => out.extend_from_slice(&keys.mac.tag(&[&ctx, &head, message])),
+        Protection::AllData => {
+            out.extend_from_slice(&keys.mac.tag(&[&ctx, &head, message, data]));
+        }
+        Protection::Confidential => {
+            let mut body = out.split_off(head.len());
+            let aad = [ctx.as_slice(), &head].concat();
+            keys.aead
+                .seal_in_place(RESPONSE_BLOCK, &aad, &mut body, rng)
+                .map_err(ProtoError::Crypto)?;
+            out.extend_from_slice(&body);
+        }
+    }
+    Ok(out)
+}
+
+/// Checks a response to the request with `nonce` sent with `method`; returns the
+/// server's timestamp, the message and the data. A response sealed with another method
+/// than the request's is refused.
+pub fn open_response(
+    keys: &EnvelopeKeys,
+    method: Protection,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    payload: &[u8],
+) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
+    let truncated = ProtoError::Truncated {
+        what: "response envelope",
+    };
+    if payload.len() < RESPONSE_HEADER_BYTES {
+        return Err(truncated);
+    }
+    let (head, rest) = payload.split_at(RESPONSE_HEADER_BYTES);
+    let mut r = Reader::new(head, "response envelope");
+    let found = r.u8()?;
+    let echoed: [u8; NONCE_BYTES] = r.array()?;
+    let timestamp = UnixMillis(r.u64()?);
+    let message_len = r.u32()? as usize;
+    if found != method.byte() {
+        return Err(ProtoError::Malformed {
+            what: "response envelope",
+            reason: "sealed with another protection method than the request",
+        });
+    }
+    let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
+    let bad = ProtoError::BadMac { token: "response" };
+    let (message, data) = if method == Protection::Confidential {
+        let aad = [ctx.as_slice(), head].concat();
+        let mut body = rest.to_vec();
+        let len = keys
+            .aead
+            .open_in_place(RESPONSE_BLOCK, &aad, &mut body)
+            .map_err(|_| ProtoError::DecryptionFailed { token: "response" })?
+            .len();
+        body.truncate(len);
+        if body.len() < message_len {
+            return Err(truncated);
+        }
+        let data = body.split_off(message_len);
+        (body, data)
+    } else {
+        let at = rest.len().checked_sub(TAG_BYTES).ok_or(truncated.clone())?;
+        let (body, tag) = rest.split_at(at);
+        if body.len() < message_len {
+            return Err(truncated);
+        }
+        let (message, data) = body.split_at(message_len);
+        let parts: Vec<&[u8]> = match method {
+            Protection::CapKey => vec![&ctx, head],
+            Protection::CmdRsp => vec![&ctx, head, message],
+            _ => vec![&ctx, head, message, data],
+        };
+        keys.mac.verify(&parts, tag).map_err(|_| bad)?;
+        (message.to_vec(), data.to_vec())
+    };
+    if &echoed != nonce {
+        return Err(ProtoError::WrongRecipient {
+            token: "response",
+            reason: "answers another request",
+        });
+    }
+    Ok((timestamp, message, data))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use rand_chacha::rand_core::SeedableRng;
+
+    const SID: [u8; 16] = [5; 16];
+    const NONCE: [u8; 16] = [6; 16];
+
+    fn sealed(method: Protection) -> (EnvelopeKeys, Vec<u8>) {
+        let keys = EnvelopeKeys::new(&[9; 32]);
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        let h = RequestHeader {
+            method,
+            session_id: SID,
+            timestamp: UnixMillis(1000),
+            nonce: NONCE,
+        };
+        let p = seal_request(&keys, &h, b"CAP+command", b"bulk data", b"CAP", &mut rng).unwrap();
+        (keys, p)
+    }
+
+    /// What each method promises for requests: which byte positions a change must be
+    /// detected at (header, message, data).
+    #[test]
+    fn each_method_protects_exactly_what_it_promises() {
+        for method in [
+            Protection::CapKey,
+            Protection::CmdRsp,
+            Protection::AllData,
+            Protection::Confidential,
+        ] {
+            let (keys, p) = sealed(method);
+            let (m, d) = UnverifiedRequest::decode(&p)
+                .unwrap()
+                .open(&keys, b"CAP")
+                .unwrap();
+            assert_eq!(
+                (m.as_slice(), d.as_slice()),
+                (&b"CAP+command"[..], &b"bulk data"[..])
+            );
+            let message_at = REQUEST_HEADER_BYTES + 5; // inside "command"
+            let data_at = REQUEST_HEADER_BYTES + 11 + 2;
+            for (at, what) in [
+                (3usize, "header"),
+                (message_at, "message"),
+                (data_at, "data"),
+            ] {
+                let mut t = p.clone();
+                t[at] ^= 1;
+                let accepted = UnverifiedRequest::decode(&t)
+                    .and_then(|r| r.open(&keys, b"CAP"))
+                    .is_ok();
+                let protected = match (method, what) {
+                    (Protection::CapKey, "header") => true,
+                    (Protection::CapKey, _) => false,
+                    (Protection::CmdRsp, "data") => false,
+                    _ => true,
+                };
+                assert_eq!(accepted, !protected, "{method} {what}");
+            }
+            if method == Protection::Confidential {
+                assert!(!p.windows(9).any(|w| w == b"bulk data"));
+            }
+        }
+    }
+
+    #[test]
+    fn responses_are_bound_to_method_session_and_request() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
+        let keys = EnvelopeKeys::new(&[9; 32]);
+        for method in [
+            Protection::CapKey,
+            Protection::CmdRsp,
+            Protection::AllData,
+            Protection::Confidential,
+        ] {
+            let p = seal_response(
+                &keys,
+                method,
+                &SID,
+                &NONCE,
+                UnixMillis(7),
+                b"ok",
+                b"DATA",
+                &mut rng,
+            )
+            .unwrap();
+            let (t, m, d) = open_response(&keys, method, &SID, &NONCE, &p).unwrap();
+            assert_eq!(
+                (t.0, m.as_slice(), d.as_slice()),
+                (7, &b"ok"[..], &b"DATA"[..])
+            );
+            assert!(open_response(&keys, method, &[1; 16], &NONCE, &p).is_err());
+            assert!(open_response(&keys, method, &SID, &[1; 16], &p).is_err());
+            let other = if method == Protection::AllData {
+                Protection::CmdRsp
+            } else {
+                Protection::AllData
+            };
+            assert!(
+                open_response(&keys, other, &SID, &NONCE, &p).is_err(),
+                "{method}"
+            );
+            let mut t = p.clone();
+            t[RESPONSE_HEADER_BYTES + 3] ^= 1; // inside the data (or the AEAD body)
+            let detected = open_response(&keys, method, &SID, &NONCE, &t).is_err();
+            let data_protected = method >= Protection::AllData;
+            assert_eq!(detected, data_protected, "{method}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Arbitrary bytes never panic the envelope decoders, under every method byte.
+        #[test]
+        fn arbitrary_envelopes_are_refused_without_panicking(
+            method in 0u8..6,
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            let keys = EnvelopeKeys::new(&[3; 32]);
+            let mut payload = vec![method];
+            payload.extend_from_slice(&body);
+            if let Ok(r) = UnverifiedRequest::decode(&payload) {
+                let _ = r.peek_message();
+                proptest::prop_assert!(r.open(&keys, b"").is_err());
+            }
+            for m in Protection::ALL {
+                proptest::prop_assert!(open_response(&keys, m, &SID, &NONCE, &payload).is_err());
+            }
+        }
+    }
+}
