@@ -6,6 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
 use maat_client::{Client, ClusterFile, Credential, Home, Opened};
 use maat_proto::msg::{Access, DaemonStats, ADMIN_USER_ID};
+use maat_proto::protection::Protection;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -43,6 +44,16 @@ pub enum BenchCommand {
         /// Seconds of writing per mode.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// Protection methods to compare, comma separated, run in this order (SPEC T1).
+        /// NOSEC is the insecure baseline; the others each use a partition of their own.
+        /// JSON keys are `<method>_write_mb_s` etc.; ALLDATA is also reported as `secure_`.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "NOSEC,ALLDATA",
+            value_parser = crate::up::parse_protection
+        )]
+        security: Vec<Protection>,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -580,6 +591,36 @@ struct ModeResult {
     read_mb_s: f64,
     read_latency_ms: f64,
     objects: usize,
+    /// CPU of the client and all daemons per MiB moved (written plus read).
+    cpu_ms_per_mib: f64,
+}
+
+/// CPU seconds used so far by this process and every daemon of the cluster (from
+/// `/proc`; the daemons' pid files are in the data directory).
+fn cluster_cpu_secs(data: &std::path::Path) -> f64 {
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    let mut pids = vec!["self".to_string()];
+    if let Ok(dir) = std::fs::read_dir(data) {
+        for e in dir.flatten() {
+            if e.path().extension().is_some_and(|x| x == "pid") {
+                if let Ok(p) = std::fs::read_to_string(e.path()) {
+                    pids.push(p.trim().to_string());
+                }
+            }
+        }
+    }
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name (which may hold spaces): utime is the 14th
+            // field of the line, stime the 15th.
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = f.get(11)?.parse().ok()?;
+            let stime: f64 = f.get(12)?.parse().ok()?;
+            Some((utime + stime) / ticks)
+        })
+        .sum()
 }
 
 fn objects_mode(
@@ -587,9 +628,26 @@ fn objects_mode(
     size: u64,
     threads: u32,
     seconds: u64,
-    insecure: bool,
+    method: Protection,
 ) -> Result<ModeResult> {
-    let tag = if insecure { "nosec" } else { "secure" };
+    let insecure = method == Protection::NoSec;
+    let tag = method.name().to_ascii_lowercase();
+    let dir = format!("/bench-objects-{tag}");
+    {
+        let mut admin = cluster.admin()?;
+        let partition = match method {
+            Protection::NoSec | Protection::AllData => None,
+            m => {
+                let name = format!("bench-{tag}");
+                if !admin.partitions()?.iter().any(|p| p.name == name) {
+                    admin.partition_create(&name, m)?;
+                }
+                Some(name)
+            }
+        };
+        admin.mkdir_in(&dir, 0o755, true, partition.as_deref())?;
+    }
+    let cpu_before = cluster_cpu_secs(&cluster.data);
     let payload: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
     let payload = std::sync::Arc::new(payload);
     // Clients log in before the clock starts.
@@ -605,13 +663,14 @@ fn objects_mode(
     let start = Instant::now();
     for (t, mut c) in clients.into_iter().enumerate() {
         let payload = payload.clone();
+        let dir = dir.clone();
         handles.push(std::thread::spawn(
             move || -> Result<(Client, Vec<(String, Duration)>)> {
                 let mut done = Vec::new();
                 let deadline = start + Duration::from_secs(seconds);
                 let mut i = 0u64;
                 while Instant::now() < deadline {
-                    let path = format!("/bench-objects/{tag}-{t}-{i}");
+                    let path = format!("{dir}/{t}-{i}");
                     let t0 = Instant::now();
                     c.put(&mut payload.as_slice(), size, &path, &mut |_| {})?;
                     done.push((path, t0.elapsed()));
@@ -637,28 +696,51 @@ fn objects_mode(
     let mut handles = Vec::new();
     for (mut c, paths) in clients.into_iter().zip(written) {
         let expected = payload.clone();
-        handles.push(std::thread::spawn(move || -> Result<Duration> {
-            let mut total = Duration::ZERO;
-            for p in paths {
-                let mut sink = Vec::with_capacity(size as usize);
-                let t0 = Instant::now();
-                c.get(&p, &mut sink, &mut |_| {})?;
-                total += t0.elapsed();
-                if sink != *expected {
-                    bail!("{p}: read back differs");
+        handles.push(std::thread::spawn(
+            move || -> Result<(Duration, Client, Vec<String>)> {
+                let mut total = Duration::ZERO;
+                for p in &paths {
+                    let mut sink = Vec::with_capacity(size as usize);
+                    let t0 = Instant::now();
+                    c.get(p, &mut sink, &mut |_| {})?;
+                    total += t0.elapsed();
+                    if sink != *expected {
+                        bail!("{p}: read back differs");
+                    }
                 }
-            }
-            Ok(total)
-        }));
+                Ok((total, c, paths))
+            },
+        ));
     }
     let mut read_latency = Duration::ZERO;
+    let mut cleanup = Vec::new();
     for h in handles {
-        read_latency += h.join().map_err(|_| anyhow!("reader panicked"))??;
+        let (latency, c, paths) = h.join().map_err(|_| anyhow!("reader panicked"))??;
+        read_latency += latency;
+        cleanup.push((c, paths));
     }
     let read_elapsed = start.elapsed();
+    let cpu = cluster_cpu_secs(&cluster.data) - cpu_before;
+    // As `rados bench` does: remove what was written (untimed), so that every mode starts
+    // from the same empty store.
+    let removers: Vec<_> = cleanup
+        .into_iter()
+        .map(|(mut c, paths)| {
+            std::thread::spawn(move || -> Result<()> {
+                for p in paths {
+                    c.unlink(&p)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for r in removers {
+        r.join().map_err(|_| anyhow!("cleanup panicked"))??;
+    }
     let bytes = (count as u64 * size) as f64;
     let n = count.max(1) as f64;
     Ok(ModeResult {
+        cpu_ms_per_mib: cpu * 1e3 / (2.0 * bytes / 1_048_576.0).max(1e-9),
         write_mb_s: bytes / write_elapsed.as_secs_f64() / 1e6,
         write_latency_ms: write_latency.as_secs_f64() * 1e3 / n,
         read_mb_s: bytes / read_elapsed.as_secs_f64() / 1e6,
@@ -671,6 +753,7 @@ fn run_objects(
     size: u64,
     threads: u32,
     seconds: u64,
+    methods: &[Protection],
     data: Option<PathBuf>,
     json: bool,
 ) -> Result<()> {
@@ -680,13 +763,28 @@ fn run_objects(
     if size > 1 << 30 {
         bail!("--size above 1 GiB is not supported by this benchmark");
     }
+    if methods.is_empty() {
+        bail!("--security names no method");
+    }
     let cluster = LocalCluster::start(data)?;
-    cluster.admin()?.mkdir("/bench-objects", 0o755, true)?;
-    let nosec = objects_mode(&cluster, size, threads, seconds, true)?;
-    let secure = objects_mode(&cluster, size, threads, seconds, false)?;
+    // An untimed warm-up round: the first mode to run otherwise pays for growing every
+    // daemon's heap and the page cache (measured: the first mode ran ~35% slower than
+    // the same mode run later).
+    if let Some(&first) = methods.first() {
+        objects_mode(&cluster, size, threads, seconds.min(2), first)?;
+    }
+    let mut results = Vec::new();
+    for &m in methods {
+        if !json {
+            eprintln!("bench objects: {m} for {seconds} s of writes, then reads");
+        }
+        results.push((m, objects_mode(&cluster, size, threads, seconds, m)?));
+    }
+    let find = |m: Protection| results.iter().find(|(x, _)| *x == m).map(|(_, r)| r);
+    let nosec = find(Protection::NoSec);
     if json {
         let mut obj = serde_json::Map::new();
-        for (name, r) in [("nosec", &nosec), ("secure", &secure)] {
+        let mut put = |name: &str, r: &ModeResult| {
             obj.insert(format!("{name}_write_mb_s"), r.write_mb_s.into());
             obj.insert(
                 format!("{name}_write_latency_ms"),
@@ -695,15 +793,34 @@ fn run_objects(
             obj.insert(format!("{name}_read_mb_s"), r.read_mb_s.into());
             obj.insert(format!("{name}_read_latency_ms"), r.read_latency_ms.into());
             obj.insert(format!("{name}_objects"), r.objects.into());
+            obj.insert(format!("{name}_cpu_ms_per_mib"), r.cpu_ms_per_mib.into());
+            if let Some(n) = nosec {
+                obj.insert(
+                    format!("{name}_write_over_nosec"),
+                    (r.write_mb_s / n.write_mb_s).into(),
+                );
+                obj.insert(
+                    format!("{name}_read_over_nosec"),
+                    (r.read_mb_s / n.read_mb_s).into(),
+                );
+            }
+        };
+        for (m, r) in &results {
+            put(&m.name().to_ascii_lowercase(), r);
+            if *m == Protection::AllData {
+                put("secure", r);
+            }
         }
-        obj.insert(
-            "write_secure_over_nosec".into(),
-            (secure.write_mb_s / nosec.write_mb_s).into(),
-        );
-        obj.insert(
-            "read_secure_over_nosec".into(),
-            (secure.read_mb_s / nosec.read_mb_s).into(),
-        );
+        if let (Some(n), Some(s)) = (nosec, find(Protection::AllData)) {
+            obj.insert(
+                "write_secure_over_nosec".into(),
+                (s.write_mb_s / n.write_mb_s).into(),
+            );
+            obj.insert(
+                "read_secure_over_nosec".into(),
+                (s.read_mb_s / n.read_mb_s).into(),
+            );
+        }
         obj.insert("size".into(), size.into());
         obj.insert("threads".into(), threads.into());
         obj.insert("seconds".into(), seconds.into());
@@ -711,20 +828,38 @@ fn run_objects(
     } else {
         println!("objects of {size} B, {threads} threads, {seconds} s of writes per mode");
         println!(
-            "{:<8} {:>10} {:>12} {:>10} {:>12} {:>8}",
-            "mode", "write MB/s", "write ms/op", "read MB/s", "read ms/op", "objects"
+            "{:<13} {:>10} {:>12} {:>10} {:>12} {:>8} {:>11} {:>9} {:>9}",
+            "method",
+            "write MB/s",
+            "write ms/op",
+            "read MB/s",
+            "read ms/op",
+            "objects",
+            "CPU ms/MiB",
+            "w/NOSEC",
+            "r/NOSEC"
         );
-        for (name, r) in [("NOSEC", &nosec), ("secure", &secure)] {
+        for (m, r) in &results {
+            let (w, rd) = match nosec {
+                Some(n) => (
+                    format!("{:.3}", r.write_mb_s / n.write_mb_s),
+                    format!("{:.3}", r.read_mb_s / n.read_mb_s),
+                ),
+                None => ("-".into(), "-".into()),
+            };
             println!(
-                "{:<8} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>8}",
-                name, r.write_mb_s, r.write_latency_ms, r.read_mb_s, r.read_latency_ms, r.objects
+                "{:<13} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>8} {:>11.2} {:>9} {:>9}",
+                m.name(),
+                r.write_mb_s,
+                r.write_latency_ms,
+                r.read_mb_s,
+                r.read_latency_ms,
+                r.objects,
+                r.cpu_ms_per_mib,
+                w,
+                rd
             );
         }
-        println!(
-            "secure / NOSEC: write {:.3}, read {:.3}",
-            secure.write_mb_s / nosec.write_mb_s,
-            secure.read_mb_s / nosec.read_mb_s
-        );
     }
     Ok(())
 }
@@ -742,8 +877,9 @@ pub fn run(command: BenchCommand) -> Result<()> {
             size,
             threads,
             seconds,
+            security,
             data,
             json,
-        } => run_objects(size, threads, seconds, data, json),
+        } => run_objects(size, threads, seconds, &security, data, json),
     }
 }
