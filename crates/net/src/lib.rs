@@ -2,7 +2,7 @@
 //! No protocol decisions live here; frames are checked by `maat_proto::wire`.
 
 use maat_proto::wire::{self, FrameType, FRAME_HEADER_BYTES};
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -48,21 +48,57 @@ pub fn read_frame(stream: &mut impl Read) -> Result<(FrameType, Vec<u8>), NetErr
             Err(e) => return Err(e.into()),
         }
     }
-    // The length is checked against the limit before anything is allocated.
+    // The length is checked against the limit before anything is allocated; the buffer is
+    // filled straight from the socket, never zeroed first.
     let header = wire::decode_header(&header)?;
-    let mut payload = vec![0u8; header.payload_bytes];
-    stream.read_exact(&mut payload)?;
+    let mut payload = Vec::with_capacity(header.payload_bytes);
+    stream
+        .take(header.payload_bytes as u64)
+        .read_to_end(&mut payload)?;
+    if payload.len() != header.payload_bytes {
+        return Err(NetError::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "truncated frame payload",
+        )));
+    }
     Ok((header.frame_type, payload))
 }
 
-/// Writes one frame in a single buffer (one segment train with `TCP_NODELAY`).
+/// Writes one frame: header and payload in one vectored write (no copy of the payload,
+/// one segment train with `TCP_NODELAY`).
 pub fn write_frame(
     stream: &mut impl Write,
     frame_type: FrameType,
     payload: &[u8],
 ) -> Result<(), NetError> {
-    let frame = wire::encode_frame(frame_type, payload)?;
-    stream.write_all(&frame)?;
+    write_frame_parts(stream, frame_type, &[payload])
+}
+
+/// Writes one frame whose payload is the concatenation of `parts`, without assembling it.
+pub fn write_frame_parts(
+    stream: &mut impl Write,
+    frame_type: FrameType,
+    parts: &[&[u8]],
+) -> Result<(), NetError> {
+    let len = parts.iter().map(|p| p.len()).sum();
+    let header = wire::encode_header(frame_type, len)?;
+    let mut slices: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&header))
+        .chain(parts.iter().map(|p| IoSlice::new(p)))
+        .collect();
+    let mut rest: &mut [IoSlice<'_>] = &mut slices;
+    while !rest.is_empty() {
+        match stream.write_vectored(rest) {
+            Ok(0) => {
+                return Err(NetError::Io(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "peer stopped reading",
+                )))
+            }
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     stream.flush()?;
     Ok(())
 }
@@ -75,7 +111,20 @@ pub fn configure(stream: &TcpStream) -> Result<(), NetError> {
     Ok(())
 }
 
-/// A client connection that reconnects once when the peer went away between calls.
+/// True when an idle connection is still open: nothing to read and no end of stream or
+/// error pending (a peer that closed it shows as a readable end of stream).
+fn idle_and_open(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let open = matches!(
+        stream.peek(&mut [0u8; 1]),
+        Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock
+    );
+    stream.set_nonblocking(false).is_ok() && open
+}
+
+/// A client connection, connected lazily and replaced when the peer closed it while idle.
 #[derive(Debug)]
 pub struct Connection {
     address: String,
@@ -118,37 +167,35 @@ impl Connection {
         })
     }
 
-    /// Sends a frame and reads the answer. When a reused connection fails (the peer closed
-    /// it while idle, or restarted) the frame is sent once more on a new connection; if the
-    /// first copy did arrive, the receiver's replay window refuses the second, so a request
-    /// never runs twice.
+    /// Sends a frame and reads the answer. A request is sent at most once: an idle
+    /// connection the peer has closed (idle timeout, restart) is detected *before*
+    /// sending and replaced, and a failure after sending is reported, never retried here,
+    /// because the request may have been applied (a resent write would be refused as
+    /// replayed, or run twice under NOSEC). Callers retry only what is safe to retry.
     pub fn call(
         &mut self,
         frame_type: FrameType,
         payload: &[u8],
     ) -> Result<(FrameType, Vec<u8>), NetError> {
-        let reused = self.stream.is_some();
-        match self.try_call(frame_type, payload) {
-            Err(NetError::Closed) | Err(NetError::Io(_)) if reused => {
-                self.stream = None;
-                self.try_call(frame_type, payload)
-            }
-            other => other,
-        }
+        self.call_parts(frame_type, &[payload])
     }
 
-    fn try_call(
+    /// [`Connection::call`] with the payload in parts (sent without assembling it).
+    pub fn call_parts(
         &mut self,
         frame_type: FrameType,
-        payload: &[u8],
+        parts: &[&[u8]],
     ) -> Result<(FrameType, Vec<u8>), NetError> {
+        if self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
+            self.stream = None;
+        }
         if self.stream.is_none() {
             self.stream = Some(self.connect()?);
         }
         let Some(stream) = self.stream.as_mut() else {
             return Err(NetError::Closed);
         };
-        let result = write_frame(stream, frame_type, payload).and_then(|()| read_frame(stream));
+        let result = write_frame_parts(stream, frame_type, parts).and_then(|()| read_frame(stream));
         if result.is_err() {
             self.stream = None;
         }
@@ -169,5 +216,84 @@ impl Connection {
             self.stream = None;
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    /// A server that echoes frames: `answer_once` closes after the first answer on each
+    /// connection, `drop_second` reads the second frame of a connection and closes without
+    /// answering it, `serve` keeps serving. Counts the frames it received.
+    fn server(mode: &'static str) -> (String, Arc<AtomicU32>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let seen = Arc::new(AtomicU32::new(0));
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let mut conn = conn.unwrap();
+                let mut on_this = 0;
+                while let Ok((t, p)) = read_frame(&mut conn) {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    on_this += 1;
+                    if mode == "drop_second" && on_this == 2 {
+                        break;
+                    }
+                    write_frame(&mut conn, t, &p).unwrap();
+                    if mode == "answer_once" {
+                        break;
+                    }
+                }
+            }
+        });
+        (addr, seen)
+    }
+
+    #[test]
+    fn a_connection_the_peer_closed_while_idle_is_replaced_before_sending() {
+        let (addr, seen) = server("answer_once");
+        let mut c = Connection::new(addr);
+        for i in 0..3u8 {
+            let (_, answer) = c.call(FrameType::Plain, &[i; 5]).unwrap();
+            assert_eq!(answer, [i; 5]);
+            // Let the server's close arrive before the next call.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 3, "each request sent once");
+    }
+
+    #[test]
+    fn a_request_whose_answer_is_lost_is_reported_not_resent() {
+        let (addr, seen) = server("drop_second");
+        let mut c = Connection::new(addr);
+        c.call(FrameType::Plain, b"first").unwrap();
+        // On the reused connection the answer never comes: an error, and no second copy
+        // on a new connection.
+        assert!(c.call(FrameType::Plain, b"write").is_err());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            2,
+            "the write was sent exactly once"
+        );
+    }
+
+    #[test]
+    fn frames_in_parts_arrive_whole() {
+        let (addr, _) = server("serve");
+        let mut c = Connection::new(addr);
+        let big = vec![7u8; 300_000];
+        let (_, answer) = c
+            .call_parts(FrameType::Plain, &[b"head", &big, b"tail"])
+            .unwrap();
+        assert_eq!(answer.len(), 4 + big.len() + 4);
+        assert_eq!(&answer[..4], b"head");
+        assert_eq!(&answer[answer.len() - 4..], b"tail");
     }
 }
