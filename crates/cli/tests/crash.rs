@@ -33,8 +33,8 @@ fn kill9(pid: u32) {
 }
 
 /// Writes `writes` files; during write `kill_at` (a striped file), right after its first
-/// stripe is acknowledged, kills with SIGKILL either the MDS or the OSD that holds the
-/// file's second stripe, so that write is interrupted half-way. Returns the acknowledged
+/// window of stripes is acknowledged, kills with SIGKILL either the MDS or the OSD that
+/// holds the first stripe of the next window, so that write is interrupted half-way. Returns the acknowledged
 /// writes.
 fn stream(
     cluster: &Cluster,
@@ -49,7 +49,17 @@ fn stream(
     let mut old_pid = 0;
     for i in 0..writes {
         let path = format!("/crash-{}-{i}", if kill_mds { "mds" } else { "osd" });
-        let data = payload(i);
+        // The interrupted write spans two windows of stripes in flight, so that the kill
+        // (after the first window is acknowledged) lands before the second.
+        let window = c.stripes_in_flight().unwrap();
+        let data = if i == kill_at {
+            let len = (u64::from(window) + 2) * STRIPE_UNIT_BYTES - 1000;
+            (0..len)
+                .map(|j| (j as u32).wrapping_mul(31) as u8 ^ 0x5a)
+                .collect()
+        } else {
+            payload(i)
+        };
         let result = if i == kill_at {
             assert!(
                 data.len() as u64 > STRIPE_UNIT_BYTES,
@@ -64,7 +74,8 @@ fn stream(
             victim = if kill_mds {
                 "mds".to_string()
             } else {
-                format!("osd-{}", c.place(id, 1).unwrap())
+                // The OSD holding the first stripe of the second window.
+                format!("osd-{}", c.place(id, window).unwrap())
             };
             old_pid = cluster.pid(&victim);
             let mut killed = false;

@@ -7,6 +7,8 @@
 //! large files, and caches opened capabilities (M5).
 
 mod auth;
+mod data;
+pub use data::stripes_for;
 mod home;
 pub mod placement;
 
@@ -659,19 +661,6 @@ impl Client {
         Ok(())
     }
 
-    /// One request to an OSD; renegotiates the session once if the OSD forgot it.
-    pub fn osd_call(&mut self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
-        match retry_stale(|| self.osd_call_once(osd, &request)) {
-            Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
-                if let Some(s) = &mut self.session {
-                    s.osd_sessions.retain(|o| o.osd != osd);
-                }
-                self.osd_call_once(osd, &request)
-            }
-            other => other,
-        }
-    }
-
     /// Sends pre-built bytes to an OSD and returns the raw answer (attack tests).
     pub fn osd_raw(
         &mut self,
@@ -736,254 +725,7 @@ impl Client {
         self.now()
     }
 
-    fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
-        self.stats.requests += 1;
-        let entry = self.osd_entry(osd)?;
-        let address = entry.address.clone();
-        if let Some(user) = self.insecure_user {
-            return self.osd_call_insecure(osd, user, request);
-        }
-        let (sid, key, offset) = self.osd_session_with_offset(osd)?;
-        let keys = self.envelope_keys.get(&sid, &key);
-        let method = request_protection(&request.capability);
-        let (head, data) = request.split_bulk();
-        let message = msg::encode(&head).map_err(|e| ClientError::Local(e.to_string()))?;
-        let mut nonce = [0u8; 16];
-        self.rng.fill_bytes(&mut nonce);
-        let header = protection::RequestHeader {
-            method,
-            session_id: sid,
-            timestamp: UnixMillis(local_now().saturating_add_signed(offset)),
-            nonce,
-        };
-        let payload = protection::seal_request(
-            &keys,
-            &header,
-            &message,
-            data,
-            &request.capability,
-            &mut self.rng,
-        )
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-        let (t, answer) = self.osd_raw(osd, FrameType::SecRequest, &payload)?;
-        match t {
-            FrameType::SecResponse => {
-                let (_, message, data) =
-                    protection::open_response(&keys, method, &sid, &nonce, &answer)
-                        .map_err(|e| self.bad(&address, &e.to_string()))?;
-                let mut result: std::result::Result<OsdResponse, WireError> =
-                    decode_answer_raw(&address, &message)?;
-                msg::put_response_bulk(&mut result, data)
-                    .map_err(|e| self.bad(&address, &e.to_string()))?;
-                result.map_err(ClientError::Refused)
-            }
-            FrameType::Refusal => Err(refusal(&address, &answer)),
-            _ => Err(self.bad(&address, "unexpected frame type")),
-        }
-    }
-
-    /// A NOSEC request (benchmarks, and files in a NOSEC partition of a cluster started
-    /// with the danger flag): the user is claimed, nothing is checked or protected.
-    fn osd_call_insecure(
-        &mut self,
-        osd: u64,
-        user: u64,
-        request: &OsdRequest,
-    ) -> Result<OsdResponse> {
-        let address = self.osd_entry(osd)?.address;
-        let payload = msg::encode(&InsecureRequest {
-            user,
-            request: request.clone(),
-        })
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-        let (t, answer) = self.osd_raw(osd, FrameType::Insecure, &payload)?;
-        match t {
-            FrameType::Plain => decode_answer(&address, &answer),
-            _ => Err(refusal(&address, &answer)),
-        }
-    }
-
-    /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
-    pub fn place(&mut self, file: u64, stripe: u32) -> Result<u64> {
-        let map = self.cluster_map()?;
-        placement::place(&map, file, stripe).ok_or(ClientError::NoOsds)
-    }
-
     // ------------------------------------------------------------------ files
-
-    /// The object holding stripe `stripe` of an opened file, and the OSD it lives on.
-    fn stripe_target(&mut self, opened: &Opened, stripe: u32) -> Result<(u64, ObjectId)> {
-        let object = ObjectId {
-            partition: DATA_PARTITION,
-            file: opened.stat.id,
-            stripe,
-        };
-        Ok((self.place(object.file, stripe)?, object))
-    }
-
-    /// A data request for an opened file: protected as its partition requires, or NOSEC
-    /// for a NOSEC partition (which only a cluster with the danger flag has).
-    fn data_call(&mut self, opened: &Opened, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
-        if opened.stat.protection == Protection::NoSec && self.insecure_user.is_none() {
-            let uid = self
-                .session
-                .as_ref()
-                .map(|s| s.uid)
-                .ok_or(ClientError::NotLoggedIn)?;
-            self.stats.requests += 1;
-            return self.osd_call_insecure(osd, uid, &request);
-        }
-        self.osd_call(osd, request)
-    }
-
-    /// Writes one object of a file.
-    pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
-        let (osd, object) = self.stripe_target(opened, stripe)?;
-        self.data_call(
-            opened,
-            osd,
-            OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::Write {
-                    object,
-                    offset: 0,
-                    data,
-                    replace: true,
-                },
-            },
-        )
-        .map(|_| ())
-    }
-
-    /// Reads one object of a file (`None` when it does not exist).
-    pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
-        let (osd, object) = self.stripe_target(opened, stripe)?;
-        match self.data_call(
-            opened,
-            osd,
-            OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::Read {
-                    object,
-                    offset: 0,
-                    length: STRIPE_UNIT_BYTES as u32,
-                },
-            },
-        ) {
-            Ok(OsdResponse::Data(d)) => Ok(Some(d)),
-            Ok(_) => Err(self.bad("osd", "unexpected answer")),
-            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
-        let (osd, object) = self.stripe_target(opened, stripe)?;
-        self.data_call(
-            opened,
-            osd,
-            OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::Remove { object },
-            },
-        )
-        .map(|_| ())
-    }
-
-    /// Stores `size` bytes from `reader` at `path` (creating it 0644), striping files of
-    /// at least [`STRIPE_UNIT_BYTES`] over OSDs; every stripe is durable on its OSD before
-    /// the size is recorded at the MDS.
-    pub fn put(
-        &mut self,
-        reader: &mut dyn Read,
-        size: u64,
-        path: &str,
-        progress: Progress<'_>,
-    ) -> Result<FileStat> {
-        self.forget_opened();
-        let opened = self.open(path, Access::ReadWrite, Some(0o644))?;
-        let old_stripes = stripes_for(opened.stat.size);
-        let stripes = stripes_for(size);
-        let mut done = 0u64;
-        for stripe in 0..stripes {
-            let len = (size - done).min(STRIPE_UNIT_BYTES) as usize;
-            let mut buf = vec![0u8; len];
-            reader
-                .read_exact(&mut buf)
-                .map_err(|e| ClientError::Local(format!("reading input: {e}")))?;
-            self.write_object(&opened, stripe, buf)?;
-            done += len as u64;
-            progress(done);
-        }
-        for stripe in stripes..old_stripes {
-            self.remove_object(&opened, stripe)?;
-        }
-        self.expect_ok(MdsRequest::SetSize {
-            path: path.into(),
-            file: opened.stat.id,
-            size,
-        })?;
-        let mut stat = opened.stat;
-        stat.size = size;
-        Ok(stat)
-    }
-
-    /// Streams the file at `path` into `writer`; returns the bytes written.
-    ///
-    /// Stripes are read until one is short, so a cached (older) size never truncates the
-    /// data; a missing stripe inside the recorded size is an error, never a hole.
-    pub fn get(
-        &mut self,
-        path: &str,
-        writer: &mut dyn Write,
-        progress: Progress<'_>,
-    ) -> Result<u64> {
-        let opened = self.open(path, Access::Read, None)?;
-        let expected = opened.stat.size;
-        let mut done = 0u64;
-        let mut stripe = 0u32;
-        loop {
-            if done >= expected && done % STRIPE_UNIT_BYTES != 0 {
-                break;
-            }
-            let data = match self.read_object(&opened, stripe)? {
-                Some(d) => d,
-                None if done >= expected => break,
-                None => {
-                    return Err(ClientError::DataMissing(format!(
-                        "{path}: stripe {stripe} of file {} not found",
-                        opened.stat.id
-                    )))
-                }
-            };
-            writer
-                .write_all(&data)
-                .map_err(|e| ClientError::Local(format!("writing output: {e}")))?;
-            done += data.len() as u64;
-            progress(done);
-            if (data.len() as u64) < STRIPE_UNIT_BYTES {
-                break;
-            }
-            stripe += 1;
-        }
-        if done < expected {
-            return Err(ClientError::DataMissing(format!(
-                "{path}: {done} of {expected} bytes found"
-            )));
-        }
-        Ok(done)
-    }
-
-    /// Removes a file and its objects.
-    pub fn unlink(&mut self, path: &str) -> Result<()> {
-        self.forget_opened();
-        let response = self.mds_call(MdsRequest::Unlink { path: path.into() })?;
-        let opened = self.opened_from(response)?;
-        for stripe in 0..stripes_for(opened.stat.size).max(1) {
-            self.remove_object(&opened, stripe)?;
-        }
-        Ok(())
-    }
 
     /// Counters of the MDS and every OSD.
     pub fn daemon_stats(&mut self) -> Result<Vec<DaemonStats>> {
@@ -1034,17 +776,6 @@ impl EnvelopeKeys {
     }
 }
 
-/// The protection method a request must use (SPEC T1): the one its capability names
-/// (read without verifying: the OSD verifies), CMDRSP for requests without one.
-fn request_protection(capability: &[u8]) -> Protection {
-    if capability.is_empty() {
-        return Protection::CmdRsp;
-    }
-    maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(capability)
-        .map(|c| c.unverified_body().protection)
-        .unwrap_or(Protection::AllData)
-}
-
 /// Offset from the local clock to a server clock that reads `server_now` now.
 fn offset_to(server_now: u64) -> i64 {
     let diff = i128::from(server_now) - i128::from(local_now());
@@ -1063,11 +794,6 @@ fn retry_stale<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
         }
         other => other,
     }
-}
-
-/// Number of objects a file of `size` bytes has.
-pub fn stripes_for(size: u64) -> u32 {
-    size.div_ceil(STRIPE_UNIT_BYTES) as u32
 }
 
 impl Drop for Client {

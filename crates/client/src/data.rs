@@ -1,0 +1,506 @@
+//! The data path: requests to OSDs under each protection method (SPEC T1), striping and
+//! placement (T8), and whole-file put and get with the stripes of a batch in flight at
+//! once, one connection per OSD.
+
+use super::*;
+
+impl Client {
+    /// One request to an OSD; renegotiates the session once if the OSD forgot it.
+    pub fn osd_call(&mut self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
+        match retry_stale(|| self.osd_call_once(osd, &request)) {
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
+                if let Some(s) = &mut self.session {
+                    s.osd_sessions.retain(|o| o.osd != osd);
+                }
+                self.osd_call_once(osd, &request)
+            }
+            other => other,
+        }
+    }
+
+    fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+        self.stats.requests += 1;
+        let auth = self.osd_auth(osd, self.insecure_user)?;
+        let address = self.osd_entry(osd)?.address;
+        let conn = self
+            .osds
+            .entry(osd)
+            .or_insert_with(|| Connection::new(address.clone()));
+        call_on(conn, &address, &auth, request, &mut self.rng)
+    }
+
+    /// How requests to `osd` are authenticated: the session's envelope keys, or NOSEC as
+    /// `insecure_user`.
+    fn osd_auth(&mut self, osd: u64, insecure_user: Option<u64>) -> Result<Auth> {
+        if let Some(user) = insecure_user {
+            return Ok(Auth::Insecure { user });
+        }
+        let (sid, key, offset) = self.osd_session_with_offset(osd)?;
+        Ok(Auth::Sealed {
+            keys: self.envelope_keys.get(&sid, &key),
+            sid,
+            offset,
+        })
+    }
+
+    /// Who a data request for `opened` claims to be under NOSEC: the benchmark's user,
+    /// or this user for a NOSEC partition (which only a cluster with the danger flag has).
+    fn insecure_for(&self, opened: &Opened) -> Result<Option<u64>> {
+        if self.insecure_user.is_some() || opened.stat.protection != Protection::NoSec {
+            return Ok(self.insecure_user);
+        }
+        self.session
+            .as_ref()
+            .map(|s| Some(s.uid))
+            .ok_or(ClientError::NotLoggedIn)
+    }
+
+    /// How many stripes of one file are in flight at once: two per OSD (one being
+    /// served, one queued), at most [`STRIPES_IN_FLIGHT_MAX`].
+    pub fn stripes_in_flight(&mut self) -> Result<u32> {
+        let osds = self.cluster_map()?.osds.len() as u32;
+        Ok((2 * osds).clamp(1, STRIPES_IN_FLIGHT_MAX))
+    }
+
+    /// Runs the data requests `calls` (OSD, request) for `opened` with one thread and one
+    /// connection per OSD, each OSD's requests in order; answers in the order of `calls`.
+    /// A request refused at the envelope (unknown session, stale timestamp) was not
+    /// applied: it is retried alone through [`Client::osd_call`], which renegotiates.
+    fn parallel(
+        &mut self,
+        opened: &Opened,
+        calls: Vec<(u64, OsdRequest)>,
+    ) -> Result<Vec<Result<OsdResponse>>> {
+        let insecure = self.insecure_for(opened)?;
+        let mut lanes: Vec<Lane> = Vec::new();
+        for (index, (osd, request)) in calls.into_iter().enumerate() {
+            if let Some(lane) = lanes.iter_mut().find(|l| l.osd == osd) {
+                lane.calls.push((index, request));
+                continue;
+            }
+            let auth = self.osd_auth(osd, insecure)?;
+            let address = self.osd_entry(osd)?.address;
+            let conn = self
+                .osds
+                .remove(&osd)
+                .unwrap_or_else(|| Connection::new(address.clone()));
+            let mut seed = [0u8; 32];
+            self.rng.fill_bytes(&mut seed);
+            lanes.push(Lane {
+                osd,
+                address,
+                auth,
+                conn,
+                rng: rand_chacha::ChaCha20Rng::from_seed(seed),
+                calls: vec![(index, request)],
+                answers: Vec::new(),
+            });
+        }
+        std::thread::scope(|scope| {
+            for lane in lanes.iter_mut() {
+                scope.spawn(move || {
+                    for (index, request) in &lane.calls {
+                        let answer = call_on(
+                            &mut lane.conn,
+                            &lane.address,
+                            &lane.auth,
+                            request,
+                            &mut lane.rng,
+                        );
+                        lane.answers.push((*index, answer));
+                    }
+                });
+            }
+        });
+        let total: usize = lanes.iter().map(|l| l.calls.len()).sum();
+        self.stats.requests += total as u64;
+        let mut out: Vec<Option<Result<OsdResponse>>> = (0..total).map(|_| None).collect();
+        for lane in lanes {
+            self.osds.insert(lane.osd, lane.conn);
+            for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {
+                let answer = match answer {
+                    Err(ClientError::Refused(e))
+                        if matches!(
+                            e.code,
+                            ErrorCode::UnknownSession | ErrorCode::StaleRequest
+                        ) =>
+                    {
+                        if let Some(s) = &mut self.session {
+                            s.osd_sessions.retain(|o| o.osd != lane.osd);
+                        }
+                        self.data_call(opened, lane.osd, request)
+                    }
+                    other => other,
+                };
+                if let Some(slot) = out.get_mut(index) {
+                    *slot = Some(answer);
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(ClientError::Local("request not run".into()))))
+            .collect())
+    }
+
+    /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
+    pub fn place(&mut self, file: u64, stripe: u32) -> Result<u64> {
+        let map = self.cluster_map()?;
+        placement::place(&map, file, stripe).ok_or(ClientError::NoOsds)
+    }
+
+    /// The object holding stripe `stripe` of an opened file, and the OSD it lives on.
+    fn stripe_target(&mut self, opened: &Opened, stripe: u32) -> Result<(u64, ObjectId)> {
+        let object = ObjectId {
+            partition: DATA_PARTITION,
+            file: opened.stat.id,
+            stripe,
+        };
+        Ok((self.place(object.file, stripe)?, object))
+    }
+
+    /// A data request for an opened file: protected as its partition requires, or NOSEC
+    /// for a NOSEC partition (which only a cluster with the danger flag has).
+    fn data_call(&mut self, opened: &Opened, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
+        match self.insecure_for(opened)? {
+            Some(user) if self.insecure_user.is_none() => {
+                self.stats.requests += 1;
+                let auth = Auth::Insecure { user };
+                let address = self.osd_entry(osd)?.address;
+                let conn = self
+                    .osds
+                    .entry(osd)
+                    .or_insert_with(|| Connection::new(address.clone()));
+                call_on(conn, &address, &auth, &request, &mut self.rng)
+            }
+            _ => self.osd_call(osd, request),
+        }
+    }
+
+    /// Writes one object of a file.
+    pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
+        let (osd, object) = self.stripe_target(opened, stripe)?;
+        self.data_call(
+            opened,
+            osd,
+            OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::Write {
+                    object,
+                    offset: 0,
+                    data,
+                    replace: true,
+                },
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Reads one object of a file (`None` when it does not exist).
+    pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
+        let (osd, object) = self.stripe_target(opened, stripe)?;
+        match self.data_call(
+            opened,
+            osd,
+            OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::Read {
+                    object,
+                    offset: 0,
+                    length: STRIPE_UNIT_BYTES as u32,
+                },
+            },
+        ) {
+            Ok(OsdResponse::Data(d)) => Ok(Some(d)),
+            Ok(_) => Err(self.bad("osd", "unexpected answer")),
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
+        let (osd, object) = self.stripe_target(opened, stripe)?;
+        self.data_call(
+            opened,
+            osd,
+            OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::Remove { object },
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Stores `size` bytes from `reader` at `path` (creating it 0644), striping files of
+    /// at least [`STRIPE_UNIT_BYTES`] over OSDs; every stripe is durable on its OSD before
+    /// the size is recorded at the MDS.
+    pub fn put(
+        &mut self,
+        reader: &mut dyn Read,
+        size: u64,
+        path: &str,
+        progress: Progress<'_>,
+    ) -> Result<FileStat> {
+        self.forget_opened();
+        let opened = self.open(path, Access::ReadWrite, Some(0o644))?;
+        let old_stripes = stripes_for(opened.stat.size);
+        let stripes = stripes_for(size);
+        let window = self.stripes_in_flight()?;
+        let mut done = 0u64;
+        let mut stripe = 0u32;
+        while stripe < stripes {
+            let n = (stripes - stripe).min(window);
+            let mut calls = Vec::with_capacity(n as usize);
+            let mut lens = Vec::with_capacity(n as usize);
+            for k in stripe..stripe + n {
+                let len = (size - done - lens.iter().sum::<u64>()).min(STRIPE_UNIT_BYTES);
+                let mut buf = vec![0u8; len as usize];
+                reader
+                    .read_exact(&mut buf)
+                    .map_err(|e| ClientError::Local(format!("reading input: {e}")))?;
+                let (osd, object) = self.stripe_target(&opened, k)?;
+                calls.push((osd, write_request(&opened, object, buf)));
+                lens.push(len);
+            }
+            for (answer, len) in self.parallel(&opened, calls)?.into_iter().zip(lens) {
+                answer?;
+                done += len;
+            }
+            progress(done);
+            stripe += n;
+        }
+        let mut removes = Vec::new();
+        for stripe in stripes..old_stripes {
+            let (osd, object) = self.stripe_target(&opened, stripe)?;
+            removes.push((
+                osd,
+                OsdRequest {
+                    capability: opened.capability.clone(),
+                    command: OsdCommand::Remove { object },
+                },
+            ));
+        }
+        for answer in self.parallel(&opened, removes)? {
+            match answer {
+                Ok(_) => {}
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.expect_ok(MdsRequest::SetSize {
+            path: path.into(),
+            file: opened.stat.id,
+            size,
+        })?;
+        let mut stat = opened.stat;
+        stat.size = size;
+        Ok(stat)
+    }
+
+    /// Streams the file at `path` into `writer`; returns the bytes written.
+    ///
+    /// Stripes are read until one is short, so a cached (older) size never truncates the
+    /// data; a missing stripe inside the recorded size is an error, never a hole.
+    pub fn get(
+        &mut self,
+        path: &str,
+        writer: &mut dyn Write,
+        progress: Progress<'_>,
+    ) -> Result<u64> {
+        let opened = self.open(path, Access::Read, None)?;
+        let expected = opened.stat.size;
+        let known = stripes_for(expected);
+        let window = self.stripes_in_flight()?;
+        let mut done = 0u64;
+        let mut stripe = 0u32;
+        'stripes: loop {
+            // Inside the recorded size a window at a time; past it (the file grew since
+            // the size was read) one stripe at a time until one is short or missing.
+            let n = if stripe < known {
+                (known - stripe).min(window)
+            } else {
+                1
+            };
+            let mut calls = Vec::with_capacity(n as usize);
+            for k in stripe..stripe + n {
+                let (osd, object) = self.stripe_target(&opened, k)?;
+                calls.push((osd, read_request(&opened, object)));
+            }
+            for (k, answer) in (stripe..).zip(self.parallel(&opened, calls)?) {
+                let data = match answer {
+                    Ok(OsdResponse::Data(d)) => d,
+                    Ok(_) => return Err(self.bad("osd", "unexpected answer")),
+                    Err(ClientError::Refused(e))
+                        if e.code == ErrorCode::NoSuchObject && done >= expected =>
+                    {
+                        break 'stripes;
+                    }
+                    Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
+                        return Err(ClientError::DataMissing(format!(
+                            "{path}: stripe {k} of file {} not found",
+                            opened.stat.id
+                        )))
+                    }
+                    Err(e) => return Err(e),
+                };
+                writer
+                    .write_all(&data)
+                    .map_err(|e| ClientError::Local(format!("writing output: {e}")))?;
+                done += data.len() as u64;
+                progress(done);
+                if (data.len() as u64) < STRIPE_UNIT_BYTES {
+                    break 'stripes;
+                }
+            }
+            stripe += n;
+        }
+        if done < expected {
+            return Err(ClientError::DataMissing(format!(
+                "{path}: {done} of {expected} bytes found"
+            )));
+        }
+        Ok(done)
+    }
+
+    /// Removes a file and its objects.
+    pub fn unlink(&mut self, path: &str) -> Result<()> {
+        self.forget_opened();
+        let response = self.mds_call(MdsRequest::Unlink { path: path.into() })?;
+        let opened = self.opened_from(response)?;
+        for stripe in 0..stripes_for(opened.stat.size).max(1) {
+            self.remove_object(&opened, stripe)?;
+        }
+        Ok(())
+    }
+}
+
+/// Most stripes of one file in flight at once (memory: this many stripe units per put or
+/// get).
+pub const STRIPES_IN_FLIGHT_MAX: u32 = 16;
+
+/// How requests on one OSD connection are authenticated.
+#[derive(Clone)]
+enum Auth {
+    /// A session: envelope keys, id, and this client's clock offset to the OSD.
+    Sealed {
+        keys: protection::EnvelopeKeys,
+        sid: [u8; 16],
+        offset: i64,
+    },
+    /// NOSEC as this user.
+    Insecure { user: u64 },
+}
+
+/// One OSD's share of a parallel batch.
+struct Lane {
+    osd: u64,
+    address: String,
+    auth: Auth,
+    conn: Connection,
+    rng: rand_chacha::ChaCha20Rng,
+    calls: Vec<(usize, OsdRequest)>,
+    answers: Vec<(usize, Result<OsdResponse>)>,
+}
+
+fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest {
+    OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Write {
+            object,
+            offset: 0,
+            data,
+            replace: true,
+        },
+    }
+}
+
+fn read_request(opened: &Opened, object: ObjectId) -> OsdRequest {
+    OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Read {
+            object,
+            offset: 0,
+            length: STRIPE_UNIT_BYTES as u32,
+        },
+    }
+}
+
+fn local(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Local(e.to_string())
+}
+
+/// Sends one request on `conn` and checks its answer, sealed as its capability requires
+/// (or NOSEC); no retries (the caller knows what is safe to retry).
+fn call_on(
+    conn: &mut Connection,
+    address: &str,
+    auth: &Auth,
+    request: &OsdRequest,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> Result<OsdResponse> {
+    let net = |source| ClientError::Net {
+        address: address.to_string(),
+        source,
+    };
+    let bad = |reason: String| ClientError::BadAnswer {
+        address: address.to_string(),
+        reason,
+    };
+    let (keys, sid, offset) = match auth {
+        Auth::Insecure { user } => {
+            let payload = msg::encode(&InsecureRequest {
+                user: *user,
+                request: request.clone(),
+            })
+            .map_err(local)?;
+            let (t, answer) = conn.call(FrameType::Insecure, &payload).map_err(net)?;
+            return match t {
+                FrameType::Plain => decode_answer(address, &answer),
+                _ => Err(refusal(address, &answer)),
+            };
+        }
+        Auth::Sealed { keys, sid, offset } => (keys, sid, offset),
+    };
+    let method = request_protection(&request.capability);
+    let (head, data) = request.split_bulk();
+    let message = msg::encode(&head).map_err(local)?;
+    let mut nonce = [0u8; 16];
+    rng.fill_bytes(&mut nonce);
+    let header = protection::RequestHeader {
+        method,
+        session_id: *sid,
+        timestamp: UnixMillis(local_now().saturating_add_signed(*offset)),
+        nonce,
+    };
+    let payload = protection::seal_request(keys, &header, &message, data, &request.capability, rng)
+        .map_err(local)?;
+    let (t, answer) = conn.call(FrameType::SecRequest, &payload).map_err(net)?;
+    match t {
+        FrameType::SecResponse => {
+            let (_, message, data) = protection::open_response(keys, method, sid, &nonce, &answer)
+                .map_err(|e| bad(e.to_string()))?;
+            let mut result: std::result::Result<OsdResponse, WireError> =
+                decode_answer_raw(address, &message)?;
+            msg::put_response_bulk(&mut result, data).map_err(|e| bad(e.to_string()))?;
+            result.map_err(ClientError::Refused)
+        }
+        FrameType::Refusal => Err(refusal(address, &answer)),
+        _ => Err(bad("unexpected frame type".into())),
+    }
+}
+
+/// The protection method a request must use (SPEC T1): the one its capability names
+/// (read without verifying: the OSD verifies), CMDRSP for requests without one.
+fn request_protection(capability: &[u8]) -> Protection {
+    if capability.is_empty() {
+        return Protection::CmdRsp;
+    }
+    maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(capability)
+        .map(|c| c.unverified_body().protection)
+        .unwrap_or(Protection::AllData)
+}
+
+/// Number of objects a file of `size` bytes has.
+pub fn stripes_for(size: u64) -> u32 {
+    size.div_ceil(STRIPE_UNIT_BYTES) as u32
+}
