@@ -96,22 +96,28 @@ impl Client {
                 answers: Vec::new(),
             });
         }
-        std::thread::scope(|scope| {
-            for lane in lanes.iter_mut() {
-                scope.spawn(move || {
-                    for (index, request) in &lane.calls {
-                        let answer = call_on(
-                            &mut lane.conn,
-                            &lane.address,
-                            &lane.auth,
-                            request,
-                            &mut lane.rng,
-                        );
-                        lane.answers.push((*index, answer));
-                    }
-                });
+        let run = |lane: &mut Lane| {
+            for (index, request) in &lane.calls {
+                let answer = call_on(
+                    &mut lane.conn,
+                    &lane.address,
+                    &lane.auth,
+                    request,
+                    &mut lane.rng,
+                );
+                lane.answers.push((*index, answer));
             }
-        });
+        };
+        if let [lane] = lanes.as_mut_slice() {
+            // One OSD (small files): no thread to start.
+            run(lane);
+        } else {
+            std::thread::scope(|scope| {
+                for lane in lanes.iter_mut() {
+                    scope.spawn(move || run(lane));
+                }
+            });
+        }
         let total: usize = lanes.iter().map(|l| l.calls.len()).sum();
         self.stats.requests += total as u64;
         let mut out: Vec<Option<Result<OsdResponse>>> = (0..total).map(|_| None).collect();
