@@ -127,12 +127,21 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
 
     still_serves(&mut alice, "/home/alice/a", b"file A");
 
-    // 4. A read capability used to write.
-    let w = alice
+    // 4. A read capability used to write. (Bob's: he may read alice's 0644 file but not
+    // write it. Alice's own read opens may return her cached read-write capability.)
+    let bob_read = bob.open("/home/alice/a", Access::Read, None).unwrap();
+    assert_eq!(
+        signed::Unverified::<Capability>::decode(&bob_read.capability)
+            .unwrap()
+            .unverified_body()
+            .mode,
+        Mode::READ
+    );
+    let w = bob
         .osd_call(
             osd_a,
             OsdRequest {
-                capability: a.capability.clone(),
+                capability: bob_read.capability.clone(),
                 command: OsdCommand::Write {
                     object: object(&a),
                     offset: 0,

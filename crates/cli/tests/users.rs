@@ -243,3 +243,38 @@ fn restart_resumes_with_data_users_and_keys() {
         b"kept across restarts"
     );
 }
+
+#[test]
+fn a_read_reuses_a_cached_read_write_capability_only_while_the_user_may_write() {
+    use maat_proto::capability::{Capability, Mode};
+    use maat_proto::msg::Access;
+    use maat_proto::signed::Unverified;
+    let mode_of = |bytes: &[u8]| {
+        Unverified::<Capability>::decode(bytes)
+            .unwrap()
+            .unverified_body()
+            .mode
+    };
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("erin", "erin passphrase", None);
+    let mut erin = cluster.user_client("erin", "erin passphrase");
+    let data = b"reuse me".to_vec();
+    erin.put(
+        &mut data.as_slice(),
+        data.len() as u64,
+        "/home/erin/f",
+        &mut |_| {},
+    )
+    .unwrap();
+    let rw = erin.open("/home/erin/f", Access::ReadWrite, None).unwrap();
+    assert_eq!(mode_of(&rw.capability), Mode::READ_WRITE);
+    // A read while erin may write: the cached read-write capability, no new signature.
+    let read = erin.open("/home/erin/f", Access::Read, None).unwrap();
+    assert!(read.mds_cached);
+    assert_eq!(read.capability, rw.capability);
+    // Once erin may no longer write, a read gets a read-only capability.
+    erin.chmod("/home/erin/f", 0o444).unwrap();
+    let read = erin.open("/home/erin/f", Access::Read, None).unwrap();
+    assert_eq!(mode_of(&read.capability), Mode::READ);
+    assert_ne!(read.capability, rw.capability);
+}

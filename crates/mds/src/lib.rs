@@ -748,27 +748,36 @@ impl<S: MetaStore> Mds<S> {
     // ------------------------------------------------------------------ capabilities
 
     /// SPEC M3 + M5: a capability for (user, file, mode), from the cache when the cached one
-    /// still has at least half its lifetime left, otherwise freshly signed.
+    /// still has at least half its lifetime left, otherwise freshly signed. `also` names a
+    /// wider mode whose cached capability may serve instead (the caller has checked that
+    /// the user holds it now): a read after a write of the same file signs nothing.
+    #[allow(clippy::too_many_arguments)]
     fn capability(
         &self,
         uid: u64,
         file: u64,
         mode: Mode,
+        also: Option<Mode>,
         protection: maat_proto::protection::Protection,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> (Vec<u8>, bool) {
         let lifetime = self.config.capability_lifetime_millis;
-        let key = (uid, file, mode.bits() | (protection.byte() << 4));
+        let key_for = |m: Mode| (uid, file, m.bits() | (protection.byte() << 4));
+        let key = key_for(mode);
         {
             let volatile = lock(&self.volatile);
-            if let Some(c) = volatile.capabilities.get(&key) {
-                if c.expiry.0.saturating_sub(now.0) >= lifetime / 2 {
-                    self.stats
-                        .capability_cache_hits
-                        .fetch_add(1, Ordering::Relaxed);
-                    return (c.encoded.clone(), true);
-                }
+            // `also` is a wider mode the caller has checked the user holds now, so a
+            // cached capability for it authorizes nothing the user may not do.
+            let found = std::iter::once(mode)
+                .chain(also)
+                .filter_map(|m| volatile.capabilities.get(&key_for(m)))
+                .find(|c| c.expiry.0.saturating_sub(now.0) >= lifetime / 2);
+            if let Some(c) = found {
+                self.stats
+                    .capability_cache_hits
+                    .fetch_add(1, Ordering::Relaxed);
+                return (c.encoded.clone(), true);
             }
         }
         self.stats

@@ -298,8 +298,15 @@ impl<S: MetaStore> crate::Mds<S> {
         if directory {
             return Ok(MdsResponse::Ok);
         }
-        let (capability, cached) =
-            self.capability(who.uid, inode.id, Mode::WRITE, stat.protection, now, rng);
+        let (capability, cached) = self.capability(
+            who.uid,
+            inode.id,
+            Mode::WRITE,
+            None,
+            stat.protection,
+            now,
+            rng,
+        );
         Ok(MdsResponse::Opened {
             stat,
             capability,
@@ -360,7 +367,11 @@ impl<S: MetaStore> crate::Mds<S> {
         };
         let stat = self.stat_of(&inode)?;
         let (capability, cached) = if secure {
-            self.capability(who.uid, inode.id, wanted, stat.protection, now, rng)
+            // A read may reuse a cached read-write capability when the user may write
+            // now too: it grants nothing an open for writing would not.
+            let also =
+                (wanted == Mode::READ && allowed(who, &inode, WRITE)).then_some(Mode::READ_WRITE);
+            self.capability(who.uid, inode.id, wanted, also, stat.protection, now, rng)
         } else {
             (Vec::new(), false)
         };
