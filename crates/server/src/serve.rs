@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Most connections served at once; more are closed at once.
+/// Most connections served at once; more are refused (`Busy`, with the reason) and closed.
 pub const CONNECTIONS_MAX: usize = 1024;
 /// A connection that sends no frame for this long is closed, so idle sockets cannot hold
 /// every slot.
@@ -53,6 +53,16 @@ impl Shutdown {
 pub type Handler = dyn Fn(FrameType, &[u8]) -> (FrameType, Vec<u8>) + Send + Sync;
 
 pub(crate) fn serve(listener: TcpListener, handler: Arc<Handler>, shutdown: &Shutdown, name: &str) {
+    serve_at_most(listener, handler, shutdown, name, CONNECTIONS_MAX);
+}
+
+fn serve_at_most(
+    listener: TcpListener,
+    handler: Arc<Handler>,
+    shutdown: &Shutdown,
+    name: &str,
+    connections_max: usize,
+) {
     if let Ok(addr) = listener.local_addr() {
         shutdown.watch(addr);
     }
@@ -62,8 +72,16 @@ pub(crate) fn serve(listener: TcpListener, handler: Arc<Handler>, shutdown: &Shu
             break;
         }
         let Ok(stream) = stream else { continue };
-        if active.load(Ordering::SeqCst) >= CONNECTIONS_MAX {
-            drop(stream);
+        if active.load(Ordering::SeqCst) >= connections_max {
+            // Refused with a reason, not dropped silently (bounded: a peer that does not
+            // read cannot stall the accept loop).
+            let mut stream = stream;
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let (t, answer) = crate::refusal_frame(&WireError::new(
+                ErrorCode::Busy,
+                format!("{name}: {connections_max} connections open; try again later"),
+            ));
+            let _ = write_frame(&mut stream, t, &answer);
             continue;
         }
         active.fetch_add(1, Ordering::SeqCst);
@@ -145,5 +163,35 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
             }
             Err(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use maat_net::Connection;
+
+    #[test]
+    fn connections_past_the_limit_are_refused_with_a_reason() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = Shutdown::new();
+        let s = shutdown.clone();
+        let handler: Arc<Handler> = Arc::new(|t, p: &[u8]| (t, p.to_vec()));
+        std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
+        let mut held: Vec<Connection> = (0..2).map(|_| Connection::new(addr.clone())).collect();
+        for c in held.iter_mut() {
+            assert_eq!(c.call(FrameType::Plain, b"hi").unwrap().1, b"hi");
+        }
+        let (t, answer) = Connection::new(addr.clone())
+            .call(FrameType::Plain, b"one too many")
+            .unwrap();
+        assert_eq!(t, FrameType::Refusal);
+        let e: WireError = maat_proto::msg::decode(&answer).unwrap();
+        assert_eq!(e.code, ErrorCode::Busy);
+        assert!(e.detail.contains("2 connections open"), "{e:?}");
+        drop(held);
+        shutdown.trigger();
     }
 }
