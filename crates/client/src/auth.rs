@@ -235,6 +235,7 @@ impl Client {
             return Err(self.bad(&address, "login answer MAC (wrong MDS?)"));
         }
         self.session = Some(SessionState {
+            version: home::SESSION_FORMAT,
             user: name.into(),
             uid: verified.user.0,
             ticket: ticket.to_vec(),

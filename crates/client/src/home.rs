@@ -117,9 +117,16 @@ pub struct OpenedEntry {
     pub lifetime: u64,
 }
 
+/// The `session.json` layout this client writes.
+pub const SESSION_FORMAT: u32 = 1;
+
 /// Everything a logged-in client keeps between commands.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionState {
+    /// Layout version ([`SESSION_FORMAT`]; files from before versions have none: 0, the
+    /// same layout as 1).
+    #[serde(default)]
+    pub version: u32,
     /// User name.
     pub user: String,
     /// User id.
@@ -213,10 +220,32 @@ impl Home {
     pub(crate) fn load_session(&self) -> Result<Option<SessionState>, ClientError> {
         let path = self.dir.join("session.json");
         check_private(&path)?;
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
-            Err(_) => Ok(None),
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ClientError::Local(format!("{}: {e}", path.display()))),
+        };
+        // Only the version first, so that a newer layout is named as such.
+        #[derive(Deserialize)]
+        struct Version {
+            #[serde(default)]
+            version: u32,
         }
+        let version = serde_json::from_slice::<Version>(&bytes)
+            .map(|v| v.version)
+            .unwrap_or(0);
+        if version > SESSION_FORMAT {
+            return Err(ClientError::Local(format!(
+                "{} was written by a newer maat (session format {version}, this one knows {SESSION_FORMAT}): upgrade, or log in again",
+                path.display()
+            )));
+        }
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            ClientError::Local(format!(
+                "{} is damaged ({e}): run `maat login` again",
+                path.display()
+            ))
+        })
     }
 
     pub(crate) fn save_session(&self, s: &SessionState) -> Result<(), ClientError> {
@@ -246,5 +275,59 @@ impl Home {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(ClientError::Local(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    fn write_private(path: &Path, bytes: &[u8]) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    /// A session as a client from before session versions wrote it (no `version`, and
+    /// file attributes without partition fields).
+    const FORMAT0: &str = r#"{"user":"alice","uid":2,"ticket":[1,2],"session_id":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1],"key":[7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7],"signing_seed":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"sealing_secret":[2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2],"expiry":99,"clock_offset":-3,"osd_sessions":[{"osd":1,"session_id":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,2],"key":[3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3],"expiry":99}],"opened":[{"path":"/f","stat":{"id":4,"is_dir":false,"mode":420,"owner":"alice","group":"alice","size":20,"mtime":5},"capability":[9],"expiry":9,"lifetime":9}],"stats":{"capability_cache_hits":0,"capability_cache_misses":1,"requests":8}}"#;
+
+    #[test]
+    fn old_sessions_load_and_newer_ones_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        let path = dir.path().join("session.json");
+        write_private(&path, FORMAT0.as_bytes());
+        let s = home.load_session().unwrap().unwrap();
+        assert_eq!((s.version, s.uid, s.clock_offset), (0, 2, -3));
+        assert_eq!(
+            s.opened[0].stat.protection,
+            maat_proto::protection::Protection::AllData
+        );
+        // Saved again, it carries the current version.
+        home.save_session(&SessionState {
+            version: SESSION_FORMAT,
+            ..s
+        })
+        .unwrap();
+        assert_eq!(
+            home.load_session().unwrap().unwrap().version,
+            SESSION_FORMAT
+        );
+        let newer = FORMAT0.replacen('{', "{\"version\":99,", 1);
+        write_private(&path, newer.as_bytes());
+        let e = home.load_session().unwrap_err().to_string();
+        assert!(e.contains("newer maat"), "{e}");
+        write_private(&path, b"{not json");
+        let e = home.load_session().unwrap_err().to_string();
+        assert!(e.contains("damaged"), "{e}");
     }
 }

@@ -564,9 +564,12 @@ pub struct FileStat {
     pub size: u64,
     /// Modification time (ms since the epoch).
     pub mtime: u64,
-    /// The partition's name.
+    /// The partition's name (JSON copies from before partitions: empty).
+    #[serde(default)]
     pub partition: String,
-    /// The protection method of the partition's data path (SPEC T1).
+    /// The protection method of the partition's data path (SPEC T1; JSON copies from
+    /// before partitions: ALLDATA, what they were protected with).
+    #[serde(default)]
     pub protection: crate::protection::Protection,
 }
 

@@ -95,6 +95,13 @@ impl Protection {
     }
 }
 
+impl Default for Protection {
+    /// ALLDATA: what Maat used before methods existed, and `maat up`'s default.
+    fn default() -> Self {
+        Protection::AllData
+    }
+}
+
 impl std::fmt::Display for Protection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
