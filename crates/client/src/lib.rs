@@ -661,7 +661,9 @@ impl Client {
         Ok(())
     }
 
-    /// Sends pre-built bytes to an OSD and returns the raw answer (attack tests).
+    /// Sends pre-built bytes to an OSD and returns the raw answer (attack tests; feature
+    /// `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn osd_raw(
         &mut self,
         osd: u64,
@@ -680,7 +682,9 @@ impl Client {
             })
     }
 
-    /// The session this client holds with `osd` (negotiating it if needed): id and key.
+    /// The session this client holds with `osd` (negotiating it if needed): id and key
+    /// (attack tests build raw requests with them; feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn osd_session(&mut self, osd: u64) -> Result<([u8; 16], [u8; 32])> {
         self.osd_session_with_offset(osd)
             .map(|(sid, key, _)| (sid, key))
@@ -711,7 +715,9 @@ impl Client {
         }
     }
 
-    /// The client–MDS session id and key (tests build raw requests with them).
+    /// The client–MDS session id and key (attack tests build raw requests with them;
+    /// feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn mds_session(&mut self) -> Result<([u8; 16], [u8; 32])> {
         self.ensure_session()?;
         self.session
