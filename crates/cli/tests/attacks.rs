@@ -1,5 +1,6 @@
 //! Attacks against running daemons: each is refused with its own error code and the
-//! daemon keeps serving (checked after every attack with a legitimate read).
+//! daemon keeps serving (checked after every attack with a legitimate read). Each attack
+//! is its own test on its own cluster, so one failure hides none of the others.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -63,13 +64,24 @@ fn refusal_code(frame: (FrameType, Vec<u8>)) -> ErrorCode {
     msg::decode::<WireError>(&frame.1).unwrap().code
 }
 
-#[test]
-fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
-    let cluster = Cluster::start(2, &["--capability-lifetime", "3"]);
+/// Alice with two files (`a` readable by bob, `b` private) and bob, on a fresh cluster.
+struct Fx {
+    cluster: Cluster,
+    alice: Client,
+    bob: Client,
+    a: Opened,
+    b: Opened,
+    osd_a: u64,
+    osd_b: u64,
+    mds_address: String,
+}
+
+fn setup(extra: &[&str]) -> Fx {
+    let cluster = Cluster::start(2, extra);
     cluster.add_user("alice", "alice pass", None);
     cluster.add_user("bob", "bob pass", None);
     let mut alice = cluster.user_client("alice", "alice pass");
-    let mut bob = cluster.user_client("bob", "bob pass");
+    let bob = cluster.user_client("bob", "bob pass");
     alice
         .put(&mut &b"file A"[..], 6, "/home/alice/a", &mut |_| {})
         .unwrap();
@@ -84,7 +96,56 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     assert!(
         matches!(read_with(&mut alice, osd_a, a.capability.clone(), object(&a)), Ok(OsdResponse::Data(d)) if d == b"file A")
     );
+    let mds_address =
+        toml::from_str::<toml::Table>(&std::fs::read_to_string(cluster.cluster_file()).unwrap())
+            .unwrap()["mds"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    Fx {
+        cluster,
+        alice,
+        bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    }
+}
 
+/// Alice's session with `osd`, its envelope key, and an encoded read request for `a`.
+fn envelope_parts(
+    alice: &mut Client,
+    osd: u64,
+    a: &Opened,
+) -> ([u8; 16], maat_crypto::mac::Blake3Mac, Vec<u8>) {
+    let (sid, key) = alice.osd_session(osd).unwrap();
+    let body = msg::encode(&OsdRequest {
+        capability: a.capability.clone(),
+        command: OsdCommand::Read {
+            object: object(a),
+            offset: 0,
+            length: 100,
+        },
+    })
+    .unwrap();
+    (sid, wire::envelope_key(&key), body)
+}
+
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn forged_capabilities_are_refused() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 1. Forged capability: a byte of the signature flipped, and one signed by another key.
     let mut tampered = a.capability.clone();
     *tampered.last_mut().unwrap() ^= 1;
@@ -110,7 +171,21 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         ErrorCode::BadSignature
     );
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn a_stolen_capability_is_refused_for_another_user() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 2. A valid capability presented by another user (stolen): bob is not named in it.
     assert_eq!(
         read_with(&mut bob, osd_a, a.capability.clone(), object(&a)).unwrap_err(),
@@ -118,7 +193,21 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     );
 
     still_serves(&mut bob, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn a_capability_for_one_file_does_not_reach_another() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 3. A capability for file A used on an object of file B (confused deputy).
     assert_eq!(
         read_with(&mut alice, osd_b, a.capability.clone(), object(&b)).unwrap_err(),
@@ -126,7 +215,21 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     );
 
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn a_read_capability_cannot_write() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 4. A read capability used to write. (Bob's: he may read alice's 0644 file but not
     // write it. Alice's own read opens may return her cached read-write capability.)
     let bob_read = bob.open("/home/alice/a", Access::Read, None).unwrap();
@@ -153,19 +256,23 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         .unwrap_err();
     assert_eq!(w.code(), Some(ErrorCode::PermissionDenied), "{w}");
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn a_replayed_osd_request_is_refused() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 5. Replayed request: the same sealed envelope twice.
-    let (sid, key) = alice.osd_session(osd_a).unwrap();
-    let key = wire::envelope_key(&key);
-    let body = msg::encode(&OsdRequest {
-        capability: a.capability.clone(),
-        command: OsdCommand::Read {
-            object: object(&a),
-            offset: 0,
-            length: 100,
-        },
-    })
-    .unwrap();
+    let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
     let nonce = [42u8; 16];
     let sealed = wire::seal_request(&key, &sid, UnixMillis(alice.protocol_now()), &nonce, &body);
     let first = alice.osd_raw(osd_a, FrameType::Request, &sealed).unwrap();
@@ -174,8 +281,23 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     assert_eq!(refusal_code(second), ErrorCode::ReplayedRequest);
 
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn tampered_osd_requests_are_refused() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 6. Tampered MAC, and a tampered body under the original MAC.
+    let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
     let mut bad_mac = wire::seal_request(
         &key,
         &sid,
@@ -202,8 +324,23 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     );
 
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn a_stale_osd_request_is_refused() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 7. Stale request: a timestamp a minute old.
+    let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
     let stale = wire::seal_request(
         &key,
         &sid,
@@ -217,8 +354,23 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     );
 
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn an_unknown_session_is_refused() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 8. Unknown session.
+    let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
     let unknown = wire::seal_request(
         &key,
         &[9u8; 16],
@@ -231,7 +383,21 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         ErrorCode::UnknownSession
     );
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn nosec_is_refused_without_the_danger_flag() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 9. NOSEC requests are refused by a cluster not started for benchmarks.
     let insecure = msg::encode(&msg::InsecureRequest {
         user: 1,
@@ -255,18 +421,26 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
     );
 
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn mds_refuses_replays_tampering_and_user_admin_requests() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 10. MDS: replayed and tampered requests, and an admin request from a user.
     let err = bob
         .mds_call(MdsRequest::GroupAdd { name: "x".into() })
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::PermissionDenied));
-    let mds_address =
-        toml::from_str::<toml::Table>(&std::fs::read_to_string(cluster.cluster_file()).unwrap())
-            .unwrap()["mds"]
-            .as_str()
-            .unwrap()
-            .to_string();
     let mut mds = Connection::new(mds_address.clone());
     let session = serde_session(&cluster, &mut bob);
     let (msid, mkey) = session;
@@ -316,7 +490,21 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
         ErrorCode::BadMac
     );
     still_serves(&mut bob, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn malformed_frames_get_typed_refusals_and_daemons_serve_on() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&[]);
     // 11. Malformed, oversized and truncated frames: refused (or dropped), daemon serves on.
     for address in [mds_address.clone(), osd_address(&mut alice, osd_a)] {
         let mut raw = Connection::new(address.clone());
@@ -354,28 +542,71 @@ fn attacks_on_osds_and_mds_are_refused_with_typed_errors() {
             n, 0,
             "no answer to a truncated frame, and the connection is closed"
         );
-        // Garbage inside a valid frame of every type.
-        for t in [
-            FrameType::Plain,
-            FrameType::Request,
-            FrameType::Insecure,
-            FrameType::Response,
+        // Garbage inside a valid frame of every type: each daemon gives the refusal its
+        // checks reach first, exactly.
+        let is_mds = address == mds_address;
+        for (t, expected) in [
+            (FrameType::Plain, (FrameType::Plain, ErrorCode::Malformed)),
+            (
+                FrameType::Request,
+                (FrameType::Refusal, ErrorCode::UnknownSession),
+            ),
+            (
+                FrameType::Insecure,
+                (
+                    if is_mds {
+                        FrameType::Plain
+                    } else {
+                        FrameType::Refusal
+                    },
+                    ErrorCode::InsecureRefused,
+                ),
+            ),
+            (
+                FrameType::Response,
+                (FrameType::Refusal, ErrorCode::Malformed),
+            ),
+            (
+                FrameType::SecRequest,
+                (FrameType::Refusal, ErrorCode::Malformed),
+            ),
+            (
+                FrameType::SecResponse,
+                (FrameType::Refusal, ErrorCode::Malformed),
+            ),
         ] {
             let mut raw = Connection::new(address.clone());
-            let answer = raw.call(t, &[0xff; 40]).unwrap();
-            assert!(answer.0 == FrameType::Refusal || answer.0 == FrameType::Plain);
-            if answer.0 == FrameType::Plain {
-                let r: Result<msg::MdsPlainResponse, WireError> = msg::decode(&answer.1).unwrap();
-                let code = r.unwrap_err().code;
-                assert!(
-                    matches!(code, ErrorCode::Malformed | ErrorCode::InsecureRefused),
-                    "{code:?}"
-                );
-            }
+            let (answer_type, answer) = raw.call(t, &[0xff; 200]).unwrap();
+            let code = if answer_type == FrameType::Plain {
+                let r: Result<msg::MdsPlainResponse, WireError> = msg::decode(&answer).unwrap();
+                r.unwrap_err().code
+            } else {
+                msg::decode::<WireError>(&answer).unwrap().code
+            };
+            assert_eq!(
+                (answer_type, code),
+                expected,
+                "{} answering garbage in a {t:?} frame",
+                if is_mds { "MDS" } else { "OSD" }
+            );
         }
     }
     still_serves(&mut alice, "/home/alice/a", b"file A");
+}
 
+#[test]
+#[allow(unused_variables, unused_mut)]
+fn an_expired_capability_is_refused_even_when_cached() {
+    let Fx {
+        cluster,
+        mut alice,
+        mut bob,
+        a,
+        b,
+        osd_a,
+        osd_b,
+        mds_address,
+    } = setup(&["--capability-lifetime", "3"]);
     // 12. Expired capability (lifetime 3 s): refused as expired, even though it was cached.
     std::thread::sleep(std::time::Duration::from_millis(3500));
     assert_eq!(
