@@ -478,13 +478,18 @@ fn call_on(
         timestamp: UnixMillis(local_now().saturating_add_signed(*offset)),
         nonce,
     };
-    let payload = protection::seal_request(keys, &header, &message, data, &request.capability, rng)
-        .map_err(local)?;
-    let (t, answer) = conn.call(FrameType::SecRequest, &payload).map_err(net)?;
+    let parts =
+        protection::seal_request_parts(keys, &header, &message, data, &request.capability, rng)
+            .map_err(local)?;
+    let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_ref()).collect();
+    let (t, answer) = conn
+        .call_parts(FrameType::SecRequest, &parts)
+        .map_err(net)?;
     match t {
         FrameType::SecResponse => {
-            let (_, message, data) = protection::open_response(keys, method, sid, &nonce, &answer)
-                .map_err(|e| bad(e.to_string()))?;
+            let (_, message, data) =
+                protection::open_response_owned(keys, method, sid, &nonce, answer)
+                    .map_err(|e| bad(e.to_string()))?;
             let mut result: std::result::Result<OsdResponse, WireError> =
                 decode_answer_raw(address, &message)?;
             msg::put_response_bulk(&mut result, data).map_err(|e| bad(e.to_string()))?;

@@ -626,40 +626,47 @@ impl OsdCore {
     }
 
     /// Seals the answer for `caller`: a protected response with the request's method, an
-    /// authenticated version-1 response, or (NOSEC) a plain encoded result.
+    /// authenticated version-1 response, or (NOSEC) a plain encoded result. The payload
+    /// comes in parts so that bulk data is sent as read, never copied into an envelope.
     pub fn seal_response(
         &self,
         caller: &Caller,
         mut result: Result<OsdResponse, WireError>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
-    ) -> (wire::FrameType, Vec<u8>) {
+    ) -> (wire::FrameType, Vec<Vec<u8>>) {
         let Some(c) = &caller.secure else {
-            return (wire::FrameType::Plain, msg::encode_result(&result));
+            return (wire::FrameType::Plain, vec![msg::encode_result(&result)]);
         };
         let Some(method) = c.method else {
             let body = msg::encode_result(&result);
             return (
                 wire::FrameType::Response,
-                wire::seal_response(&c.keys.mac, &c.session_id, &c.nonce, now, &body),
+                vec![wire::seal_response(
+                    &c.keys.mac,
+                    &c.session_id,
+                    &c.nonce,
+                    now,
+                    &body,
+                )],
             );
         };
         let data = msg::take_response_bulk(&mut result);
         let body = msg::encode_result(&result);
-        match protection::seal_response(
+        match protection::seal_response_parts(
             &c.keys,
             method,
             &c.session_id,
             &c.nonce,
             now,
             &body,
-            &data,
+            data,
             rng,
         ) {
-            Ok(sealed) => (wire::FrameType::SecResponse, sealed),
+            Ok(parts) => (wire::FrameType::SecResponse, parts.to_vec()),
             Err(e) => (
                 wire::FrameType::Refusal,
-                msg::encode_result::<OsdResponse>(&Err(WireError::from(e))),
+                vec![msg::encode_result::<OsdResponse>(&Err(WireError::from(e)))],
             ),
         }
     }

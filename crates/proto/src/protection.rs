@@ -191,40 +191,49 @@ pub fn seal_request(
     capability: &[u8],
     rng: &mut impl rand_core::CryptoRngCore,
 ) -> Result<Vec<u8>> {
+    Ok(seal_request_parts(keys, header, message, data, capability, rng)?.concat())
+}
+
+/// [`seal_request`] as parts whose concatenation is the payload, borrowing the data for
+/// the MAC methods (the frame is written without copying it).
+pub fn seal_request_parts<'d>(
+    keys: &EnvelopeKeys,
+    header: &RequestHeader,
+    message: &[u8],
+    data: &'d [u8],
+    capability: &[u8],
+    rng: &mut impl rand_core::CryptoRngCore,
+) -> Result<[std::borrow::Cow<'d, [u8]>; 3]> {
+    use std::borrow::Cow;
     let head = request_head(header, u32_len(message.len(), "request message")?);
-    let mut out = Vec::with_capacity(head.len() + message.len() + data.len() + 48);
-    out.extend_from_slice(&head);
-    out.extend_from_slice(message);
-    out.extend_from_slice(data);
-    match header.method {
+    let tag = match header.method {
         Protection::NoSec => {
             return Err(ProtoError::Malformed {
                 what: "request envelope",
                 reason: "NOSEC has no envelope",
             })
         }
-        Protection::CapKey => {
-            let tag = keys.mac.tag(&[REQUEST_CONTEXT, &head, capability]);
-            out.extend_from_slice(&tag);
-        }
-        Protection::CmdRsp => {
-            let tag = keys.mac.tag(&[REQUEST_CONTEXT, &head, message]);
-            out.extend_from_slice(&tag);
-        }
-        Protection::AllData => {
-            let tag = keys.mac.tag(&[REQUEST_CONTEXT, &head, message, data]);
-            out.extend_from_slice(&tag);
-        }
+        Protection::CapKey => keys.mac.tag(&[REQUEST_CONTEXT, &head, capability]),
+        Protection::CmdRsp => keys.mac.tag(&[REQUEST_CONTEXT, &head, message]),
+        Protection::AllData => keys.mac.tag(&[REQUEST_CONTEXT, &head, message, data]),
         Protection::Confidential => {
-            let mut body = out.split_off(head.len());
+            let mut body = Vec::with_capacity(message.len() + data.len() + 48);
+            body.extend_from_slice(message);
+            body.extend_from_slice(data);
             let aad = [REQUEST_CONTEXT, &head].concat();
             keys.aead
                 .seal_in_place(REQUEST_BLOCK, &aad, &mut body, rng)
                 .map_err(ProtoError::Crypto)?;
-            out.extend_from_slice(&body);
+            return Ok([Cow::Owned(head), Cow::Owned(body), Cow::Owned(Vec::new())]);
         }
-    }
-    Ok(out)
+    };
+    let mut first = head;
+    first.extend_from_slice(message);
+    Ok([
+        Cow::Owned(first),
+        Cow::Borrowed(data),
+        Cow::Owned(tag.to_vec()),
+    ])
 }
 
 /// A request envelope split into its parts, not yet checked.
@@ -375,39 +384,93 @@ pub fn seal_response(
     data: &[u8],
     rng: &mut impl rand_core::CryptoRngCore,
 ) -> Result<Vec<u8>> {
+    let parts = seal_response_parts(
+        keys,
+        method,
+        session_id,
+        nonce,
+        timestamp,
+        message,
+        data.to_vec(),
+        rng,
+    )?;
+    Ok(parts.concat())
+}
+
+/// [`seal_response`] as three parts whose concatenation is the payload: header and
+/// message, data (or the encrypted body), trailer. The data is moved, not copied, for
+/// the MAC methods.
+#[allow(clippy::too_many_arguments)]
+pub fn seal_response_parts(
+    keys: &EnvelopeKeys,
+    method: Protection,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    timestamp: UnixMillis,
+    message: &[u8],
+    data: Vec<u8>,
+    rng: &mut impl rand_core::CryptoRngCore,
+) -> Result<[Vec<u8>; 3]> {
     let head = response_head(
         method,
         nonce,
         timestamp,
         u32_len(message.len(), "response message")?,
     );
-    let mut out = Vec::with_capacity(head.len() + message.len() + data.len() + 48);
-    out.extend_from_slice(&head);
-    out.extend_from_slice(message);
-    out.extend_from_slice(data);
     let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
-    match method {
+    let trailer = match method {
         Protection::NoSec => {
             return Err(ProtoError::Malformed {
                 what: "response envelope",
                 reason: "NOSEC has no envelope",
             })
         }
-        Protection::CapKey => out.extend_from_slice(&keys.mac.tag(&[&ctx, &head])),
-        Protection::CmdRsp => out.extend_from_slice(&keys.mac.tag(&[&ctx, &head, message])),
-        Protection::AllData => {
-            out.extend_from_slice(&keys.mac.tag(&[&ctx, &head, message, data]));
-        }
+        Protection::CapKey => keys.mac.tag(&[&ctx, &head]).to_vec(),
+        Protection::CmdRsp => keys.mac.tag(&[&ctx, &head, message]).to_vec(),
+        Protection::AllData => keys.mac.tag(&[&ctx, &head, message, &data]).to_vec(),
         Protection::Confidential => {
-            let mut body = out.split_off(head.len());
+            let mut body = Vec::with_capacity(message.len() + data.len() + 48);
+            body.extend_from_slice(message);
+            body.extend_from_slice(&data);
             let aad = [ctx.as_slice(), &head].concat();
             keys.aead
                 .seal_in_place(RESPONSE_BLOCK, &aad, &mut body, rng)
                 .map_err(ProtoError::Crypto)?;
-            out.extend_from_slice(&body);
+            return Ok([head, body, Vec::new()]);
         }
+    };
+    let mut first = head;
+    first.extend_from_slice(message);
+    Ok([first, data, trailer])
+}
+
+/// Checks a response like [`open_response`], taking the payload by value so that the
+/// data is cut out of it in place (no new buffer for bulk data).
+pub fn open_response_owned(
+    keys: &EnvelopeKeys,
+    method: Protection,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    mut payload: Vec<u8>,
+) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
+    if method == Protection::Confidential {
+        return open_response(keys, method, session_id, nonce, &payload);
     }
-    Ok(out)
+    // Checks everything on the borrowed payload, data included, without copying it.
+    let (timestamp, message_len) = {
+        let (timestamp, message, _) =
+            open_response_slices(keys, method, session_id, nonce, &payload)?;
+        (timestamp, message.len())
+    };
+    let start = RESPONSE_HEADER_BYTES + message_len;
+    let end = payload.len().saturating_sub(TAG_BYTES);
+    let message = payload
+        .get(RESPONSE_HEADER_BYTES..start)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    payload.truncate(end);
+    payload.drain(..start.min(end));
+    Ok((timestamp, message, payload))
 }
 
 /// Checks a response to the request with `nonce` sent with `method`; returns the
@@ -420,11 +483,39 @@ pub fn open_response(
     nonce: &[u8; NONCE_BYTES],
     payload: &[u8],
 ) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
+    if method != Protection::Confidential {
+        let (t, m, d) = open_response_slices(keys, method, session_id, nonce, payload)?;
+        return Ok((t, m.to_vec(), d.to_vec()));
+    }
     let truncated = ProtoError::Truncated {
         what: "response envelope",
     };
-    if payload.len() < RESPONSE_HEADER_BYTES {
+    let (head, rest, timestamp, message_len, echoed) = split_response(method, payload)?;
+    let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
+    let aad = [ctx.as_slice(), head].concat();
+    let mut body = rest.to_vec();
+    let len = keys
+        .aead
+        .open_in_place(RESPONSE_BLOCK, &aad, &mut body)
+        .map_err(|_| ProtoError::DecryptionFailed { token: "response" })?
+        .len();
+    body.truncate(len);
+    if body.len() < message_len {
         return Err(truncated);
+    }
+    let data = body.split_off(message_len);
+    check_echo(&echoed, nonce)?;
+    Ok((timestamp, body, data))
+}
+
+type SplitResponse<'a> = (&'a [u8], &'a [u8], UnixMillis, usize, [u8; NONCE_BYTES]);
+
+/// Header fields of a response payload, refusing one sealed with another method.
+fn split_response(method: Protection, payload: &[u8]) -> Result<SplitResponse<'_>> {
+    if payload.len() < RESPONSE_HEADER_BYTES {
+        return Err(ProtoError::Truncated {
+            what: "response envelope",
+        });
     }
     let (head, rest) = payload.split_at(RESPONSE_HEADER_BYTES);
     let mut r = Reader::new(head, "response envelope");
@@ -438,43 +529,53 @@ pub fn open_response(
             reason: "sealed with another protection method than the request",
         });
     }
-    let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
-    let bad = ProtoError::BadMac { token: "response" };
-    let (message, data) = if method == Protection::Confidential {
-        let aad = [ctx.as_slice(), head].concat();
-        let mut body = rest.to_vec();
-        let len = keys
-            .aead
-            .open_in_place(RESPONSE_BLOCK, &aad, &mut body)
-            .map_err(|_| ProtoError::DecryptionFailed { token: "response" })?
-            .len();
-        body.truncate(len);
-        if body.len() < message_len {
-            return Err(truncated);
-        }
-        let data = body.split_off(message_len);
-        (body, data)
-    } else {
-        let at = rest.len().checked_sub(TAG_BYTES).ok_or(truncated.clone())?;
-        let (body, tag) = rest.split_at(at);
-        if body.len() < message_len {
-            return Err(truncated);
-        }
-        let (message, data) = body.split_at(message_len);
-        let parts: Vec<&[u8]> = match method {
-            Protection::CapKey => vec![&ctx, head],
-            Protection::CmdRsp => vec![&ctx, head, message],
-            _ => vec![&ctx, head, message, data],
-        };
-        keys.mac.verify(&parts, tag).map_err(|_| bad)?;
-        (message.to_vec(), data.to_vec())
-    };
-    if &echoed != nonce {
+    Ok((head, rest, timestamp, message_len, echoed))
+}
+
+fn check_echo(echoed: &[u8; NONCE_BYTES], nonce: &[u8; NONCE_BYTES]) -> Result<()> {
+    if echoed != nonce {
         return Err(ProtoError::WrongRecipient {
             token: "response",
             reason: "answers another request",
         });
     }
+    Ok(())
+}
+
+/// The MAC methods' check, on borrowed slices.
+fn open_response_slices<'a>(
+    keys: &EnvelopeKeys,
+    method: Protection,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    payload: &'a [u8],
+) -> Result<(UnixMillis, &'a [u8], &'a [u8])> {
+    let truncated = ProtoError::Truncated {
+        what: "response envelope",
+    };
+    let (head, rest, timestamp, message_len, echoed) = split_response(method, payload)?;
+    let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
+    let at = rest.len().checked_sub(TAG_BYTES).ok_or(truncated.clone())?;
+    let (body, tag) = rest.split_at(at);
+    if body.len() < message_len {
+        return Err(truncated);
+    }
+    let (message, data) = body.split_at(message_len);
+    let parts: Vec<&[u8]> = match method {
+        Protection::CapKey => vec![&ctx, head],
+        Protection::CmdRsp => vec![&ctx, head, message],
+        Protection::AllData => vec![&ctx, head, message, data],
+        _ => {
+            return Err(ProtoError::Malformed {
+                what: "response envelope",
+                reason: "not a MAC method",
+            })
+        }
+    };
+    keys.mac
+        .verify(&parts, tag)
+        .map_err(|_| ProtoError::BadMac { token: "response" })?;
+    check_echo(&echoed, nonce)?;
     Ok((timestamp, message, data))
 }
 
@@ -571,6 +672,10 @@ mod tests {
                 (t.0, m.as_slice(), d.as_slice()),
                 (7, &b"ok"[..], &b"DATA"[..])
             );
+            assert_eq!(
+                open_response_owned(&keys, method, &SID, &NONCE, p.clone()).unwrap(),
+                (t, m.clone(), d.clone())
+            );
             assert!(open_response(&keys, method, &[1; 16], &NONCE, &p).is_err());
             assert!(open_response(&keys, method, &SID, &[1; 16], &p).is_err());
             let other = if method == Protection::AllData {
@@ -587,6 +692,10 @@ mod tests {
             let detected = open_response(&keys, method, &SID, &NONCE, &t).is_err();
             let data_protected = method >= Protection::AllData;
             assert_eq!(detected, data_protected, "{method}");
+            assert_eq!(
+                open_response_owned(&keys, method, &SID, &NONCE, t.clone()).is_err(),
+                detected
+            );
         }
     }
 

@@ -13,7 +13,7 @@ pub mod private;
 mod serve;
 
 pub use config::{MdsFileConfig, OsdFileConfig};
-pub use serve::{Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
+pub use serve::{Answer, Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
@@ -241,9 +241,9 @@ pub fn run_mds(
         .map_err(io("local address"))?
         .to_string();
     let mds = Arc::new(mds);
-    let handler = move |frame_type: FrameType, payload: &[u8]| -> (FrameType, Vec<u8>) {
+    let handler = move |frame_type: FrameType, payload: &[u8]| -> Answer {
         let now = now();
-        match frame_type {
+        let answer = match frame_type {
             FrameType::Plain => (FrameType::Plain, mds.handle_plain(payload, now, &mut OsRng)),
             FrameType::Request => match mds.handle_request(payload, now, &mut OsRng) {
                 Ok(sealed) => (FrameType::Response, sealed),
@@ -260,7 +260,8 @@ pub fn run_mds(
             FrameType::Response | FrameType::SecResponse | FrameType::Refusal => refusal_frame(
                 &WireError::new(msg::ErrorCode::Malformed, "unexpected frame type"),
             ),
-        }
+        };
+        answer.into()
     };
     ready(&local);
     serve::serve(listener, Arc::new(handler), shutdown, "mds");
@@ -326,13 +327,14 @@ pub fn run_osd(
         });
     }
     let store = Arc::new(store);
-    let handler = move |frame_type: FrameType, payload: &[u8]| -> (FrameType, Vec<u8>) {
+    let handler = move |frame_type: FrameType, payload: &[u8]| -> Answer {
         let now = now();
         match frame_type {
             FrameType::Plain => (
                 FrameType::Plain,
                 core.handle_plain(payload, now, &mut OsRng),
-            ),
+            )
+                .into(),
             FrameType::Request | FrameType::SecRequest | FrameType::Insecure => {
                 let opened = match frame_type {
                     FrameType::Request => core.open_request(payload, now),
@@ -342,14 +344,17 @@ pub fn run_osd(
                 match opened {
                     Ok((caller, request)) => {
                         let result = core.execute(store.as_ref(), &caller, &request, now);
-                        core.seal_response(&caller, result, now, &mut OsRng)
+                        let (frame_type, parts) =
+                            core.seal_response(&caller, result, now, &mut OsRng);
+                        Answer { frame_type, parts }
                     }
-                    Err(refusal) => refusal_frame(&refusal),
+                    Err(refusal) => refusal_frame(&refusal).into(),
                 }
             }
             FrameType::Response | FrameType::SecResponse | FrameType::Refusal => refusal_frame(
                 &WireError::new(msg::ErrorCode::Malformed, "unexpected frame type"),
-            ),
+            )
+            .into(),
         }
     };
     // The address clients reach it at (what it registered), which is what `maat up`

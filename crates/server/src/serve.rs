@@ -1,6 +1,6 @@
 //! The accept loop: a thread per connection, bounded; frames in, frames out.
 
-use maat_net::{configure, read_frame, write_frame, NetError};
+use maat_net::{configure, read_frame, write_frame, write_frame_parts, NetError};
 use maat_proto::msg::{ErrorCode, WireError};
 use maat_proto::wire::FrameType;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -49,8 +49,26 @@ impl Shutdown {
     }
 }
 
+/// An answer frame whose payload is the concatenation of `parts` (sent without
+/// assembling it, so bulk data is not copied into an envelope).
+pub struct Answer {
+    /// The frame type.
+    pub frame_type: FrameType,
+    /// The payload, in parts.
+    pub parts: Vec<Vec<u8>>,
+}
+
+impl From<(FrameType, Vec<u8>)> for Answer {
+    fn from((frame_type, payload): (FrameType, Vec<u8>)) -> Self {
+        Answer {
+            frame_type,
+            parts: vec![payload],
+        }
+    }
+}
+
 /// What a daemon does with one frame.
-pub type Handler = dyn Fn(FrameType, &[u8]) -> (FrameType, Vec<u8>) + Send + Sync;
+pub type Handler = dyn Fn(FrameType, &[u8]) -> Answer + Send + Sync;
 
 pub(crate) fn serve(listener: TcpListener, handler: Arc<Handler>, shutdown: &Shutdown, name: &str) {
     serve_at_most(listener, handler, shutdown, name, CONNECTIONS_MAX);
@@ -138,13 +156,18 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
         let _ = stream.set_read_timeout(Some(maat_net::IO_TIMEOUT));
         match read_frame(&mut stream) {
             Ok((frame_type, payload)) => {
-                let (t, answer) = handler(frame_type, &payload);
-                if t == FrameType::Refusal {
-                    if let Ok(e) = maat_proto::msg::decode::<WireError>(&answer) {
+                let answer = handler(frame_type, &payload);
+                if answer.frame_type == FrameType::Refusal {
+                    if let Some(Ok(e)) = answer
+                        .parts
+                        .first()
+                        .map(|p| maat_proto::msg::decode::<WireError>(p))
+                    {
                         eprintln!("{name}: refused: {e}");
                     }
                 }
-                if write_frame(&mut stream, t, &answer).is_err() {
+                let parts: Vec<&[u8]> = answer.parts.iter().map(Vec::as_slice).collect();
+                if write_frame_parts(&mut stream, answer.frame_type, &parts).is_err() {
                     return;
                 }
             }
@@ -178,7 +201,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let shutdown = Shutdown::new();
         let s = shutdown.clone();
-        let handler: Arc<Handler> = Arc::new(|t, p: &[u8]| (t, p.to_vec()));
+        let handler: Arc<Handler> = Arc::new(|t, p: &[u8]| (t, p.to_vec()).into());
         std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
         let mut held: Vec<Connection> = (0..2).map(|_| Connection::new(addr.clone())).collect();
         for c in held.iter_mut() {
