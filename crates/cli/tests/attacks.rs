@@ -134,17 +134,15 @@ fn envelope_parts(
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn forged_capabilities_are_refused() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
         a,
         b,
         osd_a,
         osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 1. Forged capability: a byte of the signature flipped, and one signed by another key.
     let mut tampered = a.capability.clone();
@@ -174,17 +172,13 @@ fn forged_capabilities_are_refused() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn a_stolen_capability_is_refused_for_another_user() {
     let Fx {
-        cluster,
-        mut alice,
+        cluster: _cluster,
         mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 2. A valid capability presented by another user (stolen): bob is not named in it.
     assert_eq!(
@@ -196,17 +190,14 @@ fn a_stolen_capability_is_refused_for_another_user() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn a_capability_for_one_file_does_not_reach_another() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
         a,
         b,
-        osd_a,
         osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 3. A capability for file A used on an object of file B (confused deputy).
     assert_eq!(
@@ -218,17 +209,14 @@ fn a_capability_for_one_file_does_not_reach_another() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn a_read_capability_cannot_write() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
         mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 4. A read capability used to write. (Bob's: he may read alice's 0644 file but not
     // write it. Alice's own read opens may return her cached read-write capability.)
@@ -259,17 +247,13 @@ fn a_read_capability_cannot_write() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn a_replayed_osd_request_is_refused() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 5. Replayed request: the same sealed envelope twice.
     let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
@@ -284,17 +268,13 @@ fn a_replayed_osd_request_is_refused() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn tampered_osd_requests_are_refused() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 6. Tampered MAC, and a tampered body under the original MAC.
     let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
@@ -327,17 +307,13 @@ fn tampered_osd_requests_are_refused() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn a_stale_osd_request_is_refused() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 7. Stale request: a timestamp a minute old.
     let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
@@ -357,20 +333,16 @@ fn a_stale_osd_request_is_refused() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn an_unknown_session_is_refused() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 8. Unknown session.
-    let (sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
+    let (_sid, key, body) = envelope_parts(&mut alice, osd_a, &a);
     let unknown = wire::seal_request(
         &key,
         &[9u8; 16],
@@ -386,17 +358,13 @@ fn an_unknown_session_is_refused() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn nosec_is_refused_without_the_danger_flag() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&[]);
     // 9. NOSEC requests are refused by a cluster not started for benchmarks.
     let insecure = msg::encode(&msg::InsecureRequest {
@@ -424,17 +392,12 @@ fn nosec_is_refused_without_the_danger_flag() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn mds_refuses_replays_tampering_and_user_admin_requests() {
     let Fx {
         cluster,
-        mut alice,
         mut bob,
-        a,
-        b,
-        osd_a,
-        osd_b,
         mds_address,
+        ..
     } = setup(&[]);
     // 10. MDS: replayed and tampered requests, and an admin request from a user.
     let err = bob
@@ -493,17 +456,13 @@ fn mds_refuses_replays_tampering_and_user_admin_requests() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn malformed_frames_get_typed_refusals_and_daemons_serve_on() {
     let Fx {
-        cluster,
+        cluster: _cluster,
         mut alice,
-        mut bob,
-        a,
-        b,
         osd_a,
-        osd_b,
         mds_address,
+        ..
     } = setup(&[]);
     // 11. Malformed, oversized and truncated frames: refused (or dropped), daemon serves on.
     for address in [mds_address.clone(), osd_address(&mut alice, osd_a)] {
@@ -595,17 +554,13 @@ fn malformed_frames_get_typed_refusals_and_daemons_serve_on() {
 }
 
 #[test]
-#[allow(unused_variables, unused_mut)]
 fn an_expired_capability_is_refused_even_when_cached() {
     let Fx {
         cluster,
         mut alice,
-        mut bob,
         a,
-        b,
         osd_a,
-        osd_b,
-        mds_address,
+        ..
     } = setup(&["--capability-lifetime", "3"]);
     // 12. Expired capability (lifetime 3 s): refused as expired, even though it was cached.
     std::thread::sleep(std::time::Duration::from_millis(3500));

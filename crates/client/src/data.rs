@@ -19,14 +19,19 @@ impl Client {
     }
 
     fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
-        self.stats.requests += 1;
         let auth = self.osd_auth(osd, self.insecure_user)?;
+        self.call_with(osd, &auth, request)
+    }
+
+    /// One request to `osd` on this client's connection to it, authenticated by `auth`.
+    fn call_with(&mut self, osd: u64, auth: &Auth, request: &OsdRequest) -> Result<OsdResponse> {
+        self.stats.requests += 1;
         let address = self.osd_entry(osd)?.address;
         let conn = self
             .osds
             .entry(osd)
             .or_insert_with(|| Connection::new(address.clone()));
-        call_on(conn, &address, &auth, request, &mut self.rng)
+        call_on(conn, &address, auth, request, &mut self.rng)
     }
 
     /// How requests to `osd` are authenticated: the session's envelope keys, or NOSEC as
@@ -170,14 +175,7 @@ impl Client {
     fn data_call(&mut self, opened: &Opened, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
         match self.insecure_for(opened)? {
             Some(user) if self.insecure_user.is_none() => {
-                self.stats.requests += 1;
-                let auth = Auth::Insecure { user };
-                let address = self.osd_entry(osd)?.address;
-                let conn = self
-                    .osds
-                    .entry(osd)
-                    .or_insert_with(|| Connection::new(address.clone()));
-                call_on(conn, &address, &auth, &request, &mut self.rng)
+                self.call_with(osd, &Auth::Insecure { user }, &request)
             }
             _ => self.osd_call(osd, request),
         }
@@ -186,37 +184,14 @@ impl Client {
     /// Writes one object of a file.
     pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
-        self.data_call(
-            opened,
-            osd,
-            OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::Write {
-                    object,
-                    offset: 0,
-                    data,
-                    replace: true,
-                },
-            },
-        )
-        .map(|_| ())
+        self.data_call(opened, osd, write_request(opened, object, data))
+            .map(|_| ())
     }
 
     /// Reads one object of a file (`None` when it does not exist).
     pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
-        match self.data_call(
-            opened,
-            osd,
-            OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::Read {
-                    object,
-                    offset: 0,
-                    length: STRIPE_UNIT_BYTES as u32,
-                },
-            },
-        ) {
+        match self.data_call(opened, osd, read_request(opened, object)) {
             Ok(OsdResponse::Data(d)) => Ok(Some(d)),
             Ok(_) => Err(self.bad("osd", "unexpected answer")),
             Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),

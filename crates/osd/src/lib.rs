@@ -308,6 +308,30 @@ impl OsdCore {
         Ok(OsdPlainResponse::Confirm(confirm.encoded().to_vec()))
     }
 
+    /// The user and keys of a session that is known and not expired, once the request's
+    /// timestamp is inside the window (SPEC T7; the MAC and nonce are checked after).
+    fn live_session(
+        &self,
+        session_id: &[u8; 16],
+        timestamp: UnixMillis,
+        now: UnixMillis,
+    ) -> Result<(UserId, EnvelopeKeys), WireError> {
+        let (user, keys) = {
+            let sessions = read(&self.sessions);
+            let session = sessions.get(session_id).ok_or_else(|| {
+                refuse(ErrorCode::UnknownSession, "negotiate a session key first")
+            })?;
+            if session.expiry <= now {
+                return Err(refuse(ErrorCode::SessionExpired, "log in again"));
+            }
+            (session.user, session.keys.clone())
+        };
+        lock(&self.replay)
+            .check_time(timestamp, now)
+            .map_err(freshness)?;
+        Ok((user, keys))
+    }
+
     /// SPEC T7: checks an authenticated request envelope and decodes the request.
     /// Refusals here cannot be MACed (the session may be unknown), so they go back plain.
     pub fn open_request(
@@ -326,19 +350,7 @@ impl OsdCore {
         now: UnixMillis,
     ) -> Result<(Caller, OsdRequest), WireError> {
         let request = UnverifiedRequest::decode(payload)?;
-        let (user, key) = {
-            let sessions = read(&self.sessions);
-            let session = sessions.get(&request.session_id).ok_or_else(|| {
-                refuse(ErrorCode::UnknownSession, "negotiate a session key first")
-            })?;
-            if session.expiry <= now {
-                return Err(refuse(ErrorCode::SessionExpired, "log in again"));
-            }
-            (session.user, session.keys.clone())
-        };
-        lock(&self.replay)
-            .check_time(request.timestamp, now)
-            .map_err(freshness)?;
+        let (user, key) = self.live_session(&request.session_id, request.timestamp, now)?;
         let request = request.verify(&key.mac)?;
         lock(&self.replay)
             .check_and_record(&request.session_id, &request.nonce, request.timestamp, now)
@@ -377,19 +389,7 @@ impl OsdCore {
     ) -> Result<(Caller, OsdRequest), WireError> {
         let envelope = protection::UnverifiedRequest::decode(payload)?;
         let header = envelope.header;
-        let (user, keys) = {
-            let sessions = read(&self.sessions);
-            let session = sessions.get(&header.session_id).ok_or_else(|| {
-                refuse(ErrorCode::UnknownSession, "negotiate a session key first")
-            })?;
-            if session.expiry <= now {
-                return Err(refuse(ErrorCode::SessionExpired, "log in again"));
-            }
-            (session.user, session.keys.clone())
-        };
-        lock(&self.replay)
-            .check_time(header.timestamp, now)
-            .map_err(freshness)?;
+        let (user, keys) = self.live_session(&header.session_id, header.timestamp, now)?;
         // CAPKEY's MAC covers the capability, which only the (unprotected) message names.
         let capability = match header.method {
             Protection::CapKey => {
