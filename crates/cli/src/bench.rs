@@ -44,16 +44,21 @@ pub enum BenchCommand {
         /// Seconds of writing per mode.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
-        /// Protection methods to compare, comma separated, run in this order (SPEC T1).
-        /// NOSEC is the insecure baseline; the others each use a partition of their own.
-        /// JSON keys are `<method>_write_mb_s` etc.; ALLDATA is also reported as `secure_`.
+        /// Protection methods to compare, comma separated (SPEC T1). NOSEC is the insecure
+        /// baseline; the others each use a partition of their own. JSON keys are
+        /// `<method>_write_mb_s` etc.; ALLDATA (the cluster default) also as `secure_`.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "NOSEC,ALLDATA",
+            default_value = "NOSEC,CAPKEY,CMDRSP,ALLDATA,CONFIDENTIAL",
             value_parser = crate::up::parse_protection
         )]
         security: Vec<Protection>,
+        /// Rounds over the methods, in alternating order (forward, then backward, ...), so
+        /// that a machine getting slower or faster during the run favours none; figures
+        /// are the means over the rounds.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -585,6 +590,7 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
     Ok(())
 }
 
+#[derive(Default)]
 struct ModeResult {
     write_mb_s: f64,
     write_latency_ms: f64,
@@ -593,6 +599,29 @@ struct ModeResult {
     objects: usize,
     /// CPU of the client and all daemons per MiB moved (written plus read).
     cpu_ms_per_mib: f64,
+}
+
+impl ModeResult {
+    fn add(&mut self, r: &ModeResult) {
+        self.write_mb_s += r.write_mb_s;
+        self.write_latency_ms += r.write_latency_ms;
+        self.read_mb_s += r.read_mb_s;
+        self.read_latency_ms += r.read_latency_ms;
+        self.objects += r.objects;
+        self.cpu_ms_per_mib += r.cpu_ms_per_mib;
+    }
+
+    fn mean(self, n: u32) -> ModeResult {
+        let d = f64::from(n);
+        ModeResult {
+            write_mb_s: self.write_mb_s / d,
+            write_latency_ms: self.write_latency_ms / d,
+            read_mb_s: self.read_mb_s / d,
+            read_latency_ms: self.read_latency_ms / d,
+            objects: self.objects,
+            cpu_ms_per_mib: self.cpu_ms_per_mib / d,
+        }
+    }
 }
 
 /// CPU seconds used so far by this process and every daemon of the cluster (from
@@ -749,11 +778,13 @@ fn objects_mode(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_objects(
     size: u64,
     threads: u32,
     seconds: u64,
     methods: &[Protection],
+    rounds: u32,
     data: Option<PathBuf>,
     json: bool,
 ) -> Result<()> {
@@ -773,13 +804,33 @@ fn run_objects(
     if let Some(&first) = methods.first() {
         objects_mode(&cluster, size, threads, seconds.min(2), first)?;
     }
-    let mut results = Vec::new();
-    for &m in methods {
-        if !json {
-            eprintln!("bench objects: {m} for {seconds} s of writes, then reads");
+    let mut sums: Vec<(Protection, ModeResult)> = methods
+        .iter()
+        .map(|&m| (m, ModeResult::default()))
+        .collect();
+    for round in 0..rounds.max(1) {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..methods.len()).collect()
+        } else {
+            (0..methods.len()).rev().collect()
+        };
+        for i in order {
+            let Some((m, sum)) = sums.get_mut(i) else {
+                continue;
+            };
+            if !json {
+                eprintln!(
+                    "bench objects: round {}, {m} for {seconds} s of writes, then reads",
+                    round + 1
+                );
+            }
+            sum.add(&objects_mode(&cluster, size, threads, seconds, *m)?);
         }
-        results.push((m, objects_mode(&cluster, size, threads, seconds, m)?));
     }
+    let results: Vec<(Protection, ModeResult)> = sums
+        .into_iter()
+        .map(|(m, sum)| (m, sum.mean(rounds.max(1))))
+        .collect();
     let find = |m: Protection| results.iter().find(|(x, _)| *x == m).map(|(_, r)| r);
     let nosec = find(Protection::NoSec);
     if json {
@@ -826,7 +877,9 @@ fn run_objects(
         obj.insert("seconds".into(), seconds.into());
         println!("{}", serde_json::Value::Object(obj));
     } else {
-        println!("objects of {size} B, {threads} threads, {seconds} s of writes per mode");
+        println!(
+            "objects of {size} B, {threads} threads, {seconds} s of writes per method and round, means over {rounds} rounds in alternating order"
+        );
         println!(
             "{:<13} {:>10} {:>12} {:>10} {:>12} {:>8} {:>11} {:>9} {:>9}",
             "method",
@@ -878,8 +931,9 @@ pub fn run(command: BenchCommand) -> Result<()> {
             threads,
             seconds,
             security,
+            rounds,
             data,
             json,
-        } => run_objects(size, threads, seconds, &security, data, json),
+        } => run_objects(size, threads, seconds, &security, rounds, data, json),
     }
 }

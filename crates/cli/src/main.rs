@@ -242,10 +242,27 @@ enum MemberCommand {
 #[derive(Args)]
 struct Nothing;
 
+/// Daemons hold a socket per client and a benchmark client one per OSD per thread: lift
+/// the soft limit on open files to the hard one (often 1,024 and 1,048,576) at start.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
+}
+
 fn main() -> ExitCode {
     // Everything maat writes (keys, databases, objects, sessions, configs) is for this
     // account only; files that are meant to be shared are handed over explicitly.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    raise_open_file_limit();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
