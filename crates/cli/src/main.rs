@@ -82,9 +82,12 @@ enum Command {
     },
     /// List a directory.
     Ls {
-        /// Long format.
+        /// Long format (times in UTC, `YYYY-MM-DD HH:MM`).
         #[arg(short = 'l')]
         long: bool,
+        /// Times as milliseconds since the epoch (for scripts).
+        #[arg(long)]
+        epoch: bool,
         /// Path in Maat.
         #[arg(default_value = "/")]
         path: String,
@@ -120,6 +123,9 @@ enum Command {
     },
     /// Show attributes.
     Stat {
+        /// Times as milliseconds since the epoch only (for scripts).
+        #[arg(long)]
+        epoch: bool,
         /// Path.
         path: String,
     },
@@ -315,6 +321,29 @@ fn read_passphrase(from_stdin: bool, prompt: &str) -> Result<Vec<u8>> {
         bail!("empty passphrase");
     }
     Ok(text.into_bytes())
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` in UTC for milliseconds since the epoch (the proleptic
+/// Gregorian calendar, days to civil date after H. Hinnant's `civil_from_days`).
+fn utc(ms: u64) -> String {
+    let days = (ms / 86_400_000) as i64;
+    let in_day = ms % 86_400_000;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1_000 % 60,
+        in_day % 1_000
+    )
 }
 
 fn mode_string(s: &FileStat) -> String {
@@ -521,7 +550,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Ls { long, path } => {
+        Command::Ls { long, epoch, path } => {
             let mut c = client(&cli.cluster)?;
             let mut out = std::io::stdout().lock();
             for (name, s) in c.readdir(&path)? {
@@ -533,7 +562,11 @@ fn run(cli: Cli) -> Result<()> {
                         s.owner,
                         s.group,
                         s.size,
-                        s.mtime / 1000,
+                        if epoch {
+                            s.mtime.to_string()
+                        } else {
+                            utc(s.mtime).get(..16).unwrap_or_default().to_string()
+                        },
                         name
                     )?;
                 } else {
@@ -550,10 +583,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rm { path } => Ok(client(&cli.cluster)?.unlink(&path)?),
         Command::Rmdir { path } => Ok(client(&cli.cluster)?.rmdir(&path)?),
         Command::Mv { from, to } => Ok(client(&cli.cluster)?.rename(&from, &to)?),
-        Command::Stat { path } => {
+        Command::Stat { epoch, path } => {
             let s = client(&cli.cluster)?.stat(&path)?;
             println!(
-                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmtime_ms: {}\npartition: {}\nsecurity: {}",
+                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}",
                 s.id,
                 if s.is_dir { "directory" } else { "file" },
                 s.mode,
@@ -561,7 +594,11 @@ fn run(cli: Cli) -> Result<()> {
                 s.owner,
                 s.group,
                 s.size,
-                s.mtime,
+                if epoch {
+                    s.mtime.to_string()
+                } else {
+                    format!("{} UTC ({} ms since the epoch)", utc(s.mtime), s.mtime)
+                },
                 s.partition,
                 s.protection
             );
@@ -689,5 +726,19 @@ fn ratio(counters: &[(String, u64)]) -> f64 {
         f64::NAN
     } else {
         hits / total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn utc_times_match_known_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
+        // 2000-02-29 (a leap day in a century leap year) 12:34:56.789.
+        assert_eq!(utc(951_827_696_789), "2000-02-29 12:34:56.789");
+        assert_eq!(utc(1_795_305_600_000), "2026-11-22 00:00:00.000");
+        assert_eq!(utc(4_107_542_399_999), "2100-02-28 23:59:59.999");
     }
 }

@@ -117,6 +117,17 @@ fn private_files_groups_chmod_and_cli_errors() {
         ls.contains("plan") && ls.contains("rw-r-----") && ls.contains("team"),
         "{ls}"
     );
+    // Times read as dates (UTC), and as epoch milliseconds on request.
+    let is_date = |w: &str| w.len() == 10 && w.as_bytes()[4] == b'-' && w.as_bytes()[7] == b'-';
+    assert!(ls.split_whitespace().any(is_date), "{ls}");
+    let ls =
+        String::from_utf8(cluster.ok(&alice, &["ls", "-l", "--epoch", "/home/alice/a/b"], None))
+            .unwrap();
+    assert!(
+        ls.split_whitespace()
+            .any(|w| w.len() == 13 && w.bytes().all(|b| b.is_ascii_digit())),
+        "{ls}"
+    );
     let err = cluster.fails(&alice, &["rmdir", "/home/alice/a/b"], None);
     assert!(err.contains("directory not empty"), "{err}");
     let err = cluster.fails(&alice, &["cat", "/home/alice/missing"], None);
