@@ -81,22 +81,34 @@ impl Client {
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
         let (state, ke1) = pake::client_login_start(&password, &mut OsRng).map_err(local)?;
-        let start = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
-            name: name.into(),
-            ke1,
-            signing_key,
-            sealing_key,
-            nonce: keys.nonce,
-        })
-        .map_err(local)?;
-        let (ke2, params, login_state) = match self.plain_mds(&start)? {
-            MdsPlainResponse::OpaqueLoginChallenge {
-                ke2, params, state, ..
-            } => (ke2, params, state),
-            MdsPlainResponse::LegacyLoginRequired { mds_time } => {
-                return self.legacy_login_and_migrate(name, &credential, mds_time);
+        // SPEC T6: the first KE1 comes back with a cookie for this address; the second,
+        // carrying it, gets the MDS's KE2.
+        let mut cookie = None;
+        let (ke2, params, login_state) = loop {
+            let start = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
+                name: name.into(),
+                ke1: ke1.clone(),
+                signing_key,
+                sealing_key,
+                nonce: keys.nonce,
+                cookie,
+            })
+            .map_err(local)?;
+            match self.plain_mds(&start)? {
+                MdsPlainResponse::OpaqueLoginChallenge {
+                    ke2, params, state, ..
+                } => break (ke2, params, state),
+                MdsPlainResponse::LegacyLoginRequired { mds_time } => {
+                    return self.legacy_login_and_migrate(name, &credential, mds_time);
+                }
+                MdsPlainResponse::LoginCookie { cookie: c } if cookie.is_none() => {
+                    cookie = Some(c);
+                }
+                MdsPlainResponse::LoginCookie { .. } => {
+                    return Err(self.bad(&address, "the MDS refused the login cookie it just gave"))
+                }
+                _ => return Err(self.bad(&address, "unexpected answer to login start")),
             }
-            _ => return Err(self.bad(&address, "unexpected answer to login start")),
         };
         let params = match fixed {
             Some(p) => p,

@@ -117,6 +117,7 @@ struct Stats {
     requests: AtomicU64,
     refusals: AtomicU64,
     logins: AtomicU64,
+    login_cookies: AtomicU64,
     capability_cache_hits: AtomicU64,
     capability_cache_misses: AtomicU64,
 }
@@ -157,6 +158,8 @@ pub struct Mds<S: MetaStore> {
     sealing: SealingSecretKey,
     /// Seals session keys for the store (derived from the sealing secret).
     session_wrap: maat_crypto::aead::BlockKey,
+    /// Keys login cookies (SPEC T6; derived from the sealing secret, so stateless).
+    cookie_key: Secret32,
     decoy_key: Secret32,
     pake: maat_crypto::pake::ServerSetup,
     counters: Counters,
@@ -274,6 +277,10 @@ impl<S: MetaStore> Mds<S> {
                 .with_counters(counters.clone()),
             sealing: SealingSecretKey::from_bytes(*secrets.sealing_secret.expose())
                 .with_counters(counters.clone()),
+            cookie_key: Secret32::from_bytes(maat_crypto::hash::blake3_keyed(
+                secrets.sealing_secret.expose(),
+                &[users::COOKIE_KEY_CONTEXT],
+            )),
             session_wrap: maat_crypto::aead::BlockKey::new(Secret32::from_bytes(
                 maat_crypto::hash::blake3_keyed(
                     secrets.sealing_secret.expose(),
@@ -352,8 +359,12 @@ impl<S: MetaStore> Mds<S> {
 
     /// Handles an unauthenticated message (login, OSD registration); returns the encoded
     /// `Result<MdsPlainResponse, WireError>`.
+    ///
+    /// `peer` names the sender as the network sees it (its IP address, without the port):
+    /// login cookies are bound to it (SPEC T6).
     pub fn handle_plain(
         &self,
+        peer: &[u8],
         message: &[u8],
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
@@ -361,13 +372,14 @@ impl<S: MetaStore> Mds<S> {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let result = msg::decode::<MdsPlainRequest>(message)
             .map_err(MdsError::from)
-            .and_then(|request| self.plain(request, now, rng));
+            .and_then(|request| self.plain(peer, request, now, rng));
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
         msg::encode_result(&result)
     }
 
     fn plain(
         &self,
+        peer: &[u8],
         request: MdsPlainRequest,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
@@ -397,7 +409,36 @@ impl<S: MetaStore> Mds<S> {
                 signing_key,
                 sealing_key,
                 nonce,
-            } => self.opaque_login_start(&name, &ke1, signing_key, sealing_key, nonce, now, rng),
+                cookie,
+            } => {
+                // SPEC T6: one keyed hash decides whether any group operation is spent.
+                let expected = users::login_cookie(&self.cookie_key, peer, now);
+                let previous = users::login_cookie(
+                    &self.cookie_key,
+                    peer,
+                    UnixMillis(now.0.saturating_sub(users::COOKIE_SLOT_MILLIS)),
+                );
+                match cookie {
+                    Some(c)
+                        if maat_crypto::ct_eq(&c, &expected)
+                            || maat_crypto::ct_eq(&c, &previous) =>
+                    {
+                        self.opaque_login_start(
+                            &name,
+                            &ke1,
+                            signing_key,
+                            sealing_key,
+                            nonce,
+                            now,
+                            rng,
+                        )
+                    }
+                    _ => {
+                        self.stats.login_cookies.fetch_add(1, Ordering::Relaxed);
+                        Ok(MdsPlainResponse::LoginCookie { cookie: expected })
+                    }
+                }
+            }
             MdsPlainRequest::OpaqueLoginFinish { state, ke3 } => {
                 self.opaque_login_finish(&state, &ke3, now, rng)
             }
@@ -723,6 +764,10 @@ impl<S: MetaStore> Mds<S> {
             ("requests".into(), s.requests.load(Ordering::Relaxed)),
             ("refusals".into(), s.refusals.load(Ordering::Relaxed)),
             ("logins".into(), s.logins.load(Ordering::Relaxed)),
+            (
+                "login_cookies_sent".into(),
+                s.login_cookies.load(Ordering::Relaxed),
+            ),
             (
                 "capability_cache_hits".into(),
                 s.capability_cache_hits.load(Ordering::Relaxed),

@@ -69,6 +69,25 @@ impl MdsSecrets {
     }
 }
 
+/// Key-derivation context of the login-cookie key.
+pub(crate) const COOKIE_KEY_CONTEXT: &[u8] = b"maat/mds/login-cookie-key/v1";
+/// A login cookie is made for a 30-second slot and accepted in that slot and the next.
+pub(crate) const COOKIE_SLOT_MILLIS: u64 = 30_000;
+
+/// SPEC T6: the anti-clogging cookie for `peer` at `now`: a keyed hash of the address and
+/// the time slot, so the MDS keeps nothing and checks one with one hash.
+pub(crate) fn login_cookie(key: &Secret32, peer: &[u8], now: UnixMillis) -> [u8; 32] {
+    maat_crypto::hash::blake3_keyed(
+        key.expose(),
+        &[
+            b"maat/login-cookie/v1\0",
+            &(peer.len() as u32).to_be_bytes(),
+            peer,
+            &(now.0 / COOKIE_SLOT_MILLIS).to_be_bytes(),
+        ],
+    )
+}
+
 /// What the MDS hands the client with KE2 and gets back with KE3, sealed to itself.
 #[derive(Serialize, Deserialize)]
 struct LoginState {

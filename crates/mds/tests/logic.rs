@@ -206,16 +206,7 @@ fn opaque_login(
     let nonce = [3u8; 16];
     let (sk, xk) = ([1u8; 32], [2u8; 32]);
     let (state, ke1) = pake::client_login_start(password, rng).unwrap();
-    let req = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
-        name: name.into(),
-        ke1,
-        signing_key: sk,
-        sealing_key: xk,
-        nonce,
-    })
-    .unwrap();
-    let answer: Result<MdsPlainResponse, WireError> =
-        msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+    let answer = start_with_cookie(mds, name, ke1, (sk, xk), nonce, now, rng);
     let (ke2, login_state) = match answer.unwrap() {
         MdsPlainResponse::OpaqueLoginChallenge { ke2, state, .. } => (ke2, state),
         other => panic!("{other:?}"),
@@ -239,8 +230,127 @@ fn opaque_login(
         ke3,
     })
     .unwrap();
-    let answer = msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+    let answer = msg::decode(&mds.handle_plain(PEER, &req, UnixMillis(now), rng)).unwrap();
     (answer, key, nonce)
+}
+
+/// The address every test login comes from.
+const PEER: &[u8] = &[127, 0, 0, 1];
+
+#[allow(clippy::too_many_arguments)]
+fn login_start(
+    mds: &Mds<&MemStore>,
+    name: &str,
+    ke1: &[u8],
+    keys: ([u8; 32], [u8; 32]),
+    nonce: [u8; 16],
+    cookie: Option<[u8; 32]>,
+    peer: &[u8],
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> Result<MdsPlainResponse, WireError> {
+    let req = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
+        name: name.into(),
+        ke1: ke1.to_vec(),
+        signing_key: keys.0,
+        sealing_key: keys.1,
+        nonce,
+        cookie,
+    })
+    .unwrap();
+    msg::decode(&mds.handle_plain(peer, &req, UnixMillis(now), rng)).unwrap()
+}
+
+/// SPEC T6: KE1 without a cookie, the cookie back, KE1 again with it.
+fn start_with_cookie(
+    mds: &Mds<&MemStore>,
+    name: &str,
+    ke1: Vec<u8>,
+    keys: ([u8; 32], [u8; 32]),
+    nonce: [u8; 16],
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> Result<MdsPlainResponse, WireError> {
+    let cookie = match login_start(mds, name, &ke1, keys, nonce, None, PEER, now, rng).unwrap() {
+        MdsPlainResponse::LoginCookie { cookie } => cookie,
+        other => panic!("{other:?}"),
+    };
+    login_start(mds, name, &ke1, keys, nonce, Some(cookie), PEER, now, rng)
+}
+
+fn pake_steps(mds: &Mds<&MemStore>) -> u64 {
+    mds.stats()
+        .counters
+        .iter()
+        .find(|(k, _)| k == "pake_steps")
+        .map(|(_, v)| *v)
+        .unwrap()
+}
+
+#[test]
+fn a_login_start_without_a_valid_cookie_costs_no_group_operation() {
+    // SPEC T6: forged first messages (no cookie, a guessed one, one made for another
+    // address, an expired one) are answered with a cookie after one keyed hash; only a
+    // cookie for this address and time reaches OPAQUE.
+    let store = MemStore::default();
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    let mds = Mds::open(
+        &store,
+        config(3_600_000),
+        secrets(),
+        &ADMIN_KEY,
+        UnixMillis(T0),
+        &mut rng,
+    )
+    .unwrap();
+    let now = T0 + 1000;
+    let (_, ke1) = pake::client_login_start(&ADMIN_KEY, &mut rng).unwrap();
+    let keys = ([1; 32], [2; 32]);
+    let cookie_at = |peer: &[u8], at: u64, rng: &mut ChaCha20Rng| match login_start(
+        &mds, "admin", &ke1, keys, [6; 16], None, peer, at, rng,
+    )
+    .unwrap()
+    {
+        MdsPlainResponse::LoginCookie { cookie } => cookie,
+        other => panic!("{other:?}"),
+    };
+    let mine = cookie_at(PEER, now, &mut rng);
+    let elsewhere = cookie_at(&[10, 0, 0, 9], now, &mut rng);
+    let old = cookie_at(PEER, now - 61_000, &mut rng);
+    let before = pake_steps(&mds);
+    for forged in [None, Some([0x55; 32]), Some(elsewhere), Some(old)] {
+        let answer = login_start(
+            &mds, "admin", &ke1, keys, [7; 16], forged, PEER, now, &mut rng,
+        );
+        assert!(
+            matches!(answer, Ok(MdsPlainResponse::LoginCookie { .. })),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(
+        pake_steps(&mds),
+        before,
+        "no OPAQUE work without a valid cookie"
+    );
+    // The cookie works for this address in its slot and the next one.
+    for at in [now, now + 29_000] {
+        let answer = login_start(
+            &mds,
+            "admin",
+            &ke1,
+            keys,
+            [8; 16],
+            Some(mine),
+            PEER,
+            at,
+            &mut rng,
+        );
+        assert!(
+            matches!(answer, Ok(MdsPlainResponse::OpaqueLoginChallenge { .. })),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(pake_steps(&mds), before + 2);
 }
 
 /// Logs in as the administrator; returns the session id and envelope key.
@@ -439,7 +549,7 @@ fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
         })
         .unwrap();
         let answer: Result<MdsPlainResponse, WireError> =
-            msg::decode(&mds.handle_plain(&req, UnixMillis(now), &mut rng)).unwrap();
+            msg::decode(&mds.handle_plain(PEER, &req, UnixMillis(now), &mut rng)).unwrap();
         let expected = if ts == now {
             ErrorCode::AuthenticationFailed
         } else {
@@ -452,16 +562,7 @@ fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
     // unknown user and a wrong passphrase fail at KE3 with the same code.
     let ke2_len = |name: &str, rng: &mut ChaCha20Rng| {
         let (_, ke1) = pake::client_login_start(b"x", rng).unwrap();
-        let req = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
-            name: name.into(),
-            ke1,
-            signing_key: [1; 32],
-            sealing_key: [2; 32],
-            nonce: [4; 16],
-        })
-        .unwrap();
-        let answer: Result<MdsPlainResponse, WireError> =
-            msg::decode(&mds.handle_plain(&req, UnixMillis(now), rng)).unwrap();
+        let answer = start_with_cookie(&mds, name, ke1, ([1; 32], [2; 32]), [4; 16], now, rng);
         match answer.unwrap() {
             MdsPlainResponse::OpaqueLoginChallenge { ke2, state, .. } => (ke2.len(), state.len()),
             other => panic!("{other:?}"),
@@ -521,7 +622,7 @@ fn a_stolen_store_does_not_log_in() {
         })
         .unwrap();
         let answer: Result<MdsPlainResponse, WireError> =
-            msg::decode(&mds.handle_plain(&req, UnixMillis(now), &mut rng)).unwrap();
+            msg::decode(&mds.handle_plain(PEER, &req, UnixMillis(now), &mut rng)).unwrap();
         assert_eq!(answer.unwrap_err().code, ErrorCode::AuthenticationFailed);
     }
     // The real key still works (the test can fail).

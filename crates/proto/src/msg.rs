@@ -314,6 +314,9 @@ pub enum MdsPlainRequest {
         /// Fresh nonce (the login is accepted once; the MDS's own clock dates it, so a
         /// client's clock offset does not matter at login).
         nonce: [u8; 16],
+        /// The anti-clogging cookie (SPEC T6) the MDS handed this address; `None` asks for
+        /// one. Without a valid cookie the MDS spends one keyed hash, no group operation.
+        cookie: Option<[u8; 32]>,
     },
     /// OPAQUE login, last message: KE3 and the state the MDS handed out with KE2.
     OpaqueLoginFinish {
@@ -373,6 +376,12 @@ pub enum MdsPlainResponse {
     LegacyLoginRequired {
         /// MDS clock.
         mds_time: u64,
+    },
+    /// SPEC T6: send `OpaqueLoginStart` again with this cookie (bound to the sender's
+    /// address and a 30-second time slot, valid for two slots).
+    LoginCookie {
+        /// The cookie.
+        cookie: [u8; 32],
     },
 }
 

@@ -241,10 +241,13 @@ pub fn run_mds(
         .map_err(io("local address"))?
         .to_string();
     let mds = Arc::new(mds);
-    let handler = move |frame_type: FrameType, payload: &[u8]| -> Answer {
+    let handler = move |peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
         let now = now();
         let answer = match frame_type {
-            FrameType::Plain => (FrameType::Plain, mds.handle_plain(payload, now, &mut OsRng)),
+            FrameType::Plain => (
+                FrameType::Plain,
+                mds.handle_plain(peer, payload, now, &mut OsRng),
+            ),
             FrameType::Request => match mds.handle_request(payload, now, &mut OsRng) {
                 Ok(sealed) => (FrameType::Response, sealed),
                 Err(refusal) => refusal_frame(&refusal),
@@ -327,7 +330,7 @@ pub fn run_osd(
         });
     }
     let store = Arc::new(store);
-    let handler = move |frame_type: FrameType, payload: &[u8]| -> Answer {
+    let handler = move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
         let now = now();
         match frame_type {
             FrameType::Plain => (

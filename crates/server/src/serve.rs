@@ -67,8 +67,9 @@ impl From<(FrameType, Vec<u8>)> for Answer {
     }
 }
 
-/// What a daemon does with one frame.
-pub type Handler = dyn Fn(FrameType, &[u8]) -> Answer + Send + Sync;
+/// What a daemon does with one frame: given the sender's IP address (as bytes, no port),
+/// the frame type and the payload.
+pub type Handler = dyn Fn(&[u8], FrameType, &[u8]) -> Answer + Send + Sync;
 
 pub(crate) fn serve(listener: TcpListener, handler: Arc<Handler>, shutdown: &Shutdown, name: &str) {
     serve_at_most(listener, handler, shutdown, name, CONNECTIONS_MAX);
@@ -125,6 +126,11 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
     if configure(&stream).is_err() {
         return;
     }
+    let peer: Vec<u8> = match stream.peer_addr().map(|a| a.ip()) {
+        Ok(std::net::IpAddr::V4(ip)) => ip.octets().to_vec(),
+        Ok(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
+        Err(_) => return,
+    };
     let mut idle_seconds = 0u32;
     loop {
         // Idle connections are checked for shutdown once a second; once a frame has begun
@@ -156,7 +162,7 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
         let _ = stream.set_read_timeout(Some(maat_net::IO_TIMEOUT));
         match read_frame(&mut stream) {
             Ok((frame_type, payload)) => {
-                let answer = handler(frame_type, &payload);
+                let answer = handler(&peer, frame_type, &payload);
                 if answer.frame_type == FrameType::Refusal {
                     if let Some(Ok(e)) = answer
                         .parts
@@ -201,7 +207,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let shutdown = Shutdown::new();
         let s = shutdown.clone();
-        let handler: Arc<Handler> = Arc::new(|t, p: &[u8]| (t, p.to_vec()).into());
+        let handler: Arc<Handler> = Arc::new(|_: &[u8], t, p: &[u8]| (t, p.to_vec()).into());
         std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
         let mut held: Vec<Connection> = (0..2).map(|_| Connection::new(addr.clone())).collect();
         for c in held.iter_mut() {
