@@ -2,6 +2,8 @@
 //! against a local cluster started for the run with NOSEC allowed, secure and NOSEC
 //! measured side by side in the same run.
 
+mod login;
+
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
 use maat_client::{Client, ClusterFile, Credential, Home, Opened};
@@ -15,6 +17,22 @@ use std::time::{Duration, Instant};
 /// Benchmarks.
 #[derive(Subcommand)]
 pub enum BenchCommand {
+    /// SPEC T6: a flood of forged login first messages against the MDS, what each costs
+    /// it next to a real one, and how long a real login takes during the flood.
+    LoginFlood {
+        /// Forged (and real) first messages per measurement.
+        #[arg(long, default_value_t = 20_000)]
+        messages: u32,
+        /// Threads sending the flood during the timed real login.
+        #[arg(long, default_value_t = 4)]
+        flooders: u32,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// E1: open / 128 KiB write / 128 KiB read under NOSEC, capability generated and
     /// capability cached, plus sequential put/get throughput secure vs NOSEC.
     Ops {
@@ -935,5 +953,11 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => run_objects(size, threads, seconds, &security, rounds, data, json),
+        BenchCommand::LoginFlood {
+            messages,
+            flooders,
+            data,
+            json,
+        } => login::run_login_flood(messages, flooders, data, json),
     }
 }
