@@ -42,6 +42,15 @@ pub enum BenchCommand {
         /// Size of the sequential-throughput file in MiB.
         #[arg(long, default_value_t = 32)]
         seq_mib: u64,
+        /// Protection methods for the sequential throughput (SPEC T1), each in a partition
+        /// of its own; NOSEC and ALLDATA (`secure`, the cluster default) always run.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "NOSEC,CAPKEY,CMDRSP,ALLDATA,CONFIDENTIAL",
+            value_parser = crate::up::parse_protection
+        )]
+        security: Vec<Protection>,
         /// Cluster data directory (default: a fresh temporary one; use /dev/shm/... to
         /// take the disk out of the measurement).
         #[arg(long)]
@@ -371,7 +380,13 @@ impl OpsState {
 /// The counting pass runs `iterations / ROUNDS` operations per variant.
 const ROUNDS: u32 = 4;
 
-fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> Result<()> {
+fn run_ops(
+    iterations: u32,
+    seq_mib: u64,
+    methods: &[Protection],
+    data: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
     if iterations < ROUNDS {
         bail!("--iterations must be at least {ROUNDS}");
     }
@@ -479,45 +494,65 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         })
         .collect();
 
-    // Sequential throughput, alternating modes five times; medians.
+    // Sequential throughput per method, six rounds in alternating order (forward, then
+    // backward); medians. Each method writes in a directory of a partition of its own.
     let size = seq_mib * 1024 * 1024;
     let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-    // [NOSEC, secure] samples in MB/s: put, get, and both together (bytes moved over the
-    // time both took, the figure the ratio uses). The mode that goes first alternates.
-    let mut put: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    let mut get: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    let mut both: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..6 {
-        let order = if round % 2 == 0 {
-            [(0usize, true), (1usize, false)]
-        } else {
-            [(1usize, false), (0usize, true)]
+    let mut modes = vec![Protection::NoSec];
+    for m in methods.iter().copied().chain([Protection::AllData]) {
+        if !modes.contains(&m) {
+            modes.push(m);
+        }
+    }
+    let mut dirs = Vec::new();
+    for m in &modes {
+        let tag = m.name().to_ascii_lowercase();
+        let dir = format!("/bench/seq-{tag}");
+        let partition = match m {
+            Protection::NoSec | Protection::AllData => None,
+            other => {
+                let name = format!("bench-{tag}");
+                c.partition_create(&name, *other)?;
+                Some(name)
+            }
         };
-        for (mode, insecure) in order {
-            let (put_samples, get_samples, both_samples) =
-                match (put.get_mut(mode), get.get_mut(mode), both.get_mut(mode)) {
-                    (Some(p), Some(g), Some(b)) => (p, g, b),
-                    _ => bail!("internal: mode index"),
-                };
-            if insecure {
+        c.mkdir_in(&dir, 0o755, true, partition.as_deref())?;
+        dirs.push(dir);
+    }
+    // Per mode: [put, get, put and get together] samples in MB/s (the last is bytes moved
+    // over the time both took, the figure the ratios use).
+    let mut seq: Vec<[Vec<f64>; 3]> = modes.iter().map(|_| Default::default()).collect();
+    for round in 0..6 {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..modes.len()).collect()
+        } else {
+            (0..modes.len()).rev().collect()
+        };
+        for i in order {
+            let (Some(m), Some(dir), Some(samples)) = (modes.get(i), dirs.get(i), seq.get_mut(i))
+            else {
+                bail!("internal: mode index");
+            };
+            if *m == Protection::NoSec {
                 c.danger_insecure_as(ADMIN_USER_ID);
             } else {
                 c.secure();
             }
-            let path = format!("/bench/seq-{mode}-{round}");
+            let path = format!("{dir}/{round}");
             let t = Instant::now();
             c.put(&mut payload.as_slice(), size, &path, &mut |_| {})?;
             let put_time = t.elapsed().as_secs_f64();
-            put_samples.push(size as f64 / put_time / 1e6);
             let mut sink = Vec::with_capacity(size as usize);
             let t = Instant::now();
             c.get(&path, &mut sink, &mut |_| {})?;
             let get_time = t.elapsed().as_secs_f64();
-            get_samples.push(size as f64 / get_time / 1e6);
-            both_samples.push(2.0 * size as f64 / (put_time + get_time) / 1e6);
             if sink != payload {
                 bail!("sequential read-back differs from what was written");
             }
+            let [put, get, both] = samples;
+            put.push(size as f64 / put_time / 1e6);
+            get.push(size as f64 / get_time / 1e6);
+            both.push(2.0 * size as f64 / (put_time + get_time) / 1e6);
         }
     }
     c.secure();
@@ -525,12 +560,20 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let [put_n, put_s] = &mut put;
-    let [get_n, get_s] = &mut get;
-    let (put_nosec, put_secure) = (med(put_n), med(put_s));
-    let (get_nosec, get_secure) = (med(get_n), med(get_s));
-    let [both_n, both_s] = &mut both;
-    let (seq_nosec, seq_secure) = (med(both_n), med(both_s));
+    let seq: Vec<(Protection, [f64; 3])> = modes
+        .iter()
+        .copied()
+        .zip(seq)
+        .map(|(m, [mut p, mut g, mut b])| (m, [med(&mut p), med(&mut g), med(&mut b)]))
+        .collect();
+    let of = |m: Protection| {
+        seq.iter()
+            .find(|(x, _)| *x == m)
+            .map(|(_, v)| *v)
+            .unwrap_or([f64::NAN; 3])
+    };
+    let [put_nosec, get_nosec, seq_nosec] = of(Protection::NoSec);
+    let [put_secure, get_secure, seq_secure] = of(Protection::AllData);
 
     let base = |prefix: &str| {
         rows.iter()
@@ -575,6 +618,13 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
         obj.insert("seq_get_secure_mb_s".into(), get_secure.into());
         obj.insert("seq_put_get_nosec_mb_s".into(), seq_nosec.into());
         obj.insert("seq_put_get_secure_mb_s".into(), seq_secure.into());
+        for (m, [p, g, b]) in &seq {
+            let tag = m.name().to_ascii_lowercase();
+            obj.insert(format!("seq_put_{tag}_mb_s"), (*p).into());
+            obj.insert(format!("seq_get_{tag}_mb_s"), (*g).into());
+            obj.insert(format!("seq_put_get_{tag}_mb_s"), (*b).into());
+            obj.insert(format!("seq_{tag}_over_nosec"), (b / seq_nosec).into());
+        }
         obj.insert("iterations".into(), n.into());
         obj.insert("seq_mib".into(), seq_mib.into());
         println!("{}", serde_json::Value::Object(obj));
@@ -599,8 +649,15 @@ fn run_ops(iterations: u32, seq_mib: u64, data: Option<PathBuf>, json: bool) -> 
             );
         }
         println!(
-            "sequential {seq_mib} MiB: put {put_secure:.0} / {put_nosec:.0} MB/s, get {get_secure:.0} / {get_nosec:.0} MB/s, put+get {seq_secure:.0} / {seq_nosec:.0} MB/s (secure / NOSEC, medians of 6)"
+            "sequential {seq_mib} MiB, medians of 6 rounds in alternating order (MB/s): put {put_secure:.0} / {put_nosec:.0}, get {get_secure:.0} / {get_nosec:.0}, put+get {seq_secure:.0} / {seq_nosec:.0} (ALLDATA / NOSEC)"
         );
+        for (m, [p, g, b]) in &seq {
+            println!(
+                "  {:<13} put {p:7.0}  get {g:7.0}  put+get {b:7.0}  × NOSEC {:.3}",
+                m.name(),
+                b / seq_nosec
+            );
+        }
         println!(
             "open_cached_over_nosec {open_cached_over_nosec:.3} (target ≤ 1.10), open_generated_over_nosec {open_generated_over_nosec:.3}, seq_throughput_secure_over_nosec {seq_ratio:.3} (target ≥ 0.97)"
         );
@@ -941,9 +998,10 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Ops {
             iterations,
             seq_mib,
+            security,
             data,
             json,
-        } => run_ops(iterations, seq_mib, data, json),
+        } => run_ops(iterations, seq_mib, &security, data, json),
         BenchCommand::Objects {
             size,
             threads,
