@@ -680,6 +680,7 @@ fn run(cli: Cli) -> Result<()> {
                     .map(|d| (d.daemon, d.counters))
                     .collect();
                 rows.push(("client".into(), client_counters));
+                let mut reasons = Vec::new();
                 for (name, counters) in rows {
                     let get = |k: &str| {
                         counters
@@ -704,6 +705,13 @@ fn run(cli: Cli) -> Result<()> {
                             format!("{:.1}%", r * 100.0)
                         }
                     );
+                    reasons.extend(counters.iter().filter_map(|(k, v)| {
+                        k.strip_prefix("refused:")
+                            .map(|code| format!("{name}: {code} {v}"))
+                    }));
+                }
+                if !reasons.is_empty() {
+                    println!("refused, by reason: {}", reasons.join(", "));
                 }
             }
             Ok(())

@@ -133,7 +133,9 @@ impl Client {
                     Err(ClientError::Refused(e))
                         if matches!(
                             e.code,
-                            ErrorCode::UnknownSession | ErrorCode::StaleRequest
+                            ErrorCode::UnknownSession
+                                | ErrorCode::StaleRequest
+                                | ErrorCode::NotReady
                         ) =>
                     {
                         if let Some(s) = &mut self.session {

@@ -792,7 +792,9 @@ fn offset_to(server_now: u64) -> i64 {
 /// `FUTURE_SKEW_MILLIS` (T7); one retry after that long succeeds with a fresh timestamp.
 fn retry_stale<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
     match call() {
-        Err(ClientError::Refused(e)) if e.code == ErrorCode::StaleRequest => {
+        Err(ClientError::Refused(e))
+            if matches!(e.code, ErrorCode::StaleRequest | ErrorCode::NotReady) =>
+        {
             std::thread::sleep(std::time::Duration::from_millis(
                 wire::FUTURE_SKEW_MILLIS + 50,
             ));

@@ -116,6 +116,7 @@ pub struct MdsConfig {
 struct Stats {
     requests: AtomicU64,
     refusals: AtomicU64,
+    refused_by_reason: msg::RefusalCounts,
     logins: AtomicU64,
     login_cookies: AtomicU64,
     capability_cache_hits: AtomicU64,
@@ -349,8 +350,13 @@ impl<S: MetaStore> Mds<S> {
     }
 
     fn refuse_counted<T>(&self, r: Result<T>) -> Result<T> {
-        if r.is_err() {
-            self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = &r {
+            let code = e.to_wire().code;
+            self.stats.refused_by_reason.add(code);
+            // "Not ready" right after a start is an expected, retried wait, not a refusal.
+            if code != ErrorCode::NotReady {
+                self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+            }
         }
         r
     }
@@ -784,6 +790,7 @@ impl<S: MetaStore> Mds<S> {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v)),
         );
+        counters.extend(self.stats.refused_by_reason.counters());
         DaemonStats {
             daemon: "mds".into(),
             counters,
@@ -874,5 +881,9 @@ fn freshness_error(f: Freshness) -> MdsError {
         Freshness::Stale => MdsError::refused(ErrorCode::StaleRequest, "check the clock"),
         Freshness::Replayed => MdsError::refused(ErrorCode::ReplayedRequest, ""),
         Freshness::Busy => MdsError::refused(ErrorCode::Busy, "replay window full"),
+        Freshness::JustStarted => MdsError::refused(
+            ErrorCode::NotReady,
+            "just started: requests dated before its start + 500 ms wait; retry",
+        ),
     }
 }

@@ -125,6 +125,7 @@ struct CachedCapability {
 struct Stats {
     requests: AtomicU64,
     refusals: AtomicU64,
+    refused_by_reason: msg::RefusalCounts,
     sessions_accepted: AtomicU64,
     capability_cache_hits: AtomicU64,
     capability_cache_misses: AtomicU64,
@@ -242,8 +243,13 @@ impl OsdCore {
     }
 
     fn counted<T>(&self, r: Result<T, WireError>) -> Result<T, WireError> {
-        if r.is_err() {
-            self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = &r {
+            self.stats.refused_by_reason.add(e.code);
+            // "Not ready" (just started, or not yet registered) is an expected, retried
+            // wait, not a refusal.
+            if e.code != ErrorCode::NotReady {
+                self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+            }
         }
         r
     }
@@ -695,6 +701,7 @@ impl OsdCore {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v)),
         );
+        counters.extend(self.stats.refused_by_reason.counters());
         DaemonStats {
             daemon: format!("osd {}", self.id),
             counters,
@@ -744,5 +751,9 @@ fn freshness(f: Freshness) -> WireError {
         Freshness::Stale => refuse(ErrorCode::StaleRequest, "check the clock"),
         Freshness::Replayed => refuse(ErrorCode::ReplayedRequest, ""),
         Freshness::Busy => refuse(ErrorCode::Busy, "replay window full"),
+        Freshness::JustStarted => refuse(
+            ErrorCode::NotReady,
+            "just started: requests dated before its start + 500 ms wait; retry",
+        ),
     }
 }

@@ -43,7 +43,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 }
 
 /// Why a daemon refused a request: one code per cause, so callers (and scripts) see why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum ErrorCode {
     /// The bytes do not decode.
@@ -171,6 +171,31 @@ impl ErrorCode {
             ProtoError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
             _ => ErrorCode::Malformed,
         }
+    }
+}
+
+/// Refusals counted by reason, for `maat stats` (every daemon keeps one).
+#[derive(Debug, Default)]
+pub struct RefusalCounts(std::sync::Mutex<std::collections::BTreeMap<ErrorCode, u64>>);
+
+impl RefusalCounts {
+    /// Counts one refusal.
+    pub fn add(&self, code: ErrorCode) {
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry(code).or_insert(0) += 1;
+        }
+    }
+
+    /// `("refused:<Code>", count)` for every reason seen, for a daemon's counters.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        self.0
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(code, n)| (format!("refused:{code:?}"), *n))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 

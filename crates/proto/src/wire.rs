@@ -366,6 +366,9 @@ pub enum Freshness {
     Replayed,
     /// The window is full of live entries.
     Busy,
+    /// Dated inside the receiver's first moments after start (see [`ReplayWindow`]):
+    /// refused as not ready, and worth retrying after [`FUTURE_SKEW_MILLIS`].
+    JustStarted,
 }
 
 /// SPEC T7: timestamps plus a nonce window.
@@ -407,7 +410,16 @@ impl ReplayWindow {
         let too_old = now.max(self.latest_now).0.saturating_sub(timestamp.0) > self.window_millis;
         let too_new = timestamp.0 > now.0.saturating_add(FUTURE_SKEW_MILLIS);
         let before_boot = timestamp.0 < self.boot.0.saturating_add(FUTURE_SKEW_MILLIS);
-        if too_old || too_new || before_boot {
+        if too_old || too_new {
+            return Err(Freshness::Stale);
+        }
+        if before_boot {
+            // While the receiver is younger than FUTURE_SKEW_MILLIS even fresh requests
+            // fall here (it cannot tell them from replays captured before its restart):
+            // "not ready, retry". Later, such a timestamp can only be old: stale.
+            if now.0 < self.boot.0.saturating_add(FUTURE_SKEW_MILLIS) {
+                return Err(Freshness::JustStarted);
+            }
             return Err(Freshness::Stale);
         }
         Ok(())
@@ -511,6 +523,11 @@ mod tests {
                 UnixMillis(boot.0 + 1000)
             ),
             Err(Freshness::Stale)
+        );
+        // A fresh request to a receiver younger than the skew: not ready, retry.
+        assert_eq!(
+            ReplayWindow::new(boot).check_time(UnixMillis(boot.0 + 100), UnixMillis(boot.0 + 100)),
+            Err(Freshness::JustStarted)
         );
         // A request captured just before a restart cannot pass after it: its timestamp is
         // at most capture + skew, below the new boot + skew.
