@@ -289,3 +289,20 @@ fn a_read_reuses_a_cached_read_write_capability_only_while_the_user_may_write() 
     assert_eq!(mode_of(&read.capability), Mode::READ);
     assert_ne!(read.capability, rw.capability);
 }
+
+#[test]
+fn a_first_put_on_a_new_cluster_shows_no_refusals() {
+    // Found trying Maat as a new user: `maat stats` after a first put showed a dozen MDS
+    // refusals, all `maat up`'s own polling inside the MDS's first 500 ms. Those are now
+    // "not ready" waits, shown by reason and not counted as refusals.
+    let cluster = Cluster::start(2, &[]);
+    let admin = cluster.admin_home();
+    cluster.ok(&admin, &["put", "-", "/first"], Some(b"hello"));
+    let stats = cluster.ok(&admin, &["stats", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&stats).unwrap();
+    for daemon in ["mds", "osd 1", "osd 2"] {
+        assert_eq!(v[daemon]["refusals"].as_u64(), Some(0), "{daemon}: {v}");
+    }
+    let text = String::from_utf8(cluster.ok(&admin, &["stats"], None)).unwrap();
+    assert!(text.contains("refused"), "{text}");
+}
