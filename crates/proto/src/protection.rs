@@ -181,6 +181,48 @@ fn request_head(h: &RequestHeader, message_len: [u8; 4]) -> Vec<u8> {
     out
 }
 
+/// CONFIDENTIAL: `message ‖ data` encrypted as one block of the session's AEAD key.
+fn seal_body(
+    keys: &EnvelopeKeys,
+    block: u64,
+    aad: &[u8],
+    message: &[u8],
+    data: &[u8],
+    rng: &mut impl rand_core::CryptoRngCore,
+) -> Result<Vec<u8>> {
+    let mut body = Vec::with_capacity(message.len() + data.len() + 48);
+    body.extend_from_slice(message);
+    body.extend_from_slice(data);
+    keys.aead
+        .seal_in_place(block, aad, &mut body, rng)
+        .map_err(ProtoError::Crypto)?;
+    Ok(body)
+}
+
+/// Opens a [`seal_body`] body into message and data.
+fn open_body(
+    keys: &EnvelopeKeys,
+    block: u64,
+    aad: &[u8],
+    sealed: &[u8],
+    message_len: usize,
+    token: &'static str,
+    what: &'static str,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    let mut body = sealed.to_vec();
+    let len = keys
+        .aead
+        .open_in_place(block, aad, &mut body)
+        .map_err(|_| ProtoError::DecryptionFailed { token })?
+        .len();
+    body.truncate(len);
+    if body.len() < message_len {
+        return Err(ProtoError::Truncated { what });
+    }
+    let data = body.split_off(message_len);
+    Ok((body, data))
+}
+
 /// Seals a request: `message` is the command without its bulk data, `data` the bulk data,
 /// `capability` the capability bytes the message carries (the CAPKEY MAC covers them).
 pub fn seal_request(
@@ -217,13 +259,8 @@ pub fn seal_request_parts<'d>(
         Protection::CmdRsp => keys.mac.tag(&[REQUEST_CONTEXT, &head, message]),
         Protection::AllData => keys.mac.tag(&[REQUEST_CONTEXT, &head, message, data]),
         Protection::Confidential => {
-            let mut body = Vec::with_capacity(message.len() + data.len() + 48);
-            body.extend_from_slice(message);
-            body.extend_from_slice(data);
             let aad = [REQUEST_CONTEXT, &head].concat();
-            keys.aead
-                .seal_in_place(REQUEST_BLOCK, &aad, &mut body, rng)
-                .map_err(ProtoError::Crypto)?;
+            let body = seal_body(keys, REQUEST_BLOCK, &aad, message, data, rng)?;
             return Ok([Cow::Owned(head), Cow::Owned(body), Cow::Owned(Vec::new())]);
         }
     };
@@ -302,59 +339,37 @@ impl<'a> UnverifiedRequest<'a> {
     /// Checks the envelope under `keys`; returns message and data. `capability` is what the
     /// decoded message carries (used by CAPKEY only).
     pub fn open(self, keys: &EnvelopeKeys, capability: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
-        let bad = ProtoError::BadMac { token: "request" };
-        let split = |body: &[u8], len: usize| -> Result<(Vec<u8>, Vec<u8>)> {
-            if body.len() < len {
-                return Err(ProtoError::Truncated {
-                    what: "request envelope",
-                });
-            }
-            let (m, d) = body.split_at(len);
-            Ok((m.to_vec(), d.to_vec()))
-        };
-        let (message, data) = if self.body.len() >= self.message_len {
-            self.body.split_at(self.message_len)
-        } else {
-            (self.body, &[][..])
-        };
-        match self.header.method {
-            Protection::NoSec => Err(bad),
-            Protection::CapKey => {
-                keys.mac
-                    .verify(&[REQUEST_CONTEXT, self.head, capability], self.trailer)
-                    .map_err(|_| bad)?;
-                split(self.body, self.message_len)
-            }
-            Protection::CmdRsp => {
-                keys.mac
-                    .verify(&[REQUEST_CONTEXT, self.head, message], self.trailer)
-                    .map_err(|_| bad)?;
-                split(self.body, self.message_len)
-            }
-            Protection::AllData => {
-                keys.mac
-                    .verify(&[REQUEST_CONTEXT, self.head, message, data], self.trailer)
-                    .map_err(|_| bad)?;
-                split(self.body, self.message_len)
-            }
-            Protection::Confidential => {
-                let aad = [REQUEST_CONTEXT, self.head].concat();
-                let mut body = self.body.to_vec();
-                let len = keys
-                    .aead
-                    .open_in_place(REQUEST_BLOCK, &aad, &mut body)
-                    .map_err(|_| ProtoError::DecryptionFailed { token: "request" })?
-                    .len();
-                body.truncate(len);
-                if body.len() < self.message_len {
-                    return Err(ProtoError::Truncated {
-                        what: "request envelope",
-                    });
-                }
-                let data = body.split_off(self.message_len);
-                Ok((body, data))
-            }
+        if self.header.method == Protection::Confidential {
+            let aad = [REQUEST_CONTEXT, self.head].concat();
+            return open_body(
+                keys,
+                REQUEST_BLOCK,
+                &aad,
+                self.body,
+                self.message_len,
+                "request",
+                "request envelope",
+            );
         }
+        // `decode` checked that a MAC method's body holds the whole message.
+        let (message, data) =
+            self.body
+                .split_at_checked(self.message_len)
+                .ok_or(ProtoError::Truncated {
+                    what: "request envelope",
+                })?;
+        let covered: &[&[u8]] = match self.header.method {
+            Protection::CapKey => &[REQUEST_CONTEXT, self.head, capability],
+            Protection::CmdRsp => &[REQUEST_CONTEXT, self.head, message],
+            Protection::AllData => &[REQUEST_CONTEXT, self.head, message, data],
+            Protection::NoSec | Protection::Confidential => {
+                return Err(ProtoError::BadMac { token: "request" })
+            }
+        };
+        keys.mac
+            .verify(covered, self.trailer)
+            .map_err(|_| ProtoError::BadMac { token: "request" })?;
+        Ok((message.to_vec(), data.to_vec()))
     }
 }
 
@@ -429,13 +444,8 @@ pub fn seal_response_parts(
         Protection::CmdRsp => keys.mac.tag(&[&ctx, &head, message]).to_vec(),
         Protection::AllData => keys.mac.tag(&[&ctx, &head, message, &data]).to_vec(),
         Protection::Confidential => {
-            let mut body = Vec::with_capacity(message.len() + data.len() + 48);
-            body.extend_from_slice(message);
-            body.extend_from_slice(&data);
             let aad = [ctx.as_slice(), &head].concat();
-            keys.aead
-                .seal_in_place(RESPONSE_BLOCK, &aad, &mut body, rng)
-                .map_err(ProtoError::Crypto)?;
+            let body = seal_body(keys, RESPONSE_BLOCK, &aad, message, &data, rng)?;
             return Ok([head, body, Vec::new()]);
         }
     };
@@ -487,23 +497,17 @@ pub fn open_response(
         let (t, m, d) = open_response_slices(keys, method, session_id, nonce, payload)?;
         return Ok((t, m.to_vec(), d.to_vec()));
     }
-    let truncated = ProtoError::Truncated {
-        what: "response envelope",
-    };
     let (head, rest, timestamp, message_len, echoed) = split_response(method, payload)?;
-    let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
-    let aad = [ctx.as_slice(), head].concat();
-    let mut body = rest.to_vec();
-    let len = keys
-        .aead
-        .open_in_place(RESPONSE_BLOCK, &aad, &mut body)
-        .map_err(|_| ProtoError::DecryptionFailed { token: "response" })?
-        .len();
-    body.truncate(len);
-    if body.len() < message_len {
-        return Err(truncated);
-    }
-    let data = body.split_off(message_len);
+    let aad = [RESPONSE_CONTEXT, session_id.as_slice(), head].concat();
+    let (body, data) = open_body(
+        keys,
+        RESPONSE_BLOCK,
+        &aad,
+        rest,
+        message_len,
+        "response",
+        "response envelope",
+    )?;
     check_echo(&echoed, nonce)?;
     Ok((timestamp, body, data))
 }
