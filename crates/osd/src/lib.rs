@@ -398,19 +398,23 @@ impl OsdCore {
         let envelope = protection::UnverifiedRequest::decode(payload)?;
         let header = envelope.header;
         let (user, keys) = self.live_session(&header.session_id, header.timestamp, now)?;
-        // CAPKEY's MAC covers the capability, which only the (unprotected) message names.
-        let capability = match header.method {
-            Protection::CapKey => {
-                let message = envelope.peek_message().unwrap_or_default();
-                msg::decode::<OsdRequest>(message)?.capability
-            }
-            _ => Vec::new(),
+        // CAPKEY's MAC covers the capability, which only the (unprotected) message names:
+        // that message is decoded once, before the check, and used after it.
+        let peeked = match header.method {
+            Protection::CapKey => Some(msg::decode::<OsdRequest>(
+                envelope.peek_message().unwrap_or_default(),
+            )?),
+            _ => None,
         };
-        let (message, data) = envelope.open(&keys, &capability)?;
+        let capability = peeked.as_ref().map_or(&[][..], |r| r.capability.as_slice());
+        let (message, data) = envelope.open(&keys, capability)?;
         lock(&self.replay)
             .check_and_record(&header.session_id, &header.nonce, header.timestamp, now)
             .map_err(freshness)?;
-        let mut decoded: OsdRequest = msg::decode(&message)?;
+        let mut decoded: OsdRequest = match peeked {
+            Some(request) => request,
+            None => msg::decode(&message)?,
+        };
         decoded.put_bulk(data)?;
         Ok((
             Caller {
