@@ -123,10 +123,9 @@ impl Client {
                 }
             });
         }
-        let total: usize = lanes.iter().map(|l| l.calls.len()).sum();
-        self.stats.requests += total as u64;
-        let mut out: Vec<Option<Result<OsdResponse>>> = (0..total).map(|_| None).collect();
+        let mut answers = Vec::new();
         for lane in lanes {
+            self.stats.requests += lane.calls.len() as u64;
             self.osds.insert(lane.osd, lane.conn);
             for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {
                 let answer = match answer {
@@ -138,22 +137,22 @@ impl Client {
                                 | ErrorCode::NotReady
                         ) =>
                     {
-                        if let Some(s) = &mut self.session {
-                            s.osd_sessions.retain(|o| o.osd != lane.osd);
+                        // Only a forgotten session needs a new one; a stale or early
+                        // request is simply sent again (`osd_call` waits as needed).
+                        if e.code == ErrorCode::UnknownSession {
+                            if let Some(s) = &mut self.session {
+                                s.osd_sessions.retain(|o| o.osd != lane.osd);
+                            }
                         }
                         self.data_call(opened, lane.osd, request)
                     }
                     other => other,
                 };
-                if let Some(slot) = out.get_mut(index) {
-                    *slot = Some(answer);
-                }
+                answers.push((index, answer));
             }
         }
-        Ok(out
-            .into_iter()
-            .map(|a| a.unwrap_or_else(|| Err(ClientError::Local("request not run".into()))))
-            .collect())
+        answers.sort_by_key(|(index, _)| *index);
+        Ok(answers.into_iter().map(|(_, answer)| answer).collect())
     }
 
     /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
