@@ -25,13 +25,9 @@ impl<S: MetaStore> Mds<S> {
     /// The partition with `id`; a file naming a partition that does not exist (which the
     /// MDS never writes) is refused rather than given a default method.
     pub(crate) fn partition(&self, id: u64) -> Result<PartitionRecord> {
-        self.store
-            .partitions()?
-            .into_iter()
-            .find(|p| p.id == id)
-            .ok_or_else(|| {
-                MdsError::refused(ErrorCode::Internal, format!("partition {id} is missing"))
-            })
+        self.store.partition(id)?.ok_or_else(|| {
+            MdsError::refused(ErrorCode::Internal, format!("partition {id} is missing"))
+        })
     }
 
     pub(crate) fn partition_by_name(&self, name: &str) -> Result<PartitionRecord> {
@@ -122,11 +118,7 @@ impl<S: MetaStore> Mds<S> {
 
     /// The default partition for a new cluster, or an existing one from before partitions.
     pub(crate) fn default_partition_op(store: &S, protection: Protection) -> Result<Option<Op>> {
-        if store
-            .partitions()?
-            .iter()
-            .any(|p| p.id == DEFAULT_PARTITION)
-        {
+        if store.partition(DEFAULT_PARTITION)?.is_some() {
             return Ok(None);
         }
         Ok(Some(Op::PutPartition(PartitionRecord {

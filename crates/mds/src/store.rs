@@ -382,6 +382,8 @@ pub trait MetaStore: Send + Sync {
     fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError>;
     /// The OSDs.
     fn osds(&self) -> Result<Vec<OsdEntry>, StoreError>;
+    /// One partition (every stat and open reads its file's).
+    fn partition(&self, id: u64) -> Result<Option<PartitionRecord>, StoreError>;
     /// Every partition.
     fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError>;
     /// A metadata value.

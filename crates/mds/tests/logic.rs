@@ -107,6 +107,9 @@ impl MetaStore for &MemStore {
     fn osds(&self) -> Result<Vec<OsdEntry>, StoreError> {
         Ok(self.0.lock().unwrap().osds.values().cloned().collect())
     }
+    fn partition(&self, id: u64) -> Result<Option<PartitionRecord>, StoreError> {
+        Ok(self.0.lock().unwrap().partitions.get(&id).cloned())
+    }
     fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError> {
         Ok(self
             .0

@@ -305,6 +305,10 @@ impl MetaStore for RedbStore {
         Ok(out)
     }
 
+    fn partition(&self, id: u64) -> Result<Option<PartitionRecord>, StoreError> {
+        self.get_u64(PARTITIONS, id)
+    }
+
     fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(PARTITIONS).map_err(err)?;
