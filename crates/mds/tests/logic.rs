@@ -189,6 +189,24 @@ fn config(ticket_millis: u64) -> MdsConfig {
     }
 }
 
+/// An MDS on `store` booted at `boot`, with the fixed secrets and administrator key.
+fn open_mds<'a>(
+    store: &'a MemStore,
+    ticket_millis: u64,
+    boot: u64,
+    rng: &mut ChaCha20Rng,
+) -> Mds<&'a MemStore> {
+    Mds::open(
+        store,
+        config(ticket_millis),
+        secrets(),
+        &ADMIN_KEY,
+        UnixMillis(boot),
+        rng,
+    )
+    .unwrap()
+}
+
 /// The same MDS secrets on every start (as the daemon's key files give).
 fn secrets() -> MdsSecrets {
     MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99))
@@ -297,15 +315,7 @@ fn a_login_start_without_a_valid_cookie_costs_no_group_operation() {
     // cookie for this address and time reaches OPAQUE.
     let store = MemStore::default();
     let mut rng = ChaCha20Rng::seed_from_u64(5);
-    let mds = Mds::open(
-        &store,
-        config(3_600_000),
-        secrets(),
-        &ADMIN_KEY,
-        UnixMillis(T0),
-        &mut rng,
-    )
-    .unwrap();
+    let mds = open_mds(&store, 3_600_000, T0, &mut rng);
     let now = T0 + 1000;
     let (_, ke1) = pake::client_login_start(&ADMIN_KEY, &mut rng).unwrap();
     let keys = ([1; 32], [2; 32]);
@@ -396,15 +406,7 @@ fn expired_sessions_are_swept_at_start() {
     let store = MemStore::default();
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let boot = T0;
-    let mds = Mds::open(
-        &store,
-        config(60_000),
-        secrets(),
-        &ADMIN_KEY,
-        UnixMillis(boot),
-        &mut rng,
-    )
-    .unwrap();
+    let mds = open_mds(&store, 60_000, boot, &mut rng);
     let now = boot + 1000;
     let s = admin_login(&mds, now, &mut rng);
     assert!(call(
@@ -419,15 +421,7 @@ fn expired_sessions_are_swept_at_start() {
     assert_eq!(store.0.lock().unwrap().sessions.len(), 1);
     drop(mds);
     // Restart before expiry: the session survives (persisted).
-    let mds = Mds::open(
-        &store,
-        config(60_000),
-        secrets(),
-        &ADMIN_KEY,
-        UnixMillis(now + 2000),
-        &mut rng,
-    )
-    .unwrap();
+    let mds = open_mds(&store, 60_000, now + 2000, &mut rng);
     assert!(call(
         &mds,
         &s,
@@ -440,15 +434,7 @@ fn expired_sessions_are_swept_at_start() {
     drop(mds);
     // Restart after expiry: swept from the store.
     let later = now + 120_000;
-    let mds = Mds::open(
-        &store,
-        config(60_000),
-        secrets(),
-        &ADMIN_KEY,
-        UnixMillis(later),
-        &mut rng,
-    )
-    .unwrap();
+    let mds = open_mds(&store, 60_000, later, &mut rng);
     assert!(store.0.lock().unwrap().sessions.is_empty());
     let err = call(
         &mds,
@@ -466,15 +452,7 @@ fn expired_sessions_are_swept_at_start() {
 fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
     let store = MemStore::default();
     let mut rng = ChaCha20Rng::seed_from_u64(2);
-    let mds = Mds::open(
-        &store,
-        config(3_600_000),
-        secrets(),
-        &ADMIN_KEY,
-        UnixMillis(T0),
-        &mut rng,
-    )
-    .unwrap();
+    let mds = open_mds(&store, 3_600_000, T0, &mut rng);
     let now = T0 + 1000;
     let s = admin_login(&mds, now, &mut rng);
     call(
@@ -588,15 +566,7 @@ fn a_stolen_store_does_not_log_in() {
     // password, fails; so does the legacy MAC login keyed with any 32 bytes of it.
     let store = MemStore::default();
     let mut rng = ChaCha20Rng::seed_from_u64(3);
-    let mds = Mds::open(
-        &store,
-        config(3_600_000),
-        secrets(),
-        &ADMIN_KEY,
-        UnixMillis(T0),
-        &mut rng,
-    )
-    .unwrap();
+    let mds = open_mds(&store, 3_600_000, T0, &mut rng);
     let now = T0 + 1000;
     let record = store.0.lock().unwrap().users.get(&1).cloned().unwrap();
     let stored = match &record.credential {
