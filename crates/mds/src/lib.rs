@@ -417,17 +417,21 @@ impl<S: MetaStore> Mds<S> {
                 nonce,
                 cookie,
             } => {
-                // SPEC T6: one keyed hash decides whether any group operation is spent.
+                // SPEC T6: one keyed hash decides whether any group operation is spent
+                // (the previous slot's cookie is computed only for a cookie that is not
+                // the current one).
                 let expected = users::login_cookie(&self.cookie_key, peer, now);
-                let previous = users::login_cookie(
-                    &self.cookie_key,
-                    peer,
-                    UnixMillis(now.0.saturating_sub(users::COOKIE_SLOT_MILLIS)),
-                );
+                let previous = || {
+                    users::login_cookie(
+                        &self.cookie_key,
+                        peer,
+                        UnixMillis(now.0.saturating_sub(users::COOKIE_SLOT_MILLIS)),
+                    )
+                };
                 match cookie {
                     Some(c)
                         if maat_crypto::ct_eq(&c, &expected)
-                            || maat_crypto::ct_eq(&c, &previous) =>
+                            || maat_crypto::ct_eq(&c, &previous()) =>
                     {
                         self.opaque_login_start(
                             &name,
