@@ -395,17 +395,36 @@ fn register_loop(
                 return;
             }
             Err(e) => {
-                // Right after the MDS boots it refuses timestamps inside its restart grace
-                // (T7); that is expected and retried, not worth a warning.
-                let expected = e.contains("stale request");
+                // Right after the MDS boots it answers "not ready" to timestamps inside its
+                // restart grace (T7); that is expected and retried, not worth a warning.
+                let expected = matches!(
+                    e.code,
+                    Some(msg::ErrorCode::NotReady | msg::ErrorCode::StaleRequest)
+                );
                 if !warned && !expected {
                     eprintln!(
-                        "osd {id}: registration with MDS at {mds_address} failed ({e}); retrying"
+                        "osd {id}: registration with MDS at {mds_address} failed ({}); retrying",
+                        e.reason
                     );
                     warned = true;
                 }
                 std::thread::sleep(Duration::from_millis(300));
             }
+        }
+    }
+}
+
+/// Why one registration attempt failed: the MDS's refusal code when it refused.
+struct RegisterFailure {
+    code: Option<msg::ErrorCode>,
+    reason: String,
+}
+
+impl RegisterFailure {
+    fn local(reason: impl std::fmt::Display) -> Self {
+        RegisterFailure {
+            code: None,
+            reason: reason.to_string(),
         }
     }
 }
@@ -417,7 +436,7 @@ fn register_once(
     id: u64,
     weight: u32,
     join: &MacKey,
-) -> Result<[u8; 32], String> {
+) -> Result<[u8; 32], RegisterFailure> {
     let mut nonce = [0u8; 16];
     OsRng.fill_bytes(&mut nonce);
     let timestamp = now().0;
@@ -440,14 +459,18 @@ fn register_once(
         nonce,
         mac: join.tag(&refs),
     };
-    let payload = msg::encode(&request).map_err(|e| e.to_string())?;
+    let payload = msg::encode(&request).map_err(RegisterFailure::local)?;
     let mut conn = Connection::new(mds_address);
     let (_, answer) = conn
         .call(FrameType::Plain, &payload)
-        .map_err(|e| e.to_string())?;
+        .map_err(RegisterFailure::local)?;
     let answer: Result<MdsPlainResponse, WireError> =
-        msg::decode(&answer).map_err(|e| e.to_string())?;
-    match answer.map_err(|e| e.to_string())? {
+        msg::decode(&answer).map_err(RegisterFailure::local)?;
+    let answer = answer.map_err(|e| RegisterFailure {
+        code: Some(e.code),
+        reason: e.to_string(),
+    })?;
+    match answer {
         MdsPlainResponse::Registered {
             mds_verifying_key,
             mac,
@@ -456,9 +479,9 @@ fn register_once(
             if maat_crypto::ct_eq(&expected, &mac) {
                 Ok(mds_verifying_key)
             } else {
-                Err("registration answer has a bad MAC".into())
+                Err(RegisterFailure::local("registration answer has a bad MAC"))
             }
         }
-        _ => Err("unexpected answer to registration".into()),
+        _ => Err(RegisterFailure::local("unexpected answer to registration")),
     }
 }
