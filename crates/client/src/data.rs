@@ -5,14 +5,26 @@
 use super::*;
 
 impl Client {
-    /// One request to an OSD; renegotiates the session once if the OSD forgot it.
+    /// One request to an OSD; renegotiates the session once if the OSD forgot it, and
+    /// supplies the capability's Merkle trees once if the OSD lacks them (SPEC M4).
     pub fn osd_call(&mut self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
-        match retry_stale(|| self.osd_call_once(osd, &request)) {
+        match self.osd_call_fresh(osd, &request) {
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownTree => {
+                self.supply_trees(osd, &request.capability)?;
+                self.osd_call_fresh(osd, &request)
+            }
+            other => other,
+        }
+    }
+
+    /// [`Client::osd_call`] without supplying trees.
+    pub(crate) fn osd_call_fresh(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+        match retry_stale(|| self.osd_call_once(osd, request)) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
                 if let Some(s) = &mut self.session {
                     s.osd_sessions.retain(|o| o.osd != osd);
                 }
-                self.osd_call_once(osd, &request)
+                self.osd_call_once(osd, request)
             }
             other => other,
         }
@@ -135,10 +147,12 @@ impl Client {
                             ErrorCode::UnknownSession
                                 | ErrorCode::StaleRequest
                                 | ErrorCode::NotReady
+                                | ErrorCode::UnknownTree
                         ) =>
                     {
                         // Only a forgotten session needs a new one; a stale or early
-                        // request is simply sent again (`osd_call` waits as needed).
+                        // request is simply sent again (`osd_call` waits as needed, and
+                        // supplies Merkle trees the OSD lacks).
                         if e.code == ErrorCode::UnknownSession {
                             if let Some(s) = &mut self.session {
                                 s.osd_sessions.retain(|o| o.osd != lane.osd);

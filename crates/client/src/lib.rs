@@ -11,6 +11,7 @@ mod data;
 pub use data::stripes_for;
 mod home;
 pub mod placement;
+mod trees;
 
 pub use auth::{KDF_ITERATIONS_MAX, KDF_LANES_MAX, KDF_MEMORY_KIB_MAX};
 pub use home::{ClusterFile, Home, SessionState};
@@ -142,6 +143,8 @@ pub struct Client {
     envelope_keys: EnvelopeKeys,
     /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
     rng: rand_chacha::ChaCha20Rng,
+    /// Merkle tree messages fetched from the MDS, by root (SPEC M4).
+    trees: HashMap<[u8; 32], Vec<u8>>,
     /// Counters.
     pub stats: ClientStats,
 }
@@ -195,6 +198,7 @@ impl Client {
             envelope_keys: EnvelopeKeys::default(),
             rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
                 .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
+            trees: HashMap::new(),
             stats,
         })
     }
@@ -468,6 +472,13 @@ impl Client {
             protection,
         })
         .map(drop)
+    }
+
+    /// Administrator: the grouping strategies the MDS uses from now on (SPEC M6).
+    pub fn set_grouping(&mut self, strategies: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::SetGrouping {
+            strategies: strategies.into(),
+        })
     }
 
     /// The partitions.

@@ -8,10 +8,13 @@
 //! takes one for every data operation, so a store call without the checks does not compile.
 //! The real store (files with fsync) lives in `maat-server`.
 
+mod trees;
+
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::VerifyingKey;
 use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters};
-use maat_proto::capability::{Capability, Mode};
+use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
 use maat_proto::msg::{
     self, DaemonStats, ErrorCode, InsecureRequest, ObjectAttributes, ObjectId, OsdCommand,
     OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, ADMIN_USER_ID,
@@ -129,6 +132,7 @@ struct Stats {
     sessions_accepted: AtomicU64,
     capability_cache_hits: AtomicU64,
     capability_cache_misses: AtomicU64,
+    trees_supplied: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
 }
@@ -175,6 +179,7 @@ pub struct OsdCore {
     sessions: RwLock<HashMap<[u8; 16], Session>>,
     replay: Mutex<ReplayWindow>,
     capabilities: RwLock<HashMap<[u8; 32], CachedCapability>>,
+    trees: trees::TreeCache,
     stats: Stats,
 }
 
@@ -208,6 +213,7 @@ impl OsdCore {
             sessions: RwLock::new(HashMap::new()),
             replay: Mutex::new(ReplayWindow::new(boot)),
             capabilities: RwLock::new(HashMap::new()),
+            trees: trees::TreeCache::default(),
             stats: Stats::default(),
         }
     }
@@ -221,6 +227,7 @@ impl OsdCore {
         if current.as_ref().map(|k| k.to_bytes()) != Some(key.to_bytes()) {
             // Capabilities verified under another key must be verified again.
             write(&self.capabilities).clear();
+            self.trees.clear();
         }
         *current = Some(key);
         Ok(())
@@ -481,11 +488,19 @@ impl OsdCore {
             ));
         }
         let capability = self.verified_capability(&request.capability, now)?;
+        let user_tree = match &capability.users {
+            Principals::UserTree(root) => Some(self.tree(root, "user")?),
+            _ => None,
+        };
         capability
-            .check_user(caller.user, None)
+            .check_user(caller.user, user_tree.as_deref())
             .map_err(|e| refuse(ErrorCode::WrongUser, e.to_string()))?;
+        let file_tree = match &capability.files {
+            Files::FileTree(root) => Some(self.tree(root, "file")?),
+            Files::File(_) => None,
+        };
         capability
-            .check_file(FileId(object.file), None)
+            .check_file(FileId(object.file), file_tree.as_deref())
             .map_err(|e| refuse(ErrorCode::WrongFile, e.to_string()))?;
         capability
             .check_mode(mode)
@@ -503,6 +518,58 @@ impl OsdCore {
             }
         }
         Ok(Authorized { object, mode })
+    }
+
+    /// SPEC M4: the verified members of a root, or `UnknownTree` (the client supplies it).
+    fn tree(
+        &self,
+        root: &[u8; 32],
+        what: &str,
+    ) -> Result<std::sync::Arc<maat_proto::merkle_msg::MemberSet>, WireError> {
+        self.trees.get(root).ok_or_else(|| {
+            refuse(
+                ErrorCode::UnknownTree,
+                format!("{what} set {}: supply its tree", hex_prefix(root)),
+            )
+        })
+    }
+
+    /// SPEC M4: keeps the members of one of the roots of the request's capability, after
+    /// checking the capability (signature, validity, that the caller is authenticated) and
+    /// rebuilding the root from the members.
+    fn supply_tree(
+        &self,
+        caller: &Caller,
+        request: &OsdRequest,
+        tree: &[u8],
+        now: UnixMillis,
+    ) -> Result<OsdResponse, WireError> {
+        if caller.secure.is_none() {
+            return Err(refuse(
+                ErrorCode::InvalidArgument,
+                "trees come with capabilities; NOSEC has none",
+            ));
+        }
+        let capability = self.verified_capability(&request.capability, now)?;
+        let message = MerkleTreeMessage::decode(tree)?;
+        let (kind, root) = match (&capability.users, &capability.files) {
+            (Principals::UserTree(root), _) if message.kind() == SetKind::Users => {
+                (SetKind::Users, *root)
+            }
+            (_, Files::FileTree(root)) if message.kind() == SetKind::Files => {
+                (SetKind::Files, *root)
+            }
+            _ => {
+                return Err(refuse(
+                    ErrorCode::InvalidArgument,
+                    "the capability names no root of this tree's kind",
+                ))
+            }
+        };
+        let set = message.verify(kind, &root)?;
+        self.trees.insert(set);
+        self.stats.trees_supplied.fetch_add(1, Ordering::Relaxed);
+        Ok(OsdResponse::Ok)
     }
 
     fn verified_capability(&self, bytes: &[u8], now: UnixMillis) -> Result<Capability, WireError> {
@@ -568,6 +635,10 @@ impl OsdCore {
         let command = &request.command;
         match command {
             OsdCommand::Stats => return Ok(OsdResponse::Stats(self.stats())),
+            OsdCommand::SupplyTree { tree } => {
+                let r = self.supply_tree(caller, request, tree, now);
+                return self.counted(r);
+            }
             OsdCommand::List { partition } => {
                 let a = self.authorize_admin(caller)?;
                 return store
@@ -692,12 +763,14 @@ impl OsdCore {
             ("sessions_accepted", &s.sessions_accepted),
             ("capability_cache_hits", &s.capability_cache_hits),
             ("capability_cache_misses", &s.capability_cache_misses),
+            ("trees_supplied", &s.trees_supplied),
             ("bytes_read", &s.bytes_read),
             ("bytes_written", &s.bytes_written),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
         .collect();
+        counters.push(("trees_cached".into(), self.trees.len() as u64));
         counters.extend(
             self.counters
                 .snapshot()
@@ -744,6 +817,10 @@ fn check_bounds(command: &OsdCommand) -> Result<(), WireError> {
         }
         _ => Ok(()),
     }
+}
+
+fn hex_prefix(root: &[u8; 32]) -> String {
+    root.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

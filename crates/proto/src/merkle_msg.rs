@@ -137,6 +137,11 @@ impl MerkleTreeMessage {
         Self::new(kind, subtrees)
     }
 
+    /// Users or files.
+    pub fn kind(&self) -> SetKind {
+        self.kind
+    }
+
     /// The root these members commit to.
     pub fn root(&self) -> Result<Digest> {
         let roots = self
@@ -194,6 +199,12 @@ impl MemberSet {
     /// Number of members.
     pub fn len(&self) -> usize {
         self.members.len()
+    }
+    /// The members, ascending.
+    pub fn ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.members.iter().copied().collect();
+        ids.sort_unstable();
+        ids
     }
     /// Never true for a verified set.
     pub fn is_empty(&self) -> bool {

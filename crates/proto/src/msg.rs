@@ -107,6 +107,13 @@ pub enum ErrorCode {
     /// The request was sealed with a weaker protection method (SPEC T1) than its
     /// capability (hence the file's partition) requires.
     ProtectionTooWeak,
+    /// SPEC M4: the capability names a Merkle root this OSD holds no verified tree for;
+    /// the client fetches the tree from the MDS (`GetTree`), supplies it
+    /// (`SupplyTree`) and sends the request again.
+    UnknownTree,
+    /// A supplied Merkle tree does not rebuild the root it was offered for (forged or
+    /// corrupted members).
+    TreeMismatch,
 }
 
 impl ErrorCode {
@@ -143,6 +150,8 @@ impl ErrorCode {
             ErrorCode::WrongRecipient => "addressed to another party",
             ErrorCode::Internal => "internal error",
             ErrorCode::ProtectionTooWeak => "protection method weaker than the partition requires",
+            ErrorCode::UnknownTree => "capability names a Merkle tree this OSD has not seen",
+            ErrorCode::TreeMismatch => "Merkle tree does not match the capability's root",
         }
     }
 
@@ -169,6 +178,7 @@ impl ErrorCode {
             }
             ProtoError::WrongRecipient { .. } => ErrorCode::WrongRecipient,
             ProtoError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
+            ProtoError::CommitmentMismatch { .. } => ErrorCode::TreeMismatch,
             _ => ErrorCode::Malformed,
         }
     }
@@ -579,6 +589,18 @@ pub enum MdsRequest {
     },
     /// List the partitions.
     PartitionList,
+    /// SPEC M4: the Merkle tree message of a root named in a capability this MDS issued
+    /// (the caller must be in the capability's user set).
+    GetTree {
+        /// The root.
+        root: [u8; 32],
+    },
+    /// Administrator: the grouping strategies (SPEC M6) used from now on, as in the MDS
+    /// config (`unix,directory,batch,onthefly` or `none`); not written to the config file.
+    SetGrouping {
+        /// Comma-separated strategy names.
+        strategies: String,
+    },
 }
 
 /// File or directory attributes.
@@ -680,6 +702,8 @@ pub enum MdsResponse {
     },
     /// The partitions.
     Partitions(Vec<PartitionInfo>),
+    /// A Merkle tree message (answers `GetTree`; see `merkle_msg`).
+    Tree(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Where an object lives in an OSD's object model (SPEC T5).
@@ -784,6 +808,14 @@ pub enum OsdCommand {
     Format,
     /// Counters of this daemon.
     Stats,
+    /// SPEC M4: the members of a Merkle root named by this request's capability (a
+    /// `merkle_msg` message). The OSD verifies the capability, rebuilds the root from the
+    /// members and keeps them only when it equals one of the capability's roots.
+    SupplyTree {
+        /// The tree message.
+        #[serde(with = "serde_bytes")]
+        tree: Vec<u8>,
+    },
 }
 
 impl OsdCommand {
