@@ -6,6 +6,8 @@
 //! the time and a random generator as arguments and keeps its state in a [`MetaStore`]; it
 //! never touches a socket, a file or the clock.
 
+mod capabilities;
+pub mod grouping;
 mod namespace;
 mod partitions;
 pub mod store;
@@ -16,7 +18,6 @@ use maat_crypto::mac::{Blake3Mac, MacKey};
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::SigningKey;
 use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters, Secret32};
-use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::login::{
     login_mac_parts, login_ok_mac, mds_session_id, mds_session_key, register_mac_parts,
     registered_mac,
@@ -28,7 +29,7 @@ use maat_proto::msg::{
 use maat_proto::signed;
 use maat_proto::ticket::LoginTicket;
 use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
-use maat_proto::{CapabilityId, FileId, UnixMillis, UserId};
+use maat_proto::UnixMillis;
 pub use namespace::FILE_BYTES_MAX;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,8 +48,7 @@ pub const ADMIN_GID: u64 = 1;
 pub const ROOT_INODE: u64 = 1;
 /// Default ticket (login session) lifetime.
 pub const TICKET_LIFETIME_MILLIS_DEFAULT: u64 = 10 * 60 * 60 * 1000;
-/// Most capabilities the MDS keeps cached (SPEC M5).
-pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
+pub use capabilities::CAPABILITY_CACHE_ENTRIES_MAX;
 /// Expired sessions are deleted from the store every this many logins (and at start).
 pub const SESSION_SWEEP_LOGINS: u64 = 1024;
 /// Key-derivation context of the key that seals session keys in the store.
@@ -110,6 +110,8 @@ pub struct MdsConfig {
     /// cluster, or the first start after partitions existed); later changes go through
     /// `maat admin partition set-security`.
     pub default_protection: maat_proto::protection::Protection,
+    /// Grouping strategies and their thresholds (SPEC M6).
+    pub grouping: grouping::GroupingConfig,
 }
 
 #[derive(Default)]
@@ -119,13 +121,6 @@ struct Stats {
     refused_by_reason: msg::RefusalCounts,
     logins: AtomicU64,
     login_cookies: AtomicU64,
-    capability_cache_hits: AtomicU64,
-    capability_cache_misses: AtomicU64,
-}
-
-struct CachedCapability {
-    encoded: Vec<u8>,
-    expiry: UnixMillis,
 }
 
 struct Volatile {
@@ -133,7 +128,6 @@ struct Volatile {
     /// Sessions read from the store, so a request costs no database read (a cache: the
     /// store stays the truth).
     sessions: HashMap<[u8; 16], (SessionRecord, Blake3Mac)>,
-    capabilities: HashMap<(u64, u64, u8), CachedCapability>,
 }
 
 /// The authenticated caller of a request.
@@ -166,6 +160,8 @@ pub struct Mds<S: MetaStore> {
     counters: Counters,
     stats: Stats,
     volatile: Mutex<Volatile>,
+    /// Capabilities, their caches and grouping (SPEC M3–M6).
+    issuer: capabilities::Issuer,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
 }
@@ -296,8 +292,8 @@ impl<S: MetaStore> Mds<S> {
             volatile: Mutex::new(Volatile {
                 replay: ReplayWindow::new(boot),
                 sessions: HashMap::new(),
-                capabilities: HashMap::new(),
             }),
+            issuer: capabilities::Issuer::new(config.grouping),
             write: Mutex::new(()),
             store,
             config,
@@ -755,6 +751,14 @@ impl<S: MetaStore> Mds<S> {
                 self.partition_set_security(who, &name, protection)
             }
             MdsRequest::PartitionList => self.partition_list(),
+            MdsRequest::GetTree { root } => self.get_tree(who, &root),
+            MdsRequest::SetGrouping { strategies } => {
+                require_admin(who)?;
+                let parsed = grouping::Strategies::parse(&strategies)
+                    .map_err(|e| MdsError::refused(ErrorCode::InvalidArgument, e))?;
+                self.issuer.set_strategies(parsed);
+                Ok(MdsResponse::Ok)
+            }
             MdsRequest::Logout => {
                 if let Some(sid) = session {
                     let mut batch = Batch::default();
@@ -780,13 +784,14 @@ impl<S: MetaStore> Mds<S> {
             ),
             (
                 "capability_cache_hits".into(),
-                s.capability_cache_hits.load(Ordering::Relaxed),
+                self.issuer.cache_hits.load(Ordering::Relaxed),
             ),
             (
                 "capability_cache_misses".into(),
-                s.capability_cache_misses.load(Ordering::Relaxed),
+                self.issuer.cache_misses.load(Ordering::Relaxed),
             ),
         ];
+        counters.extend(self.issuer.stats.counters());
         counters.extend(
             self.counters
                 .snapshot()
@@ -800,72 +805,22 @@ impl<S: MetaStore> Mds<S> {
             counters,
         }
     }
+}
 
-    // ------------------------------------------------------------------ capabilities
-
-    /// SPEC M3 + M5: a capability for (user, file, mode), from the cache when the cached one
-    /// still has at least half its lifetime left, otherwise freshly signed. `also` names a
-    /// wider mode whose cached capability may serve instead (the caller has checked that
-    /// the user holds it now): a read after a write of the same file signs nothing.
-    #[allow(clippy::too_many_arguments)]
-    fn capability(
+#[cfg(feature = "test-hooks")]
+impl<S: MetaStore> Mds<S> {
+    /// Test hook: runs `request` as user `uid`, as if it came over that user's session
+    /// (no envelope, no replay window). Not in builds without the `test-hooks` feature.
+    pub fn dispatch_as(
         &self,
         uid: u64,
-        file: u64,
-        mode: Mode,
-        also: Option<Mode>,
-        protection: maat_proto::protection::Protection,
+        request: MdsRequest,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
-    ) -> (Vec<u8>, bool) {
-        let lifetime = self.config.capability_lifetime_millis;
-        let key_for = |m: Mode| (uid, file, m.bits() | (protection.byte() << 4));
-        let key = key_for(mode);
-        {
-            let volatile = lock(&self.volatile);
-            // `also` is a wider mode the caller has checked the user holds now, so a
-            // cached capability for it authorizes nothing the user may not do.
-            let found = std::iter::once(mode)
-                .chain(also)
-                .filter_map(|m| volatile.capabilities.get(&key_for(m)))
-                .find(|c| c.expiry.0.saturating_sub(now.0) >= lifetime / 2);
-            if let Some(c) = found {
-                self.stats
-                    .capability_cache_hits
-                    .fetch_add(1, Ordering::Relaxed);
-                return (c.encoded.clone(), true);
-            }
-        }
-        self.stats
-            .capability_cache_misses
-            .fetch_add(1, Ordering::Relaxed);
-        let capability = Capability {
-            users: Principals::User(UserId(uid)),
-            files: Files::File(FileId(file)),
-            id: CapabilityId(rng.next_u64()),
-            mode,
-            protection,
-            start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
-            expiry: now.plus_millis(lifetime),
-        };
-        let expiry = capability.expiry;
-        let signed = signed::sign(capability, &self.signing);
-        let encoded = signed.encoded().to_vec();
-        let mut volatile = lock(&self.volatile);
-        if volatile.capabilities.len() >= CAPABILITY_CACHE_ENTRIES_MAX {
-            volatile.capabilities.retain(|_, c| c.expiry > now);
-            if volatile.capabilities.len() >= CAPABILITY_CACHE_ENTRIES_MAX {
-                volatile.capabilities.clear();
-            }
-        }
-        volatile.capabilities.insert(
-            key,
-            CachedCapability {
-                encoded: encoded.clone(),
-                expiry,
-            },
-        );
-        (encoded, false)
+    ) -> std::result::Result<MdsResponse, WireError> {
+        let who = self.principal(uid).map_err(|e| e.to_wire())?;
+        self.dispatch(&who, Some(&[0u8; 16]), request, now, rng)
+            .map_err(|e| e.to_wire())
     }
 }
 

@@ -47,17 +47,8 @@ fn components(path: &str) -> Result<Vec<&str>> {
 }
 
 fn allowed(who: &Principal, inode: &Inode, want: u16) -> bool {
-    if who.is_admin() {
-        return true;
-    }
-    let bits = if inode.uid == who.uid {
-        inode.mode >> 6
-    } else if who.gids.contains(&inode.gid) {
-        inode.mode >> 3
-    } else {
-        inode.mode
-    };
-    bits & want == want
+    // The one permission rule, shared with capability grouping (SPEC M6's invariant).
+    crate::grouping::permits(who.uid, &who.gids, inode.into(), want)
 }
 
 fn require(who: &Principal, inode: &Inode, want: u16, what: &str) -> Result<()> {
@@ -298,15 +289,10 @@ impl<S: MetaStore> crate::Mds<S> {
         if directory {
             return Ok(MdsResponse::Ok);
         }
-        let (capability, cached) = self.capability(
-            who.uid,
-            inode.id,
-            Mode::WRITE,
-            None,
-            stat.protection,
-            now,
-            rng,
-        );
+        // The objects of a removed file are the remover's to delete: a write capability
+        // for this user and file alone (the unlink was the permission check).
+        let capability = self.removal_capability(who.uid, inode.id, stat.protection, now, rng)?;
+        let cached = false;
         Ok(MdsResponse::Opened {
             stat,
             capability,
@@ -371,7 +357,23 @@ impl<S: MetaStore> crate::Mds<S> {
             // now too: it grants nothing an open for writing would not.
             let also =
                 (wanted == Mode::READ && allowed(who, &inode, WRITE)).then_some(Mode::READ_WRITE);
-            self.capability(who.uid, inode.id, wanted, also, stat.protection, now, rng)
+            let parent = if self.issuer_groups_directories() {
+                Some(self.parent_of(who, path)?.0.id)
+            } else {
+                None
+            };
+            self.capability_for(
+                &crate::capabilities::IssueRequest {
+                    uid: who.uid,
+                    file: inode.id,
+                    parent,
+                    wanted,
+                    also,
+                    protection: stat.protection,
+                    now,
+                },
+                rng,
+            )?
         } else {
             (Vec::new(), false)
         };
@@ -505,7 +507,7 @@ impl<S: MetaStore> crate::Mds<S> {
         inode.mode = mode & 0o777;
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
-        self.store.commit(batch)?;
+        self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
     }
 
@@ -547,7 +549,7 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
-        self.store.commit(batch)?;
+        self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
     }
 }

@@ -106,7 +106,7 @@ impl<S: MetaStore> Mds<S> {
         batch.push(Op::PutPartition(record.clone()));
         self.store.commit(batch)?;
         // Cached capabilities carry the old method: issue fresh ones from now on.
-        lock(&self.volatile).capabilities.clear();
+        self.forget_capabilities();
         Ok(MdsResponse::Partitions(vec![info(&record)]))
     }
 

@@ -372,6 +372,8 @@ pub trait MetaStore: Send + Sync {
     fn user_by_name(&self, name: &str) -> Result<Option<UserRecord>, StoreError>;
     /// A user by id.
     fn user(&self, id: u64) -> Result<Option<UserRecord>, StoreError>;
+    /// Every user (grouping builds its access-control snapshot from them, SPEC M6).
+    fn users(&self) -> Result<Vec<UserRecord>, StoreError>;
     /// A group by name.
     fn group_by_name(&self, name: &str) -> Result<Option<GroupRecord>, StoreError>;
     /// A group by id.

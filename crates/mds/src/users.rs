@@ -14,6 +14,7 @@ use maat_proto::login::{
     opaque_login_context, KEY_CREDENTIAL_PARAMS, LOGIN_STATE_LIFETIME_MILLIS,
     LOGIN_STATE_SEAL_CONTEXT, REGISTRATION_SEAL_CONTEXT,
 };
+use maat_proto::UserId;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
@@ -540,7 +541,7 @@ impl<S: MetaStore> Mds<S> {
                 child: ino,
             });
         }
-        self.store.commit(batch)?;
+        self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
     }
 
@@ -562,7 +563,7 @@ impl<S: MetaStore> Mds<S> {
             id: user.id,
             name: user.name,
         });
-        self.store.commit(batch)?;
+        self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
     }
 
@@ -606,7 +607,7 @@ impl<S: MetaStore> Mds<S> {
             user.groups.push(group.id);
             let mut batch = Batch::default();
             batch.push(Op::PutUser(user));
-            self.store.commit(batch)?;
+            self.acl_change(|| Ok(self.store.commit(batch)?))?;
         }
         Ok(MdsResponse::Ok)
     }

@@ -38,6 +38,24 @@ pub struct MdsFileConfig {
     /// `danger_allow_insecure`. Change it later with `maat admin partition set-security`.
     #[serde(default)]
     pub default_security: Option<String>,
+    /// Grouping strategies (SPEC M6): `none`, `all`, or a comma-separated list of
+    /// `unix`, `directory`, `batch`, `onthefly`. Default `unix,onthefly` (neither adds
+    /// latency to an open). `maat admin grouping set` changes it until the next start.
+    #[serde(default)]
+    pub grouping: Option<String>,
+    /// Temporal batching: opens of one file within `batch_detect_ms` that start a batch
+    /// (default 4, paper 000).
+    #[serde(default)]
+    pub batch_threshold: Option<u32>,
+    /// Temporal batching's detection window in ms (default 20).
+    #[serde(default)]
+    pub batch_detect_ms: Option<u64>,
+    /// How long a batch gathers opens before its capability is signed, in ms (default 5).
+    #[serde(default)]
+    pub batch_gather_ms: Option<u64>,
+    /// How long a file stays batched after a detection, in ms (default 1000, paper 000).
+    #[serde(default)]
+    pub batch_hot_ms: Option<u64>,
 }
 
 /// `maat osd --config FILE`.
@@ -105,6 +123,24 @@ impl MdsFileConfig {
                 }
             }),
         }
+    }
+
+    /// The grouping settings (SPEC M6), defaults filled in.
+    pub fn grouping(&self) -> Result<maat_mds::grouping::GroupingConfig, ServerError> {
+        let mut g = maat_mds::grouping::GroupingConfig::default();
+        if let Some(text) = &self.grouping {
+            g.strategies = maat_mds::grouping::Strategies::parse(text).map_err(|reason| {
+                ServerError::Config {
+                    path: "mds config".into(),
+                    reason: format!("grouping = {text:?}: {reason}"),
+                }
+            })?;
+        }
+        g.batch_threshold = self.batch_threshold.unwrap_or(g.batch_threshold);
+        g.batch_detect_millis = self.batch_detect_ms.unwrap_or(g.batch_detect_millis);
+        g.batch_gather_millis = self.batch_gather_ms.unwrap_or(g.batch_gather_millis);
+        g.batch_hot_millis = self.batch_hot_ms.unwrap_or(g.batch_hot_millis);
+        Ok(g)
     }
 
     /// Where the MDS keeps its secrets.

@@ -220,6 +220,7 @@ pub fn run_mds(
             danger_allow_insecure: config.danger_allow_insecure,
             join_key,
             default_protection: config.default_protection()?,
+            grouping: config.grouping()?,
         },
         secrets,
         &admin_key,

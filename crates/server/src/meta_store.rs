@@ -309,6 +309,17 @@ impl MetaStore for RedbStore {
         self.get_u64(PARTITIONS, id)
     }
 
+    fn users(&self) -> Result<Vec<UserRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(USERS).map_err(err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(err)? {
+            let (_, v) = item.map_err(err)?;
+            out.push(dec(v.value())?);
+        }
+        Ok(out)
+    }
+
     fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(PARTITIONS).map_err(err)?;

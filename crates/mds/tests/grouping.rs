@@ -1,0 +1,531 @@
+//! SPEC M6's invariant as a property: for random users, groups, modes, permission
+//! changes and opens, under every combination of grouping strategies, no capability the
+//! MDS hands out names a (user, file, mode) its access-control state does not allow at
+//! that moment. Also: gathered batches under concurrency, and M7 (a permission change
+//! takes effect at the MDS at once).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::MemStore;
+
+use maat_mds::grouping::{GroupingConfig, Strategies};
+use maat_mds::store::{Batch, GroupRecord, MetaStore, Op, UserCredential, UserRecord};
+use maat_mds::{Mds, MdsConfig, MdsSecrets, ADMIN_UID};
+use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
+use maat_proto::msg::{Access, ErrorCode, KdfParams, MdsRequest, MdsResponse};
+use maat_proto::signed::Unverified;
+use maat_proto::UnixMillis;
+use proptest::prelude::*;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+const T0: u64 = 1_795_305_600_000;
+const GROUPS: [u64; 3] = [10, 11, 12];
+const FIRST_UID: u64 = 100;
+
+fn mds(store: &MemStore, strategies: Strategies, lifetime: u64) -> Mds<&MemStore> {
+    let mut rng = ChaCha20Rng::seed_from_u64(7);
+    Mds::open(
+        store,
+        MdsConfig {
+            ticket_lifetime_millis: 3_600_000,
+            capability_lifetime_millis: lifetime,
+            danger_allow_insecure: false,
+            join_key: [0x10; 32],
+            default_protection: maat_proto::protection::Protection::AllData,
+            grouping: GroupingConfig {
+                strategies,
+                // Batches gather for 1 ms: enough to meet each other in the threaded
+                // test, short enough for the property test's many opens.
+                batch_gather_millis: 1,
+                ..GroupingConfig::default()
+            },
+        },
+        MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
+        &[0xad; 32],
+        UnixMillis(T0),
+        &mut rng,
+    )
+    .unwrap()
+}
+
+/// Puts users `FIRST_UID..FIRST_UID+n` (primary group, supplementary groups) and the
+/// groups straight into the store, before any capability is issued.
+fn seed_users(store: &MemStore, users: &[(u64, Vec<u64>)]) {
+    let mut batch = Batch::default();
+    for g in GROUPS {
+        batch.push(Op::PutGroup(GroupRecord {
+            id: g,
+            name: format!("g{g}"),
+        }));
+    }
+    for (i, (gid, groups)) in users.iter().enumerate() {
+        batch.push(Op::PutUser(UserRecord {
+            id: FIRST_UID + i as u64,
+            name: format!("u{i}"),
+            credential: UserCredential::Opaque {
+                record: Vec::new(),
+                params: KdfParams {
+                    memory_kib: 8,
+                    iterations: 1,
+                    lanes: 1,
+                },
+            },
+            gid: *gid,
+            groups: groups.clone(),
+        }));
+    }
+    MetaStore::commit(&store, batch).unwrap();
+}
+
+/// The permission rule written out again, from the store alone: the model the MDS is
+/// checked against.
+fn model_allows(store: &MemStore, uid: u64, file: u64, mode: Mode) -> bool {
+    if uid == ADMIN_UID {
+        return true;
+    }
+    let t = store.0.lock().unwrap();
+    let (Some(user), Some(inode)) = (t.users.get(&uid), t.inodes.get(&file)) else {
+        return false;
+    };
+    let class = if inode.uid == uid {
+        (inode.mode >> 6) & 7
+    } else if user.gid == inode.gid || user.groups.contains(&inode.gid) {
+        (inode.mode >> 3) & 7
+    } else {
+        inode.mode & 7
+    };
+    let need =
+        if mode.allows(Mode::READ) { 4 } else { 0 } | if mode.allows(Mode::WRITE) { 2 } else { 0 };
+    class & need == need
+}
+
+fn members(mds: &Mds<&MemStore>, kind: SetKind, root: [u8; 32], now: u64) -> Vec<u64> {
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    let tree = match mds
+        .dispatch_as(
+            ADMIN_UID,
+            MdsRequest::GetTree { root },
+            UnixMillis(now),
+            &mut rng,
+        )
+        .unwrap()
+    {
+        MdsResponse::Tree(t) => t,
+        other => panic!("{other:?}"),
+    };
+    MerkleTreeMessage::decode(&tree)
+        .unwrap()
+        .verify(kind, &root)
+        .unwrap()
+        .ids()
+}
+
+/// Every (user, file) the capability names, with its mode.
+fn authorizations(mds: &Mds<&MemStore>, capability: &[u8], now: u64) -> (Vec<u64>, Vec<u64>, Mode) {
+    let cap: Capability = Unverified::<Capability>::decode(capability)
+        .unwrap()
+        .unverified_body()
+        .clone();
+    let users = match cap.users {
+        Principals::User(u) => vec![u.0],
+        Principals::UserTree(root) => members(mds, SetKind::Users, root, now),
+        Principals::ComputationKey(_) => panic!("no delegation here"),
+    };
+    let files = match cap.files {
+        Files::File(f) => vec![f.0],
+        Files::FileTree(root) => members(mds, SetKind::Files, root, now),
+    };
+    (users, files, cap.mode)
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Open {
+        user: usize,
+        file: usize,
+        write: bool,
+    },
+    Create {
+        user: usize,
+        mode: u16,
+    },
+    Chmod {
+        file: usize,
+        mode: u16,
+    },
+    Chown {
+        file: usize,
+        user: usize,
+        group: usize,
+    },
+    Join {
+        user: usize,
+        group: usize,
+    },
+    Remove {
+        user: usize,
+    },
+    Wait {
+        millis: u64,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..8usize, 0..8usize, any::<bool>()).prop_map(|(user, file, write)| Step::Open { user, file, write }),
+        2 => (0..8usize, 0..0o1000u16).prop_map(|(user, mode)| Step::Create { user, mode }),
+        2 => (0..8usize, 0..0o1000u16).prop_map(|(file, mode)| Step::Chmod { file, mode }),
+        1 => (0..8usize, 0..8usize, 0..3usize).prop_map(|(file, user, group)| Step::Chown { file, user, group }),
+        1 => (0..8usize, 0..3usize).prop_map(|(user, group)| Step::Join { user, group }),
+        1 => (0..8usize).prop_map(|user| Step::Remove { user }),
+        1 => (0..200_000u64).prop_map(|millis| Step::Wait { millis }),
+    ]
+}
+
+fn users() -> impl Strategy<Value = Vec<(u64, Vec<u64>)>> {
+    prop::collection::vec(
+        (0..3usize, prop::collection::vec(0..3usize, 0..3)).prop_map(|(g, sup)| {
+            let mut groups: Vec<u64> = sup.into_iter().map(|i| GROUPS[i]).collect();
+            groups.sort_unstable();
+            groups.dedup();
+            (GROUPS[g], groups)
+        }),
+        2..7,
+    )
+}
+
+fn strategies() -> impl Strategy<Value = Strategies> {
+    (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(unix, directory, batch, onthefly)| Strategies {
+            unix,
+            directory,
+            batch,
+            onthefly,
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_capability_names_an_access_the_mds_does_not_allow(
+        strategies in strategies(),
+        users in users(),
+        steps in prop::collection::vec(step(), 10..60),
+    ) {
+        let store = MemStore::default();
+        let mds = mds(&store, strategies, 300_000);
+        seed_users(&store, &users);
+        let n = users.len();
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let mut now = T0 + 1_000;
+        let admin = |mds: &Mds<&MemStore>, r: MdsRequest, now: u64, rng: &mut ChaCha20Rng| {
+            mds.dispatch_as(ADMIN_UID, r, UnixMillis(now), rng)
+        };
+        admin(&mds, MdsRequest::Mkdir { path: "/d".into(), mode: 0o777, parents: false, partition: None }, now, &mut rng).unwrap();
+        let mut files: Vec<String> = Vec::new();
+        let mut issued = 0u32;
+        for (i, s) in steps.into_iter().enumerate() {
+            now += 1;
+            let opened = match s {
+                Step::Open { user, file, write } if !files.is_empty() => {
+                    let path = files[file % files.len()].clone();
+                    let access = if write { Access::ReadWrite } else { Access::Read };
+                    mds.dispatch_as(FIRST_UID + (user % n) as u64, MdsRequest::Open { path, access, create: None }, UnixMillis(now), &mut rng)
+                }
+                Step::Create { user, mode } => {
+                    let path = format!("/d/f{i}");
+                    files.push(path.clone());
+                    mds.dispatch_as(FIRST_UID + (user % n) as u64, MdsRequest::Open { path, access: Access::ReadWrite, create: Some(mode) }, UnixMillis(now), &mut rng)
+                }
+                Step::Chmod { file, mode } if !files.is_empty() => {
+                    let _ = admin(&mds, MdsRequest::Chmod { path: files[file % files.len()].clone(), mode }, now, &mut rng);
+                    continue;
+                }
+                Step::Chown { file, user, group } if !files.is_empty() => {
+                    let _ = admin(&mds, MdsRequest::Chown {
+                        path: files[file % files.len()].clone(),
+                        owner: Some(format!("u{}", user % n)),
+                        group: Some(format!("g{}", GROUPS[group])),
+                    }, now, &mut rng);
+                    continue;
+                }
+                Step::Join { user, group } => {
+                    let _ = admin(&mds, MdsRequest::GroupMemberAdd { group: format!("g{}", GROUPS[group]), user: format!("u{}", user % n) }, now, &mut rng);
+                    continue;
+                }
+                Step::Remove { user } => {
+                    let _ = admin(&mds, MdsRequest::UserRm { name: format!("u{}", user % n) }, now, &mut rng);
+                    continue;
+                }
+                Step::Wait { millis } => {
+                    now += millis;
+                    continue;
+                }
+                _ => continue,
+            };
+            let Ok(MdsResponse::Opened { capability, .. }) = opened else { continue };
+            issued += 1;
+            let (us, fs, mode) = authorizations(&mds, &capability, now);
+            for u in &us {
+                for f in &fs {
+                    prop_assert!(
+                        model_allows(&store, *u, *f, mode),
+                        "capability names user {u} for file {f} mode {mode:?}, which the state does not allow (strategies {})",
+                        strategies.names()
+                    );
+                }
+            }
+        }
+        let _ = issued;
+    }
+}
+
+#[test]
+fn unix_grouping_gives_the_whole_group_one_capability_and_a_chmod_revokes_at_once() {
+    // Users 100..103: 100 owns the file, 101 and 102 share its group, 103 does not.
+    let store = MemStore::default();
+    let strategies = Strategies::parse("unix").unwrap();
+    let mds = mds(&store, strategies, 300_000);
+    seed_users(
+        &store,
+        &[(10, vec![]), (10, vec![]), (11, vec![10]), (12, vec![])],
+    );
+    let mut rng = ChaCha20Rng::seed_from_u64(4);
+    let now = T0 + 1_000;
+    let at = |uid: u64, r: MdsRequest, now: u64, rng: &mut ChaCha20Rng| {
+        mds.dispatch_as(uid, r, UnixMillis(now), rng)
+    };
+    at(
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/d".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        now,
+        &mut rng,
+    )
+    .unwrap();
+    at(
+        100,
+        MdsRequest::Open {
+            path: "/d/x".into(),
+            access: Access::ReadWrite,
+            create: Some(0o640),
+        },
+        now,
+        &mut rng,
+    )
+    .unwrap();
+    at(
+        ADMIN_UID,
+        MdsRequest::Chown {
+            path: "/d/x".into(),
+            owner: None,
+            group: Some("g10".into()),
+        },
+        now,
+        &mut rng,
+    )
+    .unwrap();
+    let open = |uid: u64, now: u64, rng: &mut ChaCha20Rng| {
+        at(
+            uid,
+            MdsRequest::Open {
+                path: "/d/x".into(),
+                access: Access::Read,
+                create: None,
+            },
+            now,
+            rng,
+        )
+    };
+    let signed = |mds: &Mds<&MemStore>| {
+        mds.stats()
+            .counters
+            .iter()
+            .find(|(k, _)| k == "signatures_made")
+            .map(|(_, v)| *v)
+            .unwrap()
+    };
+    let before = signed(&mds);
+    let first = match open(101, now + 1, &mut rng).unwrap() {
+        MdsResponse::Opened {
+            capability, cached, ..
+        } => {
+            assert!(!cached);
+            capability
+        }
+        other => panic!("{other:?}"),
+    };
+    let (users, files, _) = authorizations(&mds, &first, now + 1);
+    let mut users = users;
+    users.sort_unstable();
+    assert_eq!(
+        users,
+        vec![100, 101, 102],
+        "owner and group, not the other user"
+    );
+    assert_eq!(files.len(), 1);
+    // The other group member gets the same capability from the cache: no signature.
+    match open(102, now + 2, &mut rng).unwrap() {
+        MdsResponse::Opened {
+            capability, cached, ..
+        } => {
+            assert!(cached);
+            assert_eq!(capability, first);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(signed(&mds), before + 1);
+    assert_eq!(
+        open(103, now + 3, &mut rng).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    // M7: the chmod takes effect at the MDS at once: the group loses read, and nothing
+    // cached from before is handed out again.
+    at(
+        100,
+        MdsRequest::Chmod {
+            path: "/d/x".into(),
+            mode: 0o600,
+        },
+        now + 4,
+        &mut rng,
+    )
+    .unwrap();
+    assert_eq!(
+        open(101, now + 5, &mut rng).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        open(102, now + 5, &mut rng).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    match open(100, now + 6, &mut rng).unwrap() {
+        MdsResponse::Opened { capability, .. } => {
+            let (users, _, _) = authorizations(&mds, &capability, now + 6);
+            assert_eq!(users, vec![100]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Only users named in a capability may fetch its trees.
+    let root = match Unverified::<Capability>::decode(&first)
+        .unwrap()
+        .unverified_body()
+        .users
+    {
+        Principals::UserTree(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        at(103, MdsRequest::GetTree { root }, now + 7, &mut rng)
+            .unwrap_err()
+            .code,
+        ErrorCode::PermissionDenied
+    );
+    assert!(at(101, MdsRequest::GetTree { root }, now + 7, &mut rng).is_ok());
+}
+
+#[test]
+fn concurrent_opens_of_one_file_share_a_gathered_capability() {
+    // Temporal batching: 24 users open one world-readable file at once; the batch
+    // detector trips after a few and the rest share capabilities naming several users.
+    let store = MemStore::default();
+    let mds = mds(
+        &store,
+        Strategies::parse("batch,onthefly").unwrap(),
+        300_000,
+    );
+    let users: Vec<(u64, Vec<u64>)> = (0..24).map(|_| (10, vec![])).collect();
+    seed_users(&store, &users);
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    let now = T0 + 1_000;
+    mds.dispatch_as(
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/d".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        UnixMillis(now),
+        &mut rng,
+    )
+    .unwrap();
+    mds.dispatch_as(
+        ADMIN_UID,
+        MdsRequest::Open {
+            path: "/d/hot".into(),
+            access: Access::ReadWrite,
+            create: Some(0o644),
+        },
+        UnixMillis(now),
+        &mut rng,
+    )
+    .unwrap();
+    let signed = |mds: &Mds<&MemStore>| {
+        mds.stats()
+            .counters
+            .iter()
+            .find(|(k, _)| k == "signatures_made")
+            .map(|(_, v)| *v)
+            .unwrap()
+    };
+    let before = signed(&mds);
+    let barrier = std::sync::Barrier::new(users.len());
+    let caps: Vec<(u64, Vec<u8>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..users.len() as u64)
+            .map(|i| {
+                let mds = &mds;
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut rng = ChaCha20Rng::seed_from_u64(100 + i);
+                    barrier.wait();
+                    let uid = FIRST_UID + i;
+                    match mds
+                        .dispatch_as(
+                            uid,
+                            MdsRequest::Open {
+                                path: "/d/hot".into(),
+                                access: Access::Read,
+                                create: None,
+                            },
+                            UnixMillis(now + 1),
+                            &mut rng,
+                        )
+                        .unwrap()
+                    {
+                        MdsResponse::Opened { capability, .. } => (uid, capability),
+                        other => panic!("{other:?}"),
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let signatures = signed(&mds) - before;
+    // Each user's capability names that user (and only users allowed to read).
+    for (uid, cap) in &caps {
+        let (us, fs, mode) = authorizations(&mds, cap, now + 1);
+        assert!(us.contains(uid), "user {uid} not in its own capability");
+        for u in &us {
+            assert!(model_allows(&store, *u, fs[0], mode));
+        }
+    }
+    assert!(
+        signatures < caps.len() as u64 / 2,
+        "{signatures} signatures for {} concurrent opens",
+        caps.len()
+    );
+}
