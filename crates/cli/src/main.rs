@@ -174,6 +174,24 @@ enum AdminCommand {
         #[command(subcommand)]
         command: PartitionCommand,
     },
+    /// Grouping strategies (SPEC M6): how many users and files one capability names.
+    /// `maat stats` shows, per strategy, capabilities issued, the (user, file) pairs they
+    /// authorize and cache hits.
+    Grouping {
+        #[command(subcommand)]
+        command: GroupingCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum GroupingCommand {
+    /// Use these strategies from now on (until the MDS restarts; its config file's
+    /// `grouping` key sets them at start): `none`, `all`, or a comma-separated list of
+    /// `unix`, `directory`, `batch`, `onthefly`.
+    Set {
+        /// The strategies.
+        strategies: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -438,6 +456,12 @@ fn run(cli: Cli) -> Result<()> {
                         }
                     }
                 },
+                AdminCommand::Grouping {
+                    command: GroupingCommand::Set { strategies },
+                } => {
+                    c.set_grouping(&strategies)?;
+                    eprintln!("grouping is now {strategies} for capabilities issued from now on");
+                }
             }
             Ok(())
         }

@@ -2,6 +2,7 @@
 //! against a local cluster started for the run with NOSEC allowed, secure and NOSEC
 //! measured side by side in the same run.
 
+mod crowd;
 mod login;
 mod objects;
 mod ops;
@@ -18,6 +19,22 @@ use std::time::Duration;
 /// Benchmarks.
 #[derive(Subcommand)]
 pub enum BenchCommand {
+    /// E3 (paper 000 Fig. 8a): N clients, each its own user, open one file at once;
+    /// median open and exact MDS signatures without grouping, with temporal and
+    /// on-the-fly batching, and with UNIX grouping, beside NOSEC. JSON keys
+    /// `signatures_<none|batched|unix>_<N>`, `open_<mode>_us_<N>`,
+    /// `open_<mode>_over_nosec_<N>`, `open_nosec_us_<N>`.
+    FlashCrowd {
+        /// Crowd sizes.
+        #[arg(long, value_delimiter = ',', default_value = "20,40,60,80,100")]
+        clients: Vec<u32>,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// SPEC T6: a flood of forged login first messages against the MDS, what each costs
     /// it next to a real one, and how long a real login takes during the flood.
     LoginFlood {
@@ -195,6 +212,11 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => objects::run_objects(size, threads, seconds, &security, rounds, data, json),
+        BenchCommand::FlashCrowd {
+            clients,
+            data,
+            json,
+        } => crowd::run_flash_crowd(&clients, data, json),
         BenchCommand::LoginFlood {
             messages,
             flooders,

@@ -1,0 +1,150 @@
+//! `maat bench flash-crowd` (E3, paper 000 Fig. 8a): N clients, each its own user with
+//! its own session, open one file at the same moment. Per crowd size: the median open
+//! under NOSEC, and under each grouping setting the median open and the exact number of
+//! signatures the MDS made. A fresh file per measurement, so no cache from an earlier
+//! one helps.
+
+use super::LocalCluster;
+use anyhow::{anyhow, bail, Result};
+use maat_client::Client;
+use maat_proto::msg::{Access, MdsRequest};
+use std::path::PathBuf;
+use std::sync::Barrier;
+use std::time::Instant;
+
+/// Grouping settings compared, by the name printed and the strategies set.
+const MODES: [(&str, &str); 3] = [
+    ("none", "none"),
+    ("batched", "batch,onthefly"),
+    ("unix", "unix"),
+];
+
+fn signatures(admin: &mut Client) -> Result<u64> {
+    Ok(admin
+        .daemon_stats()?
+        .iter()
+        .filter(|d| d.daemon == "mds")
+        .flat_map(|d| d.counters.iter())
+        .filter(|(k, _)| k == "signatures_made")
+        .map(|(_, v)| *v)
+        .sum())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Every client opens `path` at once (after a barrier); the open latencies in µs.
+fn crowd(clients: &mut [Client], path: &str) -> Result<Vec<f64>> {
+    let barrier = Barrier::new(clients.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .map(|c| {
+                let barrier = &barrier;
+                s.spawn(move || -> Result<f64> {
+                    barrier.wait();
+                    let t = Instant::now();
+                    // Straight to the MDS: the client's own capability cache is not
+                    // what is measured.
+                    c.mds_call(MdsRequest::Open {
+                        path: path.into(),
+                        access: Access::Read,
+                        create: None,
+                    })?;
+                    Ok(t.elapsed().as_secs_f64() * 1e6)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow!("a crowd thread panicked"))?)
+            .collect()
+    })
+}
+
+/// A fresh one-byte world-readable file for one measurement.
+fn make(admin: &mut Client, tag: &str, n: usize) -> Result<String> {
+    let path = format!("/crowd/{tag}-{n}");
+    admin.put(&mut &b"x"[..], 1, &path, &mut |_| {})?;
+    Ok(path)
+}
+
+pub(super) fn run_flash_crowd(sizes: &[u32], data: Option<PathBuf>, json: bool) -> Result<()> {
+    let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
+    if largest == 0 || largest > 1000 {
+        bail!("--clients must be between 1 and 1000");
+    }
+    let cluster = LocalCluster::start(data)?;
+    let mut admin = cluster.admin()?;
+    admin.mkdir("/crowd", 0o777, false)?;
+    if !json {
+        eprintln!("bench flash-crowd: adding and logging in {largest} users");
+    }
+    let mut secure = Vec::with_capacity(largest);
+    for i in 0..largest {
+        let name = format!("crowd{i}");
+        let pass = format!("crowd passphrase {i}");
+        admin.user_add(
+            &name,
+            &[],
+            pass.as_bytes(),
+            maat_crypto::kdf::PassphraseParams::DEFAULT,
+        )?;
+        let mut c = Client::new(cluster.file.clone(), None)?;
+        c.login(&name, maat_client::Credential::Passphrase(pass.as_bytes()))?;
+        secure.push(c);
+    }
+    let mut insecure = Vec::with_capacity(largest);
+    for i in 0..largest {
+        let mut c = Client::new(cluster.file.clone(), None)?;
+        // NOSEC believes the claimed user; the crowd's files are world-readable.
+        c.danger_insecure_as(2 + i as u64);
+        insecure.push(c);
+    }
+    let mut rows = Vec::new();
+    let mut obj = serde_json::Map::new();
+    for &n in sizes {
+        let n = n as usize;
+        let path = make(&mut admin, "nosec", n)?;
+        let nosec = median(crowd(insecure.get_mut(..n).unwrap_or_default(), &path)?);
+        obj.insert(format!("open_nosec_us_{n}"), nosec.into());
+        let mut row = vec![n as f64, nosec];
+        for (name, strategies) in MODES {
+            let path = make(&mut admin, name, n)?;
+            admin.set_grouping(strategies)?;
+            let before = signatures(&mut admin)?;
+            let latency = median(crowd(secure.get_mut(..n).unwrap_or_default(), &path)?);
+            let made = signatures(&mut admin)?.saturating_sub(before);
+            obj.insert(format!("open_{name}_us_{n}"), latency.into());
+            obj.insert(format!("signatures_{name}_{n}"), made.into());
+            obj.insert(
+                format!("open_{name}_over_nosec_{n}"),
+                (latency / nosec.max(1.0)).into(),
+            );
+            row.extend([latency, made as f64]);
+        }
+        rows.push(row);
+    }
+    // Back to the cluster's default.
+    admin.set_grouping("unix,onthefly")?;
+    if json {
+        println!("{}", serde_json::Value::Object(obj));
+        return Ok(());
+    }
+    println!("E3 flash crowd: N clients open one file at once (median open, signatures made)");
+    println!(
+        "{:>7} {:>10} | {:>10} {:>5} | {:>10} {:>5} {:>6} | {:>10} {:>5}",
+        "clients", "NOSEC µs", "none µs", "sigs", "batched µs", "sigs", "×NOSEC", "unix µs", "sigs"
+    );
+    for r in rows {
+        if let [n, nosec, none, none_s, batched, batched_s, unix, unix_s] = r.as_slice() {
+            println!(
+                "{n:>7} {nosec:>10.0} | {none:>10.0} {none_s:>5} | {batched:>10.0} {batched_s:>5} {:>6.2} | {unix:>10.0} {unix_s:>5}",
+                batched / nosec.max(1.0)
+            );
+        }
+    }
+    Ok(())
+}
