@@ -327,6 +327,30 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(snapshot)
     }
 
+    /// The read side of the access-control gate: held from reading the state to caching
+    /// what was signed on it.
+    fn issue_gate(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.issuer
+            .acl_gate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the gate and the state an issue for `r` decides on, refusing when the state
+    /// no longer lets the requester have the mode asked for.
+    fn decide(
+        &self,
+        r: &IssueRequest,
+    ) -> Result<(std::sync::RwLockReadGuard<'_, ()>, Arc<AclSnapshot>, Perm)> {
+        let gate = self.issue_gate();
+        let acl = self.acl_snapshot()?;
+        let perm = self.current_perm(r.file)?;
+        if !acl.permits(r.uid, perm, want_bits(r.wanted)) {
+            return Err(denied());
+        }
+        Ok((gate, acl, perm))
+    }
+
     fn current_perm(&self, file: u64) -> Result<Perm> {
         self.store
             .inode(file)?
@@ -344,16 +368,7 @@ impl<S: MetaStore> crate::Mds<S> {
     ) -> Result<(Vec<u8>, bool)> {
         let cfg = self.issuer.grouping();
         {
-            let _gate = self
-                .issuer
-                .acl_gate
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
-            let acl = self.acl_snapshot()?;
-            let perm = self.current_perm(r.file)?;
-            if !acl.permits(r.uid, perm, want_bits(r.wanted)) {
-                return Err(denied());
-            }
+            let (_gate, acl, perm) = self.decide(r)?;
             for mode in std::iter::once(r.wanted).chain(r.also) {
                 if !acl.permits(r.uid, perm, want_bits(mode)) {
                     continue;
@@ -691,11 +706,7 @@ impl<S: MetaStore> crate::Mds<S> {
         r: &IssueRequest,
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, Vec<u64>)> {
-        let _gate = self
-            .issuer
-            .acl_gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let _gate = self.issue_gate();
         let acl = self.acl_snapshot()?;
         let perm = self.current_perm(r.file)?;
         let want = want_bits(r.wanted);
@@ -750,16 +761,7 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     fn single(&self, r: &IssueRequest, rng: &mut impl CryptoRngCore) -> Result<(Vec<u8>, bool)> {
-        let _gate = self
-            .issuer
-            .acl_gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
-        let acl = self.acl_snapshot()?;
-        let perm = self.current_perm(r.file)?;
-        if !acl.permits(r.uid, perm, want_bits(r.wanted)) {
-            return Err(denied());
-        }
+        let (_gate, acl, _) = self.decide(r)?;
         let grant = Grant {
             users: UserSel::One(r.uid),
             files: FileSel::One(r.file),

@@ -127,6 +127,15 @@ fn members(mds: &Mds<&MemStore>, kind: SetKind, root: [u8; 32], now: u64) -> Vec
         .ids()
 }
 
+fn signatures(mds: &Mds<&MemStore>) -> u64 {
+    mds.stats()
+        .counters
+        .iter()
+        .find(|(k, _)| k == "signatures_made")
+        .map(|(_, v)| *v)
+        .unwrap()
+}
+
 /// Every (user, file) the capability names, with its mode.
 fn authorizations(mds: &Mds<&MemStore>, capability: &[u8], now: u64) -> (Vec<u64>, Vec<u64>, Mode) {
     let cap: Capability = Unverified::<Capability>::decode(capability)
@@ -350,15 +359,7 @@ fn unix_grouping_gives_the_whole_group_one_capability_and_a_chmod_revokes_at_onc
             rng,
         )
     };
-    let signed = |mds: &Mds<&MemStore>| {
-        mds.stats()
-            .counters
-            .iter()
-            .find(|(k, _)| k == "signatures_made")
-            .map(|(_, v)| *v)
-            .unwrap()
-    };
-    let before = signed(&mds);
+    let before = signatures(&mds);
     let first = match open(101, now + 1, &mut rng).unwrap() {
         MdsResponse::Opened {
             capability, cached, ..
@@ -387,7 +388,7 @@ fn unix_grouping_gives_the_whole_group_one_capability_and_a_chmod_revokes_at_onc
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(signed(&mds), before + 1);
+    assert_eq!(signatures(&mds), before + 1);
     assert_eq!(
         open(103, now + 3, &mut rng).unwrap_err().code,
         ErrorCode::PermissionDenied
@@ -474,15 +475,7 @@ fn concurrent_opens_of_one_file_share_a_gathered_capability() {
         &mut rng,
     )
     .unwrap();
-    let signed = |mds: &Mds<&MemStore>| {
-        mds.stats()
-            .counters
-            .iter()
-            .find(|(k, _)| k == "signatures_made")
-            .map(|(_, v)| *v)
-            .unwrap()
-    };
-    let before = signed(&mds);
+    let before = signatures(&mds);
     let barrier = std::sync::Barrier::new(users.len());
     let caps: Vec<(u64, Vec<u8>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..users.len() as u64)
@@ -514,7 +507,7 @@ fn concurrent_opens_of_one_file_share_a_gathered_capability() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let signatures = signed(&mds) - before;
+    let signatures = signatures(&mds) - before;
     // Each user's capability names that user (and only users allowed to read).
     for (uid, cap) in &caps {
         let (us, fs, mode) = authorizations(&mds, cap, now + 1);
