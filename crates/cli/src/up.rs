@@ -62,9 +62,14 @@ pub fn parse_protection(name: &str) -> Result<maat_proto::protection::Protection
 
 const READY_PREFIX: &str = "maat-daemon-ready ";
 
-fn free_port(host: &str) -> Result<u16> {
+/// A free port, held (the listener is kept in `held`) until the caller is done choosing,
+/// so that the ports of one cluster are distinct: a port released at once can be handed
+/// out again by the next bind to port 0 (seen: two OSDs of one cluster given one port).
+fn free_port(host: &str, held: &mut Vec<TcpListener>) -> Result<u16> {
     let l = TcpListener::bind((host, 0)).with_context(|| format!("bind {host}:0"))?;
-    Ok(l.local_addr()?.port())
+    let port = l.local_addr()?.port();
+    held.push(l);
+    Ok(port)
 }
 
 fn split_host_port(listen: &str) -> Result<(String, u16)> {
@@ -104,7 +109,12 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
                 .with_context(|| format!("port {host}:{p} is taken (choose another --listen)"))?;
         }
     }
-    let mds_port = if port == 0 { free_port(&host)? } else { port };
+    let mut held = Vec::new();
+    let mds_port = if port == 0 {
+        free_port(&host, &mut held)?
+    } else {
+        port
+    };
     let mds_address = format!("{host}:{mds_port}");
     let mds = MdsFileConfig {
         listen: mds_address.clone(),
@@ -130,7 +140,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
     }
     for i in 1..=args.osds {
         let osd_port = if port == 0 {
-            free_port(&host)?
+            free_port(&host, &mut held)?
         } else {
             port.checked_add(i as u16)
                 .ok_or_else(|| anyhow!("OSD ports run past 65535"))?
