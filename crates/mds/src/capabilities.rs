@@ -369,17 +369,19 @@ impl<S: MetaStore> crate::Mds<S> {
         let cfg = self.issuer.grouping();
         {
             let (_gate, acl, perm) = self.decide(r)?;
-            for mode in std::iter::once(r.wanted).chain(r.also) {
-                if !acl.permits(r.uid, perm, want_bits(mode)) {
-                    continue;
-                }
-                let grant = self.grant(&acl, cfg.strategies, r, perm, mode)?;
-                if let Some(hit) = self.cached(&grant, r.uid, mode, r.protection, &acl, r.now) {
+            // The wanted mode's grant (decide() checked it is allowed), then a wider mode
+            // whose cached capability may serve when the user holds that mode too.
+            let grant = self.grant(&acl, cfg.strategies, r, perm, r.wanted)?;
+            if let Some(hit) = self.cached(&grant, r.uid, r.wanted, r.protection, &acl, r.now) {
+                return Ok((hit, true));
+            }
+            if let Some(wider) = r.also.filter(|m| acl.permits(r.uid, perm, want_bits(*m))) {
+                let wide = self.grant(&acl, cfg.strategies, r, perm, wider)?;
+                if let Some(hit) = self.cached(&wide, r.uid, wider, r.protection, &acl, r.now) {
                     return Ok((hit, true));
                 }
             }
             self.issuer.cache_misses.fetch_add(1, Ordering::Relaxed);
-            let grant = self.grant(&acl, cfg.strategies, r, perm, r.wanted)?;
             let gather = cfg.strategies.gathers()
                 && r.uid != ADMIN_UID
                 && matches!(grant.users, UserSel::One(_));

@@ -127,6 +127,22 @@ fn members(mds: &Mds<&MemStore>, kind: SetKind, root: [u8; 32], now: u64) -> Vec
         .ids()
 }
 
+/// `/d`, world-writable, made by the administrator: where the tests' files live.
+fn shared_dir(mds: &Mds<&MemStore>, now: u64, rng: &mut ChaCha20Rng) {
+    mds.dispatch_as(
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/d".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        UnixMillis(now),
+        rng,
+    )
+    .unwrap();
+}
+
 fn signatures(mds: &Mds<&MemStore>) -> u64 {
     mds.stats()
         .counters
@@ -239,9 +255,8 @@ proptest! {
         let admin = |mds: &Mds<&MemStore>, r: MdsRequest, now: u64, rng: &mut ChaCha20Rng| {
             mds.dispatch_as(ADMIN_UID, r, UnixMillis(now), rng)
         };
-        admin(&mds, MdsRequest::Mkdir { path: "/d".into(), mode: 0o777, parents: false, partition: None }, now, &mut rng).unwrap();
+        shared_dir(&mds, now, &mut rng);
         let mut files: Vec<String> = Vec::new();
-        let mut issued = 0u32;
         for (i, s) in steps.into_iter().enumerate() {
             now += 1;
             let opened = match s {
@@ -282,7 +297,6 @@ proptest! {
                 _ => continue,
             };
             let Ok(MdsResponse::Opened { capability, .. }) = opened else { continue };
-            issued += 1;
             let (us, fs, mode) = authorizations(&mds, &capability, now);
             for u in &us {
                 for f in &fs {
@@ -294,7 +308,6 @@ proptest! {
                 }
             }
         }
-        let _ = issued;
     }
 }
 
@@ -313,18 +326,7 @@ fn unix_grouping_gives_the_whole_group_one_capability_and_a_chmod_revokes_at_onc
     let at = |uid: u64, r: MdsRequest, now: u64, rng: &mut ChaCha20Rng| {
         mds.dispatch_as(uid, r, UnixMillis(now), rng)
     };
-    at(
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/d".into(),
-            mode: 0o777,
-            parents: false,
-            partition: None,
-        },
-        now,
-        &mut rng,
-    )
-    .unwrap();
+    shared_dir(&mds, now, &mut rng);
     at(
         100,
         MdsRequest::Open {
@@ -452,18 +454,7 @@ fn concurrent_opens_of_one_file_share_a_gathered_capability() {
     seed_users(&store, &users);
     let mut rng = ChaCha20Rng::seed_from_u64(5);
     let now = T0 + 1_000;
-    mds.dispatch_as(
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/d".into(),
-            mode: 0o777,
-            parents: false,
-            partition: None,
-        },
-        UnixMillis(now),
-        &mut rng,
-    )
-    .unwrap();
+    shared_dir(&mds, now, &mut rng);
     mds.dispatch_as(
         ADMIN_UID,
         MdsRequest::Open {
