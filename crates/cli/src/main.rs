@@ -705,6 +705,7 @@ fn run(cli: Cli) -> Result<()> {
                     .collect();
                 rows.push(("client".into(), client_counters));
                 let mut reasons = Vec::new();
+                let mut grouping = Vec::new();
                 for (name, counters) in rows {
                     let get = |k: &str| {
                         counters
@@ -733,14 +734,46 @@ fn run(cli: Cli) -> Result<()> {
                         k.strip_prefix("refused:")
                             .map(|code| format!("{name}: {code} {v}"))
                     }));
+                    grouping.extend(grouping_lines(&counters));
                 }
                 if !reasons.is_empty() {
                     println!("refused, by reason: {}", reasons.join(", "));
+                }
+                for line in grouping {
+                    println!("{line}");
                 }
             }
             Ok(())
         }
     }
+}
+
+/// SPEC M6 per strategy, from the MDS's `grouping:<strategy>:<what>` counters: one line
+/// per strategy that issued or served a capability.
+fn grouping_lines(counters: &[(String, u64)]) -> Vec<String> {
+    let get = |strategy: &str, what: &str| {
+        counters
+            .iter()
+            .find(|(n, _)| *n == format!("grouping:{strategy}:{what}"))
+            .map_or(0, |(_, v)| *v)
+    };
+    ["single", "unix", "directory", "batch", "onthefly"]
+        .iter()
+        .filter_map(|s| {
+            let (issued, auths, hits) = (
+                get(s, "capabilities"),
+                get(s, "authorizations"),
+                get(s, "cache_hits"),
+            );
+            (issued + hits > 0).then(|| {
+                format!(
+                    "grouping {s}: {issued} capabilities, {:.1} authorizations each, {:.1}% of its opens from the cache",
+                    auths as f64 / issued.max(1) as f64,
+                    100.0 * hits as f64 / (issued + hits) as f64
+                )
+            })
+        })
+        .collect()
 }
 
 /// Capability cache hit ratio from a counter list (NaN when nothing was looked up).

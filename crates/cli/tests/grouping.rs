@@ -91,6 +91,13 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
         after - signed <= 1,
         "dave's login may sign a ticket; his open signs nothing"
     );
+    // `maat stats` reports it per strategy.
+    let stats = String::from_utf8(cluster.ok(&admin_home, &["stats"], None)).unwrap();
+    let unix = stats
+        .lines()
+        .find(|l| l.starts_with("grouping unix: "))
+        .unwrap_or_else(|| panic!("no UNIX grouping line in:\n{stats}"));
+    assert!(!unix.starts_with("grouping unix: 0 capabilities"), "{unix}");
 
     // Carol (other) may not open it, may not fetch the tree, and bob's capability is
     // useless to her: the OSD checks that the authenticated user is in the set.
