@@ -181,6 +181,27 @@ enum AdminCommand {
         #[command(subcommand)]
         command: GroupingCommand,
     },
+    /// Emergency revocation (SPEC M9), e.g. of a compromised client: every OSD refuses
+    /// the named users' and capabilities' requests at once (an OSD that is down learns it
+    /// before it serves again), and the MDS renews none of them and gives the users no
+    /// new capability, until everything revoked would have expired anyway (one capability
+    /// lifetime). For longer, also remove the user or change the permissions.
+    Revoke {
+        /// A user to revoke (repeatable).
+        #[arg(long = "user", value_name = "NAME")]
+        users: Vec<String>,
+        /// A capability id to revoke, decimal or 0x-hex (repeatable).
+        #[arg(long = "capability", value_name = "ID", value_parser = parse_capability_id)]
+        capabilities: Vec<u64>,
+    },
+}
+
+fn parse_capability_id(text: &str) -> Result<u64, String> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    }
+    .map_err(|e| format!("not a capability id ({e})"))
 }
 
 #[derive(Subcommand)]
@@ -461,6 +482,23 @@ fn run(cli: Cli) -> Result<()> {
                 } => {
                     c.set_grouping(&strategies)?;
                     eprintln!("grouping is now {strategies} for capabilities issued from now on");
+                }
+                AdminCommand::Revoke {
+                    users,
+                    capabilities,
+                } => {
+                    if users.is_empty() && capabilities.is_empty() {
+                        anyhow::bail!("name at least one --user or --capability to revoke");
+                    }
+                    let notice = c.revoke(&users, &capabilities)?;
+                    let secs = notice.expiry.0.saturating_sub(maat_client::local_now()) / 1000;
+                    eprintln!(
+                        "revoked {} user(s) and {} capability(ies) (notice {}); OSDs refuse them now, \
+                         and the revocation lapses in about {secs} s, when they would have expired anyway",
+                        notice.users.len(),
+                        notice.capability_ids.len(),
+                        notice.notice_id
+                    );
                 }
             }
             Ok(())

@@ -5,12 +5,20 @@
 use super::*;
 
 impl Client {
-    /// One request to an OSD; renegotiates the session once if the OSD forgot it, and
-    /// supplies the capability's Merkle trees once if the OSD lacks them (SPEC M4).
+    /// One request to an OSD; renegotiates the session once if the OSD forgot it,
+    /// supplies the capability's Merkle trees once if the OSD lacks them (SPEC M4), and
+    /// renews the capability when due, giving the OSD the token (SPEC M8).
     pub fn osd_call(&mut self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
+        self.prepare_capability(osd, &request.capability)?;
         match self.osd_call_fresh(osd, &request) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownTree => {
                 self.supply_trees(osd, &request.capability)?;
+                self.osd_call_fresh(osd, &request)
+            }
+            Err(ClientError::Refused(e))
+                if e.code == ErrorCode::CapabilityExpired
+                    && self.recover_expired(osd, &request.capability)? =>
+            {
                 self.osd_call_fresh(osd, &request)
             }
             other => other,
@@ -95,6 +103,9 @@ impl Client {
                 lane.calls.push((index, request));
                 continue;
             }
+            if insecure.is_none() {
+                self.prepare_capability(osd, &request.capability)?;
+            }
             let auth = self.osd_auth(osd, insecure)?;
             let address = self.osd_entry(osd)?.address;
             let conn = self
@@ -148,11 +159,12 @@ impl Client {
                                 | ErrorCode::StaleRequest
                                 | ErrorCode::NotReady
                                 | ErrorCode::UnknownTree
+                                | ErrorCode::CapabilityExpired
                         ) =>
                     {
                         // Only a forgotten session needs a new one; a stale or early
-                        // request is simply sent again (`osd_call` waits as needed, and
-                        // supplies Merkle trees the OSD lacks).
+                        // request is simply sent again (`osd_call` waits as needed,
+                        // supplies Merkle trees the OSD lacks and renewal tokens).
                         if e.code == ErrorCode::UnknownSession {
                             if let Some(s) = &mut self.session {
                                 s.osd_sessions.retain(|o| o.osd != lane.osd);

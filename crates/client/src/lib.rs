@@ -11,6 +11,7 @@ mod data;
 pub use data::stripes_for;
 mod home;
 pub mod placement;
+mod renewal;
 mod trees;
 
 pub use auth::{KDF_ITERATIONS_MAX, KDF_LANES_MAX, KDF_MEMORY_KIB_MAX};
@@ -113,6 +114,9 @@ pub struct ClientStats {
     pub capability_cache_misses: u64,
     /// Requests sent.
     pub requests: u64,
+    /// Renewal tokens received (SPEC M8).
+    #[serde(default)]
+    pub renewals: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.
@@ -145,6 +149,8 @@ pub struct Client {
     rng: rand_chacha::ChaCha20Rng,
     /// Merkle tree messages fetched from the MDS, by root (SPEC M4).
     trees: HashMap<[u8; 32], Vec<u8>>,
+    /// Capabilities in use and the renewal tokens that extend them, by id (SPEC M8).
+    held: HashMap<u64, renewal::HeldCapability>,
     /// Counters.
     pub stats: ClientStats,
 }
@@ -199,6 +205,7 @@ impl Client {
             rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
                 .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
             trees: HashMap::new(),
+            held: HashMap::new(),
             stats,
         })
     }
@@ -481,6 +488,27 @@ impl Client {
         })
     }
 
+    /// SPEC M9 (administrator): every OSD refuses these users and capabilities from now
+    /// until the capabilities would have expired anyway. Returns the verified notice.
+    pub fn revoke(
+        &mut self,
+        users: &[String],
+        capabilities: &[u64],
+    ) -> Result<maat_proto::revocation::RevocationNotice> {
+        let bytes = match self.mds_call(MdsRequest::Revoke {
+            users: users.to_vec(),
+            capabilities: capabilities.to_vec(),
+        })? {
+            MdsResponse::Revoked(n) => n,
+            _ => return Err(self.bad("mds", "unexpected answer to Revoke")),
+        };
+        let now = self.now();
+        Unverified::<maat_proto::revocation::RevocationNotice>::decode(&bytes)
+            .and_then(|n| n.verify(&self.mds_key, UnixMillis(now)))
+            .map(|n| n.body().clone())
+            .map_err(|e| self.bad("mds", &format!("revocation notice: {e}")))
+    }
+
     /// The partitions.
     pub fn partitions(&mut self) -> Result<Vec<msg::PartitionInfo>> {
         match self.mds_call(MdsRequest::PartitionList)? {
@@ -653,7 +681,9 @@ impl Client {
         if t != FrameType::Plain {
             return Err(refusal(&entry.address, &answer));
         }
-        let OsdPlainResponse::Confirm(confirm) = decode_answer(&entry.address, &answer)?;
+        let OsdPlainResponse::Confirm(confirm) = decode_answer(&entry.address, &answer)? else {
+            return Err(self.bad(&entry.address, "unexpected answer to a session offer"));
+        };
         let confirm = UnverifiedMac::<SessionConfirm>::decode(&confirm)
             .and_then(|c| session::check_confirm(c, &offer, &key))
             .map_err(|e| self.bad(&entry.address, &format!("session confirmation: {e}")))?;

@@ -223,6 +223,8 @@ pub(crate) struct Issuer {
     batches: Mutex<Batches>,
     turn: Condvar,
     pub(crate) stats: GroupingStats,
+    /// Outstanding capabilities and the current renewal token (SPEC M8).
+    pub(crate) renewals: crate::renewal::Renewals,
     pub(crate) cache_hits: AtomicU64,
     pub(crate) cache_misses: AtomicU64,
 }
@@ -241,6 +243,7 @@ impl Issuer {
             batches: Mutex::new(Batches::default()),
             turn: Condvar::new(),
             stats: GroupingStats::default(),
+            renewals: crate::renewal::Renewals::default(),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
         }
@@ -271,7 +274,7 @@ pub(crate) struct IssueRequest {
     pub now: UnixMillis,
 }
 
-fn want_bits(mode: Mode) -> u16 {
+pub(crate) fn want_bits(mode: Mode) -> u16 {
     let mut bits = 0;
     if mode.allows(Mode::READ) {
         bits |= grouping::READ;
@@ -336,14 +339,22 @@ impl<S: MetaStore> crate::Mds<S> {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The read side of the access-control gate and the state it guards.
+    pub(crate) fn gate_and_acl(
+        &self,
+    ) -> Result<(std::sync::RwLockReadGuard<'_, ()>, Arc<AclSnapshot>)> {
+        let gate = self.issue_gate();
+        let acl = self.acl_snapshot()?;
+        Ok((gate, acl))
+    }
+
     /// Takes the gate and the state an issue for `r` decides on, refusing when the state
     /// no longer lets the requester have the mode asked for.
     fn decide(
         &self,
         r: &IssueRequest,
     ) -> Result<(std::sync::RwLockReadGuard<'_, ()>, Arc<AclSnapshot>, Perm)> {
-        let gate = self.issue_gate();
-        let acl = self.acl_snapshot()?;
+        let (gate, acl) = self.gate_and_acl()?;
         let perm = self.current_perm(r.file)?;
         if !acl.permits(r.uid, perm, want_bits(r.wanted)) {
             return Err(denied());
@@ -367,6 +378,12 @@ impl<S: MetaStore> crate::Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, bool)> {
         let cfg = self.issuer.grouping();
+        if self.user_revoked(r.uid, r.now)? {
+            return Err(MdsError::refused(
+                ErrorCode::Revoked,
+                "this user's capabilities are revoked for now (maat admin revoke)",
+            ));
+        }
         {
             let (_gate, acl, perm) = self.decide(r)?;
             // The wanted mode's grant (decide() checked it is allowed), then a wider mode
@@ -563,8 +580,19 @@ impl<S: MetaStore> crate::Mds<S> {
             start: UnixMillis(r.now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
             expiry: r.now.plus_millis(self.config.capability_lifetime_millis),
         };
-        let expiry = capability.expiry;
+        let (id, expiry) = (capability.id, capability.expiry);
         let encoded = signed::sign(capability, &self.signing).encoded().to_vec();
+        self.issuer.renewals.register(
+            crate::renewal::Issued {
+                id,
+                users: readers.clone(),
+                files: grant.files.members(),
+                mode: r.wanted,
+                expiry,
+            },
+            acl.version(),
+            r.now,
+        );
         let trees: Vec<(Digest, Arc<TreeEntry>)> = trees
             .into_iter()
             .map(|(root, message)| {
@@ -708,8 +736,7 @@ impl<S: MetaStore> crate::Mds<S> {
         r: &IssueRequest,
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, Vec<u64>)> {
-        let _gate = self.issue_gate();
-        let acl = self.acl_snapshot()?;
+        let (_gate, acl) = self.gate_and_acl()?;
         let perm = self.current_perm(r.file)?;
         let want = want_bits(r.wanted);
         let members: Vec<u64> = lock(&batch.state)
@@ -796,9 +823,16 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(signed::sign(capability, &self.signing).encoded().to_vec())
     }
 
-    /// Drops every cached capability (a partition's method changed: issue afresh).
-    pub(crate) fn forget_capabilities(&self) {
+    /// Drops every cached capability (a revocation: none is handed out again).
+    pub(crate) fn forget_capabilities_cached(&self) {
         lock(&self.issuer.capabilities).clear();
+    }
+
+    /// Drops every cached and outstanding capability (a partition's method changed:
+    /// issue afresh, and renew none of the old method).
+    pub(crate) fn forget_capabilities(&self) {
+        self.forget_capabilities_cached();
+        self.issuer.renewals.forget_all();
     }
 
     /// SPEC M4: the members of a root in a capability this MDS issued, for a user named

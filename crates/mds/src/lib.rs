@@ -10,6 +10,8 @@ mod capabilities;
 pub mod grouping;
 mod namespace;
 mod partitions;
+mod renewal;
+mod revocations;
 pub mod store;
 mod users;
 
@@ -162,6 +164,8 @@ pub struct Mds<S: MetaStore> {
     volatile: Mutex<Volatile>,
     /// Capabilities, their caches and grouping (SPEC M3–M6).
     issuer: capabilities::Issuer,
+    /// Revocation notices in force (SPEC M9).
+    revocations: revocations::Revocations,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
 }
@@ -294,6 +298,7 @@ impl<S: MetaStore> Mds<S> {
                 sessions: HashMap::new(),
             }),
             issuer: capabilities::Issuer::new(config.grouping),
+            revocations: revocations::Revocations::default(),
             write: Mutex::new(()),
             store,
             config,
@@ -445,6 +450,7 @@ impl<S: MetaStore> Mds<S> {
                     }
                 }
             }
+            MdsPlainRequest::Revocations { osd, nonce } => self.revocations_for(osd, &nonce, now),
             MdsPlainRequest::OpaqueLoginFinish { state, ke3 } => {
                 self.opaque_login_finish(&state, &ke3, now, rng)
             }
@@ -759,6 +765,11 @@ impl<S: MetaStore> Mds<S> {
                 self.issuer.set_strategies(parsed);
                 Ok(MdsResponse::Ok)
             }
+            MdsRequest::Renew { ids } => self.renew(&ids, now, rng),
+            MdsRequest::Revoke {
+                users,
+                capabilities,
+            } => self.revoke(who, &users, &capabilities, now),
             MdsRequest::Logout => {
                 if let Some(sid) = session {
                     let mut batch = Batch::default();
@@ -769,6 +780,11 @@ impl<S: MetaStore> Mds<S> {
                 Ok(MdsResponse::Ok)
             }
         }
+    }
+
+    /// The OSDs registered (for the daemon shell's pushes; empty if the store fails).
+    pub fn registered_osds(&self) -> Vec<msg::OsdEntry> {
+        self.store.osds().unwrap_or_default()
     }
 
     /// Counters for `maat stats`.
@@ -792,6 +808,7 @@ impl<S: MetaStore> Mds<S> {
             ),
         ];
         counters.extend(self.issuer.stats.counters());
+        counters.extend(self.issuer.renewals.counters());
         counters.extend(
             self.counters
                 .snapshot()

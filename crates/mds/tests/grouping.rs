@@ -1,8 +1,9 @@
 //! SPEC M6's invariant as a property: for random users, groups, modes, permission
 //! changes and opens, under every combination of grouping strategies, no capability the
 //! MDS hands out names a (user, file, mode) its access-control state does not allow at
-//! that moment. Also: gathered batches under concurrency, and M7 (a permission change
-//! takes effect at the MDS at once).
+//! that moment, and no renewal token (M8) extends a capability that authorizes such an
+//! access or that had already expired. Also: gathered batches under concurrency, and M7
+//! (a permission change takes effect at the MDS at once).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -19,6 +20,7 @@ use maat_mds::{Mds, MdsConfig, MdsSecrets, ADMIN_UID};
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
 use maat_proto::msg::{Access, ErrorCode, KdfParams, MdsRequest, MdsResponse};
+use maat_proto::renewal::RenewalToken;
 use maat_proto::signed::Unverified;
 use maat_proto::UnixMillis;
 use proptest::prelude::*;
@@ -200,6 +202,9 @@ enum Step {
     Wait {
         millis: u64,
     },
+    Renew {
+        user: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -211,6 +216,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..8usize, 0..3usize).prop_map(|(user, group)| Step::Join { user, group }),
         1 => (0..8usize).prop_map(|user| Step::Remove { user }),
         1 => (0..200_000u64).prop_map(|millis| Step::Wait { millis }),
+        2 => (0..8usize).prop_map(|user| Step::Renew { user }),
     ]
 }
 
@@ -257,6 +263,8 @@ proptest! {
         };
         shared_dir(&mds, now, &mut rng);
         let mut files: Vec<String> = Vec::new();
+        // Every capability handed out, by id, with the latest expiry granted to it.
+        let mut issued: std::collections::HashMap<u64, (Vec<u8>, u64)> = Default::default();
         for (i, s) in steps.into_iter().enumerate() {
             now += 1;
             let opened = match s {
@@ -294,9 +302,38 @@ proptest! {
                     now += millis;
                     continue;
                 }
+                Step::Renew { user } => {
+                    let ids: Vec<u64> = issued.keys().copied().collect();
+                    let r = mds.dispatch_as(FIRST_UID + (user % n) as u64, MdsRequest::Renew { ids }, UnixMillis(now), &mut rng);
+                    let token = match r {
+                        Ok(MdsResponse::Renewed(token)) => token,
+                        Err(e) if e.code == ErrorCode::NoSuchUser => continue,
+                        other => panic!("renewal failed: {other:?}"),
+                    };
+                    let token = Unverified::<RenewalToken>::decode(&token).unwrap().unverified_body().clone();
+                    prop_assert!(token.expiry.0 <= now + 300_000);
+                    for id in &token.capability_ids {
+                        let (capability, expiry) = issued.get_mut(&id.0).expect("the token names a capability never issued");
+                        prop_assert!(*expiry > now, "the token revives capability {} that expired at {} (now {now})", id.0, *expiry);
+                        *expiry = (*expiry).max(token.expiry.0);
+                        let (us, fs, mode) = authorizations(&mds, capability, now);
+                        for u in &us {
+                            for f in &fs {
+                                prop_assert!(
+                                    model_allows(&store, *u, *f, mode),
+                                    "renewal extends user {u} on file {f} mode {mode:?}, which the state does not allow (strategies {})",
+                                    strategies.names()
+                                );
+                            }
+                        }
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             let Ok(MdsResponse::Opened { capability, .. }) = opened else { continue };
+            let body = Unverified::<Capability>::decode(&capability).unwrap().unverified_body().clone();
+            issued.entry(body.id.0).or_insert((capability.clone(), body.expiry.0));
             let (us, fs, mode) = authorizations(&mds, &capability, now);
             for u in &us {
                 for f in &fs {
@@ -512,4 +549,111 @@ fn concurrent_opens_of_one_file_share_a_gathered_capability() {
         "{signatures} signatures for {} concurrent opens",
         caps.len()
     );
+}
+
+fn renew(mds: &Mds<&MemStore>, uid: u64, ids: Vec<u64>, now: u64) -> RenewalToken {
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    match mds.dispatch_as(uid, MdsRequest::Renew { ids }, UnixMillis(now), &mut rng) {
+        Ok(MdsResponse::Renewed(t)) => Unverified::<RenewalToken>::decode(&t)
+            .unwrap()
+            .unverified_body()
+            .clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn counter(mds: &Mds<&MemStore>, name: &str) -> u64 {
+    mds.stats()
+        .counters
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+#[test]
+fn one_signed_token_renews_every_client_and_leaves_revoked_capabilities_out() {
+    let store = MemStore::default();
+    let mds = mds(&store, Strategies::default(), 10_000);
+    let users: Vec<(u64, Vec<u64>)> = (0..20).map(|_| (GROUPS[0], vec![])).collect();
+    seed_users(&store, &users);
+    let mut rng = ChaCha20Rng::seed_from_u64(3);
+    let mut now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+    let mut ids = Vec::new();
+    for i in 0..20u64 {
+        let r = mds.dispatch_as(
+            FIRST_UID + i,
+            MdsRequest::Open {
+                path: format!("/d/f{i}"),
+                access: Access::ReadWrite,
+                create: Some(0o644),
+            },
+            UnixMillis(now),
+            &mut rng,
+        );
+        let Ok(MdsResponse::Opened { capability, .. }) = r else {
+            panic!("{r:?}")
+        };
+        let body = Unverified::<Capability>::decode(&capability)
+            .unwrap()
+            .unverified_body()
+            .clone();
+        ids.push(body.id.0);
+    }
+
+    // At 80 % of the lifetime every client renews its own capability: one signature
+    // for all twenty, and the token names them all.
+    now += 8_000;
+    let before = signatures(&mds);
+    let mut tokens = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        tokens.push(renew(&mds, FIRST_UID + i as u64, vec![*id], now + i as u64));
+    }
+    assert_eq!(signatures(&mds) - before, 1, "twenty renewals, one token");
+    assert!(tokens.iter().all(|t| t == &tokens[0]));
+    for id in &ids {
+        assert!(tokens[0].renews(maat_proto::CapabilityId(*id)));
+    }
+    assert_eq!(tokens[0].expiry.0, now + 10_000);
+    assert_eq!(counter(&mds, "renewal:tokens_signed"), 1);
+    assert_eq!(counter(&mds, "renewal:tokens_reused"), 19);
+
+    // M7: the owner of f0 loses read and write; the next token leaves f0's capability
+    // out (the cached one, signed before the change, is not handed out again).
+    mds.dispatch_as(
+        ADMIN_UID,
+        MdsRequest::Chmod {
+            path: "/d/f0".into(),
+            mode: 0o000,
+        },
+        UnixMillis(now + 100),
+        &mut rng,
+    )
+    .unwrap();
+    let after_chmod = renew(&mds, FIRST_UID, vec![ids[0]], now + 200);
+    assert!(!after_chmod.renews(maat_proto::CapabilityId(ids[0])));
+    assert!(after_chmod.renews(maat_proto::CapabilityId(ids[1])));
+    assert_eq!(counter(&mds, "renewal:capabilities_forgotten"), 1);
+    // Asking again never brings it back, and an id the MDS never issued is ignored.
+    let again = renew(&mds, FIRST_UID + 1, vec![ids[0], ids[1], 42], now + 300);
+    assert!(!again.renews(maat_proto::CapabilityId(ids[0])));
+    assert!(!again.renews(maat_proto::CapabilityId(42)));
+    assert!(again.renews(maat_proto::CapabilityId(ids[1])));
+
+    // Once every renewed expiry (the last token's, signed at +200) has passed, nothing
+    // is renewed (no reviving).
+    let late = renew(&mds, FIRST_UID + 1, ids.clone(), now + 10_200);
+    assert!(late.capability_ids.is_empty(), "{late:?}");
+
+    // A request over the limit is refused with a reason.
+    let too_many = mds.dispatch_as(
+        FIRST_UID,
+        MdsRequest::Renew {
+            ids: (0..=maat_proto::limits::RENEWAL_CAPABILITY_IDS_MAX as u64).collect(),
+        },
+        UnixMillis(now),
+        &mut rng,
+    );
+    assert!(matches!(too_many, Err(e) if e.code == ErrorCode::TooLarge));
 }

@@ -8,6 +8,8 @@
 //! takes one for every data operation, so a store call without the checks does not compile.
 //! The real store (files with fsync) lives in `maat-server`.
 
+mod renewals;
+mod revocations;
 mod trees;
 
 use maat_crypto::seal::SealingSecretKey;
@@ -21,6 +23,8 @@ use maat_proto::msg::{
     DATA_PARTITION, STRIPE_UNIT_BYTES,
 };
 use maat_proto::protection::{self, EnvelopeKeys, Protection};
+use maat_proto::renewal::RenewalToken;
+use maat_proto::revocation::RevocationNotice;
 use maat_proto::session::{self, SessionOffer};
 use maat_proto::signed::Unverified;
 use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
@@ -133,6 +137,9 @@ struct Stats {
     capability_cache_hits: AtomicU64,
     capability_cache_misses: AtomicU64,
     trees_supplied: AtomicU64,
+    renewal_tokens_verified: AtomicU64,
+    renewal_tokens_known: AtomicU64,
+    revocations_applied: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
 }
@@ -180,6 +187,10 @@ pub struct OsdCore {
     replay: Mutex<ReplayWindow>,
     capabilities: RwLock<HashMap<[u8; 32], CachedCapability>>,
     trees: trees::TreeCache,
+    /// Renewed capability expiries (SPEC M8).
+    renewed: renewals::Renewed,
+    /// Revocation notices in force (SPEC M9).
+    revoked: revocations::Revoked,
     stats: Stats,
 }
 
@@ -214,6 +225,8 @@ impl OsdCore {
             replay: Mutex::new(ReplayWindow::new(boot)),
             capabilities: RwLock::new(HashMap::new()),
             trees: trees::TreeCache::default(),
+            renewed: renewals::Renewed::default(),
+            revoked: revocations::Revoked::default(),
             stats: Stats::default(),
         }
     }
@@ -270,19 +283,55 @@ impl OsdCore {
         rng: &mut impl CryptoRngCore,
     ) -> Vec<u8> {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let result = self.counted(self.offer(message, now, rng));
+        let result =
+            msg::decode(message)
+                .map_err(WireError::from)
+                .and_then(|request| match request {
+                    OsdPlainRequest::Offer(bytes) => self.offer(&bytes, now, rng),
+                    OsdPlainRequest::Revoke(notice) => self
+                        .apply_revocation(&notice, now)
+                        .map(|()| OsdPlainResponse::Applied),
+                });
+        let result = self.counted(result);
         msg::encode_result(&result)
+    }
+
+    /// SPEC M9: applies one MDS-signed notice (pushed by the MDS).
+    pub fn apply_revocation(&self, notice: &[u8], now: UnixMillis) -> Result<(), WireError> {
+        let verified =
+            Unverified::<RevocationNotice>::decode(notice)?.verify(&self.mds_key()?, now)?;
+        self.revoked.apply(verified.body().clone(), now);
+        self.stats
+            .revocations_applied
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// SPEC M9: applies the complete list of notices in force that the MDS sent (its MAC
+    /// checked by the caller), after which data requests are served.
+    pub fn sync_revocations(&self, notices: &[Vec<u8>], now: UnixMillis) -> Result<(), WireError> {
+        let key = self.mds_key()?;
+        let mut list = Vec::with_capacity(notices.len());
+        for n in notices {
+            list.push(
+                Unverified::<RevocationNotice>::decode(n)?
+                    .verify(&key, now)?
+                    .body()
+                    .clone(),
+            );
+        }
+        self.revoked.sync(list, now);
+        Ok(())
     }
 
     fn offer(
         &self,
-        message: &[u8],
+        bytes: &[u8],
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<OsdPlainResponse, WireError> {
-        let OsdPlainRequest::Offer(bytes) = msg::decode(message)?;
         let mds_key = self.mds_key()?;
-        let offer = Unverified::<SessionOffer>::decode(&bytes)?;
+        let offer = Unverified::<SessionOffer>::decode(bytes)?;
         // The offer's timestamp goes through the same window as requests.
         let ts = offer.unverified_body().timestamp;
         let replay_check = lock(&self.replay).check_time(ts, now);
@@ -487,7 +536,14 @@ impl OsdCore {
                 "capabilities reach the data partition only",
             ));
         }
+        if !self.revoked.synced() {
+            return Err(refuse(
+                ErrorCode::NotReady,
+                "catching up on revocations with the MDS",
+            ));
+        }
         let capability = self.verified_capability(&request.capability, now)?;
+        self.revoked.check(capability.id, caller.user, now)?;
         let user_tree = match &capability.users {
             Principals::UserTree(root) => Some(self.tree(root, "user")?),
             _ => None,
@@ -572,11 +628,55 @@ impl OsdCore {
         Ok(OsdResponse::Ok)
     }
 
+    /// SPEC M8: keeps the expiries an MDS-signed renewal token grants, verifying each
+    /// token once.
+    fn supply_renewal(
+        &self,
+        caller: &Caller,
+        token: &[u8],
+        now: UnixMillis,
+    ) -> Result<OsdResponse, WireError> {
+        if caller.secure.is_none() {
+            return Err(refuse(
+                ErrorCode::InvalidArgument,
+                "renewal tokens come with capabilities; NOSEC has none",
+            ));
+        }
+        let digest = hash::blake3(&[token]);
+        if self.renewed.known(&digest, now) {
+            self.stats
+                .renewal_tokens_known
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(OsdResponse::Ok);
+        }
+        let verified = Unverified::<RenewalToken>::decode(token)?.verify(&self.mds_key()?, now)?;
+        self.renewed.insert(digest, verified.body(), now);
+        self.stats
+            .renewal_tokens_verified
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(OsdResponse::Ok)
+    }
+
+    /// Checks a capability's window, extended by a verified renewal token that names it.
+    fn check_window(&self, capability: &Capability, now: UnixMillis) -> Result<(), WireError> {
+        match maat_proto::signed::check_validity(capability, now) {
+            Err(maat_proto::ProtoError::Expired { .. })
+                if self
+                    .renewed
+                    .expiry(capability.id.0)
+                    .is_some_and(|e| now < e) =>
+            {
+                Ok(())
+            }
+            other => Ok(other?),
+        }
+    }
+
     fn verified_capability(&self, bytes: &[u8], now: UnixMillis) -> Result<Capability, WireError> {
         let digest = hash::blake3(&[bytes]);
         if let Some(hit) = read(&self.capabilities).get(&digest) {
             // Cached: the signature was checked; the validity window is re-checked now.
-            maat_proto::signed::check_validity(&hit.capability, now)?;
+            self.check_window(&hit.capability, now)?;
             self.stats
                 .capability_cache_hits
                 .fetch_add(1, Ordering::Relaxed);
@@ -585,7 +685,9 @@ impl OsdCore {
         self.stats
             .capability_cache_misses
             .fetch_add(1, Ordering::Relaxed);
-        let verified = Unverified::<Capability>::decode(bytes)?.verify(&self.mds_key()?, now)?;
+        let unverified = Unverified::<Capability>::decode(bytes)?;
+        let renewed = self.renewed.expiry(unverified.unverified_body().id.0);
+        let verified = unverified.verify_with_expiry(&self.mds_key()?, renewed, now)?;
         let capability = verified.body().clone();
         let mut cache = write(&self.capabilities);
         if cache.len() >= CAPABILITY_CACHE_ENTRIES_MAX {
@@ -637,6 +739,10 @@ impl OsdCore {
             OsdCommand::Stats => return Ok(OsdResponse::Stats(self.stats())),
             OsdCommand::SupplyTree { tree } => {
                 let r = self.supply_tree(caller, request, tree, now);
+                return self.counted(r);
+            }
+            OsdCommand::SupplyRenewal { token } => {
+                let r = self.supply_renewal(caller, token, now);
                 return self.counted(r);
             }
             OsdCommand::List { partition } => {
@@ -764,6 +870,9 @@ impl OsdCore {
             ("capability_cache_hits", &s.capability_cache_hits),
             ("capability_cache_misses", &s.capability_cache_misses),
             ("trees_supplied", &s.trees_supplied),
+            ("renewal_tokens_verified", &s.renewal_tokens_verified),
+            ("renewal_tokens_known", &s.renewal_tokens_known),
+            ("revocations_applied", &s.revocations_applied),
             ("bytes_read", &s.bytes_read),
             ("bytes_written", &s.bytes_written),
         ]
@@ -771,6 +880,8 @@ impl OsdCore {
         .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
         .collect();
         counters.push(("trees_cached".into(), self.trees.len() as u64));
+        counters.push(("capabilities_renewed".into(), self.renewed.len() as u64));
+        counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
         counters.extend(
             self.counters
                 .snapshot()

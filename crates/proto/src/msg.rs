@@ -114,6 +114,9 @@ pub enum ErrorCode {
     /// A supplied Merkle tree does not rebuild the root it was offered for (forged or
     /// corrupted members).
     TreeMismatch,
+    /// SPEC M9: the capability or the user was revoked by the administrator; the
+    /// revocation lasts until every capability it concerns would have expired anyway.
+    Revoked,
 }
 
 impl ErrorCode {
@@ -152,6 +155,7 @@ impl ErrorCode {
             ErrorCode::ProtectionTooWeak => "protection method weaker than the partition requires",
             ErrorCode::UnknownTree => "capability names a Merkle tree this OSD has not seen",
             ErrorCode::TreeMismatch => "Merkle tree does not match the capability's root",
+            ErrorCode::Revoked => "revoked by the administrator",
         }
     }
 
@@ -167,10 +171,15 @@ impl ErrorCode {
             ProtoError::BadSignature { .. } => ErrorCode::BadSignature,
             ProtoError::BadMac { .. } => ErrorCode::BadMac,
             ProtoError::DecryptionFailed { .. } => ErrorCode::BadMac,
-            ProtoError::Expired { token, .. } if *token == "capability" => {
+            // A renewal token's window is a capability's extended window (SPEC M8).
+            ProtoError::Expired { token, .. }
+                if *token == "capability" || *token == "renewal token" =>
+            {
                 ErrorCode::CapabilityExpired
             }
-            ProtoError::NotYetValid { token, .. } if *token == "capability" => {
+            ProtoError::NotYetValid { token, .. }
+                if *token == "capability" || *token == "renewal token" =>
+            {
                 ErrorCode::CapabilityNotYetValid
             }
             ProtoError::Expired { .. } | ProtoError::NotYetValid { .. } => {
@@ -353,6 +362,14 @@ pub enum MdsPlainRequest {
         /// one. Without a valid cookie the MDS spends one keyed hash, no group operation.
         cookie: Option<[u8; 32]>,
     },
+    /// SPEC M9: an OSD asks for every revocation notice still in force (its catch-up
+    /// before serving, and its periodic check).
+    Revocations {
+        /// The OSD's id.
+        osd: u64,
+        /// Fresh nonce (the answer's MAC covers it, so an old answer cannot be replayed).
+        nonce: [u8; 16],
+    },
     /// OPAQUE login, last message: KE3 and the state the MDS handed out with KE2.
     OpaqueLoginFinish {
         /// The MDS's login state, sealed to its own key (the MDS keeps none).
@@ -385,6 +402,14 @@ pub enum MdsPlainResponse {
         mac: [u8; 32],
         /// MDS clock.
         mds_time: u64,
+    },
+    /// SPEC M9: every revocation notice in force (signed each), and a MAC under the join
+    /// key over the OSD id, the request nonce and the notices (see `revocation`).
+    Revocations {
+        /// Signed notices.
+        notices: Vec<Vec<u8>>,
+        /// `revocations_mac`.
+        mac: [u8; 32],
     },
     /// Registration accepted.
     Registered {
@@ -601,6 +626,20 @@ pub enum MdsRequest {
         /// Comma-separated strategy names.
         strategies: String,
     },
+    /// SPEC M8: renew capabilities in use (ids, at most `RENEWAL_CAPABILITY_IDS_MAX`).
+    /// Answered by `Renewed`.
+    Renew {
+        /// Ids of the capabilities to renew.
+        ids: Vec<u64>,
+    },
+    /// SPEC M9, administrator: make every OSD refuse these users and capabilities now.
+    /// Answered by `Revoked` once every reachable OSD has been told.
+    Revoke {
+        /// User names.
+        users: Vec<String>,
+        /// Capability ids.
+        capabilities: Vec<u64>,
+    },
 }
 
 /// File or directory attributes.
@@ -704,6 +743,12 @@ pub enum MdsResponse {
     Partitions(Vec<PartitionInfo>),
     /// A Merkle tree message (answers `GetTree`; see `merkle_msg`).
     Tree(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M8: a signed renewal token (answers `Renew`). It names the requested
+    /// capabilities the MDS still allows and every other outstanding valid one; a
+    /// requested id it leaves out is not renewed (expired, unknown or revoked).
+    Renewed(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M9: the signed revocation notice (answers `Revoke`).
+    Revoked(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Where an object lives in an OSD's object model (SPEC T5).
@@ -815,6 +860,14 @@ pub enum OsdCommand {
         /// The tree message.
         #[serde(with = "serde_bytes")]
         tree: Vec<u8>,
+    },
+    /// SPEC M8: an MDS-signed renewal token (`renewal`). The OSD verifies it once, keeps
+    /// the new expiry of every capability it names, and from then on accepts those
+    /// capabilities until that expiry. Needs an authenticated session, no capability.
+    SupplyRenewal {
+        /// The signed token.
+        #[serde(with = "serde_bytes")]
+        token: Vec<u8>,
     },
 }
 
@@ -968,6 +1021,9 @@ pub enum OsdResponse {
 pub enum OsdPlainRequest {
     /// SPEC M2: a signed session offer.
     Offer(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M9: a revocation notice pushed by the MDS (signed: who carries it does not
+    /// matter; applying one twice changes nothing).
+    Revoke(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Answer to [`OsdPlainRequest`].
@@ -975,6 +1031,8 @@ pub enum OsdPlainRequest {
 pub enum OsdPlainResponse {
     /// The MACed confirmation.
     Confirm(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The notice is applied.
+    Applied,
 }
 
 /// Fuzz entry: every message decoder over arbitrary bytes must not panic.
@@ -987,6 +1045,7 @@ pub fn fuzz_messages(data: &[u8]) {
     let _ = decode::<Result<OsdResponse, WireError>>(data);
     let _ = decode::<InsecureRequest<MdsRequest>>(data);
     let _ = decode::<OsdPlainRequest>(data);
+    let _ = decode::<Result<OsdPlainResponse, WireError>>(data);
 }
 
 #[cfg(test)]

@@ -100,3 +100,29 @@ impl Body for RevocationNotice {
 
 crate::signed::timed_by_fields!(RevocationNotice);
 impl crate::signed::SignedBody for RevocationNotice {}
+
+/// Domain separation of [`revocations_mac`].
+const REVOCATIONS_CONTEXT: &[u8] = b"maat/revocations/v1\0";
+
+/// SPEC M9: the MAC under the cluster join key that an MDS puts on its list of notices in
+/// force for OSD `osd`, over the OSD's request nonce and every notice (length-prefixed), so
+/// that an OSD accepts only a fresh and complete list from its MDS.
+pub fn revocations_mac(
+    join: &maat_crypto::mac::MacKey,
+    osd: u64,
+    nonce: &[u8; 16],
+    notices: &[Vec<u8>],
+) -> [u8; 32] {
+    let osd = osd.to_be_bytes();
+    let count = (notices.len() as u64).to_be_bytes();
+    let lens: Vec<[u8; 8]> = notices
+        .iter()
+        .map(|n| (n.len() as u64).to_be_bytes())
+        .collect();
+    let mut parts: Vec<&[u8]> = vec![REVOCATIONS_CONTEXT, &osd, nonce, &count];
+    for (len, notice) in lens.iter().zip(notices) {
+        parts.push(len);
+        parts.push(notice);
+    }
+    join.tag(&parts)
+}

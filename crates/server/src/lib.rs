@@ -7,6 +7,7 @@
 //! tokio here.
 
 pub mod config;
+mod control;
 pub mod meta_store;
 pub mod object_store;
 pub mod private;
@@ -250,7 +251,15 @@ pub fn run_mds(
                 mds.handle_plain(peer, payload, now, &mut OsRng),
             ),
             FrameType::Request => match mds.handle_request(payload, now, &mut OsRng) {
-                Ok(sealed) => (FrameType::Response, sealed),
+                Ok(sealed) => {
+                    // SPEC M9: a revocation reaches every OSD before the administrator
+                    // hears it is done.
+                    let pushes = mds.take_revocation_pushes();
+                    if !pushes.is_empty() {
+                        control::push_revocations(mds.as_ref(), &pushes);
+                    }
+                    (FrameType::Response, sealed)
+                }
                 Err(refusal) => refusal_frame(&refusal),
             },
             FrameType::Insecure => (
@@ -393,6 +402,7 @@ fn register_loop(
                         eprintln!("osd {id}: cannot record the MDS key: {e}");
                     }
                 }
+                revocation_loop(core, mds_address, id, &join, shutdown);
                 return;
             }
             Err(e) => {
@@ -411,6 +421,40 @@ fn register_loop(
                 }
                 std::thread::sleep(Duration::from_millis(300));
             }
+        }
+    }
+}
+
+/// SPEC M9: catches up on the revocations in force right away (data requests wait for
+/// it), then checks again every `REVOCATION_POLL` until shutdown.
+fn revocation_loop(core: &OsdCore, mds_address: &str, id: u64, join: &MacKey, shutdown: &Shutdown) {
+    let mut failing = false;
+    while !shutdown.is_set() {
+        match control::sync_revocations(core, mds_address, id, join) {
+            Ok(()) => {
+                if failing {
+                    eprintln!("osd {id}: revocations checked with the MDS again");
+                }
+                failing = false;
+            }
+            Err(e) => {
+                if !failing {
+                    eprintln!(
+                        "osd {id}: cannot check revocations with the MDS at {mds_address} ({e}); retrying"
+                    );
+                }
+                failing = true;
+            }
+        }
+        let mut waited = Duration::ZERO;
+        while waited < control::REVOCATION_POLL && !shutdown.is_set() {
+            let step = if failing {
+                Duration::from_millis(100)
+            } else {
+                Duration::from_millis(50)
+            };
+            std::thread::sleep(step);
+            waited += step;
         }
     }
 }

@@ -6,6 +6,7 @@ mod crowd;
 mod login;
 mod objects;
 mod ops;
+mod renewal;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
@@ -28,6 +29,28 @@ pub enum BenchCommand {
         /// Crowd sizes.
         #[arg(long, value_delimiter = ',', default_value = "20,40,60,80,100")]
         clients: Vec<u32>,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// E4 (paper 000 Fig. 8b): N clients, each its own user and file, write and renew
+    /// their capabilities every renewal period (80 % of a short lifetime); per N the MDS
+    /// signatures per period, renewal requests per period and MDS time spent renewing.
+    /// JSON keys `signatures_per_period_<N>`, `renewals_per_period_<N>`,
+    /// `mds_us_per_period_<N>`, `mds_us_per_renewal_<N>`.
+    Renewal {
+        /// Client counts.
+        #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+        clients: Vec<u32>,
+        /// Renewal periods measured per client count.
+        #[arg(long, default_value_t = 3)]
+        periods: u32,
+        /// Capability lifetime of the bench cluster, seconds (clients renew at 80 %).
+        #[arg(long, default_value_t = 5)]
+        lifetime: u64,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -122,6 +145,11 @@ struct LocalCluster {
 
 impl LocalCluster {
     fn start(data: Option<PathBuf>) -> Result<Self> {
+        Self::start_with(data, &[])
+    }
+
+    /// A local cluster with `extra` arguments to `maat up`.
+    fn start_with(data: Option<PathBuf>, extra: &[&str]) -> Result<Self> {
         let (data, temp) = match data {
             Some(d) => {
                 if d.join("mds/mds.toml").exists() {
@@ -149,6 +177,7 @@ impl LocalCluster {
                 "--data",
             ])
             .arg(&data)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -217,6 +246,13 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => crowd::run_flash_crowd(&clients, data, json),
+        BenchCommand::Renewal {
+            clients,
+            periods,
+            lifetime,
+            data,
+            json,
+        } => renewal::run_renewal(&clients, periods, lifetime, data, json),
         BenchCommand::LoginFlood {
             messages,
             flooders,

@@ -1,0 +1,238 @@
+//! SPEC M9 against real daemons: `Revoke` makes every OSD refuse a user or a capability
+//! at once (pushed before the administrator gets the answer), an OSD that restarts learns
+//! it from the MDS before it serves again, a forged notice is refused, only the
+//! administrator may revoke, a flood of revocations is bounded, and every OSD's table
+//! empties once what it revoked would have expired anyway.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::Cluster;
+use maat_client::{Client, ClientError, Opened};
+use maat_proto::capability::Capability;
+use maat_proto::msg::{
+    self, Access, ErrorCode, MdsRequest, MdsResponse, OsdPlainRequest, OsdPlainResponse, WireError,
+};
+use maat_proto::revocation::RevocationNotice;
+use maat_proto::signed::Unverified;
+use maat_proto::wire::FrameType;
+use maat_proto::{CapabilityId, UnixMillis, UserId};
+use std::time::{Duration, Instant};
+
+fn code<T>(r: Result<T, ClientError>) -> ErrorCode {
+    match r {
+        Err(ClientError::Refused(e)) => e.code,
+        Err(e) => panic!("expected a refusal, got {e:?}"),
+        Ok(_) => panic!("expected a refusal, got success"),
+    }
+}
+
+fn counter(c: &mut Client, prefix: &str, name: &str) -> u64 {
+    c.daemon_stats()
+        .unwrap()
+        .iter()
+        .filter(|d| d.daemon.starts_with(prefix))
+        .flat_map(|d| d.counters.iter())
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+/// A capability straight from the MDS (not the client's own cache).
+fn fresh_open(c: &mut Client, path: &str) -> Result<Opened, ClientError> {
+    match c.mds_call(MdsRequest::Open {
+        path: path.into(),
+        access: Access::Read,
+        create: None,
+    })? {
+        MdsResponse::Opened {
+            stat, capability, ..
+        } => Ok(Opened {
+            stat,
+            capability,
+            mds_cached: false,
+        }),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn id_of(opened: &Opened) -> u64 {
+    Unverified::<Capability>::decode(&opened.capability)
+        .unwrap()
+        .unverified_body()
+        .id
+        .0
+}
+
+/// Reads stripe 0, waiting out a restarting OSD (`NotReady`, or not yet listening).
+fn read_after_restart(c: &mut Client, opened: &Opened) -> Result<Option<Vec<u8>>, ClientError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = c.read_object(opened, 0);
+        let waiting = match &r {
+            Err(ClientError::Refused(e)) => e.code == ErrorCode::NotReady,
+            Err(ClientError::Net { .. }) => true,
+            _ => false,
+        };
+        if !waiting || Instant::now() > deadline {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn revocation_is_immediate_reaches_restarted_osds_and_lapses_with_the_capabilities() {
+    let lifetime = Duration::from_secs(6);
+    let cluster = Cluster::start(2, &["--capability-lifetime", "6", "--grouping", "none"]);
+    cluster.add_user("alice", "alice passphrase", None);
+    cluster.add_user("bob", "bob passphrase", None);
+    let mut admin = cluster.admin_client();
+    admin.mkdir("/shared", 0o777, false).unwrap();
+    let mut alice = cluster.user_client("alice", "alice passphrase");
+    let data = vec![3u8; 50_000];
+    alice
+        .put(
+            &mut &data[..],
+            data.len() as u64,
+            "/shared/data",
+            &mut |_| {},
+        )
+        .unwrap();
+    let mut bob = cluster.user_client("bob", "bob passphrase");
+    let bobs = fresh_open(&mut bob, "/shared/data").unwrap();
+    let alices = fresh_open(&mut alice, "/shared/data").unwrap();
+    assert!(bob.read_object(&bobs, 0).unwrap().is_some());
+    assert!(alice.read_object(&alices, 0).unwrap().is_some());
+
+    // Only the administrator revokes.
+    assert_eq!(
+        code(bob.revoke(&["alice".into()], &[])),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        code(admin.revoke(&["nobody".into()], &[])),
+        ErrorCode::NoSuchUser
+    );
+
+    // Revoking bob: when the answer arrives, every OSD refuses him, and the MDS gives him
+    // no new capability; alice is untouched.
+    let pushed_before = counter(&mut admin, "osd", "revocations_applied");
+    let notice = admin.revoke(&["bob".into()], &[]).unwrap();
+    let revoked_at = Instant::now();
+    assert_eq!(notice.users.len(), 1);
+    assert_eq!(
+        counter(&mut admin, "osd", "revocations_applied") - pushed_before,
+        2,
+        "pushed to both OSDs before the answer"
+    );
+    assert_eq!(code(bob.read_object(&bobs, 0)), ErrorCode::Revoked);
+    assert_eq!(
+        code(fresh_open(&mut bob, "/shared/data")),
+        ErrorCode::Revoked
+    );
+    assert!(alice.read_object(&alices, 0).unwrap().is_some());
+
+    // Revoking one capability: it is refused, a new one for the same user works.
+    admin.revoke(&[], &[id_of(&alices)]).unwrap();
+    assert_eq!(code(alice.read_object(&alices, 0)), ErrorCode::Revoked);
+    let again = fresh_open(&mut alice, "/shared/data").unwrap();
+    assert_ne!(id_of(&again), id_of(&alices));
+    assert!(alice.read_object(&again, 0).unwrap().is_some());
+
+    // A notice not signed by the MDS, pushed to an OSD by anyone, changes nothing.
+    let osd = bob.place(bobs.stat.id, 0).unwrap();
+    let address = admin
+        .cluster_map()
+        .unwrap()
+        .osds
+        .iter()
+        .find(|o| o.id == osd)
+        .unwrap()
+        .address
+        .clone();
+    let now = maat_client::local_now();
+    let forged = RevocationNotice {
+        notice_id: 999,
+        start: UnixMillis(now - 1_000),
+        expiry: UnixMillis(now + 60_000),
+        capability_ids: vec![CapabilityId(id_of(&again))],
+        users: vec![UserId(1)],
+        computation_keys: vec![],
+    };
+    let forged =
+        maat_proto::signed::sign(forged, &maat_crypto::sign::SigningKey::from_seed(&[4; 32]))
+            .encoded()
+            .to_vec();
+    let mut conn = maat_net::Connection::new(address);
+    let (_, answer) = conn
+        .call(
+            FrameType::Plain,
+            &msg::encode(&OsdPlainRequest::Revoke(forged)).unwrap(),
+        )
+        .unwrap();
+    let answer: Result<OsdPlainResponse, WireError> = msg::decode(&answer).unwrap();
+    assert_eq!(answer.unwrap_err().code, ErrorCode::BadSignature);
+    assert!(alice.read_object(&again, 0).unwrap().is_some());
+
+    // The OSD holding bob's data dies and is restarted: it forgot every notice, and must
+    // learn bob's from the MDS before it serves him (or anyone) again.
+    let victim = format!("osd-{osd}");
+    let old_pid = cluster.pid(&victim);
+    std::process::Command::new("kill")
+        .args(["-KILL", &old_pid.to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster.pid(&victim) == old_pid {
+        assert!(Instant::now() < deadline, "{victim} was not restarted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after_restart = read_after_restart(&mut bob, &bobs);
+    assert!(
+        revoked_at.elapsed() < lifetime,
+        "the restart took too long to test anything ({:?})",
+        revoked_at.elapsed()
+    );
+    assert_eq!(code(after_restart), ErrorCode::Revoked);
+    assert!(read_after_restart(&mut alice, &again).unwrap().is_some());
+
+    // A flood of revocations: the MDS keeps at most 65,536 entries in force (`Busy`
+    // after), so no OSD's table grows past that.
+    let mut busy = false;
+    for round in 0..80u64 {
+        let ids: Vec<u64> = (0..1000).map(|i| (round << 32) | i).collect();
+        match admin.revoke(&[], &ids) {
+            Ok(_) => {}
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::Busy => {
+                busy = true;
+                break;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(busy, "80,000 revocations in force were accepted");
+    let held = counter(&mut admin, "osd", "revoked_entries");
+    assert!(
+        held > 2 * 60_000 && held <= 2 * 65_536,
+        "{held} entries held over two OSDs"
+    );
+
+    // Everything lapses once what it revoked would have expired anyway: every OSD's
+    // table empties, and bob may have capabilities again.
+    let deadline = Instant::now() + lifetime + Duration::from_secs(6);
+    loop {
+        let held = counter(&mut admin, "osd", "revoked_entries");
+        if held == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{held} entries still held");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let renewed = fresh_open(&mut bob, "/shared/data").unwrap();
+    assert!(bob.read_object(&renewed, 0).unwrap().is_some());
+}

@@ -1,0 +1,234 @@
+//! SPEC M9 at the MDS: immediate revocation for emergencies (a compromised client).
+//!
+//! `Revoke` (administrator) makes one signed notice naming capability ids and users. It is
+//! durable before the answer (the `meta` record [`REVOCATIONS_META_KEY`], versioned), the
+//! daemon shell pushes it to every OSD before it answers, and OSDs ask for every notice in
+//! force (`MdsPlainRequest::Revocations`, MACed under the join key over their nonce) before
+//! they serve after a start and then periodically, so an OSD that was down learns it too.
+//!
+//! A notice lasts until every capability it concerns would have expired anyway (now +
+//! the capability lifetime, the latest expiry of a capability issued or renewed until
+//! now): capabilities it names are no longer
+//! renewed, and while it lasts the MDS issues no capability to a revoked user. After that
+//! expiry does the job, and the notice is forgotten everywhere.
+
+use crate::{lock, MdsError, MetaStore, Principal, Result, CLOCK_SKEW_MILLIS};
+use crate::{require_admin, Batch, Op};
+use maat_crypto::mac::MacKey;
+use maat_crypto::Secret32;
+use maat_proto::limits::REVOCATION_ENTRIES_MAX;
+use maat_proto::msg::{ErrorCode, MdsPlainResponse, MdsResponse};
+use maat_proto::revocation::{revocations_mac, RevocationNotice};
+use maat_proto::signed::{self, Unverified};
+use maat_proto::{CapabilityId, UnixMillis, UserId};
+use std::sync::Mutex;
+
+/// The `meta` record holding the notices in force.
+pub const REVOCATIONS_META_KEY: &str = "revocations";
+/// Layout version of that record: `version(1) ‖ next_id(8) ‖ n(4) ‖ (len(4) ‖ notice)·n`.
+const REVOCATIONS_FORMAT: u8 = 1;
+/// Most revoked entries (capabilities plus users) in force at once; more is `Busy`, so
+/// that every OSD's table stays bounded too.
+pub const REVOKED_ENTRIES_IN_FORCE_MAX: usize = 65_536;
+
+#[derive(Clone)]
+struct Notice {
+    body: RevocationNotice,
+    encoded: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Loaded {
+    notices: Vec<Notice>,
+    next_id: u64,
+}
+
+/// The notices in force, read from the store on first use, and the notices signed but
+/// not yet pushed to the OSDs by the daemon shell.
+#[derive(Default)]
+pub(crate) struct Revocations {
+    state: Mutex<Option<Loaded>>,
+    outbox: Mutex<Vec<Vec<u8>>>,
+}
+
+fn encode(loaded: &Loaded) -> Vec<u8> {
+    let mut out = vec![REVOCATIONS_FORMAT];
+    out.extend_from_slice(&loaded.next_id.to_be_bytes());
+    out.extend_from_slice(&(loaded.notices.len() as u32).to_be_bytes());
+    for n in &loaded.notices {
+        out.extend_from_slice(&(n.encoded.len() as u32).to_be_bytes());
+        out.extend_from_slice(&n.encoded);
+    }
+    out
+}
+
+fn corrupt(reason: &str) -> MdsError {
+    MdsError::refused(
+        ErrorCode::Internal,
+        format!("stored revocations unreadable: {reason}"),
+    )
+}
+
+fn decode(bytes: &[u8]) -> Result<Loaded> {
+    let take = |at: &mut usize, n: usize| -> Result<&[u8]> {
+        let part = bytes
+            .get(*at..*at + n)
+            .ok_or_else(|| corrupt("truncated"))?;
+        *at += n;
+        Ok(part)
+    };
+    let mut at = 0;
+    let version = take(&mut at, 1)?;
+    if version != [REVOCATIONS_FORMAT] {
+        return Err(corrupt("unknown format version"));
+    }
+    let next_id = u64::from_be_bytes(take(&mut at, 8)?.try_into().map_err(|_| corrupt("id"))?);
+    let count = u32::from_be_bytes(take(&mut at, 4)?.try_into().map_err(|_| corrupt("count"))?);
+    let mut notices = Vec::new();
+    for _ in 0..count {
+        let len = u32::from_be_bytes(take(&mut at, 4)?.try_into().map_err(|_| corrupt("len"))?);
+        let encoded = take(&mut at, len as usize)?.to_vec();
+        let body = Unverified::<RevocationNotice>::decode(&encoded)
+            .map_err(|e| corrupt(&e.to_string()))?
+            .unverified_body()
+            .clone();
+        notices.push(Notice { body, encoded });
+    }
+    Ok(Loaded { notices, next_id })
+}
+
+impl<S: MetaStore> crate::Mds<S> {
+    /// Runs `f` on the notices in force (loaded on first use, expired ones dropped).
+    fn with_revocations<T>(
+        &self,
+        now: UnixMillis,
+        f: impl FnOnce(&mut Loaded) -> Result<T>,
+    ) -> Result<T> {
+        let mut slot = lock(&self.revocations.state);
+        if slot.is_none() {
+            *slot = Some(match self.store.meta(REVOCATIONS_META_KEY)? {
+                Some(bytes) => decode(&bytes)?,
+                None => Loaded::default(),
+            });
+        }
+        let loaded = slot.as_mut().ok_or_else(|| corrupt("not loaded"))?;
+        loaded.notices.retain(|n| n.body.expiry > now);
+        f(loaded)
+    }
+
+    /// Whether a revocation in force names `uid` (the MDS then issues it no capability).
+    pub(crate) fn user_revoked(&self, uid: u64, now: UnixMillis) -> Result<bool> {
+        self.with_revocations(now, |l| {
+            Ok(l.notices
+                .iter()
+                .any(|n| n.body.users.binary_search(&UserId(uid)).is_ok()))
+        })
+    }
+
+    /// SPEC M9: signs and stores a notice revoking `users` and `capabilities`.
+    pub(crate) fn revoke(
+        &self,
+        who: &Principal,
+        users: &[String],
+        capabilities: &[u64],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        if users.is_empty() && capabilities.is_empty() {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "name at least one user or capability to revoke",
+            ));
+        }
+        if users.len() > REVOCATION_ENTRIES_MAX || capabilities.len() > REVOCATION_ENTRIES_MAX {
+            return Err(MdsError::refused(
+                ErrorCode::TooLarge,
+                format!("at most {REVOCATION_ENTRIES_MAX} users and capabilities per notice"),
+            ));
+        }
+        let mut uids = Vec::with_capacity(users.len());
+        for name in users {
+            let user = self.store.user_by_name(name)?.ok_or_else(|| {
+                MdsError::refused(ErrorCode::NoSuchUser, format!("no user {name}"))
+            })?;
+            uids.push(user.id);
+        }
+        uids.sort_unstable();
+        uids.dedup();
+        let mut ids = capabilities.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let lifetime = self.config.capability_lifetime_millis;
+        let _guard = lock(&self.write);
+        let encoded = self.with_revocations(now, |loaded| {
+            let in_force: usize = loaded
+                .notices
+                .iter()
+                .map(|n| n.body.users.len() + n.body.capability_ids.len())
+                .sum();
+            if in_force + uids.len() + ids.len() > REVOKED_ENTRIES_IN_FORCE_MAX {
+                return Err(MdsError::refused(
+                    ErrorCode::Busy,
+                    format!(
+                        "{in_force} revocations in force (at most {REVOKED_ENTRIES_IN_FORCE_MAX}); \
+                         they expire within one capability lifetime"
+                    ),
+                ));
+            }
+            let body = RevocationNotice {
+                notice_id: loaded.next_id.max(1),
+                start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
+                // Every capability issued or renewed until now expires by then.
+                expiry: now.plus_millis(lifetime),
+                capability_ids: ids.iter().copied().map(CapabilityId).collect(),
+                users: uids.iter().copied().map(UserId).collect(),
+                computation_keys: Vec::new(),
+            };
+            let encoded = signed::sign(body.clone(), &self.signing).encoded().to_vec();
+            let mut next = Loaded {
+                notices: loaded.notices.clone(),
+                next_id: body.notice_id + 1,
+            };
+            next.notices.push(Notice {
+                body,
+                encoded: encoded.clone(),
+            });
+            let mut batch = Batch::default();
+            batch.push(Op::PutMeta(
+                REVOCATIONS_META_KEY.into(),
+                self::encode(&next),
+            ));
+            // Durable before anyone is told.
+            self.store.commit(batch)?;
+            *loaded = next;
+            Ok(encoded)
+        })?;
+        // Nothing revoked is renewed or handed out from a cache again.
+        self.issuer.renewals.revoke(&ids, &uids);
+        self.forget_capabilities_cached();
+        lock(&self.revocations.outbox).push(encoded.clone());
+        Ok(MdsResponse::Revoked(encoded))
+    }
+
+    /// Notices signed since the last call, for the daemon shell to push to every OSD
+    /// before it sends the administrator the answer.
+    pub fn take_revocation_pushes(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *lock(&self.revocations.outbox))
+    }
+
+    /// SPEC M9: every notice in force, MACed for OSD `osd` over its nonce.
+    pub(crate) fn revocations_for(
+        &self,
+        osd: u64,
+        nonce: &[u8; 16],
+        now: UnixMillis,
+    ) -> Result<MdsPlainResponse> {
+        let notices: Vec<Vec<u8>> = self.with_revocations(now, |l| {
+            Ok(l.notices.iter().map(|n| n.encoded.clone()).collect())
+        })?;
+        let join = MacKey::new(Secret32::from_bytes(self.config.join_key))
+            .with_counters(self.counters.clone());
+        let mac = revocations_mac(&join, osd, nonce, &notices);
+        Ok(MdsPlainResponse::Revocations { notices, mac })
+    }
+}

@@ -1,0 +1,267 @@
+//! SPEC M9 at the MDS: a revocation notice is the administrator's alone, durable (an MDS
+//! opened again on the same store still has it), named users get no capability while it
+//! lasts, revoked capabilities are never renewed, and the list handed to OSDs is MACed
+//! under the join key over the OSD's nonce and empties once the notices expire.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::MemStore;
+
+use maat_crypto::mac::MacKey;
+use maat_crypto::Secret32;
+use maat_mds::grouping::GroupingConfig;
+use maat_mds::store::{Batch, MetaStore, Op, UserCredential, UserRecord};
+use maat_mds::{Mds, MdsConfig, MdsSecrets, ADMIN_UID};
+use maat_proto::capability::Capability;
+use maat_proto::msg::{
+    self, Access, ErrorCode, KdfParams, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse,
+    WireError,
+};
+use maat_proto::renewal::RenewalToken;
+use maat_proto::revocation::{revocations_mac, RevocationNotice};
+use maat_proto::signed::Unverified;
+use maat_proto::{CapabilityId, UnixMillis};
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+const T0: u64 = 1_795_305_600_000;
+const LIFETIME: u64 = 10_000;
+const JOIN: [u8; 32] = [0x10; 32];
+
+fn mds(store: &MemStore) -> Mds<&MemStore> {
+    Mds::open(
+        store,
+        MdsConfig {
+            ticket_lifetime_millis: 3_600_000,
+            capability_lifetime_millis: LIFETIME,
+            danger_allow_insecure: false,
+            join_key: JOIN,
+            default_protection: maat_proto::protection::Protection::AllData,
+            grouping: GroupingConfig::default(),
+        },
+        MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
+        &[0xad; 32],
+        UnixMillis(T0),
+        &mut ChaCha20Rng::seed_from_u64(7),
+    )
+    .unwrap()
+}
+
+fn add_users(store: &MemStore, names: &[&str]) {
+    let mut batch = Batch::default();
+    for (i, name) in names.iter().enumerate() {
+        batch.push(Op::PutUser(UserRecord {
+            id: 100 + i as u64,
+            name: (*name).into(),
+            credential: UserCredential::Opaque {
+                record: Vec::new(),
+                params: KdfParams {
+                    memory_kib: 8,
+                    iterations: 1,
+                    lanes: 1,
+                },
+            },
+            gid: 10,
+            groups: vec![],
+        }));
+    }
+    store.commit(batch).unwrap();
+}
+
+fn call(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    request: MdsRequest,
+    now: u64,
+) -> Result<MdsResponse, WireError> {
+    mds.dispatch_as(
+        uid,
+        request,
+        UnixMillis(now),
+        &mut ChaCha20Rng::seed_from_u64(now),
+    )
+}
+
+fn open(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    path: &str,
+    create: bool,
+    now: u64,
+) -> Result<u64, WireError> {
+    match call(
+        mds,
+        uid,
+        MdsRequest::Open {
+            path: path.into(),
+            access: Access::ReadWrite,
+            create: create.then_some(0o644),
+        },
+        now,
+    )? {
+        MdsResponse::Opened { capability, .. } => Ok(Unverified::<Capability>::decode(&capability)
+            .unwrap()
+            .unverified_body()
+            .id
+            .0),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn revoke(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    users: &[&str],
+    caps: &[u64],
+    now: u64,
+) -> Result<RevocationNotice, WireError> {
+    match call(
+        mds,
+        uid,
+        MdsRequest::Revoke {
+            users: users.iter().map(|u| u.to_string()).collect(),
+            capabilities: caps.to_vec(),
+        },
+        now,
+    )? {
+        MdsResponse::Revoked(n) => Ok(Unverified::<RevocationNotice>::decode(&n)
+            .unwrap()
+            .unverified_body()
+            .clone()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The list an OSD would get, with its MAC checked as the OSD checks it.
+fn list_for_osd(mds: &Mds<&MemStore>, now: u64) -> Vec<RevocationNotice> {
+    let nonce = [7u8; 16];
+    let request = msg::encode(&MdsPlainRequest::Revocations { osd: 3, nonce }).unwrap();
+    let answer = mds.handle_plain(
+        b"peer",
+        &request,
+        UnixMillis(now),
+        &mut ChaCha20Rng::seed_from_u64(1),
+    );
+    let answer: Result<MdsPlainResponse, WireError> = msg::decode(&answer).unwrap();
+    let MdsPlainResponse::Revocations { notices, mac } = answer.unwrap() else {
+        panic!("not a list of revocations")
+    };
+    let join = MacKey::new(Secret32::from_bytes(JOIN));
+    assert_eq!(revocations_mac(&join, 3, &nonce, &notices), mac);
+    // Bound to the OSD and to the nonce: another OSD's or an old nonce's MAC differs.
+    assert_ne!(revocations_mac(&join, 4, &nonce, &notices), mac);
+    assert_ne!(revocations_mac(&join, 3, &[8; 16], &notices), mac);
+    notices
+        .iter()
+        .map(|n| {
+            Unverified::<RevocationNotice>::decode(n)
+                .unwrap()
+                .verify(
+                    &maat_crypto::sign::VerifyingKey::from_bytes(&mds.verifying_key()).unwrap(),
+                    UnixMillis(now),
+                )
+                .unwrap()
+                .body()
+                .clone()
+        })
+        .collect()
+}
+
+#[test]
+fn revocations_are_the_administrators_durable_and_never_renewed() {
+    let store = MemStore::default();
+    add_users(&store, &["alice", "bob"]);
+    let (alice, bob) = (100, 101);
+    let mut now = T0 + 1_000;
+    let mds1 = mds(&store);
+    call(
+        &mds1,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/d".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        now,
+    )
+    .unwrap();
+    let alices = open(&mds1, alice, "/d/a", true, now).unwrap();
+    let bobs = open(&mds1, bob, "/d/b", true, now).unwrap();
+
+    // Only the administrator; unknown users and empty notices are refused.
+    assert_eq!(
+        revoke(&mds1, alice, &["bob"], &[], now).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        revoke(&mds1, ADMIN_UID, &["nobody"], &[], now)
+            .unwrap_err()
+            .code,
+        ErrorCode::NoSuchUser
+    );
+    assert_eq!(
+        revoke(&mds1, ADMIN_UID, &[], &[], now).unwrap_err().code,
+        ErrorCode::InvalidArgument
+    );
+    assert!(list_for_osd(&mds1, now).is_empty());
+
+    now += 10;
+    let n1 = revoke(&mds1, ADMIN_UID, &["bob"], &[], now).unwrap();
+    let n2 = revoke(&mds1, ADMIN_UID, &[], &[alices], now).unwrap();
+    assert!(n2.notice_id > n1.notice_id);
+    assert_eq!(n1.expiry.0, now + LIFETIME);
+    // Bob gets no capability while it lasts; alice gets a new one.
+    assert_eq!(
+        open(&mds1, bob, "/d/b", false, now).unwrap_err().code,
+        ErrorCode::Revoked
+    );
+    let fresh = open(&mds1, alice, "/d/a", false, now).unwrap();
+    assert_ne!(
+        fresh, alices,
+        "the revoked capability is not handed out again"
+    );
+    // Neither revoked capability is renewed; the fresh one is.
+    let token = match call(
+        &mds1,
+        alice,
+        MdsRequest::Renew {
+            ids: vec![alices, bobs, fresh],
+        },
+        now + 8_000,
+    )
+    .unwrap()
+    {
+        MdsResponse::Renewed(t) => Unverified::<RenewalToken>::decode(&t)
+            .unwrap()
+            .unverified_body()
+            .clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(!token.renews(CapabilityId(alices)));
+    assert!(!token.renews(CapabilityId(bobs)));
+    assert!(token.renews(CapabilityId(fresh)));
+
+    // An MDS opened again on the same store still has both notices.
+    drop(mds1);
+    let mds2 = mds(&store);
+    let listed = list_for_osd(&mds2, now + 1);
+    assert_eq!(listed, vec![n1.clone(), n2.clone()]);
+    assert_eq!(
+        open(&mds2, bob, "/d/b", false, now + 1).unwrap_err().code,
+        ErrorCode::Revoked
+    );
+    // New notices continue the numbering.
+    let n3 = revoke(&mds2, ADMIN_UID, &[], &[42], now + 2).unwrap();
+    assert!(n3.notice_id > n2.notice_id);
+
+    // Once everything revoked would have expired, the notices are gone and bob is back.
+    let later = now + 2 + LIFETIME;
+    assert!(list_for_osd(&mds2, later).is_empty());
+    open(&mds2, bob, "/d/b", false, later).unwrap();
+}

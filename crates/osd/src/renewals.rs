@@ -1,0 +1,76 @@
+//! SPEC M8 at the OSD: renewal tokens are verified once (by digest) and the expiry each
+//! grants is kept by capability id, so an expired capability that a verified token names
+//! is accepted until the token's expiry without verifying anything again.
+
+use maat_crypto::hash::Digest;
+use maat_proto::renewal::RenewalToken;
+use maat_proto::UnixMillis;
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+/// Most capability ids whose renewed expiry is kept (expired ones are dropped first).
+pub const RENEWED_CAPABILITIES_MAX: usize = 1 << 20;
+/// Most verified token digests remembered.
+pub const RENEWAL_TOKENS_KEPT_MAX: usize = 4096;
+
+#[derive(Default)]
+struct Inner {
+    /// Capability id → the latest expiry a verified token granted it.
+    expiries: HashMap<u64, UnixMillis>,
+    /// Digests of tokens verified, each with its expiry.
+    tokens: HashMap<Digest, UnixMillis>,
+}
+
+/// Renewed expiries by capability id, and the tokens already verified.
+#[derive(Default)]
+pub(crate) struct Renewed {
+    inner: RwLock<Inner>,
+}
+
+impl Renewed {
+    /// The expiry a verified token granted capability `id`, if any.
+    pub fn expiry(&self, id: u64) -> Option<UnixMillis> {
+        self.read().expiries.get(&id).copied()
+    }
+
+    /// Whether the token with this digest was verified already (and is still valid).
+    pub fn known(&self, digest: &Digest, now: UnixMillis) -> bool {
+        self.read()
+            .tokens
+            .get(digest)
+            .is_some_and(|expiry| *expiry > now)
+    }
+
+    /// Keeps what a verified token grants.
+    pub fn insert(&self, digest: Digest, token: &RenewalToken, now: UnixMillis) {
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if inner.tokens.len() >= RENEWAL_TOKENS_KEPT_MAX {
+            inner.tokens.retain(|_, expiry| *expiry > now);
+            if inner.tokens.len() >= RENEWAL_TOKENS_KEPT_MAX {
+                inner.tokens.clear();
+            }
+        }
+        inner.tokens.insert(digest, token.expiry);
+        if inner.expiries.len() + token.capability_ids.len() > RENEWED_CAPABILITIES_MAX {
+            inner.expiries.retain(|_, expiry| *expiry > now);
+        }
+        for id in &token.capability_ids {
+            if inner.expiries.len() >= RENEWED_CAPABILITIES_MAX {
+                // Full of valid renewals: the rest stay unrenewed here, and their
+                // holders open the files again when the capabilities expire.
+                break;
+            }
+            let e = inner.expiries.entry(id.0).or_insert(token.expiry);
+            *e = (*e).max(token.expiry);
+        }
+    }
+
+    /// Capability ids with a renewed expiry kept.
+    pub fn len(&self) -> usize {
+        self.read().expiries.len()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,90 @@
+//! SPEC M9's channel between the MDS and the OSDs, in the daemon shells (the decisions
+//! are in `maat-mds` and `maat-osd`): the MDS pushes each new revocation notice to every
+//! registered OSD before it answers the administrator, and every OSD asks the MDS for the
+//! notices in force right after it registers (it serves no data request before that) and
+//! then every [`REVOCATION_POLL`], so one that missed a push learns within that time.
+//! Notices are MDS-signed; the list an OSD asks for is MACed under the join key over the
+//! OSD's fresh nonce, so an old or partial list is not accepted.
+
+use maat_crypto::mac::MacKey;
+use maat_crypto::OsRng;
+use maat_mds::{Mds, MetaStore};
+use maat_net::Connection;
+use maat_osd::OsdCore;
+use maat_proto::msg::WireError;
+use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, OsdPlainRequest, OsdPlainResponse};
+use maat_proto::wire::FrameType;
+use rand_core::RngCore;
+use std::time::Duration;
+
+/// How often an OSD checks the notices in force with the MDS.
+pub const REVOCATION_POLL: Duration = Duration::from_secs(1);
+
+/// Pushes notices the MDS signed to every registered OSD; returns how many OSDs applied
+/// all of them (the others learn at their next poll).
+pub(crate) fn push_revocations<S: MetaStore>(mds: &Mds<S>, notices: &[Vec<u8>]) -> usize {
+    let mut applied = 0;
+    for osd in mds.registered_osds() {
+        let mut conn = Connection::new(osd.address.clone());
+        let all = notices.iter().all(|notice| {
+            let outcome = msg::encode(&OsdPlainRequest::Revoke(notice.clone()))
+                .map_err(|e| e.to_string())
+                .and_then(|payload| {
+                    conn.call(FrameType::Plain, &payload)
+                        .map_err(|e| e.to_string())
+                })
+                .and_then(|(_, answer)| {
+                    msg::decode::<Result<OsdPlainResponse, WireError>>(&answer)
+                        .map_err(|e| e.to_string())
+                })
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            match outcome {
+                Ok(OsdPlainResponse::Applied) => true,
+                Ok(other) => {
+                    eprintln!("mds: osd {} answered a revocation with {other:?}", osd.id);
+                    false
+                }
+                Err(e) => {
+                    eprintln!(
+                        "mds: could not push a revocation to osd {} at {} ({e}); it learns at its next check",
+                        osd.id, osd.address
+                    );
+                    false
+                }
+            }
+        });
+        if all {
+            applied += 1;
+        }
+    }
+    applied
+}
+
+/// One catch-up: asks the MDS for every notice in force and applies them.
+pub(crate) fn sync_revocations(
+    core: &OsdCore,
+    mds_address: &str,
+    id: u64,
+    join: &MacKey,
+) -> Result<(), String> {
+    let mut nonce = [0u8; 16];
+    OsRng.fill_bytes(&mut nonce);
+    let payload =
+        msg::encode(&MdsPlainRequest::Revocations { osd: id, nonce }).map_err(|e| e.to_string())?;
+    let (_, answer) = Connection::new(mds_address)
+        .call(FrameType::Plain, &payload)
+        .map_err(|e| e.to_string())?;
+    let answer: Result<MdsPlainResponse, WireError> =
+        msg::decode(&answer).map_err(|e| e.to_string())?;
+    match answer.map_err(|e| e.to_string())? {
+        MdsPlainResponse::Revocations { notices, mac } => {
+            let expected = maat_proto::revocation::revocations_mac(join, id, &nonce, &notices);
+            if !maat_crypto::ct_eq(&expected, &mac) {
+                return Err("the list of revocations has a bad MAC".into());
+            }
+            core.sync_revocations(&notices, crate::now())
+                .map_err(|e| e.to_string())
+        }
+        _ => Err("unexpected answer to a revocations request".into()),
+    }
+}
