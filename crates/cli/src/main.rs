@@ -1,6 +1,7 @@
 //! `maat`: run a local cluster or single daemons, use files, administer users, benchmark.
 
 mod bench;
+mod model;
 mod up;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -153,6 +154,31 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: bench::BenchCommand,
+    },
+    /// The petascale cost model of paper 001 §4.6 (SPEC M12): MDS time to authorize OPENS
+    /// opens with extended, whole-file and per-object (T10-style MAC) capabilities, and OSD
+    /// time to check them, with the paper's crypto costs and with this machine's (measured
+    /// now: Ed25519 sign and verify, HMAC-SHA256). Defaults are the paper's: a million
+    /// opens of 1 GiB files in 1 MiB objects, 10 files per extended capability.
+    Model {
+        /// open() calls.
+        #[arg(long, default_value_t = 1_000_000)]
+        opens: u64,
+        /// File size, MiB.
+        #[arg(long, default_value_t = 1024)]
+        file_size_mib: u64,
+        /// Object (stripe) size, KiB.
+        #[arg(long, default_value_t = 1024)]
+        object_size_kib: u64,
+        /// Files one extended capability authorizes (grouping factor).
+        #[arg(long, default_value_t = 10)]
+        group_files: u64,
+        /// OSDs.
+        #[arg(long, default_value_t = 1000)]
+        osds: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -416,6 +442,23 @@ fn run(cli: Cli) -> Result<()> {
         Command::Mds { config } => up::run_mds_daemon(&config),
         Command::Osd { config } => up::run_osd_daemon(&config),
         Command::Bench { command } => bench::run(command),
+        Command::Model {
+            opens,
+            file_size_mib,
+            object_size_kib,
+            group_files,
+            osds,
+            json,
+        } => model::run(
+            model::Workload {
+                opens: opens as f64,
+                file_size: (file_size_mib as f64) * 1024.0 * 1024.0,
+                object_size: (object_size_kib as f64) * 1024.0,
+                group_files: group_files as f64,
+                osds: osds as f64,
+            },
+            json,
+        ),
         Command::Login {
             name,
             passphrase_stdin,
