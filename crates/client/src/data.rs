@@ -226,6 +226,55 @@ impl Client {
         }
     }
 
+    /// Writes `data` at byte `offset` of an opened file, inside one stripe (a range that
+    /// crosses a stripe boundary is refused here). Record the size with
+    /// [`Client::set_size`] when done, as `put` does.
+    pub fn write_at(&mut self, opened: &Opened, offset: u64, data: Vec<u8>) -> Result<()> {
+        let (stripe, within) = within_stripe(offset, data.len() as u64)?;
+        let (osd, object) = self.stripe_target(opened, stripe)?;
+        let request = OsdRequest {
+            capability: opened.capability.clone(),
+            command: OsdCommand::Write {
+                object,
+                offset: within,
+                data,
+                replace: false,
+            },
+        };
+        self.data_call(opened, osd, request).map(|_| ())
+    }
+
+    /// Reads up to `length` bytes at byte `offset` of an opened file, inside one stripe
+    /// (short or empty past the end of what was written).
+    pub fn read_at(&mut self, opened: &Opened, offset: u64, length: u32) -> Result<Vec<u8>> {
+        let (stripe, within) = within_stripe(offset, u64::from(length))?;
+        let (osd, object) = self.stripe_target(opened, stripe)?;
+        let request = OsdRequest {
+            capability: opened.capability.clone(),
+            command: OsdCommand::Read {
+                object,
+                offset: within,
+                length,
+            },
+        };
+        match self.data_call(opened, osd, request) {
+            Ok(OsdResponse::Data(d)) => Ok(d),
+            Ok(_) => Err(self.bad("osd", "unexpected answer")),
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records the size of a file written with [`Client::write_at`] (the writer's
+    /// "close").
+    pub fn set_size(&mut self, path: &str, opened: &Opened, size: u64) -> Result<()> {
+        self.expect_ok(MdsRequest::SetSize {
+            path: path.into(),
+            file: opened.stat.id,
+            size,
+        })
+    }
+
     fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
         self.data_call(
@@ -295,11 +344,7 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        self.expect_ok(MdsRequest::SetSize {
-            path: path.into(),
-            file: opened.stat.id,
-            size,
-        })?;
+        self.set_size(path, &opened, size)?;
         let mut stat = opened.stat;
         stat.size = size;
         Ok(stat)
@@ -511,6 +556,20 @@ fn request_protection(capability: &[u8]) -> Protection {
     maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(capability)
         .map(|c| c.unverified_body().protection)
         .unwrap_or(Protection::AllData)
+}
+
+/// The stripe holding bytes `offset .. offset + len` and the offset inside it; an error
+/// when the range crosses a stripe boundary.
+fn within_stripe(offset: u64, len: u64) -> Result<(u32, u64)> {
+    let stripe = offset / STRIPE_UNIT_BYTES;
+    let within = offset % STRIPE_UNIT_BYTES;
+    if within + len > STRIPE_UNIT_BYTES || stripe > u64::from(u32::MAX) {
+        return Err(ClientError::Local(format!(
+            "bytes {offset}..{} cross a stripe boundary ({STRIPE_UNIT_BYTES}-byte stripes)",
+            offset + len
+        )));
+    }
+    Ok((stripe as u32, within))
 }
 
 /// Number of objects a file of `size` bytes has.

@@ -220,6 +220,11 @@ impl Client {
         self.insecure_user = None;
     }
 
+    /// The logged-in user's id, if any.
+    pub fn uid(&self) -> Option<u64> {
+        self.session.as_ref().map(|s| s.uid)
+    }
+
     /// The logged-in user's name.
     pub fn user_name(&self) -> Option<&str> {
         self.session.as_ref().map(|s| s.user.as_str())

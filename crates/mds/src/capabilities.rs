@@ -713,7 +713,7 @@ impl<S: MetaStore> crate::Mds<S> {
             }
             table.signing.insert(key);
         }
-        let outcome = self.sign_batch(&batch, hot, r, rng);
+        let outcome = self.sign_batch(&batch, hot, cfg.strategies, r, rng);
         lock(&self.issuer.batches).signing.remove(&key);
         self.issuer.turn.notify_all();
         {
@@ -733,6 +733,7 @@ impl<S: MetaStore> crate::Mds<S> {
         &self,
         batch: &GatherBatch,
         hot: bool,
+        cfg_strategies: Strategies,
         r: &IssueRequest,
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, Vec<u64>)> {
@@ -746,15 +747,20 @@ impl<S: MetaStore> crate::Mds<S> {
             .filter(|u| *u != ADMIN_UID && acl.permits(*u, perm, want))
             .collect();
         let several = members.len() > 1;
-        let users = UserSel::from_subtrees(vec![members.clone()]).ok_or_else(denied)?;
-        let grant = Grant {
-            users,
-            files: FileSel::One(r.file),
-            by: Strategies {
-                batch: several && hot,
-                onthefly: several && !hot,
-                ..Strategies::default()
-            },
+        let grant = if members == [r.uid] {
+            // Nobody joined: the requester's own grant, decided again on the state held
+            // now (with the other strategies' sets, e.g. the directory's files).
+            self.grant(&acl, cfg_strategies, r, perm, r.wanted)?
+        } else {
+            Grant {
+                users: UserSel::from_subtrees(vec![members.clone()]).ok_or_else(denied)?,
+                files: FileSel::One(r.file),
+                by: Strategies {
+                    batch: several && hot,
+                    onthefly: several && !hot,
+                    ..Strategies::default()
+                },
+            }
         };
         let encoded = self.sign_and_cache(&grant, r, &acl, true, rng)?;
         Ok((encoded, members))

@@ -3,6 +3,7 @@
 //! measured side by side in the same run.
 
 mod crowd;
+mod ior;
 mod login;
 mod objects;
 mod ops;
@@ -29,6 +30,35 @@ pub enum BenchCommand {
         /// Crowd sizes.
         #[arg(long, value_delimiter = ',', default_value = "20,40,60,80,100")]
         clients: Vec<u32>,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// E5 (paper 000 Fig. 9, IOR-like): P processes, each its own user, write F files of
+    /// their own in 64 KiB chunks and read them back; the run timed under NOSEC, secure
+    /// without grouping and secure with grouping (UNIX, on-the-fly, directory), in
+    /// alternating order over rounds. JSON keys `overhead_grouped`, `overhead_none`,
+    /// `time_<nosec|none|grouped>_s`, `signatures_<none|grouped>`.
+    Ior {
+        /// Client processes (threads, each its own user and session).
+        #[arg(long, default_value_t = 8)]
+        procs: u32,
+        /// Files per process.
+        #[arg(long, default_value_t = 25)]
+        files: u32,
+        /// Size of each file, KiB.
+        #[arg(long, default_value_t = 512)]
+        file_kib: u64,
+        /// Rounds over the three settings (forward, then backward, ...).
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// Protection method of the secure runs (SPEC T1; ALLDATA is the cluster default,
+        /// CAPKEY checks capabilities without per-request MACs, as the paper measured).
+        #[arg(long, default_value = "ALLDATA", value_parser = crate::up::parse_protection)]
+        security: Protection,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -246,6 +276,25 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => crowd::run_flash_crowd(&clients, data, json),
+        BenchCommand::Ior {
+            procs,
+            files,
+            file_kib,
+            rounds,
+            security,
+            data,
+            json,
+        } => ior::run_ior(
+            ior::IorArgs {
+                procs,
+                files,
+                file_kib,
+                rounds,
+                security,
+            },
+            data,
+            json,
+        ),
         BenchCommand::Renewal {
             clients,
             periods,
