@@ -134,6 +134,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         batch_detect_ms: None,
         batch_gather_ms: None,
         batch_hot_ms: None,
+        metrics: Some(format!("{host}:0")),
     };
     if args.security == maat_proto::protection::Protection::NoSec && !args.danger_allow_insecure {
         bail!("--security NOSEC needs --danger-allow-insecure (anyone could then act as anyone)");
@@ -154,6 +155,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
             join_key_file: data.join("mds/join.key"),
             weight: 1,
             danger_allow_insecure: args.danger_allow_insecure,
+            metrics: Some(format!("{host}:0")),
         };
         write_new(
             &data.join(format!("osd-{i}/osd.toml")),
@@ -316,6 +318,22 @@ pub fn run(args: UpArgs) -> Result<()> {
         daemons.len() - 1,
         data.display()
     );
+    let endpoints: Vec<String> = daemons
+        .iter()
+        .filter_map(|d| {
+            let dir = if d.kind == "mds" {
+                data.join("mds")
+            } else {
+                data.join(&d.name)
+            };
+            std::fs::read_to_string(dir.join("metrics.addr"))
+                .ok()
+                .map(|a| format!("{} http://{}/metrics", d.name, a.trim()))
+        })
+        .collect();
+    if !endpoints.is_empty() {
+        println!("maat: Prometheus metrics: {}", endpoints.join(", "));
+    }
     let maat = exe.display();
     println!(
         "maat: in another terminal (Ctrl-C here stops the cluster):\n  export MAAT_CLUSTER={0}/client.toml MAAT_HOME={0}/admin\n  {maat} put README.md /readme && {maat} cat /readme\n  {maat} ls -l / && {maat} stats\n  {maat} --help",

@@ -56,6 +56,10 @@ pub struct MdsFileConfig {
     /// How long a file stays batched after a detection, in ms (default 1000, paper 000).
     #[serde(default)]
     pub batch_hot_ms: Option<u64>,
+    /// Where to serve Prometheus metrics (`HOST:PORT`, port 0 for any free one); none:
+    /// no metrics endpoint.
+    #[serde(default)]
+    pub metrics: Option<String>,
 }
 
 /// `maat osd --config FILE`.
@@ -81,6 +85,10 @@ pub struct OsdFileConfig {
     /// Accept NOSEC requests. Benchmarks only.
     #[serde(default)]
     pub danger_allow_insecure: bool,
+    /// Where to serve Prometheus metrics (`HOST:PORT`, port 0 for any free one); none:
+    /// no metrics endpoint.
+    #[serde(default)]
+    pub metrics: Option<String>,
 }
 
 fn default_ticket_secs() -> u64 {

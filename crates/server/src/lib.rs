@@ -9,6 +9,7 @@
 pub mod config;
 mod control;
 pub mod meta_store;
+pub mod metrics;
 pub mod object_store;
 pub mod private;
 mod serve;
@@ -243,7 +244,14 @@ pub fn run_mds(
         .map_err(io("local address"))?
         .to_string();
     let mds = Arc::new(mds);
+    let latencies = Arc::new(metrics::Latencies::default());
+    if let Some(listen) = &config.metrics {
+        let source = mds.clone();
+        let addr = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone())?;
+        announce_metrics(&config.data_dir, "mds", &addr)?;
+    }
     let handler = move |peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
+        let _timer = LatencyTimer::start(&latencies, frame_type);
         let now = now();
         let answer = match frame_type {
             FrameType::Plain => (
@@ -278,6 +286,44 @@ pub fn run_mds(
     };
     ready(&local);
     serve::serve(listener, Arc::new(handler), shutdown, "mds");
+    Ok(())
+}
+
+/// Times one request into the latency histogram of its frame kind when dropped.
+struct LatencyTimer<'a> {
+    latencies: &'a metrics::Latencies,
+    kind: &'static str,
+    started: std::time::Instant,
+}
+
+impl<'a> LatencyTimer<'a> {
+    fn start(latencies: &'a metrics::Latencies, frame_type: FrameType) -> Self {
+        let kind = match frame_type {
+            FrameType::Plain => "plain",
+            FrameType::Request => "request",
+            FrameType::SecRequest => "sec_request",
+            FrameType::Insecure => "insecure",
+            _ => "other",
+        };
+        LatencyTimer {
+            latencies,
+            kind,
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for LatencyTimer<'_> {
+    fn drop(&mut self) {
+        self.latencies.observe(self.kind, self.started.elapsed());
+    }
+}
+
+/// Records where a daemon serves metrics (`DATA_DIR/metrics.addr`, for `maat up` and
+/// scrapers' discovery) and says so.
+fn announce_metrics(data_dir: &Path, name: &str, addr: &str) -> Result<(), ServerError> {
+    private::replace_file(&data_dir.join("metrics.addr"), addr.as_bytes())?;
+    eprintln!("maat {name}: metrics on http://{addr}/metrics");
     Ok(())
 }
 
@@ -340,7 +386,14 @@ pub fn run_osd(
         });
     }
     let store = Arc::new(store);
+    let latencies = Arc::new(metrics::Latencies::default());
+    if let Some(listen) = &config.metrics {
+        let source = core.clone();
+        let addr = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone())?;
+        announce_metrics(&config.data_dir, &format!("osd {}", config.id), &addr)?;
+    }
     let handler = move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
+        let _timer = LatencyTimer::start(&latencies, frame_type);
         let now = now();
         match frame_type {
             FrameType::Plain => (
