@@ -10,31 +10,12 @@
 )]
 
 mod common;
-use common::Cluster;
+use common::{code, counter, Cluster};
 use maat_client::{ClientError, Opened};
 use maat_proto::capability::{Capability, Principals};
 use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
 use maat_proto::msg::{Access, ErrorCode, MdsRequest, OsdCommand, OsdRequest};
 use maat_proto::signed::Unverified;
-
-fn code<T>(r: Result<T, ClientError>) -> ErrorCode {
-    match r {
-        Err(ClientError::Refused(e)) => e.code,
-        Err(e) => panic!("expected a refusal, got {e:?}"),
-        Ok(_) => panic!("expected a refusal, got success"),
-    }
-}
-
-fn counter(c: &mut maat_client::Client, prefix: &str, name: &str) -> u64 {
-    c.daemon_stats()
-        .unwrap()
-        .iter()
-        .filter(|d| d.daemon.starts_with(prefix))
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .sum()
-}
 
 #[test]
 fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_lifetime() {

@@ -11,7 +11,7 @@
 )]
 
 mod common;
-use common::Cluster;
+use common::{code, counter, Cluster};
 use maat_client::ClientError;
 use maat_proto::capability::Capability;
 use maat_proto::msg::{Access, ErrorCode, MdsRequest, MdsResponse, OsdCommand, OsdRequest};
@@ -19,25 +19,6 @@ use maat_proto::renewal::RenewalToken;
 use maat_proto::signed::Unverified;
 use maat_proto::{CapabilityId, UnixMillis};
 use std::time::{Duration, Instant};
-
-fn code<T>(r: Result<T, ClientError>) -> ErrorCode {
-    match r {
-        Err(ClientError::Refused(e)) => e.code,
-        Err(e) => panic!("expected a refusal, got {e:?}"),
-        Ok(_) => panic!("expected a refusal, got success"),
-    }
-}
-
-fn counter(c: &mut maat_client::Client, prefix: &str, name: &str) -> u64 {
-    c.daemon_stats()
-        .unwrap()
-        .iter()
-        .filter(|d| d.daemon.starts_with(prefix))
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .sum()
-}
 
 fn renewal_token(c: &mut maat_client::Client, id: u64) -> Vec<u8> {
     match c.mds_call(MdsRequest::Renew { ids: vec![id] }).unwrap() {

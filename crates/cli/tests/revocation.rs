@@ -11,7 +11,7 @@
 )]
 
 mod common;
-use common::Cluster;
+use common::{code, counter, Cluster};
 use maat_client::{Client, ClientError, Opened};
 use maat_proto::capability::Capability;
 use maat_proto::msg::{
@@ -22,25 +22,6 @@ use maat_proto::signed::Unverified;
 use maat_proto::wire::FrameType;
 use maat_proto::{CapabilityId, UnixMillis, UserId};
 use std::time::{Duration, Instant};
-
-fn code<T>(r: Result<T, ClientError>) -> ErrorCode {
-    match r {
-        Err(ClientError::Refused(e)) => e.code,
-        Err(e) => panic!("expected a refusal, got {e:?}"),
-        Ok(_) => panic!("expected a refusal, got success"),
-    }
-}
-
-fn counter(c: &mut Client, prefix: &str, name: &str) -> u64 {
-    c.daemon_stats()
-        .unwrap()
-        .iter()
-        .filter(|d| d.daemon.starts_with(prefix))
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .sum()
-}
 
 /// A capability straight from the MDS (not the client's own cache).
 fn fresh_open(c: &mut Client, path: &str) -> Result<Opened, ClientError> {

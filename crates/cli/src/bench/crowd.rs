@@ -82,20 +82,11 @@ pub(super) fn run_flash_crowd(sizes: &[u32], data: Option<PathBuf>, json: bool) 
     if !json {
         eprintln!("bench flash-crowd: adding and logging in {largest} users");
     }
-    let mut secure = Vec::with_capacity(largest);
-    for i in 0..largest {
-        let name = format!("crowd{i}");
-        let pass = format!("crowd passphrase {i}");
-        admin.user_add(
-            &name,
-            &[],
-            pass.as_bytes(),
-            maat_crypto::kdf::PassphraseParams::DEFAULT,
-        )?;
-        let mut c = Client::new(cluster.file.clone(), None)?;
-        c.login(&name, maat_client::Credential::Passphrase(pass.as_bytes()))?;
-        secure.push(c);
-    }
+    let mut secure: Vec<Client> = cluster
+        .logged_in_users("crowd", 0..largest)?
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect();
     let mut insecure = Vec::with_capacity(largest);
     for i in 0..largest {
         let mut c = Client::new(cluster.file.clone(), None)?;

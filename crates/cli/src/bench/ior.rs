@@ -107,17 +107,7 @@ pub(super) fn run_ior(args: IorArgs, data: Option<PathBuf>, json: bool) -> Resul
         eprintln!("bench ior: adding and logging in {procs} users");
     }
     let mut all = Vec::new();
-    for i in 0..procs {
-        let name = format!("ior{i}");
-        let pass = format!("ior passphrase {i}");
-        admin.user_add(
-            &name,
-            &[],
-            pass.as_bytes(),
-            maat_crypto::kdf::PassphraseParams::DEFAULT,
-        )?;
-        let mut secure = Client::new(cluster.file.clone(), None)?;
-        secure.login(&name, maat_client::Credential::Passphrase(pass.as_bytes()))?;
+    for (name, secure) in cluster.logged_in_users("ior", 0..procs as usize)? {
         let uid = secure.uid().ok_or_else(|| anyhow!("no uid after login"))?;
         let mut insecure = Client::new(cluster.file.clone(), None)?;
         insecure.danger_insecure_as(uid);

@@ -232,6 +232,46 @@ impl LocalCluster {
         })
     }
 
+    /// Adds users `{prefix}{i}` for `i` in `range` (Argon2id defaults, as the MDS
+    /// requires) and logs each into a client of its own; returns (name, client) pairs.
+    /// Key stretching dominates: the range is split over two threads (this machine's
+    /// cores), each with an administrator session of its own.
+    fn logged_in_users(
+        &self,
+        prefix: &str,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<(String, Client)>> {
+        let part = |range: std::ops::Range<usize>| -> Result<Vec<(String, Client)>> {
+            let mut admin = self.admin()?;
+            let mut out = Vec::with_capacity(range.len());
+            for i in range {
+                let name = format!("{prefix}{i}");
+                let pass = format!("{prefix} passphrase {i}");
+                admin.user_add(
+                    &name,
+                    &[],
+                    pass.as_bytes(),
+                    maat_crypto::kdf::PassphraseParams::DEFAULT,
+                )?;
+                let mut client = Client::new(self.file.clone(), None)?;
+                client.login(&name, Credential::Passphrase(pass.as_bytes()))?;
+                out.push((name, client));
+            }
+            Ok(out)
+        };
+        let middle = range.start + range.len() / 2;
+        std::thread::scope(|s| {
+            let second = s.spawn(|| part(middle..range.end));
+            let mut first = part(range.start..middle)?;
+            first.extend(
+                second
+                    .join()
+                    .map_err(|_| anyhow!("a setup thread panicked"))??,
+            );
+            Ok(first)
+        })
+    }
+
     fn admin(&self) -> Result<Client> {
         let home = Home::new(self.data.join("admin"));
         let (name, key) = home

@@ -90,40 +90,15 @@ pub(super) fn run_renewal(
     if !json {
         eprintln!("bench renewal: adding and logging in {largest} users");
     }
-    // Key stretching dominates the setup: users are added and logged in on two threads.
-    let setup = |range: std::ops::Range<usize>| -> Result<Vec<Sim>> {
-        let mut admin = cluster.admin()?;
-        let mut out = Vec::with_capacity(range.len());
-        for i in range {
-            let name = format!("renew{i}");
-            let pass = format!("renew passphrase {i}");
-            admin.user_add(
-                &name,
-                &[],
-                pass.as_bytes(),
-                maat_crypto::kdf::PassphraseParams::DEFAULT,
-            )?;
-            let mut client = Client::new(cluster.file.clone(), None)?;
-            client.login(&name, maat_client::Credential::Passphrase(pass.as_bytes()))?;
-            out.push(Sim {
-                client,
-                name,
-                opened: None,
-            });
-        }
-        Ok(out)
-    };
-    let half = largest / 2;
-    let mut clients = std::thread::scope(|s| -> Result<Vec<Sim>> {
-        let second = s.spawn(|| setup(half..largest));
-        let mut first = setup(0..half)?;
-        first.extend(
-            second
-                .join()
-                .map_err(|_| anyhow!("a setup thread panicked"))??,
-        );
-        Ok(first)
-    })?;
+    let mut clients: Vec<Sim> = cluster
+        .logged_in_users("renew", 0..largest)?
+        .into_iter()
+        .map(|(name, client)| Sim {
+            client,
+            name,
+            opened: None,
+        })
+        .collect();
     let period = Duration::from_millis(lifetime * 1000 * 4 / 5);
     let mut rows = Vec::new();
     for &n in sizes {

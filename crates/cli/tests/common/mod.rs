@@ -16,6 +16,27 @@ use std::time::Duration;
 
 pub const MAAT: &str = env!("CARGO_BIN_EXE_maat");
 
+/// The refusal code of a result that must be a refusal.
+pub fn code<T>(r: Result<T, maat_client::ClientError>) -> maat_proto::msg::ErrorCode {
+    match r {
+        Err(maat_client::ClientError::Refused(e)) => e.code,
+        Err(e) => panic!("expected a refusal, got {e:?}"),
+        Ok(_) => panic!("expected a refusal, got success"),
+    }
+}
+
+/// The sum of counter `name` over the daemons whose name starts with `prefix`.
+pub fn counter(c: &mut Client, prefix: &str, name: &str) -> u64 {
+    c.daemon_stats()
+        .unwrap()
+        .iter()
+        .filter(|d| d.daemon.starts_with(prefix))
+        .flat_map(|d| d.counters.iter())
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .sum()
+}
+
 pub struct Cluster {
     pub child: Child,
     pub dir: tempfile::TempDir,
