@@ -533,15 +533,25 @@ fn run(cli: Cli) -> Result<()> {
                     if users.is_empty() && capabilities.is_empty() {
                         anyhow::bail!("name at least one --user or --capability to revoke");
                     }
-                    let notice = c.revoke(&users, &capabilities)?;
+                    let r = c.revoke(&users, &capabilities)?;
+                    let notice = &r.notice;
                     let secs = notice.expiry.0.saturating_sub(maat_client::local_now()) / 1000;
                     eprintln!(
-                        "revoked {} user(s) and {} capability(ies) (notice {}); OSDs refuse them now, \
-                         and the revocation lapses in about {secs} s, when they would have expired anyway",
+                        "revoked {} user(s) and {} capability(ies) (notice {}): {} of {} OSDs refuse them now; \
+                         the revocation lapses in about {secs} s, when they would have expired anyway",
                         notice.users.len(),
                         notice.capability_ids.len(),
-                        notice.notice_id
+                        notice.notice_id,
+                        r.osds_told,
+                        r.osds
                     );
+                    if r.osds_told < r.osds {
+                        eprintln!(
+                            "warning: {} OSD(s) could not be told now; each learns it within a second \
+                             of reaching the MDS, and serves nothing after a restart until it has",
+                            r.osds - r.osds_told
+                        );
+                    }
                 }
             }
             Ok(())

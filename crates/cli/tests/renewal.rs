@@ -83,8 +83,10 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+    // Renewed at 80 % of each lifetime: about four times in three lifetimes of reads
+    // every 250 ms, not at every read.
     assert!(
-        bob.stats.renewals >= 2,
+        (2..=6).contains(&bob.stats.renewals),
         "renewed {} times in three lifetimes",
         bob.stats.renewals
     );

@@ -103,9 +103,10 @@ fn revocation_is_immediate_reaches_restarted_osds_and_lapses_with_the_capabiliti
     // Revoking bob: when the answer arrives, every OSD refuses him, and the MDS gives him
     // no new capability; alice is untouched.
     let pushed_before = counter(&mut admin, "osd", "revocations_applied");
-    let notice = admin.revoke(&["bob".into()], &[]).unwrap();
+    let revocation = admin.revoke(&["bob".into()], &[]).unwrap();
     let revoked_at = Instant::now();
-    assert_eq!(notice.users.len(), 1);
+    assert_eq!(revocation.notice.users.len(), 1);
+    assert_eq!((revocation.osds_told, revocation.osds), (2, 2));
     assert_eq!(
         counter(&mut admin, "osd", "revocations_applied") - pushed_before,
         2,

@@ -15,9 +15,12 @@ impl Client {
                 self.supply_trees(osd, &request.capability)?;
                 self.osd_call_fresh(osd, &request)
             }
+            // A renewal that fails leaves the refusal as it was.
             Err(ClientError::Refused(e))
                 if e.code == ErrorCode::CapabilityExpired
-                    && self.recover_expired(osd, &request.capability)? =>
+                    && self
+                        .recover_expired(osd, &request.capability)
+                        .unwrap_or(false) =>
             {
                 self.osd_call_fresh(osd, &request)
             }

@@ -130,6 +130,17 @@ pub struct Opened {
     pub mds_cached: bool,
 }
 
+/// What `Client::revoke` did (SPEC M9).
+#[derive(Debug, Clone)]
+pub struct Revocation {
+    /// The MDS-signed notice (verified).
+    pub notice: maat_proto::revocation::RevocationNotice,
+    /// OSDs that applied it before the MDS answered.
+    pub osds_told: u32,
+    /// OSDs registered.
+    pub osds: u32,
+}
+
 /// Progress callback: bytes done so far.
 pub type Progress<'a> = &'a mut dyn FnMut(u64);
 
@@ -495,23 +506,28 @@ impl Client {
 
     /// SPEC M9 (administrator): every OSD refuses these users and capabilities from now
     /// until the capabilities would have expired anyway. Returns the verified notice.
-    pub fn revoke(
-        &mut self,
-        users: &[String],
-        capabilities: &[u64],
-    ) -> Result<maat_proto::revocation::RevocationNotice> {
-        let bytes = match self.mds_call(MdsRequest::Revoke {
+    pub fn revoke(&mut self, users: &[String], capabilities: &[u64]) -> Result<Revocation> {
+        let (bytes, osds_told, osds) = match self.mds_call(MdsRequest::Revoke {
             users: users.to_vec(),
             capabilities: capabilities.to_vec(),
         })? {
-            MdsResponse::Revoked(n) => n,
+            MdsResponse::Revoked {
+                notice,
+                osds_told,
+                osds,
+            } => (notice, osds_told, osds),
             _ => return Err(self.bad("mds", "unexpected answer to Revoke")),
         };
         let now = self.now();
-        Unverified::<maat_proto::revocation::RevocationNotice>::decode(&bytes)
+        let notice = Unverified::<maat_proto::revocation::RevocationNotice>::decode(&bytes)
             .and_then(|n| n.verify(&self.mds_key, UnixMillis(now)))
             .map(|n| n.body().clone())
-            .map_err(|e| self.bad("mds", &format!("revocation notice: {e}")))
+            .map_err(|e| self.bad("mds", &format!("revocation notice: {e}")))?;
+        Ok(Revocation {
+            notice,
+            osds_told,
+            osds,
+        })
     }
 
     /// The partitions.

@@ -13,6 +13,7 @@
 use super::*;
 use maat_proto::capability::Capability;
 use maat_proto::limits::RENEWAL_CAPABILITY_IDS_MAX;
+use maat_proto::login::TOKEN_BACKDATE_MILLIS;
 use maat_proto::renewal::RenewalToken;
 use maat_proto::CapabilityId;
 use std::collections::HashSet;
@@ -41,8 +42,14 @@ pub(crate) struct HeldCapability {
 }
 
 impl HeldCapability {
+    /// The lifetime the MDS gave it: tokens start `TOKEN_BACKDATE_MILLIS` before they
+    /// were signed (for clocks behind the MDS's), so that much of the window is not life.
     fn lifetime(&self) -> u64 {
-        self.own_expiry.saturating_sub(self.start)
+        let window = self.own_expiry.saturating_sub(self.start);
+        match window.saturating_sub(TOKEN_BACKDATE_MILLIS) {
+            0 => window,
+            life => life,
+        }
     }
 
     fn renew_due(&self, now: u64) -> bool {
@@ -83,7 +90,9 @@ impl Client {
             _ => None,
         };
         if let Some(token) = token {
-            self.supply_renewal(osd, capability, id, &token)?;
+            // A failed supply leaves the capability valid until its own expiry; if the
+            // OSD then refuses it, `recover_expired` supplies again.
+            let _ = self.supply_renewal(osd, capability, id, &token);
         }
         Ok(())
     }

@@ -355,6 +355,14 @@ impl<S: MetaStore> crate::Mds<S> {
         r: &IssueRequest,
     ) -> Result<(std::sync::RwLockReadGuard<'_, ()>, Arc<AclSnapshot>, Perm)> {
         let (gate, acl) = self.gate_and_acl()?;
+        // SPEC M9: checked under the gate, so a revocation (which takes the write side)
+        // is either wholly before this issue or wholly after it.
+        if self.user_revoked(r.uid, r.now)? {
+            return Err(MdsError::refused(
+                ErrorCode::Revoked,
+                "this user's capabilities are revoked for now (maat admin revoke)",
+            ));
+        }
         let perm = self.current_perm(r.file)?;
         if !acl.permits(r.uid, perm, want_bits(r.wanted)) {
             return Err(denied());
@@ -378,12 +386,6 @@ impl<S: MetaStore> crate::Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, bool)> {
         let cfg = self.issuer.grouping();
-        if self.user_revoked(r.uid, r.now)? {
-            return Err(MdsError::refused(
-                ErrorCode::Revoked,
-                "this user's capabilities are revoked for now (maat admin revoke)",
-            ));
-        }
         {
             let (_gate, acl, perm) = self.decide(r)?;
             // The wanted mode's grant (decide() checked it is allowed), then a wider mode
@@ -744,7 +746,11 @@ impl<S: MetaStore> crate::Mds<S> {
             .members
             .iter()
             .copied()
-            .filter(|u| *u != ADMIN_UID && acl.permits(*u, perm, want))
+            .filter(|u| {
+                *u != ADMIN_UID
+                    && acl.permits(*u, perm, want)
+                    && !self.user_revoked(*u, r.now).unwrap_or(true)
+            })
             .collect();
         let several = members.len() > 1;
         let grant = if members == [r.uid] {

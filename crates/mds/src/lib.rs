@@ -450,7 +450,9 @@ impl<S: MetaStore> Mds<S> {
                     }
                 }
             }
-            MdsPlainRequest::Revocations { osd, nonce } => self.revocations_for(osd, &nonce, now),
+            MdsPlainRequest::Revocations { osd, nonce, mac } => {
+                self.revocations_for(osd, &nonce, &mac, now)
+            }
             MdsPlainRequest::OpaqueLoginFinish { state, ke3 } => {
                 self.opaque_login_finish(&state, &ke3, now, rng)
             }

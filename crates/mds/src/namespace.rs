@@ -284,7 +284,13 @@ impl<S: MetaStore> crate::Mds<S> {
             name: name.to_string(),
         });
         batch.push(Op::DeleteInode(inode.id));
-        self.store.commit(batch)?;
+        if directory {
+            self.store.commit(batch)?;
+        } else {
+            // Capabilities for the removed file must not be renewed (SPEC M7, M8): the
+            // access-control version moves, so renewal re-checks and forgets them.
+            self.acl_change(|| Ok(self.store.commit(batch)?))?;
+        }
         let stat = self.stat_of(&inode)?;
         if directory {
             return Ok(MdsResponse::Ok);

@@ -35,6 +35,9 @@ use std::sync::{Arc, Mutex};
 /// Most outstanding capabilities tracked; past it, a new capability is not renewable
 /// (its holder opens the file again when it expires).
 pub const OUTSTANDING_CAPABILITIES_MAX: usize = 1 << 20;
+/// Most users plus files named over all outstanding capabilities (the same bound in
+/// memory as the tree cache's members).
+pub const OUTSTANDING_MEMBERS_MAX: usize = 4 << 20;
 
 struct Outstanding {
     users: Arc<[u64]>,
@@ -56,11 +59,24 @@ struct CachedToken {
     acl_version: u64,
 }
 
+impl State {
+    /// Recomputes `members` after entries were dropped.
+    fn recount(&mut self) {
+        self.members = self
+            .outstanding
+            .values()
+            .map(|o| o.users.len() + o.files.len())
+            .sum();
+    }
+}
+
 #[derive(Default)]
 struct State {
     outstanding: HashMap<u64, Outstanding>,
     token: Option<CachedToken>,
     next_token_id: u64,
+    /// Users plus files named over `outstanding`.
+    members: usize,
     /// The access-control version every outstanding capability was last re-checked at
     /// (`None`: never), so that the re-check runs once per version, not per request.
     checked_all: Option<u64>,
@@ -94,12 +110,19 @@ impl Renewals {
     /// `acl_version` is the version it was decided on).
     pub(crate) fn register(&self, issued: Issued, acl_version: u64, now: UnixMillis) {
         let mut state = lock(&self.state);
-        if state.outstanding.len() >= OUTSTANDING_CAPABILITIES_MAX {
+        let size = issued.users.len() + issued.files.len();
+        if state.outstanding.len() >= OUTSTANDING_CAPABILITIES_MAX
+            || state.members + size > OUTSTANDING_MEMBERS_MAX
+        {
             state.outstanding.retain(|_, o| o.expiry > now);
-            if state.outstanding.len() >= OUTSTANDING_CAPABILITIES_MAX {
+            state.recount();
+            if state.outstanding.len() >= OUTSTANDING_CAPABILITIES_MAX
+                || state.members + size > OUTSTANDING_MEMBERS_MAX
+            {
                 return;
             }
         }
+        state.members += size;
         state.outstanding.insert(
             issued.id.0,
             Outstanding {
@@ -118,6 +141,7 @@ impl Renewals {
     pub(crate) fn forget_all(&self) {
         let mut state = lock(&self.state);
         state.outstanding.clear();
+        state.members = 0;
         state.token = None;
     }
 
@@ -129,6 +153,7 @@ impl Renewals {
             ids.binary_search(id).is_err()
                 && !o.users.iter().any(|u| users.binary_search(u).is_ok())
         });
+        state.recount();
         let gone = before - state.outstanding.len();
         state.token = None;
         self.forgotten.fetch_add(gone as u64, Ordering::Relaxed);
@@ -237,6 +262,7 @@ impl<S: MetaStore> crate::Mds<S> {
 
         // A fresh token: the requested ones first, then every other one in use.
         state.outstanding.retain(|_, o| o.expiry > now);
+        state.recount();
         let mut names = renewable.clone();
         let others: Vec<u64> = state
             .outstanding
@@ -307,6 +333,7 @@ impl<S: MetaStore> crate::Mds<S> {
         for id in &failed {
             state.outstanding.remove(id);
         }
+        state.recount();
         self.issuer
             .renewals
             .forgotten

@@ -17,11 +17,12 @@ use crate::{require_admin, Batch, Op};
 use maat_crypto::mac::MacKey;
 use maat_crypto::Secret32;
 use maat_proto::limits::REVOCATION_ENTRIES_MAX;
+use maat_proto::msg::OsdEntry;
 use maat_proto::msg::{ErrorCode, MdsPlainResponse, MdsResponse};
-use maat_proto::revocation::{revocations_mac, RevocationNotice};
+use maat_proto::revocation::{revocations_mac, revocations_request_mac, RevocationNotice};
 use maat_proto::signed::{self, Unverified};
 use maat_proto::{CapabilityId, UnixMillis, UserId};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The `meta` record holding the notices in force.
 pub const REVOCATIONS_META_KEY: &str = "revocations";
@@ -43,12 +44,15 @@ struct Loaded {
     next_id: u64,
 }
 
-/// The notices in force, read from the store on first use, and the notices signed but
-/// not yet pushed to the OSDs by the daemon shell.
+/// Pushes one signed notice to the OSDs given; returns how many applied it. Set by the
+/// daemon shell (the I/O lives there); without one, OSDs learn at their next check.
+pub type RevocationPusher = dyn Fn(&[u8], &[OsdEntry]) -> u32 + Send + Sync;
+
+/// The notices in force, read from the store on first use, and the shell's pusher.
 #[derive(Default)]
 pub(crate) struct Revocations {
     state: Mutex<Option<Loaded>>,
-    outbox: Mutex<Vec<Vec<u8>>>,
+    pusher: Mutex<Option<Arc<RevocationPusher>>>,
 }
 
 fn encode(loaded: &Loaded) -> Vec<u8> {
@@ -159,75 +163,94 @@ impl<S: MetaStore> crate::Mds<S> {
         ids.sort_unstable();
         ids.dedup();
         let lifetime = self.config.capability_lifetime_millis;
+        // Under the write lock and the access-control gate: no capability is issued or
+        // renewed between signing the notice and forgetting what it revokes, so nothing
+        // revoked is named by a token that outlives the notice.
         let _guard = lock(&self.write);
-        let encoded = self.with_revocations(now, |loaded| {
-            let in_force: usize = loaded
-                .notices
-                .iter()
-                .map(|n| n.body.users.len() + n.body.capability_ids.len())
-                .sum();
-            if in_force + uids.len() + ids.len() > REVOKED_ENTRIES_IN_FORCE_MAX {
-                return Err(MdsError::refused(
-                    ErrorCode::Busy,
-                    format!(
-                        "{in_force} revocations in force (at most {REVOKED_ENTRIES_IN_FORCE_MAX}); \
-                         they expire within one capability lifetime"
-                    ),
-                ));
-            }
-            let body = RevocationNotice {
-                notice_id: loaded.next_id.max(1),
-                start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
-                // Every capability issued or renewed until now expires by then.
-                expiry: now.plus_millis(lifetime),
-                capability_ids: ids.iter().copied().map(CapabilityId).collect(),
-                users: uids.iter().copied().map(UserId).collect(),
-                computation_keys: Vec::new(),
-            };
-            let encoded = signed::sign(body.clone(), &self.signing).encoded().to_vec();
-            let mut next = Loaded {
-                notices: loaded.notices.clone(),
-                next_id: body.notice_id + 1,
-            };
-            next.notices.push(Notice {
-                body,
-                encoded: encoded.clone(),
-            });
-            let mut batch = Batch::default();
-            batch.push(Op::PutMeta(
-                REVOCATIONS_META_KEY.into(),
-                self::encode(&next),
-            ));
-            // Durable before anyone is told.
-            self.store.commit(batch)?;
-            *loaded = next;
+        let encoded = self.acl_change(|| {
+            let encoded = self.with_revocations(now, |loaded| {
+                let in_force: usize = loaded
+                    .notices
+                    .iter()
+                    .map(|n| n.body.users.len() + n.body.capability_ids.len())
+                    .sum();
+                if in_force + uids.len() + ids.len() > REVOKED_ENTRIES_IN_FORCE_MAX {
+                    return Err(MdsError::refused(
+                        ErrorCode::Busy,
+                        format!(
+                            "{in_force} revocations in force (at most {REVOKED_ENTRIES_IN_FORCE_MAX}); \
+                             they expire within one capability lifetime"
+                        ),
+                    ));
+                }
+                let body = RevocationNotice {
+                    notice_id: loaded.next_id.max(1),
+                    start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
+                    // Every capability issued or renewed until now expires by then.
+                    expiry: now.plus_millis(lifetime),
+                    capability_ids: ids.iter().copied().map(CapabilityId).collect(),
+                    users: uids.iter().copied().map(UserId).collect(),
+                    computation_keys: Vec::new(),
+                };
+                let encoded = signed::sign(body.clone(), &self.signing)
+                    .encoded()
+                    .to_vec();
+                let mut next = Loaded {
+                    notices: loaded.notices.clone(),
+                    next_id: body.notice_id + 1,
+                };
+                next.notices.push(Notice {
+                    body,
+                    encoded: encoded.clone(),
+                });
+                let mut batch = Batch::default();
+                batch.push(Op::PutMeta(REVOCATIONS_META_KEY.into(), self::encode(&next)));
+                // Durable before anyone is told.
+                self.store.commit(batch)?;
+                *loaded = next;
+                Ok(encoded)
+            })?;
+            // Nothing revoked is renewed or handed out from a cache again.
+            self.issuer.renewals.revoke(&ids, &uids);
+            self.forget_capabilities_cached();
             Ok(encoded)
         })?;
-        // Nothing revoked is renewed or handed out from a cache again.
-        self.issuer.renewals.revoke(&ids, &uids);
-        self.forget_capabilities_cached();
-        lock(&self.revocations.outbox).push(encoded.clone());
-        Ok(MdsResponse::Revoked(encoded))
+        // Told before the administrator hears it is done (outside the locks: network).
+        let osds = self.registered_osds();
+        let pusher = lock(&self.revocations.pusher).clone();
+        let told = pusher.map_or(0, |push| push(&encoded, &osds));
+        Ok(MdsResponse::Revoked {
+            notice: encoded,
+            osds_told: told,
+            osds: osds.len() as u32,
+        })
     }
 
-    /// Notices signed since the last call, for the daemon shell to push to every OSD
-    /// before it sends the administrator the answer.
-    pub fn take_revocation_pushes(&self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut *lock(&self.revocations.outbox))
+    /// The daemon shell's way to push notices to OSDs (SPEC M9).
+    pub fn set_revocation_pusher(&self, pusher: Arc<RevocationPusher>) {
+        *lock(&self.revocations.pusher) = Some(pusher);
     }
 
-    /// SPEC M9: every notice in force, MACed for OSD `osd` over its nonce.
+    /// SPEC M9: every notice in force, MACed for OSD `osd` over its nonce; the request
+    /// must carry the join key's MAC.
     pub(crate) fn revocations_for(
         &self,
         osd: u64,
         nonce: &[u8; 16],
+        request_mac: &[u8; 32],
         now: UnixMillis,
     ) -> Result<MdsPlainResponse> {
+        let join = MacKey::new(Secret32::from_bytes(self.config.join_key))
+            .with_counters(self.counters.clone());
+        if !maat_crypto::ct_eq(&revocations_request_mac(&join, osd, nonce), request_mac) {
+            return Err(MdsError::refused(
+                ErrorCode::AuthenticationFailed,
+                "revocations are listed for OSDs holding the join key",
+            ));
+        }
         let notices: Vec<Vec<u8>> = self.with_revocations(now, |l| {
             Ok(l.notices.iter().map(|n| n.encoded.clone()).collect())
         })?;
-        let join = MacKey::new(Secret32::from_bytes(self.config.join_key))
-            .with_counters(self.counters.clone());
         let mac = revocations_mac(&join, osd, nonce, &notices);
         Ok(MdsPlainResponse::Revocations { notices, mac })
     }

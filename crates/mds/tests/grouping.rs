@@ -205,6 +205,9 @@ enum Step {
     Renew {
         user: usize,
     },
+    Unlink {
+        file: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -217,6 +220,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..8usize).prop_map(|user| Step::Remove { user }),
         1 => (0..200_000u64).prop_map(|millis| Step::Wait { millis }),
         2 => (0..8usize).prop_map(|user| Step::Renew { user }),
+        1 => (0..8usize).prop_map(|file| Step::Unlink { file }),
     ]
 }
 
@@ -292,6 +296,10 @@ proptest! {
                 }
                 Step::Join { user, group } => {
                     let _ = admin(&mds, MdsRequest::GroupMemberAdd { group: format!("g{}", GROUPS[group]), user: format!("u{}", user % n) }, now, &mut rng);
+                    continue;
+                }
+                Step::Unlink { file } if !files.is_empty() => {
+                    let _ = admin(&mds, MdsRequest::Unlink { path: files[file % files.len()].clone() }, now, &mut rng);
                     continue;
                 }
                 Step::Remove { user } => {

@@ -23,7 +23,7 @@ use maat_proto::msg::{
     WireError,
 };
 use maat_proto::renewal::RenewalToken;
-use maat_proto::revocation::{revocations_mac, RevocationNotice};
+use maat_proto::revocation::{revocations_mac, revocations_request_mac, RevocationNotice};
 use maat_proto::signed::Unverified;
 use maat_proto::{CapabilityId, UnixMillis};
 use rand_chacha::rand_core::SeedableRng;
@@ -129,7 +129,7 @@ fn revoke(
         },
         now,
     )? {
-        MdsResponse::Revoked(n) => Ok(Unverified::<RevocationNotice>::decode(&n)
+        MdsResponse::Revoked { notice: n, .. } => Ok(Unverified::<RevocationNotice>::decode(&n)
             .unwrap()
             .unverified_body()
             .clone()),
@@ -140,7 +140,9 @@ fn revoke(
 /// The list an OSD would get, with its MAC checked as the OSD checks it.
 fn list_for_osd(mds: &Mds<&MemStore>, now: u64) -> Vec<RevocationNotice> {
     let nonce = [7u8; 16];
-    let request = msg::encode(&MdsPlainRequest::Revocations { osd: 3, nonce }).unwrap();
+    let join = MacKey::new(Secret32::from_bytes(JOIN));
+    let mac = revocations_request_mac(&join, 3, &nonce);
+    let request = msg::encode(&MdsPlainRequest::Revocations { osd: 3, nonce, mac }).unwrap();
     let answer = mds.handle_plain(
         b"peer",
         &request,
@@ -151,7 +153,6 @@ fn list_for_osd(mds: &Mds<&MemStore>, now: u64) -> Vec<RevocationNotice> {
     let MdsPlainResponse::Revocations { notices, mac } = answer.unwrap() else {
         panic!("not a list of revocations")
     };
-    let join = MacKey::new(Secret32::from_bytes(JOIN));
     assert_eq!(revocations_mac(&join, 3, &nonce, &notices), mac);
     // Bound to the OSD and to the nonce: another OSD's or an old nonce's MAC differs.
     assert_ne!(revocations_mac(&join, 4, &nonce, &notices), mac);
@@ -210,6 +211,21 @@ fn revocations_are_the_administrators_durable_and_never_renewed() {
         ErrorCode::InvalidArgument
     );
     assert!(list_for_osd(&mds1, now).is_empty());
+    // Only holders of the join key get the list.
+    let forged = msg::encode(&MdsPlainRequest::Revocations {
+        osd: 3,
+        nonce: [1; 16],
+        mac: [0; 32],
+    })
+    .unwrap();
+    let answer = mds1.handle_plain(
+        b"peer",
+        &forged,
+        UnixMillis(now),
+        &mut ChaCha20Rng::seed_from_u64(2),
+    );
+    let answer: Result<MdsPlainResponse, WireError> = msg::decode(&answer).unwrap();
+    assert_eq!(answer.unwrap_err().code, ErrorCode::AuthenticationFailed);
 
     now += 10;
     let n1 = revoke(&mds1, ADMIN_UID, &["bob"], &[], now).unwrap();

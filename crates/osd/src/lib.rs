@@ -313,12 +313,13 @@ impl OsdCore {
         let key = self.mds_key()?;
         let mut list = Vec::with_capacity(notices.len());
         for n in notices {
-            list.push(
-                Unverified::<RevocationNotice>::decode(n)?
-                    .verify(&key, now)?
-                    .body()
-                    .clone(),
-            );
+            match Unverified::<RevocationNotice>::decode(n)?.verify(&key, now) {
+                Ok(v) => list.push(v.body().clone()),
+                // Lapsed by this OSD's clock (a little ahead of the MDS's): nothing to
+                // refuse any more; one such notice must not hold up the others.
+                Err(maat_proto::ProtoError::Expired { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         self.revoked.sync(list, now);
         Ok(())

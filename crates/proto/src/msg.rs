@@ -369,6 +369,8 @@ pub enum MdsPlainRequest {
         osd: u64,
         /// Fresh nonce (the answer's MAC covers it, so an old answer cannot be replayed).
         nonce: [u8; 16],
+        /// `revocations_request_mac`: only holders of the join key get the list.
+        mac: [u8; 32],
     },
     /// OPAQUE login, last message: KE3 and the state the MDS handed out with KE2.
     OpaqueLoginFinish {
@@ -747,8 +749,18 @@ pub enum MdsResponse {
     /// capabilities the MDS still allows and every other outstanding valid one; a
     /// requested id it leaves out is not renewed (expired, unknown or revoked).
     Renewed(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// SPEC M9: the signed revocation notice (answers `Revoke`).
-    Revoked(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M9: the signed revocation notice (answers `Revoke`), and how many of the
+    /// registered OSDs applied it before this answer (the others learn it at their next
+    /// check with the MDS, within a second of reaching it).
+    Revoked {
+        /// The signed notice.
+        #[serde(with = "serde_bytes")]
+        notice: Vec<u8>,
+        /// OSDs that applied it.
+        osds_told: u32,
+        /// OSDs registered.
+        osds: u32,
+    },
 }
 
 /// Where an object lives in an OSD's object model (SPEC T5).

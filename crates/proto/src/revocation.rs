@@ -126,3 +126,16 @@ pub fn revocations_mac(
     }
     join.tag(&parts)
 }
+
+/// Domain separation of [`revocations_request_mac`].
+const REVOCATIONS_REQUEST_CONTEXT: &[u8] = b"maat/revocations-request/v1\0";
+
+/// SPEC M9: the MAC under the join key on an OSD's request for the notices in force, so
+/// that the MDS answers (and spends a MAC over a possibly large list) for OSDs only.
+pub fn revocations_request_mac(
+    join: &maat_crypto::mac::MacKey,
+    osd: u64,
+    nonce: &[u8; 16],
+) -> [u8; 32] {
+    join.tag(&[REVOCATIONS_REQUEST_CONTEXT, &osd.to_be_bytes(), nonce])
+}

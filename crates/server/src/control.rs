@@ -8,11 +8,10 @@
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::OsRng;
-use maat_mds::{Mds, MetaStore};
 use maat_net::Connection;
 use maat_osd::OsdCore;
-use maat_proto::msg::WireError;
 use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, OsdPlainRequest, OsdPlainResponse};
+use maat_proto::msg::{OsdEntry, WireError};
 use maat_proto::wire::FrameType;
 use rand_core::RngCore;
 use std::time::Duration;
@@ -20,41 +19,30 @@ use std::time::Duration;
 /// How often an OSD checks the notices in force with the MDS.
 pub const REVOCATION_POLL: Duration = Duration::from_secs(1);
 
-/// Pushes notices the MDS signed to every registered OSD; returns how many OSDs applied
-/// all of them (the others learn at their next poll).
-pub(crate) fn push_revocations<S: MetaStore>(mds: &Mds<S>, notices: &[Vec<u8>]) -> usize {
+/// Pushes one notice the MDS signed to each OSD in `osds`; returns how many applied it
+/// (the others learn at their next check).
+pub(crate) fn push_revocation(notice: &[u8], osds: &[OsdEntry]) -> u32 {
     let mut applied = 0;
-    for osd in mds.registered_osds() {
-        let mut conn = Connection::new(osd.address.clone());
-        let all = notices.iter().all(|notice| {
-            let outcome = msg::encode(&OsdPlainRequest::Revoke(notice.clone()))
-                .map_err(|e| e.to_string())
-                .and_then(|payload| {
-                    conn.call(FrameType::Plain, &payload)
-                        .map_err(|e| e.to_string())
-                })
-                .and_then(|(_, answer)| {
-                    msg::decode::<Result<OsdPlainResponse, WireError>>(&answer)
-                        .map_err(|e| e.to_string())
-                })
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            match outcome {
-                Ok(OsdPlainResponse::Applied) => true,
-                Ok(other) => {
-                    eprintln!("mds: osd {} answered a revocation with {other:?}", osd.id);
-                    false
-                }
-                Err(e) => {
-                    eprintln!(
-                        "mds: could not push a revocation to osd {} at {} ({e}); it learns at its next check",
-                        osd.id, osd.address
-                    );
-                    false
-                }
-            }
-        });
-        if all {
-            applied += 1;
+    for osd in osds {
+        let outcome = msg::encode(&OsdPlainRequest::Revoke(notice.to_vec()))
+            .map_err(|e| e.to_string())
+            .and_then(|payload| {
+                Connection::new(osd.address.clone())
+                    .call(FrameType::Plain, &payload)
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|(_, answer)| {
+                msg::decode::<Result<OsdPlainResponse, WireError>>(&answer)
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match outcome {
+            Ok(OsdPlainResponse::Applied) => applied += 1,
+            Ok(other) => eprintln!("mds: osd {} answered a revocation with {other:?}", osd.id),
+            Err(e) => eprintln!(
+                "mds: could not push a revocation to osd {} at {} ({e}); it learns at its next check",
+                osd.id, osd.address
+            ),
         }
     }
     applied
@@ -69,8 +57,13 @@ pub(crate) fn sync_revocations(
 ) -> Result<(), String> {
     let mut nonce = [0u8; 16];
     OsRng.fill_bytes(&mut nonce);
-    let payload =
-        msg::encode(&MdsPlainRequest::Revocations { osd: id, nonce }).map_err(|e| e.to_string())?;
+    let mac = maat_proto::revocation::revocations_request_mac(join, id, &nonce);
+    let payload = msg::encode(&MdsPlainRequest::Revocations {
+        osd: id,
+        nonce,
+        mac,
+    })
+    .map_err(|e| e.to_string())?;
     let (_, answer) = Connection::new(mds_address)
         .call(FrameType::Plain, &payload)
         .map_err(|e| e.to_string())?;

@@ -243,6 +243,8 @@ pub fn run_mds(
         .local_addr()
         .map_err(io("local address"))?
         .to_string();
+    // SPEC M9: a revocation reaches every OSD before the administrator hears it is done.
+    mds.set_revocation_pusher(Arc::new(control::push_revocation));
     let mds = Arc::new(mds);
     let latencies = Arc::new(metrics::Latencies::default());
     if let Some(listen) = &config.metrics {
@@ -259,15 +261,7 @@ pub fn run_mds(
                 mds.handle_plain(peer, payload, now, &mut OsRng),
             ),
             FrameType::Request => match mds.handle_request(payload, now, &mut OsRng) {
-                Ok(sealed) => {
-                    // SPEC M9: a revocation reaches every OSD before the administrator
-                    // hears it is done.
-                    let pushes = mds.take_revocation_pushes();
-                    if !pushes.is_empty() {
-                        control::push_revocations(mds.as_ref(), &pushes);
-                    }
-                    (FrameType::Response, sealed)
-                }
+                Ok(sealed) => (FrameType::Response, sealed),
                 Err(refusal) => refusal_frame(&refusal),
             },
             FrameType::Insecure => (
