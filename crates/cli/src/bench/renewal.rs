@@ -115,7 +115,11 @@ pub(super) fn run_renewal(
             Ok(())
         })?;
         let spread = opened_at.elapsed();
-        if spread >= period / 4 {
+        // The first capability opened must still be valid when the last one is due: the
+        // opens must take less than the last fifth of a lifetime.
+        let margin =
+            Duration::from_millis(lifetime * 1000 / 5).saturating_sub(Duration::from_millis(150));
+        if spread >= margin {
             bail!(
                 "opening {n} files took {spread:?}, too long for a {lifetime} s lifetime: \
                  use a longer --lifetime"
@@ -124,7 +128,9 @@ pub(super) fn run_renewal(
         let signatures = mds_counter(&mut admin, "signatures_made")?;
         let micros = mds_counter(&mut admin, "renewal:micros")?;
         let renewals: u64 = group.iter().map(|s| s.client.stats.renewals).sum();
-        let mut start = Instant::now() + period - spread + Duration::from_millis(50);
+        // Every client's capability is due (80 % of its lifetime) once the last one
+        // opened is.
+        let mut start = Instant::now() + period + Duration::from_millis(50);
         for _ in 0..periods {
             std::thread::sleep(start.saturating_duration_since(Instant::now()));
             let began = Instant::now();
@@ -137,7 +143,7 @@ pub(super) fn run_renewal(
                     .write_object(opened, 0, vec![2; WRITE_BYTES])
                     .context("a write in a renewal period (try a longer --lifetime)")
             })?;
-            if began.elapsed() >= period / 4 {
+            if began.elapsed() >= margin {
                 bail!(
                     "a period's {n} writes took {:?}, too long for a {lifetime} s lifetime: \
                      use a longer --lifetime",
