@@ -48,6 +48,10 @@ pub struct UpArgs {
     /// while one is signed share the next). Change it later with `maat admin grouping`.
     #[arg(long, default_value = "unix,onthefly", value_parser = parse_grouping)]
     pub grouping: String,
+    /// Serve no Prometheus metrics (by default a new cluster's daemons each serve
+    /// `/metrics` on a free port of the listen host, printed when the cluster is ready).
+    #[arg(long)]
+    pub no_metrics: bool,
 }
 
 fn parse_grouping(text: &str) -> Result<String, String> {
@@ -134,7 +138,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         batch_detect_ms: None,
         batch_gather_ms: None,
         batch_hot_ms: None,
-        metrics: Some(format!("{host}:0")),
+        metrics: (!args.no_metrics).then(|| format!("{host}:0")),
     };
     if args.security == maat_proto::protection::Protection::NoSec && !args.danger_allow_insecure {
         bail!("--security NOSEC needs --danger-allow-insecure (anyone could then act as anyone)");
@@ -155,7 +159,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
             join_key_file: data.join("mds/join.key"),
             weight: 1,
             danger_allow_insecure: args.danger_allow_insecure,
-            metrics: Some(format!("{host}:0")),
+            metrics: (!args.no_metrics).then(|| format!("{host}:0")),
         };
         write_new(
             &data.join(format!("osd-{i}/osd.toml")),

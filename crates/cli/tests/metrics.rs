@@ -51,7 +51,7 @@ fn value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
 
 #[test]
 fn every_daemon_serves_parseable_prometheus_metrics_of_its_work() {
-    let cluster = Cluster::start(2, &["--grouping", "none"]);
+    let cluster = Cluster::start_with_metrics(2, &["--grouping", "none"]);
     cluster.add_user("alice", "alice passphrase", None);
     cluster.add_user("bob", "bob passphrase", None);
     cluster

@@ -249,8 +249,8 @@ pub fn run_mds(
     let latencies = Arc::new(metrics::Latencies::default());
     if let Some(listen) = &config.metrics {
         let source = mds.clone();
-        let addr = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone())?;
-        announce_metrics(&config.data_dir, "mds", &addr)?;
+        let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
+        announce_metrics(&config.data_dir, "mds", served)?;
     }
     let handler = move |peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
         let _timer = LatencyTimer::start(&latencies, frame_type);
@@ -314,10 +314,24 @@ impl Drop for LatencyTimer<'_> {
 }
 
 /// Records where a daemon serves metrics (`DATA_DIR/metrics.addr`, for `maat up` and
-/// scrapers' discovery) and says so.
-fn announce_metrics(data_dir: &Path, name: &str, addr: &str) -> Result<(), ServerError> {
-    private::replace_file(&data_dir.join("metrics.addr"), addr.as_bytes())?;
-    eprintln!("maat {name}: metrics on http://{addr}/metrics");
+/// scrapers' discovery) and says so. Metrics are an aid: a daemon whose metrics address
+/// cannot be bound says why and serves without them.
+fn announce_metrics(
+    data_dir: &Path,
+    name: &str,
+    served: Result<String, ServerError>,
+) -> Result<(), ServerError> {
+    let path = data_dir.join("metrics.addr");
+    match served {
+        Ok(addr) => {
+            private::replace_file(&path, addr.as_bytes())?;
+            eprintln!("maat {name}: metrics on http://{addr}/metrics");
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            eprintln!("maat {name}: serving without metrics: {e}");
+        }
+    }
     Ok(())
 }
 
@@ -383,8 +397,8 @@ pub fn run_osd(
     let latencies = Arc::new(metrics::Latencies::default());
     if let Some(listen) = &config.metrics {
         let source = core.clone();
-        let addr = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone())?;
-        announce_metrics(&config.data_dir, &format!("osd {}", config.id), &addr)?;
+        let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
+        announce_metrics(&config.data_dir, &format!("osd {}", config.id), served)?;
     }
     let handler = move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
         let _timer = LatencyTimer::start(&latencies, frame_type);

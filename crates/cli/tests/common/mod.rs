@@ -43,7 +43,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// A new cluster of `osds` OSDs on free loopback ports, without metrics endpoints
+    /// (fewer ports taken while tests run side by side; see `start_with_metrics`).
     pub fn start(osds: u32, extra: &[&str]) -> Cluster {
+        let mut args = vec!["--no-metrics"];
+        args.extend_from_slice(extra);
+        Self::start_with_metrics(osds, &args)
+    }
+
+    /// A new cluster whose daemons serve Prometheus metrics (`maat up`'s default).
+    pub fn start_with_metrics(osds: u32, extra: &[&str]) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("maat-it-")
             .tempdir()
