@@ -1,0 +1,105 @@
+//! Plain (unauthenticated) messages to an OSD: SPEC M2 session offers, and SPEC M9
+//! revocation notices pushed by the MDS or fetched from it at catch-up.
+
+use super::*;
+
+impl OsdCore {
+    /// SPEC M2: handles a plain message (a session offer); returns the encoded
+    /// `Result<OsdPlainResponse, WireError>`.
+    pub fn handle_plain(
+        &self,
+        message: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Vec<u8> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let result =
+            msg::decode(message)
+                .map_err(WireError::from)
+                .and_then(|request| match request {
+                    OsdPlainRequest::Offer(bytes) => self.offer(&bytes, now, rng),
+                    OsdPlainRequest::Revoke(notice) => self
+                        .apply_revocation(&notice, now)
+                        .map(|()| OsdPlainResponse::Applied),
+                });
+        let result = self.counted(result);
+        msg::encode_result(&result)
+    }
+
+    /// SPEC M9: applies one MDS-signed notice (pushed by the MDS).
+    pub fn apply_revocation(&self, notice: &[u8], now: UnixMillis) -> Result<(), WireError> {
+        let verified =
+            Unverified::<RevocationNotice>::decode(notice)?.verify(&self.mds_key()?, now)?;
+        self.revoked.apply(verified.body().clone(), now);
+        self.stats
+            .revocations_applied
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// SPEC M9: applies the complete list of notices in force that the MDS sent (its MAC
+    /// checked by the caller), after which data requests are served.
+    pub fn sync_revocations(&self, notices: &[Vec<u8>], now: UnixMillis) -> Result<(), WireError> {
+        let key = self.mds_key()?;
+        let mut list = Vec::with_capacity(notices.len());
+        for n in notices {
+            match Unverified::<RevocationNotice>::decode(n)?.verify(&key, now) {
+                Ok(v) => list.push(v.body().clone()),
+                // Lapsed by this OSD's clock (a little ahead of the MDS's): nothing to
+                // refuse any more; one such notice must not hold up the others.
+                Err(maat_proto::ProtoError::Expired { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.revoked.sync(list, now);
+        Ok(())
+    }
+
+    fn offer(
+        &self,
+        bytes: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<OsdPlainResponse, WireError> {
+        let mds_key = self.mds_key()?;
+        let offer = Unverified::<SessionOffer>::decode(bytes)?;
+        // The offer's timestamp goes through the same window as requests.
+        let ts = offer.unverified_body().timestamp;
+        let replay_check = lock(&self.replay).check_time(ts, now);
+        replay_check.map_err(freshness)?;
+        let (offer, key) = session::accept_offer(offer, &mds_key, self.id, &self.sealing, now)?;
+        lock(&self.replay)
+            .check_and_record(&key.session_id, &offer.client_nonce, ts, now)
+            .map_err(freshness)?;
+        let confirm = session::confirm(&offer, &key, now, rng);
+        {
+            let mut sessions = write(&self.sessions);
+            let mine: Vec<([u8; 16], UnixMillis)> = sessions
+                .iter()
+                .filter(|(_, s)| s.user == key.user)
+                .map(|(id, s)| (*id, s.expiry))
+                .collect();
+            if mine.len() >= SESSIONS_PER_USER_MAX {
+                if let Some((oldest, _)) = mine.iter().min_by_key(|(_, expiry)| *expiry) {
+                    sessions.remove(oldest);
+                }
+            }
+            if sessions.len() >= SESSIONS_MAX {
+                sessions.retain(|_, s| s.expiry > now);
+                if sessions.len() >= SESSIONS_MAX {
+                    return Err(refuse(ErrorCode::Busy, "session table full"));
+                }
+            }
+            sessions.insert(
+                key.session_id,
+                Session {
+                    user: key.user,
+                    expiry: key.expiry,
+                    keys: EnvelopeKeys::new(key.key.expose()).with_counters(self.counters.clone()),
+                },
+            );
+        }
+        self.stats.sessions_accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(OsdPlainResponse::Confirm(confirm.encoded().to_vec()))
+    }
+}
