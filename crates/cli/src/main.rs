@@ -1,6 +1,7 @@
 //! `maat`: run a local cluster or single daemons, use files, administer users, benchmark.
 
 mod bench;
+mod job;
 mod model;
 mod up;
 
@@ -149,6 +150,12 @@ enum Command {
         /// One JSON object.
         #[arg(long)]
         json: bool,
+    },
+    /// Jobs: share files with participants through a temporary key (SPEC M10, openg /
+    /// openfh) instead of each participant opening them.
+    Job {
+        #[command(subcommand)]
+        command: job::JobCommand,
     },
     /// Benchmarks against a local cluster started for the run.
     Bench {
@@ -442,6 +449,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Mds { config } => up::run_mds_daemon(&config),
         Command::Osd { config } => up::run_osd_daemon(&config),
         Command::Bench { command } => bench::run(command),
+        Command::Job { command } => job::run(&cli.cluster, command),
         Command::Model {
             opens,
             file_size_mib,

@@ -15,6 +15,18 @@ impl Client {
                 self.supply_trees(osd, &request.capability)?;
                 self.osd_call_fresh(osd, &request)
             }
+            // SPEC M10: prove the job key again (the OSD restarted or forgot the
+            // session), after a fresh lifetime when it ran out.
+            Err(ClientError::Refused(e))
+                if matches!(
+                    e.code,
+                    ErrorCode::ProofRequired | ErrorCode::CapabilityExpired
+                ) && jobs::delegated_to(&request.capability).is_some_and(|hash| {
+                    self.recover_delegated(osd, &hash, e.code).unwrap_or(false)
+                }) =>
+            {
+                self.osd_call_fresh(osd, &request)
+            }
             // A renewal that fails leaves the refusal as it was.
             Err(ClientError::Refused(e))
                 if e.code == ErrorCode::CapabilityExpired
@@ -41,7 +53,7 @@ impl Client {
         }
     }
 
-    fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+    pub(crate) fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
         let auth = self.osd_auth(osd, self.insecure_user)?;
         self.call_with(osd, &auth, request)
     }
@@ -163,6 +175,7 @@ impl Client {
                                 | ErrorCode::NotReady
                                 | ErrorCode::UnknownTree
                                 | ErrorCode::CapabilityExpired
+                                | ErrorCode::ProofRequired
                         ) =>
                     {
                         // Only a forgotten session needs a new one; a stale or early
@@ -303,7 +316,26 @@ impl Client {
     ) -> Result<FileStat> {
         self.forget_opened();
         let opened = self.open(path, Access::ReadWrite, Some(0o644))?;
-        let old_stripes = stripes_for(opened.stat.size);
+        self.put_opened(&opened, reader, size, Some(opened.stat.size), progress)?;
+        self.set_size(path, &opened, size)?;
+        let mut stat = opened.stat;
+        stat.size = size;
+        Ok(stat)
+    }
+
+    /// Writes `size` bytes from `reader` as the whole content of an opened file (stripes
+    /// in flight at once) and removes the stripes past the new end: those of `old_size`,
+    /// or, when the old size is unknown (a job's handle), each next stripe until one is
+    /// missing. The caller records the size.
+    pub fn put_opened(
+        &mut self,
+        opened: &Opened,
+        reader: &mut dyn Read,
+        size: u64,
+        old_size: Option<u64>,
+        progress: Progress<'_>,
+    ) -> Result<()> {
+        let opened = opened.clone();
         let stripes = stripes_for(size);
         let window = self.stripes_in_flight()?;
         let mut done = 0u64;
@@ -329,6 +361,10 @@ impl Client {
             progress(done);
             stripe += n;
         }
+        let Some(old_size) = old_size else {
+            return self.remove_stripes_from(&opened, stripes);
+        };
+        let old_stripes = stripes_for(old_size);
         let mut removes = Vec::new();
         for stripe in stripes..old_stripes {
             let (osd, object) = self.stripe_target(&opened, stripe)?;
@@ -347,10 +383,28 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        self.set_size(path, &opened, size)?;
-        let mut stat = opened.stat;
-        stat.size = size;
-        Ok(stat)
+        Ok(())
+    }
+
+    /// Removes stripe `first` and each next one until one does not exist.
+    fn remove_stripes_from(&mut self, opened: &Opened, first: u32) -> Result<()> {
+        for stripe in first.. {
+            let (osd, object) = self.stripe_target(opened, stripe)?;
+            let probe = OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::GetAttributes { object },
+            };
+            match self.data_call(opened, osd, probe) {
+                Ok(_) => self.remove_object(opened, stripe)?,
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => break,
+                // A write-only open cannot look: stripes past the end stay (a read stops
+                // at the first short stripe, so only a size that is a multiple of the
+                // stripe unit could show them).
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Streams the file at `path` into `writer`; returns the bytes written.
@@ -364,6 +418,19 @@ impl Client {
         progress: Progress<'_>,
     ) -> Result<u64> {
         let opened = self.open(path, Access::Read, None)?;
+        self.get_opened(path, &opened, writer, progress)
+    }
+
+    /// Streams an opened file into `writer` (`path` names it in errors); returns the
+    /// bytes written.
+    pub fn get_opened(
+        &mut self,
+        path: &str,
+        opened: &Opened,
+        writer: &mut dyn Write,
+        progress: Progress<'_>,
+    ) -> Result<u64> {
+        let opened = opened.clone();
         let expected = opened.stat.size;
         let known = stripes_for(expected);
         let window = self.stripes_in_flight()?;

@@ -10,6 +10,8 @@ mod auth;
 mod data;
 pub use data::stripes_for;
 mod home;
+mod jobs;
+pub use jobs::{JobHandle, JOB_REFRESH_AT_PERCENT_LEFT};
 pub mod placement;
 mod renewal;
 mod trees;
@@ -75,6 +77,14 @@ pub enum ClientError {
     /// A stripe is missing or short.
     #[error("data missing: {0}")]
     DataMissing(String),
+    /// A token (from a daemon or a file) did not decode or verify.
+    #[error("{what}: {source}")]
+    Token {
+        /// Which token.
+        what: &'static str,
+        /// Why.
+        source: maat_proto::ProtoError,
+    },
 }
 
 impl ClientError {
@@ -162,6 +172,8 @@ pub struct Client {
     trees: HashMap<[u8; 32], Vec<u8>>,
     /// Capabilities in use and the renewal tokens that extend them, by id (SPEC M8).
     held: HashMap<u64, renewal::HeldCapability>,
+    /// Job keys held, by key hash (SPEC M10).
+    jobs: HashMap<[u8; 32], jobs::HeldJob>,
     /// Counters.
     pub stats: ClientStats,
 }
@@ -217,6 +229,7 @@ impl Client {
                 .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
             trees: HashMap::new(),
             held: HashMap::new(),
+            jobs: HashMap::new(),
             stats,
         })
     }
@@ -507,10 +520,16 @@ impl Client {
     /// SPEC M9 (administrator): every OSD refuses these users and capabilities from now
     /// until the capabilities would have expired anyway. Returns the verified notice.
     pub fn revoke(&mut self, users: &[String], capabilities: &[u64]) -> Result<Revocation> {
-        let (bytes, osds_told, osds) = match self.mds_call(MdsRequest::Revoke {
+        let response = self.mds_call(MdsRequest::Revoke {
             users: users.to_vec(),
             capabilities: capabilities.to_vec(),
-        })? {
+        })?;
+        self.revocation_from(response)
+    }
+
+    /// The verified notice of a `Revoked` answer.
+    fn revocation_from(&self, response: MdsResponse) -> Result<Revocation> {
+        let (bytes, osds_told, osds) = match response {
             MdsResponse::Revoked {
                 notice,
                 osds_told,

@@ -76,6 +76,10 @@ impl Client {
         if capability.is_empty() || self.insecure_user.is_some() {
             return Ok(());
         }
+        if let Some(hash) = crate::jobs::delegated_to(capability) {
+            // SPEC M10: a job's capability lives as long as its key; no renewal here.
+            return self.prepare_delegated(osd, &hash);
+        }
         let now = self.now();
         let Some(id) = self.hold(capability, now) else {
             return Ok(());

@@ -370,7 +370,7 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok((gate, acl, perm))
     }
 
-    fn current_perm(&self, file: u64) -> Result<Perm> {
+    pub(crate) fn current_perm(&self, file: u64) -> Result<Perm> {
         self.store
             .inode(file)?
             .map(|i| Perm::from(&i))

@@ -8,6 +8,7 @@
 
 mod capabilities;
 pub mod grouping;
+mod jobs;
 mod namespace;
 mod partitions;
 mod renewal;
@@ -166,6 +167,10 @@ pub struct Mds<S: MetaStore> {
     issuer: capabilities::Issuer,
     /// Revocation notices in force (SPEC M9).
     revocations: revocations::Revocations,
+    /// Jobs and their computation keys (SPEC M10).
+    jobs: jobs::Jobs,
+    /// Each user's newest login ticket (job leads seal keys to it).
+    tickets: Mutex<HashMap<u64, Vec<u8>>>,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
 }
@@ -299,6 +304,8 @@ impl<S: MetaStore> Mds<S> {
             }),
             issuer: capabilities::Issuer::new(config.grouping),
             revocations: revocations::Revocations::default(),
+            jobs: jobs::Jobs::default(),
+            tickets: Mutex::new(HashMap::new()),
             write: Mutex::new(()),
             store,
             config,
@@ -772,6 +779,26 @@ impl<S: MetaStore> Mds<S> {
                 users,
                 capabilities,
             } => self.revoke(who, &users, &capabilities, now),
+            MdsRequest::JobCreate { computation_key } => {
+                self.job_create(who, computation_key, now)
+            }
+            MdsRequest::OpenG {
+                computation_key,
+                path,
+                access,
+                create,
+            } => self.openg(who, computation_key, &path, access, create, now, rng),
+            MdsRequest::JobRenew { computation_key } => {
+                self.job_renew(who, computation_key, now)
+            }
+            MdsRequest::JobLifetime { key_hash } => self.job_lifetime(&key_hash),
+            MdsRequest::JobEnd { key_hash } => self.job_end(who, key_hash, now),
+            MdsRequest::UserTicket { name } => self.user_ticket(&name),
+            MdsRequest::SetSizeByHandle {
+                handle,
+                size,
+                proof,
+            } => self.set_size_by_handle(session, &handle, size, &proof, now),
             MdsRequest::Logout => {
                 if let Some(sid) = session {
                     let mut batch = Batch::default();

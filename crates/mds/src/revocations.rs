@@ -162,6 +162,18 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut ids = capabilities.to_vec();
         ids.sort_unstable();
         ids.dedup();
+        self.revoke_entries(uids, ids, Vec::new(), now)
+    }
+
+    /// Signs, stores and pushes a notice revoking users, capabilities and job keys (each
+    /// list sorted and free of duplicates); the callers check who may.
+    pub(crate) fn revoke_entries(
+        &self,
+        uids: Vec<u64>,
+        ids: Vec<u64>,
+        keys: Vec<[u8; 32]>,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
         let lifetime = self.config.capability_lifetime_millis;
         // Under the write lock and the access-control gate: no capability is issued or
         // renewed between signing the notice and forgetting what it revokes, so nothing
@@ -172,9 +184,13 @@ impl<S: MetaStore> crate::Mds<S> {
                 let in_force: usize = loaded
                     .notices
                     .iter()
-                    .map(|n| n.body.users.len() + n.body.capability_ids.len())
+                    .map(|n| {
+                        n.body.users.len()
+                            + n.body.capability_ids.len()
+                            + n.body.computation_keys.len()
+                    })
                     .sum();
-                if in_force + uids.len() + ids.len() > REVOKED_ENTRIES_IN_FORCE_MAX {
+                if in_force + uids.len() + ids.len() + keys.len() > REVOKED_ENTRIES_IN_FORCE_MAX {
                     return Err(MdsError::refused(
                         ErrorCode::Busy,
                         format!(
@@ -190,7 +206,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     expiry: now.plus_millis(lifetime),
                     capability_ids: ids.iter().copied().map(CapabilityId).collect(),
                     users: uids.iter().copied().map(UserId).collect(),
-                    computation_keys: Vec::new(),
+                    computation_keys: keys.clone(),
                 };
                 let encoded = signed::sign(body.clone(), &self.signing)
                     .encoded()

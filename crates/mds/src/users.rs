@@ -372,6 +372,7 @@ impl<S: MetaStore> Mds<S> {
             expiry: now.plus_millis(self.config.ticket_lifetime_millis),
         };
         let ticket = signed::sign(ticket, &self.signing);
+        self.remember_ticket(user.id, ticket.encoded());
         let session_key = mds_session_key(secret, ticket.encoded(), &nonce)?;
         let session_id = mds_session_id(ticket.encoded());
         let tag = login_ok_mac(

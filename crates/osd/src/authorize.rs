@@ -4,6 +4,7 @@
 //! `SupplyRenewal`).
 
 use super::*;
+use maat_proto::delegation::{self, KeyLifetimeToken};
 
 impl OsdCore {
     /// SPEC M3 + M5: checks the capability for a data command. NOSEC callers skip it.
@@ -46,14 +47,27 @@ impl OsdCore {
             ));
         }
         let capability = self.verified_capability(&request.capability, now)?;
-        self.revoked.check(capability.id, caller.user, now)?;
-        let user_tree = match &capability.users {
-            Principals::UserTree(root) => Some(self.tree(root, "user")?),
+        let job_key = match &capability.users {
+            Principals::ComputationKey(hash) => Some(*hash),
             _ => None,
         };
-        capability
-            .check_user(caller.user, user_tree.as_deref())
-            .map_err(|e| refuse(ErrorCode::WrongUser, e.to_string()))?;
+        self.revoked
+            .check(capability.id, caller.user, job_key.as_ref(), now)?;
+        match (&job_key, &caller.secure) {
+            // SPEC M10: whoever proved the job key on this session, while it lives.
+            (Some(hash), Some(secure)) => {
+                self.delegations.check(&secure.session_id, hash, now)?;
+            }
+            _ => {
+                let user_tree = match &capability.users {
+                    Principals::UserTree(root) => Some(self.tree(root, "user")?),
+                    _ => None,
+                };
+                capability
+                    .check_user(caller.user, user_tree.as_deref())
+                    .map_err(|e| refuse(ErrorCode::WrongUser, e.to_string()))?;
+            }
+        }
         let file_tree = match &capability.files {
             Files::FileTree(root) => Some(self.tree(root, "file")?),
             Files::File(_) => None,
@@ -157,6 +171,64 @@ impl OsdCore {
         self.stats
             .renewal_tokens_verified
             .fetch_add(1, Ordering::Relaxed);
+        Ok(OsdResponse::Ok)
+    }
+
+    /// SPEC M10: keeps a job key's lifetime token (verified once) and records that this
+    /// session proved possession of the key (the proof is sealed under the session's
+    /// key, made for this OSD and session, and signed with the computation key).
+    pub(crate) fn supply_proof(
+        &self,
+        caller: &Caller,
+        lifetime: &[u8],
+        proof: &[u8],
+        now: UnixMillis,
+    ) -> Result<OsdResponse, WireError> {
+        let secure = caller.secure.as_ref().ok_or_else(|| {
+            refuse(
+                ErrorCode::InvalidArgument,
+                "proofs come with sessions; NOSEC has none",
+            )
+        })?;
+        let mds_key = self.mds_key()?;
+        let digest = hash::blake3(&[lifetime]);
+        let unverified = Unverified::<KeyLifetimeToken>::decode(lifetime)?;
+        let key_hash = unverified.unverified_body().key_hash();
+        if !self.delegations.known(&key_hash, &digest) {
+            let verified = unverified.verify(&mds_key, now)?;
+            self.delegations.keep(verified, digest, now);
+            self.stats
+                .lifetime_tokens_verified
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let token = self.delegations.lifetime(&key_hash).ok_or_else(|| {
+            refuse(
+                ErrorCode::ProofRequired,
+                "lifetime token table was full; try again",
+            )
+        })?;
+        let proof_key = read(&self.sessions)
+            .get(&secure.session_id)
+            .map(|s| s.proof.clone())
+            .ok_or_else(|| refuse(ErrorCode::UnknownSession, "negotiate a session key first"))?;
+        delegation::open_proof_with_key(
+            proof,
+            &proof_key,
+            self.id,
+            &secure.session_id,
+            &token,
+            &mds_key,
+            now,
+        )
+        .map_err(|e| match e {
+            maat_proto::ProtoError::CommitmentMismatch { .. } => refuse(
+                ErrorCode::BadSignature,
+                "the proof was made with another key than the job's",
+            ),
+            other => other.into(),
+        })?;
+        self.delegations.prove(secure.session_id, key_hash);
+        self.stats.proofs_verified.fetch_add(1, Ordering::Relaxed);
         Ok(OsdResponse::Ok)
     }
 

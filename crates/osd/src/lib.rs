@@ -9,6 +9,7 @@
 //! The real store (files with fsync) lives in `maat-server`.
 
 mod authorize;
+mod delegation;
 mod plain;
 mod renewals;
 mod revocations;
@@ -124,6 +125,8 @@ struct Session {
     user: UserId,
     expiry: UnixMillis,
     keys: EnvelopeKeys,
+    /// The key SPEC M10 proofs on this session are sealed under.
+    proof: maat_crypto::aead::BlockKey,
 }
 
 struct CachedCapability {
@@ -141,6 +144,8 @@ struct Stats {
     trees_supplied: AtomicU64,
     renewal_tokens_verified: AtomicU64,
     renewal_tokens_known: AtomicU64,
+    lifetime_tokens_verified: AtomicU64,
+    proofs_verified: AtomicU64,
     revocations_applied: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
@@ -193,6 +198,8 @@ pub struct OsdCore {
     renewed: renewals::Renewed,
     /// Revocation notices in force (SPEC M9).
     revoked: revocations::Revoked,
+    /// Job key lifetimes and proofs of possession (SPEC M10).
+    delegations: delegation::Delegations,
     stats: Stats,
 }
 
@@ -229,6 +236,7 @@ impl OsdCore {
             trees: trees::TreeCache::default(),
             renewed: renewals::Renewed::default(),
             revoked: revocations::Revoked::default(),
+            delegations: delegation::Delegations::default(),
             stats: Stats::default(),
         }
     }
@@ -431,6 +439,10 @@ impl OsdCore {
                 let r = self.supply_renewal(caller, token, now);
                 return self.counted(r);
             }
+            OsdCommand::SupplyProof { lifetime, proof } => {
+                let r = self.supply_proof(caller, lifetime, proof, now);
+                return self.counted(r);
+            }
             OsdCommand::List { partition } => {
                 let a = self.authorize_admin(caller)?;
                 return store
@@ -558,6 +570,8 @@ impl OsdCore {
             ("trees_supplied", &s.trees_supplied),
             ("renewal_tokens_verified", &s.renewal_tokens_verified),
             ("renewal_tokens_known", &s.renewal_tokens_known),
+            ("lifetime_tokens_verified", &s.lifetime_tokens_verified),
+            ("proofs_verified", &s.proofs_verified),
             ("revocations_applied", &s.revocations_applied),
             ("bytes_read", &s.bytes_read),
             ("bytes_written", &s.bytes_written),
@@ -568,6 +582,7 @@ impl OsdCore {
         counters.push(("trees_cached".into(), self.trees.len() as u64));
         counters.push(("capabilities_renewed".into(), self.renewed.len() as u64));
         counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
+        counters.push(("job_keys".into(), self.delegations.keys() as u64));
         counters.extend(
             self.counters
                 .snapshot()

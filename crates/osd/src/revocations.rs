@@ -1,5 +1,6 @@
 //! SPEC M9 at the OSD: revocation notices in force. A data request whose capability a
-//! notice names, or whose authenticated user a notice names, is refused with `Revoked`.
+//! notice names, whose authenticated user a notice names, or whose capability is delegated
+//! to a job key a notice names (M10), is refused with `Revoked`.
 //! A notice is forgotten at its expiry (when everything it concerns has expired anyway),
 //! so the table shrinks by itself; its size is bounded by what the MDS keeps in force.
 //!
@@ -47,14 +48,27 @@ impl Revoked {
         self.synced.load(Ordering::SeqCst)
     }
 
-    /// Refuses a request by `user` under capability `id` that a notice in force names.
-    pub fn check(&self, id: CapabilityId, user: UserId, now: UnixMillis) -> Result<(), WireError> {
+    /// Refuses a request by `user` under capability `id` (delegated to the job key with
+    /// hash `key`, if any) that a notice in force names.
+    pub fn check(
+        &self,
+        id: CapabilityId,
+        user: UserId,
+        key: Option<&[u8; 32]>,
+        now: UnixMillis,
+    ) -> Result<(), WireError> {
         let notices = self.notices.read().unwrap_or_else(|p| p.into_inner());
         for n in notices.iter().filter(|n| n.expiry > now) {
             if n.capability_ids.binary_search(&id).is_ok() {
                 return Err(WireError::new(
                     ErrorCode::Revoked,
                     format!("capability {} was revoked (notice {})", id.0, n.notice_id),
+                ));
+            }
+            if key.is_some_and(|k| n.computation_keys.binary_search(k).is_ok()) {
+                return Err(WireError::new(
+                    ErrorCode::Revoked,
+                    format!("the job key was revoked (notice {})", n.notice_id),
                 ));
             }
             if n.users.binary_search(&user).is_ok() {
@@ -74,7 +88,7 @@ impl Revoked {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|n| n.capability_ids.len() + n.users.len())
+            .map(|n| n.capability_ids.len() + n.users.len() + n.computation_keys.len())
             .sum()
     }
 }

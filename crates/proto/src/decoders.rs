@@ -114,6 +114,11 @@ pub fn range_key_grant(data: &[u8]) {
     }
 }
 
+/// Fuzz entry: a job bundle's layout (SPEC M10; checking it needs keys).
+pub fn job_bundle(data: &[u8]) {
+    let _ = crate::job_bundle::BundleParts::parse(data);
+}
+
 /// A decoder entry point.
 pub type Decoder = fn(&[u8]);
 
@@ -135,6 +140,7 @@ pub const ALL: &[(&str, Decoder)] = &[
     ("set_master_key_accept", set_master_key_accept),
     ("lockbox", lockbox),
     ("range_key_grant", range_key_grant),
+    ("job_bundle", job_bundle),
     ("frame", frame),
 ];
 

@@ -185,9 +185,15 @@ impl Body for ProofToken {
 }
 
 fn proof_key(session: &SessionKey) -> Result<BlockKey> {
+    proof_key_from_secret(session.key.expose())
+}
+
+/// The key proofs are sealed under, from a client–OSD session secret `K_CD` (an OSD
+/// derives it once when it accepts the session).
+pub fn proof_key_from_secret(secret: &[u8; 32]) -> Result<BlockKey> {
     Ok(BlockKey::new(kdf::hkdf_sha256(
         PROOF_CONTEXT,
-        session.key.expose(),
+        secret,
         &[b"key"],
     )?))
 }
@@ -218,15 +224,37 @@ pub fn open_proof(
     counters_from: &VerifyingKey,
     now: UnixMillis,
 ) -> Result<Verified<ProofToken>> {
+    open_proof_with_key(
+        sealed,
+        &proof_key(session)?,
+        session.osd,
+        &session.session_id,
+        lifetime,
+        counters_from,
+        now,
+    )
+}
+
+/// [`open_proof`] with the session's proof key already derived
+/// ([`proof_key_from_secret`]), as an OSD keeps it per session.
+pub fn open_proof_with_key(
+    sealed: &[u8],
+    key: &BlockKey,
+    osd: OsdId,
+    session_id: &[u8; SESSION_ID_BYTES],
+    lifetime: &Verified<KeyLifetimeToken>,
+    counters_from: &VerifyingKey,
+    now: UnixMillis,
+) -> Result<Verified<ProofToken>> {
     signed::check_validity(lifetime.body(), now)?;
-    let plain = proof_key(session)?
+    let plain = key
         .open(0, PROOF_CONTEXT, sealed)
         .map_err(|_| ProtoError::DecryptionFailed {
             token: "proof token",
         })?;
     let proof = Unverified::<ProofToken>::decode(&plain)?;
     let body = proof.unverified_body();
-    if body.osd != session.osd || body.session_id != session.session_id {
+    if body.osd != osd || body.session_id != *session_id {
         return Err(ProtoError::WrongRecipient {
             token: "proof token",
             reason: "made for another OSD or session",
@@ -244,6 +272,22 @@ pub fn open_proof(
         })?
         .with_counters(counters_from.counters().clone());
     proof.verify_untimed(&key)
+}
+
+/// The message a participant signs with the computation key to record the size of a file
+/// written through a job's handle (`MdsRequest::SetSizeByHandle`): bound to its MDS
+/// session, so it cannot be replayed in another.
+pub fn set_size_message(
+    mds_session: &[u8; SESSION_ID_BYTES],
+    handle_id: u64,
+    size: u64,
+) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.bytes(b"maat/m10/set-size/v1\0")
+        .bytes(mds_session)
+        .u64(handle_id)
+        .u64(size);
+    w.finish()
 }
 
 crate::signed::timed_by_fields!(FileHandle, KeyLifetimeToken);

@@ -15,6 +15,7 @@
 //! | [`renewal`] | renewal token | M8 |
 //! | [`revocation`] | revocation notice | M9 |
 //! | [`delegation`] | file handle, key lifetime token, proof token | M10 |
+//! | [`job_bundle`] | a job's key and handles, sealed to a participant, signed by the lead | M10 |
 //! | [`t10`] | T10 capability, credential, request ICV, key hierarchy, SET KEY, SET MASTER KEY | T2, T3 |
 //! | [`horus`] | lockbox, range-key grant | H4, H5 |
 //! | [`wire`] | frames, MACed request/response envelopes, replay window | T7 |
@@ -29,6 +30,7 @@ pub mod delegation;
 mod error;
 pub mod horus;
 pub mod ids;
+pub mod job_bundle;
 pub mod limits;
 pub mod login;
 pub mod merkle_msg;

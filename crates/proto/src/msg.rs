@@ -117,6 +117,10 @@ pub enum ErrorCode {
     /// SPEC M9: the capability or the user was revoked by the administrator; the
     /// revocation lasts until every capability it concerns would have expired anyway.
     Revoked,
+    /// SPEC M10: the capability is delegated to a computation key and this session has
+    /// not proven possession of it (or the OSD has no key lifetime token for it); the
+    /// client supplies the lifetime token and a proof (`SupplyProof`) and sends again.
+    ProofRequired,
 }
 
 impl ErrorCode {
@@ -156,6 +160,7 @@ impl ErrorCode {
             ErrorCode::UnknownTree => "capability names a Merkle tree this OSD has not seen",
             ErrorCode::TreeMismatch => "Merkle tree does not match the capability's root",
             ErrorCode::Revoked => "revoked by the administrator",
+            ErrorCode::ProofRequired => "delegated capability: prove possession of the job key",
         }
     }
 
@@ -642,6 +647,59 @@ pub enum MdsRequest {
         /// Capability ids.
         capabilities: Vec<u64>,
     },
+    /// SPEC M10: start a job whose lead is the requester, for this computation public key
+    /// (Ed25519). Answered by `JobLifetime`.
+    JobCreate {
+        /// The job's computation public key.
+        computation_key: [u8; 32],
+    },
+    /// SPEC M10 `openg`: open a file for a job (lead only). Answered by `FileHandle`.
+    OpenG {
+        /// The job's computation public key.
+        computation_key: [u8; 32],
+        /// Path.
+        path: String,
+        /// Access wanted.
+        access: Access,
+        /// Create with these permission bits if it does not exist.
+        create: Option<u16>,
+    },
+    /// SPEC M10: extend the job key's lifetime (lead only); refused once the lead may no
+    /// longer access every file the job opened. Answered by `JobLifetime`.
+    JobRenew {
+        /// The job's computation public key.
+        computation_key: [u8; 32],
+    },
+    /// SPEC M10: the newest lifetime token of a job key (any user: participants fetch the
+    /// lead's renewals). Answered by `JobLifetime`.
+    JobLifetime {
+        /// Hash of the computation key (`delegation::computation_key_hash`).
+        key_hash: [u8; 32],
+    },
+    /// SPEC M9 + M10: end a job now (its lead or the administrator): every OSD refuses its
+    /// key at once. Answered by `Revoked`.
+    JobEnd {
+        /// Hash of the computation key.
+        key_hash: [u8; 32],
+    },
+    /// The MDS-signed login ticket of a user's newest login (its X25519 key is what a
+    /// job's lead seals the computation key to). Answered by `Ticket`.
+    UserTicket {
+        /// User name.
+        name: String,
+    },
+    /// SPEC M10: record the size of a file written through a job's file handle; `proof`
+    /// is the computation key's signature over `delegation::set_size_message`.
+    SetSizeByHandle {
+        /// The signed file handle.
+        #[serde(with = "serde_bytes")]
+        handle: Vec<u8>,
+        /// New size.
+        size: u64,
+        /// Ed25519 signature by the computation key.
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
+    },
 }
 
 /// File or directory attributes.
@@ -761,6 +819,19 @@ pub enum MdsResponse {
         /// OSDs registered.
         osds: u32,
     },
+    /// SPEC M10: a signed key lifetime token (answers `JobCreate`, `JobRenew`,
+    /// `JobLifetime`).
+    JobLifetime(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M10: a signed file handle and the file's attributes (answers `OpenG`).
+    FileHandle {
+        /// The signed handle (its capability is bound to the computation key).
+        #[serde(with = "serde_bytes")]
+        handle: Vec<u8>,
+        /// The file's attributes at open time.
+        stat: FileStat,
+    },
+    /// A signed login ticket (answers `UserTicket`).
+    Ticket(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Where an object lives in an OSD's object model (SPEC T5).
@@ -880,6 +951,18 @@ pub enum OsdCommand {
         /// The signed token.
         #[serde(with = "serde_bytes")]
         token: Vec<u8>,
+    },
+    /// SPEC M10: the MDS-signed key lifetime token of a job's computation key and a proof
+    /// of possession made for this OSD and session (`delegation::make_proof`). The OSD
+    /// verifies the token once, keeps the latest expiry per key, and from then on serves
+    /// this session under capabilities delegated to that key while the lifetime lasts.
+    SupplyProof {
+        /// The signed key lifetime token.
+        #[serde(with = "serde_bytes")]
+        lifetime: Vec<u8>,
+        /// The sealed proof token.
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
     },
 }
 

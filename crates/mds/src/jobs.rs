@@ -1,0 +1,450 @@
+//! SPEC M10 at the MDS: secure delegation (paper 000 §3.5, `openg` / `openfh`).
+//!
+//! A job's lead makes a temporary Ed25519 *computation key* and registers its public half
+//! (`JobCreate`); the MDS answers with a key lifetime token (one capability lifetime
+//! long). `OpenG` opens a file for the job: the same permission checks as an open by the
+//! lead, then a capability whose U is the hash of the computation key, inside a signed
+//! file handle (two signatures per `openg`, none per participant). Participants hold the
+//! private key (sealed to them by the lead, `job_bundle`) and prove it to each OSD once
+//! per session; an OSD serves them while the newest lifetime token lasts.
+//!
+//! Only the lead renews the lifetime (`JobRenew`), and only while the lead may still
+//! access every file the job opened in the mode it opened it (M7: chmod, chown, group
+//! changes and user removal end a job within one lifetime, with no message to any OSD).
+//! `JobEnd` (the lead or the administrator) revokes the key at once through an M9
+//! notice. Anyone may fetch the newest lifetime token (`JobLifetime`): it is public, and
+//! participants need the lead's renewals.
+//!
+//! Jobs live in memory: after an MDS restart a lead's renewal is refused and the job
+//! ends within one lifetime (the lead creates it again). A handle's capability lasts
+//! [`JOB_HANDLE_LIFETIME_MILLIS`]; the key lifetime is what bounds access.
+
+use crate::namespace::FILE_BYTES_MAX;
+use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result, CLOCK_SKEW_MILLIS};
+use maat_crypto::sign::{Signature, VerifyingKey, SIGNATURE_BYTES};
+use maat_crypto::CryptoRngCore;
+use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::delegation::{
+    computation_key_hash, set_size_message, verify_file_handle, FileHandle, KeyLifetimeToken,
+};
+use maat_proto::msg::{Access, ErrorCode, MdsResponse};
+use maat_proto::protection::Protection;
+use maat_proto::signed::{self, Unverified};
+use maat_proto::{CapabilityId, FileId, UnixMillis, UserId};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// How long a job's file handle (and its capability) is valid; the key lifetime token,
+/// renewed by the lead, is what bounds access within it.
+pub const JOB_HANDLE_LIFETIME_MILLIS: u64 = 12 * 60 * 60 * 1000;
+/// Most jobs the MDS keeps.
+pub const JOBS_MAX: usize = 65_536;
+/// Most jobs one lead may run at once.
+pub const JOBS_PER_LEAD_MAX: usize = 256;
+/// Most files one job may open.
+pub const JOB_FILES_MAX: usize = 4096;
+
+struct Job {
+    lead: u64,
+    /// Files opened for the job and the mode each was opened in.
+    files: Vec<(u64, Mode)>,
+    /// The newest lifetime token and its expiry.
+    lifetime: Vec<u8>,
+    expiry: UnixMillis,
+    ended: bool,
+}
+
+/// The jobs this MDS knows (in memory).
+#[derive(Default)]
+pub(crate) struct Jobs {
+    jobs: Mutex<HashMap<[u8; 32], Job>>,
+}
+
+fn refused(code: ErrorCode, detail: impl Into<String>) -> MdsError {
+    MdsError::refused(code, detail)
+}
+
+fn unknown_job() -> MdsError {
+    refused(
+        ErrorCode::InvalidArgument,
+        "no such job here (jobs live in the MDS's memory: after an MDS restart the lead \
+         creates the job again)",
+    )
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode.bits() {
+        1 => "read",
+        2 => "write",
+        _ => "read and write",
+    }
+}
+
+impl<S: MetaStore> crate::Mds<S> {
+    fn sign_lifetime(&self, key: [u8; 32], lead: u64, now: UnixMillis) -> (Vec<u8>, UnixMillis) {
+        let expiry = now.plus_millis(self.config.capability_lifetime_millis);
+        let token = KeyLifetimeToken {
+            computation_key: key,
+            lead: UserId(lead),
+            start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
+            expiry,
+        };
+        (
+            signed::sign(token, &self.signing).encoded().to_vec(),
+            expiry,
+        )
+    }
+
+    fn not_revoked(&self, who: &Principal, now: UnixMillis) -> Result<()> {
+        if self.user_revoked(who.uid, now)? {
+            return Err(refused(
+                ErrorCode::Revoked,
+                "this user's capabilities are revoked for now (maat admin revoke)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `JobCreate`: registers a computation key with the requester as lead.
+    pub(crate) fn job_create(
+        &self,
+        who: &Principal,
+        key: [u8; 32],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        self.not_revoked(who, now)?;
+        VerifyingKey::from_bytes(&key).map_err(|_| {
+            refused(
+                ErrorCode::InvalidArgument,
+                "the computation key is not an Ed25519 public key",
+            )
+        })?;
+        let hash = computation_key_hash(&key);
+        let mut jobs = lock(&self.jobs.jobs);
+        if jobs.contains_key(&hash) {
+            return Err(refused(
+                ErrorCode::AlreadyExists,
+                "a job with this computation key exists",
+            ));
+        }
+        if jobs.len() >= JOBS_MAX {
+            // Jobs whose key lapsed a handle lifetime ago can never serve again.
+            jobs.retain(|_, j| j.expiry.plus_millis(JOB_HANDLE_LIFETIME_MILLIS) > now);
+        }
+        let mine = jobs
+            .values()
+            .filter(|j| j.lead == who.uid && !j.ended && j.expiry > now)
+            .count();
+        if jobs.len() >= JOBS_MAX || mine >= JOBS_PER_LEAD_MAX {
+            return Err(refused(
+                ErrorCode::Busy,
+                format!("too many jobs (at most {JOBS_PER_LEAD_MAX} per lead, {JOBS_MAX} in all)"),
+            ));
+        }
+        let (lifetime, expiry) = self.sign_lifetime(key, who.uid, now);
+        jobs.insert(
+            hash,
+            Job {
+                lead: who.uid,
+                files: Vec::new(),
+                lifetime: lifetime.clone(),
+                expiry,
+                ended: false,
+            },
+        );
+        Ok(MdsResponse::JobLifetime(lifetime))
+    }
+
+    /// Refuses unless the job exists, `who` leads it and it has not ended.
+    fn lead_check(&self, who: &Principal, hash: &[u8; 32], what: &str) -> Result<()> {
+        let jobs = lock(&self.jobs.jobs);
+        let job = jobs.get(hash).ok_or_else(unknown_job)?;
+        if job.lead != who.uid {
+            return Err(refused(
+                ErrorCode::PermissionDenied,
+                format!("only the job's lead may {what}"),
+            ));
+        }
+        if job.ended {
+            return Err(refused(ErrorCode::Revoked, "the job was ended"));
+        }
+        Ok(())
+    }
+
+    /// `OpenG`: opens `path` as the lead would, and returns a file handle whose capability
+    /// is bound to the computation key.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn openg(
+        &self,
+        who: &Principal,
+        key: [u8; 32],
+        path: &str,
+        access: Access,
+        create: Option<u16>,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        let hash = computation_key_hash(&key);
+        self.lead_check(who, &hash, "open files for it")?;
+        // The lead's own open: path search, permission bits, creation. No capability.
+        let stat = match self.open_file(who, path, access, create, false, now, rng)? {
+            MdsResponse::Opened { stat, .. } => stat,
+            _ => return Err(refused(ErrorCode::Internal, "open answered oddly")),
+        };
+        if stat.protection == Protection::NoSec {
+            return Err(refused(
+                ErrorCode::InvalidArgument,
+                "jobs delegate capabilities; a NOSEC partition has none",
+            ));
+        }
+        // Under the read side of the access-control gate from the check until the file is
+        // recorded in the job: a later change is seen by the lead's next renewal.
+        let (_gate, acl) = self.gate_and_acl()?;
+        self.not_revoked(who, now)?;
+        let perm = self.current_perm(stat.id)?;
+        let mode = match access {
+            Access::Read => Mode::READ,
+            Access::ReadWrite
+                if acl.permits(
+                    who.uid,
+                    perm,
+                    crate::grouping::READ | crate::grouping::WRITE,
+                ) =>
+            {
+                Mode::READ_WRITE
+            }
+            Access::ReadWrite => Mode::WRITE,
+        };
+        if !acl.permits(who.uid, perm, crate::capabilities::want_bits(mode)) {
+            return Err(refused(
+                ErrorCode::PermissionDenied,
+                "access changed while the file was being opened",
+            ));
+        }
+        {
+            let mut jobs = lock(&self.jobs.jobs);
+            let job = jobs.get_mut(&hash).ok_or_else(unknown_job)?;
+            if job.ended {
+                return Err(refused(ErrorCode::Revoked, "the job was ended"));
+            }
+            let full = job.files.len() >= JOB_FILES_MAX;
+            match job.files.iter_mut().find(|(f, _)| *f == stat.id) {
+                Some((_, m)) => *m = Mode::from_bits(m.bits() | mode.bits()).unwrap_or(mode),
+                None if full => {
+                    return Err(refused(
+                        ErrorCode::Busy,
+                        format!("a job opens at most {JOB_FILES_MAX} files"),
+                    ))
+                }
+                None => job.files.push((stat.id, mode)),
+            }
+        }
+        let start = UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS));
+        let expiry = now.plus_millis(JOB_HANDLE_LIFETIME_MILLIS);
+        let capability = Capability {
+            users: Principals::ComputationKey(hash),
+            files: Files::File(FileId(stat.id)),
+            id: CapabilityId(rng.next_u64()),
+            mode,
+            protection: stat.protection,
+            start,
+            expiry,
+        };
+        let capability = signed::sign(capability, &self.signing).encoded().to_vec();
+        let handle = FileHandle {
+            handle_id: rng.next_u64(),
+            file: FileId(stat.id),
+            path: path.as_bytes().to_vec(),
+            mode,
+            flags: 0,
+            capability,
+            computation_key: key,
+            start,
+            expiry,
+        };
+        let handle = signed::sign(handle, &self.signing).encoded().to_vec();
+        Ok(MdsResponse::FileHandle { handle, stat })
+    }
+
+    /// `JobRenew`: a new lifetime token, for the lead only, while the lead may still
+    /// access every file of the job as opened. The current token is handed out again
+    /// while it has half its lifetime left (one signature per half lifetime at most).
+    pub(crate) fn job_renew(
+        &self,
+        who: &Principal,
+        key: [u8; 32],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let hash = computation_key_hash(&key);
+        self.lead_check(who, &hash, "renew its key")?;
+        let (_gate, acl) = self.gate_and_acl()?;
+        self.not_revoked(who, now)?;
+        let files = {
+            let jobs = lock(&self.jobs.jobs);
+            let job = jobs.get(&hash).ok_or_else(unknown_job)?;
+            let half = self.config.capability_lifetime_millis / 2;
+            if job.expiry > now.plus_millis(half) {
+                return Ok(MdsResponse::JobLifetime(job.lifetime.clone()));
+            }
+            job.files.clone()
+        };
+        for (file, mode) in files {
+            let allowed = match self.current_perm(file) {
+                Ok(perm) => acl.permits(who.uid, perm, crate::capabilities::want_bits(mode)),
+                Err(_) => false,
+            };
+            if !allowed {
+                return Err(refused(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "the lead may no longer {} file {file} (removed, or its permissions \
+                         changed): the job's key is not renewed and ends at its expiry",
+                        mode_name(mode)
+                    ),
+                ));
+            }
+        }
+        let (lifetime, expiry) = self.sign_lifetime(key, who.uid, now);
+        let mut jobs = lock(&self.jobs.jobs);
+        let job = jobs.get_mut(&hash).ok_or_else(unknown_job)?;
+        if job.ended {
+            return Err(refused(ErrorCode::Revoked, "the job was ended"));
+        }
+        job.lifetime = lifetime.clone();
+        job.expiry = expiry;
+        Ok(MdsResponse::JobLifetime(lifetime))
+    }
+
+    /// `JobLifetime`: the newest lifetime token of a job key.
+    pub(crate) fn job_lifetime(&self, hash: &[u8; 32]) -> Result<MdsResponse> {
+        let jobs = lock(&self.jobs.jobs);
+        let job = jobs.get(hash).ok_or_else(unknown_job)?;
+        if job.ended {
+            return Err(refused(ErrorCode::Revoked, "the job was ended"));
+        }
+        Ok(MdsResponse::JobLifetime(job.lifetime.clone()))
+    }
+
+    /// `JobEnd`: the lead or the administrator revokes the job key at once.
+    pub(crate) fn job_end(
+        &self,
+        who: &Principal,
+        hash: [u8; 32],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        {
+            let mut jobs = lock(&self.jobs.jobs);
+            match jobs.get_mut(&hash) {
+                Some(job) if job.lead == who.uid || who.is_admin() => job.ended = true,
+                Some(_) => {
+                    return Err(refused(
+                        ErrorCode::PermissionDenied,
+                        "only the job's lead or the administrator may end it",
+                    ))
+                }
+                // The administrator may revoke a key the MDS no longer knows.
+                None if who.is_admin() => {}
+                None => return Err(unknown_job()),
+            }
+        }
+        self.revoke_entries(Vec::new(), Vec::new(), vec![hash], now)
+    }
+
+    /// `SetSizeByHandle`: a participant records the size of a file it wrote through a
+    /// job's write handle, proving possession of the computation key.
+    pub(crate) fn set_size_by_handle(
+        &self,
+        session: Option<&[u8; 16]>,
+        handle: &[u8],
+        size: u64,
+        proof: &[u8],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let session = session
+            .ok_or_else(|| refused(ErrorCode::InvalidArgument, "needs an authenticated session"))?;
+        let mds_key = self.signing.verifying_key();
+        let verified =
+            verify_file_handle(Unverified::<FileHandle>::decode(handle)?, &mds_key, now)?;
+        let handle = verified.handle.body();
+        let hash = computation_key_hash(&handle.computation_key);
+        {
+            let jobs = lock(&self.jobs.jobs);
+            let job = jobs.get(&hash).ok_or_else(unknown_job)?;
+            if job.ended {
+                return Err(refused(ErrorCode::Revoked, "the job was ended"));
+            }
+            if job.expiry <= now {
+                return Err(refused(
+                    ErrorCode::CapabilityExpired,
+                    "the job key's lifetime ended (only its lead renews it)",
+                ));
+            }
+        }
+        if !handle.mode.allows(Mode::WRITE) {
+            return Err(refused(
+                ErrorCode::PermissionDenied,
+                "the job opened this file for reading only",
+            ));
+        }
+        let signature: [u8; SIGNATURE_BYTES] = proof
+            .try_into()
+            .map_err(|_| refused(ErrorCode::Malformed, "a proof is one Ed25519 signature"))?;
+        VerifyingKey::from_bytes(&handle.computation_key)
+            .map_err(|_| refused(ErrorCode::Malformed, "computation key"))?
+            .with_counters(self.counters.clone())
+            .verify(
+                &set_size_message(session, handle.handle_id, size),
+                &Signature(signature),
+            )
+            .map_err(|_| {
+                refused(
+                    ErrorCode::BadSignature,
+                    "the size was not signed with the job's key",
+                )
+            })?;
+        if size > FILE_BYTES_MAX {
+            return Err(refused(
+                ErrorCode::TooLarge,
+                format!("files are limited to {FILE_BYTES_MAX} bytes"),
+            ));
+        }
+        let _guard = lock(&self.write);
+        let mut inode = self
+            .store
+            .inode(handle.file.0)?
+            .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))?;
+        inode.size = size;
+        inode.mtime = now.0;
+        let mut batch = Batch::default();
+        batch.push(Op::PutInode(inode));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Ok)
+    }
+
+    /// Remembers a user's newest login ticket (`UserTicket` hands it to job leads).
+    pub(crate) fn remember_ticket(&self, uid: u64, ticket: &[u8]) {
+        let mut tickets = lock(&self.tickets);
+        if tickets.len() >= crate::SESSIONS_CACHED_MAX && !tickets.contains_key(&uid) {
+            tickets.clear();
+        }
+        tickets.insert(uid, ticket.to_vec());
+    }
+
+    /// `UserTicket`: the newest login ticket of a user.
+    pub(crate) fn user_ticket(&self, name: &str) -> Result<MdsResponse> {
+        let user = self
+            .store
+            .user_by_name(name)?
+            .ok_or_else(|| refused(ErrorCode::NoSuchUser, format!("no user {name}")))?;
+        lock(&self.tickets)
+            .get(&user.id)
+            .cloned()
+            .map(MdsResponse::Ticket)
+            .ok_or_else(|| {
+                refused(
+                    ErrorCode::NotReady,
+                    format!("{name} has not logged in since the MDS started"),
+                )
+            })
+    }
+}
