@@ -16,7 +16,9 @@ use common::{code, counter, Cluster};
 use maat_client::{Client, JobHandle, Opened};
 use maat_crypto::sign::SigningKey;
 use maat_proto::delegation::{self, computation_key_hash, KeyLifetimeToken};
-use maat_proto::msg::{Access, ErrorCode, ObjectId, OsdCommand, OsdRequest, DATA_PARTITION};
+use maat_proto::msg::{
+    Access, ErrorCode, MdsRequest, ObjectId, OsdCommand, OsdRequest, DATA_PARTITION,
+};
 use maat_proto::session::SessionKey;
 use maat_proto::signed::Unverified;
 use maat_proto::{OsdId, UnixMillis, UserId};
@@ -185,9 +187,39 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
         code(carol.osd_call_unprepared(osd, &supply(bobs))),
         ErrorCode::BadMac
     );
+    // Sealed under carol's own session key but naming bob's session, or another OSD.
+    let renamed = SessionKey {
+        session_id: bob_sid,
+        user: UserId(carol.uid().unwrap()),
+        osd: OsdId(osd),
+        expiry: UnixMillis(u64::MAX),
+        key: maat_crypto::Secret32::from_bytes(secret),
+    };
+    let misnamed = delegation::make_proof(&key, &renamed, &mut maat_crypto::OsRng).unwrap();
+    assert_eq!(
+        code(carol.osd_call_unprepared(osd, &supply(misnamed))),
+        ErrorCode::WrongRecipient
+    );
+    let elsewhere = SessionKey {
+        osd: OsdId(osd + 100),
+        session_id: sid,
+        user: UserId(carol.uid().unwrap()),
+        expiry: UnixMillis(u64::MAX),
+        key: maat_crypto::Secret32::from_bytes(secret),
+    };
+    let misaddressed = delegation::make_proof(&key, &elsewhere, &mut maat_crypto::OsRng).unwrap();
+    assert_eq!(
+        code(carol.osd_call_unprepared(osd, &supply(misaddressed))),
+        ErrorCode::WrongRecipient
+    );
     assert_eq!(
         code(carol.osd_call_unprepared(osd, &read)),
         ErrorCode::ProofRequired
+    );
+    // Only the lead opens files for the job.
+    assert_eq!(
+        code(bob.openg(&key, "/lab/private", Access::Read, None)),
+        ErrorCode::PermissionDenied
     );
 
     // Only the lead renews.
@@ -231,15 +263,21 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
     assert_eq!(back, written);
     assert_eq!(alice.stat("/lab/out").unwrap().size, written.len() as u64);
     // A handle's size needs the job's key, not just the handle.
-    assert!(matches!(
-        carol.set_size_by_handle(&out, 1),
-        Err(maat_client::ClientError::Local(_))
-    ));
+    let forged = own_key.sign(b"any size").0.to_vec();
+    assert_eq!(
+        code(carol.mds_call(MdsRequest::SetSizeByHandle {
+            handle: out.bytes.clone(),
+            size: 1,
+            proof: forged,
+        })),
+        ErrorCode::BadSignature
+    );
+    assert_eq!(alice.stat("/lab/out").unwrap().size, written.len() as u64);
 }
 
 #[test]
 fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
-    let cluster = Cluster::start(1, &["--capability-lifetime", "3", "--grouping", "none"]);
+    let cluster = Cluster::start(1, &["--capability-lifetime", "4", "--grouping", "none"]);
     for name in ["alice", "bob"] {
         cluster.add_user(name, &format!("{name} passphrase"), None);
     }
@@ -257,7 +295,7 @@ fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
     let revocations = counter(&mut admin, "osd", "revocations_applied");
     // The lead loses read access: the MDS renews nothing, and tells no OSD.
     alice.chmod("/lab/q", 0o200).unwrap();
-    sleep_past(&alice, lifetime_expiry(&lifetime) - 1_000);
+    sleep_past(&alice, lifetime_expiry(&lifetime) - 1_500);
     assert_eq!(code(alice.job_renew(&key)), ErrorCode::PermissionDenied);
     // Not before the key's expiry...
     assert_eq!(read_all(&mut bob, &opened).unwrap(), b"secret");
@@ -271,6 +309,45 @@ fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
         counter(&mut admin, "osd", "revocations_applied"),
         revocations
     );
+}
+
+#[test]
+fn jobs_survive_an_mds_restart_keys_are_never_taken_over_and_revoking_the_lead_ends_them() {
+    let mut cluster = Cluster::start(1, &["--grouping", "none"]);
+    for name in ["alice", "bob"] {
+        cluster.add_user(name, &format!("{name} passphrase"), None);
+    }
+    let mut admin = cluster.admin_client();
+    admin.mkdir("/lab", 0o777, false).unwrap();
+    let mut alice = cluster.user_client("alice", "alice passphrase");
+    let mut bob = cluster.user_client("bob", "bob passphrase");
+    alice
+        .put(&mut &b"records"[..], 7, "/lab/r", &mut |_| {})
+        .unwrap();
+    alice.chmod("/lab/r", 0o600).unwrap();
+    let (key, _, handle) = job_for_bob(&mut alice, &mut bob, "/lab/r", Access::Read);
+    let opened = bob.openfh(&handle).unwrap();
+    assert_eq!(read_all(&mut bob, &opened).unwrap(), b"records");
+    let take_over = MdsRequest::JobCreate {
+        computation_key: key.verifying_key().to_bytes(),
+    };
+    assert_eq!(
+        code(bob.mds_call(take_over.clone())),
+        ErrorCode::AlreadyExists
+    );
+    cluster.restart();
+    // The OSD forgot the proof; the client proves again. The MDS kept the job.
+    assert_eq!(read_all(&mut bob, &opened).unwrap(), b"records");
+    assert_eq!(code(bob.mds_call(take_over)), ErrorCode::AlreadyExists);
+    alice.job_renew(&key).unwrap();
+    // Revoking the lead cuts the participants off at once.
+    let r = admin.revoke(&["alice".to_string()], &[]).unwrap();
+    assert_eq!(r.notice.computation_keys.len(), 1);
+    assert_eq!(code(read_all(&mut bob, &opened)), ErrorCode::Revoked);
+    // Ending a job twice signs nothing the second time.
+    let hash = computation_key_hash(&key.verifying_key().to_bytes());
+    admin.job_end(&hash).unwrap();
+    assert_eq!(code(admin.job_end(&hash)), ErrorCode::InvalidArgument);
 }
 
 #[test]

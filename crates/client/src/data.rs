@@ -27,9 +27,11 @@ impl Client {
             {
                 self.osd_call_fresh(osd, &request)
             }
-            // A renewal that fails leaves the refusal as it was.
+            // A renewal that fails leaves the refusal as it was (a job's capability is
+            // renewed through its key only, above).
             Err(ClientError::Refused(e))
                 if e.code == ErrorCode::CapabilityExpired
+                    && jobs::delegated_to(&request.capability).is_none()
                     && self
                         .recover_expired(osd, &request.capability)
                         .unwrap_or(false) =>

@@ -188,6 +188,11 @@ impl Client {
     /// Lead: a new lifetime for the job's key (refused to anyone else, and once the lead
     /// lost access to one of the job's files).
     pub fn job_renew(&mut self, key: &SigningKey) -> Result<Vec<u8>> {
+        self.job_renew_inner(key).map(|(lifetime, _)| lifetime)
+    }
+
+    /// [`Client::job_renew`], and whether the token is newer than the one held.
+    fn job_renew_inner(&mut self, key: &SigningKey) -> Result<(Vec<u8>, bool)> {
         let public = key.verifying_key().to_bytes();
         let lifetime = match self.mds_call(MdsRequest::JobRenew {
             computation_key: public,
@@ -195,8 +200,8 @@ impl Client {
             MdsResponse::JobLifetime(t) => t,
             _ => return Err(self.bad("mds", "unexpected answer")),
         };
-        self.take_lifetime(&public, &lifetime)?;
-        Ok(lifetime)
+        let newer = self.take_lifetime(&public, &lifetime)?;
+        Ok((lifetime, newer))
     }
 
     /// Anyone: the newest lifetime token of a job key (a participant learns the lead's
@@ -352,12 +357,10 @@ impl Client {
             None => return Ok(false),
         };
         let public = key.verifying_key().to_bytes();
-        let lifetime = if Some(lead) == self.uid() {
-            self.job_renew(&key)?;
-            return Ok(true);
-        } else {
-            self.job_lifetime(hash)?
-        };
+        if Some(lead) == self.uid() {
+            return self.job_renew_inner(&key).map(|(_, newer)| newer);
+        }
+        let lifetime = self.job_lifetime(hash)?;
         self.take_lifetime(&public, &lifetime)
     }
 

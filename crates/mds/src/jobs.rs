@@ -15,9 +15,12 @@
 //! notice. Anyone may fetch the newest lifetime token (`JobLifetime`): it is public, and
 //! participants need the lead's renewals.
 //!
-//! Jobs live in memory: after an MDS restart a lead's renewal is refused and the job
-//! ends within one lifetime (the lead creates it again). A handle's capability lasts
-//! [`JOB_HANDLE_LIFETIME_MILLIS`]; the key lifetime is what bounds access.
+//! Jobs are durable (a versioned `meta` record `job/<key hash hex>` each, written before
+//! the answer) and kept until every handle issued for them has expired: a key is never
+//! registered twice, so nobody (a participant, or a stranger who saw the public key) can
+//! become a job's lead after an MDS restart and revive its handles. A handle's capability
+//! lasts [`JOB_HANDLE_LIFETIME_MILLIS`]; the key lifetime is what bounds access. Revoking
+//! a lead (M9) revokes the keys of the jobs it leads in the same notice.
 
 use crate::namespace::FILE_BYTES_MAX;
 use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result, CLOCK_SKEW_MILLIS};
@@ -39,25 +42,64 @@ use std::sync::Mutex;
 pub const JOB_HANDLE_LIFETIME_MILLIS: u64 = 12 * 60 * 60 * 1000;
 /// Most jobs the MDS keeps.
 pub const JOBS_MAX: usize = 65_536;
-/// Most jobs one lead may run at once.
-pub const JOBS_PER_LEAD_MAX: usize = 256;
+/// Most jobs one lead may hold at once (ended ones count until their handles expire, so
+/// ending jobs cannot flood the revocation budget).
+pub const JOBS_PER_LEAD_MAX: usize = 64;
+/// Prefix of the `meta` records holding jobs.
+pub const JOB_META_PREFIX: &str = "job/";
+/// Layout version of a job record: `version(1) ‖ postcard(JobRecord)`.
+const JOB_RECORD_FORMAT: u8 = 1;
 /// Most files one job may open.
 pub const JOB_FILES_MAX: usize = 4096;
 
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct Job {
     lead: u64,
-    /// Files opened for the job and the mode each was opened in.
-    files: Vec<(u64, Mode)>,
+    /// Files opened for the job and the mode bits each was opened in.
+    files: Vec<(u64, u8)>,
     /// The newest lifetime token and its expiry.
     lifetime: Vec<u8>,
-    expiry: UnixMillis,
+    expiry: u64,
     ended: bool,
+    /// When the last handle issued for the job expires: the record is kept until then.
+    retain_until: u64,
 }
 
-/// The jobs this MDS knows (in memory).
+impl Job {
+    fn encode(&self) -> Result<Vec<u8>> {
+        let mut out = vec![JOB_RECORD_FORMAT];
+        out.extend(
+            postcard::to_allocvec(self).map_err(|e| {
+                MdsError::refused(ErrorCode::Internal, format!("encoding a job: {e}"))
+            })?,
+        );
+        Ok(out)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        match bytes.split_first() {
+            Some((&JOB_RECORD_FORMAT, body)) => postcard::from_bytes(body)
+                .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("job record: {e}"))),
+            _ => Err(MdsError::refused(
+                ErrorCode::Internal,
+                "job record of an unknown version",
+            )),
+        }
+    }
+
+    fn live(&self, now: UnixMillis) -> bool {
+        self.retain_until > now.0
+    }
+}
+
+fn meta_key(hash: &[u8; 32]) -> String {
+    format!("{JOB_META_PREFIX}{}", hex::encode(hash))
+}
+
+/// The jobs this MDS knows: the durable records, loaded on first use.
 #[derive(Default)]
 pub(crate) struct Jobs {
-    jobs: Mutex<HashMap<[u8; 32], Job>>,
+    jobs: Mutex<Option<HashMap<[u8; 32], Job>>>,
 }
 
 fn refused(code: ErrorCode, detail: impl Into<String>) -> MdsError {
@@ -67,8 +109,7 @@ fn refused(code: ErrorCode, detail: impl Into<String>) -> MdsError {
 fn unknown_job() -> MdsError {
     refused(
         ErrorCode::InvalidArgument,
-        "no such job here (jobs live in the MDS's memory: after an MDS restart the lead \
-         creates the job again)",
+        "no such job (or its last handle expired): its lead creates a new one",
     )
 }
 
@@ -81,7 +122,49 @@ fn mode_name(mode: Mode) -> &'static str {
 }
 
 impl<S: MetaStore> crate::Mds<S> {
-    fn sign_lifetime(&self, key: [u8; 32], lead: u64, now: UnixMillis) -> (Vec<u8>, UnixMillis) {
+    /// Runs `f` on the job table (loaded from the store on first use; records whose
+    /// handles have all expired are deleted then).
+    fn with_jobs<T>(
+        &self,
+        now: UnixMillis,
+        f: impl FnOnce(&mut HashMap<[u8; 32], Job>) -> Result<T>,
+    ) -> Result<T> {
+        let mut slot = lock(&self.jobs.jobs);
+        if slot.is_none() {
+            let mut jobs = HashMap::new();
+            let mut batch = Batch::default();
+            for (key, bytes) in self.store.metas(JOB_META_PREFIX)? {
+                let hash = key
+                    .strip_prefix(JOB_META_PREFIX)
+                    .and_then(|h| hex::decode(h).ok())
+                    .and_then(|h| <[u8; 32]>::try_from(h).ok());
+                match (hash, Job::decode(&bytes)) {
+                    (Some(hash), Ok(job)) if job.live(now) => {
+                        jobs.insert(hash, job);
+                    }
+                    _ => {
+                        batch.push(Op::DeleteMeta(key));
+                    }
+                }
+            }
+            self.store.commit(batch)?;
+            *slot = Some(jobs);
+        }
+        let jobs = slot
+            .as_mut()
+            .ok_or_else(|| refused(ErrorCode::Internal, "job table not loaded"))?;
+        f(jobs)
+    }
+
+    /// Writes one job durably (under the job table's lock, so writes are in order).
+    fn persist(&self, hash: &[u8; 32], job: &Job) -> Result<()> {
+        let mut batch = Batch::default();
+        batch.push(Op::PutMeta(meta_key(hash), job.encode()?));
+        self.store.commit(batch)?;
+        Ok(())
+    }
+
+    fn sign_lifetime(&self, key: [u8; 32], lead: u64, now: UnixMillis) -> (Vec<u8>, u64) {
         let expiry = now.plus_millis(self.config.capability_lifetime_millis);
         let token = KeyLifetimeToken {
             computation_key: key,
@@ -91,7 +174,7 @@ impl<S: MetaStore> crate::Mds<S> {
         };
         (
             signed::sign(token, &self.signing).encoded().to_vec(),
-            expiry,
+            expiry.0,
         )
     }
 
@@ -103,6 +186,20 @@ impl<S: MetaStore> crate::Mds<S> {
             ));
         }
         Ok(())
+    }
+
+    /// The keys of the live, not ended jobs `uids` lead (their participants are cut off
+    /// with them, SPEC M9).
+    pub(crate) fn job_keys_led_by(&self, uids: &[u64], now: UnixMillis) -> Result<Vec<[u8; 32]>> {
+        self.with_jobs(now, |jobs| {
+            let mut keys: Vec<[u8; 32]> = jobs
+                .iter()
+                .filter(|(_, j)| !j.ended && j.live(now) && uids.contains(&j.lead))
+                .map(|(h, _)| *h)
+                .collect();
+            keys.sort_unstable();
+            Ok(keys)
+        })
     }
 
     /// `JobCreate`: registers a computation key with the requester as lead.
@@ -120,55 +217,76 @@ impl<S: MetaStore> crate::Mds<S> {
             )
         })?;
         let hash = computation_key_hash(&key);
-        let mut jobs = lock(&self.jobs.jobs);
-        if jobs.contains_key(&hash) {
-            return Err(refused(
-                ErrorCode::AlreadyExists,
-                "a job with this computation key exists",
-            ));
-        }
-        if jobs.len() >= JOBS_MAX {
-            // Jobs whose key lapsed a handle lifetime ago can never serve again.
-            jobs.retain(|_, j| j.expiry.plus_millis(JOB_HANDLE_LIFETIME_MILLIS) > now);
-        }
-        let mine = jobs
-            .values()
-            .filter(|j| j.lead == who.uid && !j.ended && j.expiry > now)
-            .count();
-        if jobs.len() >= JOBS_MAX || mine >= JOBS_PER_LEAD_MAX {
-            return Err(refused(
-                ErrorCode::Busy,
-                format!("too many jobs (at most {JOBS_PER_LEAD_MAX} per lead, {JOBS_MAX} in all)"),
-            ));
-        }
-        let (lifetime, expiry) = self.sign_lifetime(key, who.uid, now);
-        jobs.insert(
-            hash,
-            Job {
+        self.with_jobs(now, |jobs| {
+            // Never twice, ended or not, until every handle of the job has expired.
+            if jobs.contains_key(&hash) || self.store.meta(&meta_key(&hash))?.is_some() {
+                return Err(refused(
+                    ErrorCode::AlreadyExists,
+                    "a job with this computation key exists",
+                ));
+            }
+            if jobs.len() >= JOBS_MAX {
+                let gone: Vec<[u8; 32]> = jobs
+                    .iter()
+                    .filter(|(_, j)| !j.live(now))
+                    .map(|(h, _)| *h)
+                    .collect();
+                let mut batch = Batch::default();
+                for h in &gone {
+                    batch.push(Op::DeleteMeta(meta_key(h)));
+                }
+                self.store.commit(batch)?;
+                jobs.retain(|h, _| !gone.contains(h));
+            }
+            let mine = jobs
+                .values()
+                .filter(|j| j.lead == who.uid && j.live(now))
+                .count();
+            if jobs.len() >= JOBS_MAX || mine >= JOBS_PER_LEAD_MAX {
+                return Err(refused(
+                    ErrorCode::Busy,
+                    format!(
+                        "too many jobs (at most {JOBS_PER_LEAD_MAX} per lead until their \
+                         handles expire, {JOBS_MAX} in all)"
+                    ),
+                ));
+            }
+            let (lifetime, expiry) = self.sign_lifetime(key, who.uid, now);
+            let job = Job {
                 lead: who.uid,
                 files: Vec::new(),
                 lifetime: lifetime.clone(),
                 expiry,
                 ended: false,
-            },
-        );
-        Ok(MdsResponse::JobLifetime(lifetime))
+                retain_until: expiry,
+            };
+            self.persist(&hash, &job)?;
+            jobs.insert(hash, job);
+            Ok(MdsResponse::JobLifetime(lifetime))
+        })
     }
 
     /// Refuses unless the job exists, `who` leads it and it has not ended.
-    fn lead_check(&self, who: &Principal, hash: &[u8; 32], what: &str) -> Result<()> {
-        let jobs = lock(&self.jobs.jobs);
-        let job = jobs.get(hash).ok_or_else(unknown_job)?;
-        if job.lead != who.uid {
-            return Err(refused(
-                ErrorCode::PermissionDenied,
-                format!("only the job's lead may {what}"),
-            ));
-        }
-        if job.ended {
-            return Err(refused(ErrorCode::Revoked, "the job was ended"));
-        }
-        Ok(())
+    fn lead_check(
+        &self,
+        who: &Principal,
+        hash: &[u8; 32],
+        what: &str,
+        now: UnixMillis,
+    ) -> Result<()> {
+        self.with_jobs(now, |jobs| {
+            let job = jobs.get(hash).ok_or_else(unknown_job)?;
+            if job.lead != who.uid {
+                return Err(refused(
+                    ErrorCode::PermissionDenied,
+                    format!("only the job's lead may {what}"),
+                ));
+            }
+            if job.ended {
+                return Err(refused(ErrorCode::Revoked, "the job was ended"));
+            }
+            Ok(())
+        })
     }
 
     /// `OpenG`: opens `path` as the lead would, and returns a file handle whose capability
@@ -185,7 +303,7 @@ impl<S: MetaStore> crate::Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
         let hash = computation_key_hash(&key);
-        self.lead_check(who, &hash, "open files for it")?;
+        self.lead_check(who, &hash, "open files for it", now)?;
         // The lead's own open: path search, permission bits, creation. No capability.
         let stat = match self.open_file(who, path, access, create, false, now, rng)? {
             MdsResponse::Opened { stat, .. } => stat,
@@ -221,26 +339,28 @@ impl<S: MetaStore> crate::Mds<S> {
                 "access changed while the file was being opened",
             ));
         }
-        {
-            let mut jobs = lock(&self.jobs.jobs);
+        let start = UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS));
+        let expiry = now.plus_millis(JOB_HANDLE_LIFETIME_MILLIS);
+        self.with_jobs(now, |jobs| {
             let job = jobs.get_mut(&hash).ok_or_else(unknown_job)?;
             if job.ended {
                 return Err(refused(ErrorCode::Revoked, "the job was ended"));
             }
             let full = job.files.len() >= JOB_FILES_MAX;
             match job.files.iter_mut().find(|(f, _)| *f == stat.id) {
-                Some((_, m)) => *m = Mode::from_bits(m.bits() | mode.bits()).unwrap_or(mode),
+                Some((_, m)) => *m |= mode.bits(),
                 None if full => {
                     return Err(refused(
                         ErrorCode::Busy,
                         format!("a job opens at most {JOB_FILES_MAX} files"),
                     ))
                 }
-                None => job.files.push((stat.id, mode)),
+                None => job.files.push((stat.id, mode.bits())),
             }
-        }
-        let start = UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS));
-        let expiry = now.plus_millis(JOB_HANDLE_LIFETIME_MILLIS);
+            job.retain_until = job.retain_until.max(expiry.0);
+            let job = job.clone();
+            self.persist(&hash, &job)
+        })?;
         let capability = Capability {
             users: Principals::ComputationKey(hash),
             files: Files::File(FileId(stat.id)),
@@ -276,19 +396,22 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let hash = computation_key_hash(&key);
-        self.lead_check(who, &hash, "renew its key")?;
+        self.lead_check(who, &hash, "renew its key", now)?;
         let (_gate, acl) = self.gate_and_acl()?;
         self.not_revoked(who, now)?;
-        let files = {
-            let jobs = lock(&self.jobs.jobs);
+        let half = self.config.capability_lifetime_millis / 2;
+        let files = self.with_jobs(now, |jobs| {
             let job = jobs.get(&hash).ok_or_else(unknown_job)?;
-            let half = self.config.capability_lifetime_millis / 2;
-            if job.expiry > now.plus_millis(half) {
-                return Ok(MdsResponse::JobLifetime(job.lifetime.clone()));
-            }
-            job.files.clone()
+            Ok((job.expiry > now.0.saturating_add(half))
+                .then(|| job.lifetime.clone())
+                .ok_or(job.files.clone()))
+        })?;
+        let files = match files {
+            Ok(current) => return Ok(MdsResponse::JobLifetime(current)),
+            Err(files) => files,
         };
-        for (file, mode) in files {
+        for (file, bits) in files {
+            let mode = Mode::from_bits(bits).unwrap_or(Mode::READ_WRITE);
             let allowed = match self.current_perm(file) {
                 Ok(perm) => acl.permits(who.uid, perm, crate::capabilities::want_bits(mode)),
                 Err(_) => false,
@@ -305,48 +428,57 @@ impl<S: MetaStore> crate::Mds<S> {
             }
         }
         let (lifetime, expiry) = self.sign_lifetime(key, who.uid, now);
-        let mut jobs = lock(&self.jobs.jobs);
-        let job = jobs.get_mut(&hash).ok_or_else(unknown_job)?;
-        if job.ended {
-            return Err(refused(ErrorCode::Revoked, "the job was ended"));
-        }
-        job.lifetime = lifetime.clone();
-        job.expiry = expiry;
+        self.with_jobs(now, |jobs| {
+            let job = jobs.get_mut(&hash).ok_or_else(unknown_job)?;
+            if job.ended {
+                return Err(refused(ErrorCode::Revoked, "the job was ended"));
+            }
+            job.lifetime = lifetime.clone();
+            job.expiry = expiry;
+            job.retain_until = job.retain_until.max(expiry);
+            let job = job.clone();
+            self.persist(&hash, &job)
+        })?;
         Ok(MdsResponse::JobLifetime(lifetime))
     }
 
     /// `JobLifetime`: the newest lifetime token of a job key.
-    pub(crate) fn job_lifetime(&self, hash: &[u8; 32]) -> Result<MdsResponse> {
-        let jobs = lock(&self.jobs.jobs);
-        let job = jobs.get(hash).ok_or_else(unknown_job)?;
-        if job.ended {
-            return Err(refused(ErrorCode::Revoked, "the job was ended"));
-        }
-        Ok(MdsResponse::JobLifetime(job.lifetime.clone()))
+    pub(crate) fn job_lifetime(&self, hash: &[u8; 32], now: UnixMillis) -> Result<MdsResponse> {
+        self.with_jobs(now, |jobs| {
+            let job = jobs.get(hash).ok_or_else(unknown_job)?;
+            if job.ended {
+                return Err(refused(ErrorCode::Revoked, "the job was ended"));
+            }
+            Ok(MdsResponse::JobLifetime(job.lifetime.clone()))
+        })
     }
 
-    /// `JobEnd`: the lead or the administrator revokes the job key at once.
+    /// `JobEnd`: the lead or the administrator revokes the job key at once (once).
     pub(crate) fn job_end(
         &self,
         who: &Principal,
         hash: [u8; 32],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        {
-            let mut jobs = lock(&self.jobs.jobs);
-            match jobs.get_mut(&hash) {
-                Some(job) if job.lead == who.uid || who.is_admin() => job.ended = true,
-                Some(_) => {
-                    return Err(refused(
-                        ErrorCode::PermissionDenied,
-                        "only the job's lead or the administrator may end it",
-                    ))
-                }
-                // The administrator may revoke a key the MDS no longer knows.
-                None if who.is_admin() => {}
-                None => return Err(unknown_job()),
+        self.with_jobs(now, |jobs| match jobs.get_mut(&hash) {
+            Some(job) if job.ended => Err(refused(
+                ErrorCode::InvalidArgument,
+                "the job was ended already",
+            )),
+            Some(job) if job.lead == who.uid || who.is_admin() => {
+                job.ended = true;
+                let job = job.clone();
+                // Durable before the notice: the key is never renewed again.
+                self.persist(&hash, &job)
             }
-        }
+            Some(_) => Err(refused(
+                ErrorCode::PermissionDenied,
+                "only the job's lead or the administrator may end it",
+            )),
+            // The administrator may revoke a key the MDS no longer knows.
+            None if who.is_admin() => Ok(()),
+            None => Err(unknown_job()),
+        })?;
         self.revoke_entries(Vec::new(), Vec::new(), vec![hash], now)
     }
 
@@ -354,6 +486,7 @@ impl<S: MetaStore> crate::Mds<S> {
     /// job's write handle, proving possession of the computation key.
     pub(crate) fn set_size_by_handle(
         &self,
+        who: &Principal,
         session: Option<&[u8; 16]>,
         handle: &[u8],
         size: u64,
@@ -362,24 +495,31 @@ impl<S: MetaStore> crate::Mds<S> {
     ) -> Result<MdsResponse> {
         let session = session
             .ok_or_else(|| refused(ErrorCode::InvalidArgument, "needs an authenticated session"))?;
+        self.not_revoked(who, now)?;
         let mds_key = self.signing.verifying_key();
         let verified =
             verify_file_handle(Unverified::<FileHandle>::decode(handle)?, &mds_key, now)?;
         let handle = verified.handle.body();
         let hash = computation_key_hash(&handle.computation_key);
-        {
-            let jobs = lock(&self.jobs.jobs);
+        if self.capability_revoked(verified.capability.body().id.0, now)? {
+            return Err(refused(
+                ErrorCode::Revoked,
+                "the handle's capability was revoked",
+            ));
+        }
+        self.with_jobs(now, |jobs| {
             let job = jobs.get(&hash).ok_or_else(unknown_job)?;
             if job.ended {
                 return Err(refused(ErrorCode::Revoked, "the job was ended"));
             }
-            if job.expiry <= now {
+            if job.expiry <= now.0 {
                 return Err(refused(
                     ErrorCode::CapabilityExpired,
                     "the job key's lifetime ended (only its lead renews it)",
                 ));
             }
-        }
+            Ok(())
+        })?;
         if !handle.mode.allows(Mode::WRITE) {
             return Err(refused(
                 ErrorCode::PermissionDenied,

@@ -791,14 +791,14 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::JobRenew { computation_key } => {
                 self.job_renew(who, computation_key, now)
             }
-            MdsRequest::JobLifetime { key_hash } => self.job_lifetime(&key_hash),
+            MdsRequest::JobLifetime { key_hash } => self.job_lifetime(&key_hash, now),
             MdsRequest::JobEnd { key_hash } => self.job_end(who, key_hash, now),
             MdsRequest::UserTicket { name } => self.user_ticket(&name),
             MdsRequest::SetSizeByHandle {
                 handle,
                 size,
                 proof,
-            } => self.set_size_by_handle(session, &handle, size, &proof, now),
+            } => self.set_size_by_handle(who, session, &handle, size, &proof, now),
             MdsRequest::Logout => {
                 if let Some(sid) = session {
                     let mut batch = Batch::default();

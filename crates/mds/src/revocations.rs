@@ -129,7 +129,20 @@ impl<S: MetaStore> crate::Mds<S> {
         })
     }
 
-    /// SPEC M9: signs and stores a notice revoking `users` and `capabilities`.
+    /// Whether a revocation in force names capability `id`.
+    pub(crate) fn capability_revoked(&self, id: u64, now: UnixMillis) -> Result<bool> {
+        self.with_revocations(now, |l| {
+            Ok(l.notices.iter().any(|n| {
+                n.body
+                    .capability_ids
+                    .binary_search(&CapabilityId(id))
+                    .is_ok()
+            }))
+        })
+    }
+
+    /// SPEC M9: signs and stores a notice revoking `users` and `capabilities`, and the
+    /// keys of the jobs those users lead (M10: their participants are cut off too).
     pub(crate) fn revoke(
         &self,
         who: &Principal,
@@ -162,7 +175,8 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut ids = capabilities.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        self.revoke_entries(uids, ids, Vec::new(), now)
+        let keys = self.job_keys_led_by(&uids, now)?;
+        self.revoke_entries(uids, ids, keys, now)
     }
 
     /// Signs, stores and pushes a notice revoking users, capabilities and job keys (each
@@ -174,6 +188,16 @@ impl<S: MetaStore> crate::Mds<S> {
         keys: Vec<[u8; 32]>,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
+        if keys.len() > REVOCATION_ENTRIES_MAX {
+            return Err(MdsError::refused(
+                ErrorCode::TooLarge,
+                format!(
+                    "these users lead {} jobs; at most {REVOCATION_ENTRIES_MAX} per notice: \
+                     revoke fewer users at once",
+                    keys.len()
+                ),
+            ));
+        }
         let lifetime = self.config.capability_lifetime_millis;
         // Under the write lock and the access-control gate: no capability is issued or
         // renewed between signing the notice and forgetting what it revokes, so nothing

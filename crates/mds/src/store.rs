@@ -390,6 +390,8 @@ pub trait MetaStore: Send + Sync {
     fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError>;
     /// A metadata value.
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Every metadata value whose key starts with `prefix`, in key order.
+    fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
     /// Applies `batch` atomically and durably (fsync) before returning.
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
 }

@@ -4,6 +4,7 @@
 //! `SupplyRenewal`).
 
 use super::*;
+use crate::delegation as job_keys;
 use maat_proto::delegation::{self, KeyLifetimeToken};
 
 impl OsdCore {
@@ -56,7 +57,10 @@ impl OsdCore {
         match (&job_key, &caller.secure) {
             // SPEC M10: whoever proved the job key on this session, while it lives.
             (Some(hash), Some(secure)) => {
-                self.delegations.check(&secure.session_id, hash, now)?;
+                let proven = read(&self.sessions)
+                    .get(&secure.session_id)
+                    .is_some_and(|s| s.proven.contains(hash));
+                self.delegations.check(proven, hash, now)?;
             }
             _ => {
                 let user_tree = match &capability.users {
@@ -227,7 +231,12 @@ impl OsdCore {
             ),
             other => other.into(),
         })?;
-        self.delegations.prove(secure.session_id, key_hash);
+        let mut sessions = write(&self.sessions);
+        let session = sessions
+            .get_mut(&secure.session_id)
+            .ok_or_else(|| refuse(ErrorCode::UnknownSession, "negotiate a session key first"))?;
+        job_keys::prove(&mut session.proven, key_hash);
+        drop(sessions);
         self.stats.proofs_verified.fetch_add(1, Ordering::Relaxed);
         Ok(OsdResponse::Ok)
     }

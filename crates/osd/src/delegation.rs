@@ -6,8 +6,8 @@
 //! verified for the key lasts. The lead alone can have the MDS extend the lifetime; a
 //! revocation notice naming the key ends it at once.
 //!
-//! Tables are bounded: [`LIFETIMES_MAX`] keys (expired ones dropped first) and
-//! [`PROVEN_SESSIONS_MAX`] sessions with at most [`KEYS_PER_SESSION_MAX`] keys each.
+//! Bounded: [`LIFETIMES_MAX`] keys (expired ones dropped first); the keys a session proved
+//! live in its session record (at most [`KEYS_PER_SESSION_MAX`]) and go with it.
 
 use maat_proto::delegation::KeyLifetimeToken;
 use maat_proto::msg::{ErrorCode, WireError};
@@ -18,8 +18,6 @@ use std::sync::RwLock;
 
 /// Most job keys whose lifetime an OSD keeps.
 pub const LIFETIMES_MAX: usize = 65_536;
-/// Most sessions with proven keys an OSD keeps.
-pub const PROVEN_SESSIONS_MAX: usize = 65_536;
 /// Most job keys one session may prove.
 pub const KEYS_PER_SESSION_MAX: usize = 64;
 
@@ -29,11 +27,10 @@ struct Lifetime {
     digest: [u8; 32],
 }
 
-/// Verified key lifetimes and the sessions that proved possession of keys.
+/// Verified key lifetimes.
 #[derive(Default)]
 pub(crate) struct Delegations {
     lifetimes: RwLock<HashMap<[u8; 32], Lifetime>>,
-    proven: RwLock<HashMap<[u8; 16], Vec<[u8; 32]>>>,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -41,6 +38,17 @@ fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 }
 fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Records in a session's list that it proved `key_hash` (the oldest dropped past
+/// [`KEYS_PER_SESSION_MAX`]).
+pub(crate) fn prove(keys: &mut Vec<[u8; 32]>, key_hash: [u8; 32]) {
+    if !keys.contains(&key_hash) {
+        if keys.len() >= KEYS_PER_SESSION_MAX {
+            keys.remove(0);
+        }
+        keys.push(key_hash);
+    }
 }
 
 impl Delegations {
@@ -76,28 +84,12 @@ impl Delegations {
         lifetimes.insert(key_hash, Lifetime { token, digest });
     }
 
-    /// Records that `session` proved possession of the key with `key_hash`.
-    pub fn prove(&self, session: [u8; 16], key_hash: [u8; 32]) {
-        let mut proven = write(&self.proven);
-        if proven.len() >= PROVEN_SESSIONS_MAX && !proven.contains_key(&session) {
-            // Sessions come and go; one that is dropped proves again when refused.
-            proven.clear();
-        }
-        let keys = proven.entry(session).or_default();
-        if !keys.contains(&key_hash) {
-            if keys.len() >= KEYS_PER_SESSION_MAX {
-                keys.remove(0);
-            }
-            keys.push(key_hash);
-        }
-    }
-
-    /// A request on `session` under a capability delegated to `key_hash`: refused with
-    /// `ProofRequired` until the session proved the key, and with `CapabilityExpired`
-    /// once the key's newest lifetime token has run out.
+    /// A request under a capability delegated to `key_hash` on a session that proved
+    /// the keys `proven`: refused with `ProofRequired` until the session proved the key,
+    /// and with `CapabilityExpired` once the key's newest lifetime token has run out.
     pub fn check(
         &self,
-        session: &[u8; 16],
+        proven: bool,
         key_hash: &[u8; 32],
         now: UnixMillis,
     ) -> Result<(), WireError> {
@@ -110,10 +102,7 @@ impl Delegations {
                     "no lifetime token for this job key: supply one with a proof",
                 )
             })?;
-        if !read(&self.proven)
-            .get(session)
-            .is_some_and(|keys| keys.contains(key_hash))
-        {
+        if !proven {
             return Err(WireError::new(
                 ErrorCode::ProofRequired,
                 "this session has not proven possession of the job key",

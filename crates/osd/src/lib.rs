@@ -127,6 +127,8 @@ struct Session {
     keys: EnvelopeKeys,
     /// The key SPEC M10 proofs on this session are sealed under.
     proof: maat_crypto::aead::BlockKey,
+    /// Hashes of the job keys this session proved (SPEC M10).
+    proven: Vec<[u8; 32]>,
 }
 
 struct CachedCapability {

@@ -97,6 +97,7 @@ impl OsdCore {
                     expiry: key.expiry,
                     keys: EnvelopeKeys::new(key.key.expose()).with_counters(self.counters.clone()),
                     proof: maat_proto::delegation::proof_key_from_secret(key.key.expose())?,
+                    proven: Vec::new(),
                 },
             );
         }

@@ -331,6 +331,20 @@ impl MetaStore for RedbStore {
         Ok(out)
     }
 
+    fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let t = tx.open_table(META).map_err(err)?;
+        let mut out = Vec::new();
+        for item in t.range(prefix..).map_err(err)? {
+            let (k, v) = item.map_err(err)?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(META).map_err(err)?;

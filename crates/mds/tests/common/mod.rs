@@ -110,6 +110,17 @@ impl MetaStore for &MemStore {
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.0.lock().unwrap().meta.get(key).cloned())
     }
+    fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .meta
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         let mut t = self.0.lock().unwrap();
         for op in batch.0 {
