@@ -3,7 +3,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
-use maat_client::{Client, JobHandle};
+use maat_client::{write_private_file, Client, JobHandle};
 use maat_crypto::sign::SigningKey;
 use maat_proto::capability::Mode;
 use maat_proto::delegation::computation_key_hash;
@@ -147,26 +147,19 @@ impl JobFile {
     }
 
     fn save(&self) -> Result<()> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let dir = jobs_dir();
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
             .with_context(|| format!("{}", dir.display()))?;
-        let path = job_path(&self.name)?;
-        let temp = path.with_extension("json.partial");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)
-            .with_context(|| format!("{}", temp.display()))?;
-        f.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&temp, &path).with_context(|| format!("{}", path.display()))?;
-        Ok(())
+        let text = serde_json::to_string_pretty(self)?;
+        Ok(write_private_file(
+            &job_path(&self.name)?,
+            text.as_bytes(),
+            true,
+        )?)
     }
 
     fn key(&self) -> Result<SigningKey> {
@@ -312,7 +305,7 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             let handles = file.activate(&mut c)?;
             let bundle = c.job_export(&job, &file.key()?, &file.lifetime()?, &handles, &to)?;
             let out = out.unwrap_or_else(|| PathBuf::from(format!("{job}.to-{to}.maatjob")));
-            write_private(&out, &bundle)?;
+            write_private_file(&out, &bundle, true)?;
             eprintln!(
                 "wrote {} ({} file(s), sealed to {to}'s current login): give it to {to}, who runs `maat job join {}`",
                 out.display(),
@@ -449,18 +442,4 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             Ok(())
         }
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("{}", path.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    Ok(())
 }

@@ -38,6 +38,17 @@ fn lifetime_expiry(lifetime: &[u8]) -> u64 {
         .0
 }
 
+/// The session key a proof is sealed under and names, as a test builds it by hand.
+fn session_key(session_id: [u8; 16], who: &Client, osd: OsdId, secret: [u8; 32]) -> SessionKey {
+    SessionKey {
+        session_id,
+        user: UserId(who.uid().unwrap()),
+        osd,
+        expiry: UnixMillis(u64::MAX),
+        key: maat_crypto::Secret32::from_bytes(secret),
+    }
+}
+
 /// Sleeps until protocol time `t` (plus a margin) as `c` sees it.
 fn sleep_past(c: &Client, t: u64) {
     let now = c.protocol_now();
@@ -153,13 +164,7 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
         ErrorCode::ProofRequired
     );
     let (sid, secret) = carol.osd_session(osd).unwrap();
-    let carol_session = SessionKey {
-        session_id: sid,
-        user: UserId(carol.uid().unwrap()),
-        osd: OsdId(osd),
-        expiry: UnixMillis(u64::MAX),
-        key: maat_crypto::Secret32::from_bytes(secret),
-    };
+    let carol_session = session_key(sid, &carol, OsdId(osd), secret);
     let own_key = SigningKey::generate(&mut maat_crypto::OsRng);
     let forged = delegation::make_proof(&own_key, &carol_session, &mut maat_crypto::OsRng).unwrap();
     let supply = |proof: Vec<u8>| OsdRequest {
@@ -175,38 +180,20 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
     );
     // A proof made with the right key for bob's session does not serve in carol's.
     let (bob_sid, bob_secret) = bob.osd_session(osd).unwrap();
-    let bob_session = SessionKey {
-        session_id: bob_sid,
-        user: UserId(bob.uid().unwrap()),
-        osd: OsdId(osd),
-        expiry: UnixMillis(u64::MAX),
-        key: maat_crypto::Secret32::from_bytes(bob_secret),
-    };
+    let bob_session = session_key(bob_sid, &bob, OsdId(osd), bob_secret);
     let bobs = delegation::make_proof(&key, &bob_session, &mut maat_crypto::OsRng).unwrap();
     assert_eq!(
         code(carol.osd_call_unprepared(osd, &supply(bobs))),
         ErrorCode::BadMac
     );
     // Sealed under carol's own session key but naming bob's session, or another OSD.
-    let renamed = SessionKey {
-        session_id: bob_sid,
-        user: UserId(carol.uid().unwrap()),
-        osd: OsdId(osd),
-        expiry: UnixMillis(u64::MAX),
-        key: maat_crypto::Secret32::from_bytes(secret),
-    };
+    let renamed = session_key(bob_sid, &carol, OsdId(osd), secret);
     let misnamed = delegation::make_proof(&key, &renamed, &mut maat_crypto::OsRng).unwrap();
     assert_eq!(
         code(carol.osd_call_unprepared(osd, &supply(misnamed))),
         ErrorCode::WrongRecipient
     );
-    let elsewhere = SessionKey {
-        osd: OsdId(osd + 100),
-        session_id: sid,
-        user: UserId(carol.uid().unwrap()),
-        expiry: UnixMillis(u64::MAX),
-        key: maat_crypto::Secret32::from_bytes(secret),
-    };
+    let elsewhere = session_key(sid, &carol, OsdId(osd + 100), secret);
     let misaddressed = delegation::make_proof(&key, &elsewhere, &mut maat_crypto::OsRng).unwrap();
     assert_eq!(
         code(carol.osd_call_unprepared(osd, &supply(misaddressed))),
@@ -275,9 +262,25 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
     assert_eq!(alice.stat("/lab/out").unwrap().size, written.len() as u64);
 }
 
-#[test]
-fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
-    let cluster = Cluster::start(1, &["--capability-lifetime", "4", "--grouping", "none"]);
+/// A one-OSD cluster where alice leads a job reading her private `/lab/f` and bob, who
+/// may not read it himself, joined it and read it once.
+struct OneFileJob {
+    cluster: Cluster,
+    admin: Client,
+    alice: Client,
+    bob: Client,
+    key: SigningKey,
+    lifetime: Vec<u8>,
+    opened: Opened,
+}
+
+fn one_file_job(extra: &[&str], content: &[u8]) -> OneFileJob {
+    let args: Vec<&str> = ["--grouping", "none"]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    let cluster = Cluster::start(1, &args);
     for name in ["alice", "bob"] {
         cluster.add_user(name, &format!("{name} passphrase"), None);
     }
@@ -286,15 +289,42 @@ fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
     let mut alice = cluster.user_client("alice", "alice passphrase");
     let mut bob = cluster.user_client("bob", "bob passphrase");
     alice
-        .put(&mut &b"secret"[..], 6, "/lab/q", &mut |_| {})
+        .put(
+            &mut &content[..],
+            content.len() as u64,
+            "/lab/f",
+            &mut |_| {},
+        )
         .unwrap();
-    alice.chmod("/lab/q", 0o600).unwrap();
-    let (key, lifetime, handle) = job_for_bob(&mut alice, &mut bob, "/lab/q", Access::Read);
+    alice.chmod("/lab/f", 0o600).unwrap();
+    let (key, lifetime, handle) = job_for_bob(&mut alice, &mut bob, "/lab/f", Access::Read);
     let opened = bob.openfh(&handle).unwrap();
-    assert_eq!(read_all(&mut bob, &opened).unwrap(), b"secret");
+    assert_eq!(read_all(&mut bob, &opened).unwrap(), content);
+    OneFileJob {
+        cluster,
+        admin,
+        alice,
+        bob,
+        key,
+        lifetime,
+        opened,
+    }
+}
+
+#[test]
+fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
+    let OneFileJob {
+        cluster: _cluster,
+        mut admin,
+        mut alice,
+        mut bob,
+        key,
+        lifetime,
+        opened,
+    } = one_file_job(&["--capability-lifetime", "4"], b"secret");
     let revocations = counter(&mut admin, "osd", "revocations_applied");
     // The lead loses read access: the MDS renews nothing, and tells no OSD.
-    alice.chmod("/lab/q", 0o200).unwrap();
+    alice.chmod("/lab/f", 0o200).unwrap();
     sleep_past(&alice, lifetime_expiry(&lifetime) - 1_500);
     assert_eq!(code(alice.job_renew(&key)), ErrorCode::PermissionDenied);
     // Not before the key's expiry...
@@ -313,21 +343,15 @@ fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
 
 #[test]
 fn jobs_survive_an_mds_restart_keys_are_never_taken_over_and_revoking_the_lead_ends_them() {
-    let mut cluster = Cluster::start(1, &["--grouping", "none"]);
-    for name in ["alice", "bob"] {
-        cluster.add_user(name, &format!("{name} passphrase"), None);
-    }
-    let mut admin = cluster.admin_client();
-    admin.mkdir("/lab", 0o777, false).unwrap();
-    let mut alice = cluster.user_client("alice", "alice passphrase");
-    let mut bob = cluster.user_client("bob", "bob passphrase");
-    alice
-        .put(&mut &b"records"[..], 7, "/lab/r", &mut |_| {})
-        .unwrap();
-    alice.chmod("/lab/r", 0o600).unwrap();
-    let (key, _, handle) = job_for_bob(&mut alice, &mut bob, "/lab/r", Access::Read);
-    let opened = bob.openfh(&handle).unwrap();
-    assert_eq!(read_all(&mut bob, &opened).unwrap(), b"records");
+    let OneFileJob {
+        mut cluster,
+        mut admin,
+        mut alice,
+        mut bob,
+        key,
+        opened,
+        ..
+    } = one_file_job(&[], b"records");
     let take_over = MdsRequest::JobCreate {
         computation_key: key.verifying_key().to_bytes(),
     };

@@ -35,6 +35,30 @@ fn create_private_dir(dir: &Path) -> Result<(), ClientError> {
         .map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))
 }
 
+/// Replaces `path` with `bytes`, readable by its owner only (mode 0600), through a
+/// temporary file renamed over it, so a reader sees the old content or the new, never
+/// half; `durable` syncs the data before the rename. The directory must exist.
+pub fn write_private_file(path: &Path, bytes: &[u8], durable: bool) -> Result<(), ClientError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let local = |e: std::io::Error, p: &Path| ClientError::Local(format!("{}: {e}", p.display()));
+    let mut temp_name = path.file_name().unwrap_or_default().to_os_string();
+    temp_name.push(format!(".{}.partial", std::process::id()));
+    let temp = path.with_file_name(temp_name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)
+        .map_err(|e| local(e, &temp))?;
+    f.write_all(bytes).map_err(|e| local(e, &temp))?;
+    if durable {
+        f.sync_all().map_err(|e| local(e, &temp))?;
+    }
+    std::fs::rename(&temp, path).map_err(|e| local(e, path))
+}
+
 /// Refuses a key or session file that group or others can read (as ssh does).
 fn check_private(path: &Path) -> Result<(), ClientError> {
     use std::os::unix::fs::MetadataExt;
@@ -249,24 +273,9 @@ impl Home {
     }
 
     pub(crate) fn save_session(&self, s: &SessionState) -> Result<(), ClientError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         create_private_dir(&self.dir)?;
         let bytes = serde_json::to_vec(s).map_err(|e| ClientError::Local(e.to_string()))?;
-        let temp = self
-            .dir
-            .join(format!(".session.json.{}", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| ClientError::Local(format!("{}: {e}", temp.display())))?;
-        f.write_all(&bytes)
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        std::fs::rename(&temp, self.dir.join("session.json"))
-            .map_err(|e| ClientError::Local(e.to_string()))
+        write_private_file(&self.dir.join("session.json"), &bytes, false)
     }
 
     pub(crate) fn remove_session(&self) -> Result<(), ClientError> {

@@ -17,7 +17,7 @@ mod renewal;
 mod trees;
 
 pub use auth::{KDF_ITERATIONS_MAX, KDF_LANES_MAX, KDF_MEMORY_KIB_MAX};
-pub use home::{ClusterFile, Home, SessionState};
+pub use home::{write_private_file, ClusterFile, Home, SessionState};
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;

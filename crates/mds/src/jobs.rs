@@ -22,7 +22,6 @@
 //! lasts [`JOB_HANDLE_LIFETIME_MILLIS`]; the key lifetime is what bounds access. Revoking
 //! a lead (M9) revokes the keys of the jobs it leads in the same notice.
 
-use crate::namespace::FILE_BYTES_MAX;
 use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result, CLOCK_SKEW_MILLIS};
 use maat_crypto::sign::{Signature, VerifyingKey, SIGNATURE_BYTES};
 use maat_crypto::CryptoRngCore;
@@ -542,23 +541,12 @@ impl<S: MetaStore> crate::Mds<S> {
                     "the size was not signed with the job's key",
                 )
             })?;
-        if size > FILE_BYTES_MAX {
-            return Err(refused(
-                ErrorCode::TooLarge,
-                format!("files are limited to {FILE_BYTES_MAX} bytes"),
-            ));
-        }
         let _guard = lock(&self.write);
-        let mut inode = self
+        let inode = self
             .store
             .inode(handle.file.0)?
             .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))?;
-        inode.size = size;
-        inode.mtime = now.0;
-        let mut batch = Batch::default();
-        batch.push(Op::PutInode(inode));
-        self.store.commit(batch)?;
-        Ok(MdsResponse::Ok)
+        self.commit_size(inode, size, now)
     }
 
     /// Remembers a user's newest login ticket (`UserTicket` hands it to job leads).

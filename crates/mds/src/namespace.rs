@@ -401,14 +401,8 @@ impl<S: MetaStore> crate::Mds<S> {
         size: u64,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        if size > FILE_BYTES_MAX {
-            return Err(MdsError::refused(
-                ErrorCode::TooLarge,
-                format!("files are limited to {FILE_BYTES_MAX} bytes"),
-            ));
-        }
         let _guard = lock(&self.write);
-        let mut inode = self.resolve(who, path)?;
+        let inode = self.resolve(who, path)?;
         if inode.id != file {
             return Err(MdsError::refused(
                 ErrorCode::NoSuchFile,
@@ -419,6 +413,23 @@ impl<S: MetaStore> crate::Mds<S> {
             return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
         }
         require(who, &inode, WRITE, path)?;
+        self.commit_size(inode, size, now)
+    }
+
+    /// Records `size` (checked against [`FILE_BYTES_MAX`]) and the modification time of
+    /// a file; the caller holds the write lock and checked who may.
+    pub(crate) fn commit_size(
+        &self,
+        mut inode: Inode,
+        size: u64,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        if size > FILE_BYTES_MAX {
+            return Err(MdsError::refused(
+                ErrorCode::TooLarge,
+                format!("files are limited to {FILE_BYTES_MAX} bytes"),
+            ));
+        }
         inode.size = size;
         inode.mtime = now.0;
         let mut batch = Batch::default();
