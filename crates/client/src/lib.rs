@@ -796,6 +796,15 @@ impl Client {
         }
     }
 
+    /// Negotiates a session with every OSD of the cluster map now (SPEC M2), so that a
+    /// timed run that follows pays for none.
+    pub fn connect_osds(&mut self) -> Result<()> {
+        for osd in self.cluster_map()?.osds {
+            self.osd_session_with_offset(osd.id)?;
+        }
+        Ok(())
+    }
+
     /// The client–MDS session id and key (attack tests build raw requests with them;
     /// feature `test-hooks`).
     #[cfg(feature = "test-hooks")]

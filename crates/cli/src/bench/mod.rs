@@ -3,6 +3,7 @@
 //! measured side by side in the same run.
 
 mod crowd;
+mod delegation;
 mod ior;
 mod login;
 mod objects;
@@ -81,6 +82,29 @@ pub enum BenchCommand {
         /// Capability lifetime of the bench cluster, seconds (clients renew at 80 %).
         #[arg(long, default_value_t = 5)]
         lifetime: u64,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// SPEC M10 (paper 000 §3.5): P participants read the same F files, each opening
+    /// them itself (without and with UNIX grouping) or through one job the lead opened
+    /// them for; MDS requests, MDS signatures and OSD verifications counted exactly.
+    /// JSON keys `mds_requests_<way>_<P>`, `mds_signatures_<way>_<P>`,
+    /// `osd_verifications_<way>_<P>`, `seconds_<way>_<P>` (way: open_none, open_unix,
+    /// job).
+    Delegation {
+        /// Participant counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,50")]
+        participants: Vec<u32>,
+        /// Files every participant reads.
+        #[arg(long, default_value_t = 8)]
+        files: u32,
+        /// Size of each file, KiB.
+        #[arg(long, default_value_t = 64)]
+        file_kib: u64,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -342,6 +366,13 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => renewal::run_renewal(&clients, periods, lifetime, data, json),
+        BenchCommand::Delegation {
+            participants,
+            files,
+            file_kib,
+            data,
+            json,
+        } => delegation::run_delegation(&participants, files, file_kib, data, json),
         BenchCommand::LoginFlood {
             messages,
             flooders,
