@@ -1,0 +1,531 @@
+//! Messages to and from the MDS: logins and OSD registration (Plain frames), and the
+//! authenticated requests of clients (SPEC M1, M3–M10, T9).
+
+use super::KdfParams;
+use serde::{Deserialize, Serialize};
+
+/// Unauthenticated messages to the MDS (frame type Plain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsPlainRequest {
+    /// Login step 1: ask for the user's salt and KDF parameters.
+    LoginStart {
+        /// User name.
+        name: String,
+    },
+    /// Login step 2 (SPEC M1): prove knowledge of the passphrase-derived key.
+    Login {
+        /// User name.
+        name: String,
+        /// Client Ed25519 public key for this login.
+        signing_key: [u8; 32],
+        /// Client X25519 public key for this login.
+        sealing_key: [u8; 32],
+        /// Client time.
+        timestamp: u64,
+        /// Fresh nonce.
+        nonce: [u8; 16],
+        /// HMAC-SHA256 under the user key over the fields above (see PROTOCOL.md).
+        mac: [u8; 32],
+    },
+    /// An OSD announces itself, MACed under the cluster join key.
+    RegisterOsd {
+        /// The OSD's id.
+        id: u64,
+        /// Address clients reach it at.
+        address: String,
+        /// Its X25519 public key (M2 offers are sealed to it).
+        sealing_key: [u8; 32],
+        /// Placement weight.
+        weight: u32,
+        /// OSD time.
+        timestamp: u64,
+        /// Fresh nonce.
+        nonce: [u8; 16],
+        /// HMAC-SHA256 under the join key (see PROTOCOL.md).
+        mac: [u8; 32],
+    },
+    /// OPAQUE login, first message (SPEC M1, T6): KE1 and the keys the ticket will name.
+    /// Everything but `ke1` is bound into the OPAQUE transcript as its context.
+    OpaqueLoginStart {
+        /// User name (the OPAQUE credential identifier).
+        name: String,
+        /// OPAQUE KE1 (blinded passphrase and the client's ephemeral key share).
+        #[serde(with = "serde_bytes")]
+        ke1: Vec<u8>,
+        /// Client Ed25519 public key for this login.
+        signing_key: [u8; 32],
+        /// Client X25519 public key for this login.
+        sealing_key: [u8; 32],
+        /// Fresh nonce (the login is accepted once; the MDS's own clock dates it, so a
+        /// client's clock offset does not matter at login).
+        nonce: [u8; 16],
+        /// The anti-clogging cookie (SPEC T6) the MDS handed this address; `None` asks for
+        /// one. Without a valid cookie the MDS spends one keyed hash, no group operation.
+        cookie: Option<[u8; 32]>,
+    },
+    /// SPEC M9: an OSD asks for every revocation notice still in force (its catch-up
+    /// before serving, and its periodic check).
+    Revocations {
+        /// The OSD's id.
+        osd: u64,
+        /// Fresh nonce (the answer's MAC covers it, so an old answer cannot be replayed).
+        nonce: [u8; 16],
+        /// `revocations_request_mac`: only holders of the join key get the list.
+        mac: [u8; 32],
+    },
+    /// OPAQUE login, last message: KE3 and the state the MDS handed out with KE2.
+    OpaqueLoginFinish {
+        /// The MDS's login state, sealed to its own key (the MDS keeps none).
+        #[serde(with = "serde_bytes")]
+        state: Vec<u8>,
+        /// OPAQUE KE3 (the client's key-confirmation MAC).
+        #[serde(with = "serde_bytes")]
+        ke3: Vec<u8>,
+    },
+}
+
+/// Answers to [`MdsPlainRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsPlainResponse {
+    /// Salt and parameters (a deterministic decoy for unknown users).
+    LoginChallenge {
+        /// Salt.
+        salt: [u8; 16],
+        /// Argon2id parameters.
+        params: KdfParams,
+        /// MDS clock (the client keeps an offset, SPEC T7).
+        mds_time: u64,
+    },
+    /// Login accepted.
+    LoginOk {
+        /// The MDS-signed ticket.
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
+        /// HMAC under the new client–MDS key: proves the MDS knew the user key.
+        mac: [u8; 32],
+        /// MDS clock.
+        mds_time: u64,
+    },
+    /// SPEC M9: every revocation notice in force (signed each), and a MAC under the join
+    /// key over the OSD id, the request nonce and the notices (see `revocation`).
+    Revocations {
+        /// Signed notices.
+        notices: Vec<Vec<u8>>,
+        /// `revocations_mac`.
+        mac: [u8; 32],
+    },
+    /// Registration accepted.
+    Registered {
+        /// The MDS's signing public key (capabilities and tickets verify under it).
+        mds_verifying_key: [u8; 32],
+        /// HMAC under the join key over the key and the request nonce.
+        mac: [u8; 32],
+    },
+    /// OPAQUE KE2 (answers `OpaqueLoginStart`; unknown users get an indistinguishable one).
+    OpaqueLoginChallenge {
+        /// OPAQUE KE2: the OPRF evaluation, the masked envelope, the MDS's key share and MAC.
+        #[serde(with = "serde_bytes")]
+        ke2: Vec<u8>,
+        /// Argon2id parameters of the key stretching (the user's; defaults for unknown users).
+        params: KdfParams,
+        /// State to send back with KE3, sealed by the MDS to itself; expires quickly.
+        #[serde(with = "serde_bytes")]
+        state: Vec<u8>,
+        /// MDS clock.
+        mds_time: u64,
+    },
+    /// The user still has a record from before OPAQUE: log in once with `LoginStart` and
+    /// `Login`, then replace the record (`SetCredential`).
+    LegacyLoginRequired {
+        /// MDS clock.
+        mds_time: u64,
+    },
+    /// SPEC T6: send `OpaqueLoginStart` again with this cookie (bound to the sender's
+    /// address and a 30-second time slot, valid for two slots).
+    LoginCookie {
+        /// The cookie.
+        cookie: [u8; 32],
+    },
+}
+
+/// Which access an open asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// Read.
+    Read,
+    /// Read and write.
+    ReadWrite,
+}
+
+/// Authenticated requests to the MDS (SPEC T9 and capabilities).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsRequest {
+    /// The current cluster map.
+    ClusterMap,
+    /// Attributes of a path.
+    Stat {
+        /// Path.
+        path: String,
+    },
+    /// List a directory.
+    Readdir {
+        /// Path.
+        path: String,
+    },
+    /// Make a directory.
+    Mkdir {
+        /// Path.
+        path: String,
+        /// Permission bits.
+        mode: u16,
+        /// Create missing parents, and succeed if it exists.
+        parents: bool,
+        /// The partition of the new directories (default: the parent's); everything made
+        /// below them inherits it.
+        partition: Option<String>,
+    },
+    /// Remove an empty directory.
+    Rmdir {
+        /// Path.
+        path: String,
+    },
+    /// Open a file for reading or writing; creates it when `create` is set.
+    Open {
+        /// Path.
+        path: String,
+        /// Access wanted.
+        access: Access,
+        /// Create with these permission bits if it does not exist.
+        create: Option<u16>,
+    },
+    /// Record the size after writing (the "close" of a writer).
+    SetSize {
+        /// Path of the file.
+        path: String,
+        /// Its id as opened (refused if the path now names another file).
+        file: u64,
+        /// New size in bytes.
+        size: u64,
+    },
+    /// Remove a file; the answer carries a capability to delete its objects.
+    Unlink {
+        /// Path.
+        path: String,
+    },
+    /// Rename.
+    Rename {
+        /// From.
+        from: String,
+        /// To.
+        to: String,
+    },
+    /// Change permission bits.
+    Chmod {
+        /// Path.
+        path: String,
+        /// New bits (0o7777 mask).
+        mode: u16,
+    },
+    /// Change owner and/or group.
+    Chown {
+        /// Path.
+        path: String,
+        /// New owner name.
+        owner: Option<String>,
+        /// New group name.
+        group: Option<String>,
+    },
+    /// Administrator: add a user.
+    UserAdd {
+        /// Name.
+        name: String,
+        /// Supplementary groups (must exist).
+        groups: Vec<String>,
+        /// Salt of the passphrase key.
+        salt: [u8; 16],
+        /// Argon2id parameters used.
+        params: KdfParams,
+        /// The passphrase-derived key sealed to the MDS's X25519 key (AAD: the name).
+        #[serde(with = "serde_bytes")]
+        sealed_key: Vec<u8>,
+    },
+    /// Administrator: remove a user.
+    UserRm {
+        /// Name.
+        name: String,
+    },
+    /// Administrator: add a group.
+    GroupAdd {
+        /// Name.
+        name: String,
+    },
+    /// Administrator: add a user to a group.
+    GroupMemberAdd {
+        /// Group.
+        group: String,
+        /// User.
+        user: String,
+    },
+    /// Counters of this daemon.
+    Stats,
+    /// End this session.
+    Logout,
+    /// OPAQUE registration, first step: the MDS's OPRF answer for `name`. The
+    /// administrator may ask for any name; a user only for their own.
+    RegisterStart {
+        /// The user the registration is for (the OPAQUE credential identifier).
+        name: String,
+        /// OPAQUE registration request (the blinded passphrase).
+        #[serde(with = "serde_bytes")]
+        request: Vec<u8>,
+    },
+    /// Administrator: add a user with an OPAQUE registration record.
+    UserAddOpaque {
+        /// Name.
+        name: String,
+        /// Supplementary groups (must exist).
+        groups: Vec<String>,
+        /// Argon2id parameters of the key stretching.
+        params: KdfParams,
+        /// The OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the name).
+        #[serde(with = "serde_bytes")]
+        sealed_upload: Vec<u8>,
+    },
+    /// The caller replaces their own credential: a passphrase change, or the move of a
+    /// record from before OPAQUE to OPAQUE.
+    SetCredential {
+        /// Argon2id parameters of the key stretching.
+        params: KdfParams,
+        /// The OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the name).
+        #[serde(with = "serde_bytes")]
+        sealed_upload: Vec<u8>,
+    },
+    /// Administrator: create a partition with a protection method (SPEC T1).
+    PartitionCreate {
+        /// Name.
+        name: String,
+        /// Method.
+        protection: crate::protection::Protection,
+    },
+    /// Administrator: change a partition's method; capabilities issued afterwards carry it
+    /// (ones already issued keep theirs until they expire).
+    PartitionSetSecurity {
+        /// Name.
+        name: String,
+        /// Method.
+        protection: crate::protection::Protection,
+    },
+    /// List the partitions.
+    PartitionList,
+    /// SPEC M4: the Merkle tree message of a root named in a capability this MDS issued
+    /// (the caller must be in the capability's user set).
+    GetTree {
+        /// The root.
+        root: [u8; 32],
+    },
+    /// Administrator: the grouping strategies (SPEC M6) used from now on, as in the MDS
+    /// config (`unix,directory,batch,onthefly` or `none`); not written to the config file.
+    SetGrouping {
+        /// Comma-separated strategy names.
+        strategies: String,
+    },
+    /// SPEC M8: renew capabilities in use (ids, at most `RENEWAL_CAPABILITY_IDS_MAX`).
+    /// Answered by `Renewed`.
+    Renew {
+        /// Ids of the capabilities to renew.
+        ids: Vec<u64>,
+    },
+    /// SPEC M9, administrator: make every OSD refuse these users and capabilities now.
+    /// Answered by `Revoked` once every reachable OSD has been told.
+    Revoke {
+        /// User names.
+        users: Vec<String>,
+        /// Capability ids.
+        capabilities: Vec<u64>,
+    },
+    /// SPEC M10: start a job whose lead is the requester, for this computation public key
+    /// (Ed25519). Answered by `JobLifetime`.
+    JobCreate {
+        /// The job's computation public key.
+        computation_key: [u8; 32],
+    },
+    /// SPEC M10 `openg`: open a file for a job (lead only). Answered by `FileHandle`.
+    OpenG {
+        /// The job's computation public key.
+        computation_key: [u8; 32],
+        /// Path.
+        path: String,
+        /// Access wanted.
+        access: Access,
+        /// Create with these permission bits if it does not exist.
+        create: Option<u16>,
+    },
+    /// SPEC M10: extend the job key's lifetime (lead only); refused once the lead may no
+    /// longer access every file the job opened. Answered by `JobLifetime`.
+    JobRenew {
+        /// The job's computation public key.
+        computation_key: [u8; 32],
+    },
+    /// SPEC M10: the newest lifetime token of a job key (any user: participants fetch the
+    /// lead's renewals). Answered by `JobLifetime`.
+    JobLifetime {
+        /// Hash of the computation key (`delegation::computation_key_hash`).
+        key_hash: [u8; 32],
+    },
+    /// SPEC M9 + M10: end a job now (its lead or the administrator): every OSD refuses its
+    /// key at once. Answered by `Revoked`.
+    JobEnd {
+        /// Hash of the computation key.
+        key_hash: [u8; 32],
+    },
+    /// The MDS-signed login ticket of a user's newest login (its X25519 key is what a
+    /// job's lead seals the computation key to). Answered by `Ticket`.
+    UserTicket {
+        /// User name.
+        name: String,
+    },
+    /// SPEC M10: record the size of a file written through a job's file handle; `proof`
+    /// is the computation key's signature over `delegation::set_size_message`.
+    SetSizeByHandle {
+        /// The signed file handle.
+        #[serde(with = "serde_bytes")]
+        handle: Vec<u8>,
+        /// New size.
+        size: u64,
+        /// Ed25519 signature by the computation key.
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
+    },
+}
+
+/// File or directory attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    /// Inode number (the file id its objects carry).
+    pub id: u64,
+    /// Directory or file.
+    pub is_dir: bool,
+    /// Permission bits.
+    pub mode: u16,
+    /// Owner name.
+    pub owner: String,
+    /// Group name.
+    pub group: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time (ms since the epoch).
+    pub mtime: u64,
+    /// The partition's name (JSON copies from before partitions: empty).
+    #[serde(default)]
+    pub partition: String,
+    /// The protection method of the partition's data path (SPEC T1; JSON copies from
+    /// before partitions: ALLDATA, what they were protected with).
+    #[serde(default)]
+    pub protection: crate::protection::Protection,
+}
+
+/// A partition as `maat admin partition list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    /// Id.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Protection method.
+    pub protection: crate::protection::Protection,
+}
+
+/// An OSD in the cluster map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdEntry {
+    /// Id.
+    pub id: u64,
+    /// Address.
+    pub address: String,
+    /// X25519 public key.
+    pub sealing_key: [u8; 32],
+    /// Placement weight.
+    pub weight: u32,
+}
+
+/// The cluster map: everything needed to compute where an object lives (SPEC T8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ClusterMap {
+    /// Bumped on every change.
+    pub epoch: u64,
+    /// The OSDs.
+    pub osds: Vec<OsdEntry>,
+}
+
+/// Counters a daemon reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DaemonStats {
+    /// "mds" or "osd N".
+    pub daemon: String,
+    /// `(name, value)` pairs: requests, refusals, crypto operation counts, cache hits.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// Answers to [`MdsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsResponse {
+    /// Done.
+    Ok,
+    /// The cluster map.
+    ClusterMap(ClusterMap),
+    /// Attributes.
+    Stat(FileStat),
+    /// Directory entries.
+    Entries(Vec<(String, FileStat)>),
+    /// An opened file.
+    Opened {
+        /// Its attributes.
+        stat: FileStat,
+        /// MDS-signed capability (empty in NOSEC mode).
+        #[serde(with = "serde_bytes")]
+        capability: Vec<u8>,
+        /// Whether the MDS served it from its cache (SPEC M5).
+        cached: bool,
+    },
+    /// Counters.
+    Stats(DaemonStats),
+    /// OPAQUE registration response (answers `RegisterStart`).
+    RegistrationResponse {
+        /// The OPRF evaluation and the MDS's static public key.
+        #[serde(with = "serde_bytes")]
+        response: Vec<u8>,
+    },
+    /// The partitions.
+    Partitions(Vec<PartitionInfo>),
+    /// A Merkle tree message (answers `GetTree`; see `merkle_msg`).
+    Tree(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M8: a signed renewal token (answers `Renew`). It names the requested
+    /// capabilities the MDS still allows and every other outstanding valid one; a
+    /// requested id it leaves out is not renewed (expired, unknown or revoked).
+    Renewed(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M9: the signed revocation notice (answers `Revoke`), and how many of the
+    /// registered OSDs applied it before this answer (the others learn it at their next
+    /// check with the MDS, within a second of reaching it).
+    Revoked {
+        /// The signed notice.
+        #[serde(with = "serde_bytes")]
+        notice: Vec<u8>,
+        /// OSDs that applied it.
+        osds_told: u32,
+        /// OSDs registered.
+        osds: u32,
+    },
+    /// SPEC M10: a signed key lifetime token (answers `JobCreate`, `JobRenew`,
+    /// `JobLifetime`).
+    JobLifetime(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M10: a signed file handle and the file's attributes (answers `OpenG`).
+    FileHandle {
+        /// The signed handle (its capability is bound to the computation key).
+        #[serde(with = "serde_bytes")]
+        handle: Vec<u8>,
+        /// The file's attributes at open time.
+        stat: FileStat,
+    },
+    /// A signed login ticket (answers `UserTicket`).
+    Ticket(#[serde(with = "serde_bytes")] Vec<u8>),
+}

@@ -1,0 +1,302 @@
+//! Messages to and from OSDs: the object commands (SPEC T5), the commands that feed the
+//! capability checks (M4, M8, M10), bulk data handling and session offers.
+
+use super::{DaemonStats, WireError};
+use crate::{ProtoError, Result};
+use serde::{Deserialize, Serialize};
+
+/// Where an object lives in an OSD's object model (SPEC T5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectId {
+    /// Partition.
+    pub partition: u64,
+    /// The file the object belongs to (checked against the capability).
+    pub file: u64,
+    /// Stripe index within the file.
+    pub stripe: u32,
+}
+
+/// The partition user data lives in.
+pub const DATA_PARTITION: u64 = 1;
+
+/// Object attributes (SPEC T5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ObjectAttributes {
+    /// Logical length.
+    pub size: u64,
+    /// Last modification (ms since the epoch).
+    pub mtime: u64,
+    /// Policy access tag (T2).
+    pub policy_tag: u32,
+    /// User-defined attributes.
+    pub user: Vec<(String, Vec<u8>)>,
+}
+
+/// An OSD command (SPEC T5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdCommand {
+    /// Create an empty object.
+    Create {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Remove an object.
+    Remove {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Read bytes.
+    Read {
+        /// Object.
+        object: ObjectId,
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+    },
+    /// Write bytes at an offset; `replace` makes the object exactly `data` (atomic).
+    Write {
+        /// Object.
+        object: ObjectId,
+        /// Offset.
+        offset: u64,
+        /// Data.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        /// Replace the whole object.
+        replace: bool,
+    },
+    /// Append bytes.
+    Append {
+        /// Object.
+        object: ObjectId,
+        /// Data.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Read attributes.
+    GetAttributes {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Set the policy tag and user attributes.
+    SetAttributes {
+        /// Object.
+        object: ObjectId,
+        /// Policy tag.
+        policy_tag: u32,
+        /// User attributes (replace).
+        user: Vec<(String, Vec<u8>)>,
+    },
+    /// List the objects of a partition (administrator).
+    List {
+        /// Partition.
+        partition: u64,
+    },
+    /// Create a partition (administrator).
+    CreatePartition {
+        /// Partition.
+        partition: u64,
+    },
+    /// Remove an empty partition (administrator).
+    RemovePartition {
+        /// Partition.
+        partition: u64,
+    },
+    /// Erase everything (administrator).
+    Format,
+    /// Counters of this daemon.
+    Stats,
+    /// SPEC M4: the members of a Merkle root named by this request's capability (a
+    /// `merkle_msg` message). The OSD verifies the capability, rebuilds the root from the
+    /// members and keeps them only when it equals one of the capability's roots.
+    SupplyTree {
+        /// The tree message.
+        #[serde(with = "serde_bytes")]
+        tree: Vec<u8>,
+    },
+    /// SPEC M8: an MDS-signed renewal token (`renewal`). The OSD verifies it once, keeps
+    /// the new expiry of every capability it names, and from then on accepts those
+    /// capabilities until that expiry. Needs an authenticated session, no capability.
+    SupplyRenewal {
+        /// The signed token.
+        #[serde(with = "serde_bytes")]
+        token: Vec<u8>,
+    },
+    /// SPEC M10: the MDS-signed key lifetime token of a job's computation key and a proof
+    /// of possession made for this OSD and session (`delegation::make_proof`). The OSD
+    /// verifies the token once, keeps the latest expiry per key, and from then on serves
+    /// this session under capabilities delegated to that key while the lifetime lasts.
+    SupplyProof {
+        /// The signed key lifetime token.
+        #[serde(with = "serde_bytes")]
+        lifetime: Vec<u8>,
+        /// The sealed proof token.
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
+    },
+}
+
+impl OsdCommand {
+    /// The object a data command acts on, and the access it needs; `None` for
+    /// administrative commands.
+    pub fn object_access(&self) -> Option<(ObjectId, crate::capability::Mode)> {
+        use crate::capability::Mode;
+        match self {
+            OsdCommand::Read { object, .. } | OsdCommand::GetAttributes { object } => {
+                Some((*object, Mode::READ))
+            }
+            OsdCommand::Create { object }
+            | OsdCommand::Remove { object }
+            | OsdCommand::Write { object, .. }
+            | OsdCommand::Append { object, .. }
+            | OsdCommand::SetAttributes { object, .. } => Some((*object, Mode::WRITE)),
+            _ => None,
+        }
+    }
+}
+
+/// An authenticated OSD request: the capability (empty for administrative and stats
+/// commands) and the command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdRequest {
+    /// MDS-signed capability bytes.
+    #[serde(with = "serde_bytes")]
+    pub capability: Vec<u8>,
+    /// The command.
+    pub command: OsdCommand,
+}
+
+impl OsdRequest {
+    /// Moves the bulk data out (a protected envelope carries it apart from the message,
+    /// see `protection`); empty for commands without data.
+    pub fn take_bulk(&mut self) -> Vec<u8> {
+        match &mut self.command {
+            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } => {
+                std::mem::take(data)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The request without its bulk data, and the data (borrowed: nothing is copied but
+    /// the small fields).
+    pub fn split_bulk(&self) -> (OsdRequest, &[u8]) {
+        let (command, data) = match &self.command {
+            OsdCommand::Write {
+                object,
+                offset,
+                data,
+                replace,
+            } => (
+                OsdCommand::Write {
+                    object: *object,
+                    offset: *offset,
+                    data: Vec::new(),
+                    replace: *replace,
+                },
+                data.as_slice(),
+            ),
+            OsdCommand::Append { object, data } => (
+                OsdCommand::Append {
+                    object: *object,
+                    data: Vec::new(),
+                },
+                data.as_slice(),
+            ),
+            other => (other.clone(), &[][..]),
+        };
+        (
+            OsdRequest {
+                capability: self.capability.clone(),
+                command,
+            },
+            data,
+        )
+    }
+
+    /// Puts bulk data taken by [`OsdRequest::take_bulk`] back; refuses data for a command
+    /// that carries none.
+    pub fn put_bulk(&mut self, bulk: Vec<u8>) -> Result<()> {
+        match &mut self.command {
+            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } if data.is_empty() => {
+                *data = bulk;
+                Ok(())
+            }
+            _ if bulk.is_empty() => Ok(()),
+            _ => Err(ProtoError::Malformed {
+                what: "OSD request",
+                reason: "bulk data for a command without data",
+            }),
+        }
+    }
+}
+
+/// Moves the bulk data out of an OSD answer (see [`OsdRequest::take_bulk`]).
+pub fn take_response_bulk(result: &mut std::result::Result<OsdResponse, WireError>) -> Vec<u8> {
+    match result {
+        Ok(OsdResponse::Data(data)) => std::mem::take(data),
+        _ => Vec::new(),
+    }
+}
+
+/// Puts bulk data back into an OSD answer.
+pub fn put_response_bulk(
+    result: &mut std::result::Result<OsdResponse, WireError>,
+    bulk: Vec<u8>,
+) -> Result<()> {
+    match result {
+        Ok(OsdResponse::Data(data)) if data.is_empty() => {
+            *data = bulk;
+            Ok(())
+        }
+        _ if bulk.is_empty() => Ok(()),
+        _ => Err(ProtoError::Malformed {
+            what: "OSD response",
+            reason: "bulk data for an answer without data",
+        }),
+    }
+}
+
+/// A NOSEC request (benchmarks): the claimed user and the command, nothing checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InsecureRequest<T> {
+    /// Claimed user id.
+    pub user: u64,
+    /// The request.
+    pub request: T,
+}
+
+/// Answers to [`OsdCommand`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdResponse {
+    /// Done.
+    Ok,
+    /// Bytes read.
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Attributes.
+    Attributes(ObjectAttributes),
+    /// Objects.
+    Objects(Vec<ObjectId>),
+    /// Counters.
+    Stats(DaemonStats),
+}
+
+/// Unauthenticated messages to an OSD (frame type Plain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdPlainRequest {
+    /// SPEC M2: a signed session offer.
+    Offer(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC M9: a revocation notice pushed by the MDS (signed: who carries it does not
+    /// matter; applying one twice changes nothing).
+    Revoke(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+/// Answer to [`OsdPlainRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdPlainResponse {
+    /// The MACed confirmation.
+    Confirm(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The notice is applied.
+    Applied,
+}
