@@ -1,0 +1,174 @@
+//! Namespace, partition, user and administration calls to the MDS (SPEC T9, T1, M6,
+//! M9): one request each, answered `Ok` or with what was asked for.
+
+use super::*;
+
+impl Client {
+    /// The cluster map (fetched once per client).
+    pub fn cluster_map(&mut self) -> Result<ClusterMap> {
+        if let Some(m) = &self.map {
+            return Ok(m.clone());
+        }
+        match self.mds_call(MdsRequest::ClusterMap)? {
+            MdsResponse::ClusterMap(m) => {
+                self.map = Some(m.clone());
+                Ok(m)
+            }
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Attributes of a path.
+    pub fn stat(&mut self, path: &str) -> Result<FileStat> {
+        match self.mds_call(MdsRequest::Stat { path: path.into() })? {
+            MdsResponse::Stat(s) => Ok(s),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Directory entries (or the file itself).
+    pub fn readdir(&mut self, path: &str) -> Result<Vec<(String, FileStat)>> {
+        match self.mds_call(MdsRequest::Readdir { path: path.into() })? {
+            MdsResponse::Entries(e) => Ok(e),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// mkdir (with `parents`: mkdir -p).
+    pub fn mkdir(&mut self, path: &str, mode: u16, parents: bool) -> Result<()> {
+        self.mkdir_in(path, mode, parents, None)
+    }
+
+    /// Creates a directory in `partition` (SPEC T1): files made below it inherit the
+    /// partition, hence its protection method. `None` inherits the parent's.
+    pub fn mkdir_in(
+        &mut self,
+        path: &str,
+        mode: u16,
+        parents: bool,
+        partition: Option<&str>,
+    ) -> Result<()> {
+        self.expect_ok(MdsRequest::Mkdir {
+            path: path.into(),
+            mode,
+            parents,
+            partition: partition.map(str::to_string),
+        })
+    }
+
+    /// Administrator: creates a partition with a protection method.
+    pub fn partition_create(&mut self, name: &str, protection: Protection) -> Result<()> {
+        self.mds_call(MdsRequest::PartitionCreate {
+            name: name.into(),
+            protection,
+        })
+        .map(drop)
+    }
+
+    /// Administrator: changes a partition's protection method.
+    pub fn partition_set_security(&mut self, name: &str, protection: Protection) -> Result<()> {
+        self.mds_call(MdsRequest::PartitionSetSecurity {
+            name: name.into(),
+            protection,
+        })
+        .map(drop)
+    }
+
+    /// Administrator: the grouping strategies the MDS uses from now on (SPEC M6).
+    pub fn set_grouping(&mut self, strategies: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::SetGrouping {
+            strategies: strategies.into(),
+        })
+    }
+
+    /// SPEC M9 (administrator): every OSD refuses these users and capabilities from now
+    /// until the capabilities would have expired anyway. Returns the verified notice.
+    pub fn revoke(&mut self, users: &[String], capabilities: &[u64]) -> Result<Revocation> {
+        let response = self.mds_call(MdsRequest::Revoke {
+            users: users.to_vec(),
+            capabilities: capabilities.to_vec(),
+        })?;
+        self.revocation_from(response)
+    }
+
+    /// The verified notice of a `Revoked` answer.
+    pub(crate) fn revocation_from(&self, response: MdsResponse) -> Result<Revocation> {
+        let (bytes, osds_told, osds) = match response {
+            MdsResponse::Revoked {
+                notice,
+                osds_told,
+                osds,
+            } => (notice, osds_told, osds),
+            _ => return Err(self.bad("mds", "unexpected answer to Revoke")),
+        };
+        let now = self.now();
+        let notice = Unverified::<maat_proto::revocation::RevocationNotice>::decode(&bytes)
+            .and_then(|n| n.verify(&self.mds_key, UnixMillis(now)))
+            .map(|n| n.body().clone())
+            .map_err(|e| self.bad("mds", &format!("revocation notice: {e}")))?;
+        Ok(Revocation {
+            notice,
+            osds_told,
+            osds,
+        })
+    }
+
+    /// The partitions.
+    pub fn partitions(&mut self) -> Result<Vec<msg::PartitionInfo>> {
+        match self.mds_call(MdsRequest::PartitionList)? {
+            MdsResponse::Partitions(p) => Ok(p),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// rmdir.
+    pub fn rmdir(&mut self, path: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::Rmdir { path: path.into() })
+    }
+
+    /// rename.
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        self.forget_opened();
+        self.expect_ok(MdsRequest::Rename {
+            from: from.into(),
+            to: to.into(),
+        })
+    }
+
+    /// chmod.
+    pub fn chmod(&mut self, path: &str, mode: u16) -> Result<()> {
+        self.forget_opened();
+        self.expect_ok(MdsRequest::Chmod {
+            path: path.into(),
+            mode,
+        })
+    }
+
+    /// chown.
+    pub fn chown(&mut self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
+        self.forget_opened();
+        self.expect_ok(MdsRequest::Chown {
+            path: path.into(),
+            owner: owner.map(Into::into),
+            group: group.map(Into::into),
+        })
+    }
+
+    /// Administrator: removes a user.
+    pub fn user_rm(&mut self, name: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::UserRm { name: name.into() })
+    }
+
+    /// Administrator: adds a group.
+    pub fn group_add(&mut self, name: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::GroupAdd { name: name.into() })
+    }
+
+    /// Administrator: adds a user to a group.
+    pub fn group_member_add(&mut self, group: &str, user: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::GroupMemberAdd {
+            group: group.into(),
+            user: user.into(),
+        })
+    }
+}

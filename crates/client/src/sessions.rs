@@ -1,0 +1,150 @@
+//! Sessions with OSDs (SPEC M2): negotiating, holding and reusing them, and the raw
+//! access attack tests use (feature `test-hooks`).
+
+use super::*;
+
+impl Client {
+    pub(crate) fn osd_entry(&mut self, osd: u64) -> Result<msg::OsdEntry> {
+        self.cluster_map()?
+            .osds
+            .into_iter()
+            .find(|o| o.id == osd)
+            .ok_or(ClientError::NoOsds)
+    }
+
+    /// SPEC M2: negotiates a session key with `osd`.
+    pub(crate) fn negotiate(&mut self, osd: u64) -> Result<()> {
+        let entry = self.osd_entry(osd)?;
+        let now = self.now();
+        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let ticket = Unverified::<LoginTicket>::decode(&session.ticket)
+            .and_then(|t| t.verify(&self.mds_key, UnixMillis(now)))
+            .map_err(|e| ClientError::Local(format!("stored ticket: {e}")))?;
+        let signing = SigningKey::from_seed(&session.signing_seed);
+        let (offer, key) = session::make_offer(
+            &ticket,
+            &signing,
+            OsdId(osd),
+            &maat_crypto::seal::SealingPublicKey(entry.sealing_key),
+            UnixMillis(now),
+            &mut OsRng,
+        )
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        let payload = msg::encode(&OsdPlainRequest::Offer(offer.encoded().to_vec()))
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let conn = self
+            .osds
+            .entry(osd)
+            .or_insert_with(|| Connection::new(entry.address.clone()));
+        let (t, answer) =
+            conn.call(FrameType::Plain, &payload)
+                .map_err(|source| ClientError::Net {
+                    address: entry.address.clone(),
+                    source,
+                })?;
+        if t != FrameType::Plain {
+            return Err(refusal(&entry.address, &answer));
+        }
+        let OsdPlainResponse::Confirm(confirm) = decode_answer(&entry.address, &answer)? else {
+            return Err(self.bad(&entry.address, "unexpected answer to a session offer"));
+        };
+        let confirm = UnverifiedMac::<SessionConfirm>::decode(&confirm)
+            .and_then(|c| session::check_confirm(c, &offer, &key))
+            .map_err(|e| self.bad(&entry.address, &format!("session confirmation: {e}")))?;
+        // The confirmation is MACed under K_CD: its time is the OSD's clock (SPEC T7).
+        let osd_offset = offset_to(confirm.timestamp.0);
+        if let Some(s) = &mut self.session {
+            s.osd_sessions.retain(|o| o.osd != osd);
+            s.osd_sessions.push(home::OsdSession {
+                osd,
+                session_id: key.session_id,
+                key: *key.key.expose(),
+                expiry: key.expiry.0,
+                clock_offset: osd_offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends pre-built bytes to an OSD and returns the raw answer (attack tests; feature
+    /// `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn osd_raw(
+        &mut self,
+        osd: u64,
+        frame_type: FrameType,
+        payload: &[u8],
+    ) -> Result<(FrameType, Vec<u8>)> {
+        let entry = self.osd_entry(osd)?;
+        let conn = self
+            .osds
+            .entry(osd)
+            .or_insert_with(|| Connection::new(entry.address.clone()));
+        conn.call(frame_type, payload)
+            .map_err(|source| ClientError::Net {
+                address: entry.address.clone(),
+                source,
+            })
+    }
+
+    /// The session this client holds with `osd` (negotiating it if needed): id and key
+    /// (attack tests build raw requests with them; feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn osd_session(&mut self, osd: u64) -> Result<([u8; 16], [u8; 32])> {
+        self.osd_session_with_offset(osd)
+            .map(|(sid, key, _)| (sid, key))
+    }
+
+    pub(crate) fn osd_session_with_offset(
+        &mut self,
+        osd: u64,
+    ) -> Result<([u8; 16], [u8; 32], i64)> {
+        self.ensure_session()?;
+        let now = self.now();
+        let live = self
+            .session
+            .as_ref()
+            .and_then(|s| {
+                s.osd_sessions
+                    .iter()
+                    .find(|o| o.osd == osd && o.expiry > now)
+            })
+            .map(|o| (o.session_id, o.key, o.clock_offset));
+        match live {
+            Some(l) => Ok(l),
+            None => {
+                self.negotiate(osd)?;
+                self.session
+                    .as_ref()
+                    .and_then(|s| s.osd_sessions.iter().find(|o| o.osd == osd))
+                    .map(|o| (o.session_id, o.key, o.clock_offset))
+                    .ok_or(ClientError::NotLoggedIn)
+            }
+        }
+    }
+
+    /// Negotiates a session with every OSD of the cluster map now (SPEC M2), so that a
+    /// timed run that follows pays for none.
+    pub fn connect_osds(&mut self) -> Result<()> {
+        for osd in self.cluster_map()?.osds {
+            self.osd_session_with_offset(osd.id)?;
+        }
+        Ok(())
+    }
+
+    /// The client–MDS session id and key (attack tests build raw requests with them;
+    /// feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn mds_session(&mut self) -> Result<([u8; 16], [u8; 32])> {
+        self.ensure_session()?;
+        self.session
+            .as_ref()
+            .map(|s| (s.session_id, s.key))
+            .ok_or(ClientError::NotLoggedIn)
+    }
+
+    /// The current protocol time as this client sees it (local clock plus offset).
+    pub fn protocol_now(&self) -> u64 {
+        self.now()
+    }
+}
