@@ -1,0 +1,324 @@
+//! Authenticated requests (SPEC T7, T9): the envelope checks, the client–MDS sessions
+//! they rest on, and the dispatch of every `MdsRequest` to the module that decides it.
+
+use super::*;
+
+impl<S: MetaStore> Mds<S> {
+    /// Handles an authenticated request envelope. `Ok` is the sealed response payload;
+    /// `Err` is a refusal that could not be MACed (unknown session, bad MAC, …).
+    pub fn handle_request(
+        &self,
+        payload: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<u8>, WireError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let authenticated = self.refuse_counted(self.authenticate(payload, now));
+        let (request, session_id, nonce, key, principal) =
+            authenticated.map_err(|e| e.to_wire())?;
+        let result = msg::decode::<MdsRequest>(request)
+            .map_err(MdsError::from)
+            .and_then(|r| self.dispatch(&principal, Some(&session_id), r, now, rng));
+        let result = self.refuse_counted(result).map_err(|e| e.to_wire());
+        let body = msg::encode_result(&result);
+        Ok(wire::seal_response(&key, &session_id, &nonce, now, &body))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn authenticate<'a>(
+        &self,
+        payload: &'a [u8],
+        now: UnixMillis,
+    ) -> Result<(&'a [u8], [u8; 16], [u8; 16], Blake3Mac, Principal)> {
+        let request = UnverifiedRequest::decode(payload)?;
+        let (session, key) = self.session(&request.session_id)?;
+        if session.expiry <= now.0 {
+            return Err(MdsError::refused(ErrorCode::SessionExpired, "log in again"));
+        }
+        lock(&self.volatile)
+            .replay
+            .check_time(request.timestamp, now)
+            .map_err(freshness_error)?;
+        let request = request.verify(&key)?;
+        self.fresh(&request.session_id, &request.nonce, request.timestamp, now)?;
+        let principal = self.principal(session.user)?;
+        Ok((
+            request.message,
+            request.session_id,
+            request.nonce,
+            key,
+            principal,
+        ))
+    }
+
+    /// Deletes expired sessions from the store and the memory cache.
+    pub(crate) fn sweep_sessions(&self, now: UnixMillis) -> Result<()> {
+        let mut batch = Batch::default();
+        for (id, session) in self.store.sessions()? {
+            if session.expiry <= now.0 {
+                batch.push(Op::DeleteSession(id));
+            }
+        }
+        if !batch.0.is_empty() {
+            self.store.commit(batch)?;
+        }
+        lock(&self.volatile)
+            .sessions
+            .retain(|_, (s, _)| s.expiry > now.0);
+        Ok(())
+    }
+
+    /// A session and its envelope key, from memory or (after a restart) from the store.
+    fn session(&self, id: &[u8; 16]) -> Result<(SessionRecord, Blake3Mac)> {
+        if let Some(s) = lock(&self.volatile).sessions.get(id) {
+            return Ok(s.clone());
+        }
+        let session = self
+            .store
+            .session(id)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::UnknownSession, "log in again"))?;
+        let key = self
+            .session_wrap
+            .open(0, id, &session.sealed_key)
+            .map_err(|_| {
+                MdsError::refused(
+                    ErrorCode::UnknownSession,
+                    "the stored session does not open under this MDS's keys; log in again",
+                )
+            })?;
+        let key: [u8; 32] = key.as_slice().try_into().map_err(|_| {
+            MdsError::refused(
+                ErrorCode::UnknownSession,
+                "corrupt stored session; log in again",
+            )
+        })?;
+        Ok(self.remember_session(*id, session, &Secret32::from_bytes(key)))
+    }
+
+    /// Seals a new session's key for the store.
+    pub(crate) fn seal_session_key(
+        &self,
+        id: &[u8; 16],
+        key: &Secret32,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<u8>> {
+        Ok(self.session_wrap.seal(0, id, key.expose(), rng)?)
+    }
+
+    pub(crate) fn remember_session(
+        &self,
+        id: [u8; 16],
+        session: SessionRecord,
+        key: &Secret32,
+    ) -> (SessionRecord, Blake3Mac) {
+        let key = wire::envelope_key(key.expose()).with_counters(self.counters.clone());
+        let entry = (session, key);
+        let mut v = lock(&self.volatile);
+        if v.sessions.len() >= SESSIONS_CACHED_MAX {
+            v.sessions.clear();
+        }
+        v.sessions.insert(id, entry.clone());
+        entry
+    }
+
+    fn principal(&self, uid: u64) -> Result<Principal> {
+        let user = self
+            .store
+            .user(uid)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, "user was removed"))?;
+        let mut gids = vec![user.gid];
+        gids.extend(user.groups.iter().copied());
+        Ok(Principal { uid, gids })
+    }
+
+    /// Handles a NOSEC request (benchmarks): the claimed user is believed and no
+    /// capability is made. Refused unless configured with `danger_allow_insecure`.
+    pub fn handle_insecure(
+        &self,
+        message: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Vec<u8> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let result = if !self.config.danger_allow_insecure {
+            Err(MdsError::refused(ErrorCode::InsecureRefused, ""))
+        } else {
+            msg::decode::<msg::InsecureRequest<MdsRequest>>(message)
+                .map_err(MdsError::from)
+                .and_then(|r| {
+                    let principal = self.principal(r.user)?;
+                    self.dispatch(&principal, None, r.request, now, rng)
+                })
+        };
+        let result = self.refuse_counted(result).map_err(|e| e.to_wire());
+        msg::encode_result(&result)
+    }
+
+    fn dispatch(
+        &self,
+        who: &Principal,
+        session: Option<&[u8; 16]>,
+        request: MdsRequest,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        match request {
+            MdsRequest::ClusterMap => Ok(MdsResponse::ClusterMap(ClusterMap {
+                epoch: self.epoch()?,
+                osds: self.store.osds()?,
+            })),
+            MdsRequest::Stat { path } => {
+                let inode = self.resolve(who, &path)?;
+                Ok(MdsResponse::Stat(self.stat_of(&inode)?))
+            }
+            MdsRequest::Readdir { path } => self.readdir(who, &path),
+            MdsRequest::Mkdir {
+                path,
+                mode,
+                parents,
+                partition,
+            } => self.mkdir(who, &path, mode, parents, partition.as_deref(), now),
+            MdsRequest::Rmdir { path } => self.remove(who, &path, true, now, rng),
+            MdsRequest::Unlink { path } => self.remove(who, &path, false, now, rng),
+            MdsRequest::Open {
+                path,
+                access,
+                create,
+            } => self.open_file(who, &path, access, create, session.is_some(), now, rng),
+            MdsRequest::SetSize { path, file, size } => self.set_size(who, &path, file, size, now),
+            MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
+            MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
+            MdsRequest::Chown { path, owner, group } => {
+                self.chown(who, &path, owner.as_deref(), group.as_deref(), now)
+            }
+            MdsRequest::UserAdd { .. } => Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "this client sends a password-equivalent key; upgrade it (users are added with OPAQUE records)",
+            )),
+            MdsRequest::RegisterStart { name, request } => {
+                self.register_start(who, &name, &request)
+            }
+            MdsRequest::UserAddOpaque {
+                name,
+                groups,
+                params,
+                sealed_upload,
+            } => self.user_add(who, &name, &groups, params, &sealed_upload, now),
+            MdsRequest::SetCredential {
+                params,
+                sealed_upload,
+            } => self.set_credential(who, params, &sealed_upload),
+            MdsRequest::UserRm { name } => self.user_rm(who, &name),
+            MdsRequest::GroupAdd { name } => self.group_add(who, &name),
+            MdsRequest::GroupMemberAdd { group, user } => self.group_member_add(who, &group, &user),
+            MdsRequest::Stats => Ok(MdsResponse::Stats(self.stats())),
+            MdsRequest::PartitionCreate { name, protection } => {
+                self.partition_create(who, &name, protection)
+            }
+            MdsRequest::PartitionSetSecurity { name, protection } => {
+                self.partition_set_security(who, &name, protection)
+            }
+            MdsRequest::PartitionList => self.partition_list(),
+            MdsRequest::GetTree { root } => self.get_tree(who, &root),
+            MdsRequest::SetGrouping { strategies } => {
+                require_admin(who)?;
+                let parsed = grouping::Strategies::parse(&strategies)
+                    .map_err(|e| MdsError::refused(ErrorCode::InvalidArgument, e))?;
+                self.issuer.set_strategies(parsed);
+                Ok(MdsResponse::Ok)
+            }
+            MdsRequest::Renew { ids } => self.renew(&ids, now, rng),
+            MdsRequest::Revoke {
+                users,
+                capabilities,
+            } => self.revoke(who, &users, &capabilities, now),
+            MdsRequest::JobCreate { computation_key } => {
+                self.job_create(who, computation_key, now)
+            }
+            MdsRequest::OpenG {
+                computation_key,
+                path,
+                access,
+                create,
+            } => self.openg(who, computation_key, &path, access, create, now, rng),
+            MdsRequest::JobRenew { computation_key } => {
+                self.job_renew(who, computation_key, now)
+            }
+            MdsRequest::JobLifetime { key_hash } => self.job_lifetime(&key_hash, now),
+            MdsRequest::JobEnd { key_hash } => self.job_end(who, key_hash, now),
+            MdsRequest::UserTicket { name } => self.user_ticket(&name),
+            MdsRequest::SetSizeByHandle {
+                handle,
+                size,
+                proof,
+            } => self.set_size_by_handle(who, session, &handle, size, &proof, now),
+            MdsRequest::Logout => {
+                if let Some(sid) = session {
+                    let mut batch = Batch::default();
+                    batch.push(Op::DeleteSession(*sid));
+                    self.store.commit(batch)?;
+                    lock(&self.volatile).sessions.remove(sid);
+                }
+                Ok(MdsResponse::Ok)
+            }
+        }
+    }
+
+    /// The OSDs registered (for the daemon shell's pushes; empty if the store fails).
+    pub fn registered_osds(&self) -> Vec<msg::OsdEntry> {
+        self.store.osds().unwrap_or_default()
+    }
+
+    /// Counters for `maat stats`.
+    pub fn stats(&self) -> DaemonStats {
+        let s = &self.stats;
+        let mut counters: Vec<(String, u64)> = vec![
+            ("requests".into(), s.requests.load(Ordering::Relaxed)),
+            ("refusals".into(), s.refusals.load(Ordering::Relaxed)),
+            ("logins".into(), s.logins.load(Ordering::Relaxed)),
+            (
+                "login_cookies_sent".into(),
+                s.login_cookies.load(Ordering::Relaxed),
+            ),
+            (
+                "capability_cache_hits".into(),
+                self.issuer.cache_hits.load(Ordering::Relaxed),
+            ),
+            (
+                "capability_cache_misses".into(),
+                self.issuer.cache_misses.load(Ordering::Relaxed),
+            ),
+        ];
+        counters.extend(self.issuer.stats.counters());
+        counters.extend(self.issuer.renewals.counters());
+        counters.extend(
+            self.counters
+                .snapshot()
+                .fields()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        counters.extend(self.stats.refused_by_reason.counters());
+        DaemonStats {
+            daemon: "mds".into(),
+            counters,
+        }
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+impl<S: MetaStore> Mds<S> {
+    /// Test hook: runs `request` as user `uid`, as if it came over that user's session
+    /// (no envelope, no replay window). Not in builds without the `test-hooks` feature.
+    pub fn dispatch_as(
+        &self,
+        uid: u64,
+        request: MdsRequest,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> std::result::Result<MdsResponse, WireError> {
+        let who = self.principal(uid).map_err(|e| e.to_wire())?;
+        self.dispatch(&who, Some(&[0u8; 16]), request, now, rng)
+            .map_err(|e| e.to_wire())
+    }
+}
