@@ -1,8 +1,10 @@
 //! `maat`: run a local cluster or single daemons, use files, administer users, benchmark.
 
+mod admin;
 mod bench;
 mod job;
 mod model;
+mod stats;
 mod up;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -51,7 +53,7 @@ enum Command {
     /// Administration (run with MAAT_HOME=DIR/admin).
     Admin {
         #[command(subcommand)]
-        command: AdminCommand,
+        command: admin::AdminCommand,
     },
     /// Log in as NAME (the passphrase never leaves this machine).
     Login {
@@ -153,6 +155,15 @@ enum Command {
     },
     /// Jobs: share files with participants through a temporary key (SPEC M10, openg /
     /// openfh) instead of each participant opening them.
+    #[command(after_help = "A job, start to end:\n  \
+        maat job create sim                          # the lead\n  \
+        maat job open sim /lab/in && maat job open sim /lab/out --create\n  \
+        maat job export sim --to bob                 # bob must be logged in\n  \
+        maat job join sim.to-bob.maatjob             # bob\n  \
+        maat job get sim /lab/in in.dat              # bob, no permission of his own needed\n  \
+        maat job put sim out.dat /lab/out            # bob\n  \
+        maat job renew sim                           # the lead, within each key lifetime\n  \
+        maat job end sim                             # the lead: every OSD refuses the key now")]
     Job {
         #[command(subcommand)]
         command: job::JobCommand,
@@ -186,134 +197,6 @@ enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
-    },
-}
-
-#[derive(Subcommand)]
-enum AdminCommand {
-    /// Users.
-    User {
-        #[command(subcommand)]
-        command: UserCommand,
-    },
-    /// Groups.
-    Group {
-        #[command(subcommand)]
-        command: GroupCommand,
-    },
-    /// Partitions and their protection methods (SPEC T1). A file belongs to the partition
-    /// of the directory it is made in; start one with `maat mkdir --partition NAME DIR`.
-    Partition {
-        #[command(subcommand)]
-        command: PartitionCommand,
-    },
-    /// Grouping strategies (SPEC M6): how many users and files one capability names.
-    /// `maat stats` shows, per strategy, capabilities issued, the (user, file) pairs they
-    /// authorize and cache hits.
-    Grouping {
-        #[command(subcommand)]
-        command: GroupingCommand,
-    },
-    /// Emergency revocation (SPEC M9), e.g. of a compromised client: every OSD refuses
-    /// the named users' and capabilities' requests at once (an OSD that is down learns it
-    /// before it serves again), and the MDS renews none of them and gives the users no
-    /// new capability, until everything revoked would have expired anyway (one capability
-    /// lifetime). For longer, also remove the user or change the permissions.
-    Revoke {
-        /// A user to revoke (repeatable).
-        #[arg(long = "user", value_name = "NAME")]
-        users: Vec<String>,
-        /// A capability id to revoke, decimal or 0x-hex (repeatable).
-        #[arg(long = "capability", value_name = "ID", value_parser = parse_capability_id)]
-        capabilities: Vec<u64>,
-    },
-}
-
-fn parse_capability_id(text: &str) -> Result<u64, String> {
-    match text.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => text.parse(),
-    }
-    .map_err(|e| format!("not a capability id ({e})"))
-}
-
-#[derive(Subcommand)]
-enum GroupingCommand {
-    /// Use these strategies from now on (until the MDS restarts; its config file's
-    /// `grouping` key sets them at start): `none`, `all`, or a comma-separated list of
-    /// `unix`, `directory`, `batch`, `onthefly`.
-    Set {
-        /// The strategies.
-        strategies: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum PartitionCommand {
-    /// Create a partition.
-    Create {
-        /// Name (letters, digits, '-', '_').
-        name: String,
-        /// NOSEC (danger flag only), CAPKEY (capability checked, commands unprotected),
-        /// CMDRSP (commands and responses MACed, data not), ALLDATA (everything MACed) or
-        /// CONFIDENTIAL (everything MACed and encrypted on the wire).
-        #[arg(long, value_parser = up::parse_protection)]
-        security: maat_proto::protection::Protection,
-    },
-    /// Change a partition's method (capabilities already issued keep theirs until expiry).
-    SetSecurity {
-        /// Name.
-        name: String,
-        /// The new method.
-        #[arg(value_parser = up::parse_protection)]
-        security: maat_proto::protection::Protection,
-    },
-    /// List partitions and their methods.
-    List,
-}
-
-#[derive(Subcommand)]
-enum UserCommand {
-    /// Add a user (asks for the new user's passphrase) with a home /home/NAME.
-    Add {
-        /// Name.
-        name: String,
-        /// Supplementary groups, comma separated (must exist).
-        #[arg(long, value_delimiter = ',')]
-        groups: Vec<String>,
-        /// Read the passphrase from standard input.
-        #[arg(long)]
-        passphrase_stdin: bool,
-    },
-    /// Remove a user.
-    Rm {
-        /// Name.
-        name: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum GroupCommand {
-    /// Add a group.
-    Add {
-        /// Name.
-        name: String,
-    },
-    /// Group membership.
-    Member {
-        #[command(subcommand)]
-        command: MemberCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum MemberCommand {
-    /// Add NAME to group G.
-    Add {
-        /// Group.
-        group: String,
-        /// User.
-        name: String,
     },
 }
 
@@ -483,87 +366,7 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("logged out");
             Ok(())
         }
-        Command::Admin { command } => {
-            let mut c = client(&cli.cluster)?;
-            match command {
-                AdminCommand::User { command } => match command {
-                    UserCommand::Add {
-                        name,
-                        groups,
-                        passphrase_stdin,
-                    } => {
-                        let pass = read_passphrase(
-                            passphrase_stdin,
-                            &format!("passphrase for new user {name}: "),
-                        )?;
-                        c.user_add(
-                            &name,
-                            &groups,
-                            &pass,
-                            maat_crypto::kdf::PassphraseParams::DEFAULT,
-                        )?;
-                        eprintln!("added user {name} (home /home/{name})");
-                    }
-                    UserCommand::Rm { name } => c.user_rm(&name)?,
-                },
-                AdminCommand::Group { command } => match command {
-                    GroupCommand::Add { name } => c.group_add(&name)?,
-                    GroupCommand::Member {
-                        command: MemberCommand::Add { group, name },
-                    } => c.group_member_add(&group, &name)?,
-                },
-                AdminCommand::Partition { command } => match command {
-                    PartitionCommand::Create { name, security } => {
-                        c.partition_create(&name, security)?;
-                        eprintln!("created partition {name} ({security}); put files in it with `maat mkdir --partition {name} DIR`");
-                    }
-                    PartitionCommand::SetSecurity { name, security } => {
-                        c.partition_set_security(&name, security)?;
-                        eprintln!("partition {name} is now {security} for capabilities issued from now on");
-                    }
-                    PartitionCommand::List => {
-                        println!("{:>4}  {:<24} security", "id", "name");
-                        for p in c.partitions()? {
-                            println!("{:>4}  {:<24} {}", p.id, p.name, p.protection);
-                        }
-                    }
-                },
-                AdminCommand::Grouping {
-                    command: GroupingCommand::Set { strategies },
-                } => {
-                    c.set_grouping(&strategies)?;
-                    eprintln!("grouping is now {strategies} for capabilities issued from now on");
-                }
-                AdminCommand::Revoke {
-                    users,
-                    capabilities,
-                } => {
-                    if users.is_empty() && capabilities.is_empty() {
-                        anyhow::bail!("name at least one --user or --capability to revoke");
-                    }
-                    let r = c.revoke(&users, &capabilities)?;
-                    let notice = &r.notice;
-                    let secs = notice.expiry.0.saturating_sub(maat_client::local_now()) / 1000;
-                    eprintln!(
-                        "revoked {} user(s) and {} capability(ies) (notice {}): {} of {} OSDs refuse them now; \
-                         the revocation lapses in about {secs} s, when they would have expired anyway",
-                        notice.users.len(),
-                        notice.capability_ids.len(),
-                        notice.notice_id,
-                        r.osds_told,
-                        r.osds
-                    );
-                    if r.osds_told < r.osds {
-                        eprintln!(
-                            "warning: {} OSD(s) could not be told now; each learns it within a second \
-                             of reaching the MDS, and serves nothing after a restart until it has",
-                            r.osds - r.osds_told
-                        );
-                    }
-                }
-            }
-            Ok(())
-        }
+        Command::Admin { command } => admin::run(&cli.cluster, command),
         Command::Put { local, path } => {
             let mut c = client(&cli.cluster)?;
             let special = local != Path::new("-")
@@ -746,150 +549,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(client(&cli.cluster)?.chown(&path, user, group)?)
         }
-        Command::Stats { json } => {
-            let mut c = client(&cli.cluster)?;
-            let daemons = c.daemon_stats()?;
-            let cs = c.stats.clone();
-            let client_counters = vec![
-                ("requests".to_string(), cs.requests),
-                (
-                    "capability_cache_hits".to_string(),
-                    cs.capability_cache_hits,
-                ),
-                (
-                    "capability_cache_misses".to_string(),
-                    cs.capability_cache_misses,
-                ),
-            ];
-            if json {
-                let mut obj = serde_json::Map::new();
-                for d in daemons.iter() {
-                    let mut m = serde_json::Map::new();
-                    for (k, v) in &d.counters {
-                        m.insert(k.clone(), (*v).into());
-                    }
-                    m.insert("cache_hit_ratio".into(), ratio(&d.counters).into());
-                    obj.insert(d.daemon.clone(), m.into());
-                }
-                let mut m = serde_json::Map::new();
-                for (k, v) in &client_counters {
-                    m.insert(k.clone(), (*v).into());
-                }
-                m.insert("cache_hit_ratio".into(), ratio(&client_counters).into());
-                obj.insert("client".into(), m.into());
-                println!("{}", serde_json::Value::Object(obj));
-            } else {
-                let show = [
-                    "requests",
-                    "refusals",
-                    "signatures_made",
-                    "signatures_verified",
-                    "macs_computed",
-                    "macs_verified",
-                ];
-                println!(
-                    "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                    "daemon",
-                    "requests",
-                    "refused",
-                    "sig_made",
-                    "sig_verif",
-                    "mac_made",
-                    "mac_check",
-                    "cache_hit"
-                );
-                let mut rows: Vec<(String, Vec<(String, u64)>)> = daemons
-                    .into_iter()
-                    .map(|d| (d.daemon, d.counters))
-                    .collect();
-                rows.push(("client".into(), client_counters));
-                let mut reasons = Vec::new();
-                let mut grouping = Vec::new();
-                for (name, counters) in rows {
-                    let get = |k: &str| {
-                        counters
-                            .iter()
-                            .find(|(n, _)| n == k)
-                            .map(|(_, v)| v.to_string())
-                            .unwrap_or_else(|| "-".into())
-                    };
-                    let r = ratio(&counters);
-                    println!(
-                        "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                        name,
-                        get(show[0]),
-                        get(show[1]),
-                        get(show[2]),
-                        get(show[3]),
-                        get(show[4]),
-                        get(show[5]),
-                        if r.is_nan() {
-                            "-".to_string()
-                        } else {
-                            format!("{:.1}%", r * 100.0)
-                        }
-                    );
-                    reasons.extend(counters.iter().filter_map(|(k, v)| {
-                        k.strip_prefix("refused:")
-                            .map(|code| format!("{name}: {code} {v}"))
-                    }));
-                    grouping.extend(grouping_lines(&counters));
-                }
-                if !reasons.is_empty() {
-                    println!("refused, by reason: {}", reasons.join(", "));
-                }
-                for line in grouping {
-                    println!("{line}");
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
-/// SPEC M6 per strategy, from the MDS's `grouping:<strategy>:<what>` counters: one line
-/// per strategy that issued or served a capability.
-fn grouping_lines(counters: &[(String, u64)]) -> Vec<String> {
-    let get = |strategy: &str, what: &str| {
-        counters
-            .iter()
-            .find(|(n, _)| *n == format!("grouping:{strategy}:{what}"))
-            .map_or(0, |(_, v)| *v)
-    };
-    ["single", "unix", "directory", "batch", "onthefly"]
-        .iter()
-        .filter_map(|s| {
-            let (issued, auths, hits) = (
-                get(s, "capabilities"),
-                get(s, "authorizations"),
-                get(s, "cache_hits"),
-            );
-            (issued + hits > 0).then(|| {
-                format!(
-                    "grouping {s}: {issued} capabilities, {:.1} authorizations each, {:.1}% of its opens from the cache",
-                    auths as f64 / issued.max(1) as f64,
-                    100.0 * hits as f64 / (issued + hits) as f64
-                )
-            })
-        })
-        .collect()
-}
-
-/// Capability cache hit ratio from a counter list (NaN when nothing was looked up).
-fn ratio(counters: &[(String, u64)]) -> f64 {
-    let get = |k: &str| {
-        counters
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| *v)
-            .unwrap_or(0)
-    };
-    let hits = get("capability_cache_hits") as f64;
-    let total = hits + get("capability_cache_misses") as f64;
-    if total == 0.0 {
-        f64::NAN
-    } else {
-        hits / total
+        Command::Stats { json } => stats::run(&cli.cluster, json),
     }
 }
 

@@ -1,0 +1,150 @@
+//! `maat stats`: requests, refusals by reason, signatures, MACs, cache hit ratios and
+//! grouping per daemon and for this client.
+
+use anyhow::Result;
+use std::path::PathBuf;
+
+pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
+    let mut c = crate::client(cluster)?;
+    let daemons = c.daemon_stats()?;
+    let cs = c.stats.clone();
+    let client_counters = vec![
+        ("requests".to_string(), cs.requests),
+        (
+            "capability_cache_hits".to_string(),
+            cs.capability_cache_hits,
+        ),
+        (
+            "capability_cache_misses".to_string(),
+            cs.capability_cache_misses,
+        ),
+    ];
+    if json {
+        let mut obj = serde_json::Map::new();
+        for d in daemons.iter() {
+            let mut m = serde_json::Map::new();
+            for (k, v) in &d.counters {
+                m.insert(k.clone(), (*v).into());
+            }
+            m.insert("cache_hit_ratio".into(), ratio(&d.counters).into());
+            obj.insert(d.daemon.clone(), m.into());
+        }
+        let mut m = serde_json::Map::new();
+        for (k, v) in &client_counters {
+            m.insert(k.clone(), (*v).into());
+        }
+        m.insert("cache_hit_ratio".into(), ratio(&client_counters).into());
+        obj.insert("client".into(), m.into());
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        let show = [
+            "requests",
+            "refusals",
+            "signatures_made",
+            "signatures_verified",
+            "macs_computed",
+            "macs_verified",
+        ];
+        println!(
+            "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "daemon",
+            "requests",
+            "refused",
+            "sig_made",
+            "sig_verif",
+            "mac_made",
+            "mac_check",
+            "cache_hit"
+        );
+        let mut rows: Vec<(String, Vec<(String, u64)>)> = daemons
+            .into_iter()
+            .map(|d| (d.daemon, d.counters))
+            .collect();
+        rows.push(("client".into(), client_counters));
+        let mut reasons = Vec::new();
+        let mut grouping = Vec::new();
+        for (name, counters) in rows {
+            let get = |k: &str| {
+                counters
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| v.to_string())
+                    .unwrap_or_else(|| "-".into())
+            };
+            let r = ratio(&counters);
+            println!(
+                "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                name,
+                get(show[0]),
+                get(show[1]),
+                get(show[2]),
+                get(show[3]),
+                get(show[4]),
+                get(show[5]),
+                if r.is_nan() {
+                    "-".to_string()
+                } else {
+                    format!("{:.1}%", r * 100.0)
+                }
+            );
+            reasons.extend(counters.iter().filter_map(|(k, v)| {
+                k.strip_prefix("refused:")
+                    .map(|code| format!("{name}: {code} {v}"))
+            }));
+            grouping.extend(grouping_lines(&counters));
+        }
+        if !reasons.is_empty() {
+            println!("refused, by reason: {}", reasons.join(", "));
+        }
+        for line in grouping {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+/// SPEC M6 per strategy, from the MDS's `grouping:<strategy>:<what>` counters: one line
+/// per strategy that issued or served a capability.
+fn grouping_lines(counters: &[(String, u64)]) -> Vec<String> {
+    let get = |strategy: &str, what: &str| {
+        counters
+            .iter()
+            .find(|(n, _)| *n == format!("grouping:{strategy}:{what}"))
+            .map_or(0, |(_, v)| *v)
+    };
+    ["single", "unix", "directory", "batch", "onthefly"]
+        .iter()
+        .filter_map(|s| {
+            let (issued, auths, hits) = (
+                get(s, "capabilities"),
+                get(s, "authorizations"),
+                get(s, "cache_hits"),
+            );
+            (issued + hits > 0).then(|| {
+                format!(
+                    "grouping {s}: {issued} capabilities, {:.1} authorizations each, {:.1}% of its opens from the cache",
+                    auths as f64 / issued.max(1) as f64,
+                    100.0 * hits as f64 / (issued + hits) as f64
+                )
+            })
+        })
+        .collect()
+}
+
+/// Capability cache hit ratio from a counter list (NaN when nothing was looked up).
+fn ratio(counters: &[(String, u64)]) -> f64 {
+    let get = |k: &str| {
+        counters
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| *v)
+            .unwrap_or(0)
+    };
+    let hits = get("capability_cache_hits") as f64;
+    let total = hits + get("capability_cache_misses") as f64;
+    if total == 0.0 {
+        f64::NAN
+    } else {
+        hits / total
+    }
+}
