@@ -90,8 +90,28 @@ struct TreeCache {
 }
 
 impl TreeCache {
+    /// Keeps a tree for `GetTree`. One root can stand in several capabilities for
+    /// different users (the same directory's file set named for two groups of users):
+    /// whoever any of them names may fetch it, so the readers are merged.
     fn insert(&mut self, root: Digest, entry: Arc<TreeEntry>) {
-        if self.trees.contains_key(&root) {
+        if let Some(held) = self.trees.get_mut(&root) {
+            if entry
+                .readers
+                .iter()
+                .all(|r| held.readers.binary_search(r).is_ok())
+            {
+                return;
+            }
+            let mut readers = held.readers.clone();
+            readers.extend(entry.readers.iter().copied());
+            readers.sort_unstable();
+            readers.dedup();
+            self.members += readers.len().saturating_sub(held.readers.len());
+            *held = Arc::new(TreeEntry {
+                message: held.message.clone(),
+                members: readers.len(),
+                readers,
+            });
             return;
         }
         self.members += entry.members;
@@ -867,5 +887,38 @@ impl<S: MetaStore> crate::Mds<S> {
             ));
         }
         Ok(MdsResponse::Tree(entry.message.clone()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn entry(readers: &[u64]) -> Arc<TreeEntry> {
+        Arc::new(TreeEntry {
+            message: vec![1, 2, 3],
+            readers: readers.to_vec(),
+            members: readers.len(),
+        })
+    }
+
+    /// Found by `maat bench grouping`: a directory's file set named for one group of
+    /// users and then for another kept only the first group as readers, and the second
+    /// was refused the tree its own capability named.
+    #[test]
+    fn a_root_named_for_two_user_sets_is_fetchable_by_both() {
+        let mut cache = TreeCache::default();
+        let root = [7u8; 32];
+        cache.insert(root, entry(&[2, 5]));
+        cache.insert(root, entry(&[3, 5]));
+        let held = cache.trees.get(&root).unwrap();
+        assert_eq!(held.readers, vec![2, 3, 5]);
+        assert_eq!(held.message, vec![1, 2, 3]);
+        assert_eq!(cache.members, 3);
+        // Nothing new: nothing changes.
+        cache.insert(root, entry(&[2]));
+        assert_eq!(cache.trees.get(&root).unwrap().readers, vec![2, 3, 5]);
+        assert_eq!(cache.trees.len(), 1);
     }
 }

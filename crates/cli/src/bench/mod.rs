@@ -4,6 +4,7 @@
 
 mod crowd;
 mod delegation;
+mod grouping;
 mod ior;
 mod login;
 mod objects;
@@ -82,6 +83,27 @@ pub enum BenchCommand {
         /// Capability lifetime of the bench cluster, seconds (clients renew at 80 %).
         #[arg(long, default_value_t = 5)]
         lifetime: u64,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// E2 (paper 000 Fig. 7): a mixed workload. Every 10 clients share a UNIX group; each
+    /// client writes its group's 6 shared files and 4 of its own in 128 KiB chunks. Per
+    /// client count: mean open and write latency, write throughput, MDS signatures and
+    /// OSD verifications under NOSEC, no grouping, UNIX and combined grouping. JSON keys
+    /// `open_<mode>_us_<N>`, `write_<mode>_us_<N>`, `write_<mode>_mb_s_<N>`,
+    /// `signatures_<mode>_<N>`, `osd_verifications_<mode>_<N>`,
+    /// `open_combined_over_nosec_<N>` (mode: nosec, none, unix, combined).
+    Grouping {
+        /// Client counts (the paper: 10 to 140).
+        #[arg(long, value_delimiter = ',', default_value = "10,20,40")]
+        clients: Vec<u32>,
+        /// Size of each file, KiB (the paper: 5 MB).
+        #[arg(long, default_value_t = 1024)]
+        file_kib: u64,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -366,6 +388,12 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => renewal::run_renewal(&clients, periods, lifetime, data, json),
+        BenchCommand::Grouping {
+            clients,
+            file_kib,
+            data,
+            json,
+        } => grouping::run_grouping(&clients, file_kib, data, json),
         BenchCommand::Delegation {
             participants,
             files,

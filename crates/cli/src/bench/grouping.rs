@@ -1,0 +1,233 @@
+//! `maat bench grouping` (E2, paper 000 Fig. 7, §4.3): a mixed workload. Every 10 clients
+//! share a UNIX group; each client writes the 6 files its group shares (mode 0660) and 4
+//! files of its own (0600), each `--file-kib` KiB (paper: 5 MB) in 128 KiB chunks. Per
+//! client count and grouping setting, on fresh files (a cold capability cache): the mean
+//! MDS open latency, the mean write latency, the total write throughput, the exact MDS
+//! signatures and OSD verifications, beside NOSEC. Settings: none, UNIX, and combined
+//! (UNIX, directory, temporal batching, on-the-fly). Recent Popularity prediction is not
+//! built, so the paper's prediction column has no counterpart here.
+
+use super::LocalCluster;
+use anyhow::{anyhow, bail, Context, Result};
+use maat_client::Client;
+use maat_proto::msg::Access;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Bytes per write (the paper's chunk).
+const CHUNK: u64 = 128 * 1024;
+/// Clients per UNIX group (the paper's).
+const GROUP: usize = 10;
+/// Shared files per group and private files per client (the paper's).
+const SHARED: usize = 6;
+const PRIVATE: usize = 4;
+
+/// Settings compared: name, grouping strategies (`None`: NOSEC).
+const MODES: [(&str, Option<&str>); 4] = [
+    ("nosec", None),
+    ("none", Some("none")),
+    ("unix", Some("unix")),
+    ("combined", Some("unix,directory,batch,onthefly")),
+];
+
+fn counter(admin: &mut Client, prefix: &str, name: &str) -> Result<u64> {
+    Ok(admin
+        .daemon_stats()?
+        .iter()
+        .filter(|d| d.daemon.starts_with(prefix))
+        .flat_map(|d| d.counters.iter())
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .sum())
+}
+
+/// What one client measured: open latencies and write latencies (µs), bytes written.
+#[derive(Default)]
+struct Sample {
+    opens: Vec<f64>,
+    writes: Vec<f64>,
+    bytes: u64,
+}
+
+/// One client's work: open each path for writing (creating its own files 0600), write
+/// it in chunks, record the size.
+fn work(c: &mut Client, paths: &[String], file_bytes: u64) -> Result<Sample> {
+    let mut s = Sample::default();
+    for path in paths {
+        let t = Instant::now();
+        let opened = c.open(path, Access::ReadWrite, Some(0o600))?;
+        s.opens.push(t.elapsed().as_secs_f64() * 1e6);
+        let mut at = 0;
+        while at < file_bytes {
+            let len = CHUNK.min(file_bytes - at);
+            let t = Instant::now();
+            c.write_at(&opened, at, vec![at as u8; len as usize])?;
+            s.writes.push(t.elapsed().as_secs_f64() * 1e6);
+            at += len;
+        }
+        c.set_size(path, &opened, file_bytes)?;
+        s.bytes += file_bytes;
+    }
+    Ok(s)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+pub(super) fn run_grouping(
+    sizes: &[u32],
+    file_kib: u64,
+    data: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
+    let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
+    if largest == 0 || largest > 1000 || file_kib == 0 {
+        bail!("--clients must be between 1 and 1000, --file-kib at least 1");
+    }
+    let file_bytes = file_kib * 1024;
+    let cluster = LocalCluster::start(data)?;
+    let mut admin = cluster.admin()?;
+    admin.mkdir("/e2", 0o777, false)?;
+    if !json {
+        eprintln!("bench grouping: adding and logging in {largest} users");
+    }
+    let users = cluster.logged_in_users("e2u", 0..largest)?;
+    let groups = largest.div_ceil(GROUP);
+    for g in 0..groups {
+        let group = format!("e2g{g}");
+        admin.group_add(&group)?;
+        for (name, _) in users.iter().skip(g * GROUP).take(GROUP) {
+            admin.group_member_add(&group, name)?;
+        }
+    }
+    let mut secure = Vec::with_capacity(largest);
+    let mut insecure = Vec::with_capacity(largest);
+    let mut names = Vec::with_capacity(largest);
+    // The MDS reads a user's groups at every request: memberships added after the
+    // logins apply at once.
+    for (name, c) in users {
+        let uid = c.uid().ok_or_else(|| anyhow!("no uid after login"))?;
+        names.push(name);
+        secure.push(c);
+        let mut i = Client::new(cluster.file.clone(), None)?;
+        i.danger_insecure_as(uid);
+        insecure.push((i, uid));
+    }
+    let mut obj = serde_json::Map::new();
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let n = n as usize;
+        let mut row = vec![n as f64];
+        for (mode, strategies) in MODES {
+            if let Some(s) = strategies {
+                admin.set_grouping(s)?;
+            }
+            // Fresh files: the shared ones made by the administrator for each group.
+            let base = format!("/e2/{mode}-{n}");
+            admin.mkdir(&base, 0o777, false)?;
+            let mut plans: Vec<Vec<String>> = Vec::with_capacity(n);
+            for g in 0..n.div_ceil(GROUP) {
+                let dir = format!("{base}/g{g}");
+                admin.mkdir(&dir, 0o777, false)?;
+                let owner = names.get(g * GROUP).ok_or_else(|| anyhow!("no owner"))?;
+                for f in 0..SHARED {
+                    let path = format!("{dir}/shared{f}");
+                    admin.put(&mut &b""[..], 0, &path, &mut |_| {})?;
+                    admin.chown(&path, Some(owner), Some(&format!("e2g{g}")))?;
+                    admin.chmod(&path, 0o660)?;
+                }
+            }
+            for (i, name) in names.iter().take(n).enumerate() {
+                let dir = format!("{base}/g{}", i / GROUP);
+                let mut paths: Vec<String> =
+                    (0..SHARED).map(|f| format!("{dir}/shared{f}")).collect();
+                paths.extend((0..PRIVATE).map(|f| format!("{dir}/{name}-{f}")));
+                plans.push(paths);
+            }
+            let signed = counter(&mut admin, "mds", "signatures_made")?;
+            let verified = counter(&mut admin, "osd", "signatures_verified")?;
+            let started = Instant::now();
+            let samples: Vec<Sample> = std::thread::scope(|s| -> Result<Vec<Sample>> {
+                let handles: Vec<_> = if strategies.is_some() {
+                    secure
+                        .iter_mut()
+                        .zip(&plans)
+                        .map(|(c, paths)| s.spawn(move || work(c, paths, file_bytes)))
+                        .collect()
+                } else {
+                    insecure
+                        .iter_mut()
+                        .zip(&plans)
+                        .map(|((c, _), paths)| s.spawn(move || work(c, paths, file_bytes)))
+                        .collect()
+                };
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .map_err(|_| anyhow!("a client thread panicked"))?
+                            .with_context(|| format!("mode {mode}"))
+                    })
+                    .collect()
+            })?;
+            let seconds = started.elapsed().as_secs_f64();
+            let sigs = counter(&mut admin, "mds", "signatures_made")?.saturating_sub(signed);
+            let verifs =
+                counter(&mut admin, "osd", "signatures_verified")?.saturating_sub(verified);
+            let opens: Vec<f64> = samples.iter().flat_map(|s| s.opens.clone()).collect();
+            let writes: Vec<f64> = samples.iter().flat_map(|s| s.writes.clone()).collect();
+            let bytes: u64 = samples.iter().map(|s| s.bytes).sum();
+            let mb_s = bytes as f64 / 1e6 / seconds.max(1e-9);
+            let (open_us, write_us) = (mean(&opens), mean(&writes));
+            obj.insert(format!("open_{mode}_us_{n}"), open_us.into());
+            obj.insert(format!("write_{mode}_us_{n}"), write_us.into());
+            obj.insert(format!("write_{mode}_mb_s_{n}"), mb_s.into());
+            obj.insert(format!("signatures_{mode}_{n}"), sigs.into());
+            obj.insert(format!("osd_verifications_{mode}_{n}"), verifs.into());
+            row.extend([open_us, write_us, mb_s, sigs as f64, verifs as f64]);
+        }
+        if let (Some(nosec), Some(combined)) = (row.get(1).copied(), row.get(16).copied()) {
+            obj.insert(
+                format!("open_combined_over_nosec_{n}"),
+                (combined / nosec.max(1e-9)).into(),
+            );
+        }
+        rows.push(row);
+    }
+    admin.set_grouping("unix,onthefly")?;
+    if json {
+        println!("{}", serde_json::Value::Object(obj));
+        return Ok(());
+    }
+    println!(
+        "E2 mixed workload: per client {SHARED} group-shared + {PRIVATE} private files of \
+         {file_kib} KiB in 128 KiB writes; groups of {GROUP}"
+    );
+    println!("(mean open µs, mean write µs, total write MB/s, MDS signatures, OSD verifications)");
+    println!(
+        "{:>7} | {:>30} | {:>30} | {:>30} | {:>30}",
+        "clients", "NOSEC", "no grouping", "UNIX", "combined"
+    );
+    for r in rows {
+        let cell = |i: usize| -> String {
+            match r.get(i..i + 5) {
+                Some([o, w, t, s, v]) => format!("{o:>6.0} {w:>6.0} {t:>6.1} {s:>4} {v:>5}"),
+                _ => String::new(),
+            }
+        };
+        println!(
+            "{:>7} | {:>30} | {:>30} | {:>30} | {:>30}",
+            r.first().copied().unwrap_or(0.0),
+            cell(1),
+            cell(6),
+            cell(11),
+            cell(16)
+        );
+    }
+    Ok(())
+}
