@@ -41,9 +41,29 @@ impl Renewed {
             .is_some_and(|expiry| *expiry > now)
     }
 
-    /// Keeps what a verified token grants.
+    /// Keeps what a verified token grants. The token counts as known (not verified
+    /// again) only when every id it names was kept: a table full of valid renewals leaves
+    /// the rest unrenewed here, and the same token supplied later is checked and tried
+    /// again rather than taken as applied.
     pub fn insert(&self, digest: Digest, token: &RenewalToken, now: UnixMillis) {
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if inner.expiries.len() + token.capability_ids.len() > RENEWED_CAPABILITIES_MAX {
+            inner.expiries.retain(|_, expiry| *expiry > now);
+        }
+        let mut complete = true;
+        for id in &token.capability_ids {
+            if inner.expiries.len() >= RENEWED_CAPABILITIES_MAX
+                && !inner.expiries.contains_key(&id.0)
+            {
+                complete = false;
+                break;
+            }
+            let e = inner.expiries.entry(id.0).or_insert(token.expiry);
+            *e = (*e).max(token.expiry);
+        }
+        if !complete {
+            return;
+        }
         if inner.tokens.len() >= RENEWAL_TOKENS_KEPT_MAX {
             inner.tokens.retain(|_, expiry| *expiry > now);
             if inner.tokens.len() >= RENEWAL_TOKENS_KEPT_MAX {
@@ -51,18 +71,6 @@ impl Renewed {
             }
         }
         inner.tokens.insert(digest, token.expiry);
-        if inner.expiries.len() + token.capability_ids.len() > RENEWED_CAPABILITIES_MAX {
-            inner.expiries.retain(|_, expiry| *expiry > now);
-        }
-        for id in &token.capability_ids {
-            if inner.expiries.len() >= RENEWED_CAPABILITIES_MAX {
-                // Full of valid renewals: the rest stay unrenewed here, and their
-                // holders open the files again when the capabilities expire.
-                break;
-            }
-            let e = inner.expiries.entry(id.0).or_insert(token.expiry);
-            *e = (*e).max(token.expiry);
-        }
     }
 
     /// Capability ids with a renewed expiry kept.
@@ -72,5 +80,39 @@ impl Renewed {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
         self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use maat_proto::CapabilityId;
+
+    fn token(ids: std::ops::Range<u64>, expiry: u64) -> RenewalToken {
+        RenewalToken {
+            token_id: 1,
+            start: UnixMillis(0),
+            expiry: UnixMillis(expiry),
+            capability_ids: ids.map(CapabilityId).collect(),
+        }
+    }
+
+    #[test]
+    fn a_token_not_wholly_kept_is_not_taken_as_applied() {
+        let r = Renewed::default();
+        let now = UnixMillis(1);
+        let max = RENEWED_CAPABILITIES_MAX as u64;
+        r.insert([1; 32], &token(0..max, 100), now);
+        assert!(r.known(&[1; 32], now));
+        // The table is full of valid renewals: the next token's new ids do not fit.
+        r.insert([2; 32], &token(max - 1..max + 1, 200), now);
+        assert!(!r.known(&[2; 32], now), "a token with an id left out was marked known");
+        assert_eq!(r.expiry(max), None);
+        // Once the old renewals lapse, the same token is kept whole.
+        let later = UnixMillis(150);
+        r.insert([2; 32], &token(max - 1..max + 1, 200), later);
+        assert!(r.known(&[2; 32], later));
+        assert_eq!(r.expiry(max), Some(UnixMillis(200)));
     }
 }
