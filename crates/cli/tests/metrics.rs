@@ -1,7 +1,7 @@
 //! Prometheus metrics on live daemons: `maat up` gives every daemon an endpoint, and what
 //! it serves parses with a real Prometheus text parser (`prometheus-parse`) and reports
 //! the work just done: requests, signatures, bytes, refusals by reason and latency
-//! histograms per frame kind.
+//! histograms per frame kind and request.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -85,9 +85,11 @@ fn every_daemon_serves_parseable_prometheus_metrics_of_its_work() {
         .samples
         .iter()
         .find(|x| {
-            x.metric == "maat_request_duration_seconds" && x.labels.get("kind") == Some("request")
+            x.metric == "maat_request_duration_seconds"
+                && x.labels.get("kind") == Some("request")
+                && x.labels.get("request") == Some("open")
         })
-        .expect("a latency histogram for sealed MDS requests");
+        .expect("a latency histogram for MDS opens");
     let Value::Histogram(buckets) = &latency.value else {
         panic!("{:?}", latency.value)
     };
@@ -99,10 +101,16 @@ fn every_daemon_serves_parseable_prometheus_metrics_of_its_work() {
         mds.samples.iter().map(|x| x.metric.clone()).collect();
     let mut written = 0.0;
     let mut wrong_user = 0.0;
+    let mut timed_writes = false;
     for osd in ["osd-1", "osd-2"] {
         let s = scrape(&cluster, osd);
         names.extend(s.samples.iter().map(|x| x.metric.clone()));
         written += value(&s, "maat_bytes_written_total", &[]);
+        timed_writes |= s.samples.iter().any(|x| {
+            x.metric == "maat_request_duration_seconds"
+                && x.labels.get("request") == Some("write")
+                && matches!(&x.value, Value::Histogram(b) if b.last().is_some_and(|b| b.count > 0.0))
+        });
         wrong_user += s
             .samples
             .iter()
@@ -118,6 +126,7 @@ fn every_daemon_serves_parseable_prometheus_metrics_of_its_work() {
     }
     assert!(written >= data.len() as f64, "{written}");
     assert_eq!(wrong_user, 1.0);
+    assert!(timed_writes, "no OSD has a latency histogram for writes");
 
     // Every series the Grafana dashboard in the repository plots exists.
     let dashboard = std::fs::read_to_string(

@@ -12,16 +12,36 @@ impl<S: MetaStore> Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Vec<u8>, WireError> {
+        self.handle_request_named(payload, now, rng).1
+    }
+
+    /// [`Mds::handle_request`], and the request's name ([`MdsRequest::kind`]) once it
+    /// was authenticated and decoded, for the shell's latency metrics.
+    pub fn handle_request_named(
+        &self,
+        payload: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> (Option<&'static str>, Result<Vec<u8>, WireError>) {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let authenticated = self.refuse_counted(self.authenticate(payload, now));
-        let (request, session_id, nonce, key, principal) =
-            authenticated.map_err(|e| e.to_wire())?;
+        let (request, session_id, nonce, key, principal) = match authenticated {
+            Ok(a) => a,
+            Err(e) => return (None, Err(e.to_wire())),
+        };
+        let mut name = None;
         let result = msg::decode::<MdsRequest>(request)
             .map_err(MdsError::from)
-            .and_then(|r| self.dispatch(&principal, Some(&session_id), r, now, rng));
+            .and_then(|r| {
+                name = Some(r.kind());
+                self.dispatch(&principal, Some(&session_id), r, now, rng)
+            });
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
         let body = msg::encode_result(&result);
-        Ok(wire::seal_response(&key, &session_id, &nonce, now, &body))
+        (
+            name,
+            Ok(wire::seal_response(&key, &session_id, &nonce, now, &body)),
+        )
     }
 
     #[allow(clippy::type_complexity)]

@@ -107,7 +107,10 @@ mod tests {
         assert!(r.known(&[1; 32], now));
         // The table is full of valid renewals: the next token's new ids do not fit.
         r.insert([2; 32], &token(max - 1..max + 1, 200), now);
-        assert!(!r.known(&[2; 32], now), "a token with an id left out was marked known");
+        assert!(
+            !r.known(&[2; 32], now),
+            "a token with an id left out was marked known"
+        );
         assert_eq!(r.expiry(max), None);
         // Once the old renewals lapse, the same token is kept whole.
         let later = UnixMillis(150);

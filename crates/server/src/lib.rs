@@ -253,17 +253,21 @@ pub fn run_mds(
         announce_metrics(&config.data_dir, "mds", served)?;
     }
     let handler = move |peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
-        let _timer = LatencyTimer::start(&latencies, frame_type);
+        let mut timer = LatencyTimer::start(&latencies, frame_type);
         let now = now();
         let answer = match frame_type {
             FrameType::Plain => (
                 FrameType::Plain,
                 mds.handle_plain(peer, payload, now, &mut OsRng),
             ),
-            FrameType::Request => match mds.handle_request(payload, now, &mut OsRng) {
-                Ok(sealed) => (FrameType::Response, sealed),
-                Err(refusal) => refusal_frame(&refusal),
-            },
+            FrameType::Request => {
+                let (name, answer) = mds.handle_request_named(payload, now, &mut OsRng);
+                timer.request = name.unwrap_or("-");
+                match answer {
+                    Ok(sealed) => (FrameType::Response, sealed),
+                    Err(refusal) => refusal_frame(&refusal),
+                }
+            }
             FrameType::Insecure => (
                 FrameType::Plain,
                 mds.handle_insecure(payload, now, &mut OsRng),
@@ -283,10 +287,12 @@ pub fn run_mds(
     Ok(())
 }
 
-/// Times one request into the latency histogram of its frame kind when dropped.
+/// Times one request into the latency histogram of its frame kind and, once known, its
+/// request name, when dropped.
 struct LatencyTimer<'a> {
     latencies: &'a metrics::Latencies,
     kind: &'static str,
+    request: &'static str,
     started: std::time::Instant,
 }
 
@@ -302,6 +308,7 @@ impl<'a> LatencyTimer<'a> {
         LatencyTimer {
             latencies,
             kind,
+            request: "-",
             started: std::time::Instant::now(),
         }
     }
@@ -309,7 +316,8 @@ impl<'a> LatencyTimer<'a> {
 
 impl Drop for LatencyTimer<'_> {
     fn drop(&mut self) {
-        self.latencies.observe(self.kind, self.started.elapsed());
+        self.latencies
+            .observe(self.kind, self.request, self.started.elapsed());
     }
 }
 
@@ -401,7 +409,7 @@ pub fn run_osd(
         announce_metrics(&config.data_dir, &format!("osd {}", config.id), served)?;
     }
     let handler = move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
-        let _timer = LatencyTimer::start(&latencies, frame_type);
+        let mut timer = LatencyTimer::start(&latencies, frame_type);
         let now = now();
         match frame_type {
             FrameType::Plain => (
@@ -417,6 +425,7 @@ pub fn run_osd(
                 };
                 match opened {
                     Ok((caller, request)) => {
+                        timer.request = request.command.kind();
                         let result = core.execute(store.as_ref(), &caller, &request, now);
                         let (frame_type, parts) =
                             core.seal_response(&caller, result, now, &mut OsRng);

@@ -9,7 +9,9 @@
 //! `maat_grouping_x_total{strategy="STRATEGY"}`; `renewal:x` becomes `maat_renewal_x_total`;
 //! levels (cache sizes, tables) are gauges without the suffix. Every series carries
 //! `daemon="mds"` or `daemon="osd N"`. Latency: `maat_request_duration_seconds`, a histogram
-//! per frame kind (`plain`, `request`, `sec_request`, `insecure`).
+//! per frame kind (`plain`, `request`, `sec_request`, `insecure`) and request (`open`,
+//! `stat`, `renew`, … at the MDS; `read`, `write`, `supply_proof`, … at OSDs; `-` when
+//! refused before it was decoded).
 
 use crate::ServerError;
 use maat_proto::msg::DaemonStats;
@@ -43,18 +45,19 @@ struct Histogram {
     sum: f64,
 }
 
-/// Request latencies by frame kind.
+/// Request latencies by frame kind and request name.
 #[derive(Default)]
 pub struct Latencies {
-    by_kind: Mutex<BTreeMap<&'static str, Histogram>>,
+    by_kind: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
 }
 
 impl Latencies {
-    /// Records one request of `kind` that took `elapsed`.
-    pub fn observe(&self, kind: &'static str, elapsed: Duration) {
+    /// Records one request of frame kind `kind` and name `request` (`-` when it was
+    /// refused before its name was known) that took `elapsed`.
+    pub fn observe(&self, kind: &'static str, request: &'static str, elapsed: Duration) {
         let secs = elapsed.as_secs_f64();
         let mut map = self.by_kind.lock().unwrap_or_else(|p| p.into_inner());
-        let h = map.entry(kind).or_default();
+        let h = map.entry((kind, request)).or_default();
         for (bucket, le) in h.buckets.iter_mut().zip(LATENCY_BUCKETS) {
             if secs <= le {
                 *bucket += 1;
@@ -127,29 +130,29 @@ pub fn render(stats: &DaemonStats, latencies: &Latencies) -> String {
     let name = "maat_request_duration_seconds";
     let _ = writeln!(
         out,
-        "# HELP {name} Time to answer one request, by frame kind."
+        "# HELP {name} Time to answer one request, by frame kind and request."
     );
     let _ = writeln!(out, "# TYPE {name} histogram");
-    for (kind, h) in &map {
+    for ((kind, request), h) in &map {
         for (count, le) in h.buckets.iter().zip(LATENCY_BUCKETS) {
             let _ = writeln!(
                 out,
-                "{name}_bucket{{daemon=\"{daemon}\",kind=\"{kind}\",le=\"{le}\"}} {count}"
+                "{name}_bucket{{daemon=\"{daemon}\",kind=\"{kind}\",request=\"{request}\",le=\"{le}\"}} {count}"
             );
         }
         let _ = writeln!(
             out,
-            "{name}_bucket{{daemon=\"{daemon}\",kind=\"{kind}\",le=\"+Inf\"}} {}",
+            "{name}_bucket{{daemon=\"{daemon}\",kind=\"{kind}\",request=\"{request}\",le=\"+Inf\"}} {}",
             h.count
         );
         let _ = writeln!(
             out,
-            "{name}_sum{{daemon=\"{daemon}\",kind=\"{kind}\"}} {}",
+            "{name}_sum{{daemon=\"{daemon}\",kind=\"{kind}\",request=\"{request}\"}} {}",
             h.sum
         );
         let _ = writeln!(
             out,
-            "{name}_count{{daemon=\"{daemon}\",kind=\"{kind}\"}} {}",
+            "{name}_count{{daemon=\"{daemon}\",kind=\"{kind}\",request=\"{request}\"}} {}",
             h.count
         );
     }

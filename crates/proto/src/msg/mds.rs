@@ -398,6 +398,48 @@ pub enum MdsRequest {
     },
 }
 
+impl MdsRequest {
+    /// The request's name in metrics (`maat_request_duration_seconds{request=…}`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MdsRequest::ClusterMap => "cluster_map",
+            MdsRequest::Stat { .. } => "stat",
+            MdsRequest::Readdir { .. } => "readdir",
+            MdsRequest::Mkdir { .. } => "mkdir",
+            MdsRequest::Rmdir { .. } => "rmdir",
+            MdsRequest::Open { .. } => "open",
+            MdsRequest::SetSize { .. } => "set_size",
+            MdsRequest::Unlink { .. } => "unlink",
+            MdsRequest::Rename { .. } => "rename",
+            MdsRequest::Chmod { .. } => "chmod",
+            MdsRequest::Chown { .. } => "chown",
+            MdsRequest::UserAdd { .. } => "user_add",
+            MdsRequest::UserRm { .. } => "user_rm",
+            MdsRequest::GroupAdd { .. } => "group_add",
+            MdsRequest::GroupMemberAdd { .. } => "group_member_add",
+            MdsRequest::Stats => "stats",
+            MdsRequest::Logout => "logout",
+            MdsRequest::RegisterStart { .. } => "register_start",
+            MdsRequest::UserAddOpaque { .. } => "user_add_opaque",
+            MdsRequest::SetCredential { .. } => "set_credential",
+            MdsRequest::PartitionCreate { .. } => "partition_create",
+            MdsRequest::PartitionSetSecurity { .. } => "partition_set_security",
+            MdsRequest::PartitionList => "partition_list",
+            MdsRequest::GetTree { .. } => "get_tree",
+            MdsRequest::SetGrouping { .. } => "set_grouping",
+            MdsRequest::Renew { .. } => "renew",
+            MdsRequest::Revoke { .. } => "revoke",
+            MdsRequest::JobCreate { .. } => "job_create",
+            MdsRequest::OpenG { .. } => "open_g",
+            MdsRequest::JobRenew { .. } => "job_renew",
+            MdsRequest::JobLifetime { .. } => "job_lifetime",
+            MdsRequest::JobEnd { .. } => "job_end",
+            MdsRequest::UserTicket { .. } => "user_ticket",
+            MdsRequest::SetSizeByHandle { .. } => "set_size_by_handle",
+        }
+    }
+}
+
 /// File or directory attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileStat {

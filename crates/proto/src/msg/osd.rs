@@ -138,6 +138,27 @@ pub enum OsdCommand {
 }
 
 impl OsdCommand {
+    /// The command's name in metrics (`maat_request_duration_seconds{request=…}`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OsdCommand::Create { .. } => "create",
+            OsdCommand::Remove { .. } => "remove",
+            OsdCommand::Read { .. } => "read",
+            OsdCommand::Write { .. } => "write",
+            OsdCommand::Append { .. } => "append",
+            OsdCommand::GetAttributes { .. } => "get_attributes",
+            OsdCommand::SetAttributes { .. } => "set_attributes",
+            OsdCommand::List { .. } => "list",
+            OsdCommand::CreatePartition { .. } => "create_partition",
+            OsdCommand::RemovePartition { .. } => "remove_partition",
+            OsdCommand::Format => "format",
+            OsdCommand::Stats => "stats",
+            OsdCommand::SupplyTree { .. } => "supply_tree",
+            OsdCommand::SupplyRenewal { .. } => "supply_renewal",
+            OsdCommand::SupplyProof { .. } => "supply_proof",
+        }
+    }
+
     /// The object a data command acts on, and the access it needs; `None` for
     /// administrative commands.
     pub fn object_access(&self) -> Option<(ObjectId, crate::capability::Mode)> {
