@@ -42,21 +42,28 @@ pub fn write_private_file(path: &Path, bytes: &[u8], durable: bool) -> Result<()
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let local = |e: std::io::Error, p: &Path| ClientError::Local(format!("{}: {e}", p.display()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     let mut temp_name = path.file_name().unwrap_or_default().to_os_string();
-    temp_name.push(format!(".{}.partial", std::process::id()));
+    temp_name.push(format!(".{}.{nanos}.partial", std::process::id()));
     let temp = path.with_file_name(temp_name);
+    // A new file only (never through a file or link someone planted at that name).
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&temp)
         .map_err(|e| local(e, &temp))?;
-    f.write_all(bytes).map_err(|e| local(e, &temp))?;
-    if durable {
-        f.sync_all().map_err(|e| local(e, &temp))?;
+    let written = f
+        .write_all(bytes)
+        .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
+        .and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(local(e, path));
     }
-    std::fs::rename(&temp, path).map_err(|e| local(e, path))
+    Ok(())
 }
 
 /// Refuses a key or session file that group or others can read (as ssh does).

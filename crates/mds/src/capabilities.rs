@@ -112,11 +112,11 @@ impl TreeCache {
                 members: readers.len(),
                 readers,
             });
-            return;
+        } else {
+            self.members += entry.members;
+            self.trees.insert(root, entry);
+            self.order.push_back(root);
         }
-        self.members += entry.members;
-        self.trees.insert(root, entry);
-        self.order.push_back(root);
         while self.trees.len() > TREE_CACHE_ENTRIES_MAX || self.members > TREE_CACHE_MEMBERS_MAX {
             let Some(old) = self.order.pop_front() else {
                 break;
@@ -881,9 +881,11 @@ impl<S: MetaStore> crate::Mds<S> {
                 )
             })?;
         if who.uid != ADMIN_UID && entry.readers.binary_search(&who.uid).is_err() {
+            // Not named in any capability the tree is held for now (it may have been
+            // dropped and kept again for others'): opening again names the requester.
             return Err(MdsError::refused(
-                ErrorCode::PermissionDenied,
-                "only users named in the capability may fetch its trees",
+                ErrorCode::UnknownTree,
+                "this MDS holds that tree for other users' capabilities only: open the file again",
             ));
         }
         Ok(MdsResponse::Tree(entry.message.clone()))

@@ -137,13 +137,16 @@ impl<S: MetaStore> crate::Mds<S> {
                     .strip_prefix(JOB_META_PREFIX)
                     .and_then(|h| hex::decode(h).ok())
                     .and_then(|h| <[u8; 32]>::try_from(h).ok());
-                match (hash, Job::decode(&bytes)) {
-                    (Some(hash), Ok(job)) if job.live(now) => {
-                        jobs.insert(hash, job);
-                    }
-                    _ => {
-                        batch.push(Op::DeleteMeta(key));
-                    }
+                // A record this build cannot read is not dropped: its key would become
+                // free to register again.
+                let hash = hash.ok_or_else(|| {
+                    refused(ErrorCode::Internal, format!("job record {key}: bad key"))
+                })?;
+                let job = Job::decode(&bytes)?;
+                if job.live(now) {
+                    jobs.insert(hash, job);
+                } else {
+                    batch.push(Op::DeleteMeta(key));
                 }
             }
             self.store.commit(batch)?;
@@ -187,16 +190,27 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(())
     }
 
-    /// The keys of the live, not ended jobs `uids` lead (their participants are cut off
-    /// with them, SPEC M9).
-    pub(crate) fn job_keys_led_by(&self, uids: &[u64], now: UnixMillis) -> Result<Vec<[u8; 32]>> {
+    /// Ends, durably, the live jobs `uids` lead and returns their keys (ended before or
+    /// now): a revoked lead's participants are cut off with it, and its jobs never come
+    /// back when the revocation lapses (SPEC M9 + M10).
+    pub(crate) fn end_jobs_led_by(&self, uids: &[u64], now: UnixMillis) -> Result<Vec<[u8; 32]>> {
+        if uids.is_empty() {
+            return Ok(Vec::new());
+        }
         self.with_jobs(now, |jobs| {
-            let mut keys: Vec<[u8; 32]> = jobs
-                .iter()
-                .filter(|(_, j)| !j.ended && j.live(now) && uids.contains(&j.lead))
-                .map(|(h, _)| *h)
-                .collect();
-            keys.sort_unstable();
+            let mut keys = Vec::new();
+            for (hash, job) in jobs.iter_mut() {
+                if !job.live(now) || !uids.contains(&job.lead) {
+                    continue;
+                }
+                if !job.ended {
+                    let mut ended = job.clone();
+                    ended.ended = true;
+                    self.persist(hash, &ended)?;
+                    *job = ended;
+                }
+                keys.push(*hash);
+            }
             Ok(keys)
         })
     }
@@ -208,6 +222,10 @@ impl<S: MetaStore> crate::Mds<S> {
         key: [u8; 32],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
+        // Under the read side of the access-control gate: a revocation of this user
+        // (which takes the write side) is wholly before (refused here) or after (and
+        // then ends this job).
+        let (_gate, _) = self.gate_and_acl()?;
         self.not_revoked(who, now)?;
         VerifyingKey::from_bytes(&key).map_err(|_| {
             refused(
@@ -460,15 +478,16 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         self.with_jobs(now, |jobs| match jobs.get_mut(&hash) {
-            Some(job) if job.ended => Err(refused(
-                ErrorCode::InvalidArgument,
-                "the job was ended already",
-            )),
             Some(job) if job.lead == who.uid || who.is_admin() => {
-                job.ended = true;
-                let job = job.clone();
-                // Durable before the notice: the key is never renewed again.
-                self.persist(&hash, &job)
+                if !job.ended {
+                    // Durable before the notice: the key is never renewed again. A
+                    // notice that then fails is sent by the next JobEnd.
+                    let mut ended = job.clone();
+                    ended.ended = true;
+                    self.persist(&hash, &ended)?;
+                    *job = ended;
+                }
+                Ok(())
             }
             Some(_) => Err(refused(
                 ErrorCode::PermissionDenied,
@@ -479,6 +498,13 @@ impl<S: MetaStore> crate::Mds<S> {
             None => Err(unknown_job()),
         })?;
         self.revoke_entries(Vec::new(), Vec::new(), vec![hash], now)
+            .map_err(|e| match e {
+                MdsError::Refused(w) if w.code == ErrorCode::InvalidArgument => refused(
+                    ErrorCode::InvalidArgument,
+                    "the job was ended already (its key is revoked by a notice in force)",
+                ),
+                other => other,
+            })
     }
 
     /// `SetSizeByHandle`: a participant records the size of a file it wrote through a

@@ -175,12 +175,14 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut ids = capabilities.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let keys = self.job_keys_led_by(&uids, now)?;
-        self.revoke_entries(uids, ids, keys, now)
+        self.revoke_entries(uids, ids, Vec::new(), now)
     }
 
-    /// Signs, stores and pushes a notice revoking users, capabilities and job keys (each
-    /// list sorted and free of duplicates); the callers check who may.
+    /// Signs, stores and pushes a notice revoking users, capabilities and job keys (the
+    /// id lists sorted and free of duplicates); the callers check who may. The jobs the
+    /// revoked users lead are ended for good and their keys named too (SPEC M10), in the
+    /// same step; keys a notice in force names already are left out, and a notice that
+    /// would name nothing new is refused (`InvalidArgument`).
     pub(crate) fn revoke_entries(
         &self,
         uids: Vec<u64>,
@@ -188,16 +190,6 @@ impl<S: MetaStore> crate::Mds<S> {
         keys: Vec<[u8; 32]>,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        if keys.len() > REVOCATION_ENTRIES_MAX {
-            return Err(MdsError::refused(
-                ErrorCode::TooLarge,
-                format!(
-                    "these users lead {} jobs; at most {REVOCATION_ENTRIES_MAX} per notice: \
-                     revoke fewer users at once",
-                    keys.len()
-                ),
-            ));
-        }
         let lifetime = self.config.capability_lifetime_millis;
         // Under the write lock and the access-control gate: no capability is issued or
         // renewed between signing the notice and forgetting what it revokes, so nothing
@@ -205,6 +197,32 @@ impl<S: MetaStore> crate::Mds<S> {
         let _guard = lock(&self.write);
         let encoded = self.acl_change(|| {
             let encoded = self.with_revocations(now, |loaded| {
+                let named: std::collections::HashSet<[u8; 32]> = loaded
+                    .notices
+                    .iter()
+                    .flat_map(|n| n.body.computation_keys.iter().copied())
+                    .collect();
+                let mut keys = keys;
+                keys.extend(self.end_jobs_led_by(&uids, now)?);
+                keys.retain(|k| !named.contains(k));
+                keys.sort_unstable();
+                keys.dedup();
+                if uids.is_empty() && ids.is_empty() && keys.is_empty() {
+                    return Err(MdsError::refused(
+                        ErrorCode::InvalidArgument,
+                        "already revoked by a notice in force",
+                    ));
+                }
+                if keys.len() > REVOCATION_ENTRIES_MAX {
+                    return Err(MdsError::refused(
+                        ErrorCode::TooLarge,
+                        format!(
+                            "these users lead {} jobs; at most {REVOCATION_ENTRIES_MAX} per \
+                             notice: revoke fewer users at once",
+                            keys.len()
+                        ),
+                    ));
+                }
                 let in_force: usize = loaded
                     .notices
                     .iter()
@@ -230,7 +248,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     expiry: now.plus_millis(lifetime),
                     capability_ids: ids.iter().copied().map(CapabilityId).collect(),
                     users: uids.iter().copied().map(UserId).collect(),
-                    computation_keys: keys.clone(),
+                    computation_keys: keys,
                 };
                 let encoded = signed::sign(body.clone(), &self.signing)
                     .encoded()

@@ -281,3 +281,78 @@ fn revocations_are_the_administrators_durable_and_never_renewed() {
     assert!(list_for_osd(&mds2, later).is_empty());
     open(&mds2, bob, "/d/b", false, later).unwrap();
 }
+
+/// SPEC M9 + M10: revoking a job's lead names the job's key in the same notice, and ends
+/// the job for good: when the notice lapses the lead may work again, but that job's key
+/// is never renewed (its participants stay out), while a new job is possible. A job is
+/// ended once: a second JobEnd signs nothing.
+#[test]
+fn revoking_a_lead_ends_its_jobs_for_good() {
+    let store = MemStore::default();
+    add_users(&store, &["alice"]);
+    let mds = mds(&store);
+    let alice = 100;
+    let key = |seed: u8| {
+        maat_crypto::sign::SigningKey::from_seed(&[seed; 32])
+            .verifying_key()
+            .to_bytes()
+    };
+    let create = |k: [u8; 32], now: u64| {
+        call(
+            &mds,
+            alice,
+            MdsRequest::JobCreate { computation_key: k },
+            now,
+        )
+    };
+    let renew = |k: [u8; 32], now: u64| {
+        call(
+            &mds,
+            alice,
+            MdsRequest::JobRenew { computation_key: k },
+            now,
+        )
+    };
+    let hash = |k: [u8; 32]| maat_proto::delegation::computation_key_hash(&k);
+    create(key(1), T0).unwrap();
+    create(key(2), T0).unwrap();
+    // Job 2 ends by its lead; ending it again is refused and signs nothing.
+    call(
+        &mds,
+        alice,
+        MdsRequest::JobEnd {
+            key_hash: hash(key(2)),
+        },
+        T0 + 1,
+    )
+    .unwrap();
+    let e = call(
+        &mds,
+        alice,
+        MdsRequest::JobEnd {
+            key_hash: hash(key(2)),
+        },
+        T0 + 2,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidArgument);
+
+    let notice = revoke(&mds, ADMIN_UID, &["alice"], &[], T0 + 10).unwrap();
+    // Job 1's key is named; job 2's is in force already.
+    assert_eq!(notice.computation_keys, vec![hash(key(1))]);
+    assert_eq!(renew(key(1), T0 + 20).unwrap_err().code, ErrorCode::Revoked);
+    assert_eq!(
+        create(key(3), T0 + 20).unwrap_err().code,
+        ErrorCode::Revoked
+    );
+    // After the notice lapses: alice works again, job 1 does not.
+    let later = T0 + 10 + LIFETIME + 1;
+    let e = renew(key(1), later).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Revoked, "{e}");
+    create(key(3), later).unwrap();
+    // A key is never registered twice, ended or not.
+    assert_eq!(
+        create(key(1), later).unwrap_err().code,
+        ErrorCode::AlreadyExists
+    );
+}

@@ -79,12 +79,108 @@ fn mean(v: &[f64]) -> f64 {
     }
 }
 
+/// The clients, their NOSEC twins and names.
+struct Clients {
+    secure: Vec<Client>,
+    insecure: Vec<(Client, u64)>,
+    names: Vec<String>,
+}
+
+/// One setting for the first `n` clients on fresh files (`tag` names them):
+/// [mean open µs, mean write µs, MB/s, MDS signatures, OSD verifications].
+fn run_mode(
+    admin: &mut Client,
+    clients: &mut Clients,
+    (mode, strategies): (&str, Option<&str>),
+    n: usize,
+    tag: &str,
+    file_bytes: u64,
+) -> Result<[f64; 5]> {
+    let Clients {
+        secure,
+        insecure,
+        names,
+    } = clients;
+    let (secure, insecure) = (
+        secure.get_mut(..n).unwrap_or_default(),
+        insecure.get_mut(..n).unwrap_or_default(),
+    );
+    if let Some(s) = strategies {
+        admin.set_grouping(s)?;
+    }
+    // Fresh files: the shared ones made by the administrator for each group.
+    let base = format!("/e2/{mode}-{n}-{tag}");
+    admin.mkdir(&base, 0o777, false)?;
+    let mut plans: Vec<Vec<String>> = Vec::with_capacity(n);
+    for g in 0..n.div_ceil(GROUP) {
+        let dir = format!("{base}/g{g}");
+        admin.mkdir(&dir, 0o777, false)?;
+        let owner = names.get(g * GROUP).ok_or_else(|| anyhow!("no owner"))?;
+        for f in 0..SHARED {
+            let path = format!("{dir}/shared{f}");
+            admin.put(&mut &b""[..], 0, &path, &mut |_| {})?;
+            admin.chown(&path, Some(owner), Some(&format!("e2g{g}")))?;
+            admin.chmod(&path, 0o660)?;
+        }
+    }
+    for (i, name) in names.iter().take(n).enumerate() {
+        let dir = format!("{base}/g{}", i / GROUP);
+        let mut paths: Vec<String> = (0..SHARED).map(|f| format!("{dir}/shared{f}")).collect();
+        paths.extend((0..PRIVATE).map(|f| format!("{dir}/{name}-{f}")));
+        plans.push(paths);
+    }
+    let signed = counter(admin, "mds", "signatures_made")?;
+    let verified = counter(admin, "osd", "signatures_verified")?;
+    let started = Instant::now();
+    let samples: Vec<Sample> = std::thread::scope(|s| -> Result<Vec<Sample>> {
+        let handles: Vec<_> = if strategies.is_some() {
+            secure
+                .iter_mut()
+                .zip(&plans)
+                .map(|(c, paths)| s.spawn(move || work(c, paths, file_bytes)))
+                .collect()
+        } else {
+            insecure
+                .iter_mut()
+                .zip(&plans)
+                .map(|((c, _), paths)| s.spawn(move || work(c, paths, file_bytes)))
+                .collect()
+        };
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow!("a client thread panicked"))?
+                    .with_context(|| format!("mode {mode}"))
+            })
+            .collect()
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    let sigs = counter(admin, "mds", "signatures_made")?.saturating_sub(signed);
+    let verifs = counter(admin, "osd", "signatures_verified")?.saturating_sub(verified);
+    let opens: Vec<f64> = samples.iter().flat_map(|s| s.opens.clone()).collect();
+    let writes: Vec<f64> = samples.iter().flat_map(|s| s.writes.clone()).collect();
+    let bytes: u64 = samples.iter().map(|s| s.bytes).sum();
+    let mb_s = bytes as f64 / 1e6 / seconds.max(1e-9);
+    Ok([
+        mean(&opens),
+        mean(&writes),
+        mb_s,
+        sigs as f64,
+        verifs as f64,
+    ])
+}
+
 pub(super) fn run_grouping(
     sizes: &[u32],
     file_kib: u64,
+    rounds: u32,
     data: Option<PathBuf>,
     json: bool,
 ) -> Result<()> {
+    if rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
     let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
     if largest == 0 || largest > 1000 || file_kib == 0 {
         bail!("--clients must be between 1 and 1000, --file-kib at least 1");
@@ -110,86 +206,59 @@ pub(super) fn run_grouping(
     let mut names = Vec::with_capacity(largest);
     // The MDS reads a user's groups at every request: memberships added after the
     // logins apply at once.
-    for (name, c) in users {
+    for (name, mut c) in users {
         let uid = c.uid().ok_or_else(|| anyhow!("no uid after login"))?;
+        // Sessions with every OSD first: no setting pays for them.
+        c.connect_osds()?;
         names.push(name);
         secure.push(c);
         let mut i = Client::new(cluster.file.clone(), None)?;
         i.danger_insecure_as(uid);
         insecure.push((i, uid));
     }
+    let mut clients = Clients {
+        secure,
+        insecure,
+        names,
+    };
     let mut obj = serde_json::Map::new();
     let mut rows = Vec::new();
     for &n in sizes {
         let n = n as usize;
-        let mut row = vec![n as f64];
-        for (mode, strategies) in MODES {
-            if let Some(s) = strategies {
-                admin.set_grouping(s)?;
-            }
-            // Fresh files: the shared ones made by the administrator for each group.
-            let base = format!("/e2/{mode}-{n}");
-            admin.mkdir(&base, 0o777, false)?;
-            let mut plans: Vec<Vec<String>> = Vec::with_capacity(n);
-            for g in 0..n.div_ceil(GROUP) {
-                let dir = format!("{base}/g{g}");
-                admin.mkdir(&dir, 0o777, false)?;
-                let owner = names.get(g * GROUP).ok_or_else(|| anyhow!("no owner"))?;
-                for f in 0..SHARED {
-                    let path = format!("{dir}/shared{f}");
-                    admin.put(&mut &b""[..], 0, &path, &mut |_| {})?;
-                    admin.chown(&path, Some(owner), Some(&format!("e2g{g}")))?;
-                    admin.chmod(&path, 0o660)?;
+        let mut sums = [[0f64; 5]; MODES.len()];
+        for round in 0..rounds {
+            // Forward, then backward: a store growing during the run favours no setting.
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..MODES.len()).collect()
+            } else {
+                (0..MODES.len()).rev().collect()
+            };
+            for m in order {
+                let mode = MODES.get(m).copied().ok_or_else(|| anyhow!("mode"))?;
+                let got = run_mode(
+                    &mut admin,
+                    &mut clients,
+                    mode,
+                    n,
+                    &format!("r{round}"),
+                    file_bytes,
+                )?;
+                if let Some(sum) = sums.get_mut(m) {
+                    for (acc, v) in sum.iter_mut().zip(got) {
+                        *acc += v;
+                    }
                 }
             }
-            for (i, name) in names.iter().take(n).enumerate() {
-                let dir = format!("{base}/g{}", i / GROUP);
-                let mut paths: Vec<String> =
-                    (0..SHARED).map(|f| format!("{dir}/shared{f}")).collect();
-                paths.extend((0..PRIVATE).map(|f| format!("{dir}/{name}-{f}")));
-                plans.push(paths);
-            }
-            let signed = counter(&mut admin, "mds", "signatures_made")?;
-            let verified = counter(&mut admin, "osd", "signatures_verified")?;
-            let started = Instant::now();
-            let samples: Vec<Sample> = std::thread::scope(|s| -> Result<Vec<Sample>> {
-                let handles: Vec<_> = if strategies.is_some() {
-                    secure
-                        .iter_mut()
-                        .zip(&plans)
-                        .map(|(c, paths)| s.spawn(move || work(c, paths, file_bytes)))
-                        .collect()
-                } else {
-                    insecure
-                        .iter_mut()
-                        .zip(&plans)
-                        .map(|((c, _), paths)| s.spawn(move || work(c, paths, file_bytes)))
-                        .collect()
-                };
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .map_err(|_| anyhow!("a client thread panicked"))?
-                            .with_context(|| format!("mode {mode}"))
-                    })
-                    .collect()
-            })?;
-            let seconds = started.elapsed().as_secs_f64();
-            let sigs = counter(&mut admin, "mds", "signatures_made")?.saturating_sub(signed);
-            let verifs =
-                counter(&mut admin, "osd", "signatures_verified")?.saturating_sub(verified);
-            let opens: Vec<f64> = samples.iter().flat_map(|s| s.opens.clone()).collect();
-            let writes: Vec<f64> = samples.iter().flat_map(|s| s.writes.clone()).collect();
-            let bytes: u64 = samples.iter().map(|s| s.bytes).sum();
-            let mb_s = bytes as f64 / 1e6 / seconds.max(1e-9);
-            let (open_us, write_us) = (mean(&opens), mean(&writes));
+        }
+        let mut row = vec![n as f64];
+        for ((mode, _), sum) in MODES.iter().zip(sums) {
+            let [open_us, write_us, mb_s, sigs, verifs] = sum.map(|v| v / f64::from(rounds));
             obj.insert(format!("open_{mode}_us_{n}"), open_us.into());
             obj.insert(format!("write_{mode}_us_{n}"), write_us.into());
             obj.insert(format!("write_{mode}_mb_s_{n}"), mb_s.into());
             obj.insert(format!("signatures_{mode}_{n}"), sigs.into());
             obj.insert(format!("osd_verifications_{mode}_{n}"), verifs.into());
-            row.extend([open_us, write_us, mb_s, sigs as f64, verifs as f64]);
+            row.extend([open_us, write_us, mb_s, sigs, verifs]);
         }
         if let (Some(nosec), Some(combined)) = (row.get(1).copied(), row.get(16).copied()) {
             obj.insert(

@@ -104,6 +104,9 @@ pub enum BenchCommand {
         /// Size of each file, KiB (the paper: 5 MB).
         #[arg(long, default_value_t = 1024)]
         file_kib: u64,
+        /// Rounds over the settings, in alternating order; figures are means.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -391,9 +394,10 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Grouping {
             clients,
             file_kib,
+            rounds,
             data,
             json,
-        } => grouping::run_grouping(&clients, file_kib, data, json),
+        } => grouping::run_grouping(&clients, file_kib, rounds, data, json),
         BenchCommand::Delegation {
             participants,
             files,
