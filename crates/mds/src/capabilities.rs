@@ -881,11 +881,9 @@ impl<S: MetaStore> crate::Mds<S> {
                 )
             })?;
         if who.uid != ADMIN_UID && entry.readers.binary_search(&who.uid).is_err() {
-            // Not named in any capability the tree is held for now (it may have been
-            // dropped and kept again for others'): opening again names the requester.
             return Err(MdsError::refused(
-                ErrorCode::UnknownTree,
-                "this MDS holds that tree for other users' capabilities only: open the file again",
+                ErrorCode::PermissionDenied,
+                "only users named in the capability may fetch its trees",
             ));
         }
         Ok(MdsResponse::Tree(entry.message.clone()))

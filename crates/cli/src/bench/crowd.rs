@@ -4,7 +4,7 @@
 //! signatures the MDS made. A fresh file per measurement, so no cache from an earlier
 //! one helps.
 
-use super::LocalCluster;
+use super::{counter, LocalCluster};
 use anyhow::{anyhow, bail, Result};
 use maat_client::Client;
 use maat_proto::msg::{Access, MdsRequest};
@@ -18,17 +18,6 @@ const MODES: [(&str, &str); 3] = [
     ("batched", "batch,onthefly"),
     ("unix", "unix"),
 ];
-
-fn signatures(admin: &mut Client) -> Result<u64> {
-    Ok(admin
-        .daemon_stats()?
-        .iter()
-        .filter(|d| d.daemon == "mds")
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == "signatures_made")
-        .map(|(_, v)| *v)
-        .sum())
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -105,9 +94,9 @@ pub(super) fn run_flash_crowd(sizes: &[u32], data: Option<PathBuf>, json: bool) 
         for (name, strategies) in MODES {
             let path = make(&mut admin, name, n)?;
             admin.set_grouping(strategies)?;
-            let before = signatures(&mut admin)?;
+            let before = counter(&mut admin, "mds", "signatures_made")?;
             let latency = median(crowd(secure.get_mut(..n).unwrap_or_default(), &path)?);
-            let made = signatures(&mut admin)?.saturating_sub(before);
+            let made = counter(&mut admin, "mds", "signatures_made")?.saturating_sub(before);
             obj.insert(format!("open_{name}_us_{n}"), latency.into());
             obj.insert(format!("signatures_{name}_{n}"), made.into());
             obj.insert(

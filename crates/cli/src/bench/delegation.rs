@@ -28,15 +28,7 @@ const WAYS: [&str; 3] = ["open-none", "open-unix", "job"];
 /// round (which is itself one MDS request).
 fn counts(admin: &mut Client) -> Result<[u64; 3]> {
     let stats = admin.daemon_stats()?;
-    let sum = |prefix: &str, name: &str| -> u64 {
-        stats
-            .iter()
-            .filter(|d| d.daemon.starts_with(prefix))
-            .flat_map(|d| d.counters.iter())
-            .filter(|(k, _)| k == name)
-            .map(|(_, v)| *v)
-            .sum()
-    };
+    let sum = |prefix: &str, name: &str| super::sum_counter(&stats, prefix, name);
     Ok([
         sum("mds", "requests"),
         sum("mds", "signatures_made"),

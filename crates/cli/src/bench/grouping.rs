@@ -7,7 +7,7 @@
 //! (UNIX, directory, temporal batching, on-the-fly). Recent Popularity prediction is not
 //! built, so the paper's prediction column has no counterpart here.
 
-use super::LocalCluster;
+use super::{counter, LocalCluster};
 use anyhow::{anyhow, bail, Context, Result};
 use maat_client::Client;
 use maat_proto::msg::Access;
@@ -29,17 +29,6 @@ const MODES: [(&str, Option<&str>); 4] = [
     ("unix", Some("unix")),
     ("combined", Some("unix,directory,batch,onthefly")),
 ];
-
-fn counter(admin: &mut Client, prefix: &str, name: &str) -> Result<u64> {
-    Ok(admin
-        .daemon_stats()?
-        .iter()
-        .filter(|d| d.daemon.starts_with(prefix))
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .sum())
-}
 
 /// What one client measured: open latencies and write latencies (µs), bytes written.
 #[derive(Default)]

@@ -6,7 +6,7 @@
 //! its own directory), in alternating order over rounds; the overhead over NOSEC and the
 //! exact MDS signatures are reported.
 
-use super::LocalCluster;
+use super::{counter, LocalCluster};
 use anyhow::{anyhow, bail, Context, Result};
 use maat_client::Client;
 use maat_proto::msg::Access;
@@ -28,17 +28,6 @@ struct Proc {
     secure: Client,
     insecure: Client,
     name: String,
-}
-
-fn signatures(admin: &mut Client) -> Result<u64> {
-    Ok(admin
-        .daemon_stats()?
-        .iter()
-        .filter(|d| d.daemon == "mds")
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == "signatures_made")
-        .map(|(_, v)| *v)
-        .sum())
 }
 
 /// One process's work: write its files, then read them back and check them.
@@ -140,7 +129,7 @@ pub(super) fn run_ior(args: IorArgs, data: Option<PathBuf>, json: bool) -> Resul
                 };
                 c.mkdir(&format!("{base}/{}", p.name), 0o755, false)?;
             }
-            let before = signatures(&mut admin)?;
+            let before = counter(&mut admin, "mds", "signatures_made")?;
             let started = Instant::now();
             std::thread::scope(|s| -> Result<()> {
                 let handles: Vec<_> = all
@@ -167,7 +156,7 @@ pub(super) fn run_ior(args: IorArgs, data: Option<PathBuf>, json: bool) -> Resul
             })?;
             if let (Some(t), Some(n)) = (seconds.get_mut(m), sigs.get_mut(m)) {
                 *t += started.elapsed().as_secs_f64();
-                *n += signatures(&mut admin)?.saturating_sub(before);
+                *n += counter(&mut admin, "mds", "signatures_made")?.saturating_sub(before);
             }
         }
     }

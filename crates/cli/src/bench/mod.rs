@@ -215,6 +215,23 @@ pub enum BenchCommand {
     },
 }
 
+/// The sum of counter `name` over the daemons whose name starts with `prefix`, in one
+/// `Stats` snapshot.
+fn sum_counter(stats: &[maat_proto::msg::DaemonStats], prefix: &str, name: &str) -> u64 {
+    stats
+        .iter()
+        .filter(|d| d.daemon.starts_with(prefix))
+        .flat_map(|d| d.counters.iter())
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+/// [`sum_counter`] of a snapshot taken now.
+fn counter(admin: &mut Client, prefix: &str, name: &str) -> Result<u64> {
+    Ok(sum_counter(&admin.daemon_stats()?, prefix, name))
+}
+
 struct LocalCluster {
     child: Child,
     data: PathBuf,

@@ -2,23 +2,13 @@
 //! NOSEC, a generated and a cached capability, with exact crypto counts; sequential
 //! throughput per protection method.
 
-use super::LocalCluster;
+use super::{sum_counter, LocalCluster};
 use anyhow::{anyhow, bail, Result};
 use maat_client::{Client, Opened};
-use maat_proto::msg::{Access, DaemonStats, ADMIN_USER_ID};
+use maat_proto::msg::{Access, ADMIN_USER_ID};
 use maat_proto::protection::Protection;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-fn counter(stats: &[DaemonStats], daemon_prefix: &str, name: &str) -> u64 {
-    stats
-        .iter()
-        .filter(|d| d.daemon.starts_with(daemon_prefix))
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .sum()
-}
 
 #[derive(Default, Clone, Copy)]
 struct Counts {
@@ -31,9 +21,9 @@ fn counts(c: &mut Client) -> Result<Counts> {
     c.secure();
     let s = c.daemon_stats()?;
     Ok(Counts {
-        mds_signatures: counter(&s, "mds", "signatures_made"),
-        osd_verifications: counter(&s, "osd", "signatures_verified"),
-        macs: counter(&s, "mds", "macs_computed") + counter(&s, "osd", "macs_computed"),
+        mds_signatures: sum_counter(&s, "mds", "signatures_made"),
+        osd_verifications: sum_counter(&s, "osd", "signatures_verified"),
+        macs: sum_counter(&s, "mds", "macs_computed") + sum_counter(&s, "osd", "macs_computed"),
     })
 }
 

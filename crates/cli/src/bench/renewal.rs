@@ -5,7 +5,7 @@
 //! spent on renewals. The paper's claim: signatures per period stay constant as clients
 //! grow, so the time per renewal falls.
 
-use super::LocalCluster;
+use super::{counter, LocalCluster};
 use anyhow::{anyhow, bail, Context, Result};
 use maat_client::{Client, Opened};
 use maat_proto::msg::Access;
@@ -16,17 +16,6 @@ use std::time::{Duration, Instant};
 const DRIVERS: usize = 8;
 /// Bytes each client writes per period.
 const WRITE_BYTES: usize = 4096;
-
-fn mds_counter(admin: &mut Client, name: &str) -> Result<u64> {
-    Ok(admin
-        .daemon_stats()?
-        .iter()
-        .filter(|d| d.daemon == "mds")
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .sum())
-}
 
 /// One simulated client: its own user, session and file.
 struct Sim {
@@ -125,8 +114,8 @@ pub(super) fn run_renewal(
                  use a longer --lifetime"
             );
         }
-        let signatures = mds_counter(&mut admin, "signatures_made")?;
-        let micros = mds_counter(&mut admin, "renewal:micros")?;
+        let signatures = counter(&mut admin, "mds", "signatures_made")?;
+        let micros = counter(&mut admin, "mds", "renewal:micros")?;
         let renewals: u64 = group.iter().map(|s| s.client.stats.renewals).sum();
         // Every client's capability is due (80 % of its lifetime) once the last one
         // opened is.
@@ -157,10 +146,10 @@ pub(super) fn run_renewal(
         rows.push(Row {
             clients: n,
             renewals: renewed as f64 / p,
-            signatures: mds_counter(&mut admin, "signatures_made")?.saturating_sub(signatures)
+            signatures: counter(&mut admin, "mds", "signatures_made")?.saturating_sub(signatures)
                 as f64
                 / p,
-            mds_us: mds_counter(&mut admin, "renewal:micros")?.saturating_sub(micros) as f64 / p,
+            mds_us: counter(&mut admin, "mds", "renewal:micros")?.saturating_sub(micros) as f64 / p,
         });
     }
     if json {
