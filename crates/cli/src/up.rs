@@ -44,8 +44,11 @@ pub struct UpArgs {
     /// Grouping strategies of a new cluster (SPEC M6): `none`, `all`, or a list of
     /// `unix` (one capability per file and mode for every user its permissions allow),
     /// `directory` (also the files beside it), `batch` (flash crowds of one file share
-    /// one capability; adds up to 5 ms to their opens) and `onthefly` (opens arriving
-    /// while one is signed share the next). Change it later with `maat admin grouping`.
+    /// one capability; adds up to 5 ms to their opens), `onthefly` (opens arriving
+    /// while one is signed share the next) and `predict` (also the files a user is
+    /// predicted to open next: Recent Popularity, `predict_j` of the last `predict_k`
+    /// successors, 4 and 6 by default in the MDS config). Change it later with `maat
+    /// admin grouping`.
     #[arg(long, default_value = "unix,onthefly", value_parser = parse_grouping)]
     pub grouping: String,
     /// Serve no Prometheus metrics (by default a new cluster's daemons each serve
@@ -138,6 +141,8 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         batch_detect_ms: None,
         batch_gather_ms: None,
         batch_hot_ms: None,
+        predict_j: None,
+        predict_k: None,
         metrics: (!args.no_metrics).then(|| format!("{host}:0")),
     };
     if args.security == maat_proto::protection::Protection::NoSec && !args.danger_allow_insecure {

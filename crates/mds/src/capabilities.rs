@@ -184,15 +184,22 @@ impl Batches {
 /// they authorize, and cache hits on them.
 #[derive(Default)]
 pub(crate) struct GroupingStats {
-    issued: [AtomicU64; 5],
-    authorizations: [AtomicU64; 5],
-    hits: [AtomicU64; 5],
+    issued: [AtomicU64; 6],
+    authorizations: [AtomicU64; 6],
+    hits: [AtomicU64; 6],
 }
 
-const LABELS: [&str; 5] = ["single", "unix", "directory", "batch", "onthefly"];
+const LABELS: [&str; 6] = [
+    "single",
+    "unix",
+    "directory",
+    "batch",
+    "onthefly",
+    "predict",
+];
 
 fn labels(by: Strategies) -> Vec<usize> {
-    let on = [by.unix, by.directory, by.batch, by.onthefly];
+    let on = [by.unix, by.directory, by.batch, by.onthefly, by.predict];
     let mut out: Vec<usize> = on
         .iter()
         .enumerate()
@@ -209,7 +216,7 @@ impl GroupingStats {
     pub(crate) fn counters(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         for (i, name) in LABELS.iter().enumerate() {
-            let get = |a: &[AtomicU64; 5]| a.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
+            let get = |a: &[AtomicU64; 6]| a.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
             out.push((format!("grouping:{name}:capabilities"), get(&self.issued)));
             out.push((
                 format!("grouping:{name}:authorizations"),
@@ -220,7 +227,7 @@ impl GroupingStats {
         out
     }
 
-    fn count(table: &[AtomicU64; 5], by: Strategies, n: u64) {
+    fn count(table: &[AtomicU64; 6], by: Strategies, n: u64) {
         for i in labels(by) {
             if let Some(c) = table.get(i) {
                 c.fetch_add(n, Ordering::Relaxed);
@@ -243,6 +250,8 @@ pub(crate) struct Issuer {
     batches: Mutex<Batches>,
     turn: Condvar,
     pub(crate) stats: GroupingStats,
+    /// Successor history for prediction grouping (SPEC M6).
+    predictor: Mutex<crate::predict::Predictor>,
     /// Outstanding capabilities and the current renewal token (SPEC M8).
     pub(crate) renewals: crate::renewal::Renewals,
     pub(crate) cache_hits: AtomicU64,
@@ -263,6 +272,7 @@ impl Issuer {
             batches: Mutex::new(Batches::default()),
             turn: Condvar::new(),
             stats: GroupingStats::default(),
+            predictor: Mutex::new(crate::predict::Predictor::default()),
             renewals: crate::renewal::Renewals::default(),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
@@ -406,6 +416,9 @@ impl<S: MetaStore> crate::Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, bool)> {
         let cfg = self.issuer.grouping();
+        if cfg.strategies.predict {
+            lock(&self.issuer.predictor).observe(r.uid, r.file, cfg.predict_k as usize);
+        }
         {
             let (_gate, acl, perm) = self.decide(r)?;
             // The wanted mode's grant (decide() checked it is allowed), then a wider mode
@@ -443,8 +456,11 @@ impl<S: MetaStore> crate::Mds<S> {
         mode: Mode,
     ) -> Result<Grant> {
         let key = (r.uid, r.file, key_byte(mode, r.protection), acl.version());
-        if let Some(g) = lock(&self.issuer.grants).get(&key) {
-            return Ok(g.clone());
+        // Predictions change with every open: a grant that uses them is not cached.
+        if !strategies.predict {
+            if let Some(g) = lock(&self.issuer.grants).get(&key) {
+                return Ok(g.clone());
+            }
         }
         let want = want_bits(mode);
         let (users, unix) = grouping::users_for(acl, strategies, r.uid, perm, want);
@@ -468,15 +484,42 @@ impl<S: MetaStore> crate::Mds<S> {
                 files = sel;
             }
         }
+        let mut predicted = false;
+        if strategies.predict {
+            let j = self.issuer.grouping().predict_j as usize;
+            let chain = lock(&self.issuer.predictor).chain(r.file, j);
+            let mut candidates = Vec::with_capacity(chain.len());
+            for id in chain {
+                if let Some(inode) = self.store.inode(id)?.filter(|i| !i.is_dir) {
+                    candidates.push((id, Perm::from(&inode)));
+                }
+            }
+            // Only files every named user may access in this mode (the M6 invariant).
+            let set = acl.directory_files((r.file, perm), &candidates, &users.members(), want);
+            if set.len() > 1 {
+                let mut all = files.members();
+                all.extend(set);
+                all.sort_unstable();
+                all.dedup();
+                if let Some(sel) = FileSel::from_files(all) {
+                    files = sel;
+                    predicted = true;
+                }
+            }
+        }
         let grant = Grant {
             users,
             files,
             by: Strategies {
                 unix,
                 directory,
+                predict: predicted,
                 ..Strategies::default()
             },
         };
+        if strategies.predict {
+            return Ok(grant);
+        }
         let mut grants = lock(&self.issuer.grants);
         if grants.len() >= GRANT_CACHE_ENTRIES_MAX {
             grants.clear();

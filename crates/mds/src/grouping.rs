@@ -38,11 +38,15 @@ pub struct Strategies {
     /// On-the-fly groups (paper 002): opens of a file that arrive while a capability
     /// for it is being signed share the next one (no added wait).
     pub onthefly: bool,
+    /// Recent Popularity prediction (papers 000, 002): a capability also names the
+    /// files predicted to be opened next (the chain of successors seen at least `j` of
+    /// the last `k` times) that every named user may access in the same mode.
+    pub predict: bool,
 }
 
 impl Strategies {
     /// Every strategy name, in the order `names` prints them.
-    pub const NAMES: [&'static str; 4] = ["unix", "directory", "batch", "onthefly"];
+    pub const NAMES: [&'static str; 5] = ["unix", "directory", "batch", "onthefly", "predict"];
 
     /// Parses `none` or a comma-separated list of [`Strategies::NAMES`].
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -54,12 +58,14 @@ impl Strategies {
                 "directory" | "dir" => s.directory = true,
                 "batch" | "temporal" => s.batch = true,
                 "onthefly" | "on-the-fly" => s.onthefly = true,
+                "predict" | "prediction" => s.predict = true,
                 "all" => {
                     s = Strategies {
                         unix: true,
                         directory: true,
                         batch: true,
                         onthefly: true,
+                        predict: true,
                     }
                 }
                 other => {
@@ -75,7 +81,13 @@ impl Strategies {
 
     /// The canonical text (`none` when empty).
     pub fn names(self) -> String {
-        let on = [self.unix, self.directory, self.batch, self.onthefly];
+        let on = [
+            self.unix,
+            self.directory,
+            self.batch,
+            self.onthefly,
+            self.predict,
+        ];
         let names: Vec<&str> = Self::NAMES
             .iter()
             .zip(on)
@@ -108,6 +120,11 @@ pub struct GroupingConfig {
     pub batch_gather_millis: u64,
     /// How long a file stays batched after the last detection (paper: 1 s).
     pub batch_hot_millis: u64,
+    /// Recent Popularity: a successor is predicted when it is at least `predict_j` of
+    /// the last `predict_k` seen (paper: 4 and 6).
+    pub predict_j: u32,
+    /// See `predict_j`.
+    pub predict_k: u32,
 }
 
 impl Default for GroupingConfig {
@@ -123,6 +140,8 @@ impl Default for GroupingConfig {
             batch_detect_millis: 20,
             batch_gather_millis: 5,
             batch_hot_millis: 1000,
+            predict_j: 4,
+            predict_k: 6,
         }
     }
 }
@@ -460,8 +479,9 @@ mod tests {
         assert_eq!(s.names(), "unix,onthefly");
         assert_eq!(
             Strategies::parse("all").unwrap().names(),
-            "unix,directory,batch,onthefly"
+            "unix,directory,batch,onthefly,predict"
         );
+        assert!(Strategies::parse("prediction").unwrap().predict);
         assert!(Strategies::parse("popular").is_err());
     }
 }

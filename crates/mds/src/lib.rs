@@ -11,6 +11,7 @@ pub mod grouping;
 mod jobs;
 mod namespace;
 mod partitions;
+pub mod predict;
 mod renewal;
 mod requests;
 mod revocations;

@@ -32,6 +32,17 @@ const GROUPS: [u64; 3] = [10, 11, 12];
 const FIRST_UID: u64 = 100;
 
 fn mds(store: &MemStore, strategies: Strategies, lifetime: u64) -> Mds<&MemStore> {
+    mds_predicting(store, strategies, lifetime, 4)
+}
+
+/// [`mds`] predicting a successor once it is `j` of the last 6 (the property test uses
+/// 1, so that prediction shapes nearly every capability it checks).
+fn mds_predicting(
+    store: &MemStore,
+    strategies: Strategies,
+    lifetime: u64,
+    j: u32,
+) -> Mds<&MemStore> {
     let mut rng = ChaCha20Rng::seed_from_u64(7);
     Mds::open(
         store,
@@ -46,6 +57,7 @@ fn mds(store: &MemStore, strategies: Strategies, lifetime: u64) -> Mds<&MemStore
                 // Batches gather for 1 ms: enough to meet each other in the threaded
                 // test, short enough for the property test's many opens.
                 batch_gather_millis: 1,
+                predict_j: j,
                 ..GroupingConfig::default()
             },
         },
@@ -237,14 +249,20 @@ fn users() -> impl Strategy<Value = Vec<(u64, Vec<u64>)>> {
 }
 
 fn strategies() -> impl Strategy<Value = Strategies> {
-    (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
-        |(unix, directory, batch, onthefly)| Strategies {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(unix, directory, batch, onthefly, predict)| Strategies {
             unix,
             directory,
             batch,
             onthefly,
-        },
-    )
+            predict,
+        })
 }
 
 proptest! {
@@ -257,7 +275,7 @@ proptest! {
         steps in prop::collection::vec(step(), 10..60),
     ) {
         let store = MemStore::default();
-        let mds = mds(&store, strategies, 300_000);
+        let mds = mds_predicting(&store, strategies, 300_000, 1);
         seed_users(&store, &users);
         let n = users.len();
         let mut rng = ChaCha20Rng::seed_from_u64(3);
@@ -664,4 +682,78 @@ fn one_signed_token_renews_every_client_and_leaves_revoked_capabilities_out() {
         &mut rng,
     );
     assert!(matches!(too_many, Err(e) if e.code == ErrorCode::TooLarge));
+}
+
+/// SPEC M6 prediction (Recent Popularity, j = 4 of k = 6): once a user has opened a, b, c
+/// in that order often enough, a capability for a also names b and c; for another user
+/// it names only the predicted files that user may read too.
+#[test]
+fn prediction_names_the_files_opened_next_that_every_named_user_may_access() {
+    let store = MemStore::default();
+    let mds = mds(&store, Strategies::parse("predict").unwrap(), 300_000);
+    seed_users(&store, &[(10, vec![]), (11, vec![])]);
+    let mut rng = ChaCha20Rng::seed_from_u64(9);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+    let open = |uid: u64, path: &str, create: Option<u16>, rng: &mut ChaCha20Rng| match mds
+        .dispatch_as(
+            uid,
+            MdsRequest::Open {
+                path: path.into(),
+                access: if create.is_some() {
+                    Access::ReadWrite
+                } else {
+                    Access::Read
+                },
+                create,
+            },
+            UnixMillis(now),
+            rng,
+        )
+        .unwrap()
+    {
+        MdsResponse::Opened {
+            stat, capability, ..
+        } => (stat.id, capability),
+        other => panic!("{other:?}"),
+    };
+    let (a, _) = open(100, "/d/a", Some(0o644), &mut rng);
+    let (b, _) = open(100, "/d/b", Some(0o600), &mut rng);
+    let (c, _) = open(100, "/d/c", Some(0o644), &mut rng);
+    let mut last = Vec::new();
+    for _ in 0..4 {
+        for p in ["/d/a", "/d/b", "/d/c"] {
+            last = open(100, p, None, &mut rng).1;
+        }
+    }
+    // Now a → b, b → c and c → a have each been seen four times: opening a names the
+    // chain a, b, c.
+    let (_, cap) = open(100, "/d/a", None, &mut rng);
+    let (users, files, _) = authorizations(&mds, &cap, now);
+    assert_eq!(users, vec![100]);
+    assert_eq!(files, {
+        let mut v = vec![a, b, c];
+        v.sort_unstable();
+        v
+    });
+    let (_, files_before, _) = authorizations(&mds, &last, now);
+    assert!(files_before.contains(&c));
+    // User 101 may read a and c, not b (0600, 100's).
+    let (_, cap) = open(101, "/d/a", None, &mut rng);
+    let (users, files, _) = authorizations(&mds, &cap, now);
+    assert_eq!(users, vec![101]);
+    assert_eq!(files, {
+        let mut v = vec![a, c];
+        v.sort_unstable();
+        v
+    });
+    // Every grouped capability was counted under the strategy.
+    let predicted = mds
+        .stats()
+        .counters
+        .iter()
+        .find(|(k, _)| k == "grouping:predict:capabilities")
+        .map(|(_, v)| *v)
+        .unwrap();
+    assert!(predicted >= 2, "{predicted}");
 }

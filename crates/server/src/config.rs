@@ -56,6 +56,13 @@ pub struct MdsFileConfig {
     /// How long a file stays batched after a detection, in ms (default 1000, paper 000).
     #[serde(default)]
     pub batch_hot_ms: Option<u64>,
+    /// Prediction grouping: a successor is predicted when it is at least `predict_j` of
+    /// the last `predict_k` seen (defaults 4 and 6, paper 000).
+    #[serde(default)]
+    pub predict_j: Option<u32>,
+    /// See `predict_j`.
+    #[serde(default)]
+    pub predict_k: Option<u32>,
     /// Where to serve Prometheus metrics (`HOST:PORT`, port 0 for any free one); none:
     /// no metrics endpoint.
     #[serde(default)]
@@ -148,6 +155,17 @@ impl MdsFileConfig {
         g.batch_detect_millis = self.batch_detect_ms.unwrap_or(g.batch_detect_millis);
         g.batch_gather_millis = self.batch_gather_ms.unwrap_or(g.batch_gather_millis);
         g.batch_hot_millis = self.batch_hot_ms.unwrap_or(g.batch_hot_millis);
+        g.predict_j = self.predict_j.unwrap_or(g.predict_j);
+        g.predict_k = self.predict_k.unwrap_or(g.predict_k);
+        if g.predict_j == 0 || g.predict_j > g.predict_k || g.predict_k > 64 {
+            return Err(ServerError::Config {
+                path: "mds config".into(),
+                reason: format!(
+                    "predict_j = {}, predict_k = {}: need 1 <= j <= k <= 64",
+                    g.predict_j, g.predict_k
+                ),
+            });
+        }
         Ok(g)
     }
 

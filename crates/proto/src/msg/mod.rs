@@ -167,7 +167,7 @@ impl ErrorCode {
             ErrorCode::ProtectionTooWeak => "protection method weaker than the partition requires",
             ErrorCode::UnknownTree => "capability names a Merkle tree this OSD has not seen",
             ErrorCode::TreeMismatch => "Merkle tree does not match the capability's root",
-            ErrorCode::Revoked => "revoked by the administrator",
+            ErrorCode::Revoked => "revoked (maat admin revoke, or the job was ended)",
             ErrorCode::ProofRequired => "delegated capability: prove possession of the job key",
         }
     }
