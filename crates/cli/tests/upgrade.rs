@@ -21,12 +21,14 @@ const FIXTURE: &str = concat!(
     "/tests/fixtures/format0-cluster.tar.gz"
 );
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free ports: every listener is held until all are chosen (a port released
+/// at once can be handed out again by the next bind to port 0: seen in CI, the MDS and
+/// the OSD given one port).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 /// Rewrites the fixture's relative paths and fixed ports for this run.
@@ -54,7 +56,8 @@ fn a_format0_cluster_is_refused_while_exposed_then_migrates_and_serves() {
     assert!(status.success());
     let data = dir.path().join("data");
     std::fs::rename(dir.path().join("maat-data"), &data).unwrap();
-    let ports = [("35127", free_port()), ("35753", free_port())];
+    let [mds_port, osd_port] = free_ports::<2>();
+    let ports = [("35127", mds_port), ("35753", osd_port)];
     for f in ["client.toml", "mds/mds.toml", "osd-1/osd.toml"] {
         rewrite(&data.join(f), &data, &ports);
     }
