@@ -417,16 +417,19 @@ impl<S: MetaStore> crate::Mds<S> {
         let (_gate, acl) = self.gate_and_acl()?;
         self.not_revoked(who, now)?;
         let half = self.config.capability_lifetime_millis / 2;
-        let files = self.with_jobs(now, |jobs| {
+        // The current token while it has half its lifetime left; otherwise the files to
+        // re-check before signing a new one.
+        let (current, files) = self.with_jobs(now, |jobs| {
             let job = jobs.get(&hash).ok_or_else(unknown_job)?;
-            Ok((job.expiry > now.0.saturating_add(half))
-                .then(|| job.lifetime.clone())
-                .ok_or(job.files.clone()))
+            Ok(if job.expiry > now.0.saturating_add(half) {
+                (Some(job.lifetime.clone()), Vec::new())
+            } else {
+                (None, job.files.clone())
+            })
         })?;
-        let files = match files {
-            Ok(current) => return Ok(MdsResponse::JobLifetime(current)),
-            Err(files) => files,
-        };
+        if let Some(current) = current {
+            return Ok(MdsResponse::JobLifetime(current));
+        }
         for (file, bits) in files {
             let mode = Mode::from_bits(bits).unwrap_or(Mode::READ_WRITE);
             let allowed = match self.current_perm(file) {
