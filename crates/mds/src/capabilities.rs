@@ -13,43 +13,41 @@
 //!   root or id and the files' root or id), so a set that changed finds nothing; the
 //!   per-member entries of gathered batches carry the version they were made at.
 //!
-//! Gathered batches (temporal and on-the-fly groups) are the one place MDS logic waits:
-//! a batch's first request may wait the gather window (temporal batching only) and for
-//! the signature in progress for the same file, bounded by [`BATCH_WAIT_MILLIS_MAX`].
+//! Gathered batches (temporal and on-the-fly groups) live in `batches`, the trees kept
+//! for `GetTree` in `trees`.
 
 use crate::grouping::{
     self, AclSnapshot, FileSel, Grant, GroupingConfig, Perm, Strategies, UserSel,
 };
-use crate::{lock, MdsError, MetaStore, Principal, Result, ADMIN_UID, CLOCK_SKEW_MILLIS};
+use crate::{lock, MdsError, MetaStore, Result, ADMIN_UID, CLOCK_SKEW_MILLIS};
 use maat_crypto::hash::{self, Digest};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::merkle_msg::{compose_roots, subtree, MerkleTreeMessage, SetKind};
-use maat_proto::msg::{ErrorCode, MdsResponse};
+use maat_proto::msg::ErrorCode;
 use maat_proto::protection::Protection;
 use maat_proto::signed;
 use maat_proto::{CapabilityId, FileId, UnixMillis, UserId};
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::time::Duration;
+
+mod batches;
+mod trees;
+
+use batches::Batches;
+use trees::{TreeCache, TreeEntry};
 
 /// Most capabilities the MDS keeps cached (SPEC M5).
 pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
+/// Most (file, mode) pairs indexed to the cached capabilities that name them.
+pub const COVER_INDEX_FILES_MAX: usize = 65_536;
+/// Most cached capabilities indexed per (file, mode).
+pub const COVERS_PER_FILE_MAX: usize = 4;
 /// Most computed grants kept (per requester, file, mode and access-control version).
 pub const GRANT_CACHE_ENTRIES_MAX: usize = 65_536;
-/// Most Merkle trees the MDS keeps for `GetTree` (oldest dropped first).
-pub const TREE_CACHE_ENTRIES_MAX: usize = 16_384;
-/// Most members over all kept trees.
-pub const TREE_CACHE_MEMBERS_MAX: usize = 4 << 20;
 /// Most subtree roots remembered for composition.
 pub const SUBTREE_ROOTS_MAX: usize = 16_384;
-/// Longest a request waits for a gathered batch before asking alone.
-pub const BATCH_WAIT_MILLIS_MAX: u64 = 2_000;
-/// A gathering batch closes once it has not grown for this long (or at the gather window).
-pub const BATCH_QUIET_MICROS: u64 = 300;
-/// Most files whose recent opens are tracked for temporal batching.
-pub const BATCH_TRACKED_FILES_MAX: usize = 65_536;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum UserKey {
@@ -67,11 +65,14 @@ enum FileKey {
 
 type CapKey = (UserKey, FileKey, u8);
 
-struct TreeEntry {
-    message: Vec<u8>,
-    /// Who may fetch it: the users of the capability it was made for (ascending).
-    readers: Vec<u64>,
-    members: usize,
+/// A cached capability indexed under one file it names (SPEC M5: a later open of an
+/// already-authorized (user, file) pair is served without signing). Valid only at the
+/// access-control version it was issued at: any change since makes it unfindable here.
+struct Cover {
+    version: u64,
+    /// The users it names, ascending.
+    readers: Arc<Vec<u64>>,
+    entry: Arc<CachedCapability>,
 }
 
 #[derive(Clone)]
@@ -80,104 +81,6 @@ struct CachedCapability {
     expiry: UnixMillis,
     by: Strategies,
     trees: Vec<(Digest, Arc<TreeEntry>)>,
-}
-
-#[derive(Default)]
-struct TreeCache {
-    trees: HashMap<Digest, Arc<TreeEntry>>,
-    order: VecDeque<Digest>,
-    members: usize,
-}
-
-impl TreeCache {
-    /// Keeps a tree for `GetTree`. One root can stand in several capabilities for
-    /// different users (the same directory's file set named for two groups of users):
-    /// whoever any of them names may fetch it, so the readers are merged.
-    fn insert(&mut self, root: Digest, entry: Arc<TreeEntry>) {
-        if let Some(held) = self.trees.get_mut(&root) {
-            if entry
-                .readers
-                .iter()
-                .all(|r| held.readers.binary_search(r).is_ok())
-            {
-                return;
-            }
-            let mut readers = held.readers.clone();
-            readers.extend(entry.readers.iter().copied());
-            readers.sort_unstable();
-            readers.dedup();
-            self.members += readers.len().saturating_sub(held.readers.len());
-            *held = Arc::new(TreeEntry {
-                message: held.message.clone(),
-                members: readers.len(),
-                readers,
-            });
-        } else {
-            self.members += entry.members;
-            self.trees.insert(root, entry);
-            self.order.push_back(root);
-        }
-        while self.trees.len() > TREE_CACHE_ENTRIES_MAX || self.members > TREE_CACHE_MEMBERS_MAX {
-            let Some(old) = self.order.pop_front() else {
-                break;
-            };
-            if let Some(e) = self.trees.remove(&old) {
-                self.members = self.members.saturating_sub(e.members);
-            }
-        }
-    }
-}
-
-#[derive(Default)]
-struct BatchState {
-    members: BTreeSet<u64>,
-    /// The capability and who it names, once signed (`None` inside: it failed).
-    outcome: Option<Option<(Vec<u8>, Vec<u64>)>>,
-}
-
-#[derive(Default)]
-struct GatherBatch {
-    state: Mutex<BatchState>,
-    done: Condvar,
-}
-
-type BatchKey = (u64, u8);
-
-#[derive(Default)]
-struct Batches {
-    open: HashMap<BatchKey, Arc<GatherBatch>>,
-    signing: HashSet<BatchKey>,
-    /// Recent open times per file (temporal batching's detector) and until when a file
-    /// stays batched.
-    recent: HashMap<u64, (VecDeque<u64>, u64)>,
-}
-
-impl Batches {
-    /// Records an open of `file`; true when the file is (now) batched.
-    fn observe(&mut self, file: u64, now: UnixMillis, cfg: &GroupingConfig) -> bool {
-        if self.recent.len() >= BATCH_TRACKED_FILES_MAX && !self.recent.contains_key(&file) {
-            self.recent.retain(|_, (_, hot)| *hot > now.0);
-        }
-        let (times, hot_until) = self.recent.entry(file).or_default();
-        times.push_back(now.0);
-        while times
-            .front()
-            .is_some_and(|t| now.0.saturating_sub(*t) > cfg.batch_detect_millis)
-        {
-            times.pop_front();
-        }
-        while times.len() > cfg.batch_threshold.max(1) as usize {
-            times.pop_front();
-        }
-        if times.len() >= cfg.batch_threshold.max(1) as usize {
-            *hot_until = now.0.saturating_add(cfg.batch_hot_millis);
-        }
-        *hot_until > now.0
-    }
-
-    fn is_hot(&self, file: u64, now: UnixMillis) -> bool {
-        self.recent.get(&file).is_some_and(|(_, hot)| *hot > now.0)
-    }
 }
 
 /// Per-strategy counters (`maat stats`): capabilities issued, the (user, file) pairs
@@ -244,6 +147,7 @@ pub(crate) struct Issuer {
     snapshot: Mutex<Option<Arc<AclSnapshot>>>,
     grouping: RwLock<GroupingConfig>,
     capabilities: Mutex<HashMap<CapKey, CachedCapability>>,
+    covers: Mutex<HashMap<(u64, u8), Vec<Cover>>>,
     grants: Mutex<HashMap<(u64, u64, u8, u64), Grant>>,
     trees: Mutex<TreeCache>,
     subtree_roots: Mutex<HashMap<(u8, Digest), Digest>>,
@@ -266,6 +170,7 @@ impl Issuer {
             snapshot: Mutex::new(None),
             grouping: RwLock::new(grouping),
             capabilities: Mutex::new(HashMap::new()),
+            covers: Mutex::new(HashMap::new()),
             grants: Mutex::new(HashMap::new()),
             trees: Mutex::new(TreeCache::default()),
             subtree_roots: Mutex::new(HashMap::new()),
@@ -427,9 +332,17 @@ impl<S: MetaStore> crate::Mds<S> {
             if let Some(hit) = self.cached(&grant, r.uid, r.wanted, r.protection, &acl, r.now) {
                 return Ok((hit, true));
             }
-            if let Some(wider) = r.also.filter(|m| acl.permits(r.uid, perm, want_bits(*m))) {
+            let wider = r.also.filter(|m| acl.permits(r.uid, perm, want_bits(*m)));
+            if let Some(wider) = wider {
                 let wide = self.grant(&acl, cfg.strategies, r, perm, wider)?;
                 if let Some(hit) = self.cached(&wide, r.uid, wider, r.protection, &acl, r.now) {
+                    return Ok((hit, true));
+                }
+            }
+            // Any cached capability that names this user and file, issued on this very
+            // access-control state (a predicted or directory set made for another open).
+            for mode in std::iter::once(r.wanted).chain(wider) {
+                if let Some(hit) = self.covered(r, mode, &acl) {
                     return Ok((hit, true));
                 }
             }
@@ -592,14 +505,73 @@ impl<S: MetaStore> crate::Mds<S> {
                 .find(|c| c.expiry.0.saturating_sub(now.0) >= lifetime / 2)
                 .cloned()
         }?;
-        // The trees its roots stand for stay fetchable while it is handed out.
+        self.hand_out(&found);
+        Some(found.encoded)
+    }
+
+    /// SPEC M5 by (user, file): a cached capability for `mode` that names `r`'s user and
+    /// file, made at the current access-control version, with half its lifetime left.
+    fn covered(&self, r: &IssueRequest, mode: Mode, acl: &AclSnapshot) -> Option<Vec<u8>> {
+        let key = (r.file, key_byte(mode, r.protection));
+        let lifetime = self.config.capability_lifetime_millis;
+        let found = lock(&self.issuer.covers).get(&key).and_then(|list| {
+            list.iter()
+                .find(|c| {
+                    c.version == acl.version()
+                        && c.entry.expiry.0.saturating_sub(r.now.0) >= lifetime / 2
+                        && c.readers.binary_search(&r.uid).is_ok()
+                })
+                .map(|c| c.entry.clone())
+        })?;
+        self.hand_out(&found);
+        Some(found.encoded.clone())
+    }
+
+    /// Counts a cache hit on `found` and keeps its trees fetchable while it is handed out.
+    fn hand_out(&self, found: &CachedCapability) {
         let mut trees = lock(&self.issuer.trees);
         for (root, entry) in &found.trees {
             trees.insert(*root, entry.clone());
         }
+        drop(trees);
         self.issuer.cache_hits.fetch_add(1, Ordering::Relaxed);
         GroupingStats::count(&self.issuer.stats.hits, found.by, 1);
-        Some(found.encoded)
+    }
+
+    /// Indexes `entry` under every file it names (see [`Cover`]).
+    fn index_cover(
+        &self,
+        files: &[u64],
+        byte: u8,
+        readers: &[u64],
+        version: u64,
+        entry: &CachedCapability,
+        now: UnixMillis,
+    ) {
+        let readers = Arc::new(readers.to_vec());
+        let entry = Arc::new(entry.clone());
+        let mut covers = lock(&self.issuer.covers);
+        if covers.len() + files.len() > COVER_INDEX_FILES_MAX {
+            covers.retain(|_, list| {
+                list.retain(|c| c.entry.expiry > now);
+                !list.is_empty()
+            });
+            if covers.len() + files.len() > COVER_INDEX_FILES_MAX {
+                covers.clear();
+            }
+        }
+        for &file in files {
+            let list = covers.entry((file, byte)).or_default();
+            list.retain(|c| c.version == version && c.entry.expiry > now);
+            if list.len() >= COVERS_PER_FILE_MAX {
+                list.remove(0);
+            }
+            list.push(Cover {
+                version,
+                readers: readers.clone(),
+                entry: entry.clone(),
+            });
+        }
     }
 
     /// Signs a capability for `grant`, keeps its trees for `GetTree` and caches it (also
@@ -684,6 +656,11 @@ impl<S: MetaStore> crate::Mds<S> {
             trees,
         };
         let byte = key_byte(r.wanted, r.protection);
+        if let FileSel::Set(files) = &grant.files {
+            // A capability for one file is found by its exact key; one for a set also
+            // serves opens of its other files.
+            self.index_cover(files, byte, &readers, acl.version(), &entry, r.now);
+        }
         let files = self.file_key(&grant.files)?;
         let mut cache = lock(&self.issuer.capabilities);
         if cache.len() + readers.len() >= CAPABILITY_CACHE_ENTRIES_MAX {
@@ -708,170 +685,6 @@ impl<S: MetaStore> crate::Mds<S> {
             grant.authorizations(),
         );
         Ok(encoded)
-    }
-
-    /// Temporal and on-the-fly groups: opens of one file for one mode share a batch; its
-    /// first request signs one capability for everyone in it once the gather window (hot
-    /// files only) has passed and no capability for the same file is being signed.
-    fn gathered(
-        &self,
-        cfg: &GroupingConfig,
-        r: &IssueRequest,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<(Vec<u8>, bool)> {
-        let key: BatchKey = (r.file, key_byte(r.wanted, r.protection));
-        let (batch, leader, hot) = {
-            let mut table = lock(&self.issuer.batches);
-            let hot = cfg.strategies.batch && table.observe(r.file, r.now, cfg);
-            match table.open.get(&key) {
-                Some(b) => {
-                    lock(&b.state).members.insert(r.uid);
-                    (b.clone(), false, hot)
-                }
-                None => {
-                    let b = Arc::new(GatherBatch::default());
-                    lock(&b.state).members.insert(r.uid);
-                    table.open.insert(key, b.clone());
-                    (b, true, hot)
-                }
-            }
-        };
-        if !leader {
-            return self.await_batch(&batch, r, rng);
-        }
-        let hot = {
-            // On-the-fly: while another capability for this file is being signed, this
-            // batch stays open and gathers.
-            let mut table = lock(&self.issuer.batches);
-            let mut waited = 0u64;
-            while table.signing.contains(&key) && waited < BATCH_WAIT_MILLIS_MAX {
-                let (t, _) = self
-                    .issuer
-                    .turn
-                    .wait_timeout(table, Duration::from_millis(10))
-                    .unwrap_or_else(|p| p.into_inner());
-                table = t;
-                waited += 10;
-            }
-            // Opens that arrived meanwhile may have made the file hot.
-            hot || (cfg.strategies.batch && table.is_hot(r.file, r.now))
-        };
-        if hot {
-            // Temporal batching: gather while the batch still grows (a crowd arriving),
-            // at most the gather window.
-            let limit = Duration::from_millis(cfg.batch_gather_millis.min(BATCH_WAIT_MILLIS_MAX));
-            let started = std::time::Instant::now();
-            let mut size = lock(&batch.state).members.len();
-            while started.elapsed() < limit {
-                std::thread::sleep(Duration::from_micros(BATCH_QUIET_MICROS));
-                let now_size = lock(&batch.state).members.len();
-                if now_size == size {
-                    break;
-                }
-                size = now_size;
-            }
-        }
-        {
-            let mut table = lock(&self.issuer.batches);
-            if table.open.get(&key).is_some_and(|b| Arc::ptr_eq(b, &batch)) {
-                table.open.remove(&key);
-            }
-            table.signing.insert(key);
-        }
-        let outcome = self.sign_batch(&batch, hot, cfg.strategies, r, rng);
-        lock(&self.issuer.batches).signing.remove(&key);
-        self.issuer.turn.notify_all();
-        {
-            let mut state = lock(&batch.state);
-            state.outcome = Some(outcome.as_ref().ok().cloned());
-        }
-        batch.done.notify_all();
-        let (encoded, members) = outcome?;
-        if members.binary_search(&r.uid).is_ok() {
-            Ok((encoded, false))
-        } else {
-            Err(denied())
-        }
-    }
-
-    fn sign_batch(
-        &self,
-        batch: &GatherBatch,
-        hot: bool,
-        cfg_strategies: Strategies,
-        r: &IssueRequest,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<(Vec<u8>, Vec<u64>)> {
-        let (_gate, acl) = self.gate_and_acl()?;
-        let perm = self.current_perm(r.file)?;
-        let want = want_bits(r.wanted);
-        let members: Vec<u64> = lock(&batch.state)
-            .members
-            .iter()
-            .copied()
-            .filter(|u| {
-                *u != ADMIN_UID
-                    && acl.permits(*u, perm, want)
-                    && !self.user_revoked(*u, r.now).unwrap_or(true)
-            })
-            .collect();
-        let several = members.len() > 1;
-        let grant = if members == [r.uid] {
-            // Nobody joined: the requester's own grant, decided again on the state held
-            // now (with the other strategies' sets, e.g. the directory's files).
-            self.grant(&acl, cfg_strategies, r, perm, r.wanted)?
-        } else {
-            Grant {
-                users: UserSel::from_subtrees(vec![members.clone()]).ok_or_else(denied)?,
-                files: FileSel::One(r.file),
-                by: Strategies {
-                    batch: several && hot,
-                    onthefly: several && !hot,
-                    ..Strategies::default()
-                },
-            }
-        };
-        let encoded = self.sign_and_cache(&grant, r, &acl, true, rng)?;
-        Ok((encoded, members))
-    }
-
-    fn await_batch(
-        &self,
-        batch: &GatherBatch,
-        r: &IssueRequest,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<(Vec<u8>, bool)> {
-        let outcome = {
-            let mut state = lock(&batch.state);
-            let mut waited = 0u64;
-            while state.outcome.is_none() && waited < BATCH_WAIT_MILLIS_MAX {
-                let (s, _) = batch
-                    .done
-                    .wait_timeout(state, Duration::from_millis(10))
-                    .unwrap_or_else(|p| p.into_inner());
-                state = s;
-                waited += 10;
-            }
-            state.outcome.clone().flatten()
-        };
-        match outcome {
-            Some((encoded, members)) if members.binary_search(&r.uid).is_ok() => {
-                Ok((encoded, false))
-            }
-            // The batch failed, timed out or left this user out (access changed): ask
-            // alone, deciding afresh.
-            _ => self.single(r, rng),
-        }
-    }
-
-    fn single(&self, r: &IssueRequest, rng: &mut impl CryptoRngCore) -> Result<(Vec<u8>, bool)> {
-        let (_gate, acl, _) = self.decide(r)?;
-        let grant = Grant {
-            users: UserSel::One(r.uid),
-            files: FileSel::One(r.file),
-            by: Strategies::default(),
-        };
-        Ok((self.sign_and_cache(&grant, r, &acl, false, rng)?, false))
     }
 
     /// A write capability for `uid` on a file just removed (its objects are left to
@@ -901,6 +714,7 @@ impl<S: MetaStore> crate::Mds<S> {
     /// Drops every cached capability (a revocation: none is handed out again).
     pub(crate) fn forget_capabilities_cached(&self) {
         lock(&self.issuer.capabilities).clear();
+        lock(&self.issuer.covers).clear();
     }
 
     /// Drops every cached and outstanding capability (a partition's method changed:
@@ -908,60 +722,5 @@ impl<S: MetaStore> crate::Mds<S> {
     pub(crate) fn forget_capabilities(&self) {
         self.forget_capabilities_cached();
         self.issuer.renewals.forget_all();
-    }
-
-    /// SPEC M4: the members of a root in a capability this MDS issued, for a user named
-    /// in that capability (or the administrator).
-    pub(crate) fn get_tree(&self, who: &Principal, root: &Digest) -> Result<MdsResponse> {
-        let entry = lock(&self.issuer.trees)
-            .trees
-            .get(root)
-            .cloned()
-            .ok_or_else(|| {
-                MdsError::refused(
-                    ErrorCode::UnknownTree,
-                    "this MDS no longer holds that tree: open the file again",
-                )
-            })?;
-        if who.uid != ADMIN_UID && entry.readers.binary_search(&who.uid).is_err() {
-            return Err(MdsError::refused(
-                ErrorCode::PermissionDenied,
-                "only users named in the capability may fetch its trees",
-            ));
-        }
-        Ok(MdsResponse::Tree(entry.message.clone()))
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    fn entry(readers: &[u64]) -> Arc<TreeEntry> {
-        Arc::new(TreeEntry {
-            message: vec![1, 2, 3],
-            readers: readers.to_vec(),
-            members: readers.len(),
-        })
-    }
-
-    /// Found by `maat bench grouping`: a directory's file set named for one group of
-    /// users and then for another kept only the first group as readers, and the second
-    /// was refused the tree its own capability named.
-    #[test]
-    fn a_root_named_for_two_user_sets_is_fetchable_by_both() {
-        let mut cache = TreeCache::default();
-        let root = [7u8; 32];
-        cache.insert(root, entry(&[2, 5]));
-        cache.insert(root, entry(&[3, 5]));
-        let held = cache.trees.get(&root).unwrap();
-        assert_eq!(held.readers, vec![2, 3, 5]);
-        assert_eq!(held.message, vec![1, 2, 3]);
-        assert_eq!(cache.members, 3);
-        // Nothing new: nothing changes.
-        cache.insert(root, entry(&[2]));
-        assert_eq!(cache.trees.get(&root).unwrap().readers, vec![2, 3, 5]);
-        assert_eq!(cache.trees.len(), 1);
     }
 }

@@ -1,0 +1,239 @@
+//! SPEC M6 gathered batches: temporal batching (paper 000) and on-the-fly groups (paper
+//! 002). Opens of one file for one mode share a batch, and one capability answers it.
+//! This is the one place MDS logic waits: a batch's first request may wait the gather
+//! window (temporal batching only) and for the signature in progress for the same file,
+//! bounded by [`BATCH_WAIT_MILLIS_MAX`].
+
+use super::{denied, key_byte, want_bits, IssueRequest};
+use crate::grouping::{FileSel, Grant, GroupingConfig, Strategies, UserSel};
+use crate::{lock, MetaStore, Result, ADMIN_UID};
+use maat_crypto::CryptoRngCore;
+use maat_proto::UnixMillis;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Longest a request waits for a gathered batch before asking alone.
+pub const BATCH_WAIT_MILLIS_MAX: u64 = 2_000;
+/// A gathering batch closes once it has not grown for this long (or at the gather window).
+pub const BATCH_QUIET_MICROS: u64 = 300;
+/// Most files whose recent opens are tracked for temporal batching.
+pub const BATCH_TRACKED_FILES_MAX: usize = 65_536;
+
+#[derive(Default)]
+struct BatchState {
+    members: BTreeSet<u64>,
+    /// The capability and who it names, once signed (`None` inside: it failed).
+    outcome: Option<Option<(Vec<u8>, Vec<u64>)>>,
+}
+
+#[derive(Default)]
+struct GatherBatch {
+    state: Mutex<BatchState>,
+    done: Condvar,
+}
+
+type BatchKey = (u64, u8);
+
+#[derive(Default)]
+pub(super) struct Batches {
+    open: HashMap<BatchKey, Arc<GatherBatch>>,
+    signing: HashSet<BatchKey>,
+    /// Recent open times per file (temporal batching's detector) and until when a file
+    /// stays batched.
+    recent: HashMap<u64, (VecDeque<u64>, u64)>,
+}
+
+impl Batches {
+    /// Records an open of `file`; true when the file is (now) batched.
+    fn observe(&mut self, file: u64, now: UnixMillis, cfg: &GroupingConfig) -> bool {
+        if self.recent.len() >= BATCH_TRACKED_FILES_MAX && !self.recent.contains_key(&file) {
+            self.recent.retain(|_, (_, hot)| *hot > now.0);
+        }
+        let (times, hot_until) = self.recent.entry(file).or_default();
+        times.push_back(now.0);
+        while times
+            .front()
+            .is_some_and(|t| now.0.saturating_sub(*t) > cfg.batch_detect_millis)
+        {
+            times.pop_front();
+        }
+        while times.len() > cfg.batch_threshold.max(1) as usize {
+            times.pop_front();
+        }
+        if times.len() >= cfg.batch_threshold.max(1) as usize {
+            *hot_until = now.0.saturating_add(cfg.batch_hot_millis);
+        }
+        *hot_until > now.0
+    }
+
+    fn is_hot(&self, file: u64, now: UnixMillis) -> bool {
+        self.recent.get(&file).is_some_and(|(_, hot)| *hot > now.0)
+    }
+}
+
+impl<S: MetaStore> crate::Mds<S> {
+    /// Temporal and on-the-fly groups: opens of one file for one mode share a batch; its
+    /// first request signs one capability for everyone in it once the gather window (hot
+    /// files only) has passed and no capability for the same file is being signed.
+    pub(super) fn gathered(
+        &self,
+        cfg: &GroupingConfig,
+        r: &IssueRequest,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<(Vec<u8>, bool)> {
+        let key: BatchKey = (r.file, key_byte(r.wanted, r.protection));
+        let (batch, leader, hot) = {
+            let mut table = lock(&self.issuer.batches);
+            let hot = cfg.strategies.batch && table.observe(r.file, r.now, cfg);
+            match table.open.get(&key) {
+                Some(b) => {
+                    lock(&b.state).members.insert(r.uid);
+                    (b.clone(), false, hot)
+                }
+                None => {
+                    let b = Arc::new(GatherBatch::default());
+                    lock(&b.state).members.insert(r.uid);
+                    table.open.insert(key, b.clone());
+                    (b, true, hot)
+                }
+            }
+        };
+        if !leader {
+            return self.await_batch(&batch, r, rng);
+        }
+        let hot = {
+            // On-the-fly: while another capability for this file is being signed, this
+            // batch stays open and gathers.
+            let mut table = lock(&self.issuer.batches);
+            let mut waited = 0u64;
+            while table.signing.contains(&key) && waited < BATCH_WAIT_MILLIS_MAX {
+                let (t, _) = self
+                    .issuer
+                    .turn
+                    .wait_timeout(table, Duration::from_millis(10))
+                    .unwrap_or_else(|p| p.into_inner());
+                table = t;
+                waited += 10;
+            }
+            // Opens that arrived meanwhile may have made the file hot.
+            hot || (cfg.strategies.batch && table.is_hot(r.file, r.now))
+        };
+        if hot {
+            // Temporal batching: gather while the batch still grows (a crowd arriving),
+            // at most the gather window.
+            let limit = Duration::from_millis(cfg.batch_gather_millis.min(BATCH_WAIT_MILLIS_MAX));
+            let started = std::time::Instant::now();
+            let mut size = lock(&batch.state).members.len();
+            while started.elapsed() < limit {
+                std::thread::sleep(Duration::from_micros(BATCH_QUIET_MICROS));
+                let now_size = lock(&batch.state).members.len();
+                if now_size == size {
+                    break;
+                }
+                size = now_size;
+            }
+        }
+        {
+            let mut table = lock(&self.issuer.batches);
+            if table.open.get(&key).is_some_and(|b| Arc::ptr_eq(b, &batch)) {
+                table.open.remove(&key);
+            }
+            table.signing.insert(key);
+        }
+        let outcome = self.sign_batch(&batch, hot, cfg.strategies, r, rng);
+        lock(&self.issuer.batches).signing.remove(&key);
+        self.issuer.turn.notify_all();
+        {
+            let mut state = lock(&batch.state);
+            state.outcome = Some(outcome.as_ref().ok().cloned());
+        }
+        batch.done.notify_all();
+        let (encoded, members) = outcome?;
+        if members.binary_search(&r.uid).is_ok() {
+            Ok((encoded, false))
+        } else {
+            Err(denied())
+        }
+    }
+
+    fn sign_batch(
+        &self,
+        batch: &GatherBatch,
+        hot: bool,
+        cfg_strategies: Strategies,
+        r: &IssueRequest,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<(Vec<u8>, Vec<u64>)> {
+        let (_gate, acl) = self.gate_and_acl()?;
+        let perm = self.current_perm(r.file)?;
+        let want = want_bits(r.wanted);
+        let members: Vec<u64> = lock(&batch.state)
+            .members
+            .iter()
+            .copied()
+            .filter(|u| {
+                *u != ADMIN_UID
+                    && acl.permits(*u, perm, want)
+                    && !self.user_revoked(*u, r.now).unwrap_or(true)
+            })
+            .collect();
+        let several = members.len() > 1;
+        let grant = if members == [r.uid] {
+            // Nobody joined: the requester's own grant, decided again on the state held
+            // now (with the other strategies' sets, e.g. the directory's files).
+            self.grant(&acl, cfg_strategies, r, perm, r.wanted)?
+        } else {
+            Grant {
+                users: UserSel::from_subtrees(vec![members.clone()]).ok_or_else(denied)?,
+                files: FileSel::One(r.file),
+                by: Strategies {
+                    batch: several && hot,
+                    onthefly: several && !hot,
+                    ..Strategies::default()
+                },
+            }
+        };
+        let encoded = self.sign_and_cache(&grant, r, &acl, true, rng)?;
+        Ok((encoded, members))
+    }
+
+    fn await_batch(
+        &self,
+        batch: &GatherBatch,
+        r: &IssueRequest,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<(Vec<u8>, bool)> {
+        let outcome = {
+            let mut state = lock(&batch.state);
+            let mut waited = 0u64;
+            while state.outcome.is_none() && waited < BATCH_WAIT_MILLIS_MAX {
+                let (s, _) = batch
+                    .done
+                    .wait_timeout(state, Duration::from_millis(10))
+                    .unwrap_or_else(|p| p.into_inner());
+                state = s;
+                waited += 10;
+            }
+            state.outcome.clone().flatten()
+        };
+        match outcome {
+            Some((encoded, members)) if members.binary_search(&r.uid).is_ok() => {
+                Ok((encoded, false))
+            }
+            // The batch failed, timed out or left this user out (access changed): ask
+            // alone, deciding afresh.
+            _ => self.single(r, rng),
+        }
+    }
+
+    fn single(&self, r: &IssueRequest, rng: &mut impl CryptoRngCore) -> Result<(Vec<u8>, bool)> {
+        let (_gate, acl, _) = self.decide(r)?;
+        let grant = Grant {
+            users: UserSel::One(r.uid),
+            files: FileSel::One(r.file),
+            by: Strategies::default(),
+        };
+        Ok((self.sign_and_cache(&grant, r, &acl, false, rng)?, false))
+    }
+}
