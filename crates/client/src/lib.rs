@@ -468,6 +468,20 @@ impl Client {
     /// Opens a file; read opens are answered from the client cache while the cached
     /// capability has more than half its lifetime left (SPEC M5).
     pub fn open(&mut self, path: &str, access: Access, create: Option<u16>) -> Result<Opened> {
+        self.open_predicting(path, access, create, &[])
+    }
+
+    /// [`Client::open`] telling the MDS which files this client expects to open next
+    /// (SPEC M6; at most `maat_proto::msg::PREDICTED_PATHS_MAX`). Under prediction
+    /// grouping the capability may name them too, and the MDS then answers their opens
+    /// from its cache.
+    pub fn open_predicting(
+        &mut self,
+        path: &str,
+        access: Access,
+        create: Option<u16>,
+        predicted: &[String],
+    ) -> Result<Opened> {
         let now = self.now();
         if access == Access::Read && self.insecure_user.is_none() {
             if let Some(s) = &self.session {
@@ -484,11 +498,21 @@ impl Client {
             }
         }
         self.stats.capability_cache_misses += 1;
-        let response = self.mds_call(MdsRequest::Open {
-            path: path.into(),
-            access,
-            create,
-        })?;
+        let request = if predicted.is_empty() {
+            MdsRequest::Open {
+                path: path.into(),
+                access,
+                create,
+            }
+        } else {
+            MdsRequest::OpenPredicted {
+                path: path.into(),
+                access,
+                create,
+                predicted: predicted.to_vec(),
+            }
+        };
+        let response = self.mds_call(request)?;
         let opened = self.opened_from(response)?;
         if access == Access::Read && !opened.capability.is_empty() {
             if let Ok(c) =

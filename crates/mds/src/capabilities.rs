@@ -206,6 +206,8 @@ pub(crate) struct IssueRequest {
     /// A wider mode whose cached capability may serve (the user holds it now).
     pub also: Option<Mode>,
     pub protection: Protection,
+    /// Files the client predicted it opens next (`OpenPredicted`), resolved.
+    pub hinted: Vec<u64>,
     pub now: UnixMillis,
 }
 
@@ -243,6 +245,11 @@ impl<S: MetaStore> crate::Mds<S> {
         let out = change();
         self.issuer.acl_version.fetch_add(1, Ordering::SeqCst);
         out
+    }
+
+    /// Whether client predictions are used (prediction grouping is on).
+    pub(crate) fn issuer_takes_hints(&self) -> bool {
+        self.issuer.grouping().strategies.predict
     }
 
     /// Whether opens need the file's directory (directory grouping is on).
@@ -400,7 +407,13 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut predicted = false;
         if strategies.predict {
             let j = self.issuer.grouping().predict_j as usize;
-            let chain = lock(&self.issuer.predictor).chain(r.file, j);
+            let mut chain = lock(&self.issuer.predictor).chain(r.file, j);
+            // The client's own predictions join the MDS's.
+            for &f in &r.hinted {
+                if !chain.contains(&f) {
+                    chain.push(f);
+                }
+            }
             let mut candidates = Vec::with_capacity(chain.len());
             for id in chain {
                 if let Some(inode) = self.store.inode(id)?.filter(|i| !i.is_dir) {

@@ -313,6 +313,7 @@ impl<S: MetaStore> crate::Mds<S> {
         path: &str,
         access: Access,
         create: Option<u16>,
+        predicted: &[String],
         secure: bool,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
@@ -368,6 +369,19 @@ impl<S: MetaStore> crate::Mds<S> {
             } else {
                 None
             };
+            // Client predictions are hints: paths the requester cannot resolve (missing,
+            // or no search permission on the way) and directories are left out, and
+            // the issuer keeps only files every named user may access.
+            let mut hinted = Vec::new();
+            if self.issuer_takes_hints() {
+                for p in predicted {
+                    if let Ok(i) = self.resolve(who, p) {
+                        if !i.is_dir && i.id != inode.id {
+                            hinted.push(i.id);
+                        }
+                    }
+                }
+            }
             self.capability_for(
                 &crate::capabilities::IssueRequest {
                     uid: who.uid,
@@ -376,6 +390,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     wanted,
                     also,
                     protection: stat.protection,
+                    hinted,
                     now,
                 },
                 rng,

@@ -204,7 +204,42 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 access,
                 create,
-            } => self.open_file(who, &path, access, create, session.is_some(), now, rng),
+            } => self.open_file(
+                who,
+                &path,
+                access,
+                create,
+                &[],
+                session.is_some(),
+                now,
+                rng,
+            ),
+            MdsRequest::OpenPredicted {
+                path,
+                access,
+                create,
+                predicted,
+            } => {
+                if predicted.len() > maat_proto::msg::PREDICTED_PATHS_MAX {
+                    return Err(MdsError::refused(
+                        ErrorCode::TooLarge,
+                        format!(
+                            "at most {} predicted paths per open",
+                            maat_proto::msg::PREDICTED_PATHS_MAX
+                        ),
+                    ));
+                }
+                self.open_file(
+                    who,
+                    &path,
+                    access,
+                    create,
+                    &predicted,
+                    session.is_some(),
+                    now,
+                    rng,
+                )
+            }
             MdsRequest::SetSize { path, file, size } => self.set_size(who, &path, file, size, now),
             MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),

@@ -190,6 +190,8 @@ enum Step {
         user: usize,
         file: usize,
         write: bool,
+        /// Files the client says it opens next (`OpenPredicted` when not empty).
+        predicted: Vec<usize>,
     },
     Create {
         user: usize,
@@ -224,7 +226,8 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0..8usize, 0..8usize, any::<bool>()).prop_map(|(user, file, write)| Step::Open { user, file, write }),
+        6 => (0..8usize, 0..8usize, any::<bool>(), prop::collection::vec(0..8usize, 0..3))
+            .prop_map(|(user, file, write, predicted)| Step::Open { user, file, write, predicted }),
         2 => (0..8usize, 0..0o1000u16).prop_map(|(user, mode)| Step::Create { user, mode }),
         2 => (0..8usize, 0..0o1000u16).prop_map(|(file, mode)| Step::Chmod { file, mode }),
         1 => (0..8usize, 0..8usize, 0..3usize).prop_map(|(file, user, group)| Step::Chown { file, user, group }),
@@ -290,10 +293,16 @@ proptest! {
         for (i, s) in steps.into_iter().enumerate() {
             now += 1;
             let opened = match s {
-                Step::Open { user, file, write } if !files.is_empty() => {
+                Step::Open { user, file, write, predicted } if !files.is_empty() => {
                     let path = files[file % files.len()].clone();
                     let access = if write { Access::ReadWrite } else { Access::Read };
-                    mds.dispatch_as(FIRST_UID + (user % n) as u64, MdsRequest::Open { path, access, create: None }, UnixMillis(now), &mut rng)
+                    let request = if predicted.is_empty() {
+                        MdsRequest::Open { path, access, create: None }
+                    } else {
+                        let predicted = predicted.iter().map(|p| files[p % files.len()].clone()).collect();
+                        MdsRequest::OpenPredicted { path, access, create: None, predicted }
+                    };
+                    mds.dispatch_as(FIRST_UID + (user % n) as u64, request, UnixMillis(now), &mut rng)
                 }
                 Step::Create { user, mode } => {
                     let path = format!("/d/f{i}");
@@ -840,4 +849,111 @@ fn a_capability_naming_several_files_serves_opens_of_each_until_the_state_change
     let (_, cap, _) = open("/d/b", None, &mut rng);
     let (_, files, _) = authorizations(&mds, &cap, now);
     assert!(files.contains(&b) && !files.contains(&a), "{files:?}");
+}
+
+/// SPEC M6 client predictions: under prediction grouping, the files a client says it
+/// opens next join its capability, but only those it may access in the mode asked for
+/// (missing paths, directories and other users' private files are left out), and their
+/// opens are then served from the MDS cache. Without prediction grouping they are
+/// ignored; more than the limit is refused.
+#[test]
+fn client_predictions_join_the_capability_only_where_access_allows() {
+    let store = MemStore::default();
+    let mds = mds(&store, Strategies::parse("predict").unwrap(), 300_000);
+    seed_users(&store, &[(10, vec![]), (11, vec![])]);
+    let mut rng = ChaCha20Rng::seed_from_u64(21);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+    let open =
+        |uid: u64, path: &str, create: Option<u16>, predicted: &[&str], rng: &mut ChaCha20Rng| {
+            let predicted: Vec<String> = predicted.iter().map(|p| p.to_string()).collect();
+            let access = if create.is_some() {
+                Access::ReadWrite
+            } else {
+                Access::Read
+            };
+            let request = MdsRequest::OpenPredicted {
+                path: path.into(),
+                access,
+                create,
+                predicted,
+            };
+            match mds.dispatch_as(uid, request, UnixMillis(now), rng) {
+                Ok(MdsResponse::Opened {
+                    stat,
+                    capability,
+                    cached,
+                }) => Ok((stat.id, capability, cached)),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+    // a and b are 101's, readable by all: 100 has never opened them.
+    let (a, _, _) = open(101, "/d/a", Some(0o644), &[], &mut rng).unwrap();
+    let (b, _, _) = open(101, "/d/b", Some(0o644), &[], &mut rng).unwrap();
+    let (secret, _, _) = open(101, "/d/secret", Some(0o600), &[], &mut rng).unwrap();
+    let (_, cap, _) = open(
+        100,
+        "/d/a",
+        None,
+        &["/d/b", "/d/secret", "/d/missing", "/d", "/d/a"],
+        &mut rng,
+    )
+    .unwrap();
+    let (users, files, _) = authorizations(&mds, &cap, now);
+    assert_eq!(users, vec![100]);
+    let mut want = vec![a, b];
+    want.sort_unstable();
+    assert_eq!(files, want, "secret is {secret}");
+    let (_, again, cached) = open(100, "/d/b", None, &[], &mut rng).unwrap();
+    assert!(cached);
+    assert_eq!(again, cap);
+    let too_many: Vec<String> = (0..=maat_proto::msg::PREDICTED_PATHS_MAX)
+        .map(|i| format!("/d/p{i}"))
+        .collect();
+    let refused = mds.dispatch_as(
+        100,
+        MdsRequest::OpenPredicted {
+            path: "/d/a".into(),
+            access: Access::Read,
+            create: None,
+            predicted: too_many,
+        },
+        UnixMillis(now),
+        &mut rng,
+    );
+    assert!(matches!(refused, Err(e) if e.code == ErrorCode::TooLarge));
+    // Under UNIX grouping alone the predictions are ignored.
+    let store = MemStore::default();
+    let mds = crate::mds(&store, Strategies::parse("unix").unwrap(), 300_000);
+    seed_users(&store, &[(10, vec![])]);
+    shared_dir(&mds, now, &mut rng);
+    for p in ["/d/a", "/d/b"] {
+        mds.dispatch_as(
+            100,
+            MdsRequest::Open {
+                path: p.into(),
+                access: Access::ReadWrite,
+                create: Some(0o600),
+            },
+            UnixMillis(now),
+            &mut rng,
+        )
+        .unwrap();
+    }
+    let Ok(MdsResponse::Opened { capability, .. }) = mds.dispatch_as(
+        100,
+        MdsRequest::OpenPredicted {
+            path: "/d/a".into(),
+            access: Access::Read,
+            create: None,
+            predicted: vec!["/d/b".into()],
+        },
+        UnixMillis(now),
+        &mut rng,
+    ) else {
+        panic!("open failed")
+    };
+    let (_, files, _) = authorizations(&mds, &capability, now);
+    assert_eq!(files.len(), 1);
 }

@@ -396,7 +396,25 @@ pub enum MdsRequest {
         #[serde(with = "serde_bytes")]
         proof: Vec<u8>,
     },
+    /// SPEC M6: `Open` with the files the client predicts it will open next (paper 000
+    /// §3.3.3: "clients can provide predicted future file accesses to the MDS with
+    /// open()"). At most [`PREDICTED_PATHS_MAX`]. Under prediction grouping, the
+    /// capability may also name those the requester (and every user it names) may
+    /// access in the same mode; otherwise they are ignored.
+    OpenPredicted {
+        /// Path.
+        path: String,
+        /// Access wanted.
+        access: Access,
+        /// Create with these permission bits if it does not exist.
+        create: Option<u16>,
+        /// Paths the client expects to open next.
+        predicted: Vec<String>,
+    },
 }
+
+/// Most predicted paths one `OpenPredicted` may carry.
+pub const PREDICTED_PATHS_MAX: usize = 64;
 
 impl MdsRequest {
     /// The request's name in metrics (`maat_request_duration_seconds{request=…}`).
@@ -436,6 +454,7 @@ impl MdsRequest {
             MdsRequest::JobEnd { .. } => "job_end",
             MdsRequest::UserTicket { .. } => "user_ticket",
             MdsRequest::SetSizeByHandle { .. } => "set_size_by_handle",
+            MdsRequest::OpenPredicted { .. } => "open_predicted",
         }
     }
 }
