@@ -40,10 +40,15 @@ use trees::{TreeCache, TreeEntry};
 
 /// Most capabilities the MDS keeps cached (SPEC M5).
 pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
-/// Most (file, mode) pairs indexed to the cached capabilities that name them.
-pub const COVER_INDEX_FILES_MAX: usize = 65_536;
-/// Most cached capabilities indexed per (file, mode).
+/// Most keys in the (user, file) index of cached capabilities over file sets.
+pub const COVER_INDEX_ENTRIES_MAX: usize = 262_144;
+/// Most cached capabilities over sets of users indexed per (file, mode): one per UNIX
+/// class, and one more.
 pub const COVERS_PER_FILE_MAX: usize = 4;
+
+/// Where a capability over a file set is indexed: under each of its files, and under
+/// its one user or as one naming a set of users.
+type CoverKey = (u64, u8, Option<u64>);
 /// Most computed grants kept (per requester, file, mode and access-control version).
 pub const GRANT_CACHE_ENTRIES_MAX: usize = 65_536;
 /// Most subtree roots remembered for composition.
@@ -147,7 +152,7 @@ pub(crate) struct Issuer {
     snapshot: Mutex<Option<Arc<AclSnapshot>>>,
     grouping: RwLock<GroupingConfig>,
     capabilities: Mutex<HashMap<CapKey, CachedCapability>>,
-    covers: Mutex<HashMap<(u64, u8), Vec<Cover>>>,
+    covers: Mutex<HashMap<CoverKey, Vec<Cover>>>,
     grants: Mutex<HashMap<(u64, u64, u8, u64), Grant>>,
     trees: Mutex<TreeCache>,
     subtree_roots: Mutex<HashMap<(u8, Digest), Digest>>,
@@ -525,17 +530,20 @@ impl<S: MetaStore> crate::Mds<S> {
     /// SPEC M5 by (user, file): a cached capability for `mode` that names `r`'s user and
     /// file, made at the current access-control version, with half its lifetime left.
     fn covered(&self, r: &IssueRequest, mode: Mode, acl: &AclSnapshot) -> Option<Vec<u8>> {
-        let key = (r.file, key_byte(mode, r.protection));
+        let byte = key_byte(mode, r.protection);
         let lifetime = self.config.capability_lifetime_millis;
-        let found = lock(&self.issuer.covers).get(&key).and_then(|list| {
-            list.iter()
-                .find(|c| {
-                    c.version == acl.version()
-                        && c.entry.expiry.0.saturating_sub(r.now.0) >= lifetime / 2
-                        && c.readers.binary_search(&r.uid).is_ok()
-                })
-                .map(|c| c.entry.clone())
-        })?;
+        let covers = lock(&self.issuer.covers);
+        let found = [Some(r.uid), None]
+            .into_iter()
+            .filter_map(|who| covers.get(&(r.file, byte, who)))
+            .flatten()
+            .find(|c| {
+                c.version == acl.version()
+                    && c.entry.expiry.0.saturating_sub(r.now.0) >= lifetime / 2
+                    && c.readers.binary_search(&r.uid).is_ok()
+            })
+            .map(|c| c.entry.clone())?;
+        drop(covers);
         self.hand_out(&found);
         Some(found.encoded.clone())
     }
@@ -551,7 +559,8 @@ impl<S: MetaStore> crate::Mds<S> {
         GroupingStats::count(&self.issuer.stats.hits, found.by, 1);
     }
 
-    /// Indexes `entry` under every file it names (see [`Cover`]).
+    /// Indexes `entry` under every file it names (see [`Cover`]), and under its user
+    /// when it names one: one user's capabilities do not crowd out another's.
     fn index_cover(
         &self,
         files: &[u64],
@@ -561,20 +570,24 @@ impl<S: MetaStore> crate::Mds<S> {
         entry: &CachedCapability,
         now: UnixMillis,
     ) {
+        let who = match readers {
+            [one] => Some(*one),
+            _ => None,
+        };
         let readers = Arc::new(readers.to_vec());
         let entry = Arc::new(entry.clone());
         let mut covers = lock(&self.issuer.covers);
-        if covers.len() + files.len() > COVER_INDEX_FILES_MAX {
+        if covers.len() + files.len() > COVER_INDEX_ENTRIES_MAX {
             covers.retain(|_, list| {
-                list.retain(|c| c.entry.expiry > now);
+                list.retain(|c| c.version == version && c.entry.expiry > now);
                 !list.is_empty()
             });
-            if covers.len() + files.len() > COVER_INDEX_FILES_MAX {
+            if covers.len() + files.len() > COVER_INDEX_ENTRIES_MAX {
                 covers.clear();
             }
         }
         for &file in files {
-            let list = covers.entry((file, byte)).or_default();
+            let list = covers.entry((file, byte, who)).or_default();
             list.retain(|c| c.version == version && c.entry.expiry > now);
             if list.len() >= COVERS_PER_FILE_MAX {
                 list.remove(0);

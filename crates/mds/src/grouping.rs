@@ -33,7 +33,8 @@ pub struct Strategies {
     pub directory: bool,
     /// Temporal batching (paper 000): once `threshold` opens of one file arrive within
     /// the detection window, opens of it wait up to the gather window and share one
-    /// capability naming all of them.
+    /// capability naming all of them; likewise, once `threshold` opens by one user
+    /// arrive, that user's opens of other files share one capability naming them all.
     pub batch: bool,
     /// On-the-fly groups (paper 002): opens of a file that arrive while a capability
     /// for it is being signed share the next one (no added wait).

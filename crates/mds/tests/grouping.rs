@@ -957,3 +957,152 @@ fn client_predictions_join_the_capability_only_where_access_allows() {
     let (_, files, _) = authorizations(&mds, &capability, now);
     assert_eq!(files.len(), 1);
 }
+
+/// The (user, file) index keeps each user's own capabilities apart: more users than
+/// one file's share of the index, each with a predicted capability naming a and b of
+/// its own, all have their open of b served from the MDS cache.
+#[test]
+fn many_users_capabilities_over_the_same_files_do_not_crowd_each_other_out() {
+    let store = MemStore::default();
+    let mds = mds(&store, Strategies::parse("predict").unwrap(), 300_000);
+    let users: Vec<(u64, Vec<u64>)> = (0..12).map(|_| (10, vec![])).collect();
+    seed_users(&store, &users);
+    let mut rng = ChaCha20Rng::seed_from_u64(31);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+    for p in ["/d/a", "/d/b"] {
+        mds.dispatch_as(
+            ADMIN_UID,
+            MdsRequest::Open {
+                path: p.into(),
+                access: Access::ReadWrite,
+                create: Some(0o644),
+            },
+            UnixMillis(now),
+            &mut rng,
+        )
+        .unwrap();
+    }
+    let open = |uid: u64, path: &str, predicted: Vec<String>, rng: &mut ChaCha20Rng| match mds
+        .dispatch_as(
+            uid,
+            MdsRequest::OpenPredicted {
+                path: path.into(),
+                access: Access::Read,
+                create: None,
+                predicted,
+            },
+            UnixMillis(now),
+            rng,
+        )
+        .unwrap()
+    {
+        MdsResponse::Opened { cached, .. } => cached,
+        other => panic!("{other:?}"),
+    };
+    for u in 0..12 {
+        assert!(!open(FIRST_UID + u, "/d/a", vec!["/d/b".into()], &mut rng));
+    }
+    for u in 0..12 {
+        assert!(
+            open(FIRST_UID + u, "/d/b", vec![], &mut rng),
+            "user {} was not served from the cache",
+            FIRST_UID + u
+        );
+    }
+}
+
+/// SPEC M6 temporal batching by user: one user's threads open 24 different files at
+/// once; the detector trips on the user after a few, and the rest share capabilities
+/// naming several of that user's files, each a file the user may read (a private file of
+/// another user among them is refused and named by no capability).
+#[test]
+fn concurrent_opens_by_one_user_share_a_gathered_capability() {
+    let store = MemStore::default();
+    let mds = mds(&store, Strategies::parse("batch").unwrap(), 300_000);
+    seed_users(&store, &[(10, vec![]), (11, vec![])]);
+    let mut rng = ChaCha20Rng::seed_from_u64(41);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+    let files = 24u64;
+    for i in 0..files {
+        mds.dispatch_as(
+            ADMIN_UID,
+            MdsRequest::Open {
+                path: format!("/d/f{i}"),
+                access: Access::ReadWrite,
+                create: Some(0o644),
+            },
+            UnixMillis(now),
+            &mut rng,
+        )
+        .unwrap();
+    }
+    mds.dispatch_as(
+        101,
+        MdsRequest::Open {
+            path: "/d/private".into(),
+            access: Access::ReadWrite,
+            create: Some(0o600),
+        },
+        UnixMillis(now),
+        &mut rng,
+    )
+    .unwrap();
+    let before = signatures(&mds);
+    let barrier = std::sync::Barrier::new(files as usize + 1);
+    let caps: Vec<Option<Vec<u8>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..=files)
+            .map(|i| {
+                let mds = &mds;
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut rng = ChaCha20Rng::seed_from_u64(200 + i);
+                    let path = if i == files {
+                        "/d/private".to_string()
+                    } else {
+                        format!("/d/f{i}")
+                    };
+                    barrier.wait();
+                    match mds.dispatch_as(
+                        100,
+                        MdsRequest::Open {
+                            path,
+                            access: Access::Read,
+                            create: None,
+                        },
+                        UnixMillis(now + 1),
+                        &mut rng,
+                    ) {
+                        Ok(MdsResponse::Opened { capability, .. }) => Some(capability),
+                        Ok(other) => panic!("{other:?}"),
+                        Err(e) => {
+                            assert_eq!(e.code, ErrorCode::PermissionDenied);
+                            None
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let signatures = signatures(&mds) - before;
+    assert!(
+        caps.last().unwrap().is_none(),
+        "the private file was opened"
+    );
+    let mut widest = 0;
+    for cap in caps.iter().flatten() {
+        let (us, fs, mode) = authorizations(&mds, cap, now + 1);
+        assert_eq!(us, vec![100]);
+        widest = widest.max(fs.len());
+        for f in &fs {
+            assert!(model_allows(&store, 100, *f, mode), "file {f} named");
+        }
+    }
+    assert!(widest > 1, "no capability named several files");
+    assert!(
+        signatures < files / 2,
+        "{signatures} signatures for {files} concurrent opens by one user"
+    );
+}

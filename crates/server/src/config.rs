@@ -43,8 +43,8 @@ pub struct MdsFileConfig {
     /// latency to an open). `maat admin grouping set` changes it until the next start.
     #[serde(default)]
     pub grouping: Option<String>,
-    /// Temporal batching: opens of one file within `batch_detect_ms` that start a batch
-    /// (default 4, paper 000).
+    /// Temporal batching: opens of one file, or by one user, within `batch_detect_ms`
+    /// that start a batch (default 4, paper 000).
     #[serde(default)]
     pub batch_threshold: Option<u32>,
     /// Temporal batching's detection window in ms (default 20).

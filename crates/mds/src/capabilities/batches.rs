@@ -1,5 +1,7 @@
 //! SPEC M6 gathered batches: temporal batching (paper 000) and on-the-fly groups (paper
-//! 002). Opens of one file for one mode share a batch, and one capability answers it.
+//! 002). Opens of one file for one mode share a batch, and one capability answers it;
+//! under temporal batching, so do the opens of one user that arrive together (paper:
+//! "4 opens of one file, or 4 by one user, within 20 ms").
 //! This is the one place MDS logic waits: a batch's first request may wait the gather
 //! window (temporal batching only) and for the signature in progress for the same file,
 //! bounded by [`BATCH_WAIT_MILLIS_MAX`].
@@ -17,8 +19,26 @@ use std::time::Duration;
 pub const BATCH_WAIT_MILLIS_MAX: u64 = 2_000;
 /// A gathering batch closes once it has not grown for this long (or at the gather window).
 pub const BATCH_QUIET_MICROS: u64 = 300;
-/// Most files whose recent opens are tracked for temporal batching.
+/// Most files and users whose recent opens are tracked for temporal batching.
 pub const BATCH_TRACKED_FILES_MAX: usize = 65_536;
+
+/// What a batch gathers around: the opens of one file (its members are users), or the
+/// opens by one user (its members are files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Subject {
+    File(u64),
+    User(u64),
+}
+
+impl Subject {
+    /// The member `r` adds to a batch about this subject.
+    fn member(self, r: &IssueRequest) -> u64 {
+        match self {
+            Subject::File(_) => r.uid,
+            Subject::User(_) => r.file,
+        }
+    }
+}
 
 #[derive(Default)]
 struct BatchState {
@@ -33,24 +53,24 @@ struct GatherBatch {
     done: Condvar,
 }
 
-type BatchKey = (u64, u8);
+type BatchKey = (Subject, u8);
 
 #[derive(Default)]
 pub(super) struct Batches {
     open: HashMap<BatchKey, Arc<GatherBatch>>,
     signing: HashSet<BatchKey>,
-    /// Recent open times per file (temporal batching's detector) and until when a file
-    /// stays batched.
-    recent: HashMap<u64, (VecDeque<u64>, u64)>,
+    /// Recent open times per file and per user (temporal batching's detector) and until
+    /// when each stays batched.
+    recent: HashMap<Subject, (VecDeque<u64>, u64)>,
 }
 
 impl Batches {
-    /// Records an open of `file`; true when the file is (now) batched.
-    fn observe(&mut self, file: u64, now: UnixMillis, cfg: &GroupingConfig) -> bool {
-        if self.recent.len() >= BATCH_TRACKED_FILES_MAX && !self.recent.contains_key(&file) {
+    /// Records an open of (or by) `subject`; true when it is (now) batched.
+    fn observe(&mut self, subject: Subject, now: UnixMillis, cfg: &GroupingConfig) -> bool {
+        if self.recent.len() >= BATCH_TRACKED_FILES_MAX && !self.recent.contains_key(&subject) {
             self.recent.retain(|_, (_, hot)| *hot > now.0);
         }
-        let (times, hot_until) = self.recent.entry(file).or_default();
+        let (times, hot_until) = self.recent.entry(subject).or_default();
         times.push_back(now.0);
         while times
             .front()
@@ -67,40 +87,60 @@ impl Batches {
         *hot_until > now.0
     }
 
-    fn is_hot(&self, file: u64, now: UnixMillis) -> bool {
-        self.recent.get(&file).is_some_and(|(_, hot)| *hot > now.0)
+    fn is_hot(&self, subject: Subject, now: UnixMillis) -> bool {
+        self.recent
+            .get(&subject)
+            .is_some_and(|(_, hot)| *hot > now.0)
     }
 }
 
 impl<S: MetaStore> crate::Mds<S> {
-    /// Temporal and on-the-fly groups: opens of one file for one mode share a batch; its
-    /// first request signs one capability for everyone in it once the gather window (hot
-    /// files only) has passed and no capability for the same file is being signed.
+    /// Temporal and on-the-fly groups: opens of one file for one mode share a batch (or,
+    /// when the user is batched and the file is not, opens by one user); its first
+    /// request signs one capability for everyone in it once the gather window (batched
+    /// files and users only) has passed and no capability for the same subject is being
+    /// signed.
     pub(super) fn gathered(
         &self,
         cfg: &GroupingConfig,
         r: &IssueRequest,
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, bool)> {
-        let key: BatchKey = (r.file, key_byte(r.wanted, r.protection));
-        let (batch, leader, hot) = {
+        let byte = key_byte(r.wanted, r.protection);
+        let (batch, leader, hot, subject) = {
             let mut table = lock(&self.issuer.batches);
-            let hot = cfg.strategies.batch && table.observe(r.file, r.now, cfg);
-            match table.open.get(&key) {
+            let (file_hot, user_hot) = if cfg.strategies.batch {
+                (
+                    table.observe(Subject::File(r.file), r.now, cfg),
+                    table.observe(Subject::User(r.uid), r.now, cfg),
+                )
+            } else {
+                (false, false)
+            };
+            // A crowd on one file first; a user's burst over many files otherwise.
+            let (subject, hot) = if !file_hot && user_hot {
+                (Subject::User(r.uid), true)
+            } else {
+                (Subject::File(r.file), file_hot)
+            };
+            let me = subject.member(r);
+            match table.open.get(&(subject, byte)) {
                 Some(b) => {
-                    lock(&b.state).members.insert(r.uid);
-                    (b.clone(), false, hot)
+                    lock(&b.state).members.insert(me);
+                    (b.clone(), false, hot, subject)
                 }
                 None => {
                     let b = Arc::new(GatherBatch::default());
-                    lock(&b.state).members.insert(r.uid);
-                    table.open.insert(key, b.clone());
-                    (b, true, hot)
+                    lock(&b.state).members.insert(me);
+                    table.open.insert((subject, byte), b.clone());
+                    (b, true, hot, subject)
                 }
             }
         };
+        let key: BatchKey = (subject, byte);
+        let me = subject.member(r);
         if !leader {
-            return self.await_batch(&batch, r, rng);
+            return self.await_batch(&batch, me, r, rng);
         }
         let hot = {
             // On-the-fly: while another capability for this file is being signed, this
@@ -116,8 +156,8 @@ impl<S: MetaStore> crate::Mds<S> {
                 table = t;
                 waited += 10;
             }
-            // Opens that arrived meanwhile may have made the file hot.
-            hot || (cfg.strategies.batch && table.is_hot(r.file, r.now))
+            // Opens that arrived meanwhile may have made the subject hot.
+            hot || (cfg.strategies.batch && table.is_hot(subject, r.now))
         };
         if hot {
             // Temporal batching: gather while the batch still grows (a crowd arriving),
@@ -141,7 +181,7 @@ impl<S: MetaStore> crate::Mds<S> {
             }
             table.signing.insert(key);
         }
-        let outcome = self.sign_batch(&batch, hot, cfg.strategies, r, rng);
+        let outcome = self.sign_batch(&batch, subject, hot, cfg.strategies, r, rng);
         lock(&self.issuer.batches).signing.remove(&key);
         self.issuer.turn.notify_all();
         {
@@ -150,7 +190,7 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         batch.done.notify_all();
         let (encoded, members) = outcome?;
-        if members.binary_search(&r.uid).is_ok() {
+        if members.binary_search(&me).is_ok() {
             Ok((encoded, false))
         } else {
             Err(denied())
@@ -160,14 +200,46 @@ impl<S: MetaStore> crate::Mds<S> {
     fn sign_batch(
         &self,
         batch: &GatherBatch,
+        subject: Subject,
         hot: bool,
         cfg_strategies: Strategies,
         r: &IssueRequest,
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, Vec<u64>)> {
         let (_gate, acl) = self.gate_and_acl()?;
-        let perm = self.current_perm(r.file)?;
         let want = want_bits(r.wanted);
+        if let Subject::User(uid) = subject {
+            // One user's files: those it may still access in this mode, each checked on
+            // the state held now (a removed file drops out).
+            if self.user_revoked(uid, r.now)? {
+                return Err(denied());
+            }
+            let asked: Vec<u64> = lock(&batch.state).members.iter().copied().collect();
+            let mut files = Vec::with_capacity(asked.len());
+            for f in asked {
+                if let Ok(perm) = self.current_perm(f) {
+                    if acl.permits(uid, perm, want) {
+                        files.push(f);
+                    }
+                }
+            }
+            let grant = if files == [r.file] {
+                let perm = self.current_perm(r.file)?;
+                self.grant(&acl, cfg_strategies, r, perm, r.wanted)?
+            } else {
+                Grant {
+                    users: UserSel::One(uid),
+                    files: FileSel::from_files(files.clone()).ok_or_else(denied)?,
+                    by: Strategies {
+                        batch: files.len() > 1,
+                        ..Strategies::default()
+                    },
+                }
+            };
+            let encoded = self.sign_and_cache(&grant, r, &acl, true, rng)?;
+            return Ok((encoded, files));
+        }
+        let perm = self.current_perm(r.file)?;
         let members: Vec<u64> = lock(&batch.state)
             .members
             .iter()
@@ -201,6 +273,7 @@ impl<S: MetaStore> crate::Mds<S> {
     fn await_batch(
         &self,
         batch: &GatherBatch,
+        me: u64,
         r: &IssueRequest,
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, bool)> {
@@ -218,9 +291,7 @@ impl<S: MetaStore> crate::Mds<S> {
             state.outcome.clone().flatten()
         };
         match outcome {
-            Some((encoded, members)) if members.binary_search(&r.uid).is_ok() => {
-                Ok((encoded, false))
-            }
+            Some((encoded, members)) if members.binary_search(&me).is_ok() => Ok((encoded, false)),
             // The batch failed, timed out or left this user out (access changed): ask
             // alone, deciding afresh.
             _ => self.single(r, rng),
