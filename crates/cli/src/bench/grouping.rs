@@ -4,8 +4,9 @@
 //! client count and grouping setting, on fresh files (a cold capability cache): the mean
 //! MDS open latency, the mean write latency, the total write throughput, the exact MDS
 //! signatures and OSD verifications, beside NOSEC. Settings: none, UNIX, and combined
-//! (UNIX, directory, temporal batching, on-the-fly). Recent Popularity prediction is not
-//! built, so the paper's prediction column has no counterpart here.
+//! (UNIX, directory, temporal batching, on-the-fly). Prediction has no column: every
+//! file here is fresh, so there are no successors to learn (E7, `maat bench trace`,
+//! measures it).
 
 use super::{counter, LocalCluster};
 use anyhow::{anyhow, bail, Context, Result};

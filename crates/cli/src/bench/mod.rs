@@ -10,6 +10,7 @@ mod login;
 mod objects;
 mod ops;
 mod renewal;
+mod trace;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
@@ -130,6 +131,34 @@ pub enum BenchCommand {
         /// Size of each file, KiB.
         #[arg(long, default_value_t = 64)]
         file_kib: u64,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// E7 (paper 002 §7): a trace-shaped workload. Clients (each its own user, in teams
+    /// of 32) list their directories, read 30 shared inputs and write their region of
+    /// 30 team-shared outputs: about 90 MDS requests and `--ios` I/Os each, all at once.
+    /// Per setting (no grouping, UNIX, MDS prediction, prediction with client-sent
+    /// predictions, every strategy): exact MDS signatures, MDS cache hits and the hit
+    /// ratio over time, OSD capability verifications, the hot file's aggregate open
+    /// latency, time beside NOSEC. JSON keys `osd_verifications_<setting>`,
+    /// `mds_hit_ratio_<setting>`, `mds_hit_ratio_<setting>_at_<P>pct`,
+    /// `mds_signatures_<setting>`, `hot_open_aggregate_ms_<setting>`,
+    /// `seconds_<setting>` (setting: nosec, none, unix, predict, client_predict,
+    /// all_strategies).
+    Trace {
+        /// Clients (the paper: 256).
+        #[arg(long, default_value_t = 256)]
+        clients: u32,
+        /// I/Os per client, spread evenly over its 60 files (the paper: about 1,800).
+        #[arg(long, default_value_t = 1800)]
+        ios: u32,
+        /// Bytes per I/O.
+        #[arg(long, default_value_t = 1024)]
+        io_bytes: u32,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -422,6 +451,13 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => delegation::run_delegation(&participants, files, file_kib, data, json),
+        BenchCommand::Trace {
+            clients,
+            ios,
+            io_bytes,
+            data,
+            json,
+        } => trace::run_trace(clients, ios, io_bytes, data, json),
         BenchCommand::LoginFlood {
             messages,
             flooders,
