@@ -57,7 +57,7 @@ fn parse_capability_id(text: &str) -> Result<u64, String> {
 pub enum GroupingCommand {
     /// Use these strategies from now on (until the MDS restarts; its config file's
     /// `grouping` key sets them at start): `none`, `all`, or a comma-separated list of
-    /// `unix`, `directory`, `batch`, `onthefly`, `predict`.
+    /// `unix`, `directory`, `batch`, `onthefly`, `predict`, `defined`.
     Set {
         /// The strategies.
         strategies: String,

@@ -168,6 +168,18 @@ enum Command {
         #[command(subcommand)]
         command: job::JobCommand,
     },
+    /// File sets: files you use together, so that one capability can name them all
+    /// (SPEC M6 user- and application-defined groups; the MDS uses them when its
+    /// grouping includes `defined`). Yours shape your opens; the administrator's shape
+    /// everyone's. A set grants nothing: each file is still checked for each user.
+    #[command(after_help = "Example:\n  \
+        maat fileset define sim /lab/in/mesh /lab/in/params /lab/out/run1\n  \
+        maat fileset ls\n  \
+        maat fileset rm sim")]
+    Fileset {
+        #[command(subcommand)]
+        command: FilesetCommand,
+    },
     /// Benchmarks against a local cluster started for the run.
     Bench {
         #[command(subcommand)]
@@ -326,6 +338,25 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
+#[derive(Subcommand)]
+enum FilesetCommand {
+    /// Define (or replace) your file set NAME as the files at PATHS (at most 256).
+    Define {
+        /// Set name (1 to 64 bytes, no '/').
+        name: String,
+        /// Files in Maat.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove your file set NAME.
+    Rm {
+        /// Set name.
+        name: String,
+    },
+    /// List your file sets and the administrator's.
+    Ls,
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Up(args) => up::run(args),
@@ -333,6 +364,23 @@ fn run(cli: Cli) -> Result<()> {
         Command::Osd { config } => up::run_osd_daemon(&config),
         Command::Bench { command } => bench::run(command),
         Command::Job { command } => job::run(&cli.cluster, command),
+        Command::Fileset { command } => {
+            let mut c = client(&cli.cluster)?;
+            match command {
+                FilesetCommand::Define { name, paths } => {
+                    c.fileset_define(&name, &paths)?;
+                    println!("file set {name}: {} files", paths.len());
+                }
+                FilesetCommand::Rm { name } => c.fileset_remove(&name)?,
+                FilesetCommand::Ls => {
+                    for s in c.fileset_list()? {
+                        let whose = if s.everyone { "everyone" } else { "yours" };
+                        println!("{:<24} {:>5} files  ({whose})", s.name, s.files);
+                    }
+                }
+            }
+            Ok(())
+        }
         Command::Model {
             opens,
             file_size_mib,

@@ -112,7 +112,15 @@ fn grouping_lines(counters: &[(String, u64)]) -> Vec<String> {
             .find(|(n, _)| *n == format!("grouping:{strategy}:{what}"))
             .map_or(0, |(_, v)| *v)
     };
-    ["single", "unix", "directory", "batch", "onthefly", "predict"]
+    [
+        "single",
+        "unix",
+        "directory",
+        "batch",
+        "onthefly",
+        "predict",
+        "defined",
+    ]
         .iter()
         .filter_map(|s| {
             let (issued, auths, hits) = (

@@ -43,12 +43,14 @@ pub struct UpArgs {
     pub security: maat_proto::protection::Protection,
     /// Grouping strategies of a new cluster (SPEC M6): `none`, `all`, or a list of
     /// `unix` (one capability per file and mode for every user its permissions allow),
-    /// `directory` (also the files beside it), `batch` (flash crowds of one file share
-    /// one capability; adds up to 5 ms to their opens), `onthefly` (opens arriving
-    /// while one is signed share the next) and `predict` (also the files a user is
-    /// predicted to open next: Recent Popularity, `predict_j` of the last `predict_k`
-    /// successors, 4 and 6 by default in the MDS config). Change it later with `maat
-    /// admin grouping`.
+    /// `directory` (also the files beside it), `batch` (flash crowds of one file, and
+    /// bursts of one user's opens, share one capability; adds up to 5 ms to their
+    /// opens), `onthefly` (opens arriving while one is signed share the next),
+    /// `predict` (also the files a user is predicted to open next: Recent Popularity,
+    /// `predict_j` of the last `predict_k` successors, 4 and 6 by default in the MDS
+    /// config, and the files clients say they open next) and `defined` (also the other
+    /// files of the user's and the administrator's file sets, `maat fileset`). Change it
+    /// later with `maat admin grouping`.
     #[arg(long, default_value = "unix,onthefly", value_parser = parse_grouping)]
     pub grouping: String,
     /// Serve no Prometheus metrics (by default a new cluster's daemons each serve

@@ -74,6 +74,29 @@ impl Client {
         .map(drop)
     }
 
+    /// SPEC M6: defines (or replaces) this user's file set `name`: files used together,
+    /// which capabilities may then name at once (`defined` grouping). The
+    /// administrator's sets apply to everyone's opens.
+    pub fn fileset_define(&mut self, name: &str, paths: &[String]) -> Result<()> {
+        self.expect_ok(MdsRequest::FileSetDefine {
+            name: name.into(),
+            paths: paths.to_vec(),
+        })
+    }
+
+    /// Removes this user's file set `name`.
+    pub fn fileset_remove(&mut self, name: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::FileSetRemove { name: name.into() })
+    }
+
+    /// This user's file sets and the administrator's.
+    pub fn fileset_list(&mut self) -> Result<Vec<maat_proto::msg::FileSetInfo>> {
+        match self.mds_call(MdsRequest::FileSetList)? {
+            MdsResponse::FileSets(list) => Ok(list),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// Administrator: the grouping strategies the MDS uses from now on (SPEC M6).
     pub fn set_grouping(&mut self, strategies: &str) -> Result<()> {
         self.expect_ok(MdsRequest::SetGrouping {

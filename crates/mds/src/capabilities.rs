@@ -92,22 +92,30 @@ struct CachedCapability {
 /// they authorize, and cache hits on them.
 #[derive(Default)]
 pub(crate) struct GroupingStats {
-    issued: [AtomicU64; 6],
-    authorizations: [AtomicU64; 6],
-    hits: [AtomicU64; 6],
+    issued: [AtomicU64; 7],
+    authorizations: [AtomicU64; 7],
+    hits: [AtomicU64; 7],
 }
 
-const LABELS: [&str; 6] = [
+const LABELS: [&str; 7] = [
     "single",
     "unix",
     "directory",
     "batch",
     "onthefly",
     "predict",
+    "defined",
 ];
 
 fn labels(by: Strategies) -> Vec<usize> {
-    let on = [by.unix, by.directory, by.batch, by.onthefly, by.predict];
+    let on = [
+        by.unix,
+        by.directory,
+        by.batch,
+        by.onthefly,
+        by.predict,
+        by.defined,
+    ];
     let mut out: Vec<usize> = on
         .iter()
         .enumerate()
@@ -124,7 +132,7 @@ impl GroupingStats {
     pub(crate) fn counters(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         for (i, name) in LABELS.iter().enumerate() {
-            let get = |a: &[AtomicU64; 6]| a.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
+            let get = |a: &[AtomicU64; 7]| a.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
             out.push((format!("grouping:{name}:capabilities"), get(&self.issued)));
             out.push((
                 format!("grouping:{name}:authorizations"),
@@ -135,7 +143,7 @@ impl GroupingStats {
         out
     }
 
-    fn count(table: &[AtomicU64; 6], by: Strategies, n: u64) {
+    fn count(table: &[AtomicU64; 7], by: Strategies, n: u64) {
         for i in labels(by) {
             if let Some(c) = table.get(i) {
                 c.fetch_add(n, Ordering::Relaxed);
@@ -381,8 +389,10 @@ impl<S: MetaStore> crate::Mds<S> {
         mode: Mode,
     ) -> Result<Grant> {
         let key = (r.uid, r.file, key_byte(mode, r.protection), acl.version());
-        // Predictions change with every open: a grant that uses them is not cached.
-        if !strategies.predict {
+        // Predictions change with every open, file sets when their owners redefine
+        // them: a grant that may use either is not cached.
+        let volatile = strategies.predict || strategies.defined;
+        if !volatile {
             if let Some(g) = lock(&self.issuer.grants).get(&key) {
                 return Ok(g.clone());
             }
@@ -419,24 +429,12 @@ impl<S: MetaStore> crate::Mds<S> {
                     chain.push(f);
                 }
             }
-            let mut candidates = Vec::with_capacity(chain.len());
-            for id in chain {
-                if let Some(inode) = self.store.inode(id)?.filter(|i| !i.is_dir) {
-                    candidates.push((id, Perm::from(&inode)));
-                }
-            }
-            // Only files every named user may access in this mode (the M6 invariant).
-            let set = acl.directory_files((r.file, perm), &candidates, &users.members(), want);
-            if set.len() > 1 {
-                let mut all = files.members();
-                all.extend(set);
-                all.sort_unstable();
-                all.dedup();
-                if let Some(sel) = FileSel::from_files(all) {
-                    files = sel;
-                    predicted = true;
-                }
-            }
+            predicted = self.widen(acl, (r.file, perm), &users, want, chain, &mut files)?;
+        }
+        let mut defined = false;
+        if strategies.defined {
+            let set = self.defined_with(r.uid, r.file)?;
+            defined = self.widen(acl, (r.file, perm), &users, want, set, &mut files)?;
         }
         let grant = Grant {
             users,
@@ -445,10 +443,11 @@ impl<S: MetaStore> crate::Mds<S> {
                 unix,
                 directory,
                 predict: predicted,
+                defined,
                 ..Strategies::default()
             },
         };
-        if strategies.predict {
+        if volatile {
             return Ok(grant);
         }
         let mut grants = lock(&self.issuer.grants);
@@ -457,6 +456,40 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         grants.insert(key, grant.clone());
         Ok(grant)
+    }
+
+    /// Adds to `files` those of `candidates` that every user in `users` may access for
+    /// `want` (the M6 invariant: candidates from predictions and file sets are only
+    /// proposals); true when any was added.
+    fn widen(
+        &self,
+        acl: &AclSnapshot,
+        opened: (u64, Perm),
+        users: &UserSel,
+        want: u16,
+        candidates: Vec<u64>,
+        files: &mut FileSel,
+    ) -> Result<bool> {
+        let mut checked = Vec::with_capacity(candidates.len());
+        for id in candidates {
+            if let Some(inode) = self.store.inode(id)?.filter(|i| !i.is_dir) {
+                checked.push((id, Perm::from(&inode)));
+            }
+        }
+        let set = acl.directory_files(opened, &checked, &users.members(), want);
+        if set.len() <= 1 {
+            return Ok(false);
+        }
+        let mut all = files.members();
+        let before = all.len();
+        all.extend(set);
+        all.sort_unstable();
+        all.dedup();
+        let grew = all.len() > before;
+        if let Some(sel) = FileSel::from_files(all) {
+            *files = sel;
+        }
+        Ok(grew)
     }
 
     fn user_key(&self, users: &UserSel) -> Result<UserKey> {

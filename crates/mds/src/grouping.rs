@@ -43,11 +43,22 @@ pub struct Strategies {
     /// files predicted to be opened next (the chain of successors seen at least `j` of
     /// the last `k` times) that every named user may access in the same mode.
     pub predict: bool,
+    /// User- and application-defined groups (paper 000): a capability also names the
+    /// other files of the requester's (and the administrator's) file sets that hold the
+    /// opened file, where every named user may access them in the same mode.
+    pub defined: bool,
 }
 
 impl Strategies {
     /// Every strategy name, in the order `names` prints them.
-    pub const NAMES: [&'static str; 5] = ["unix", "directory", "batch", "onthefly", "predict"];
+    pub const NAMES: [&'static str; 6] = [
+        "unix",
+        "directory",
+        "batch",
+        "onthefly",
+        "predict",
+        "defined",
+    ];
 
     /// Parses `none` or a comma-separated list of [`Strategies::NAMES`].
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -60,6 +71,7 @@ impl Strategies {
                 "batch" | "temporal" => s.batch = true,
                 "onthefly" | "on-the-fly" => s.onthefly = true,
                 "predict" | "prediction" => s.predict = true,
+                "defined" | "filesets" => s.defined = true,
                 "all" => {
                     s = Strategies {
                         unix: true,
@@ -67,6 +79,7 @@ impl Strategies {
                         batch: true,
                         onthefly: true,
                         predict: true,
+                        defined: true,
                     }
                 }
                 other => {
@@ -88,6 +101,7 @@ impl Strategies {
             self.batch,
             self.onthefly,
             self.predict,
+            self.defined,
         ];
         let names: Vec<&str> = Self::NAMES
             .iter()
@@ -480,7 +494,7 @@ mod tests {
         assert_eq!(s.names(), "unix,onthefly");
         assert_eq!(
             Strategies::parse("all").unwrap().names(),
-            "unix,directory,batch,onthefly,predict"
+            "unix,directory,batch,onthefly,predict,defined"
         );
         assert!(Strategies::parse("prediction").unwrap().predict);
         assert!(Strategies::parse("popular").is_err());

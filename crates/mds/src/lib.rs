@@ -7,6 +7,7 @@
 //! never touches a socket, a file or the clock.
 
 mod capabilities;
+mod filesets;
 pub mod grouping;
 mod jobs;
 mod namespace;
@@ -171,6 +172,7 @@ pub struct Mds<S: MetaStore> {
     revocations: revocations::Revocations,
     /// Jobs and their computation keys (SPEC M10).
     jobs: jobs::Jobs,
+    filesets: filesets::FileSets,
     /// Each user's newest login ticket (job leads seal keys to it).
     tickets: Mutex<HashMap<u64, Vec<u8>>>,
     /// Serializes read-check-commit sequences.
@@ -307,6 +309,7 @@ impl<S: MetaStore> Mds<S> {
             issuer: capabilities::Issuer::new(config.grouping),
             revocations: revocations::Revocations::default(),
             jobs: jobs::Jobs::default(),
+            filesets: filesets::FileSets::default(),
             tickets: Mutex::new(HashMap::new()),
             write: Mutex::new(()),
             store,

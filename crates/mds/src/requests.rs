@@ -214,6 +214,9 @@ impl<S: MetaStore> Mds<S> {
                 now,
                 rng,
             ),
+            MdsRequest::FileSetDefine { name, paths } => self.fileset_define(who, &name, &paths),
+            MdsRequest::FileSetRemove { name } => self.fileset_remove(who, &name),
+            MdsRequest::FileSetList => self.fileset_list(who),
             MdsRequest::OpenPredicted {
                 path,
                 access,

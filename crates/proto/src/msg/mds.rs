@@ -411,6 +411,23 @@ pub enum MdsRequest {
         /// Paths the client expects to open next.
         predicted: Vec<String>,
     },
+    /// SPEC M6 user- and application-defined groups: define (or replace) the
+    /// requester's file set `name` as the files at `paths` (at most 256). Under the
+    /// `defined` strategy a capability for one of them may also name the others; the
+    /// administrator's sets apply to everyone's opens, a user's to that user's.
+    FileSetDefine {
+        /// Set name (1 to 64 bytes, no '/').
+        name: String,
+        /// Files, resolved as the requester.
+        paths: Vec<String>,
+    },
+    /// Remove the requester's file set `name`.
+    FileSetRemove {
+        /// Set name.
+        name: String,
+    },
+    /// The requester's file sets and the administrator's (answer `FileSets`).
+    FileSetList,
 }
 
 /// Most predicted paths one `OpenPredicted` may carry.
@@ -455,6 +472,9 @@ impl MdsRequest {
             MdsRequest::UserTicket { .. } => "user_ticket",
             MdsRequest::SetSizeByHandle { .. } => "set_size_by_handle",
             MdsRequest::OpenPredicted { .. } => "open_predicted",
+            MdsRequest::FileSetDefine { .. } => "fileset_define",
+            MdsRequest::FileSetRemove { .. } => "fileset_remove",
+            MdsRequest::FileSetList => "fileset_list",
         }
     }
 }
@@ -589,4 +609,17 @@ pub enum MdsResponse {
     },
     /// A signed login ticket (answers `UserTicket`).
     Ticket(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// File sets (answers `FileSetList`).
+    FileSets(Vec<FileSetInfo>),
+}
+
+/// A file set as `maat fileset ls` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSetInfo {
+    /// Name.
+    pub name: String,
+    /// Defined by the administrator: it shapes everyone's opens.
+    pub everyone: bool,
+    /// Files in it.
+    pub files: u32,
 }
