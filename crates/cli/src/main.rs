@@ -373,7 +373,11 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 FilesetCommand::Rm { name } => c.fileset_remove(&name)?,
                 FilesetCommand::Ls => {
-                    for s in c.fileset_list()? {
+                    let sets = c.fileset_list()?;
+                    if sets.is_empty() {
+                        println!("no file sets (maat fileset define NAME PATH...)");
+                    }
+                    for s in sets {
                         let whose = if s.everyone { "everyone" } else { "yours" };
                         println!("{:<24} {:>5} files  ({whose})", s.name, s.files);
                     }
