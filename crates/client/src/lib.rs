@@ -509,7 +509,12 @@ impl Client {
                 path: path.into(),
                 access,
                 create,
-                predicted: predicted.to_vec(),
+                // Hints beyond the MDS's limit are dropped, not a reason to refuse.
+                predicted: predicted
+                    .iter()
+                    .take(maat_proto::msg::PREDICTED_PATHS_MAX)
+                    .cloned()
+                    .collect(),
             }
         };
         let response = self.mds_call(request)?;

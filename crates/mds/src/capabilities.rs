@@ -45,6 +45,9 @@ pub const COVER_INDEX_ENTRIES_MAX: usize = 262_144;
 /// Most cached capabilities over sets of users indexed per (file, mode): one per UNIX
 /// class, and one more.
 pub const COVERS_PER_FILE_MAX: usize = 4;
+/// Most users and files, summed over the capabilities the index holds (it is emptied
+/// beyond): bounds its memory whatever the sets' sizes.
+pub const COVER_INDEX_MEMBERS_MAX: usize = 4 << 20;
 
 /// Where a capability over a file set is indexed: under each of its files, and under
 /// its one user or as one naming a set of users.
@@ -80,6 +83,13 @@ struct Cover {
     entry: Arc<CachedCapability>,
 }
 
+/// The (user, file) index and the members its capabilities hold.
+#[derive(Default)]
+struct Covers {
+    map: HashMap<CoverKey, Vec<Cover>>,
+    members: usize,
+}
+
 #[derive(Clone)]
 struct CachedCapability {
     encoded: Vec<u8>,
@@ -97,15 +107,13 @@ pub(crate) struct GroupingStats {
     hits: [AtomicU64; 7],
 }
 
-const LABELS: [&str; 7] = [
-    "single",
-    "unix",
-    "directory",
-    "batch",
-    "onthefly",
-    "predict",
-    "defined",
-];
+/// Counter label `i`: `single` (no strategy widened it), then [`Strategies::NAMES`].
+fn label(i: usize) -> &'static str {
+    match i.checked_sub(1) {
+        None => "single",
+        Some(k) => Strategies::NAMES.get(k).copied().unwrap_or("unknown"),
+    }
+}
 
 fn labels(by: Strategies) -> Vec<usize> {
     let on = [
@@ -131,7 +139,8 @@ fn labels(by: Strategies) -> Vec<usize> {
 impl GroupingStats {
     pub(crate) fn counters(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
-        for (i, name) in LABELS.iter().enumerate() {
+        for i in 0..=Strategies::NAMES.len() {
+            let name = label(i);
             let get = |a: &[AtomicU64; 7]| a.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
             out.push((format!("grouping:{name}:capabilities"), get(&self.issued)));
             out.push((
@@ -160,7 +169,7 @@ pub(crate) struct Issuer {
     snapshot: Mutex<Option<Arc<AclSnapshot>>>,
     grouping: RwLock<GroupingConfig>,
     capabilities: Mutex<HashMap<CapKey, CachedCapability>>,
-    covers: Mutex<HashMap<CoverKey, Vec<Cover>>>,
+    covers: Mutex<Covers>,
     grants: Mutex<HashMap<(u64, u64, u8, u64), Grant>>,
     trees: Mutex<TreeCache>,
     subtree_roots: Mutex<HashMap<(u8, Digest), Digest>>,
@@ -183,7 +192,7 @@ impl Issuer {
             snapshot: Mutex::new(None),
             grouping: RwLock::new(grouping),
             capabilities: Mutex::new(HashMap::new()),
-            covers: Mutex::new(HashMap::new()),
+            covers: Mutex::new(Covers::default()),
             grants: Mutex::new(HashMap::new()),
             trees: Mutex::new(TreeCache::default()),
             subtree_roots: Mutex::new(HashMap::new()),
@@ -219,6 +228,9 @@ pub(crate) struct IssueRequest {
     /// A wider mode whose cached capability may serve (the user holds it now).
     pub also: Option<Mode>,
     pub protection: Protection,
+    /// The file's partition: only files of the same partition (so of the same protection
+    /// method) may join its capability.
+    pub partition: u64,
     /// Files the client predicted it opens next (`OpenPredicted`), resolved.
     pub hinted: Vec<u64>,
     pub now: UnixMillis,
@@ -409,7 +421,11 @@ impl<S: MetaStore> crate::Mds<S> {
                 .into_iter()
                 .take(2 * grouping::DIRECTORY_GROUP_FILES_MAX)
             {
-                if let Some(inode) = self.store.inode(id)?.filter(|i| !i.is_dir) {
+                if let Some(inode) = self
+                    .store
+                    .inode(id)?
+                    .filter(|i| !i.is_dir && i.partition == r.partition)
+                {
                     candidates.push((id, Perm::from(&inode)));
                 }
             }
@@ -429,12 +445,12 @@ impl<S: MetaStore> crate::Mds<S> {
                     chain.push(f);
                 }
             }
-            predicted = self.widen(acl, (r.file, perm), &users, want, chain, &mut files)?;
+            predicted = self.widen(acl, r, perm, &users, want, chain, &mut files)?;
         }
         let mut defined = false;
         if strategies.defined {
             let set = self.defined_with(r.uid, r.file)?;
-            defined = self.widen(acl, (r.file, perm), &users, want, set, &mut files)?;
+            defined = self.widen(acl, r, perm, &users, want, set, &mut files)?;
         }
         let grant = Grant {
             users,
@@ -458,13 +474,17 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(grant)
     }
 
-    /// Adds to `files` those of `candidates` that every user in `users` may access for
+    /// Adds to `files` those of `candidates` that are in `r`'s partition (the capability
+    /// carries its protection method: a file of a stronger partition must not be
+    /// reachable under a weaker one) and that every user in `users` may access for
     /// `want` (the M6 invariant: candidates from predictions and file sets are only
     /// proposals); true when any was added.
+    #[allow(clippy::too_many_arguments)]
     fn widen(
         &self,
         acl: &AclSnapshot,
-        opened: (u64, Perm),
+        r: &IssueRequest,
+        perm: Perm,
         users: &UserSel,
         want: u16,
         candidates: Vec<u64>,
@@ -472,11 +492,15 @@ impl<S: MetaStore> crate::Mds<S> {
     ) -> Result<bool> {
         let mut checked = Vec::with_capacity(candidates.len());
         for id in candidates {
-            if let Some(inode) = self.store.inode(id)?.filter(|i| !i.is_dir) {
+            if let Some(inode) = self
+                .store
+                .inode(id)?
+                .filter(|i| !i.is_dir && i.partition == r.partition)
+            {
                 checked.push((id, Perm::from(&inode)));
             }
         }
-        let set = acl.directory_files(opened, &checked, &users.members(), want);
+        let set = acl.directory_files((r.file, perm), &checked, &users.members(), want);
         if set.len() <= 1 {
             return Ok(false);
         }
@@ -568,7 +592,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let covers = lock(&self.issuer.covers);
         let found = [Some(r.uid), None]
             .into_iter()
-            .filter_map(|who| covers.get(&(r.file, byte, who)))
+            .filter_map(|who| covers.map.get(&(r.file, byte, who)))
             .flatten()
             .find(|c| {
                 c.version == acl.version()
@@ -610,17 +634,18 @@ impl<S: MetaStore> crate::Mds<S> {
         let readers = Arc::new(readers.to_vec());
         let entry = Arc::new(entry.clone());
         let mut covers = lock(&self.issuer.covers);
-        if covers.len() + files.len() > COVER_INDEX_ENTRIES_MAX {
-            covers.retain(|_, list| {
-                list.retain(|c| c.version == version && c.entry.expiry > now);
-                !list.is_empty()
-            });
-            if covers.len() + files.len() > COVER_INDEX_ENTRIES_MAX {
-                covers.clear();
-            }
+        let members = readers.len() + files.len();
+        if covers.map.len() + files.len() > COVER_INDEX_ENTRIES_MAX
+            || covers.members + members > COVER_INDEX_MEMBERS_MAX
+        {
+            // Counted per capability indexed, not recounted: emptying is the only way
+            // back down, so the bound holds.
+            covers.map.clear();
+            covers.members = 0;
         }
+        covers.members += members;
         for &file in files {
-            let list = covers.entry((file, byte, who)).or_default();
+            let list = covers.map.entry((file, byte, who)).or_default();
             list.retain(|c| c.version == version && c.entry.expiry > now);
             if list.len() >= COVERS_PER_FILE_MAX {
                 list.remove(0);
@@ -773,7 +798,7 @@ impl<S: MetaStore> crate::Mds<S> {
     /// Drops every cached capability (a revocation: none is handed out again).
     pub(crate) fn forget_capabilities_cached(&self) {
         lock(&self.issuer.capabilities).clear();
-        lock(&self.issuer.covers).clear();
+        *lock(&self.issuer.covers) = Covers::default();
     }
 
     /// Drops every cached and outstanding capability (a partition's method changed:

@@ -390,6 +390,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     wanted,
                     also,
                     protection: stat.protection,
+                    partition: inode.partition,
                     hinted,
                     now,
                 },

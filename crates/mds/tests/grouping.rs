@@ -157,6 +157,36 @@ fn shared_dir(mds: &Mds<&MemStore>, now: u64, rng: &mut ChaCha20Rng) {
     .unwrap();
 }
 
+/// `uid` opens `path` (read, or read-write creating it with `create`): the file's id,
+/// the capability and whether the MDS answered from its cache.
+fn open_as(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    path: &str,
+    create: Option<u16>,
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> (u64, Vec<u8>, bool) {
+    let access = if create.is_some() {
+        Access::ReadWrite
+    } else {
+        Access::Read
+    };
+    let request = MdsRequest::Open {
+        path: path.into(),
+        access,
+        create,
+    };
+    match mds.dispatch_as(uid, request, UnixMillis(now), rng).unwrap() {
+        MdsResponse::Opened {
+            stat,
+            capability,
+            cached,
+        } => (stat.id, capability, cached),
+        other => panic!("{other:?}"),
+    }
+}
+
 fn signatures(mds: &Mds<&MemStore>) -> u64 {
     mds.stats()
         .counters
@@ -720,27 +750,9 @@ fn prediction_names_the_files_opened_next_that_every_named_user_may_access() {
     let mut rng = ChaCha20Rng::seed_from_u64(9);
     let now = T0 + 1_000;
     shared_dir(&mds, now, &mut rng);
-    let open = |uid: u64, path: &str, create: Option<u16>, rng: &mut ChaCha20Rng| match mds
-        .dispatch_as(
-            uid,
-            MdsRequest::Open {
-                path: path.into(),
-                access: if create.is_some() {
-                    Access::ReadWrite
-                } else {
-                    Access::Read
-                },
-                create,
-            },
-            UnixMillis(now),
-            rng,
-        )
-        .unwrap()
-    {
-        MdsResponse::Opened {
-            stat, capability, ..
-        } => (stat.id, capability),
-        other => panic!("{other:?}"),
+    let open = |uid: u64, path: &str, create: Option<u16>, rng: &mut ChaCha20Rng| {
+        let (id, capability, _) = open_as(&mds, uid, path, create, now, rng);
+        (id, capability)
     };
     let (a, _) = open(100, "/d/a", Some(0o644), &mut rng);
     let (b, _) = open(100, "/d/b", Some(0o600), &mut rng);
@@ -795,37 +807,8 @@ fn a_capability_naming_several_files_serves_opens_of_each_until_the_state_change
     let mut rng = ChaCha20Rng::seed_from_u64(12);
     let now = T0 + 1_000;
     shared_dir(&mds, now, &mut rng);
-    let open = |path: &str, create: Option<u16>, rng: &mut ChaCha20Rng| match mds
-        .dispatch_as(
-            100,
-            MdsRequest::Open {
-                path: path.into(),
-                access: if create.is_some() {
-                    Access::ReadWrite
-                } else {
-                    Access::Read
-                },
-                create,
-            },
-            UnixMillis(now),
-            rng,
-        )
-        .unwrap()
-    {
-        MdsResponse::Opened {
-            stat,
-            capability,
-            cached,
-        } => (stat.id, capability, cached),
-        other => panic!("{other:?}"),
-    };
-    let signatures = |mds: &Mds<&MemStore>| {
-        mds.stats()
-            .counters
-            .iter()
-            .find(|(k, _)| k == "signatures_made")
-            .map(|(_, v)| *v)
-            .unwrap()
+    let open = |path: &str, create: Option<u16>, rng: &mut ChaCha20Rng| {
+        open_as(&mds, 100, path, create, now, rng)
     };
     let (a, _, _) = open("/d/a", Some(0o644), &mut rng);
     let (b, _, _) = open("/d/b", Some(0o644), &mut rng);
@@ -1257,4 +1240,68 @@ fn file_sets_widen_capabilities_only_for_their_owner_and_only_where_access_allow
     )
     .unwrap();
     assert_eq!(files_of(&mds, 100, "/d/b", &mut rng), vec![ids["b"]]);
+}
+
+/// A capability carries its partition's protection method, so a file of another
+/// partition (here a CONFIDENTIAL one) never joins a capability for an ALLDATA file,
+/// whether proposed by the client's predictions or by a file set (found by review: it
+/// would have let the stronger partition's file be reached under the weaker method).
+#[test]
+fn files_of_another_partition_never_join_a_capability() {
+    let store = MemStore::default();
+    let mds = mds(
+        &store,
+        Strategies::parse("predict,defined").unwrap(),
+        300_000,
+    );
+    seed_users(&store, &[(10, vec![])]);
+    let mut rng = ChaCha20Rng::seed_from_u64(61);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+    let admin = |r: MdsRequest, rng: &mut ChaCha20Rng| {
+        mds.dispatch_as(ADMIN_UID, r, UnixMillis(now), rng).unwrap()
+    };
+    admin(
+        MdsRequest::PartitionCreate {
+            name: "hi".into(),
+            protection: maat_proto::protection::Protection::Confidential,
+        },
+        &mut rng,
+    );
+    admin(
+        MdsRequest::Mkdir {
+            path: "/hi".into(),
+            mode: 0o777,
+            parents: false,
+            partition: Some("hi".into()),
+        },
+        &mut rng,
+    );
+    let (a, _, _) = open_as(&mds, 100, "/d/a", Some(0o644), now, &mut rng);
+    let (b, _, _) = open_as(&mds, 100, "/hi/b", Some(0o644), now, &mut rng);
+    let request = MdsRequest::OpenPredicted {
+        path: "/d/a".into(),
+        access: Access::Read,
+        create: None,
+        predicted: vec!["/hi/b".into()],
+    };
+    let MdsResponse::Opened { capability, .. } = mds
+        .dispatch_as(100, request, UnixMillis(now), &mut rng)
+        .unwrap()
+    else {
+        panic!("open failed")
+    };
+    assert_eq!(authorizations(&mds, &capability, now).1, vec![a]);
+    mds.dispatch_as(
+        100,
+        MdsRequest::FileSetDefine {
+            name: "mixed".into(),
+            paths: vec!["/d/a".into(), "/hi/b".into()],
+        },
+        UnixMillis(now),
+        &mut rng,
+    )
+    .unwrap();
+    let (_, capability, _) = open_as(&mds, 100, "/hi/b", None, now, &mut rng);
+    assert_eq!(authorizations(&mds, &capability, now).1, vec![b]);
 }
