@@ -112,16 +112,8 @@ fn grouping_lines(counters: &[(String, u64)]) -> Vec<String> {
             .find(|(n, _)| *n == format!("grouping:{strategy}:{what}"))
             .map_or(0, |(_, v)| *v)
     };
-    [
-        "single",
-        "unix",
-        "directory",
-        "batch",
-        "onthefly",
-        "predict",
-        "defined",
-    ]
-        .iter()
+    std::iter::once(&"single")
+        .chain(maat_mds::grouping::Strategies::NAMES.iter())
         .filter_map(|s| {
             let (issued, auths, hits) = (
                 get(s, "capabilities"),
