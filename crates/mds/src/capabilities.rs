@@ -49,9 +49,6 @@ pub const COVERS_PER_FILE_MAX: usize = 4;
 /// beyond): bounds its memory whatever the sets' sizes.
 pub const COVER_INDEX_MEMBERS_MAX: usize = 4 << 20;
 
-/// Where a capability over a file set is indexed: under each of its files, and under
-/// its one user or as one naming a set of users.
-type CoverKey = (u64, u8, Option<u64>);
 /// Most computed grants kept (per requester, file, mode and access-control version).
 pub const GRANT_CACHE_ENTRIES_MAX: usize = 65_536;
 /// Most subtree roots remembered for composition.
@@ -72,6 +69,10 @@ enum FileKey {
 }
 
 type CapKey = (UserKey, FileKey, u8);
+
+/// Where a capability over a file set is indexed: under each of its files, and under
+/// its one user or as one naming a set of users.
+type CoverKey = (u64, u8, Option<u64>);
 
 /// A cached capability indexed under one file it names (SPEC M5: a later open of an
 /// already-authorized (user, file) pair is served without signing). Valid only at the
@@ -414,21 +415,14 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut files = FileSel::One(r.file);
         let mut directory = false;
         if let (true, Some(parent)) = (strategies.directory, r.parent) {
-            let mut candidates = Vec::new();
-            for (_, id) in self
-                .store
-                .entries(parent)?
-                .into_iter()
-                .take(2 * grouping::DIRECTORY_GROUP_FILES_MAX)
-            {
-                if let Some(inode) = self
-                    .store
-                    .inode(id)?
-                    .filter(|i| !i.is_dir && i.partition == r.partition)
-                {
-                    candidates.push((id, Perm::from(&inode)));
-                }
-            }
+            let entries = self.store.entries(parent)?;
+            let candidates = self.joinable(
+                r,
+                entries
+                    .into_iter()
+                    .map(|(_, id)| id)
+                    .take(2 * grouping::DIRECTORY_GROUP_FILES_MAX),
+            )?;
             let set = acl.directory_files((r.file, perm), &candidates, &users.members(), want);
             if let Some(sel) = FileSel::from_files(set) {
                 directory = matches!(sel, FileSel::Set(_));
@@ -474,11 +468,32 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(grant)
     }
 
-    /// Adds to `files` those of `candidates` that are in `r`'s partition (the capability
-    /// carries its protection method: a file of a stronger partition must not be
-    /// reachable under a weaker one) and that every user in `users` may access for
-    /// `want` (the M6 invariant: candidates from predictions and file sets are only
-    /// proposals); true when any was added.
+    /// The files of `ids` that may share a capability for `r`'s file, with their
+    /// permissions: existing files (not directories) of the same partition. The
+    /// capability carries that partition's protection method, so a file of a stronger
+    /// partition must never be reachable under it. Every grouping that adds files goes
+    /// through here.
+    fn joinable(
+        &self,
+        r: &IssueRequest,
+        ids: impl IntoIterator<Item = u64>,
+    ) -> Result<Vec<(u64, Perm)>> {
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(inode) = self
+                .store
+                .inode(id)?
+                .filter(|i| !i.is_dir && i.partition == r.partition)
+            {
+                out.push((id, Perm::from(&inode)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds to `files` those of `candidates` that may join (see [`Self::joinable`]) and
+    /// that every user in `users` may access for `want` (the M6 invariant: candidates
+    /// from predictions and file sets are only proposals); true when any was added.
     #[allow(clippy::too_many_arguments)]
     fn widen(
         &self,
@@ -490,16 +505,7 @@ impl<S: MetaStore> crate::Mds<S> {
         candidates: Vec<u64>,
         files: &mut FileSel,
     ) -> Result<bool> {
-        let mut checked = Vec::with_capacity(candidates.len());
-        for id in candidates {
-            if let Some(inode) = self
-                .store
-                .inode(id)?
-                .filter(|i| !i.is_dir && i.partition == r.partition)
-            {
-                checked.push((id, Perm::from(&inode)));
-            }
-        }
+        let checked = self.joinable(r, candidates)?;
         let set = acl.directory_files((r.file, perm), &checked, &users.members(), want);
         if set.len() <= 1 {
             return Ok(false);

@@ -370,18 +370,16 @@ impl<S: MetaStore> crate::Mds<S> {
                 None
             };
             // Client predictions are hints: paths the requester cannot resolve (missing,
-            // or no search permission on the way) and directories are left out, and
-            // the issuer keeps only files every named user may access.
-            let mut hinted = Vec::new();
-            if self.issuer_takes_hints() {
-                for p in predicted {
-                    if let Ok(i) = self.resolve(who, p) {
-                        if !i.is_dir && i.id != inode.id {
-                            hinted.push(i.id);
-                        }
-                    }
-                }
-            }
+            // or no search permission on the way) are left out; the issuer keeps only
+            // files that may join and that every named user may access.
+            let hinted = if self.issuer_takes_hints() {
+                predicted
+                    .iter()
+                    .filter_map(|p| self.resolve(who, p).ok().map(|i| i.id))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             self.capability_for(
                 &crate::capabilities::IssueRequest {
                     uid: who.uid,

@@ -209,20 +209,19 @@ impl<S: MetaStore> crate::Mds<S> {
         let (_gate, acl) = self.gate_and_acl()?;
         let want = want_bits(r.wanted);
         if let Subject::User(uid) = subject {
-            // One user's files: those it may still access in this mode, each checked on
-            // the state held now (a removed file drops out).
+            // One user's files: those that may join (same partition, still there) and
+            // that it may still access in this mode, checked on the state held now.
+            // Members left out ask alone.
             if self.user_revoked(uid, r.now)? {
                 return Err(denied());
             }
             let asked: Vec<u64> = lock(&batch.state).members.iter().copied().collect();
-            let mut files = Vec::with_capacity(asked.len());
-            for f in asked {
-                if let Ok(perm) = self.current_perm(f) {
-                    if acl.permits(uid, perm, want) {
-                        files.push(f);
-                    }
-                }
-            }
+            let files: Vec<u64> = self
+                .joinable(r, asked)?
+                .into_iter()
+                .filter(|(_, perm)| acl.permits(uid, *perm, want))
+                .map(|(f, _)| f)
+                .collect();
             let grant = if files == [r.file] {
                 let perm = self.current_perm(r.file)?;
                 self.grant(&acl, cfg_strategies, r, perm, r.wanted)?
