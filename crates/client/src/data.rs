@@ -108,7 +108,7 @@ impl Client {
     /// connection per OSD, each OSD's requests in order; answers in the order of `calls`.
     /// A request refused at the envelope (unknown session, stale timestamp) was not
     /// applied: it is retried alone through [`Client::osd_call`], which renegotiates.
-    fn parallel(
+    pub(crate) fn parallel(
         &mut self,
         opened: &Opened,
         calls: Vec<(u64, OsdRequest)>,
@@ -206,7 +206,11 @@ impl Client {
     }
 
     /// The object holding stripe `stripe` of an opened file, and the OSD it lives on.
-    fn stripe_target(&mut self, opened: &Opened, stripe: u32) -> Result<(u64, ObjectId)> {
+    pub(crate) fn stripe_target(
+        &mut self,
+        opened: &Opened,
+        stripe: u32,
+    ) -> Result<(u64, ObjectId)> {
         let object = ObjectId {
             partition: DATA_PARTITION,
             file: opened.stat.id,

@@ -9,6 +9,8 @@
 mod auth;
 mod data;
 pub use data::stripes_for;
+mod files;
+pub use files::{FileHandle, OpenFlags, FILE_IO_BYTES_MAX};
 mod home;
 mod jobs;
 mod namespace;
@@ -79,6 +81,9 @@ pub enum ClientError {
     /// A stripe is missing or short.
     #[error("data missing: {0}")]
     DataMissing(String),
+    /// A write or truncate through a handle opened for reading only.
+    #[error("{0}: not open for writing")]
+    NotOpenForWriting(String),
     /// A token (from a daemon or a file) did not decode or verify.
     #[error("{what}: {source}")]
     Token {
@@ -325,7 +330,7 @@ impl Client {
         })
     }
 
-    fn bad(&self, address: &str, reason: &str) -> ClientError {
+    pub(crate) fn bad(&self, address: &str, reason: &str) -> ClientError {
         ClientError::BadAnswer {
             address: address.to_string(),
             reason: reason.to_string(),
@@ -456,6 +461,13 @@ impl Client {
                 mds_cached: cached,
             }),
             _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Drops the cached read open of `path` (its size changed).
+    pub(crate) fn forget_opened_path(&mut self, path: &str) {
+        if let Some(s) = &mut self.session {
+            s.opened.retain(|o| o.path != path);
         }
     }
 

@@ -1,0 +1,139 @@
+//! Byte-range file handles (what FUSE and the Python package use) against a real cluster:
+//! a random sequence of writes, truncates and reads matches the same sequence on a
+//! byte vector, across stripe boundaries, and what `get` returns afterwards is the model.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+use common::{code, Cluster};
+use maat_client::{ClientError, OpenFlags};
+use maat_proto::msg::{ErrorCode, STRIPE_UNIT_BYTES};
+
+/// A small deterministic generator (xorshift64*): the sequence is the same every run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const WRITE: OpenFlags = OpenFlags {
+    write: true,
+    create: Some(0o644),
+    exclusive: false,
+    truncate: false,
+};
+
+#[test]
+fn random_writes_truncates_and_reads_match_a_local_model() {
+    let cluster = Cluster::start(3, &[]);
+    let mut c = cluster.admin_client();
+    let stripe = STRIPE_UNIT_BYTES;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut model: Vec<u8> = Vec::new();
+    let mut h = c.open_file("/model", WRITE).unwrap();
+    for step in 0..60u32 {
+        match rng.below(10) {
+            0..=4 => {
+                // Writes near stripe boundaries, sometimes past the end (a zero-filled gap).
+                let limit = model.len() as u64 + stripe / 2;
+                let near = rng.below(4) * stripe;
+                let offset = (near + rng.below(stripe / 8))
+                    .saturating_sub(stripe / 16)
+                    .min(limit);
+                let len = 1 + rng.below(stripe + stripe / 4) as usize;
+                let byte = (step % 251) as u8 + 1;
+                let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
+                c.write_file_at(&mut h, offset, &data).unwrap();
+                let end = offset as usize + len;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[offset as usize..end].copy_from_slice(&data);
+            }
+            5..=6 => {
+                let size = rng.below(model.len() as u64 + stripe);
+                c.truncate_file(&mut h, size).unwrap();
+                model.resize(size as usize, 0);
+                // Recorded at once, and nothing past the new end survives at the OSDs.
+                let mut whole = Vec::new();
+                c.get("/model", &mut whole, &mut |_| {}).unwrap();
+                assert!(whole == model, "step {step}: get after truncate to {size}");
+            }
+            _ => {
+                let offset = rng.below(model.len() as u64 + 10);
+                let len = rng.below(2 * stripe) as usize;
+                let got = c.read_file_at(&h, offset, len).unwrap();
+                let from = (offset as usize).min(model.len());
+                let to = (from + len).min(model.len());
+                assert_eq!(got.len(), to - from, "step {step}: read length at {offset}");
+                assert!(got == model[from..to], "step {step}: bytes at {offset}");
+            }
+        }
+        assert_eq!(h.size(), model.len() as u64, "step {step}: size");
+    }
+    c.flush_file(&mut h).unwrap();
+    assert!(!h.dirty());
+    assert_eq!(c.stat("/model").unwrap().size, model.len() as u64);
+    let mut whole = Vec::new();
+    c.get("/model", &mut whole, &mut |_| {}).unwrap();
+    assert!(
+        whole == model,
+        "get after the sequence differs from the model"
+    );
+
+    // A new handle sees the recorded size and the same bytes.
+    let r = c.open_file("/model", OpenFlags::READ).unwrap();
+    assert_eq!(r.size(), model.len() as u64);
+    assert!(c.read_file_at(&r, 0, model.len() + 1).unwrap() == model);
+}
+
+#[test]
+fn handles_refuse_what_their_flags_do_not_allow() {
+    let cluster = Cluster::start(1, &[]);
+    let mut c = cluster.admin_client();
+    let mut w = c.open_file("/f", WRITE).unwrap();
+    c.write_file_at(&mut w, 0, b"hello").unwrap();
+    c.flush_file(&mut w).unwrap();
+
+    let mut r = c.open_file("/f", OpenFlags::READ).unwrap();
+    assert!(matches!(
+        c.write_file_at(&mut r, 0, b"x"),
+        Err(ClientError::NotOpenForWriting(_))
+    ));
+    assert!(matches!(
+        c.truncate_file(&mut r, 0),
+        Err(ClientError::NotOpenForWriting(_))
+    ));
+    let exclusive = OpenFlags {
+        exclusive: true,
+        ..WRITE
+    };
+    assert_eq!(code(c.open_file("/f", exclusive)), ErrorCode::AlreadyExists);
+    assert_eq!(
+        code(c.open_file("/nothing", OpenFlags::READ)),
+        ErrorCode::NoSuchFile
+    );
+    c.mkdir("/d", 0o755, false).unwrap();
+    assert_eq!(
+        code(c.open_file("/d", OpenFlags::READ)),
+        ErrorCode::IsADirectory
+    );
+
+    // Truncate on open empties the file; stale bytes never come back through `get`.
+    let truncating = OpenFlags {
+        truncate: true,
+        ..WRITE
+    };
+    let h = c.open_file("/f", truncating).unwrap();
+    assert_eq!(h.size(), 0);
+    assert_eq!(c.stat("/f").unwrap().size, 0);
+    let mut out = Vec::new();
+    c.get("/f", &mut out, &mut |_| {}).unwrap();
+    assert!(out.is_empty());
+}

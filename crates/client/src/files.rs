@@ -1,0 +1,365 @@
+//! Byte-range access to open files: what the FUSE mount and the Python package build on.
+//!
+//! `put` and `get` move whole files. A [`FileHandle`] reads and writes at any offset,
+//! across stripes, with the stripes of one call in flight at once, and truncates. Sizes
+//! follow close-to-open consistency, as NFS does: a handle sees the size recorded at the
+//! MDS when it was opened plus its own writes, and records its size at the MDS on
+//! [`Client::flush_file`] (and at once on [`Client::truncate_file`]).
+//!
+//! A file never has holes: a write past the end first fills the gap with zeros, so every
+//! stripe inside the recorded size exists (`get` treats a missing one as lost data).
+
+use crate::{Client, ClientError, Opened, Result};
+use maat_proto::msg::{Access, ErrorCode, FileStat, OsdCommand, OsdRequest, OsdResponse};
+use maat_proto::msg::{WireError, STRIPE_UNIT_BYTES};
+
+/// How to open a file: the flags of open(2) that Maat honours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    /// Open for writing as well as reading (Maat has no write-only access).
+    pub write: bool,
+    /// Create the file with these permission bits if it does not exist.
+    pub create: Option<u16>,
+    /// With `create`: refuse with `AlreadyExists` if the file exists. The check is a
+    /// stat before the open: two clients racing to create the same path may both win.
+    pub exclusive: bool,
+    /// Empty the file on open (needs `write`).
+    pub truncate: bool,
+}
+
+impl OpenFlags {
+    /// Read only.
+    pub const READ: OpenFlags = OpenFlags {
+        write: false,
+        create: None,
+        exclusive: false,
+        truncate: false,
+    };
+}
+
+/// An open file: its identity, capability and current size.
+#[derive(Debug, Clone)]
+pub struct FileHandle {
+    path: String,
+    opened: Opened,
+    size: u64,
+    writable: bool,
+    dirty: bool,
+}
+
+impl FileHandle {
+    /// The path it was opened by.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Attributes at open time (the size is [`FileHandle::size`]).
+    pub fn stat(&self) -> &FileStat {
+        &self.opened.stat
+    }
+
+    /// The size as this handle sees it: recorded at open, then its own writes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether it was opened for writing.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Whether it has written since its size was last recorded at the MDS.
+    pub fn dirty(&self) -> bool {
+        self.dirty
+    }
+}
+
+/// Largest single read or write call (bounds the memory one call holds).
+pub const FILE_IO_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Zeros written per call when filling a gap.
+const ZERO_FILL_CHUNK: u64 = 4 * STRIPE_UNIT_BYTES;
+
+impl Client {
+    /// Opens `path` for byte-range I/O.
+    pub fn open_file(&mut self, path: &str, flags: OpenFlags) -> Result<FileHandle> {
+        if flags.exclusive && flags.create.is_some() {
+            match self.stat(path) {
+                Ok(_) => {
+                    return Err(ClientError::Refused(WireError::new(
+                        ErrorCode::AlreadyExists,
+                        path,
+                    )))
+                }
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchFile => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let access = if flags.write {
+            Access::ReadWrite
+        } else {
+            Access::Read
+        };
+        let opened = self.open(path, access, flags.create)?;
+        if opened.stat.is_dir {
+            return Err(ClientError::Refused(WireError::new(
+                ErrorCode::IsADirectory,
+                path,
+            )));
+        }
+        let mut handle = FileHandle {
+            path: path.to_string(),
+            size: opened.stat.size,
+            opened,
+            writable: flags.write,
+            dirty: false,
+        };
+        if flags.truncate {
+            self.truncate_file(&mut handle, 0)?;
+        }
+        Ok(handle)
+    }
+
+    /// Reads up to `len` bytes at `offset` (short at the end of the file, empty past it).
+    pub fn read_file_at(
+        &mut self,
+        handle: &FileHandle,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        let len = len.min(FILE_IO_BYTES_MAX) as u64;
+        let end = handle.size.min(offset.saturating_add(len));
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let pieces = pieces(offset, end);
+        let mut calls = Vec::with_capacity(pieces.len());
+        for &(stripe, within, piece_len) in &pieces {
+            let (osd, object) = self.stripe_target(&handle.opened, stripe)?;
+            calls.push((
+                osd,
+                OsdRequest {
+                    capability: handle.opened.capability.clone(),
+                    command: OsdCommand::Read {
+                        object,
+                        offset: within,
+                        length: piece_len as u32,
+                    },
+                },
+            ));
+        }
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        for (answer, &(stripe, _, piece_len)) in self
+            .windowed(&handle.opened, calls)?
+            .into_iter()
+            .zip(&pieces)
+        {
+            let data = match answer {
+                Ok(OsdResponse::Data(d)) => d,
+                Ok(_) => return Err(self.bad("osd", "unexpected answer")),
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            if (data.len() as u64) < piece_len {
+                // A missing stripe inside the size recorded at open is lost data, as `get`
+                // says; anything else short is a file another writer cut: a short read.
+                let start = u64::from(stripe) * STRIPE_UNIT_BYTES;
+                if data.is_empty() && start < handle.opened.stat.size {
+                    return Err(ClientError::DataMissing(format!(
+                        "{}: stripe {stripe} of file {} not found",
+                        handle.path, handle.opened.stat.id
+                    )));
+                }
+                out.extend_from_slice(&data);
+                break;
+            }
+            out.extend_from_slice(&data);
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset` (a gap past the end is filled with zeros first). The
+    /// size is recorded at the MDS by [`Client::flush_file`].
+    pub fn write_file_at(
+        &mut self,
+        handle: &mut FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        if !handle.writable {
+            return Err(ClientError::NotOpenForWriting(handle.path.clone()));
+        }
+        if data.len() > FILE_IO_BYTES_MAX {
+            return Err(ClientError::Refused(WireError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "a write of {} bytes (at most {FILE_IO_BYTES_MAX} per call)",
+                    data.len()
+                ),
+            )));
+        }
+        if offset > handle.size {
+            self.zero_fill(handle, offset)?;
+        }
+        let end = offset + data.len() as u64;
+        self.write_pieces(handle, offset, data)?;
+        if end > handle.size {
+            handle.size = end;
+        }
+        handle.dirty = true;
+        Ok(())
+    }
+
+    /// Sets the size to `size`: stripes past it are removed and the last one cut, or the
+    /// file grows with zeros. Recorded at the MDS at once.
+    pub fn truncate_file(&mut self, handle: &mut FileHandle, size: u64) -> Result<()> {
+        if !handle.writable {
+            return Err(ClientError::NotOpenForWriting(handle.path.clone()));
+        }
+        if size > handle.size {
+            self.zero_fill(handle, size)?;
+        } else if size < handle.size {
+            let opened = handle.opened.clone();
+            let keep = crate::stripes_for(size);
+            let mut calls = Vec::new();
+            for stripe in keep..crate::stripes_for(handle.size) {
+                let (osd, object) = self.stripe_target(&opened, stripe)?;
+                calls.push((
+                    osd,
+                    OsdRequest {
+                        capability: opened.capability.clone(),
+                        command: OsdCommand::Remove { object },
+                    },
+                ));
+            }
+            let within = size % STRIPE_UNIT_BYTES;
+            if within != 0 {
+                // Cut the last kept stripe (a write of nothing that replaces sets its length).
+                let (osd, object) = self.stripe_target(&opened, keep - 1)?;
+                calls.push((
+                    osd,
+                    OsdRequest {
+                        capability: opened.capability.clone(),
+                        command: OsdCommand::Write {
+                            object,
+                            offset: within,
+                            data: Vec::new(),
+                            replace: true,
+                        },
+                    },
+                ));
+            }
+            for answer in self.windowed(&opened, calls)? {
+                match answer {
+                    Ok(_) => {}
+                    Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            handle.size = size;
+        }
+        handle.dirty = true;
+        self.flush_file(handle)
+    }
+
+    /// Records the handle's size at the MDS if it wrote since the last record.
+    pub fn flush_file(&mut self, handle: &mut FileHandle) -> Result<()> {
+        if !handle.dirty {
+            return Ok(());
+        }
+        self.set_size(&handle.path, &handle.opened, handle.size)?;
+        self.forget_opened_path(&handle.path);
+        handle.opened.stat.size = handle.size;
+        handle.dirty = false;
+        Ok(())
+    }
+
+    fn zero_fill(&mut self, handle: &mut FileHandle, to: u64) -> Result<()> {
+        let mut at = handle.size;
+        while at < to {
+            let n = (to - at).min(ZERO_FILL_CHUNK - at % STRIPE_UNIT_BYTES);
+            self.write_pieces(handle, at, &vec![0u8; n as usize])?;
+            at += n;
+            handle.size = at;
+            handle.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn write_pieces(&mut self, handle: &FileHandle, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset + data.len() as u64;
+        let mut calls = Vec::new();
+        let mut at = 0usize;
+        for (stripe, within, len) in pieces(offset, end) {
+            let (osd, object) = self.stripe_target(&handle.opened, stripe)?;
+            let piece = data.get(at..at + len as usize).unwrap_or_default().to_vec();
+            at += len as usize;
+            calls.push((
+                osd,
+                OsdRequest {
+                    capability: handle.opened.capability.clone(),
+                    command: OsdCommand::Write {
+                        object,
+                        offset: within,
+                        data: piece,
+                        replace: false,
+                    },
+                },
+            ));
+        }
+        for answer in self.windowed(&handle.opened, calls)? {
+            answer?;
+        }
+        Ok(())
+    }
+
+    /// [`Client::parallel`] a window of stripes at a time (memory and connections bounded
+    /// as `put` and `get` bound them).
+    fn windowed(
+        &mut self,
+        opened: &Opened,
+        mut calls: Vec<(u64, OsdRequest)>,
+    ) -> Result<Vec<Result<OsdResponse>>> {
+        let window = self.stripes_in_flight()? as usize;
+        let mut answers = Vec::with_capacity(calls.len());
+        while !calls.is_empty() {
+            let rest = calls.split_off(window.min(calls.len()));
+            answers.extend(self.parallel(opened, calls)?);
+            calls = rest;
+        }
+        Ok(answers)
+    }
+}
+
+/// The stripe pieces of bytes `offset..end`: (stripe, offset within it, length).
+fn pieces(offset: u64, end: u64) -> Vec<(u32, u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let stripe = at / STRIPE_UNIT_BYTES;
+        let within = at % STRIPE_UNIT_BYTES;
+        let len = (STRIPE_UNIT_BYTES - within).min(end - at);
+        out.push((stripe as u32, within, len));
+        at += len;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_split_at_stripe_boundaries_and_cover_the_range() {
+        let s = STRIPE_UNIT_BYTES;
+        assert_eq!(pieces(0, 0), vec![]);
+        assert_eq!(pieces(10, 20), vec![(0, 10, 10)]);
+        assert_eq!(pieces(s - 1, s + 1), vec![(0, s - 1, 1), (1, 0, 1)]);
+        assert_eq!(
+            pieces(5, 2 * s + 7),
+            vec![(0, 5, s - 5), (1, 0, s), (2, 0, 7)]
+        );
+        let total: u64 = pieces(3, 5 * s + 9).iter().map(|p| p.2).sum();
+        assert_eq!(total, 5 * s + 6);
+    }
+}
