@@ -65,6 +65,19 @@ enum Command {
     },
     /// End the session.
     Logout,
+    /// Mount the Maat directory PATH at MOUNTPOINT (FUSE) as the user in MAAT_HOME.
+    ///
+    /// Serves in the foreground until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`;
+    /// open files' buffered writes and sizes are sent before it unmounts. Every access is
+    /// decided by the MDS, not by the kernel's view of the permission bits; files show the
+    /// mounting user as owner. Consistency is close-to-open, as on NFS. Needs /dev/fuse and
+    /// fusermount3 (Debian: `apt install fuse3`).
+    Mount {
+        /// Directory in Maat (`/` for everything the user can see).
+        path: String,
+        /// Empty local directory to mount on.
+        mountpoint: PathBuf,
+    },
     /// Store a local file (LOCAL `-` reads standard input).
     Put {
         /// Local file.
@@ -410,6 +423,23 @@ fn run(cli: Cli) -> Result<()> {
             let pass = read_passphrase(passphrase_stdin, &format!("passphrase for {name}: "))?;
             c.login(&name, Credential::Passphrase(&pass))?;
             eprintln!("logged in as {name}");
+            Ok(())
+        }
+        Command::Mount { path, mountpoint } => {
+            let c = client(&cli.cluster)?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(sig, stop.clone())?;
+            }
+            eprintln!(
+                "maat: {path} mounted at {} (Ctrl-C or `fusermount3 -u {}` to unmount)",
+                mountpoint.display(),
+                mountpoint.display()
+            );
+            maat_fuse::mount(c, &path, &mountpoint, || {
+                stop.load(std::sync::atomic::Ordering::Relaxed)
+            })?;
+            eprintln!("maat: unmounted {}", mountpoint.display());
             Ok(())
         }
         Command::Logout => {
