@@ -137,3 +137,34 @@ fn handles_refuse_what_their_flags_do_not_allow() {
     c.get("/f", &mut out, &mut |_| {}).unwrap();
     assert!(out.is_empty());
 }
+
+#[test]
+fn truncation_removes_stripes_a_handle_never_saw() {
+    let cluster = Cluster::start(2, &[]);
+    let mut c = cluster.admin_client();
+    // A writer that sent three stripes and never recorded its size (it failed): the MDS
+    // says 0 bytes, the OSDs hold 1.5 MiB.
+    let mut lost = c.open_file("/f", WRITE).unwrap();
+    let stale = vec![7u8; 3 * STRIPE_UNIT_BYTES as usize];
+    c.write_file_at(&mut lost, 0, &stale).unwrap();
+    assert_eq!(c.stat("/f").unwrap().size, 0);
+
+    // An open that truncates sees size 0, yet none of those bytes may come back.
+    let truncating = OpenFlags {
+        truncate: true,
+        ..WRITE
+    };
+    let mut h = c.open_file("/f", truncating).unwrap();
+    c.write_file_at(&mut h, 0, b"fresh").unwrap();
+    c.flush_file(&mut h).unwrap();
+    let mut out = Vec::new();
+    c.get("/f", &mut out, &mut |_| {}).unwrap();
+    assert_eq!(out, b"fresh", "truncated bytes came back through get");
+
+    // Past the largest file the MDS records: refused before any byte is sent.
+    assert_eq!(
+        code(c.write_file_at(&mut h, maat_proto::limits::FILE_BYTES_MAX, b"x")),
+        ErrorCode::TooLarge
+    );
+    assert_eq!(code(c.truncate_file(&mut h, u64::MAX)), ErrorCode::TooLarge);
+}

@@ -218,8 +218,25 @@ fn unix_tools_work_on_a_mount() {
         "written by python\nwritten BY python\n"
     );
 
+    // A file renamed while open (write to a temporary name, os.replace, then close)
+    // records its size under the new name.
+    let py = "import os, sys; d = sys.argv[1]\n\
+              with open(d + '/tmp', 'wb') as f:\n    f.write(b'z' * 70000); os.replace(d + '/tmp', d + '/final')";
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(m.path("a"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = cluster.ok(&cluster.admin_home(), &["cat", "/a/final"], None);
+    assert_eq!(got.len(), 70000, "size of a file renamed while open");
+
     sh(&format!(
-        "rm {mnt}/a/b/c/data.bin {mnt}/a/b/moved.txt {mnt}/a/py.txt"
+        "rm {mnt}/a/b/c/data.bin {mnt}/a/b/moved.txt {mnt}/a/py.txt {mnt}/a/final"
     ));
     let err = sh_fails(&format!("rmdir {mnt}/a/b"));
     assert!(err.contains("not empty"), "{err}");

@@ -393,7 +393,7 @@ impl Client {
     }
 
     /// Removes stripe `first` and each next one until one does not exist.
-    fn remove_stripes_from(&mut self, opened: &Opened, first: u32) -> Result<()> {
+    pub(crate) fn remove_stripes_from(&mut self, opened: &Opened, first: u32) -> Result<()> {
         for stripe in first.. {
             let (osd, object) = self.stripe_target(opened, stripe)?;
             let probe = OsdRequest {

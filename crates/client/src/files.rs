@@ -10,6 +10,7 @@
 //! stripe inside the recorded size exists (`get` treats a missing one as lost data).
 
 use crate::{Client, ClientError, Opened, Result};
+use maat_proto::limits::FILE_BYTES_MAX;
 use maat_proto::msg::{Access, ErrorCode, FileStat, OsdCommand, OsdRequest, OsdResponse};
 use maat_proto::msg::{WireError, STRIPE_UNIT_BYTES};
 
@@ -68,6 +69,12 @@ impl FileHandle {
         self.writable
     }
 
+    /// The file was renamed to `path`: its size is recorded under the new name (the MDS
+    /// checks that the name still denotes this file's id).
+    pub fn renamed(&mut self, path: &str) {
+        self.path = path.to_string();
+    }
+
     /// Whether it has written since its size was last recorded at the MDS.
     pub fn dirty(&self) -> bool {
         self.dirty
@@ -100,6 +107,9 @@ impl Client {
         } else {
             Access::Read
         };
+        // Close-to-open consistency: the size and file id come from the MDS now, not
+        // from the client's cache of read opens (which may be minutes old).
+        self.forget_opened_path(path);
         let opened = self.open(path, access, flags.create)?;
         if opened.stat.is_dir {
             return Err(ClientError::Refused(WireError::new(
@@ -154,17 +164,19 @@ impl Client {
             .into_iter()
             .zip(&pieces)
         {
-            let data = match answer {
-                Ok(OsdResponse::Data(d)) => d,
+            let (data, missing) = match answer {
+                Ok(OsdResponse::Data(d)) => (d, false),
                 Ok(_) => return Err(self.bad("osd", "unexpected answer")),
-                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Vec::new(),
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
+                    (Vec::new(), true)
+                }
                 Err(e) => return Err(e),
             };
             if (data.len() as u64) < piece_len {
                 // A missing stripe inside the size recorded at open is lost data, as `get`
                 // says; anything else short is a file another writer cut: a short read.
                 let start = u64::from(stripe) * STRIPE_UNIT_BYTES;
-                if data.is_empty() && start < handle.opened.stat.size {
+                if missing && start < handle.opened.stat.size {
                     return Err(ClientError::DataMissing(format!(
                         "{}: stripe {stripe} of file {} not found",
                         handle.path, handle.opened.stat.id
@@ -198,10 +210,10 @@ impl Client {
                 ),
             )));
         }
+        let end = within_limit(offset, data.len() as u64)?;
         if offset > handle.size {
             self.zero_fill(handle, offset)?;
         }
-        let end = offset + data.len() as u64;
         self.write_pieces(handle, offset, data)?;
         if end > handle.size {
             handle.size = end;
@@ -216,25 +228,26 @@ impl Client {
         if !handle.writable {
             return Err(ClientError::NotOpenForWriting(handle.path.clone()));
         }
+        within_limit(size, 0)?;
         if size > handle.size {
             self.zero_fill(handle, size)?;
-        } else if size < handle.size {
+        } else {
             let opened = handle.opened.clone();
             let keep = crate::stripes_for(size);
+            // The stripes past the new end this handle knows of go at once; then each next
+            // one until one is missing, since another writer (or one that failed before
+            // recording its size) may have left stripes past what this handle saw. A
+            // truncated byte must never be readable again.
+            let known = crate::stripes_for(handle.size).max(keep);
             let mut calls = Vec::new();
-            for stripe in keep..crate::stripes_for(handle.size) {
+            for stripe in keep..known {
                 let (osd, object) = self.stripe_target(&opened, stripe)?;
-                calls.push((
-                    osd,
-                    OsdRequest {
-                        capability: opened.capability.clone(),
-                        command: OsdCommand::Remove { object },
-                    },
-                ));
+                calls.push((osd, remove_request(&opened, object)));
             }
             let within = size % STRIPE_UNIT_BYTES;
             if within != 0 {
-                // Cut the last kept stripe (a write of nothing that replaces sets its length).
+                // Cut the last kept stripe (a write of nothing that replaces sets its
+                // length), whatever this handle thinks is past it.
                 let (osd, object) = self.stripe_target(&opened, keep - 1)?;
                 calls.push((
                     osd,
@@ -256,6 +269,8 @@ impl Client {
                     Err(e) => return Err(e),
                 }
             }
+            // (A removal of a missing object succeeds, so this probes with attributes.)
+            self.remove_stripes_from(&opened, known)?;
             handle.size = size;
         }
         handle.dirty = true;
@@ -328,6 +343,25 @@ impl Client {
             calls = rest;
         }
         Ok(answers)
+    }
+}
+
+fn remove_request(opened: &Opened, object: maat_proto::msg::ObjectId) -> OsdRequest {
+    OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Remove { object },
+    }
+}
+
+/// `offset + len`, refused with `TooLarge` past the largest file the MDS records (before
+/// any byte is sent: a write at 10 TiB must not zero-fill first).
+fn within_limit(offset: u64, len: u64) -> Result<u64> {
+    match offset.checked_add(len) {
+        Some(end) if end <= FILE_BYTES_MAX => Ok(end),
+        _ => Err(ClientError::Refused(WireError::new(
+            ErrorCode::TooLarge,
+            format!("bytes {offset}+{len}: files are limited to {FILE_BYTES_MAX} bytes"),
+        ))),
     }
 }
 

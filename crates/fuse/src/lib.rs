@@ -72,6 +72,9 @@ struct Open {
     ahead: Option<(u64, Vec<u8>)>,
     /// Where the next sequential read would start.
     next_read: u64,
+    /// A buffered write that failed, not yet reported to this file's writer: returned by
+    /// its next write, flush, fsync or close.
+    error: Option<Errno>,
 }
 
 impl Open {
@@ -198,6 +201,13 @@ impl State {
         self.inodes.child_path(parent, name).ok_or(Errno::ENOENT)
     }
 
+    /// Attributes of a known inode, asked of the MDS now.
+    fn current_attr(&mut self, ino: u64) -> Result<FileAttr, Errno> {
+        let path = self.path(ino)?;
+        let s = self.client.stat(&path).map_err(|e| errno(&e))?;
+        Ok(self.attr(ino, &s))
+    }
+
     /// Stat of `path` as an entry (numbering it).
     fn entry(&mut self, path: &str) -> Result<FileAttr, Errno> {
         let s = self.client.stat(path).map_err(|e| errno(&e))?;
@@ -210,11 +220,18 @@ impl State {
         let Some(open) = self.open.get_mut(&fh) else {
             return Err(Errno::EBADF);
         };
+        if let Some(e) = open.error {
+            return Err(e);
+        }
         if let Some((at, data)) = open.pending.take() {
             open.ahead = None;
-            self.client
-                .write_file_at(&mut open.handle, at, &data)
-                .map_err(|e| errno(&e))?;
+            if let Err(e) = self.client.write_file_at(&mut open.handle, at, &data) {
+                // Kept for the writer: whoever triggered the send (a read, another
+                // process's truncate) is told too, but the writer must hear it at close.
+                let e = errno(&e);
+                open.error = Some(e);
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -240,7 +257,26 @@ impl State {
             .map(|(&fh, _)| fh)
             .collect();
         for fh in fhs {
-            self.flush(fh)?;
+            // Best effort for the others: a failure stays with that file (`error`) and
+            // is reported to its writer, not to whoever happened to trigger the send.
+            let _ = self.flush(fh);
+        }
+        Ok(())
+    }
+
+    /// Sends and records every open file at or below `path`.
+    fn flush_below(&mut self, path: &str) -> Result<(), Errno> {
+        let below = format!("{}/", path.trim_end_matches('/'));
+        let fhs: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(_, o)| o.handle.path() == path || o.handle.path().starts_with(&below))
+            .map(|(&fh, _)| fh)
+            .collect();
+        for fh in fhs {
+            // Best effort for the others: a failure stays with that file (`error`) and
+            // is reported to its writer, not to whoever happened to trigger the send.
+            let _ = self.flush(fh);
         }
         Ok(())
     }
@@ -256,6 +292,7 @@ impl State {
                 pending: None,
                 ahead: None,
                 next_read: 0,
+                error: None,
             },
         );
         fh
@@ -306,6 +343,9 @@ impl State {
         };
         if !open.handle.writable() {
             return Err(Errno::EBADF);
+        }
+        if let Some(e) = open.error {
+            return Err(e);
         }
         open.ahead = None;
         if let Some((at, buf)) = &mut open.pending {
@@ -392,9 +432,7 @@ impl Filesystem for MaatFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
         let mut s = self.state();
-        let path = attempt!(reply, s.path(ino.0));
-        let stat = attempt!(reply, s.client.stat(&path).map_err(|e| errno(&e)));
-        let attr = s.attr(ino.0, &stat);
+        let attr = attempt!(reply, s.current_attr(ino.0));
         reply.attr(&TTL, &attr);
     }
 
@@ -435,8 +473,7 @@ impl Filesystem for MaatFs {
         }
         // Times: Maat records the modification time itself; setting it is accepted and
         // has no effect (as `touch` on many network filesystems).
-        let stat = attempt!(reply, s.client.stat(&path).map_err(|e| errno(&e)));
-        let attr = s.attr(ino.0, &stat);
+        let attr = attempt!(reply, s.current_attr(ino.0));
         reply.attr(&TTL, &attr);
     }
 
@@ -528,6 +565,8 @@ impl Filesystem for MaatFs {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             return reply.error(Errno::EINVAL);
         }
+        // Open files at or below `from` record their sizes under the old names first.
+        attempt!(reply, s.flush_below(&from));
         match s.client.rename(&from, &to) {
             Ok(()) => {}
             Err(ClientError::Refused(e))
@@ -541,12 +580,26 @@ impl Filesystem for MaatFs {
                 if target.is_dir {
                     return reply.error(Errno::EEXIST);
                 }
+                let moving = attempt!(reply, s.client.stat(&from).map_err(|e| errno(&e)));
+                if moving.is_dir {
+                    // rename(2): a directory cannot replace a file.
+                    return reply.error(Errno::ENOTDIR);
+                }
                 attempt!(reply, s.client.unlink(&to).map_err(|e| errno(&e)));
                 attempt!(reply, s.client.rename(&from, &to).map_err(|e| errno(&e)));
             }
             Err(e) => return reply.error(errno(&e)),
         }
         s.inodes.rename(&from, &to);
+        // Open files now record their sizes under their new names.
+        let State { inodes, open, .. } = &mut *s;
+        for o in open.values_mut() {
+            if let Some(path) = inodes.path(o.ino) {
+                if path != o.handle.path() {
+                    o.handle.renamed(path);
+                }
+            }
+        }
         reply.ok();
     }
 
@@ -555,9 +608,9 @@ impl Filesystem for MaatFs {
         let path = attempt!(reply, s.path(ino.0));
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY);
         let truncate = flags.0 & rustix::fs::OFlags::TRUNC.bits() as i32 != 0;
-        if truncate {
-            attempt!(reply, s.flush_ino(ino.0));
-        }
+        // Other open files of this inode in this mount send their buffers and sizes
+        // first, so that this open sees them (close-to-open within the mount too).
+        attempt!(reply, s.flush_ino(ino.0));
         let open_flags = OpenFlags {
             write,
             create: None,

@@ -7,8 +7,7 @@ use maat_proto::limits::PATH_BYTES_MAX;
 use maat_proto::msg::{Access, ErrorCode, FileStat, MdsResponse, NAME_BYTES_MAX};
 use maat_proto::UnixMillis;
 
-/// Largest file size the MDS records (1 TiB: two million stripes).
-pub const FILE_BYTES_MAX: u64 = 1 << 40;
+pub use maat_proto::limits::FILE_BYTES_MAX;
 
 const READ: u16 = 4;
 const WRITE: u16 = 2;

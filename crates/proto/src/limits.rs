@@ -15,6 +15,9 @@ pub const REVOCATION_ENTRIES_MAX: usize = 8192;
 pub const MERKLE_MESSAGE_MEMBERS_MAX: usize = 65_536;
 /// Most subtrees composed in one Merkle tree message.
 pub const MERKLE_MESSAGE_SUBTREES_MAX: usize = 1024;
+/// Largest file size the MDS records (1 TiB: two million stripes); clients refuse I/O
+/// past it before sending anything.
+pub const FILE_BYTES_MAX: u64 = 1 << 40;
 /// Longest path carried in a delegation file handle.
 pub const PATH_BYTES_MAX: usize = 4096;
 /// Most nodes in one range-key grant (SPEC H4).

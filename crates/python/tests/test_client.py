@@ -157,3 +157,14 @@ def test_a_client_is_shared_by_threads(admin, unique):
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         assert all(pool.map(round_trip, blobs.items()))
+
+
+def test_flush_records_the_size_for_other_readers(admin, cluster, unique):
+    admin.mkdir(unique)
+    other = maat.Client(cluster=cluster.cluster_file, home=cluster.admin_home)
+    with admin.open(f"{unique}/grow.bin", "wb") as f:
+        f.write(b"x" * 1000)
+        f.flush()
+        assert other.stat(f"{unique}/grow.bin")["size"] == 1000
+        f.write(b"y" * 24)
+    assert other.read_bytes(f"{unique}/grow.bin") == b"x" * 1000 + b"y" * 24

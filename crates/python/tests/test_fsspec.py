@@ -82,3 +82,16 @@ def test_permission_refusals_through_fsspec(cluster, admin, unique):
         pd.read_csv(f"maat://{unique}/private.csv", storage_options=opts)
     with pytest.raises(PermissionError):
         pd.DataFrame({"a": [1]}).to_csv(f"maat://{unique}/new.csv", storage_options=opts)
+
+
+def test_reads_larger_than_one_native_call_are_whole(env, unique, tmp_path):
+    size = maat._native.FILE_IO_BYTES_MAX + 3 * 512 * 1024 + 17
+    local = tmp_path / "big.bin"
+    data = np.random.default_rng(7).integers(0, 256, size, dtype=np.uint8).tobytes()
+    local.write_bytes(data)
+    fs = fsspec.filesystem("maat")
+    fs.put_file(str(local), f"{unique}/big.bin")
+    got = fs.cat_file(f"{unique}/big.bin", start=0, end=size)
+    assert len(got) == size and got == data
+    with fs.open(f"{unique}/big.bin", "rb", block_size=1 << 20) as f:
+        assert f.read() == data

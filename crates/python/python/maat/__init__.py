@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Tuple, Union
 
 from . import _native
-from ._io import RawFile, parse_mode
+from ._io import BufferedRandom, BufferedWriter, RawFile, parse_mode
 from ._native import (
     AuthenticationError,
     DataMissingError,
@@ -250,9 +250,9 @@ class Client:
         size = DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
         buffered: IO[bytes]
         if flags.read and flags.write:
-            buffered = io.BufferedRandom(raw, size)
+            buffered = BufferedRandom(raw, size)
         elif flags.write:
-            buffered = io.BufferedWriter(raw, size)
+            buffered = BufferedWriter(raw, size)
         else:
             buffered = io.BufferedReader(raw, size)
         if flags.binary:

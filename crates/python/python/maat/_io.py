@@ -11,6 +11,8 @@ import io
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from . import _native
+
 
 @dataclass(frozen=True)
 class OpenMode:
@@ -118,7 +120,9 @@ class RawFile(io.RawIOBase):
             raise io.UnsupportedOperation("not writable")
         if self._mode.append:
             self._pos = self._handle.size
-        payload = bytes(data)
+        # At most one native write per call (RawIOBase allows a short write; the
+        # buffered layers above loop).
+        payload = bytes(memoryview(data).cast("B")[: _native.FILE_IO_BYTES_MAX])
         n = self._handle.pwrite(self._pos, payload)
         self._pos += n
         return n
@@ -176,3 +180,22 @@ class RawFile(io.RawIOBase):
     def size(self) -> int:
         """The size as this file sees it (recorded at open, then its own writes)."""
         return int(self._handle.size)
+
+
+class BufferedWriter(io.BufferedWriter):
+    """``io.BufferedWriter`` whose ``flush()`` also records the size at the MDS (the
+    standard one never calls its raw file's ``flush`` before ``close``)."""
+
+    def flush(self) -> None:
+        super().flush()
+        if not self.closed:
+            self.raw.flush()
+
+
+class BufferedRandom(io.BufferedRandom):
+    """``io.BufferedRandom`` whose ``flush()`` also records the size at the MDS."""
+
+    def flush(self) -> None:
+        super().flush()
+        if not self.closed:
+            self.raw.flush()

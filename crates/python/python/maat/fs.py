@@ -37,6 +37,20 @@ __all__ = ["MaatFileSystem", "MaatFile"]
 T = TypeVar("T")
 
 
+def _pread_all(handle: Any, start: int, end: int) -> bytes:
+    """Bytes ``start..end`` (short only at the end of the file): one native read returns
+    at most ``FILE_IO_BYTES_MAX``."""
+    chunks = []
+    at = start
+    while at < end:
+        data = handle.pread(at, min(end - at, _native.FILE_IO_BYTES_MAX))
+        if not data:
+            break
+        chunks.append(data)
+        at += len(data)
+    return b"".join(chunks)
+
+
 class MaatFileSystem(AbstractFileSystem):
     """fsspec filesystem over a :class:`maat.Client`.
 
@@ -181,10 +195,7 @@ class MaatFileSystem(AbstractFileSystem):
             size = handle.size
             begin = 0 if start is None else (start if start >= 0 else max(0, size + start))
             stop = size if end is None else (end if end >= 0 else size + end)
-            stop = min(stop, size)
-            if stop <= begin:
-                return b""
-            return handle.pread(begin, stop - begin)
+            return _pread_all(handle, begin, min(stop, size))
         finally:
             handle.close()
 
@@ -266,6 +277,7 @@ class MaatFile(AbstractBufferedFile):
         if mode not in ("rb", "wb", "ab", "xb"):
             raise NotImplementedError(f"file mode {mode!r} not supported (rb, wb, ab, xb)")
         path = fs._strip_protocol(path)
+        kwargs.pop("size", None)  # fsspec's reopen passes it; the handle knows the size
         write = mode != "rb"
         def open_handle() -> Any:
             return fs.client._native.open_handle(
@@ -291,10 +303,7 @@ class MaatFile(AbstractBufferedFile):
         )
 
     def _fetch_range(self, start: int, end: int) -> bytes:
-        end = min(end, self.size)
-        if end <= start:
-            return b""
-        return self._handle.pread(start, end - start)
+        return _pread_all(self._handle, start, min(end, self.size))
 
     def _initiate_upload(self) -> None:
         pass
