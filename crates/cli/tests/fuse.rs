@@ -131,6 +131,21 @@ fn sh(cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs a Python script with one argument, asserting success; returns standard output.
+fn python(script: &str, arg: &Path) -> String {
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(arg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Runs a shell command line that must fail; returns standard error.
 fn sh_fails(cmd: &str) -> String {
     let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
@@ -203,18 +218,8 @@ fn unix_tools_work_on_a_mount() {
               with open(p, 'w') as f: f.write('written by python\\n')\n\
               with open(p) as f: print(f.read(), end='')\n\
               with open(p, 'r+b') as f: f.seek(8); f.write(b'BY'); f.seek(0); print(f.read().decode(), end='')";
-    let out = Command::new("python3")
-        .args(["-c", py])
-        .arg(m.path("a/py.txt"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        python(py, &m.path("a/py.txt")),
         "written by python\nwritten BY python\n"
     );
 
@@ -222,16 +227,7 @@ fn unix_tools_work_on_a_mount() {
     // records its size under the new name.
     let py = "import os, sys; d = sys.argv[1]\n\
               with open(d + '/tmp', 'wb') as f:\n    f.write(b'z' * 70000); os.replace(d + '/tmp', d + '/final')";
-    let out = Command::new("python3")
-        .args(["-c", py])
-        .arg(m.path("a"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(py, &m.path("a"));
     let got = cluster.ok(&cluster.admin_home(), &["cat", "/a/final"], None);
     assert_eq!(got.len(), 70000, "size of a file renamed while open");
 

@@ -299,15 +299,8 @@ impl Client {
 
     fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
-        self.data_call(
-            opened,
-            osd,
-            OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::Remove { object },
-            },
-        )
-        .map(|_| ())
+        self.data_call(opened, osd, remove_request(opened, object))
+            .map(|_| ())
     }
 
     /// Stores `size` bytes from `reader` at `path` (creating it 0644), striping files of
@@ -374,13 +367,7 @@ impl Client {
         let mut removes = Vec::new();
         for stripe in stripes..old_stripes {
             let (osd, object) = self.stripe_target(&opened, stripe)?;
-            removes.push((
-                osd,
-                OsdRequest {
-                    capability: opened.capability.clone(),
-                    command: OsdCommand::Remove { object },
-                },
-            ));
+            removes.push((osd, remove_request(&opened, object)));
         }
         for answer in self.parallel(&opened, removes)? {
             match answer {
@@ -540,6 +527,13 @@ fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest
             data,
             replace: true,
         },
+    }
+}
+
+pub(crate) fn remove_request(opened: &Opened, object: ObjectId) -> OsdRequest {
+    OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Remove { object },
     }
 }
 

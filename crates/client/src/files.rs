@@ -9,6 +9,7 @@
 //! A file never has holes: a write past the end first fills the gap with zeros, so every
 //! stripe inside the recorded size exists (`get` treats a missing one as lost data).
 
+use crate::data::remove_request;
 use crate::{Client, ClientError, Opened, Result};
 use maat_proto::limits::FILE_BYTES_MAX;
 use maat_proto::msg::{Access, ErrorCode, FileStat, OsdCommand, OsdRequest, OsdResponse};
@@ -343,13 +344,6 @@ impl Client {
             calls = rest;
         }
         Ok(answers)
-    }
-}
-
-fn remove_request(opened: &Opened, object: maat_proto::msg::ObjectId) -> OsdRequest {
-    OsdRequest {
-        capability: opened.capability.clone(),
-        command: OsdCommand::Remove { object },
     }
 }
 

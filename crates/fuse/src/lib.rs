@@ -250,27 +250,20 @@ impl State {
     /// Sends and records every open file of `ino` (before its size is looked at or
     /// changed by a path operation).
     fn flush_ino(&mut self, ino: u64) -> Result<(), Errno> {
-        let fhs: Vec<u64> = self
-            .open
-            .iter()
-            .filter(|(_, o)| o.ino == ino)
-            .map(|(&fh, _)| fh)
-            .collect();
-        for fh in fhs {
-            // Best effort for the others: a failure stays with that file (`error`) and
-            // is reported to its writer, not to whoever happened to trigger the send.
-            let _ = self.flush(fh);
-        }
-        Ok(())
+        self.flush_where(|o| o.ino == ino)
     }
 
     /// Sends and records every open file at or below `path`.
     fn flush_below(&mut self, path: &str) -> Result<(), Errno> {
         let below = format!("{}/", path.trim_end_matches('/'));
+        self.flush_where(|o| o.handle.path() == path || o.handle.path().starts_with(&below))
+    }
+
+    fn flush_where(&mut self, which: impl Fn(&Open) -> bool) -> Result<(), Errno> {
         let fhs: Vec<u64> = self
             .open
             .iter()
-            .filter(|(_, o)| o.handle.path() == path || o.handle.path().starts_with(&below))
+            .filter(|(_, o)| which(o))
             .map(|(&fh, _)| fh)
             .collect();
         for fh in fhs {
