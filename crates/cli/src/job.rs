@@ -410,7 +410,7 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
                     None,
                     &mut |_| {},
                 )
-                .and_then(|()| c.set_size_by_handle(&handle, data.len() as u64));
+                .and_then(|_| c.set_size_by_handle(&handle, data.len() as u64));
             file.refresh_from(&c)?;
             Ok(result?)
         }

@@ -50,6 +50,14 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run a key distribution server from a TOML config (SPEC H4). It keeps no state:
+    /// instances sharing its key file are interchangeable, and one restarted serves at
+    /// once.
+    Kds {
+        /// Config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Administration (run with MAAT_HOME=DIR/admin).
     Admin {
         #[command(subcommand)]
@@ -79,11 +87,21 @@ enum Command {
         mountpoint: PathBuf,
     },
     /// Store a local file (LOCAL `-` reads standard input).
+    ///
+    /// A new file is encrypted end to end when the cluster says so (the default of
+    /// `maat up`): its blocks are sealed here with keys from the KDS, and OSDs and the MDS
+    /// never see them in clear. An existing file stays as it is.
     Put {
         /// Local file.
         local: PathBuf,
         /// Path in Maat.
         path: String,
+        /// Store a new file unencrypted (whatever the cluster's default).
+        #[arg(long, conflicts_with = "encrypt")]
+        no_encrypt: bool,
+        /// Encrypt a new file (whatever the cluster's default).
+        #[arg(long)]
+        encrypt: bool,
     },
     /// Fetch a file (LOCAL `-` writes standard output).
     Get {
@@ -375,6 +393,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Up(args) => up::run(args),
         Command::Mds { config } => up::run_mds_daemon(&config),
         Command::Osd { config } => up::run_osd_daemon(&config),
+        Command::Kds { config } => up::run_kds_daemon(&config),
         Command::Bench { command } => bench::run(command),
         Command::Job { command } => job::run(&cli.cluster, command),
         Command::Fileset { command } => {
@@ -449,8 +468,18 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Admin { command } => admin::run(&cli.cluster, command),
-        Command::Put { local, path } => {
+        Command::Put {
+            local,
+            path,
+            no_encrypt,
+            encrypt,
+        } => {
             let mut c = client(&cli.cluster)?;
+            let encrypt = match (no_encrypt, encrypt) {
+                (true, _) => Some(false),
+                (_, true) => Some(true),
+                _ => None,
+            };
             let special = local != Path::new("-")
                 && std::fs::metadata(&local)
                     .with_context(|| format!("{}", local.display()))
@@ -469,7 +498,13 @@ fn run(cli: Cli) -> Result<()> {
                 } else {
                     std::io::stdin().read_to_end(&mut data)?;
                 }
-                c.put(&mut data.as_slice(), data.len() as u64, &path, &mut |_| {})?;
+                c.put_with(
+                    &mut data.as_slice(),
+                    data.len() as u64,
+                    &path,
+                    encrypt,
+                    &mut |_| {},
+                )?;
             } else {
                 let mut f =
                     std::fs::File::open(&local).with_context(|| format!("{}", local.display()))?;
@@ -479,7 +514,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 let size = meta.len();
                 let bar = progress_bar(size);
-                c.put(&mut f, size, &path, &mut |n| {
+                c.put_with(&mut f, size, &path, encrypt, &mut |n| {
                     if let Some(b) = &bar {
                         b.set_position(n)
                     }
@@ -594,7 +629,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Stat { epoch, path } => {
             let s = client(&cli.cluster)?.stat(&path)?;
             println!(
-                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}",
+                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}",
                 s.id,
                 if s.is_dir { "directory" } else { "file" },
                 s.mode,
@@ -608,7 +643,13 @@ fn run(cli: Cli) -> Result<()> {
                     format!("{} UTC ({} ms since the epoch)", utc(s.mtime), s.mtime)
                 },
                 s.partition,
-                s.protection
+                s.protection,
+                if s.encrypted {
+                    " (blocks sealed end to end: each carries its own authentication)"
+                } else {
+                    ""
+                },
+                if s.encrypted { "yes (Horus key tree, keys from the KDS)" } else { "no" }
             );
             Ok(())
         }

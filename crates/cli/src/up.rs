@@ -8,7 +8,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use maat_server::{MdsFileConfig, OsdFileConfig, Shutdown};
+use maat_server::{KdsFileConfig, MdsFileConfig, OsdFileConfig, Shutdown};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -53,6 +53,15 @@ pub struct UpArgs {
     /// later with `maat admin grouping`.
     #[arg(long, default_value = "unix,onthefly", value_parser = parse_grouping)]
     pub grouping: String,
+    /// Number of key distribution servers (SPEC H4; first start only). They share one
+    /// key pair and keep no state; clients spread key requests over them and fail over.
+    /// 0: no KDS, so no encrypted files.
+    #[arg(long, default_value_t = 1)]
+    pub kds: u32,
+    /// Do not encrypt new files by default (first start only; `maat put --encrypt` still
+    /// encrypts one when a KDS runs).
+    #[arg(long)]
+    pub no_encrypt: bool,
     /// Serve no Prometheus metrics (by default a new cluster's daemons each serve
     /// `/metrics` on a free port of the listen host, printed when the cluster is ready).
     #[arg(long)]
@@ -106,9 +115,12 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
     if args.capability_lifetime == 0 {
         bail!("--capability-lifetime must be at least 1 second");
     }
+    if args.kds > 16 {
+        bail!("--kds must be between 0 and 16");
+    }
     let (host, port) = split_host_port(&args.listen)?;
     if port != 0 {
-        let last = u32::from(port) + args.osds;
+        let last = u32::from(port) + args.osds + args.kds;
         if last > 65_535 {
             bail!("--listen {}: OSD ports would run past 65535", args.listen);
         }
@@ -146,7 +158,43 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
         predict_j: None,
         predict_k: None,
         metrics: (!args.no_metrics).then(|| format!("{host}:0")),
+        kds: Vec::new(),
+        kds_public_keys_file: None,
+        encrypt_new_files: !args.no_encrypt,
     };
+    let mut mds = mds;
+    if args.kds > 0 {
+        // One key pair for every instance (lockboxes are sealed to it); its public half
+        // goes to the MDS, which hands it to clients in the cluster map.
+        let key_dir = data.join("kds-keys");
+        maat_server::private::create_private_dir(&key_dir)?;
+        let seed = maat_server::key_file_or_create(&key_dir.join("kds.key"))?;
+        let public = key_dir.join("public-keys.toml");
+        std::fs::write(&public, maat_server::kds_public_keys_text(&seed)?)?;
+        mds.kds_public_keys_file = Some(public);
+        for i in 1..=args.kds {
+            let kds_port = if port == 0 {
+                free_port(&host, &mut held)?
+            } else {
+                port.checked_add((args.osds + i) as u16)
+                    .ok_or_else(|| anyhow!("KDS ports run past 65535"))?
+            };
+            let listen = format!("{host}:{kds_port}");
+            mds.kds.push(listen.clone());
+            let kds = KdsFileConfig {
+                listen,
+                key_file: key_dir.join("kds.key"),
+                public_keys_file: None,
+                mds_public_keys_file: data.join("mds/public-keys.toml"),
+                metrics: (!args.no_metrics).then(|| format!("{host}:0")),
+                run_dir: data.join(format!("kds-{i}")),
+            };
+            write_new(
+                &data.join(format!("kds-{i}/kds.toml")),
+                &toml::to_string(&kds)?,
+            )?;
+        }
+    }
     if args.security == maat_proto::protection::Protection::NoSec && !args.danger_allow_insecure {
         bail!("--security NOSEC needs --danger-allow-insecure (anyone could then act as anyone)");
     }
@@ -299,6 +347,26 @@ pub fn run(args: UpArgs) -> Result<()> {
         child: None,
         stdin: None,
     }];
+    let mut kds_configs: Vec<PathBuf> = std::fs::read_dir(&data)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("kds.toml"))
+        .filter(|p| p.exists())
+        .collect();
+    kds_configs.sort();
+    for c in &kds_configs {
+        let name = c
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "kds".into());
+        daemons.push(Daemon {
+            name,
+            config: c.clone(),
+            kind: "kds",
+            child: None,
+            stdin: None,
+        });
+    }
     for (i, c) in osd_configs.iter().enumerate() {
         let cfg = OsdFileConfig::load(c)?;
         let _ = i;
@@ -315,18 +383,21 @@ pub fn run(args: UpArgs) -> Result<()> {
     let mut osd_addresses = Vec::new();
     for d in daemons.iter_mut() {
         let addr = d.start(&exe, &data)?;
-        if d.kind == "mds" {
-            mds_address = addr;
-            write_client_file(&data, &mds_address)?;
-        } else {
-            osd_addresses.push(addr);
+        match d.kind {
+            "mds" => {
+                mds_address = addr;
+                write_client_file(&data, &mds_address)?;
+            }
+            "osd" => osd_addresses.push(addr),
+            _ => {}
         }
     }
     wait_for_osds(&data, &osd_addresses)?;
     println!(
-        "maat: ready in {:.2}s: MDS at {mds_address}, {} OSDs, data in {}",
+        "maat: ready in {:.2}s: MDS at {mds_address}, {} OSDs, {} KDS, data in {}",
         started.elapsed().as_secs_f64(),
-        daemons.len() - 1,
+        osd_addresses.len(),
+        kds_configs.len(),
         data.display()
     );
     let endpoints: Vec<String> = daemons
@@ -337,6 +408,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             } else {
                 data.join(&d.name)
             };
+            // (KDS instances write theirs in their run directory, `kds-N`.)
             std::fs::read_to_string(dir.join("metrics.addr"))
                 .ok()
                 .map(|a| format!("{} http://{}/metrics", d.name, a.trim()))
@@ -465,6 +537,15 @@ pub fn run_mds_daemon(config: &Path) -> Result<()> {
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;
     maat_server::run_mds(&c, &shutdown, |addr| announce("mds", addr))?;
+    Ok(())
+}
+
+/// `maat kds --config FILE`.
+pub fn run_kds_daemon(config: &Path) -> Result<()> {
+    let c = KdsFileConfig::load(config)?;
+    let shutdown = Shutdown::new();
+    install_shutdown(&shutdown)?;
+    maat_server::run_kds(&c, &shutdown, |addr| announce("kds", addr))?;
     Ok(())
 }
 

@@ -155,7 +155,8 @@ fn sh_fails(cmd: &str) -> String {
 
 #[test]
 fn unix_tools_work_on_a_mount() {
-    let cluster = Cluster::start(3, &[]);
+    // Encrypted by default, as `maat up` makes it.
+    let cluster = Cluster::start_encrypting(3, &[]);
     let Some(m) = Mount::new(
         &cluster,
         &cluster.admin_home(),
@@ -255,7 +256,7 @@ impl Rng {
 
 #[test]
 fn random_writes_truncates_and_reads_match_a_local_directory() {
-    let cluster = Cluster::start(3, &[]);
+    let cluster = Cluster::start_encrypting(3, &[]);
     let test = "random_writes_truncates_and_reads_match_a_local_directory";
     let Some(m) = Mount::new(&cluster, &cluster.admin_home(), test) else {
         return;

@@ -374,3 +374,74 @@ fn replayed_requests_and_downgrades_are_refused() {
         );
     }
 }
+
+/// SPEC H3 on the wire: an encrypted file in an ALLDATA partition travels under CMDRSP
+/// (no MAC over data), and its blocks protect it: a capture of a put and a get holds
+/// none of its bytes, and a data byte changed in either direction fails the read with
+/// an error naming the block.
+#[test]
+fn encrypted_files_cross_the_wire_sealed_and_a_changed_byte_names_its_block() {
+    let m = Mitm::start();
+    let mut c = m.cluster.admin_client();
+    let secret = content(0x77);
+    let path = "/ALLDATA/sealed";
+    {
+        let mut s = m.state.lock().unwrap();
+        s.recorded.clear();
+        s.from_server.clear();
+    }
+    c.put_with(
+        &mut &secret[..],
+        secret.len() as u64,
+        path,
+        Some(true),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(c.stat(path).unwrap().protection, Protection::CmdRsp);
+    assert_eq!(get(&mut c, path).unwrap(), secret);
+    let captured: Vec<u8> = {
+        let s = m.state.lock().unwrap();
+        [s.recorded.concat(), s.from_server.clone()].concat()
+    };
+    assert!(captured.len() > 2 * secret.len());
+    let windows: std::collections::HashSet<&[u8]> = captured.windows(16).collect();
+    let leaked = secret
+        .chunks_exact(16)
+        .filter(|w| windows.contains(w))
+        .count();
+    assert_eq!(
+        leaked, 0,
+        "an encrypted put or get carried file bytes in clear"
+    );
+
+    // OSD → client: a data byte changed in a get. The block fails to open, the client
+    // reads the stripe once more (a writer may have rewritten it) and gets it whole:
+    // the changed byte is never returned. (A lasting change fails the read: below.)
+    m.arm(Tamper {
+        to_server: false,
+        part: Part::Data,
+        min_len: 10_000,
+    });
+    let r = get(&mut c, path);
+    assert!(m.fired());
+    assert_eq!(r.unwrap(), secret);
+
+    // Client → OSD: a data byte changed in a put is stored (CMDRSP does not MAC data)
+    // and the next read fails naming the block.
+    m.arm(Tamper {
+        part: Part::Data,
+        ..WRITE
+    });
+    c.put_with(
+        &mut &secret[..],
+        secret.len() as u64,
+        path,
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(m.fired());
+    let e = get(&mut c, path).unwrap_err();
+    assert!(e.contains("fails authentication"), "{e}");
+}

@@ -152,7 +152,8 @@ impl Client {
             MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
             _ => return Err(self.bad(&address, "unexpected answer to login")),
         };
-        self.start_session(name, keys, &ticket, mac, done.session_key.as_slice())
+        let owner = Some(*done.export_secret.expose());
+        self.start_session(name, keys, &ticket, mac, done.session_key.as_slice(), owner)
     }
 
     /// The login from before OPAQUE (a MAC under the Argon2id key), for a user whose
@@ -199,7 +200,7 @@ impl Client {
             MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
             _ => return Err(self.bad(&address, "unexpected answer to login")),
         };
-        self.start_session(name, keys, &ticket, mac, user_key.expose())?;
+        self.start_session(name, keys, &ticket, mac, user_key.expose(), None)?;
         // The MDS still holds a password-equivalent for this user: replace it now.
         let (password, fixed) = password(credential);
         let params = fixed.unwrap_or(params.into());
@@ -219,6 +220,7 @@ impl Client {
         ticket: &[u8],
         mac: [u8; 32],
         secret: &[u8],
+        owner_secret: Option<[u8; 32]>,
     ) -> Result<()> {
         let address = self.cluster.mds.clone();
         let unverified = Unverified::<LoginTicket>::decode(ticket)
@@ -255,6 +257,7 @@ impl Client {
             key: *session_key.expose(),
             signing_seed: *keys.signing.to_seed(),
             sealing_secret: *keys.sealing.to_bytes(),
+            owner_secret,
             expiry: verified.expiry.0,
             clock_offset,
             osd_sessions: Vec::new(),

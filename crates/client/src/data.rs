@@ -240,10 +240,26 @@ impl Client {
     /// Reads one object of a file (`None` when it does not exist).
     pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
-        match self.data_call(opened, osd, read_request(opened, object)) {
+        match self.data_call(opened, osd, read_request(opened, object, STRIPE_UNIT_BYTES)) {
             Ok(OsdResponse::Data(d)) => Ok(Some(d)),
             Ok(_) => Err(self.bad("osd", "unexpected answer")),
             Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads one stripe object whole (`length` bytes at most); empty when missing.
+    pub(crate) fn read_object_sealed(
+        &mut self,
+        opened: &Opened,
+        stripe: u32,
+        length: u64,
+    ) -> Result<Vec<u8>> {
+        let (osd, object) = self.stripe_target(opened, stripe)?;
+        match self.data_call(opened, osd, read_request(opened, object, length)) {
+            Ok(OsdResponse::Data(d)) => Ok(d),
+            Ok(_) => Err(self.bad("osd", "unexpected answer")),
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(Vec::new()),
             Err(e) => Err(e),
         }
     }
@@ -313,19 +329,76 @@ impl Client {
         path: &str,
         progress: Progress<'_>,
     ) -> Result<FileStat> {
+        self.put_with(reader, size, path, None, progress)
+    }
+
+    /// [`Client::put`], choosing whether a new file is encrypted (SPEC H3; `None`: the
+    /// cluster's default). An existing file keeps what it is.
+    pub fn put_with(
+        &mut self,
+        reader: &mut dyn Read,
+        size: u64,
+        path: &str,
+        encrypt: Option<bool>,
+        progress: Progress<'_>,
+    ) -> Result<FileStat> {
         self.forget_opened();
-        let opened = self.open(path, Access::ReadWrite, Some(0o644))?;
-        self.put_opened(&opened, reader, size, Some(opened.stat.size), progress)?;
-        self.set_size(path, &opened, size)?;
+        let mut opened = self.open(path, Access::ReadWrite, Some(0o644))?;
+        self.encrypt_if_new(path, &mut opened, encrypt)?;
+        let written = self.put_opened(&opened, reader, size, Some(opened.stat.size), progress)?;
+        self.set_size_written(path, &opened, size, written)?;
         let mut stat = opened.stat;
         stat.size = size;
+        stat.crypt = None;
         Ok(stat)
+    }
+
+    /// Makes a just-opened empty file of this user encrypted when `encrypt` (or, for
+    /// `None`, the cluster default) asks for it.
+    pub(crate) fn encrypt_if_new(
+        &mut self,
+        path: &str,
+        opened: &mut Opened,
+        encrypt: Option<bool>,
+    ) -> Result<()> {
+        if opened.stat.encrypted || opened.stat.size != 0 || self.insecure_user.is_some() {
+            return Ok(());
+        }
+        let wanted = match encrypt {
+            Some(w) => w,
+            None => self.encrypts_new_files()?,
+        };
+        if wanted && self.user_name() == Some(opened.stat.owner.as_str()) {
+            self.make_encrypted(path, opened)?;
+        }
+        Ok(())
+    }
+
+    /// Records the size, and for an encrypted file the generations of the stripes
+    /// written (`written`, from [`Client::put_opened`]).
+    pub fn set_size_written(
+        &mut self,
+        path: &str,
+        opened: &Opened,
+        size: u64,
+        written: Vec<(u32, u32, u64)>,
+    ) -> Result<()> {
+        if written.is_empty() {
+            return self.set_size(path, opened, size);
+        }
+        self.expect_ok(MdsRequest::SetSizeWritten {
+            path: path.into(),
+            file: opened.stat.id,
+            size,
+            written,
+        })
     }
 
     /// Writes `size` bytes from `reader` as the whole content of an opened file (stripes
     /// in flight at once) and removes the stripes past the new end: those of `old_size`,
     /// or, when the old size is unknown (a job's handle), each next stripe until one is
-    /// missing. The caller records the size.
+    /// missing. The caller records the size, with the stripe generations returned (an
+    /// encrypted file's: `(first, end, generation)`; empty for a plaintext file).
     pub fn put_opened(
         &mut self,
         opened: &Opened,
@@ -333,10 +406,15 @@ impl Client {
         size: u64,
         old_size: Option<u64>,
         progress: Progress<'_>,
-    ) -> Result<()> {
+    ) -> Result<Vec<(u32, u32, u64)>> {
         let opened = opened.clone();
         let stripes = stripes_for(size);
         let window = self.stripes_in_flight()?;
+        let crypt = match opened.stat.crypt {
+            Some(_) => Some(self.stripe_crypt(&opened)?),
+            None => None,
+        };
+        let generation = crypt::new_generation(&mut self.rng);
         let mut done = 0u64;
         let mut stripe = 0u32;
         while stripe < stripes {
@@ -350,9 +428,17 @@ impl Client {
                     .read_exact(&mut buf)
                     .map_err(|e| ClientError::Local(format!("reading input: {e}")))?;
                 let (osd, object) = self.stripe_target(&opened, k)?;
-                calls.push((osd, write_request(&opened, object, buf)));
+                calls.push((osd, object, buf));
                 lens.push(len);
             }
+            let calls = match &crypt {
+                Some(c) => seal_all(c, generation, calls, &mut self.rng)?,
+                None => calls,
+            };
+            let calls = calls
+                .into_iter()
+                .map(|(osd, object, data)| (osd, write_request(&opened, object, data)))
+                .collect();
             for (answer, len) in self.parallel(&opened, calls)?.into_iter().zip(lens) {
                 answer?;
                 done += len;
@@ -360,8 +446,13 @@ impl Client {
             progress(done);
             stripe += n;
         }
+        let written = match crypt {
+            Some(_) if stripes > 0 => vec![(0, stripes, generation)],
+            _ => Vec::new(),
+        };
         let Some(old_size) = old_size else {
-            return self.remove_stripes_from(&opened, stripes);
+            self.remove_stripes_from(&opened, stripes)?;
+            return Ok(written);
         };
         let old_stripes = stripes_for(old_size);
         let mut removes = Vec::new();
@@ -376,7 +467,7 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Removes stripe `first` and each next one until one does not exist.
@@ -423,10 +514,18 @@ impl Client {
         writer: &mut dyn Write,
         progress: Progress<'_>,
     ) -> Result<u64> {
-        let opened = opened.clone();
+        let mut opened = opened.clone();
         let expected = opened.stat.size;
         let known = stripes_for(expected);
         let window = self.stripes_in_flight()?;
+        let mut crypt = match opened.stat.crypt {
+            Some(_) => Some(self.stripe_crypt(&opened)?),
+            None => None,
+        };
+        let full = crypt
+            .as_ref()
+            .map_or(STRIPE_UNIT_BYTES, |c| c.full_stripe_sealed());
+        let mut refreshed = false;
         let mut done = 0u64;
         let mut stripe = 0u32;
         'stripes: loop {
@@ -440,10 +539,10 @@ impl Client {
             let mut calls = Vec::with_capacity(n as usize);
             for k in stripe..stripe + n {
                 let (osd, object) = self.stripe_target(&opened, k)?;
-                calls.push((osd, read_request(&opened, object)));
+                calls.push((osd, read_request(&opened, object, full)));
             }
             for (k, answer) in (stripe..).zip(self.parallel(&opened, calls)?) {
-                let data = match answer {
+                let mut data = match answer {
                     Ok(OsdResponse::Data(d)) => d,
                     Ok(_) => return Err(self.bad("osd", "unexpected answer")),
                     Err(ClientError::Refused(e))
@@ -459,6 +558,25 @@ impl Client {
                     }
                     Err(e) => return Err(e),
                 };
+                if let Some(c) = &crypt {
+                    let within = expected.saturating_sub(u64::from(k) * STRIPE_UNIT_BYTES);
+                    data = match c.open(k, data, within) {
+                        Ok(plain) => plain,
+                        // A writer may have rewritten the stripe since this open: open the
+                        // file again (its generations come fresh) and read it once more.
+                        Err(ClientError::Integrity { .. }) if !refreshed => {
+                            refreshed = true;
+                            self.forget_opened_path(path);
+                            opened = self.open(path, Access::Read, None)?;
+                            let fresh = self.stripe_crypt(&opened)?;
+                            let again = self.read_object_sealed(&opened, k, full)?;
+                            let plain = fresh.open(k, again, within)?;
+                            crypt = Some(fresh);
+                            plain
+                        }
+                        Err(e) => return Err(e),
+                    };
+                }
                 writer
                     .write_all(&data)
                     .map_err(|e| ClientError::Local(format!("writing output: {e}")))?;
@@ -537,15 +655,51 @@ pub(crate) fn remove_request(opened: &Opened, object: ObjectId) -> OsdRequest {
     }
 }
 
-fn read_request(opened: &Opened, object: ObjectId) -> OsdRequest {
+/// Reads a whole stripe object (`length`: a full one's bytes, sealed or not).
+fn read_request(opened: &Opened, object: ObjectId, length: u64) -> OsdRequest {
     OsdRequest {
         capability: opened.capability.clone(),
         command: OsdCommand::Read {
             object,
             offset: 0,
-            length: STRIPE_UNIT_BYTES as u32,
+            length: length as u32,
         },
     }
+}
+
+/// Seals each `(osd, object, plaintext)` stripe of an encrypted file, the two halves of
+/// the batch on two threads.
+fn seal_all(
+    crypt: &crypt::StripeCrypt,
+    generation: u64,
+    calls: Vec<(u64, ObjectId, Vec<u8>)>,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> Result<Vec<(u64, ObjectId, Vec<u8>)>> {
+    let mut seeds = [[0u8; 32]; 2];
+    for s in seeds.iter_mut() {
+        rng.fill_bytes(s);
+    }
+    let half = calls.len().div_ceil(2);
+    let mut calls = calls;
+    let second = calls.split_off(half);
+    let seal = |part: Vec<(u64, ObjectId, Vec<u8>)>, seed: [u8; 32]| {
+        let mut rng = rand_chacha::ChaCha20Rng::from_seed(seed);
+        part.into_iter()
+            .map(|(osd, object, plain)| {
+                let sealed = crypt.seal(object.stripe, generation, &plain, &mut rng)?;
+                Ok((osd, object, sealed))
+            })
+            .collect::<Result<Vec<_>>>()
+    };
+    let [a, b] = seeds;
+    let (first, second) = std::thread::scope(|scope| {
+        let handle = scope.spawn(|| seal(second, b));
+        let first = seal(calls, a);
+        (first, handle.join())
+    });
+    let mut out = first?;
+    out.extend(second.map_err(|_| ClientError::Local("sealing thread failed".into()))??);
+    Ok(out)
 }
 
 fn local(e: impl std::fmt::Display) -> ClientError {

@@ -43,10 +43,14 @@ impl OpenFlags {
 #[derive(Debug, Clone)]
 pub struct FileHandle {
     path: String,
-    opened: Opened,
-    size: u64,
+    pub(crate) opened: Opened,
+    pub(crate) size: u64,
     writable: bool,
-    dirty: bool,
+    pub(crate) dirty: bool,
+    /// Encrypted files: stripes written through this handle and not sent yet, whole.
+    pub(crate) pending: std::collections::BTreeMap<u32, Vec<u8>>,
+    /// Encrypted files: stripes sent since the last flush and their generations.
+    pub(crate) written: Vec<(u32, u32, u64)>,
 }
 
 impl FileHandle {
@@ -111,7 +115,11 @@ impl Client {
         // Close-to-open consistency: the size and file id come from the MDS now, not
         // from the client's cache of read opens (which may be minutes old).
         self.forget_opened_path(path);
-        let opened = self.open(path, access, flags.create)?;
+        let mut opened = self.open(path, access, flags.create)?;
+        if flags.write && flags.create.is_some() {
+            // A file this call created (empty, ours) is encrypted as the cluster says.
+            self.encrypt_if_new(path, &mut opened, None)?;
+        }
         if opened.stat.is_dir {
             return Err(ClientError::Refused(WireError::new(
                 ErrorCode::IsADirectory,
@@ -124,6 +132,8 @@ impl Client {
             opened,
             writable: flags.write,
             dirty: false,
+            pending: Default::default(),
+            written: Vec::new(),
         };
         if flags.truncate {
             self.truncate_file(&mut handle, 0)?;
@@ -142,6 +152,9 @@ impl Client {
         let end = handle.size.min(offset.saturating_add(len));
         if offset >= end {
             return Ok(Vec::new());
+        }
+        if handle.opened.stat.crypt.is_some() {
+            return self.crypt_read(handle, offset, end);
         }
         let pieces = pieces(offset, end);
         let mut calls = Vec::with_capacity(pieces.len());
@@ -212,6 +225,9 @@ impl Client {
             )));
         }
         let end = within_limit(offset, data.len() as u64)?;
+        if handle.opened.stat.crypt.is_some() {
+            return self.crypt_write(handle, offset, data);
+        }
         if offset > handle.size {
             self.zero_fill(handle, offset)?;
         }
@@ -230,7 +246,9 @@ impl Client {
             return Err(ClientError::NotOpenForWriting(handle.path.clone()));
         }
         within_limit(size, 0)?;
-        if size > handle.size {
+        if handle.opened.stat.crypt.is_some() {
+            self.crypt_truncate(handle, size)?;
+        } else if size > handle.size {
             self.zero_fill(handle, size)?;
         } else {
             let opened = handle.opened.clone();
@@ -241,10 +259,6 @@ impl Client {
             // truncated byte must never be readable again.
             let known = crate::stripes_for(handle.size).max(keep);
             let mut calls = Vec::new();
-            for stripe in keep..known {
-                let (osd, object) = self.stripe_target(&opened, stripe)?;
-                calls.push((osd, remove_request(&opened, object)));
-            }
             let within = size % STRIPE_UNIT_BYTES;
             if within != 0 {
                 // Cut the last kept stripe (a write of nothing that replaces sets its
@@ -270,8 +284,7 @@ impl Client {
                     Err(e) => return Err(e),
                 }
             }
-            // (A removal of a missing object succeeds, so this probes with attributes.)
-            self.remove_stripes_from(&opened, known)?;
+            self.remove_stripes_range(&opened, keep, known)?;
             handle.size = size;
         }
         handle.dirty = true;
@@ -283,7 +296,11 @@ impl Client {
         if !handle.dirty {
             return Ok(());
         }
-        self.set_size(&handle.path, &handle.opened, handle.size)?;
+        if handle.opened.stat.crypt.is_some() {
+            self.crypt_flush(handle)?;
+        } else {
+            self.set_size(&handle.path, &handle.opened, handle.size)?;
+        }
         self.forget_opened_path(&handle.path);
         handle.opened.stat.size = handle.size;
         handle.dirty = false;
@@ -331,7 +348,32 @@ impl Client {
 
     /// [`Client::parallel`] a window of stripes at a time (memory and connections bounded
     /// as `put` and `get` bound them).
-    fn windowed(
+    /// Removes stripes `keep..known` at once, then each next one until one is missing
+    /// (another writer, or one that failed before recording its size, may have left
+    /// stripes past what a handle saw: a truncated byte must never be readable again).
+    pub(crate) fn remove_stripes_range(
+        &mut self,
+        opened: &Opened,
+        keep: u32,
+        known: u32,
+    ) -> Result<()> {
+        let mut calls = Vec::new();
+        for stripe in keep..known {
+            let (osd, object) = self.stripe_target(opened, stripe)?;
+            calls.push((osd, remove_request(opened, object)));
+        }
+        for answer in self.windowed(opened, calls)? {
+            match answer {
+                Ok(_) => {}
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // (A removal of a missing object succeeds, so this probes with attributes.)
+        self.remove_stripes_from(opened, known)
+    }
+
+    pub(crate) fn windowed(
         &mut self,
         opened: &Opened,
         mut calls: Vec<(u64, OsdRequest)>,
@@ -360,7 +402,7 @@ fn within_limit(offset: u64, len: u64) -> Result<u64> {
 }
 
 /// The stripe pieces of bytes `offset..end`: (stripe, offset within it, length).
-fn pieces(offset: u64, end: u64) -> Vec<(u32, u64, u64)> {
+pub(crate) fn pieces(offset: u64, end: u64) -> Vec<(u32, u64, u64)> {
     let mut out = Vec::new();
     let mut at = offset;
     while at < end {

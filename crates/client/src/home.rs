@@ -172,6 +172,10 @@ pub struct SessionState {
     pub signing_seed: [u8; 32],
     /// X25519 secret named in the ticket.
     pub sealing_secret: [u8; 32],
+    /// The X25519 secret lockboxes are sealed to for this user (SPEC H5), derived from
+    /// the OPAQUE export key at login; sessions from before encryption have none.
+    #[serde(default)]
+    pub owner_secret: Option<[u8; 32]>,
     /// Ticket expiry.
     pub expiry: u64,
     /// MDS clock minus local clock, ms (SPEC T7).

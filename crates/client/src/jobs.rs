@@ -179,6 +179,9 @@ impl Client {
                 mtime: 0,
                 partition: String::new(),
                 protection,
+                // The MDS refuses `openg` of an encrypted file, so a job's files are not.
+                encrypted: false,
+                crypt: None,
             },
             capability: handle.handle.capability.clone(),
             mds_cached: false,

@@ -7,6 +7,10 @@
 //! large files, and caches opened capabilities (M5).
 
 mod auth;
+mod crypt;
+mod crypt_files;
+pub use crypt::FILE_KEYS_CACHED_MAX;
+pub use crypt_files::PENDING_STRIPES_MAX;
 mod data;
 pub use data::stripes_for;
 mod files;
@@ -26,7 +30,7 @@ pub use home::{write_private_file, ClusterFile, Home, SessionState};
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::{SigningKey, VerifyingKey};
-use maat_crypto::{kdf, OsRng, Secret32};
+use maat_crypto::{kdf, CryptoRngCore, OsRng, Secret32};
 use maat_net::{Connection, NetError};
 use maat_proto::login;
 use maat_proto::msg::{
@@ -84,6 +88,15 @@ pub enum ClientError {
     /// A write or truncate through a handle opened for reading only.
     #[error("{0}: not open for writing")]
     NotOpenForWriting(String),
+    /// A block of an encrypted file failed authentication or is missing (SPEC H3):
+    /// tampered, rolled back, or cut, on the wire or on an OSD's disk.
+    #[error("file {file}: {failure}")]
+    Integrity {
+        /// The file id.
+        file: u64,
+        /// Which block and why.
+        failure: maat_proto::encrypted::BlockFailure,
+    },
     /// A token (from a daemon or a file) did not decode or verify.
     #[error("{what}: {source}")]
     Token {
@@ -181,6 +194,12 @@ pub struct Client {
     held: HashMap<u64, renewal::HeldCapability>,
     /// Job keys held, by key hash (SPEC M10).
     jobs: HashMap<[u8; 32], jobs::HeldJob>,
+    /// Range keys of encrypted files, by file id (SPEC H4).
+    file_keys: HashMap<u64, crypt::HeldKeys>,
+    /// Connections to key distribution servers, by address.
+    kds_connections: HashMap<String, Connection>,
+    /// The key tree level key requests ask for (SPEC H8).
+    key_level: u8,
     /// Counters.
     pub stats: ClientStats,
 }
@@ -237,6 +256,9 @@ impl Client {
             trees: HashMap::new(),
             held: HashMap::new(),
             jobs: HashMap::new(),
+            file_keys: HashMap::new(),
+            kds_connections: HashMap::new(),
+            key_level: 0,
             stats,
         })
     }

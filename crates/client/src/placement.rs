@@ -54,6 +54,7 @@ mod tests {
                     weight: *w,
                 })
                 .collect(),
+            ..ClusterMap::default()
         }
     }
 

@@ -43,7 +43,7 @@ impl Client {
     }
 
     /// The tree message for `root`, from this client's cache or the MDS (verified).
-    fn tree(&mut self, kind: SetKind, root: [u8; 32]) -> Result<Vec<u8>> {
+    pub(crate) fn tree(&mut self, kind: SetKind, root: [u8; 32]) -> Result<Vec<u8>> {
         if let Some(t) = self.trees.get(&root) {
             return Ok(t.clone());
         }

@@ -249,6 +249,10 @@ pub struct ClientLoginFinish {
     pub session_key: SessionKey,
     /// The server's static public key (compare with a pinned one).
     pub server_public_key: Vec<u8>,
+    /// A secret derived from the passphrase that the server never learns (OPAQUE's
+    /// export key, through HKDF-SHA256): the same at every login until the passphrase
+    /// changes. Maat derives the user's lockbox key from it (SPEC H5).
+    pub export_secret: crate::Secret32,
 }
 
 impl ClientLoginState {
@@ -285,6 +289,11 @@ impl ClientLoginState {
             ke3: result.message.serialize().to_vec(),
             session_key: session_key(&result.session_key)?,
             server_public_key: result.server_s_pk.serialize().to_vec(),
+            export_secret: crate::kdf::hkdf_sha256(
+                b"maat/opaque-export/v1",
+                &result.export_key,
+                &[b"owner"],
+            )?,
         })
     }
 }

@@ -332,6 +332,14 @@ impl<S: MetaStore> crate::Mds<S> {
                 "jobs delegate capabilities; a NOSEC partition has none",
             ));
         }
+        if stat.encrypted {
+            // A participant would need range keys, and the KDS does not take job proofs
+            // yet (issue 9); refused rather than handing out ciphertext as data.
+            return Err(refused(
+                ErrorCode::InvalidArgument,
+                format!("{path} is encrypted: jobs cannot share encrypted files yet (store it with `maat put --no-encrypt`)"),
+            ));
+        }
         // Under the read side of the access-control gate from the check until the file is
         // recorded in the job: a later change is seen by the lead's next renewal.
         let (_gate, acl) = self.gate_and_acl()?;

@@ -7,6 +7,7 @@
 //! never touches a socket, a file or the clock.
 
 mod capabilities;
+mod encryption;
 mod filesets;
 pub mod grouping;
 mod jobs;
@@ -118,6 +119,12 @@ pub struct MdsConfig {
     pub default_protection: maat_proto::protection::Protection,
     /// Grouping strategies and their thresholds (SPEC M6).
     pub grouping: grouping::GroupingConfig,
+    /// The key distribution servers clients learn from the cluster map (SPEC H4).
+    pub kds: Vec<maat_proto::msg::KdsEntry>,
+    /// Their shared public keys (`None`: no KDS, no encryption).
+    pub kds_keys: Option<maat_proto::msg::KdsKeys>,
+    /// Whether clients encrypt new files by default (SPEC H3; needs `kds_keys`).
+    pub encrypt_new_files: bool,
 }
 
 #[derive(Default)]
@@ -236,6 +243,7 @@ impl<S: MetaStore> Mds<S> {
                 size: 0,
                 mtime: boot.0,
                 partition: DEFAULT_PARTITION,
+                crypt: None,
             }));
             batch.push(Op::PutEntry {
                 parent: ROOT_INODE,
@@ -251,6 +259,7 @@ impl<S: MetaStore> Mds<S> {
                 size: 0,
                 mtime: boot.0,
                 partition: DEFAULT_PARTITION,
+                crypt: None,
             }));
             batch.push(Op::PutMeta(
                 "next_inode".into(),

@@ -4,7 +4,10 @@ use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result, ROOT
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::Mode;
 use maat_proto::limits::PATH_BYTES_MAX;
-use maat_proto::msg::{Access, ErrorCode, FileStat, MdsResponse, NAME_BYTES_MAX};
+use maat_proto::msg::{
+    Access, ErrorCode, FileStat, MdsResponse, NAME_BYTES_MAX, STRIPE_UNIT_BYTES,
+};
+use maat_proto::protection::Protection;
 use maat_proto::UnixMillis;
 
 pub use maat_proto::limits::FILE_BYTES_MAX;
@@ -126,6 +129,13 @@ impl<S: MetaStore> crate::Mds<S> {
             .map(|g| g.name)
             .unwrap_or_else(|| inode.gid.to_string());
         let partition = self.partition(inode.partition)?;
+        // SPEC H3: an encrypted file's blocks authenticate themselves, so ALLDATA's MAC
+        // over every data byte buys nothing more; CMDRSP still covers every command and
+        // response header. Stronger (CONFIDENTIAL) and weaker methods stay as chosen.
+        let protection = match (&inode.crypt, partition.protection) {
+            (Some(_), Protection::AllData) => Protection::CmdRsp,
+            (_, method) => method,
+        };
         Ok(FileStat {
             id: inode.id,
             is_dir: inode.is_dir,
@@ -135,7 +145,9 @@ impl<S: MetaStore> crate::Mds<S> {
             size: inode.size,
             mtime: inode.mtime,
             partition: partition.name,
-            protection: partition.protection,
+            protection,
+            encrypted: inode.crypt.is_some(),
+            crypt: None,
         })
     }
 
@@ -180,6 +192,7 @@ impl<S: MetaStore> crate::Mds<S> {
             size: 0,
             mtime: now.0,
             partition: partition.unwrap_or(parent.partition),
+            crypt: None,
         })
     }
 
@@ -357,7 +370,8 @@ impl<S: MetaStore> crate::Mds<S> {
             require(who, &inode, want, path)?;
             mode
         };
-        let stat = self.stat_of(&inode)?;
+        let mut stat = self.stat_of(&inode)?;
+        stat.crypt = inode.crypt.clone();
         let (capability, cached) = if secure {
             // A read may reuse a cached read-write capability when the user may write
             // now too: it grants nothing an open for writing would not.
@@ -406,16 +420,20 @@ impl<S: MetaStore> crate::Mds<S> {
     /// Records a file's size after writing. The file is named by path (so the search
     /// permissions on the way are checked) and by id (so a file replaced meanwhile is not
     /// resized by mistake).
+    ///
+    /// `written` are the stripe ranges an encrypted file's writer rewrote and their
+    /// generations (SPEC H3); a file without a lockbox takes none.
     pub(crate) fn set_size(
         &self,
         who: &Principal,
         path: &str,
         file: u64,
         size: u64,
+        written: &[(u32, u32, u64)],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
-        let inode = self.resolve(who, path)?;
+        let mut inode = self.resolve(who, path)?;
         if inode.id != file {
             return Err(MdsError::refused(
                 ErrorCode::NoSuchFile,
@@ -426,6 +444,9 @@ impl<S: MetaStore> crate::Mds<S> {
             return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
         }
         require(who, &inode, WRITE, path)?;
+        if !written.is_empty() {
+            crate::encryption::record_generations(&mut inode, size, written, path)?;
+        }
         self.commit_size(inode, size, now)
     }
 
@@ -445,6 +466,9 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         inode.size = size;
         inode.mtime = now.0;
+        if let Some(crypt) = &mut inode.crypt {
+            crypt.truncate(size.div_ceil(STRIPE_UNIT_BYTES) as u32);
+        }
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
         self.store.commit(batch)?;

@@ -186,6 +186,9 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::ClusterMap => Ok(MdsResponse::ClusterMap(ClusterMap {
                 epoch: self.epoch()?,
                 osds: self.store.osds()?,
+                kds: self.config.kds.clone(),
+                kds_keys: self.config.kds_keys,
+                encrypt_new_files: self.config.encrypt_new_files && self.config.kds_keys.is_some(),
             })),
             MdsRequest::Stat { path } => {
                 let inode = self.resolve(who, &path)?;
@@ -243,7 +246,20 @@ impl<S: MetaStore> Mds<S> {
                     rng,
                 )
             }
-            MdsRequest::SetSize { path, file, size } => self.set_size(who, &path, file, size, now),
+            MdsRequest::SetSize { path, file, size } => {
+                self.set_size(who, &path, file, size, &[], now)
+            }
+            MdsRequest::SetSizeWritten {
+                path,
+                file,
+                size,
+                written,
+            } => self.set_size(who, &path, file, size, &written, now),
+            MdsRequest::SetLockbox {
+                path,
+                file,
+                lockbox,
+            } => self.set_lockbox(who, &path, file, &lockbox, now),
             MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
             MdsRequest::Chown { path, owner, group } => {

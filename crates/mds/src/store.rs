@@ -6,6 +6,7 @@
 //! implementation (redb) lives in `maat-server`; a server database can implement the same
 //! trait later.
 
+use maat_proto::encrypted::FileCrypt;
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,37 @@ pub struct Inode {
     /// The partition the file lives in (its protection method, SPEC T1); new files and
     /// directories inherit their parent's.
     pub partition: u64,
+    /// An encrypted file's lockbox and write generations (SPEC H3, H5; since version 3).
+    pub crypt: Option<FileCrypt>,
+}
+
+/// An inode as version 2 stored it: before encryption.
+#[derive(Deserialize)]
+struct InodeV2 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+    partition: u64,
+}
+
+impl From<InodeV2> for Inode {
+    fn from(v: InodeV2) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: v.partition,
+            crypt: None,
+        }
+    }
 }
 
 /// An inode as version 1 (and format 0) stored it: before partitions.
@@ -54,6 +86,7 @@ impl From<InodeV1> for Inode {
             size: v.size,
             mtime: v.mtime,
             partition: DEFAULT_PARTITION,
+            crypt: None,
         }
     }
 }
@@ -289,10 +322,11 @@ macro_rules! record_v1 {
 
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
         match version {
             1 => Ok(postcard_value::<InodeV1>(Self::WHAT, body)?.into()),
+            2 => Ok(postcard_value::<InodeV2>(Self::WHAT, body)?.into()),
             _ => postcard_value(Self::WHAT, body),
         }
     }

@@ -535,6 +535,7 @@ impl<S: MetaStore> Mds<S> {
                 size: 0,
                 mtime: now.0,
                 partition: store::DEFAULT_PARTITION,
+                crypt: None,
             }));
             batch.push(Op::PutEntry {
                 parent: home,

@@ -60,6 +60,9 @@ fn mds_predicting(
                 predict_j: j,
                 ..GroupingConfig::default()
             },
+            kds: Vec::new(),
+            kds_keys: None,
+            encrypt_new_files: false,
         },
         MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
         &[0xad; 32],

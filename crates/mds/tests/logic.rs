@@ -27,6 +27,9 @@ const T0: u64 = 1_795_305_600_000;
 fn config(ticket_millis: u64) -> MdsConfig {
     MdsConfig {
         grouping: maat_mds::grouping::GroupingConfig::default(),
+        kds: Vec::new(),
+        kds_keys: None,
+        encrypt_new_files: false,
         ticket_lifetime_millis: ticket_millis,
         capability_lifetime_millis: 300_000,
         danger_allow_insecure: false,

@@ -6,6 +6,7 @@
 use super::*;
 use crate::delegation as job_keys;
 use maat_proto::delegation::{self, KeyLifetimeToken};
+use maat_proto::encrypted::ENCRYPTED_OBJECT_BYTES_MAX;
 
 impl OsdCore {
     /// SPEC M3 + M5: checks the capability for a data command. NOSEC callers skip it.
@@ -307,27 +308,28 @@ impl OsdCore {
 }
 
 /// Bounds every data command so no request makes the OSD allocate or write more than one
-/// stripe unit (a sparse object of 2^40 bytes followed by a 4 GiB read would otherwise be
-/// one user away).
+/// stripe object (a sparse object of 2^40 bytes followed by a 4 GiB read would otherwise
+/// be one user away). An object holds one stripe unit of plaintext, or of an encrypted
+/// file's sealed blocks ([`ENCRYPTED_OBJECT_BYTES_MAX`], SPEC H3).
 fn check_bounds(command: &OsdCommand) -> Result<(), WireError> {
     let too_large = |what: &str| {
         refuse(
             ErrorCode::TooLarge,
-            format!("{what} beyond one stripe unit ({STRIPE_UNIT_BYTES} bytes)"),
+            format!("{what} beyond one stripe object ({ENCRYPTED_OBJECT_BYTES_MAX} bytes)"),
         )
     };
     match command {
         OsdCommand::Read { offset, length, .. }
-            if offset.saturating_add(u64::from(*length)) > STRIPE_UNIT_BYTES =>
+            if offset.saturating_add(u64::from(*length)) > ENCRYPTED_OBJECT_BYTES_MAX =>
         {
             Err(too_large("read"))
         }
         OsdCommand::Write { offset, data, .. }
-            if offset.saturating_add(data.len() as u64) > STRIPE_UNIT_BYTES =>
+            if offset.saturating_add(data.len() as u64) > ENCRYPTED_OBJECT_BYTES_MAX =>
         {
             Err(too_large("write"))
         }
-        OsdCommand::Append { data, .. } if data.len() as u64 > STRIPE_UNIT_BYTES => {
+        OsdCommand::Append { data, .. } if data.len() as u64 > ENCRYPTED_OBJECT_BYTES_MAX => {
             Err(too_large("append"))
         }
         _ => Ok(()),

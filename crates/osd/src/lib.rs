@@ -23,7 +23,7 @@ use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
 use maat_proto::msg::{
     self, DaemonStats, ErrorCode, InsecureRequest, ObjectAttributes, ObjectId, OsdCommand,
     OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, ADMIN_USER_ID,
-    DATA_PARTITION, STRIPE_UNIT_BYTES,
+    DATA_PARTITION,
 };
 use maat_proto::protection::{self, EnvelopeKeys, Protection};
 use maat_proto::renewal::RenewalToken;

@@ -18,8 +18,9 @@
 //! | [`job_bundle`] | a job's key and handles, sealed to a participant, signed by the lead | M10 |
 //! | [`t10`] | T10 capability, credential, request ICV, key hierarchy, SET KEY, SET MASTER KEY | T2, T3 |
 //! | [`horus`] | lockbox, range-key grant | H4, H5 |
+//! | [`encrypted`] | an encrypted file's stripe layout and write generations | H3 |
 //! | [`wire`] | frames, MACed request/response envelopes, replay window | T7 |
-//! | [`msg`] | MDS and OSD messages (postcard) | M1, M2, T5, T9 |
+//! | [`msg`] | MDS, OSD and KDS messages (postcard) | M1, M2, T5, T9, H4 |
 //!
 //! Byte layouts and test vectors: `docs/PROTOCOL.md`.
 
@@ -27,6 +28,7 @@ pub mod capability;
 pub mod codec;
 pub mod decoders;
 pub mod delegation;
+pub mod encrypted;
 mod error;
 pub mod horus;
 pub mod ids;

@@ -128,9 +128,9 @@ fn py_err(py: Python<'_>, e: ClientError) -> PyErr {
             (err, Some(format!("{:?}", w.code)))
         }
         ClientError::Net { .. } => (PyConnectionError::new_err((ECONNREFUSED, text)), None),
-        ClientError::BadAnswer { .. } | ClientError::Token { .. } => {
-            (TamperedError::new_err((EIO, text)), None)
-        }
+        ClientError::BadAnswer { .. }
+        | ClientError::Token { .. }
+        | ClientError::Integrity { .. } => (TamperedError::new_err((EIO, text)), None),
         ClientError::NotLoggedIn => (NotLoggedInError::new_err((ENOTCONN, text)), None),
         ClientError::NotOpenForWriting(_) => (MaatError::new_err((EBADF, text)), None),
         ClientError::DataMissing(_) => (DataMissingError::new_err((EIO, text)), None),
@@ -162,6 +162,7 @@ fn stat_dict<'py>(py: Python<'py>, s: &FileStat) -> PyResult<Bound<'py, PyDict>>
     d.set_item("id", s.id)?;
     d.set_item("partition", &s.partition)?;
     d.set_item("protection", format!("{:?}", s.protection).to_uppercase())?;
+    d.set_item("encrypted", s.encrypted)?;
     Ok(d)
 }
 

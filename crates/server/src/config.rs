@@ -67,6 +67,45 @@ pub struct MdsFileConfig {
     /// no metrics endpoint.
     #[serde(default)]
     pub metrics: Option<String>,
+    /// Addresses of the key distribution servers clients use (SPEC H4).
+    #[serde(default)]
+    pub kds: Vec<String>,
+    /// The KDS public keys (`kds_sealing_key`, `kds_verifying_key`, hex), as `maat kds`
+    /// writes them; none: no encryption.
+    #[serde(default)]
+    pub kds_public_keys_file: Option<PathBuf>,
+    /// Clients encrypt new files unless told not to (SPEC H3; needs the KDS keys).
+    #[serde(default = "default_true")]
+    pub encrypt_new_files: bool,
+}
+
+/// `maat kds --config FILE`: a key distribution server (SPEC H4). It keeps no state: the
+/// same config and key file on any number of machines make interchangeable instances.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KdsFileConfig {
+    /// Address to listen on.
+    pub listen: String,
+    /// The KDS secret (32 bytes of hex, mode 0600), shared by every instance; created if
+    /// missing.
+    pub key_file: PathBuf,
+    /// Where to write the KDS public keys for the MDS config (optional).
+    #[serde(default)]
+    pub public_keys_file: Option<PathBuf>,
+    /// The MDS public keys file (`mds_verifying_key = "hex"`, as the MDS writes it).
+    pub mds_public_keys_file: PathBuf,
+    /// Where to serve Prometheus metrics (`HOST:PORT`); none: no metrics endpoint.
+    #[serde(default)]
+    pub metrics: Option<String>,
+    /// Where this instance writes `metrics.addr` (it keeps nothing else).
+    pub run_dir: PathBuf,
+}
+
+impl KdsFileConfig {
+    /// Reads a config file.
+    pub fn load(path: &Path) -> Result<Self, ServerError> {
+        load(path)
+    }
 }
 
 /// `maat osd --config FILE`.
@@ -106,6 +145,26 @@ fn default_capability_secs() -> u64 {
 }
 fn default_weight() -> u32 {
     1
+}
+fn default_true() -> bool {
+    true
+}
+
+/// Reads one hex key named `name` from a TOML public-keys file.
+pub fn public_key_from_file(path: &Path, name: &str) -> Result<[u8; 32], ServerError> {
+    let bad = |reason: String| ServerError::Config {
+        path: path.display().to_string(),
+        reason,
+    };
+    let table: toml::Table = load(path)?;
+    let text = table
+        .get(name)
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| bad(format!("no {name}")))?;
+    let bytes = hex::decode(text).map_err(|e| bad(format!("{name}: {e}")))?;
+    bytes
+        .try_into()
+        .map_err(|_| bad(format!("{name}: expected 32 bytes of hex")))
 }
 
 fn load<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ServerError> {
@@ -167,6 +226,17 @@ impl MdsFileConfig {
             });
         }
         Ok(g)
+    }
+
+    /// The KDS public keys, when a KDS is configured.
+    pub fn kds_keys(&self) -> Result<Option<maat_proto::msg::KdsKeys>, ServerError> {
+        let Some(path) = &self.kds_public_keys_file else {
+            return Ok(None);
+        };
+        Ok(Some(maat_proto::msg::KdsKeys {
+            sealing_key: public_key_from_file(path, "kds_sealing_key")?,
+            verifying_key: public_key_from_file(path, "kds_verifying_key")?,
+        }))
     }
 
     /// Where the MDS keeps its secrets.

@@ -8,13 +8,15 @@
 
 pub mod config;
 mod control;
+mod kds;
 pub mod meta_store;
 pub mod metrics;
 pub mod object_store;
 pub mod private;
 mod serve;
 
-pub use config::{MdsFileConfig, OsdFileConfig};
+pub use config::{KdsFileConfig, MdsFileConfig, OsdFileConfig};
+pub use kds::{kds_public_keys_text, run_kds};
 pub use serve::{Answer, Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
 
 use maat_crypto::mac::MacKey;
@@ -76,6 +78,9 @@ pub enum ServerError {
     /// The object store failed.
     #[error(transparent)]
     ObjectStore(#[from] maat_osd::StoreError),
+    /// The KDS keys are unusable.
+    #[error(transparent)]
+    Kds(#[from] maat_kds::KdsError),
     /// The MDS logic refused to start.
     #[error(transparent)]
     Mds(#[from] maat_mds::MdsError),
@@ -174,7 +179,7 @@ fn mds_secrets(
     })
 }
 
-fn bind(address: &str) -> Result<TcpListener, ServerError> {
+pub(crate) fn bind(address: &str) -> Result<TcpListener, ServerError> {
     TcpListener::bind(address).map_err(io(format!("listen on {address}")))
 }
 
@@ -223,6 +228,15 @@ pub fn run_mds(
             join_key,
             default_protection: config.default_protection()?,
             grouping: config.grouping()?,
+            kds: config
+                .kds
+                .iter()
+                .map(|address| maat_proto::msg::KdsEntry {
+                    address: address.clone(),
+                })
+                .collect(),
+            kds_keys: config.kds_keys()?,
+            encrypt_new_files: config.encrypt_new_files,
         },
         secrets,
         &admin_key,
@@ -289,7 +303,7 @@ pub fn run_mds(
 
 /// Times one request into the latency histogram of its frame kind and, once known, its
 /// request name, when dropped.
-struct LatencyTimer<'a> {
+pub(crate) struct LatencyTimer<'a> {
     latencies: &'a metrics::Latencies,
     kind: &'static str,
     request: &'static str,
@@ -297,7 +311,7 @@ struct LatencyTimer<'a> {
 }
 
 impl<'a> LatencyTimer<'a> {
-    fn start(latencies: &'a metrics::Latencies, frame_type: FrameType) -> Self {
+    pub(crate) fn start(latencies: &'a metrics::Latencies, frame_type: FrameType) -> Self {
         let kind = match frame_type {
             FrameType::Plain => "plain",
             FrameType::Request => "request",
@@ -324,7 +338,7 @@ impl Drop for LatencyTimer<'_> {
 /// Records where a daemon serves metrics (`DATA_DIR/metrics.addr`, for `maat up` and
 /// scrapers' discovery) and says so. Metrics are an aid: a daemon whose metrics address
 /// cannot be bound says why and serves without them.
-fn announce_metrics(
+pub(crate) fn announce_metrics(
     data_dir: &Path,
     name: &str,
     served: Result<String, ServerError>,

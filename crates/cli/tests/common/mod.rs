@@ -44,8 +44,18 @@ pub struct Cluster {
 
 impl Cluster {
     /// A new cluster of `osds` OSDs on free loopback ports, without metrics endpoints
-    /// (fewer ports taken while tests run side by side; see `start_with_metrics`).
+    /// (fewer ports taken while tests run side by side; see `start_with_metrics`), whose
+    /// new files are not encrypted unless asked (`put_with`): the suites of other
+    /// features check their own properties on plaintext files; `start_encrypting` keeps
+    /// `maat up`'s default.
     pub fn start(osds: u32, extra: &[&str]) -> Cluster {
+        let mut args = vec!["--no-metrics", "--no-encrypt"];
+        args.extend_from_slice(extra);
+        Self::start_with_metrics(osds, &args)
+    }
+
+    /// A new cluster that encrypts new files by default (as `maat up` does).
+    pub fn start_encrypting(osds: u32, extra: &[&str]) -> Cluster {
         let mut args = vec!["--no-metrics"];
         args.extend_from_slice(extra);
         Self::start_with_metrics(osds, &args)

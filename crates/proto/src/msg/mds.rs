@@ -428,7 +428,33 @@ pub enum MdsRequest {
     },
     /// The requester's file sets and the administrator's (answer `FileSets`).
     FileSetList,
+    /// SPEC H5: store the lockbox of an empty file that has none (its owner only). The MDS
+    /// checks that it names this file; it cannot open it.
+    SetLockbox {
+        /// Path.
+        path: String,
+        /// Its id as opened.
+        file: u64,
+        /// The encoded lockbox.
+        #[serde(with = "serde_bytes")]
+        lockbox: Vec<u8>,
+    },
+    /// `SetSize` for an encrypted file: also the write generations of the stripes
+    /// written, as `(first stripe, end stripe, generation)` (SPEC H3 rollback detection).
+    SetSizeWritten {
+        /// Path.
+        path: String,
+        /// Its id as opened.
+        file: u64,
+        /// New size.
+        size: u64,
+        /// Stripe ranges rewritten and their generations.
+        written: Vec<(u32, u32, u64)>,
+    },
 }
+
+/// Most stripe ranges one `SetSizeWritten` may carry.
+pub const WRITTEN_RANGES_MAX: usize = 4096;
 
 /// Most predicted paths one `OpenPredicted` may carry.
 pub const PREDICTED_PATHS_MAX: usize = 64;
@@ -475,6 +501,8 @@ impl MdsRequest {
             MdsRequest::FileSetDefine { .. } => "fileset_define",
             MdsRequest::FileSetRemove { .. } => "fileset_remove",
             MdsRequest::FileSetList => "fileset_list",
+            MdsRequest::SetLockbox { .. } => "set_lockbox",
+            MdsRequest::SetSizeWritten { .. } => "set_size",
         }
     }
 }
@@ -499,10 +527,17 @@ pub struct FileStat {
     /// The partition's name (JSON copies from before partitions: empty).
     #[serde(default)]
     pub partition: String,
-    /// The protection method of the partition's data path (SPEC T1; JSON copies from
-    /// before partitions: ALLDATA, what they were protected with).
+    /// The protection method of the file's data path (SPEC T1; JSON copies from before
+    /// partitions: ALLDATA, what they were protected with). An encrypted file in an
+    /// ALLDATA partition uses CMDRSP: its blocks carry their own authentication (H3).
     #[serde(default)]
     pub protection: crate::protection::Protection,
+    /// Whether the file's data is encrypted end to end (SPEC H3).
+    #[serde(default)]
+    pub encrypted: bool,
+    /// Its lockbox and write generations (answers to opens only).
+    #[serde(default)]
+    pub crypt: Option<crate::encrypted::FileCrypt>,
 }
 
 /// A partition as `maat admin partition list` shows it.
@@ -536,6 +571,28 @@ pub struct ClusterMap {
     pub epoch: u64,
     /// The OSDs.
     pub osds: Vec<OsdEntry>,
+    /// The key distribution servers (SPEC H4); they share one key pair.
+    pub kds: Vec<KdsEntry>,
+    /// The KDS public keys (`None`: no KDS, so no encrypted files).
+    pub kds_keys: Option<KdsKeys>,
+    /// Whether clients encrypt new files by default (SPEC H3).
+    pub encrypt_new_files: bool,
+}
+
+/// A key distribution server in the cluster map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KdsEntry {
+    /// Address clients reach it at.
+    pub address: String,
+}
+
+/// The public keys every KDS instance holds the secrets of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KdsKeys {
+    /// X25519: lockboxes are sealed to it.
+    pub sealing_key: [u8; 32],
+    /// Ed25519: range-key grants verify under it.
+    pub verifying_key: [u8; 32],
 }
 
 /// Counters a daemon reports.

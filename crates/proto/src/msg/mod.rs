@@ -10,8 +10,10 @@
 //! This module holds the framing of answers and refusals (`ErrorCode`, `WireError`); the
 //! messages to the MDS are in `mds.rs`, those to OSDs in `osd.rs`, all re-exported here.
 
+mod kds;
 mod mds;
 mod osd;
+pub use kds::*;
 pub use mds::*;
 pub use osd::*;
 

@@ -135,7 +135,8 @@ class Client:
     def stat(self, path: str) -> Dict[str, Any]:
         """Attributes of ``path``: ``type`` (``"file"`` or ``"directory"``), ``size``,
         ``mode``, ``owner``, ``group``, ``mtime`` (seconds since the epoch), ``id``,
-        ``partition`` and ``protection`` (the partition's method, e.g. ``"ALLDATA"``).
+        ``partition``, ``protection`` (the data path's method, e.g. ``"ALLDATA"``; an
+        encrypted file in an ALLDATA partition uses ``"CMDRSP"``) and ``encrypted``.
 
         Raises:
             FileNotFoundError: no such path.

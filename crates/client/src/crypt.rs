@@ -1,0 +1,340 @@
+//! SPEC H3–H5, H8 on the client: encrypted files. The client makes a new file's root key
+//! and lockbox (sealed to the KDS and to the owner), asks a KDS for range keys with what
+//! the MDS gave it at open (ticket, capability, lockbox), derives leaf keys locally, and
+//! seals and opens stripes (`maat_proto::encrypted`). OSDs and the MDS never see a key
+//! or a plaintext byte of an encrypted file.
+
+use super::*;
+use maat_crypto::kht::{KhtShape, RangeKey};
+use maat_proto::capability::{Capability, Files, Principals};
+use maat_proto::encrypted::{self, BlockFailure, FileCrypt, LeafKeys, StripeContext};
+use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::merkle_msg::SetKind;
+use maat_proto::msg::{FileKeysRequest, KdsRequest, KdsResponse};
+
+/// Range keys held for one file.
+#[derive(Clone)]
+pub(crate) struct HeldKeys {
+    tree_version: u32,
+    shape: KhtShape,
+    keys: Vec<RangeKey>,
+    expiry: u64,
+}
+
+/// What sealing or opening a stripe needs: the file's keys and its generations.
+pub(crate) struct StripeCrypt {
+    file: u64,
+    held: HeldKeys,
+    pub(crate) crypt: FileCrypt,
+}
+
+impl StripeCrypt {
+    /// The leaf size (plaintext bytes per block).
+    pub(crate) fn leaf_bytes(&self) -> u64 {
+        self.held.shape.leaf_size_bytes()
+    }
+
+    fn context(&self, stripe: u32, generation: u64) -> StripeContext {
+        StripeContext {
+            file: self.file,
+            tree_version: self.held.tree_version,
+            stripe,
+            generation,
+        }
+    }
+
+    /// Seals a stripe under `generation`.
+    pub(crate) fn seal(
+        &self,
+        stripe: u32,
+        generation: u64,
+        plain: &[u8],
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<u8>> {
+        let mut keys = LeafKeys::new(&self.held.shape, &self.held.keys).map_err(local_token)?;
+        encrypted::seal_stripe(&mut keys, &self.context(stripe, generation), plain, rng)
+            .map_err(|f| integrity(self.file, f))
+    }
+
+    /// Opens a stripe sealed under the generation the file records for it; `expected`
+    /// plaintext bytes at least.
+    pub(crate) fn open(&self, stripe: u32, sealed: Vec<u8>, expected: u64) -> Result<Vec<u8>> {
+        let mut keys = LeafKeys::new(&self.held.shape, &self.held.keys).map_err(local_token)?;
+        let context = self.context(stripe, self.crypt.generation(stripe));
+        encrypted::open_stripe(&mut keys, &context, sealed, expected)
+            .map_err(|f| integrity(self.file, f))
+    }
+
+    /// The sealed length of a full stripe.
+    pub(crate) fn full_stripe_sealed(&self) -> u64 {
+        encrypted::sealed_len(STRIPE_UNIT_BYTES, self.leaf_bytes())
+    }
+}
+
+fn local_token(e: maat_proto::ProtoError) -> ClientError {
+    ClientError::Token {
+        what: "encrypted file",
+        source: e,
+    }
+}
+
+fn integrity(file: u64, failure: BlockFailure) -> ClientError {
+    ClientError::Integrity { file, failure }
+}
+
+/// A fresh non-zero write generation.
+pub(crate) fn new_generation(rng: &mut impl RngCore) -> u64 {
+    loop {
+        let g = rng.next_u64();
+        if g != 0 {
+            return g;
+        }
+    }
+}
+
+impl Client {
+    /// Whether new files are encrypted by default in this cluster (SPEC H3).
+    pub fn encrypts_new_files(&mut self) -> Result<bool> {
+        Ok(self.cluster_map()?.encrypt_new_files)
+    }
+
+    /// Which tree level key requests ask for (SPEC H8): 0 (default) asks for one
+    /// aggregated key per 4 TiB region; deeper levels ask for more, smaller keys.
+    pub fn set_key_level(&mut self, level: u8) {
+        self.key_level = level;
+    }
+
+    /// SPEC H5: makes `opened` (an empty file without a lockbox, owned by this user) an
+    /// encrypted file: a fresh root key, sealed to the KDS and to the owner, stored at
+    /// the MDS. Updates `opened` to match.
+    pub fn make_encrypted(&mut self, path: &str, opened: &mut Opened) -> Result<()> {
+        let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {
+            ClientError::Local("this cluster has no KDS: files cannot be encrypted".into())
+        })?;
+        let owner = self.owner_secret()?;
+        let mut root = [0u8; 32];
+        OsRng.fill_bytes(&mut root);
+        let root = Secret32::from_bytes(root);
+        let lockbox = Lockbox::seal(
+            maat_proto::FileId(opened.stat.id),
+            1,
+            KhtShape::default_shape(),
+            &root,
+            &maat_crypto::seal::SealingPublicKey(kds.sealing_key),
+            &owner.public_key(),
+            &mut OsRng,
+        )
+        .map_err(local_token)?
+        .encode();
+        self.expect_ok(MdsRequest::SetLockbox {
+            path: path.into(),
+            file: opened.stat.id,
+            lockbox: lockbox.clone(),
+        })?;
+        self.forget_opened_path(path);
+        opened.stat.encrypted = true;
+        opened.stat.crypt = Some(FileCrypt {
+            lockbox,
+            generations: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// The owner key lockboxes are sealed to: derived from the OPAQUE export key of the
+    /// user's passphrase, so the same on every machine and never known to the MDS.
+    fn owner_secret(&self) -> Result<maat_crypto::seal::SealingSecretKey> {
+        let s = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let seed = s.owner_secret.ok_or_else(|| {
+            ClientError::Local(
+                "this session predates encryption: log in again (`maat login`)".into(),
+            )
+        })?;
+        Ok(maat_crypto::seal::SealingSecretKey::from_bytes(seed))
+    }
+
+    /// The owner's own way to a file's root key, without a KDS (SPEC H5).
+    pub fn open_lockbox_as_owner(&self, lockbox: &[u8]) -> Result<Secret32> {
+        let owner = self.owner_secret()?;
+        Lockbox::decode(lockbox)
+            .and_then(|l| l.open_as_owner(&owner))
+            .map(|o| o.root_key)
+            .map_err(|e| ClientError::Token {
+                what: "lockbox",
+                source: e,
+            })
+    }
+
+    /// What sealing and opening stripes of `opened` (an encrypted file) needs, asking a
+    /// KDS for keys the first time and when the held ones expired.
+    pub(crate) fn stripe_crypt(&mut self, opened: &Opened) -> Result<StripeCrypt> {
+        let crypt = opened
+            .stat
+            .crypt
+            .clone()
+            .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
+        let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
+        let file = opened.stat.id;
+        let now = local_now();
+        let held = match self.file_keys.get(&file) {
+            Some(h) if h.tree_version == lockbox.tree_version && h.expiry > now + 1000 => h.clone(),
+            _ => {
+                let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox)?;
+                if self.file_keys.len() >= FILE_KEYS_CACHED_MAX {
+                    self.file_keys.clear();
+                }
+                self.file_keys.insert(file, held.clone());
+                held
+            }
+        };
+        Ok(StripeCrypt { file, held, crypt })
+    }
+
+    /// The nodes of level `key_level` that cover a whole file (every byte up to
+    /// `FILE_BYTES_MAX`, so a writer extending the file needs no new request).
+    fn wanted_nodes(&self, shape: &KhtShape) -> Result<Vec<(u8, u64)>> {
+        let level = self.key_level.min(shape.leaf_level());
+        let first = shape
+            .node_at(level, 0)
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let last = shape
+            .node_at(level, maat_proto::limits::FILE_BYTES_MAX - 1)
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let n = last.index - first.index + 1;
+        if n > maat_proto::limits::RANGE_GRANT_NODES_MAX as u64 {
+            return Err(ClientError::Local(format!(
+                "key level {level} needs {n} keys per file (at most {}): choose a level nearer the root",
+                maat_proto::limits::RANGE_GRANT_NODES_MAX
+            )));
+        }
+        Ok((first.index..=last.index).map(|i| (level, i)).collect())
+    }
+
+    fn fetch_keys(
+        &mut self,
+        opened: &Opened,
+        lockbox_bytes: &[u8],
+        lockbox: &Lockbox,
+    ) -> Result<HeldKeys> {
+        let map = self.cluster_map()?;
+        let kds_keys = map.kds_keys.ok_or_else(|| {
+            ClientError::Local("this cluster has no KDS: encrypted files cannot be read".into())
+        })?;
+        if map.kds.is_empty() {
+            return Err(ClientError::Local("the cluster map lists no KDS".into()));
+        }
+        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let ticket = session.ticket.clone();
+        let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
+        let request = KdsRequest::Keys {
+            ticket,
+            files: vec![FileKeysRequest {
+                capability: opened.capability.clone(),
+                lockbox: lockbox_bytes.to_vec(),
+                trees: self.capability_trees(&opened.capability)?,
+                nodes: self.wanted_nodes(&lockbox.shape)?,
+            }],
+        };
+        let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
+        let grant = self.kds_call(opened.stat.id, &payload)?;
+        let grant = RangeGrant::decode(&grant).map_err(|e| ClientError::Token {
+            what: "range-key grant",
+            source: e,
+        })?;
+        let kds_key = VerifyingKey::from_bytes(&kds_keys.verifying_key)
+            .map_err(|e| ClientError::Local(format!("KDS key in the cluster map: {e}")))?;
+        let now = UnixMillis(local_now());
+        let opened_grant = grant
+            .open(&sealing, &kds_key, now)
+            .map_err(|e| ClientError::Token {
+                what: "range-key grant",
+                source: e,
+            })?;
+        if opened_grant.file.0 != opened.stat.id
+            || opened_grant.tree_version != lockbox.tree_version
+            || opened_grant.shape != lockbox.shape
+        {
+            return Err(self.bad("kds", "the grant is for another file, version or shape"));
+        }
+        Ok(HeldKeys {
+            tree_version: opened_grant.tree_version,
+            shape: opened_grant.shape,
+            keys: opened_grant.keys,
+            expiry: grant.expiry.0,
+        })
+    }
+
+    /// The Merkle tree messages a capability's sets need (SPEC M4), from the MDS.
+    fn capability_trees(&mut self, capability: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let Ok(body) =
+            Unverified::<Capability>::decode(capability).map(|c| c.unverified_body().clone())
+        else {
+            return Ok(Vec::new());
+        };
+        let mut trees = Vec::new();
+        if let Principals::UserTree(root) = body.users {
+            trees.push(self.tree(SetKind::Users, root)?);
+        }
+        if let Files::FileTree(root) = body.files {
+            trees.push(self.tree(SetKind::Files, root)?);
+        }
+        Ok(trees)
+    }
+
+    /// Sends a key request to a KDS: the instances in turn from one picked by file (so
+    /// load spreads over them), the next when one cannot be reached.
+    fn kds_call(&mut self, file: u64, payload: &[u8]) -> Result<Vec<u8>> {
+        let kds = self.cluster_map()?.kds;
+        let n = kds.len();
+        let mut last = None;
+        for i in 0..n {
+            let Some(entry) = kds.get((file as usize + i) % n) else {
+                continue;
+            };
+            let address = entry.address.clone();
+            let conn = self
+                .kds_connections
+                .entry(address.clone())
+                .or_insert_with(|| Connection::new(address.clone()));
+            match conn.call(FrameType::Plain, payload) {
+                Ok((FrameType::Plain, answer)) => {
+                    return match decode_answer::<KdsResponse>(&address, &answer)? {
+                        KdsResponse::Grants(mut grants) if grants.len() == 1 => grants
+                            .pop()
+                            .unwrap_or_else(|| Err(WireError::new(ErrorCode::Internal, "no grant")))
+                            .map_err(ClientError::Refused),
+                        _ => Err(self.bad(&address, "unexpected KDS answer")),
+                    };
+                }
+                Ok((_, answer)) => return Err(refusal(&address, &answer)),
+                Err(source) => {
+                    self.kds_connections.remove(&address);
+                    last = Some(ClientError::Net { address, source });
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::Local("no KDS reachable".into())))
+    }
+
+    /// Asks a KDS for `opened`'s range keys now (held ones are not used) and returns how
+    /// many it granted; the keys are kept for the file's next reads and writes.
+    pub fn request_file_keys(&mut self, opened: &Opened) -> Result<usize> {
+        let crypt = opened
+            .stat
+            .crypt
+            .clone()
+            .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
+        let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
+        let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox)?;
+        let n = held.keys.len();
+        self.file_keys.insert(opened.stat.id, held);
+        Ok(n)
+    }
+
+    /// Forgets every held range key (tests and benchmarks measure fetching them).
+    pub fn forget_file_keys(&mut self) {
+        self.file_keys.clear();
+    }
+}
+
+/// Most files whose range keys a client holds at once.
+pub const FILE_KEYS_CACHED_MAX: usize = 4096;

@@ -1,0 +1,251 @@
+//! Byte-range access to encrypted files (SPEC H3). A stripe is sealed whole under one
+//! write generation, so a handle keeps the stripes it writes as plaintext until it sends
+//! them: when more than [`PENDING_STRIPES_MAX`] wait, before a truncation, and on flush.
+//! Each send seals the waiting stripes under a fresh generation; flush records the
+//! generations with the size at the MDS. Reads see the handle's waiting stripes first.
+
+use crate::crypt::{new_generation, StripeCrypt};
+use crate::files::{pieces, FileHandle};
+use crate::{Client, ClientError, Opened, Result};
+use maat_proto::msg::STRIPE_UNIT_BYTES;
+use maat_proto::msg::{ErrorCode, ObjectId, OsdCommand, OsdRequest, OsdResponse};
+
+/// Most stripes a handle of an encrypted file keeps unsent (4 MiB of plaintext).
+pub const PENDING_STRIPES_MAX: usize = 8;
+
+impl Client {
+    /// Plaintext of stripes `stripes` as the OSDs hold them (empty past `size`).
+    fn fetch_plain(&mut self, handle: &FileHandle, stripes: &[u32]) -> Result<Vec<Vec<u8>>> {
+        let opened = handle.opened.clone();
+        let crypt = self.stripe_crypt(&opened)?;
+        let full = crypt.full_stripe_sealed();
+        let size = handle.size;
+        let mut calls = Vec::new();
+        let mut wanted = Vec::new();
+        for &s in stripes {
+            let start = u64::from(s) * STRIPE_UNIT_BYTES;
+            if start >= size {
+                continue;
+            }
+            let (osd, object) = self.stripe_target(&opened, s)?;
+            calls.push((osd, read_whole(&opened, object, full)));
+            wanted.push(s);
+        }
+        let answers = self.windowed(&opened, calls)?;
+        let mut out = Vec::with_capacity(stripes.len());
+        let mut answers = wanted.into_iter().zip(answers);
+        for &s in stripes {
+            let start = u64::from(s) * STRIPE_UNIT_BYTES;
+            if start >= size {
+                out.push(Vec::new());
+                continue;
+            }
+            let Some((_, answer)) = answers.next() else {
+                return Err(self.bad("osd", "missing answer"));
+            };
+            let sealed = match answer {
+                Ok(OsdResponse::Data(d)) => d,
+                Ok(_) => return Err(self.bad("osd", "unexpected answer")),
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
+                    return Err(ClientError::DataMissing(format!(
+                        "{}: stripe {s} of file {} not found",
+                        handle.path(),
+                        opened.stat.id
+                    )))
+                }
+                Err(e) => return Err(e),
+            };
+            out.push(crypt.open(s, sealed, (size - start).min(STRIPE_UNIT_BYTES))?);
+        }
+        Ok(out)
+    }
+
+    /// Reads `offset..end` of an encrypted file through `handle`.
+    pub(crate) fn crypt_read(
+        &mut self,
+        handle: &FileHandle,
+        offset: u64,
+        end: u64,
+    ) -> Result<Vec<u8>> {
+        let parts = pieces(offset, end);
+        let missing: Vec<u32> = parts
+            .iter()
+            .map(|p| p.0)
+            .filter(|s| !handle.pending.contains_key(s))
+            .collect();
+        let mut fetched = missing
+            .iter()
+            .copied()
+            .zip(self.fetch_plain(handle, &missing)?);
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        for (stripe, within, len) in parts {
+            let plain = match handle.pending.get(&stripe) {
+                Some(p) => p.clone(),
+                None => fetched.next().map(|(_, p)| p).unwrap_or_default(),
+            };
+            let from = (within as usize).min(plain.len());
+            let to = ((within + len) as usize).min(plain.len());
+            out.extend_from_slice(plain.get(from..to).unwrap_or_default());
+            if to < (within + len) as usize {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset` of an encrypted file through `handle` (kept until sent;
+    /// a gap before it is filled with zeros).
+    pub(crate) fn crypt_write(
+        &mut self,
+        handle: &mut FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        if offset > handle.size {
+            // Zeros from the end to `offset`, a stripe at a time.
+            let mut at = handle.size;
+            while at < offset {
+                let n = (offset - at).min(STRIPE_UNIT_BYTES - at % STRIPE_UNIT_BYTES);
+                self.crypt_write(handle, at, &vec![0u8; n as usize])?;
+                at += n;
+            }
+        }
+        let end = offset + data.len() as u64;
+        let mut at = 0usize;
+        for (stripe, within, len) in pieces(offset, end) {
+            if !handle.pending.contains_key(&stripe) {
+                let plain = self
+                    .fetch_plain(handle, &[stripe])?
+                    .pop()
+                    .unwrap_or_default();
+                handle.pending.insert(stripe, plain);
+            }
+            let piece = data.get(at..at + len as usize).unwrap_or_default();
+            at += len as usize;
+            if let Some(plain) = handle.pending.get_mut(&stripe) {
+                let upto = (within + len) as usize;
+                if plain.len() < upto {
+                    plain.resize(upto, 0);
+                }
+                if let Some(dst) = plain.get_mut(within as usize..upto) {
+                    dst.copy_from_slice(piece);
+                }
+            }
+            handle.size = handle
+                .size
+                .max(u64::from(stripe) * STRIPE_UNIT_BYTES + within + len);
+            if handle.pending.len() > PENDING_STRIPES_MAX {
+                self.send_pending(handle)?;
+            }
+        }
+        handle.dirty = true;
+        Ok(())
+    }
+
+    /// Seals and sends the stripes `handle` keeps, under one fresh generation, which the
+    /// handle records (for its own reads) and reports at its next flush.
+    pub(crate) fn send_pending(&mut self, handle: &mut FileHandle) -> Result<()> {
+        if handle.pending.is_empty() {
+            return Ok(());
+        }
+        let opened = handle.opened.clone();
+        let crypt: StripeCrypt = self.stripe_crypt(&opened)?;
+        let generation = new_generation(&mut self.rng);
+        let pending = std::mem::take(&mut handle.pending);
+        let mut calls = Vec::with_capacity(pending.len());
+        for (stripe, plain) in &pending {
+            let sealed = crypt.seal(*stripe, generation, plain, &mut self.rng)?;
+            let (osd, object) = self.stripe_target(&opened, *stripe)?;
+            calls.push((
+                osd,
+                OsdRequest {
+                    capability: opened.capability.clone(),
+                    command: OsdCommand::Write {
+                        object,
+                        offset: 0,
+                        data: sealed,
+                        replace: true,
+                    },
+                },
+            ));
+        }
+        let answers = self.windowed(&opened, calls);
+        let failed = match answers {
+            Ok(answers) => answers.into_iter().find_map(|a| a.err()),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = failed {
+            // Kept for a retry by the next flush: nothing was recorded.
+            handle.pending = pending;
+            return Err(e);
+        }
+        for stripe in pending.keys() {
+            handle.written.push((*stripe, *stripe + 1, generation));
+            if let Some(c) = handle.opened.stat.crypt.as_mut() {
+                c.record(*stripe, *stripe + 1, generation)
+                    .map_err(|e| ClientError::Local(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Truncates an encrypted file through `handle` to `size`: the last kept stripe is
+    /// cut and resealed, the stripes past it removed.
+    pub(crate) fn crypt_truncate(&mut self, handle: &mut FileHandle, size: u64) -> Result<()> {
+        if size > handle.size {
+            // Zeros up to the new size (a write of nothing at `size` fills the gap).
+            return self.crypt_write(handle, size, &[]);
+        }
+        let keep = crate::stripes_for(size);
+        handle.pending.retain(|s, _| *s < keep);
+        let within = size % STRIPE_UNIT_BYTES;
+        if within != 0 {
+            let last = keep - 1;
+            if !handle.pending.contains_key(&last) {
+                let plain = self.fetch_plain(handle, &[last])?.pop().unwrap_or_default();
+                handle.pending.insert(last, plain);
+            }
+            if let Some(p) = handle.pending.get_mut(&last) {
+                p.truncate(within as usize);
+            }
+        }
+        self.send_pending(handle)?;
+        let known = crate::stripes_for(handle.size).max(keep);
+        self.remove_stripes_range(&handle.opened.clone(), keep, known)?;
+        handle.size = size;
+        handle.dirty = true;
+        Ok(())
+    }
+
+    /// Sends what `handle` keeps and records the size and generations at the MDS.
+    pub(crate) fn crypt_flush(&mut self, handle: &mut FileHandle) -> Result<()> {
+        self.send_pending(handle)?;
+        let stripes = crate::stripes_for(handle.size);
+        let mut written: Vec<(u32, u32, u64)> = Vec::new();
+        for &(first, end, g) in &handle.written {
+            let end = end.min(stripes);
+            if first >= end {
+                continue;
+            }
+            match written.last_mut() {
+                Some(last) if last.1 == first && last.2 == g => last.1 = end,
+                _ => written.push((first, end, g)),
+            }
+        }
+        let path = handle.path().to_string();
+        self.set_size_written(&path, &handle.opened, handle.size, written)?;
+        handle.written.clear();
+        Ok(())
+    }
+}
+
+fn read_whole(opened: &Opened, object: ObjectId, length: u64) -> OsdRequest {
+    OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Read {
+            object,
+            offset: 0,
+            length: length as u32,
+        },
+    }
+}

@@ -1,0 +1,382 @@
+//! Maat's key distribution server logic (SPEC H4, H5), without I/O and without durable
+//! state: a KDS restarted with nothing but its keys serves again at once.
+//!
+//! One grant for access and decryption: a client presents its MDS-signed login ticket,
+//! and for each file the capability the MDS gave it at open and the file's lockbox. The
+//! KDS checks, with nothing but the MDS's public key and its own keys, that
+//!
+//! 1. the ticket is the MDS's and current (it names the user and the X25519 key the keys
+//!    are sealed to, so only the ticket's holder can open the answer);
+//! 2. the capability is the MDS's and current, and names the ticket's user (explicitly or
+//!    in a Merkle set the client supplies, SPEC M4);
+//! 3. the lockbox opens with the KDS's key and names a file the capability names (the
+//!    file id is the lockbox's sealed additional data, so a box cannot be moved);
+//! 4. every node asked for lies inside the tree;
+//!
+//! and answers with a [`RangeGrant`]: the node keys sealed to the ticket's key and signed
+//! by the KDS. Verified tickets, capabilities, trees and opened lockboxes are cached
+//! (bounded), so repeated requests cost no public-key operation but the sealing and the
+//! signature of the answer.
+
+use maat_crypto::hash::{self, Digest};
+use maat_crypto::kht::{Node, RangeKey};
+use maat_crypto::seal::SealingSecretKey;
+use maat_crypto::sign::{SigningKey, VerifyingKey};
+use maat_crypto::{kdf, Counters, CryptoRngCore, OpCounters};
+use maat_proto::capability::{Capability, Files, Principals};
+use maat_proto::horus::{Lockbox, OpenedLockbox, RangeGrant};
+use maat_proto::limits::RANGE_GRANT_NODES_MAX;
+use maat_proto::merkle_msg::{MemberSet, MerkleTreeMessage, SetKind};
+use maat_proto::msg::{
+    self, DaemonStats, ErrorCode, FileKeysRequest, KdsKeys, KdsRequest, KdsResponse, WireError,
+    KDS_FILES_PER_REQUEST_MAX,
+};
+use maat_proto::signed::{self, Unverified};
+use maat_proto::ticket::LoginTicket;
+use maat_proto::{FileId, UnixMillis};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Most entries of each cache (tickets, capabilities, trees, lockboxes); a full cache is
+/// emptied of what expired, then cleared.
+pub const KDS_CACHE_ENTRIES_MAX: usize = 16_384;
+
+/// This crate's error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KdsError {
+    /// A key could not be made from the configured secret.
+    #[error("KDS key: {0}")]
+    Key(#[from] maat_crypto::CryptoError),
+}
+
+/// The KDS's secrets, shared by every instance of a cluster.
+pub struct KdsSecrets {
+    sealing: SealingSecretKey,
+    signing: SigningKey,
+}
+
+impl KdsSecrets {
+    /// Both key pairs from one 32-byte secret (HKDF-SHA256 with a label per key).
+    pub fn from_seed(seed: &[u8; 32]) -> Result<Self, KdsError> {
+        let sealing = kdf::hkdf_sha256(b"maat/kds/v1", seed, &[b"sealing"])?;
+        let signing = kdf::hkdf_sha256(b"maat/kds/v1", seed, &[b"signing"])?;
+        Ok(Self {
+            sealing: SealingSecretKey::from_bytes(*sealing.expose()),
+            signing: SigningKey::from_seed(signing.expose()),
+        })
+    }
+
+    /// The public keys clients learn from the cluster map.
+    pub fn public_keys(&self) -> KdsKeys {
+        KdsKeys {
+            sealing_key: self.sealing.public_key().0,
+            verifying_key: self.signing.verifying_key().to_bytes(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Caches {
+    tickets: HashMap<Digest, LoginTicket>,
+    capabilities: HashMap<Digest, Capability>,
+    trees: HashMap<Digest, MemberSet>,
+    lockboxes: HashMap<Digest, OpenedLockbox>,
+}
+
+#[derive(Default)]
+struct Stats {
+    requests: AtomicU64,
+    refusals: AtomicU64,
+    refused_by_reason: msg::RefusalCounts,
+    grants: AtomicU64,
+    keys_granted: AtomicU64,
+    ticket_cache_hits: AtomicU64,
+    capability_cache_hits: AtomicU64,
+    lockbox_cache_hits: AtomicU64,
+}
+
+/// A key distribution server.
+pub struct Kds {
+    sealing: SealingSecretKey,
+    signing: SigningKey,
+    mds_key: VerifyingKey,
+    counters: Counters,
+    caches: Mutex<Caches>,
+    stats: Stats,
+}
+
+fn refuse(code: ErrorCode, detail: impl Into<String>) -> WireError {
+    WireError::new(code, detail)
+}
+
+fn bounded<V>(map: &mut HashMap<Digest, V>, expired: impl Fn(&V) -> bool) {
+    if map.len() >= KDS_CACHE_ENTRIES_MAX {
+        map.retain(|_, v| !expired(v));
+        if map.len() >= KDS_CACHE_ENTRIES_MAX {
+            map.clear();
+        }
+    }
+}
+
+impl Kds {
+    /// A KDS with `secrets` that trusts tokens signed by `mds_verifying_key`.
+    pub fn new(secrets: KdsSecrets, mds_verifying_key: &[u8; 32]) -> Result<Self, KdsError> {
+        let counters = OpCounters::new_handle();
+        Ok(Self {
+            sealing: secrets.sealing.with_counters(counters.clone()),
+            signing: secrets.signing.with_counters(counters.clone()),
+            mds_key: VerifyingKey::from_bytes(mds_verifying_key)?.with_counters(counters.clone()),
+            counters,
+            caches: Mutex::new(Caches::default()),
+            stats: Stats::default(),
+        })
+    }
+
+    fn caches(&self) -> std::sync::MutexGuard<'_, Caches> {
+        self.caches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Handles one request frame's payload; the answer is
+    /// `postcard(Result<KdsResponse, WireError>)`.
+    pub fn handle(&self, payload: &[u8], now: UnixMillis, rng: &mut impl CryptoRngCore) -> Vec<u8> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let result = match msg::decode::<KdsRequest>(payload) {
+            Err(e) => Err(refuse(ErrorCode::Malformed, format!("KDS request: {e}"))),
+            Ok(KdsRequest::Stats) => Ok(KdsResponse::Stats(self.stats())),
+            Ok(KdsRequest::Keys { ticket, files }) => self
+                .keys(&ticket, &files, now, rng)
+                .map(KdsResponse::Grants),
+        };
+        if let Err(e) = &result {
+            self.refused(e);
+        }
+        msg::encode_result(&result)
+    }
+
+    fn refused(&self, e: &WireError) {
+        self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+        self.stats.refused_by_reason.add(e.code);
+    }
+
+    /// Range-key grants for `files`, sealed to `ticket`'s key: one answer per file (a
+    /// refusal of one file does not refuse the others); the whole request is refused
+    /// when the ticket does not verify.
+    pub fn keys(
+        &self,
+        ticket: &[u8],
+        files: &[FileKeysRequest],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<Result<Vec<u8>, WireError>>, WireError> {
+        if files.is_empty() || files.len() > KDS_FILES_PER_REQUEST_MAX {
+            return Err(refuse(
+                ErrorCode::TooLarge,
+                format!("a key request names 1 to {KDS_FILES_PER_REQUEST_MAX} files"),
+            ));
+        }
+        let ticket = self.ticket(ticket, now)?;
+        Ok(files
+            .iter()
+            .map(|f| {
+                let r = self.file_keys(&ticket, f, now, rng);
+                if let Err(e) = &r {
+                    self.refused(e);
+                }
+                r
+            })
+            .collect())
+    }
+
+    fn ticket(&self, bytes: &[u8], now: UnixMillis) -> Result<LoginTicket, WireError> {
+        let digest = hash::blake3(&[bytes]);
+        if let Some(hit) = self.caches().tickets.get(&digest).cloned() {
+            signed::check_validity(&hit, now)?;
+            self.stats.ticket_cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        let ticket = Unverified::<LoginTicket>::decode(bytes)?
+            .verify(&self.mds_key, now)?
+            .body()
+            .clone();
+        let mut caches = self.caches();
+        bounded(&mut caches.tickets, |t| t.expiry <= now);
+        caches.tickets.insert(digest, ticket.clone());
+        Ok(ticket)
+    }
+
+    fn capability(&self, bytes: &[u8], now: UnixMillis) -> Result<Capability, WireError> {
+        let digest = hash::blake3(&[bytes]);
+        if let Some(hit) = self.caches().capabilities.get(&digest).cloned() {
+            // Cached: the signature was checked; the window is checked now.
+            signed::check_validity(&hit, now)?;
+            self.stats
+                .capability_cache_hits
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        let capability = Unverified::<Capability>::decode(bytes)?
+            .verify(&self.mds_key, now)?
+            .body()
+            .clone();
+        let mut caches = self.caches();
+        bounded(&mut caches.capabilities, |c| c.expiry <= now);
+        caches.capabilities.insert(digest, capability.clone());
+        Ok(capability)
+    }
+
+    /// The verified member set of `root` from the trees the client supplied.
+    fn tree(
+        &self,
+        kind: SetKind,
+        root: &Digest,
+        supplied: &[Vec<u8>],
+    ) -> Result<MemberSet, WireError> {
+        if let Some(hit) = self.caches().trees.get(root).cloned() {
+            if hit.kind() == kind {
+                return Ok(hit);
+            }
+        }
+        for bytes in supplied {
+            let Ok(message) = MerkleTreeMessage::decode(bytes) else {
+                continue;
+            };
+            if message.kind() != kind {
+                continue;
+            }
+            if let Ok(set) = message.verify(kind, root) {
+                let mut caches = self.caches();
+                bounded(&mut caches.trees, |_| true);
+                caches.trees.insert(*root, set.clone());
+                return Ok(set);
+            }
+        }
+        Err(refuse(
+            ErrorCode::UnknownTree,
+            "the capability names a Merkle set: send its tree (GetTree at the MDS) with the request",
+        ))
+    }
+
+    fn lockbox(&self, bytes: &[u8]) -> Result<OpenedLockbox, WireError> {
+        let digest = hash::blake3(&[bytes]);
+        if let Some(hit) = self.caches().lockboxes.get(&digest).cloned() {
+            self.stats
+                .lockbox_cache_hits
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        let opened = Lockbox::decode(bytes)?.open_as_kds(&self.sealing)?;
+        let mut caches = self.caches();
+        bounded(&mut caches.lockboxes, |_| true);
+        caches.lockboxes.insert(digest, opened.clone());
+        Ok(opened)
+    }
+
+    fn file_keys(
+        &self,
+        ticket: &LoginTicket,
+        request: &FileKeysRequest,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<u8>, WireError> {
+        if request.nodes.is_empty() || request.nodes.len() > RANGE_GRANT_NODES_MAX {
+            return Err(refuse(
+                ErrorCode::TooLarge,
+                format!("a grant holds 1 to {RANGE_GRANT_NODES_MAX} nodes"),
+            ));
+        }
+        let capability = self.capability(&request.capability, now)?;
+        let users = match &capability.users {
+            Principals::UserTree(root) => Some(self.tree(SetKind::Users, root, &request.trees)?),
+            Principals::ComputationKey(_) => {
+                return Err(refuse(
+                    ErrorCode::PermissionDenied,
+                    "a capability delegated to a job key gets no keys from the KDS yet",
+                ))
+            }
+            Principals::User(_) => None,
+        };
+        capability
+            .check_user(ticket.user, users.as_ref())
+            .map_err(|e| refuse(ErrorCode::WrongUser, e.to_string()))?;
+        // The lockbox opens first only when the capability could name its file: a box
+        // of another file costs no X25519 operation.
+        let sealed = Lockbox::decode(&request.lockbox)?;
+        let files = match &capability.files {
+            Files::FileTree(root) => Some(self.tree(SetKind::Files, root, &request.trees)?),
+            Files::File(_) => None,
+        };
+        capability
+            .check_file(sealed.file, files.as_ref())
+            .map_err(|e| refuse(ErrorCode::WrongFile, e.to_string()))?;
+        let opened = self.lockbox(&request.lockbox)?;
+        debug_assert_eq!(opened.file, sealed.file);
+        let shape = &opened.shape;
+        let keys = request
+            .nodes
+            .iter()
+            .map(|&(level, index)| {
+                let node = Node { level, index };
+                shape
+                    .node_key_from_root(&opened.root_key, node)
+                    .map(|key| RangeKey { node, key })
+                    .map_err(|e| {
+                        refuse(
+                            ErrorCode::InvalidArgument,
+                            format!("node {level}/{index}: {e}"),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let grant = RangeGrant::issue(
+            &opened,
+            capability.expiry,
+            &keys,
+            &ticket.client_sealing_key,
+            &self.signing,
+            rng,
+        )?;
+        self.stats.grants.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .keys_granted
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        Ok(grant.encode())
+    }
+
+    /// The file a lockbox names, read without opening it (for the daemon's log).
+    pub fn lockbox_file(bytes: &[u8]) -> Option<FileId> {
+        Lockbox::decode(bytes).ok().map(|l| l.file)
+    }
+
+    /// Counters for `maat stats` and metrics.
+    pub fn stats(&self) -> DaemonStats {
+        let s = &self.stats;
+        let mut counters: Vec<(String, u64)> = [
+            ("requests", &s.requests),
+            ("refusals", &s.refusals),
+            ("grants", &s.grants),
+            ("keys_granted", &s.keys_granted),
+            ("ticket_cache_hits", &s.ticket_cache_hits),
+            ("capability_cache_hits", &s.capability_cache_hits),
+            ("lockbox_cache_hits", &s.lockbox_cache_hits),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
+        .collect();
+        counters.extend(
+            self.counters
+                .snapshot()
+                .fields()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        counters.extend(s.refused_by_reason.counters());
+        DaemonStats {
+            daemon: "kds".into(),
+            counters,
+        }
+    }
+}

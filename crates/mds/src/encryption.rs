@@ -1,0 +1,101 @@
+//! SPEC H3, H5 at the MDS: an encrypted file's lockbox (stored, never opened: the MDS
+//! holds no key that opens it) and the write generations of its stripes, recorded with
+//! the size so that a reader detects a rolled-back block.
+
+use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
+use maat_proto::encrypted::FileCrypt;
+use maat_proto::horus::Lockbox;
+use maat_proto::msg::{ErrorCode, MdsResponse, STRIPE_UNIT_BYTES, WRITTEN_RANGES_MAX};
+use maat_proto::UnixMillis;
+
+impl<S: MetaStore> crate::Mds<S> {
+    /// SPEC H5: stores the lockbox of an empty file without one; only its owner may. The
+    /// MDS checks the box names this file and the first tree version; it cannot open it.
+    pub(crate) fn set_lockbox(
+        &self,
+        who: &Principal,
+        path: &str,
+        file: u64,
+        lockbox: &[u8],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve(who, path)?;
+        if inode.id != file {
+            return Err(MdsError::refused(
+                ErrorCode::NoSuchFile,
+                format!("{path} was replaced meanwhile"),
+            ));
+        }
+        if inode.is_dir {
+            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        if inode.uid != who.uid {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                format!("{path}: only the owner sets a file's lockbox"),
+            ));
+        }
+        if inode.crypt.is_some() || inode.size != 0 {
+            return Err(MdsError::refused(
+                ErrorCode::AlreadyExists,
+                format!("{path}: only an empty file without a lockbox takes one"),
+            ));
+        }
+        let decoded = Lockbox::decode(lockbox)
+            .map_err(|e| MdsError::refused(ErrorCode::Malformed, format!("lockbox: {e}")))?;
+        if decoded.file.0 != inode.id || decoded.tree_version != 1 {
+            return Err(MdsError::refused(
+                ErrorCode::WrongFile,
+                format!(
+                    "{path}: the lockbox names file {} version {}",
+                    decoded.file.0, decoded.tree_version
+                ),
+            ));
+        }
+        inode.crypt = Some(FileCrypt {
+            lockbox: lockbox.to_vec(),
+            generations: Vec::new(),
+        });
+        inode.mtime = now.0;
+        let mut batch = Batch::default();
+        batch.push(Op::PutInode(inode));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Ok)
+    }
+}
+
+/// SPEC H3: records the generations an encrypted file's writer used for the stripes it
+/// rewrote (ranges inside the new size, generations non-zero, at most
+/// [`WRITTEN_RANGES_MAX`] ranges).
+pub(crate) fn record_generations(
+    inode: &mut Inode,
+    size: u64,
+    written: &[(u32, u32, u64)],
+    path: &str,
+) -> Result<()> {
+    let invalid =
+        |why: &str| MdsError::refused(ErrorCode::InvalidArgument, format!("{path}: {why}"));
+    let crypt = inode
+        .crypt
+        .as_mut()
+        .ok_or_else(|| invalid("write generations for a file that is not encrypted"))?;
+    if written.len() > WRITTEN_RANGES_MAX {
+        return Err(MdsError::refused(
+            ErrorCode::TooLarge,
+            format!("{path}: more than {WRITTEN_RANGES_MAX} written ranges in one size update"),
+        ));
+    }
+    let stripes = size.div_ceil(STRIPE_UNIT_BYTES);
+    for &(first, end, generation) in written {
+        if first >= end || u64::from(end) > stripes || generation == 0 {
+            return Err(invalid(
+                "written range outside the file or without a generation",
+            ));
+        }
+        crypt
+            .record(first, end, generation)
+            .map_err(|e| MdsError::refused(ErrorCode::TooLarge, format!("{path}: {e}")))?;
+    }
+    Ok(())
+}

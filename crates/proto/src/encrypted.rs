@@ -1,0 +1,451 @@
+//! SPEC H3 on the data path: how an encrypted file's bytes sit in its stripe objects, and
+//! which write generation each stripe holds.
+//!
+//! **Layout.** A file is striped as before ([`STRIPE_UNIT_BYTES`] of *plaintext* per
+//! stripe object). Inside a stripe, plaintext block `b` (one Horus leaf, `leaf` bytes; the
+//! last block of the file may be shorter) is sealed with its leaf key by
+//! [`maat_crypto::aead::BlockKey`] and stored at object offset `b · (leaf + 40)` as
+//! `ciphertext ‖ tag(16) ‖ salt(24)`. The AEAD's block index is the block's index in the
+//! whole file, so a block moved to another place fails to open.
+//!
+//! **Additional data** of every block: `"maat/h3/v1" ‖ file(u64) ‖ tree_version(u32) ‖
+//! generation(u64)`, big-endian. The generation is a random non-zero number a writer draws
+//! for each stripe it (re)writes; the MDS records it with the size ([`FileCrypt`]), so
+//! an older ciphertext of the same block put back in its place (a rollback, on the wire
+//! or on the OSD's disk) was sealed under another generation and fails to open.
+//!
+//! **Generations** are kept as runs: `(first stripe, generation)` in ascending order, each
+//! run reaching to the next; stripes before the first run have generation 0 (never
+//! written encrypted). At most [`GENERATION_RUNS_MAX`] runs per file.
+
+use crate::msg::STRIPE_UNIT_BYTES;
+use crate::{ProtoError, Result};
+use maat_crypto::aead::{BlockKey, BLOCK_OVERHEAD_BYTES};
+use maat_crypto::kht::{KhtShape, Node, RangeKey};
+use maat_crypto::{CryptoRngCore, Secret32};
+use serde::{Deserialize, Serialize};
+
+/// Most generation runs one file may have (a file rewritten piecemeal in more separate
+/// places than this must be rewritten whole).
+pub const GENERATION_RUNS_MAX: usize = 65_536;
+/// Smallest leaf an encrypted file may use (log2 bytes): 4 KiB keeps the overhead at 1 %.
+pub const ENCRYPTED_LEAF_LOG2_MIN: u8 = 12;
+/// Largest leaf an encrypted file may use (log2 bytes): one stripe unit.
+pub const ENCRYPTED_LEAF_LOG2_MAX: u8 = 19;
+/// Largest stripe object an encrypted file can have: a full stripe of the smallest leaves.
+pub const ENCRYPTED_OBJECT_BYTES_MAX: u64 = STRIPE_UNIT_BYTES
+    + (STRIPE_UNIT_BYTES >> ENCRYPTED_LEAF_LOG2_MIN) * BLOCK_OVERHEAD_BYTES as u64;
+
+const AAD_DOMAIN: &[u8; 10] = b"maat/h3/v1";
+
+/// What the MDS keeps for an encrypted file, and hands to whoever opens it: the lockbox
+/// (sealed to the KDS and the owner; the MDS cannot open it) and the generation runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct FileCrypt {
+    /// The encoded [`crate::horus::Lockbox`].
+    #[serde(with = "serde_bytes")]
+    pub lockbox: Vec<u8>,
+    /// `(first stripe, generation)` runs, ascending.
+    pub generations: Vec<(u32, u64)>,
+}
+
+impl FileCrypt {
+    /// The generation stripe `stripe` was last written with (0: never).
+    pub fn generation(&self, stripe: u32) -> u64 {
+        let at = self
+            .generations
+            .partition_point(|(first, _)| *first <= stripe);
+        at.checked_sub(1)
+            .and_then(|i| self.generations.get(i))
+            .map_or(0, |(_, g)| *g)
+    }
+
+    /// Records that stripes `first..end` now hold generation `generation`.
+    pub fn record(&mut self, first: u32, end: u32, generation: u64) -> Result<()> {
+        if first >= end {
+            return Ok(());
+        }
+        let after = self.generation(end);
+        self.generations.retain(|(f, _)| *f < first || *f > end);
+        self.generations.push((first, generation));
+        self.generations.push((end, after));
+        self.generations.sort_unstable_by_key(|(f, _)| *f);
+        self.merge();
+        if self.generations.len() > GENERATION_RUNS_MAX {
+            return Err(ProtoError::TooLarge {
+                what: "generation runs (rewrite the file whole)",
+                len: self.generations.len(),
+                limit: GENERATION_RUNS_MAX,
+            });
+        }
+        Ok(())
+    }
+
+    /// Forgets the stripes from `stripes` on (the file was cut to fewer stripes).
+    pub fn truncate(&mut self, stripes: u32) {
+        self.generations.retain(|(f, _)| *f < stripes);
+        self.generations.push((stripes, 0));
+        self.merge();
+    }
+
+    fn merge(&mut self) {
+        let mut previous = 0u64;
+        self.generations.retain(|(_, g)| {
+            let keep = *g != previous;
+            previous = *g;
+            keep
+        });
+    }
+
+    /// Checks the runs are ascending and bounded (for values read from a peer or disk).
+    pub fn check(&self) -> Result<()> {
+        if self.generations.len() > GENERATION_RUNS_MAX {
+            return Err(ProtoError::TooLarge {
+                what: "generation runs",
+                len: self.generations.len(),
+                limit: GENERATION_RUNS_MAX,
+            });
+        }
+        if self.generations.windows(2).any(|w| match w {
+            [a, b] => a.0 >= b.0,
+            _ => false,
+        }) {
+            return Err(ProtoError::Malformed {
+                what: "generation runs",
+                reason: "not ascending",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Who and what a stripe's blocks are bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StripeContext {
+    /// The file.
+    pub file: u64,
+    /// Its key tree version.
+    pub tree_version: u32,
+    /// The stripe.
+    pub stripe: u32,
+    /// The write generation of the stripe.
+    pub generation: u64,
+}
+
+impl StripeContext {
+    fn aad(&self) -> [u8; 30] {
+        let mut aad = [0u8; 30];
+        aad[..10].copy_from_slice(AAD_DOMAIN);
+        aad[10..18].copy_from_slice(&self.file.to_be_bytes());
+        aad[18..22].copy_from_slice(&self.tree_version.to_be_bytes());
+        aad[22..30].copy_from_slice(&self.generation.to_be_bytes());
+        aad
+    }
+}
+
+/// A block of an encrypted file failed to open.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("block {block} (bytes {offset}..{end}) {reason}")]
+pub struct BlockFailure {
+    /// Its index in the file.
+    pub block: u64,
+    /// Its first plaintext byte.
+    pub offset: u64,
+    /// One past its last plaintext byte (as expected).
+    pub end: u64,
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// The leaf keys of one file, from the range keys a client was granted.
+pub struct LeafKeys<'a> {
+    shape: &'a KhtShape,
+    granted: &'a [RangeKey],
+    /// The last intermediate node derived and its key (blocks of one stripe share it).
+    memo: Option<RangeKey>,
+}
+
+impl<'a> LeafKeys<'a> {
+    /// Leaf keys derived from `granted` (range keys of the file's tree).
+    pub fn new(shape: &'a KhtShape, granted: &'a [RangeKey]) -> Result<Self> {
+        let leaf = shape.leaf_size_bytes();
+        if !(1u64 << ENCRYPTED_LEAF_LOG2_MIN..=1u64 << ENCRYPTED_LEAF_LOG2_MAX).contains(&leaf) {
+            return Err(ProtoError::Malformed {
+                what: "key tree shape",
+                reason: "leaf size unfit for file encryption",
+            });
+        }
+        Ok(Self {
+            shape,
+            granted,
+            memo: None,
+        })
+    }
+
+    /// The leaf size in bytes.
+    pub fn leaf_bytes(&self) -> u64 {
+        self.shape.leaf_size_bytes()
+    }
+
+    /// The key of leaf `block` (`None`: no granted range covers it).
+    pub fn key(&mut self, block: u64) -> Option<Secret32> {
+        let leaf = Node {
+            level: self.shape.leaf_level(),
+            index: block,
+        };
+        if let Some(memo) = &self.memo {
+            if let Ok(k) = self.shape.derive(memo, leaf) {
+                return Some(k.key);
+            }
+        }
+        let offset = block.checked_mul(self.leaf_bytes())?;
+        let from = self.granted.iter().find(|k| {
+            self.shape
+                .bytes_under(k.node)
+                .is_ok_and(|(a, b)| a <= offset && offset < b)
+        })?;
+        // Remember the deepest node that holds a whole stripe (or the granted node when
+        // it is smaller), so the other blocks of the stripe cost a few steps each.
+        let stripe_log2 = STRIPE_UNIT_BYTES.trailing_zeros();
+        let mut level = from.node.level;
+        while level < self.shape.leaf_level()
+            && self
+                .shape
+                .region_size_log2(level + 1)
+                .is_ok_and(|r| r >= stripe_log2)
+        {
+            level += 1;
+        }
+        let mid = self
+            .shape
+            .node_at(level, offset)
+            .and_then(|n| self.shape.derive(from, n))
+            .ok()?;
+        let key = self.shape.derive(&mid, leaf).ok()?.key;
+        self.memo = Some(mid);
+        Some(key)
+    }
+}
+
+/// Bytes a stripe of `plain` plaintext bytes takes sealed, with `leaf`-byte blocks.
+pub fn sealed_len(plain: u64, leaf: u64) -> u64 {
+    let overhead = BLOCK_OVERHEAD_BYTES as u64;
+    let full = plain / leaf;
+    let rest = plain % leaf;
+    full * (leaf + overhead) + if rest > 0 { rest + overhead } else { 0 }
+}
+
+/// Plaintext bytes in a sealed stripe of `sealed` bytes (`None`: no valid layout has that
+/// length, so blocks were cut).
+pub fn plain_len(sealed: u64, leaf: u64) -> Option<u64> {
+    let overhead = BLOCK_OVERHEAD_BYTES as u64;
+    let full = sealed / (leaf + overhead);
+    let rest = sealed % (leaf + overhead);
+    match rest {
+        0 => Some(full * leaf),
+        r if r > overhead => Some(full * leaf + r - overhead),
+        _ => None,
+    }
+}
+
+/// Seals one stripe's plaintext (at most [`STRIPE_UNIT_BYTES`]).
+pub fn seal_stripe(
+    keys: &mut LeafKeys<'_>,
+    context: &StripeContext,
+    plaintext: &[u8],
+    rng: &mut impl CryptoRngCore,
+) -> std::result::Result<Vec<u8>, BlockFailure> {
+    let leaf = keys.leaf_bytes();
+    let aad = context.aad();
+    let first_block = u64::from(context.stripe) * (STRIPE_UNIT_BYTES / leaf);
+    let mut out = Vec::with_capacity(sealed_len(plaintext.len() as u64, leaf) as usize);
+    for (i, chunk) in plaintext.chunks(leaf as usize).enumerate() {
+        let block = first_block + i as u64;
+        let offset = block * leaf;
+        let failure = |reason| BlockFailure {
+            block,
+            offset,
+            end: offset + chunk.len() as u64,
+            reason,
+        };
+        let key = keys
+            .key(block)
+            .ok_or_else(|| failure("has no key granted"))?;
+        let sealed = BlockKey::new(key)
+            .seal(block, &aad, chunk, rng)
+            .map_err(|_| failure("cannot be sealed"))?;
+        out.extend_from_slice(&sealed);
+    }
+    Ok(out)
+}
+
+/// Opens a sealed stripe in place and returns its plaintext. `expected` is how many
+/// plaintext bytes the file's size says the stripe holds at least (a stripe cut short is
+/// an error naming the first missing block).
+pub fn open_stripe(
+    keys: &mut LeafKeys<'_>,
+    context: &StripeContext,
+    mut sealed: Vec<u8>,
+    expected: u64,
+) -> std::result::Result<Vec<u8>, BlockFailure> {
+    let leaf = keys.leaf_bytes();
+    let aad = context.aad();
+    let first_block = u64::from(context.stripe) * (STRIPE_UNIT_BYTES / leaf);
+    let unit = (leaf as usize) + BLOCK_OVERHEAD_BYTES;
+    let plain = plain_len(sealed.len() as u64, leaf);
+    if plain.is_none_or(|p| p < expected.min(STRIPE_UNIT_BYTES)) {
+        let have = plain.unwrap_or(sealed.len() as u64 / unit as u64 * leaf);
+        let block = first_block + have / leaf;
+        return Err(BlockFailure {
+            block,
+            offset: block * leaf,
+            end: (block + 1) * leaf,
+            reason: "is missing or cut short",
+        });
+    }
+    let mut written = 0usize;
+    let mut read = 0usize;
+    let mut i = 0u64;
+    while read < sealed.len() {
+        let block = first_block + i;
+        let len = unit.min(sealed.len() - read);
+        let offset = block * leaf;
+        let failure = |reason| BlockFailure {
+            block,
+            offset,
+            end: offset + (len - BLOCK_OVERHEAD_BYTES) as u64,
+            reason,
+        };
+        let key = keys
+            .key(block)
+            .ok_or_else(|| failure("has no key granted"))?;
+        let piece = sealed
+            .get_mut(read..read + len)
+            .ok_or_else(|| failure("is cut short"))?;
+        let opened = BlockKey::new(key)
+            .open_in_place(block, &aad, piece)
+            .map_err(|_| {
+                failure("fails authentication (tampered, rolled back, or not this file's)")
+            })?;
+        let n = opened.len();
+        sealed.copy_within(read..read + n, written);
+        written += n;
+        read += len;
+        i += 1;
+    }
+    sealed.truncate(written);
+    Ok(sealed)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use maat_crypto::OsRng;
+
+    fn keys(shape: &KhtShape) -> Vec<RangeKey> {
+        let root = Secret32::from_bytes([7; 32]);
+        let node = Node { level: 0, index: 0 };
+        vec![RangeKey {
+            node,
+            key: shape.node_key_from_root(&root, node).unwrap(),
+        }]
+    }
+
+    fn context(generation: u64) -> StripeContext {
+        StripeContext {
+            file: 9,
+            tree_version: 1,
+            stripe: 3,
+            generation,
+        }
+    }
+
+    #[test]
+    fn stripes_round_trip_and_bind_their_context() {
+        let shape = KhtShape::default_shape();
+        let granted = keys(&shape);
+        for len in [
+            0usize,
+            1,
+            4095,
+            4096,
+            4097,
+            100_000,
+            STRIPE_UNIT_BYTES as usize,
+        ] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut k = LeafKeys::new(&shape, &granted).unwrap();
+            let sealed = seal_stripe(&mut k, &context(5), &plain, &mut OsRng).unwrap();
+            assert_eq!(sealed.len() as u64, sealed_len(len as u64, 4096));
+            assert_eq!(plain_len(sealed.len() as u64, 4096), Some(len as u64));
+            let opened = open_stripe(&mut k, &context(5), sealed.clone(), len as u64).unwrap();
+            assert_eq!(opened, plain);
+            if len > 0 {
+                // Another generation (a rollback) or another stripe fails, naming block 0
+                // of the stripe.
+                let e = open_stripe(&mut k, &context(6), sealed.clone(), 0).unwrap_err();
+                assert_eq!(e.block, 3 * 128);
+                let mut other = context(5);
+                other.stripe = 4;
+                assert!(open_stripe(&mut k, &other, sealed.clone(), 0).is_err());
+                // A flipped byte names its block.
+                let mut flipped = sealed.clone();
+                let at = flipped.len() - 1;
+                flipped[at] ^= 1;
+                let e = open_stripe(&mut k, &context(5), flipped, 0).unwrap_err();
+                assert_eq!(e.block, 3 * 128 + (len as u64 - 1) / 4096);
+                // A stripe cut short of what the size promises.
+                let cut = sealed[..sealed.len() - 1].to_vec();
+                assert!(open_stripe(&mut k, &context(5), cut, len as u64).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn generation_runs_record_overwrite_and_truncate() {
+        let mut c = FileCrypt::default();
+        assert_eq!(c.generation(0), 0);
+        c.record(0, 10, 7).unwrap();
+        assert_eq!(c.generations, vec![(0, 7), (10, 0)]);
+        c.record(3, 5, 8).unwrap();
+        assert_eq!(c.generations, vec![(0, 7), (3, 8), (5, 7), (10, 0)]);
+        assert_eq!(
+            (0..11).map(|s| c.generation(s)).collect::<Vec<_>>(),
+            vec![7, 7, 7, 8, 8, 7, 7, 7, 7, 7, 0]
+        );
+        c.record(0, 12, 9).unwrap();
+        assert_eq!(c.generations, vec![(0, 9), (12, 0)]);
+        c.truncate(4);
+        assert_eq!(c.generations, vec![(0, 9), (4, 0)]);
+        c.check().unwrap();
+        // A model check over random operations.
+        let mut model = vec![0u64; 64];
+        let mut c = FileCrypt::default();
+        let mut x = 1u64;
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let a = (x >> 33) as u32 % 64;
+            let b = (x >> 20) as u32 % 65;
+            let g = (x >> 50) % 4;
+            if x % 7 == 0 {
+                c.truncate(a);
+                for m in model.iter_mut().skip(a as usize) {
+                    *m = 0;
+                }
+            } else {
+                let (a, b) = (a.min(b), a.max(b));
+                c.record(a, b, g).unwrap();
+                for m in &mut model[a as usize..b as usize] {
+                    *m = g;
+                }
+            }
+            c.check().unwrap();
+            for (s, m) in model.iter().enumerate() {
+                assert_eq!(c.generation(s as u32), *m, "stripe {s}");
+            }
+        }
+    }
+}

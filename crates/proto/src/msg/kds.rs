@@ -1,0 +1,51 @@
+//! Messages to and from a key distribution server (SPEC H4), in Plain frames: the KDS
+//! trusts nothing about the connection. Whoever sends a request gets range keys sealed to
+//! the X25519 key of the login ticket it presents, so a replayed or stolen request is
+//! useless to anyone but the ticket's holder.
+
+use super::WireError;
+use serde::{Deserialize, Serialize};
+
+/// Most files one key request may name.
+pub const KDS_FILES_PER_REQUEST_MAX: usize = 256;
+
+/// One file's part of a key request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileKeysRequest {
+    /// The MDS-signed capability the client got when it opened the file (it must name the
+    /// ticket's user and the lockbox's file; any mode).
+    #[serde(with = "serde_bytes")]
+    pub capability: Vec<u8>,
+    /// The file's lockbox as the MDS handed it out.
+    #[serde(with = "serde_bytes")]
+    pub lockbox: Vec<u8>,
+    /// Merkle tree messages for the capability's roots (SPEC M4), when it names sets.
+    pub trees: Vec<Vec<u8>>,
+    /// The key tree nodes wanted, `(level, index)`, in ascending offset order and not
+    /// overlapping (SPEC H8: the client picks the level).
+    pub nodes: Vec<(u8, u64)>,
+}
+
+/// Requests to a KDS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KdsRequest {
+    /// Range keys for one or more files, sealed to `ticket`'s X25519 key.
+    Keys {
+        /// The requester's MDS-signed login ticket.
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
+        /// The files.
+        files: Vec<FileKeysRequest>,
+    },
+    /// This KDS's counters.
+    Stats,
+}
+
+/// Answers to [`KdsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KdsResponse {
+    /// One signed range-key grant (`horus::RangeGrant`) or refusal per file, in order.
+    Grants(Vec<Result<Vec<u8>, WireError>>),
+    /// Counters.
+    Stats(super::DaemonStats),
+}
