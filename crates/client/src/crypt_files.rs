@@ -6,9 +6,9 @@
 
 use crate::crypt::{new_generation, StripeCrypt};
 use crate::files::{pieces, FileHandle};
-use crate::{Client, ClientError, Opened, Result};
+use crate::{Client, ClientError, Result};
 use maat_proto::msg::STRIPE_UNIT_BYTES;
-use maat_proto::msg::{ErrorCode, ObjectId, OsdCommand, OsdRequest, OsdResponse};
+use maat_proto::msg::{ErrorCode, OsdCommand, OsdRequest, OsdResponse};
 
 /// Most stripes a handle of an encrypted file keeps unsent (4 MiB of plaintext).
 pub const PENDING_STRIPES_MAX: usize = 8;
@@ -28,7 +28,7 @@ impl Client {
                 continue;
             }
             let (osd, object) = self.stripe_target(&opened, s)?;
-            calls.push((osd, read_whole(&opened, object, full)));
+            calls.push((osd, crate::data::read_request(&opened, object, full)));
             wanted.push(s);
         }
         let answers = self.windowed(&opened, calls)?;
@@ -236,16 +236,5 @@ impl Client {
         self.set_size_written(&path, &handle.opened, handle.size, written)?;
         handle.written.clear();
         Ok(())
-    }
-}
-
-fn read_whole(opened: &Opened, object: ObjectId, length: u64) -> OsdRequest {
-    OsdRequest {
-        capability: opened.capability.clone(),
-        command: OsdCommand::Read {
-            object,
-            offset: 0,
-            length: length as u32,
-        },
     }
 }

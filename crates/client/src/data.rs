@@ -656,7 +656,7 @@ pub(crate) fn remove_request(opened: &Opened, object: ObjectId) -> OsdRequest {
 }
 
 /// Reads a whole stripe object (`length`: a full one's bytes, sealed or not).
-fn read_request(opened: &Opened, object: ObjectId, length: u64) -> OsdRequest {
+pub(crate) fn read_request(opened: &Opened, object: ObjectId, length: u64) -> OsdRequest {
     OsdRequest {
         capability: opened.capability.clone(),
         command: OsdCommand::Read {

@@ -20,16 +20,7 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
-        let mut inode = self.resolve(who, path)?;
-        if inode.id != file {
-            return Err(MdsError::refused(
-                ErrorCode::NoSuchFile,
-                format!("{path} was replaced meanwhile"),
-            ));
-        }
-        if inode.is_dir {
-            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
-        }
+        let mut inode = self.resolve_opened(who, path, file)?;
         if inode.uid != who.uid {
             return Err(MdsError::refused(
                 ErrorCode::PermissionDenied,

@@ -433,21 +433,29 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
-        let mut inode = self.resolve(who, path)?;
-        if inode.id != file {
-            return Err(MdsError::refused(
-                ErrorCode::NoSuchFile,
-                format!("{path} was replaced while being written"),
-            ));
-        }
-        if inode.is_dir {
-            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
-        }
+        let mut inode = self.resolve_opened(who, path, file)?;
         require(who, &inode, WRITE, path)?;
         if !written.is_empty() {
             crate::encryption::record_generations(&mut inode, size, written, path)?;
         }
         self.commit_size(inode, size, now)
+    }
+
+    /// The file at `path`, which must still be the file `file` a client opened (a file
+    /// replaced meanwhile is never changed by mistake) and not a directory. The caller
+    /// holds the write lock.
+    pub(crate) fn resolve_opened(&self, who: &Principal, path: &str, file: u64) -> Result<Inode> {
+        let inode = self.resolve(who, path)?;
+        if inode.id != file {
+            return Err(MdsError::refused(
+                ErrorCode::NoSuchFile,
+                format!("{path} was replaced since it was opened"),
+            ));
+        }
+        if inode.is_dir {
+            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        Ok(inode)
     }
 
     /// Records `size` (checked against [`FILE_BYTES_MAX`]) and the modification time of
