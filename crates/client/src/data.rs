@@ -49,7 +49,7 @@ impl Client {
                 if let Some(s) = &mut self.session {
                     s.osd_sessions.retain(|o| o.osd != osd);
                 }
-                self.osd_call_once(osd, request)
+                retry_stale(|| self.osd_call_once(osd, request))
             }
             other => other,
         }

@@ -633,20 +633,30 @@ fn offset_to(server_now: u64) -> i64 {
 }
 
 /// A daemon that just restarted refuses requests dated within its first
-/// `FUTURE_SKEW_MILLIS` (T7); one retry after that long succeeds with a fresh timestamp.
+/// `FUTURE_SKEW_MILLIS` (T7); a retry after that long succeeds with a fresh timestamp.
+/// The clock offset measured at login or session setup lags the server by the answer's
+/// one-way delay (large on a loaded machine), so a fresh timestamp can still fall inside
+/// that first stretch: up to [`STALE_RETRIES`] retries, each after the same wait.
 fn retry_stale<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
-    match call() {
-        Err(ClientError::Refused(e))
-            if matches!(e.code, ErrorCode::StaleRequest | ErrorCode::NotReady) =>
-        {
-            std::thread::sleep(std::time::Duration::from_millis(
-                wire::FUTURE_SKEW_MILLIS + 50,
-            ));
-            call()
+    let mut retries = 0;
+    loop {
+        match call() {
+            Err(ClientError::Refused(e))
+                if retries < STALE_RETRIES
+                    && matches!(e.code, ErrorCode::StaleRequest | ErrorCode::NotReady) =>
+            {
+                retries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(
+                    wire::FUTURE_SKEW_MILLIS + 50,
+                ));
+            }
+            other => return other,
         }
-        other => other,
     }
 }
+
+/// How many times [`retry_stale`] sends a request again.
+const STALE_RETRIES: u32 = 3;
 
 impl Drop for Client {
     fn drop(&mut self) {
