@@ -79,6 +79,14 @@ fn leaked(secret: &[u8], haystack: &[u8]) -> usize {
         .count()
 }
 
+/// The protection method a capability names.
+fn method_of(capability: &[u8]) -> Protection {
+    maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(capability)
+        .unwrap()
+        .unverified_body()
+        .protection
+}
+
 /// The object file of stripe `stripe` of file `id`, on whichever OSD holds it.
 fn object_file(data: &Path, id: u64, stripe: u32) -> PathBuf {
     let name = format!("{id:016x}.{stripe:08x}");
@@ -103,8 +111,14 @@ fn encrypted_files_round_trip_and_no_osd_or_mds_byte_reveals_them() {
     assert_eq!(get(&mut c, "/secret").unwrap(), secret);
     let stat = c.stat("/secret").unwrap();
     assert!(stat.encrypted);
-    // ALLDATA's MAC over data is replaced by the blocks' own authentication.
+    // ALLDATA's MAC over data is replaced by the blocks' own authentication, from the
+    // first write on: the open that made the file encrypted carries the new method.
     assert_eq!(stat.protection, Protection::CmdRsp);
+    let mut fresh = c.open("/fresh", Access::ReadWrite, Some(0o644)).unwrap();
+    assert_eq!(method_of(&fresh.capability), Protection::AllData);
+    c.make_encrypted("/fresh", &mut fresh).unwrap();
+    assert!(fresh.stat.encrypted);
+    assert_eq!(method_of(&fresh.capability), Protection::CmdRsp);
     // The control: a file stored unencrypted is visible on the OSDs' disks.
     let plain = content(2, 300_000);
     put(&mut c, "/plain", &plain, Some(false));
@@ -132,7 +146,7 @@ fn encrypted_files_round_trip_and_no_osd_or_mds_byte_reveals_them() {
         mds_bytes.windows(lockbox.len()).any(|w| w == lockbox),
         "lockbox stored"
     );
-    let shape = maat_crypto::kht::KhtShape::default_shape();
+    let shape = maat_proto::encrypted::file_shape();
     let level0 = shape
         .node_key_from_root(&root, maat_crypto::kht::Node { level: 0, index: 0 })
         .unwrap();
@@ -156,13 +170,13 @@ fn a_flipped_or_rolled_back_block_on_an_osd_fails_the_read_naming_it() {
     let object = object_file(&cluster.data(), id, 1);
     let old = std::fs::read(&object).unwrap();
 
-    // Byte 100 of block 5 of stripe 1 (block 128 + 5 of the file).
+    // Byte 100 of block 5 of stripe 1 (64 KiB leaves: block 8 + 5 of the file).
     let mut flipped = old.clone();
-    flipped[5 * (4096 + 40) + 100] ^= 0x20;
+    flipped[5 * (65536 + 40) + 100] ^= 0x20;
     std::fs::write(&object, &flipped).unwrap();
     let e = get(&mut c, "/f").unwrap_err();
     assert!(matches!(e, ClientError::Integrity { .. }), "{e}");
-    assert!(e.to_string().contains("block 133 "), "{e}");
+    assert!(e.to_string().contains("block 13 "), "{e}");
     std::fs::write(&object, &old).unwrap();
     assert_eq!(get(&mut c, "/f").unwrap(), v1);
 
@@ -178,14 +192,14 @@ fn a_flipped_or_rolled_back_block_on_an_osd_fails_the_read_naming_it() {
         matches!(e, ClientError::Integrity { .. }),
         "rollback not detected: {e}"
     );
-    assert!(e.to_string().contains("block 128 "), "{e}");
+    assert!(e.to_string().contains("block 8 "), "{e}");
     std::fs::write(&object, &new).unwrap();
     assert_eq!(get(&mut c, "/f").unwrap(), v2);
 
     // A stripe cut short of what the size promises names its first missing block.
-    std::fs::write(&object, &new[..3 * (4096 + 40)]).unwrap();
+    std::fs::write(&object, &new[..3 * (65536 + 40)]).unwrap();
     let e = get(&mut c, "/f").unwrap_err();
-    assert!(e.to_string().contains("block 131 "), "{e}");
+    assert!(e.to_string().contains("block 11 "), "{e}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! or a plaintext byte of an encrypted file.
 
 use super::*;
-use maat_crypto::kht::{KhtShape, RangeKey};
+use maat_crypto::kht::{KhtShape, Node, RangeKey};
 use maat_proto::capability::{Capability, Files, Principals};
 use maat_proto::encrypted::{self, BlockFailure, FileCrypt, LeafKeys, StripeContext};
 use maat_proto::horus::{Lockbox, RangeGrant};
@@ -118,7 +118,7 @@ impl Client {
         let lockbox = Lockbox::seal(
             maat_proto::FileId(opened.stat.id),
             1,
-            KhtShape::default_shape(),
+            encrypted::file_shape(),
             &root,
             &maat_crypto::seal::SealingPublicKey(kds.sealing_key),
             &owner.public_key(),
@@ -126,17 +126,46 @@ impl Client {
         )
         .map_err(local_token)?
         .encode();
-        self.expect_ok(MdsRequest::SetLockbox {
+        // The answer is a new read-write open: the file's protection method changed with
+        // the lockbox (CMDRSP instead of ALLDATA), and so does the capability.
+        let response = self.mds_call(MdsRequest::SetLockbox {
             path: path.into(),
             file: opened.stat.id,
-            lockbox: lockbox.clone(),
-        })?;
-        self.forget_opened_path(path);
-        opened.stat.encrypted = true;
-        opened.stat.crypt = Some(FileCrypt {
             lockbox,
-            generations: Vec::new(),
-        });
+        })?;
+        let reopened = self.opened_from(response)?;
+        if reopened.stat.id != opened.stat.id || reopened.stat.crypt.is_none() {
+            return Err(self.bad("mds", "the lockbox answer names another file"));
+        }
+        self.forget_opened_path(path);
+        // The creator knows the root key: it derives the keys it would ask a KDS for
+        // (held as long as the capability lasts, as a grant would be), so writing a new
+        // file costs no key request.
+        let shape = encrypted::file_shape();
+        let keys = self
+            .wanted_nodes(&shape)?
+            .into_iter()
+            .map(|(level, index)| {
+                let node = Node { level, index };
+                shape
+                    .node_key_from_root(&root, node)
+                    .map(|key| RangeKey { node, key })
+                    .map_err(|e| ClientError::Local(format!("key tree: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let expiry = Unverified::<Capability>::decode(&reopened.capability)
+            .map(|c| c.unverified_body().expiry.0)
+            .unwrap_or(0);
+        self.hold_keys(
+            reopened.stat.id,
+            HeldKeys {
+                tree_version: 1,
+                shape,
+                keys,
+                expiry,
+            },
+        );
+        *opened = reopened;
         Ok(())
     }
 
@@ -179,10 +208,7 @@ impl Client {
             Some(h) if h.tree_version == lockbox.tree_version && h.expiry > now + 1000 => h.clone(),
             _ => {
                 let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox)?;
-                if self.file_keys.len() >= FILE_KEYS_CACHED_MAX {
-                    self.file_keys.clear();
-                }
-                self.file_keys.insert(file, held.clone());
+                self.hold_keys(file, held.clone());
                 held
             }
         };
@@ -326,8 +352,16 @@ impl Client {
         let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
         let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox)?;
         let n = held.keys.len();
-        self.file_keys.insert(opened.stat.id, held);
+        self.hold_keys(opened.stat.id, held);
         Ok(n)
+    }
+
+    /// Keeps `held` as `file`'s keys (at most [`FILE_KEYS_CACHED_MAX`] files' at once).
+    fn hold_keys(&mut self, file: u64, held: HeldKeys) {
+        if self.file_keys.len() >= FILE_KEYS_CACHED_MAX {
+            self.file_keys.clear();
+        }
+        self.file_keys.insert(file, held);
     }
 
     /// Forgets every held range key (tests and benchmarks measure fetching them).

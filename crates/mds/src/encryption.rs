@@ -5,20 +5,39 @@
 use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
 use maat_proto::encrypted::FileCrypt;
 use maat_proto::horus::Lockbox;
-use maat_proto::msg::{ErrorCode, MdsResponse, STRIPE_UNIT_BYTES, WRITTEN_RANGES_MAX};
+use maat_crypto::CryptoRngCore;
+use maat_proto::msg::{Access, ErrorCode, MdsResponse, STRIPE_UNIT_BYTES, WRITTEN_RANGES_MAX};
 use maat_proto::UnixMillis;
 
 impl<S: MetaStore> crate::Mds<S> {
     /// SPEC H5: stores the lockbox of an empty file without one; only its owner may. The
     /// MDS checks the box names this file and the first tree version; it cannot open it.
+    /// Answers as a read-write open would now: the file's protection method changed (an
+    /// encrypted file travels under CMDRSP where a plaintext one needed ALLDATA), so the
+    /// owner's capability from before is replaced.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn set_lockbox(
         &self,
         who: &Principal,
         path: &str,
         file: u64,
         lockbox: &[u8],
+        secure: bool,
         now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
+        self.store_lockbox(who, path, file, lockbox, now)?;
+        self.open_file(who, path, Access::ReadWrite, None, &[], secure, now, rng)
+    }
+
+    fn store_lockbox(
+        &self,
+        who: &Principal,
+        path: &str,
+        file: u64,
+        lockbox: &[u8],
+        now: UnixMillis,
+    ) -> Result<()> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve_opened(who, path, file)?;
         if inode.uid != who.uid {
@@ -52,7 +71,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
         self.store.commit(batch)?;
-        Ok(MdsResponse::Ok)
+        Ok(())
     }
 }
 

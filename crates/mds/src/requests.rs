@@ -259,7 +259,7 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 file,
                 lockbox,
-            } => self.set_lockbox(who, &path, file, &lockbox, now),
+            } => self.set_lockbox(who, &path, file, &lockbox, session.is_some(), now, rng),
             MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
             MdsRequest::Chown { path, owner, group } => {

@@ -209,7 +209,8 @@ pub enum BenchCommand {
         json: bool,
     },
     /// N concurrent writers of whole objects for S seconds, then reads of what was
-    /// written; NOSEC and secure in the same run (the shape of `rados bench`).
+    /// written; NOSEC, each protection method and encrypted files in the same run (the
+    /// shape of `rados bench`).
     Objects {
         /// Object size in bytes.
         #[arg(long, default_value_t = 4 * 1024 * 1024)]
@@ -220,16 +221,18 @@ pub enum BenchCommand {
         /// Seconds of writing per mode.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
-        /// Protection methods to compare, comma separated (SPEC T1). NOSEC is the insecure
-        /// baseline; the others each use a partition of their own. JSON keys are
-        /// `<method>_write_mb_s` etc.; ALLDATA (the cluster default) also as `secure_`.
+        /// Protection methods to compare, comma separated (SPEC T1), and ENCRYPTED:
+        /// Horus-encrypted files (SPEC H3, sealed blocks under CMDRSP, keys from the KDS).
+        /// NOSEC is the insecure baseline; every other method uses a partition of its own;
+        /// the other modes' files are plaintext. JSON keys are `<mode>_write_mb_s` etc.;
+        /// ALLDATA (the cluster default) also as `secure_`.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "NOSEC,CAPKEY,CMDRSP,ALLDATA,CONFIDENTIAL",
-            value_parser = crate::up::parse_protection
+            default_value = "NOSEC,CAPKEY,CMDRSP,ALLDATA,CONFIDENTIAL,ENCRYPTED",
+            value_parser = objects::parse_mode
         )]
-        security: Vec<Protection>,
+        security: Vec<objects::Mode>,
         /// Rounds over the methods, in alternating order (forward, then backward, ...), so
         /// that a machine getting slower or faster during the run favours none; figures
         /// are the means over the rounds.
@@ -299,6 +302,9 @@ impl LocalCluster {
                 "--listen",
                 "127.0.0.1:0",
                 "--danger-allow-insecure",
+                // Every benchmark measures plaintext files unless it asks for encrypted
+                // ones per file (`maat bench objects --security ENCRYPTED`).
+                "--no-encrypt",
                 "--data",
             ])
             .arg(&data)

@@ -1,5 +1,6 @@
 //! `maat bench objects` (the shape of `rados bench`): concurrent writers of whole objects,
-//! then readers, per protection method, in rounds of alternating order.
+//! then readers, per protection method (and for Horus-encrypted files), in rounds of
+//! alternating order.
 
 use super::LocalCluster;
 use anyhow::{anyhow, bail, Result};
@@ -8,6 +9,42 @@ use maat_proto::msg::ADMIN_USER_ID;
 use maat_proto::protection::Protection;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// What one run of the benchmark measures: plaintext files under a protection method, or
+/// encrypted files (SPEC H3; they travel under CMDRSP, the block AEAD protecting the data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Plaintext files in a partition with this method.
+    Method(Protection),
+    /// Encrypted files (Horus leaf keys from the KDS, sealed blocks).
+    Encrypted,
+}
+
+impl Mode {
+    /// The name `--security` takes and the JSON keys start with (lower case there).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Method(m) => m.name(),
+            Mode::Encrypted => "ENCRYPTED",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a `--security` value of `maat bench objects`.
+pub fn parse_mode(name: &str) -> Result<Mode, String> {
+    if name.eq_ignore_ascii_case("ENCRYPTED") {
+        return Ok(Mode::Encrypted);
+    }
+    Protection::parse(name).map(Mode::Method).ok_or_else(|| {
+        format!("{name:?}: expected NOSEC, CAPKEY, CMDRSP, ALLDATA, CONFIDENTIAL or ENCRYPTED")
+    })
+}
 
 #[derive(Default)]
 struct ModeResult {
@@ -76,16 +113,17 @@ fn objects_mode(
     size: u64,
     threads: u32,
     seconds: u64,
-    method: Protection,
+    mode: Mode,
 ) -> Result<ModeResult> {
-    let insecure = method == Protection::NoSec;
-    let tag = method.name().to_ascii_lowercase();
+    let insecure = mode == Mode::Method(Protection::NoSec);
+    let encrypt = mode == Mode::Encrypted;
+    let tag = mode.name().to_ascii_lowercase();
     let dir = format!("/bench-objects-{tag}");
     {
         let mut admin = cluster.admin()?;
-        let partition = match method {
-            Protection::NoSec | Protection::AllData => None,
-            m => {
+        let partition = match mode {
+            Mode::Encrypted | Mode::Method(Protection::NoSec | Protection::AllData) => None,
+            Mode::Method(m) => {
                 let name = format!("bench-{tag}");
                 if !admin.partitions()?.iter().any(|p| p.name == name) {
                     admin.partition_create(&name, m)?;
@@ -120,7 +158,13 @@ fn objects_mode(
                 while Instant::now() < deadline {
                     let path = format!("{dir}/{t}-{i}");
                     let t0 = Instant::now();
-                    c.put(&mut payload.as_slice(), size, &path, &mut |_| {})?;
+                    c.put_with(
+                        &mut payload.as_slice(),
+                        size,
+                        &path,
+                        Some(encrypt),
+                        &mut |_| {},
+                    )?;
                     done.push((path, t0.elapsed()));
                     i += 1;
                 }
@@ -143,6 +187,9 @@ fn objects_mode(
     let start = Instant::now();
     let mut handles = Vec::new();
     for (mut c, paths) in clients.into_iter().zip(written) {
+        // Readers ask the KDS for every encrypted object's keys, as a client that did not
+        // write it would (the writer derived them from the root key it made).
+        c.forget_file_keys();
         let expected = payload.clone();
         handles.push(std::thread::spawn(
             move || -> Result<(Duration, Client, Vec<String>)> {
@@ -202,7 +249,7 @@ pub(super) fn run_objects(
     size: u64,
     threads: u32,
     seconds: u64,
-    methods: &[Protection],
+    methods: &[Mode],
     rounds: u32,
     data: Option<PathBuf>,
     json: bool,
@@ -223,7 +270,7 @@ pub(super) fn run_objects(
     if let Some(&first) = methods.first() {
         objects_mode(&cluster, size, threads, seconds.min(2), first)?;
     }
-    let mut sums: Vec<(Protection, ModeResult)> = methods
+    let mut sums: Vec<(Mode, ModeResult)> = methods
         .iter()
         .map(|&m| (m, ModeResult::default()))
         .collect();
@@ -246,12 +293,12 @@ pub(super) fn run_objects(
             sum.add(&objects_mode(&cluster, size, threads, seconds, *m)?);
         }
     }
-    let results: Vec<(Protection, ModeResult)> = sums
+    let results: Vec<(Mode, ModeResult)> = sums
         .into_iter()
         .map(|(m, sum)| (m, sum.mean(rounds.max(1))))
         .collect();
-    let find = |m: Protection| results.iter().find(|(x, _)| *x == m).map(|(_, r)| r);
-    let nosec = find(Protection::NoSec);
+    let find = |m: Mode| results.iter().find(|(x, _)| *x == m).map(|(_, r)| r);
+    let nosec = find(Mode::Method(Protection::NoSec));
     if json {
         let mut obj = serde_json::Map::new();
         let mut put = |name: &str, r: &ModeResult| {
@@ -277,11 +324,11 @@ pub(super) fn run_objects(
         };
         for (m, r) in &results {
             put(&m.name().to_ascii_lowercase(), r);
-            if *m == Protection::AllData {
+            if *m == Mode::Method(Protection::AllData) {
                 put("secure", r);
             }
         }
-        if let (Some(n), Some(s)) = (nosec, find(Protection::AllData)) {
+        if let (Some(n), Some(s)) = (nosec, find(Mode::Method(Protection::AllData))) {
             obj.insert(
                 "write_secure_over_nosec".into(),
                 (s.write_mb_s / n.write_mb_s).into(),

@@ -429,7 +429,8 @@ pub enum MdsRequest {
     /// The requester's file sets and the administrator's (answer `FileSets`).
     FileSetList,
     /// SPEC H5: store the lockbox of an empty file that has none (its owner only). The MDS
-    /// checks that it names this file; it cannot open it.
+    /// checks that it names this file; it cannot open it. Answer `Opened`: a read-write
+    /// open of the now encrypted file (its method, so its capability, changed).
     SetLockbox {
         /// Path.
         path: String,
