@@ -218,75 +218,136 @@ impl Client {
     /// The nodes of level `key_level` that cover a whole file (every byte up to
     /// `FILE_BYTES_MAX`, so a writer extending the file needs no new request).
     fn wanted_nodes(&self, shape: &KhtShape) -> Result<Vec<(u8, u64)>> {
-        let level = self.key_level.min(shape.leaf_level());
-        let first = shape
-            .node_at(level, 0)
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        let last = shape
-            .node_at(level, maat_proto::limits::FILE_BYTES_MAX - 1)
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        let n = last.index - first.index + 1;
-        if n > maat_proto::limits::RANGE_GRANT_NODES_MAX as u64 {
-            return Err(ClientError::Local(format!(
-                "key level {level} needs {n} keys per file (at most {}): choose a level nearer the root",
-                maat_proto::limits::RANGE_GRANT_NODES_MAX
-            )));
-        }
-        Ok((first.index..=last.index).map(|i| (level, i)).collect())
+        nodes_at(shape, self.key_level)
     }
+}
 
+/// One file of a key request: its open, its lockbox as the MDS handed it out, and the
+/// key tree nodes wanted.
+type KeyAsk<'a> = (&'a Opened, &'a [u8], Vec<(u8, u64)>);
+
+/// The nodes of `level` (at most the leaf level) covering every byte a file may hold.
+fn nodes_at(shape: &KhtShape, level: u8) -> Result<Vec<(u8, u64)>> {
+    let level = level.min(shape.leaf_level());
+    let first = shape
+        .node_at(level, 0)
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+    let last = shape
+        .node_at(level, maat_proto::limits::FILE_BYTES_MAX - 1)
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+    let n = last.index - first.index + 1;
+    if n > maat_proto::limits::RANGE_GRANT_NODES_MAX as u64 {
+        return Err(ClientError::Local(format!(
+            "key level {level} needs {n} keys per file (at most {}): choose a level nearer the root",
+            maat_proto::limits::RANGE_GRANT_NODES_MAX
+        )));
+    }
+    Ok((first.index..=last.index).map(|i| (level, i)).collect())
+}
+
+impl Client {
     fn fetch_keys(
         &mut self,
         opened: &Opened,
         lockbox_bytes: &[u8],
         lockbox: &Lockbox,
     ) -> Result<HeldKeys> {
+        let nodes = self.wanted_nodes(&lockbox.shape)?;
+        let mut held = self.key_request(&[(opened, lockbox_bytes, nodes)])?;
+        let (held, lockbox_file) = match held.pop() {
+            Some(Ok(h)) if held.is_empty() => (h, lockbox.file.0),
+            Some(Err(e)) => return Err(e),
+            _ => return Err(self.bad("kds", "one grant expected")),
+        };
+        if lockbox_file != opened.stat.id
+            || held.tree_version != lockbox.tree_version
+            || held.shape != lockbox.shape
+        {
+            return Err(self.bad("kds", "the grant is for another file, version or shape"));
+        }
+        Ok(held)
+    }
+
+    /// One key request to a KDS for several files, each with the nodes wanted; one
+    /// answer per file (the keys, checked: sealed to this login and signed by the KDS,
+    /// for that file, or the KDS's refusal).
+    fn key_request(&mut self, files: &[KeyAsk<'_>]) -> Result<Vec<Result<HeldKeys>>> {
         let map = self.cluster_map()?;
         let kds_keys = map.kds_keys.ok_or_else(|| {
             ClientError::Local("this cluster has no KDS: encrypted files cannot be read".into())
         })?;
-        if map.kds.is_empty() {
-            return Err(ClientError::Local("the cluster map lists no KDS".into()));
-        }
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
         let ticket = session.ticket.clone();
         let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
-        let request = KdsRequest::Keys {
-            ticket,
-            files: vec![FileKeysRequest {
+        let mut wanted = Vec::with_capacity(files.len());
+        for (opened, lockbox, nodes) in files {
+            wanted.push(FileKeysRequest {
                 capability: opened.capability.clone(),
-                lockbox: lockbox_bytes.to_vec(),
+                lockbox: lockbox.to_vec(),
                 trees: self.capability_trees(&opened.capability)?,
-                nodes: self.wanted_nodes(&lockbox.shape)?,
-            }],
-        };
-        let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
-        let grant = self.kds_call(opened.stat.id, &payload)?;
-        let grant = RangeGrant::decode(&grant).map_err(|e| ClientError::Token {
-            what: "range-key grant",
-            source: e,
-        })?;
+                nodes: nodes.clone(),
+            });
+        }
+        let first = files.first().map_or(0, |(o, _, _)| o.stat.id);
+        let payload = msg::encode(&KdsRequest::Keys {
+            ticket,
+            files: wanted,
+        })
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        let grants = self.kds_call(first, &payload)?;
+        if grants.len() != files.len() {
+            return Err(self.bad("kds", "one grant per file expected"));
+        }
         let kds_key = VerifyingKey::from_bytes(&kds_keys.verifying_key)
             .map_err(|e| ClientError::Local(format!("KDS key in the cluster map: {e}")))?;
         let now = UnixMillis(local_now());
-        let opened_grant = grant
-            .open(&sealing, &kds_key, now)
-            .map_err(|e| ClientError::Token {
-                what: "range-key grant",
-                source: e,
-            })?;
-        if opened_grant.file.0 != opened.stat.id
-            || opened_grant.tree_version != lockbox.tree_version
-            || opened_grant.shape != lockbox.shape
-        {
-            return Err(self.bad("kds", "the grant is for another file, version or shape"));
+        let token = |e| ClientError::Token {
+            what: "range-key grant",
+            source: e,
+        };
+        Ok(grants
+            .into_iter()
+            .zip(files)
+            .map(|(grant, (opened, _, _))| {
+                let grant =
+                    RangeGrant::decode(&grant.map_err(ClientError::Refused)?).map_err(token)?;
+                let open = grant.open(&sealing, &kds_key, now).map_err(token)?;
+                if open.file.0 != opened.stat.id {
+                    return Err(ClientError::BadAnswer {
+                        address: "kds".into(),
+                        reason: "a grant for another file".into(),
+                    });
+                }
+                Ok(HeldKeys {
+                    tree_version: open.tree_version,
+                    shape: open.shape,
+                    keys: open.keys,
+                    expiry: grant.expiry.0,
+                })
+            })
+            .collect())
+    }
+
+    /// Asks a KDS, in one request, for the keys of several opened encrypted files at tree
+    /// level `level` (each file's nodes of that level up to the largest file size, as
+    /// reads do); keeps nothing. Returns how many keys were granted, each grant checked.
+    /// `maat bench kds` measures the KDS with it.
+    pub fn request_keys_batch(&mut self, files: &[Opened], level: u8) -> Result<usize> {
+        let mut parts = Vec::with_capacity(files.len());
+        for opened in files {
+            let crypt = opened
+                .stat
+                .crypt
+                .as_ref()
+                .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
+            let shape = Lockbox::decode(&crypt.lockbox).map_err(local_token)?.shape;
+            parts.push((opened, crypt.lockbox.as_slice(), nodes_at(&shape, level)?));
         }
-        Ok(HeldKeys {
-            tree_version: opened_grant.tree_version,
-            shape: opened_grant.shape,
-            keys: opened_grant.keys,
-            expiry: grant.expiry.0,
-        })
+        let mut keys = 0;
+        for held in self.key_request(&parts)? {
+            keys += held?.keys.len();
+        }
+        Ok(keys)
     }
 
     /// The Merkle tree messages a capability's sets need (SPEC M4), from the MDS.
@@ -307,10 +368,17 @@ impl Client {
     }
 
     /// Sends a key request to a KDS: the instances in turn from one picked by file (so
-    /// load spreads over them), the next when one cannot be reached.
-    fn kds_call(&mut self, file: u64, payload: &[u8]) -> Result<Vec<u8>> {
+    /// load spreads over them), the next when one cannot be reached. Returns the grants.
+    fn kds_call(
+        &mut self,
+        file: u64,
+        payload: &[u8],
+    ) -> Result<Vec<std::result::Result<Vec<u8>, WireError>>> {
         let kds = self.cluster_map()?.kds;
         let n = kds.len();
+        if n == 0 {
+            return Err(ClientError::Local("the cluster map lists no KDS".into()));
+        }
         let mut last = None;
         for i in 0..n {
             let Some(entry) = kds.get((file as usize + i) % n) else {
@@ -324,10 +392,7 @@ impl Client {
             match conn.call(FrameType::Plain, payload) {
                 Ok((FrameType::Plain, answer)) => {
                     return match decode_answer::<KdsResponse>(&address, &answer)? {
-                        KdsResponse::Grants(mut grants) if grants.len() == 1 => grants
-                            .pop()
-                            .unwrap_or_else(|| Err(WireError::new(ErrorCode::Internal, "no grant")))
-                            .map_err(ClientError::Refused),
+                        KdsResponse::Grants(grants) => Ok(grants),
                         _ => Err(self.bad(&address, "unexpected KDS answer")),
                     };
                 }

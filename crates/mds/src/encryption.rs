@@ -3,9 +3,9 @@
 //! the size so that a reader detects a rolled-back block.
 
 use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
+use maat_crypto::CryptoRngCore;
 use maat_proto::encrypted::FileCrypt;
 use maat_proto::horus::Lockbox;
-use maat_crypto::CryptoRngCore;
 use maat_proto::msg::{Access, ErrorCode, MdsResponse, STRIPE_UNIT_BYTES, WRITTEN_RANGES_MAX};
 use maat_proto::UnixMillis;
 

@@ -6,6 +6,7 @@ mod crowd;
 mod delegation;
 mod grouping;
 mod ior;
+mod kds;
 mod login;
 mod objects;
 mod ops;
@@ -159,6 +160,33 @@ pub enum BenchCommand {
         /// Bytes per I/O.
         #[arg(long, default_value_t = 1024)]
         io_bytes: u32,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// E9 (paper 004 Fig. 5–6): range keys per second from one and two KDS instances as
+    /// client threads grow, single requests (one file's level-0 key) and batched ones
+    /// (several files, every node of a deeper level each); then keys and time per request
+    /// per tree level (SPEC H8). Each key counted was checked by its client. JSON keys
+    /// `keys_s_<single|batched>_<1|2>kds_<T>`, `requests_s_...`,
+    /// `level_<L>_keys_per_request`, `level_<L>_us_per_request`, `level_<L>_keys_s`.
+    Kds {
+        /// Client thread counts (each its own login).
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        threads: Vec<u32>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Files per batched request (at most 256).
+        #[arg(long, default_value_t = 16)]
+        batch_files: u32,
+        /// Tree level of batched requests (with 64 KiB leaves, level 4 is 512 keys per
+        /// file, each for 2 GiB).
+        #[arg(long, default_value_t = 4)]
+        batch_level: u8,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -464,6 +492,23 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => trace::run_trace(clients, ios, io_bytes, data, json),
+        BenchCommand::Kds {
+            threads,
+            seconds,
+            batch_files,
+            batch_level,
+            data,
+            json,
+        } => kds::run_kds(
+            kds::KdsArgs {
+                threads,
+                seconds,
+                batch_files,
+                batch_level,
+            },
+            data,
+            json,
+        ),
         BenchCommand::LoginFlood {
             messages,
             flooders,

@@ -1,0 +1,207 @@
+//! `maat bench kds` (E9, paper 004 Fig. 5–6): how many range keys a KDS hands out per
+//! second, from one and from two instances, as client threads grow, with single requests
+//! (one file, one level-0 key) and batched ones (many files per request, every node of a
+//! deeper level per file); then the request-level sweep (SPEC H8): keys and time per
+//! request as the level asked for moves from the root towards the leaves.
+//!
+//! Every key counted was granted by a KDS and checked by the client (the grant opened
+//! with the login's X25519 key, its KDS signature verified, the file matched), so the
+//! figures include the client's side of each request. Client threads and KDS instances
+//! share this machine's cores.
+
+use super::LocalCluster;
+use anyhow::{anyhow, bail, Result};
+use maat_client::{Client, Opened};
+use maat_proto::msg::Access;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What one measurement asks per request.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// One file, its one level-0 key.
+    Single,
+    /// `files` files, every node of `level` of each.
+    Batched { files: usize, level: u8 },
+}
+
+/// (keys granted, requests, seconds) with `clients` asking at once for `seconds`, each
+/// client over the files of `sets[i % sets.len()]` (one set per KDS instance used).
+fn measure(
+    clients: &mut [Client],
+    sets: &[Vec<Opened>],
+    shape: Shape,
+    seconds: u64,
+) -> Result<(u64, u64, f64)> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let results: Vec<Result<(u64, u64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| {
+                let set = sets.get(i % sets.len().max(1)).cloned().unwrap_or_default();
+                s.spawn(move || -> Result<(u64, u64)> {
+                    let (files, level) = match shape {
+                        Shape::Single => (1, 0),
+                        Shape::Batched { files, level } => (files, level),
+                    };
+                    let batch = set
+                        .get(..files.min(set.len()))
+                        .ok_or_else(|| anyhow!("no files"))?;
+                    let (mut keys, mut requests) = (0u64, 0u64);
+                    while Instant::now() < deadline {
+                        keys += c.request_keys_batch(batch, level)? as u64;
+                        requests += 1;
+                    }
+                    Ok((keys, requests))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("a client panicked")))
+            })
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let (mut keys, mut requests) = (0, 0);
+    for r in results {
+        let (k, q) = r?;
+        keys += k;
+        requests += q;
+    }
+    Ok((keys, requests, secs))
+}
+
+/// The arguments of `maat bench kds`.
+pub(super) struct KdsArgs {
+    pub threads: Vec<u32>,
+    pub seconds: u64,
+    pub batch_files: u32,
+    pub batch_level: u8,
+}
+
+pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Result<()> {
+    let KdsArgs {
+        threads,
+        seconds,
+        batch_files,
+        batch_level,
+    } = args;
+    if threads.is_empty() || threads.iter().any(|&t| t == 0 || t > 256) {
+        bail!("--threads takes counts from 1 to 256");
+    }
+    if seconds == 0 || batch_files == 0 || batch_files > 256 {
+        bail!("--seconds must be at least 1 and --batch-files from 1 to 256");
+    }
+    let cluster = LocalCluster::start_with(data, &["--kds", "2"])?;
+    let mut admin = cluster.admin()?;
+    admin.mkdir("/bench-kds", 0o755, true)?;
+    // Files whose requests go to KDS 1 (even ids) and to KDS 2 (odd ids): a client sends
+    // its request to the instance its first file picks.
+    let mut sets: [Vec<Opened>; 2] = [Vec::new(), Vec::new()];
+    let mut i = 0;
+    while sets.iter().any(|s| s.len() < batch_files as usize) {
+        let path = format!("/bench-kds/{i}");
+        admin.put_with(&mut &b"keys"[..], 4, &path, Some(true), &mut |_| {})?;
+        let opened = admin.open(&path, Access::Read, None)?;
+        if let Some(set) = sets.get_mut((opened.stat.id % 2) as usize) {
+            if set.len() < batch_files as usize {
+                set.push(opened);
+            }
+        }
+        i += 1;
+        if i > 4 * batch_files + 16 {
+            bail!("file ids do not alternate between the two KDS instances");
+        }
+    }
+    let most = threads.iter().copied().max().unwrap_or(1) as usize;
+    let mut clients = Vec::with_capacity(most);
+    for _ in 0..most {
+        clients.push(cluster.admin()?);
+    }
+    // Keys are requested with the capabilities of the administrator's opens: every
+    // client is the administrator (another login each).
+    let batched = Shape::Batched {
+        files: batch_files as usize,
+        level: batch_level,
+    };
+    let mut out = serde_json::Map::new();
+    let mut rows = Vec::new();
+    for instances in [1usize, 2] {
+        for (kind, shape) in [("single", Shape::Single), ("batched", batched)] {
+            for &t in &threads {
+                let t = t as usize;
+                let used = sets.get(..instances).unwrap_or(&sets[..]);
+                let clients = clients
+                    .get_mut(..t)
+                    .ok_or_else(|| anyhow!("too few clients"))?;
+                if !json {
+                    eprintln!(
+                        "bench kds: {kind} requests, {t} threads, {instances} KDS, {seconds} s"
+                    );
+                }
+                let (keys, requests, secs) = measure(clients, used, shape, seconds)?;
+                let keys_s = keys as f64 / secs;
+                let req_s = requests as f64 / secs;
+                out.insert(format!("keys_s_{kind}_{instances}kds_{t}"), keys_s.into());
+                out.insert(
+                    format!("requests_s_{kind}_{instances}kds_{t}"),
+                    req_s.into(),
+                );
+                rows.push((instances, kind, t, keys_s, req_s, keys / requests.max(1)));
+            }
+        }
+    }
+    // The level sweep: one client, one file per request, every node of the level.
+    let mut sweep = Vec::new();
+    let one = [sets
+        .first()
+        .and_then(|s| s.get(..1))
+        .ok_or_else(|| anyhow!("no file"))?
+        .to_vec()];
+    let client = clients
+        .get_mut(..1)
+        .ok_or_else(|| anyhow!("too few clients"))?;
+    for level in 0..=5u8 {
+        let shape = Shape::Batched { files: 1, level };
+        let (keys, requests, secs) = measure(client, &one, shape, seconds.min(2))?;
+        let per_request = keys / requests.max(1);
+        let us = secs * 1e6 / requests.max(1) as f64;
+        out.insert(
+            format!("level_{level}_keys_per_request"),
+            per_request.into(),
+        );
+        out.insert(format!("level_{level}_us_per_request"), us.into());
+        out.insert(format!("level_{level}_keys_s"), (keys as f64 / secs).into());
+        sweep.push((level, per_request, us, keys as f64 / secs));
+    }
+    if json {
+        out.insert("batch_files".into(), batch_files.into());
+        out.insert("batch_level".into(), batch_level.into());
+        println!("{}", serde_json::Value::Object(out));
+        return Ok(());
+    }
+    println!(
+        "range keys per second; single: 1 file, its level-0 key per request; batched: {batch_files} files, every level-{batch_level} node of each, per request"
+    );
+    println!(
+        "{:>4} {:<8} {:>8} {:>14} {:>12} {:>13}",
+        "KDS", "requests", "threads", "keys/s", "requests/s", "keys/request"
+    );
+    for (instances, kind, t, keys_s, req_s, per) in rows {
+        println!("{instances:>4} {kind:<8} {t:>8} {keys_s:>14.0} {req_s:>12.0} {per:>13}");
+    }
+    println!("request level sweep (SPEC H8): one client, one file per request, one KDS");
+    println!(
+        "{:>6} {:>13} {:>12} {:>12}",
+        "level", "keys/request", "µs/request", "keys/s"
+    );
+    for (level, per, us, keys_s) in sweep {
+        println!("{level:>6} {per:>13} {us:>12.0} {keys_s:>12.0}");
+    }
+    Ok(())
+}

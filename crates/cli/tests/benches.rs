@@ -1,0 +1,73 @@
+//! The E9 benchmarks run end to end on small settings, and their exact counts are right:
+//! `maat bench kds` grants as many keys per request as the tree level asked for holds
+//! (checked by the client), and `maat bench objects` reads back encrypted objects.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+use common::MAAT;
+use std::process::Command;
+
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(MAAT)
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "maat bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn bench_kds_counts_the_keys_each_level_holds() {
+    let j = bench_json(&[
+        "kds",
+        "--threads",
+        "1",
+        "--seconds",
+        "1",
+        "--batch-files",
+        "2",
+        "--batch-level",
+        "3",
+    ]);
+    // 64 KiB leaves, branching 8: level 1 regions are 1 TiB (the largest file), so level
+    // L > 0 has 8^(L-1) nodes per file.
+    for (level, keys) in [(0, 1), (1, 1), (2, 8), (3, 64), (4, 512), (5, 4096)] {
+        assert_eq!(
+            j[format!("level_{level}_keys_per_request")].as_u64(),
+            Some(keys),
+            "level {level}"
+        );
+    }
+    for kds in [1, 2] {
+        assert!(j[format!("keys_s_batched_{kds}kds_1")].as_f64().unwrap() > 0.0);
+        assert!(j[format!("keys_s_single_{kds}kds_1")].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn bench_objects_reads_back_encrypted_objects() {
+    let j = bench_json(&[
+        "objects",
+        "--size",
+        "600000",
+        "--threads",
+        "2",
+        "--seconds",
+        "1",
+        "--rounds",
+        "1",
+        "--security",
+        "CMDRSP,ENCRYPTED",
+    ]);
+    assert!(j["encrypted_objects"].as_u64().unwrap() > 0);
+    assert!(j["encrypted_read_mb_s"].as_f64().unwrap() > 0.0);
+    assert!(j["cmdrsp_objects"].as_u64().unwrap() > 0);
+}
