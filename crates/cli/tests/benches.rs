@@ -1,7 +1,12 @@
 //! The E9 benchmarks run end to end on small settings, and their exact counts are right:
 //! `maat bench kds` grants as many keys per request as the tree level asked for holds
 //! (checked by the client), and `maat bench objects` reads back encrypted objects.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 use common::MAAT;

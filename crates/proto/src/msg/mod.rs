@@ -329,6 +329,8 @@ pub fn fuzz_messages(data: &[u8]) {
     let _ = decode::<InsecureRequest<MdsRequest>>(data);
     let _ = decode::<OsdPlainRequest>(data);
     let _ = decode::<Result<OsdPlainResponse, WireError>>(data);
+    let _ = decode::<KdsRequest>(data);
+    let _ = decode::<Result<KdsResponse, WireError>>(data);
 }
 
 #[cfg(test)]
