@@ -115,10 +115,11 @@ impl Client {
         let mut root = [0u8; 32];
         OsRng.fill_bytes(&mut root);
         let root = Secret32::from_bytes(root);
+        let shape = encrypted::file_shape();
         let lockbox = Lockbox::seal(
             maat_proto::FileId(opened.stat.id),
             1,
-            encrypted::file_shape(),
+            shape.clone(),
             &root,
             &maat_crypto::seal::SealingPublicKey(kds.sealing_key),
             &owner.public_key(),
@@ -141,7 +142,6 @@ impl Client {
         // The creator knows the root key: it derives the keys it would ask a KDS for
         // (held as long as the capability lasts, as a grant would be), so writing a new
         // file costs no key request.
-        let shape = encrypted::file_shape();
         let keys = self
             .wanted_nodes(&shape)?
             .into_iter()
@@ -196,12 +196,7 @@ impl Client {
     /// What sealing and opening stripes of `opened` (an encrypted file) needs, asking a
     /// KDS for keys the first time and when the held ones expired.
     pub(crate) fn stripe_crypt(&mut self, opened: &Opened) -> Result<StripeCrypt> {
-        let crypt = opened
-            .stat
-            .crypt
-            .clone()
-            .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
-        let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
+        let (crypt, lockbox) = lockbox_of(opened)?;
         let file = opened.stat.id;
         let now = local_now();
         let held = match self.file_keys.get(&file) {
@@ -212,7 +207,11 @@ impl Client {
                 held
             }
         };
-        Ok(StripeCrypt { file, held, crypt })
+        Ok(StripeCrypt {
+            file,
+            held,
+            crypt: crypt.clone(),
+        })
     }
 
     /// The nodes of level `key_level` that cover a whole file (every byte up to
@@ -220,6 +219,17 @@ impl Client {
     fn wanted_nodes(&self, shape: &KhtShape) -> Result<Vec<(u8, u64)>> {
         nodes_at(shape, self.key_level)
     }
+}
+
+/// An encrypted file's crypt record (from its open) and its lockbox, decoded.
+fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
+    let crypt = opened
+        .stat
+        .crypt
+        .as_ref()
+        .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
+    let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
+    Ok((crypt, lockbox))
 }
 
 /// One file of a key request: its open, its lockbox as the MDS handed it out, and the
@@ -254,12 +264,12 @@ impl Client {
     ) -> Result<HeldKeys> {
         let nodes = self.wanted_nodes(&lockbox.shape)?;
         let mut held = self.key_request(&[(opened, lockbox_bytes, nodes)])?;
-        let (held, lockbox_file) = match held.pop() {
-            Some(Ok(h)) if held.is_empty() => (h, lockbox.file.0),
+        let held = match held.pop() {
+            Some(Ok(h)) if held.is_empty() => h,
             Some(Err(e)) => return Err(e),
             _ => return Err(self.bad("kds", "one grant expected")),
         };
-        if lockbox_file != opened.stat.id
+        if lockbox.file.0 != opened.stat.id
             || held.tree_version != lockbox.tree_version
             || held.shape != lockbox.shape
         {
@@ -335,13 +345,12 @@ impl Client {
     pub fn request_keys_batch(&mut self, files: &[Opened], level: u8) -> Result<usize> {
         let mut parts = Vec::with_capacity(files.len());
         for opened in files {
-            let crypt = opened
-                .stat
-                .crypt
-                .as_ref()
-                .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
-            let shape = Lockbox::decode(&crypt.lockbox).map_err(local_token)?.shape;
-            parts.push((opened, crypt.lockbox.as_slice(), nodes_at(&shape, level)?));
+            let (crypt, lockbox) = lockbox_of(opened)?;
+            parts.push((
+                opened,
+                crypt.lockbox.as_slice(),
+                nodes_at(&lockbox.shape, level)?,
+            ));
         }
         let mut keys = 0;
         for held in self.key_request(&parts)? {
@@ -409,12 +418,7 @@ impl Client {
     /// Asks a KDS for `opened`'s range keys now (held ones are not used) and returns how
     /// many it granted; the keys are kept for the file's next reads and writes.
     pub fn request_file_keys(&mut self, opened: &Opened) -> Result<usize> {
-        let crypt = opened
-            .stat
-            .crypt
-            .clone()
-            .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
-        let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
+        let (crypt, lockbox) = lockbox_of(opened)?;
         let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox)?;
         let n = held.keys.len();
         self.hold_keys(opened.stat.id, held);
