@@ -9,6 +9,7 @@ use maat_crypto::kht::{KhtShape, Node, RangeKey};
 use maat_proto::capability::{Capability, Files, Principals};
 use maat_proto::encrypted::{self, BlockFailure, FileCrypt, LeafKeys, StripeContext};
 use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::key_ranges::KeyRanges;
 use maat_proto::merkle_msg::SetKind;
 use maat_proto::msg::{FileKeysRequest, KdsRequest, KdsResponse};
 
@@ -16,8 +17,8 @@ use maat_proto::msg::{FileKeysRequest, KdsRequest, KdsResponse};
 #[derive(Clone)]
 pub(crate) struct HeldKeys {
     tree_version: u32,
-    shape: KhtShape,
-    keys: Vec<RangeKey>,
+    pub(crate) shape: KhtShape,
+    pub(crate) keys: Vec<RangeKey>,
     expiry: u64,
 }
 
@@ -57,11 +58,17 @@ impl StripeCrypt {
     }
 
     /// Opens a stripe sealed under the generation the file records for it; `expected`
-    /// plaintext bytes at least.
-    pub(crate) fn open(&self, stripe: u32, sealed: Vec<u8>, expected: u64) -> Result<Vec<u8>> {
+    /// plaintext bytes at least, of which `need` (offsets in the stripe) must open.
+    pub(crate) fn open(
+        &self,
+        stripe: u32,
+        sealed: Vec<u8>,
+        expected: u64,
+        need: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>> {
         let mut keys = LeafKeys::new(&self.held.shape, &self.held.keys).map_err(local_token)?;
         let context = self.context(stripe, self.crypt.generation(stripe));
-        encrypted::open_stripe(&mut keys, &context, sealed, expected)
+        encrypted::open_stripe_part(&mut keys, &context, sealed, expected, need)
             .map_err(|f| integrity(self.file, f))
     }
 
@@ -143,7 +150,7 @@ impl Client {
         // (held as long as the capability lasts, as a grant would be), so writing a new
         // file costs no key request.
         let keys = self
-            .wanted_nodes(&shape)?
+            .wanted_nodes(&shape, None)?
             .into_iter()
             .map(|(level, index)| {
                 let node = Node { level, index };
@@ -214,10 +221,33 @@ impl Client {
         })
     }
 
-    /// The nodes of level `key_level` that cover a whole file (every byte up to
-    /// `FILE_BYTES_MAX`, so a writer extending the file needs no new request).
-    fn wanted_nodes(&self, shape: &KhtShape) -> Result<Vec<(u8, u64)>> {
-        nodes_at(shape, self.key_level)
+    /// The nodes a key request asks for: with a key-range permit (SPEC H6), those that
+    /// cover its ranges, none above level `key_level`; otherwise the nodes of level
+    /// `key_level` that cover a whole file (every byte up to `FILE_BYTES_MAX`, so a
+    /// writer extending the file needs no new request).
+    fn wanted_nodes(&self, shape: &KhtShape, permit: Option<&[u8]>) -> Result<Vec<(u8, u64)>> {
+        match permit {
+            None => nodes_at(shape, self.key_level),
+            Some(bytes) => {
+                let permit = Unverified::<KeyRanges>::decode(bytes).map_err(local_token)?;
+                range_nodes(shape, &permit.unverified_body().ranges, self.key_level)
+            }
+        }
+    }
+
+    /// The byte ranges `opened` may be read in by this user: `None` when the whole file
+    /// may, else the ranges its owner granted (SPEC H6).
+    pub fn granted_ranges(opened: &Opened) -> Result<Option<Vec<(u64, u64)>>> {
+        opened
+            .stat
+            .key_ranges
+            .as_deref()
+            .map(|b| {
+                Unverified::<KeyRanges>::decode(b)
+                    .map(|p| p.unverified_body().ranges.clone())
+                    .map_err(local_token)
+            })
+            .transpose()
     }
 }
 
@@ -255,6 +285,40 @@ fn nodes_at(shape: &KhtShape, level: u8) -> Result<Vec<(u8, u64)>> {
     Ok((first.index..=last.index).map(|i| (level, i)).collect())
 }
 
+/// The nodes covering byte `ranges` (ascending, disjoint), split down to `level` where
+/// the minimal cover holds larger nodes (SPEC H8 for range grants).
+fn range_nodes(shape: &KhtShape, ranges: &[(u64, u64)], level: u8) -> Result<Vec<(u8, u64)>> {
+    let level = level.min(shape.leaf_level());
+    let tree = |e: maat_crypto::CryptoError| ClientError::Local(format!("key tree: {e}"));
+    let mut out = Vec::new();
+    for &(start, end) in ranges {
+        let end = end.min(maat_proto::limits::FILE_BYTES_MAX);
+        if start >= end {
+            continue;
+        }
+        for node in shape.cover(start, end).map_err(tree)? {
+            if node.level >= level {
+                out.push((node.level, node.index));
+                continue;
+            }
+            let (a, b) = shape.bytes_under(node).map_err(tree)?;
+            let first = shape.node_at(level, a).map_err(tree)?.index;
+            let last = shape.node_at(level, b - 1).map_err(tree)?.index;
+            out.extend((first..=last).map(|i| (level, i)));
+            if out.len() > maat_proto::limits::RANGE_GRANT_NODES_MAX {
+                break;
+            }
+        }
+    }
+    if out.len() > maat_proto::limits::RANGE_GRANT_NODES_MAX {
+        return Err(ClientError::Local(format!(
+            "key level {level} needs more than {} keys for the granted ranges: choose a level nearer the root",
+            maat_proto::limits::RANGE_GRANT_NODES_MAX
+        )));
+    }
+    Ok(out)
+}
+
 impl Client {
     fn fetch_keys(
         &mut self,
@@ -262,7 +326,7 @@ impl Client {
         lockbox_bytes: &[u8],
         lockbox: &Lockbox,
     ) -> Result<HeldKeys> {
-        let nodes = self.wanted_nodes(&lockbox.shape)?;
+        let nodes = self.wanted_nodes(&lockbox.shape, opened.stat.key_ranges.as_deref())?;
         let mut held = self.key_request(&[(opened, lockbox_bytes, nodes)])?;
         let held = match held.pop() {
             Some(Ok(h)) if held.is_empty() => h,
@@ -296,6 +360,7 @@ impl Client {
                 lockbox: lockbox.to_vec(),
                 trees: self.capability_trees(&opened.capability)?,
                 nodes: nodes.clone(),
+                key_ranges: opened.stat.key_ranges.clone(),
             });
         }
         let first = files.first().map_or(0, |(o, _, _)| o.stat.id);

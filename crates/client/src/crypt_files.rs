@@ -9,20 +9,31 @@ use crate::files::{pieces, FileHandle};
 use crate::{Client, ClientError, Result};
 use maat_proto::msg::STRIPE_UNIT_BYTES;
 use maat_proto::msg::{ErrorCode, OsdCommand, OsdRequest, OsdResponse};
+use std::ops::Range;
 
 /// Most stripes a handle of an encrypted file keeps unsent (4 MiB of plaintext).
 pub const PENDING_STRIPES_MAX: usize = 8;
 
+/// Every byte of a stripe (what a writer, which reseals stripes whole, needs).
+const WHOLE: Range<u64> = 0..STRIPE_UNIT_BYTES;
+
 impl Client {
-    /// Plaintext of stripes `stripes` as the OSDs hold them (empty past `size`).
-    fn fetch_plain(&mut self, handle: &FileHandle, stripes: &[u32]) -> Result<Vec<Vec<u8>>> {
+    /// Plaintext of stripes `stripes` as the OSDs hold them (empty past `size`), each
+    /// with the bytes of it the caller needs: a reader granted part of a file (SPEC H6)
+    /// gets zeros for blocks it has no key for outside those bytes.
+    fn fetch_plain(
+        &mut self,
+        handle: &FileHandle,
+        stripes: &[(u32, Range<u64>)],
+    ) -> Result<Vec<Vec<u8>>> {
         let opened = handle.opened.clone();
         let crypt = self.stripe_crypt(&opened)?;
         let full = crypt.full_stripe_sealed();
         let size = handle.size;
         let mut calls = Vec::new();
         let mut wanted = Vec::new();
-        for &s in stripes {
+        for (s, _) in stripes {
+            let s = *s;
             let start = u64::from(s) * STRIPE_UNIT_BYTES;
             if start >= size {
                 continue;
@@ -34,7 +45,8 @@ impl Client {
         let answers = self.windowed(&opened, calls)?;
         let mut out = Vec::with_capacity(stripes.len());
         let mut answers = wanted.into_iter().zip(answers);
-        for &s in stripes {
+        for (s, need) in stripes {
+            let s = *s;
             let start = u64::from(s) * STRIPE_UNIT_BYTES;
             if start >= size {
                 out.push(Vec::new());
@@ -55,7 +67,8 @@ impl Client {
                 }
                 Err(e) => return Err(e),
             };
-            out.push(crypt.open(s, sealed, (size - start).min(STRIPE_UNIT_BYTES))?);
+            let expected = (size - start).min(STRIPE_UNIT_BYTES);
+            out.push(crypt.open(s, sealed, expected, need.clone())?);
         }
         Ok(out)
     }
@@ -68,14 +81,14 @@ impl Client {
         end: u64,
     ) -> Result<Vec<u8>> {
         let parts = pieces(offset, end);
-        let missing: Vec<u32> = parts
+        let missing: Vec<(u32, Range<u64>)> = parts
             .iter()
-            .map(|p| p.0)
-            .filter(|s| !handle.pending.contains_key(s))
+            .filter(|p| !handle.pending.contains_key(&p.0))
+            .map(|&(s, within, len)| (s, within..within + len))
             .collect();
         let mut fetched = missing
             .iter()
-            .copied()
+            .map(|m| m.0)
             .zip(self.fetch_plain(handle, &missing)?);
         let mut out = Vec::with_capacity((end - offset) as usize);
         for (stripe, within, len) in parts {
@@ -115,7 +128,7 @@ impl Client {
         for (stripe, within, len) in pieces(offset, end) {
             if !handle.pending.contains_key(&stripe) {
                 let plain = self
-                    .fetch_plain(handle, &[stripe])?
+                    .fetch_plain(handle, &[(stripe, WHOLE)])?
                     .pop()
                     .unwrap_or_default();
                 handle.pending.insert(stripe, plain);
@@ -202,7 +215,10 @@ impl Client {
         if within != 0 {
             let last = keep - 1;
             if !handle.pending.contains_key(&last) {
-                let plain = self.fetch_plain(handle, &[last])?.pop().unwrap_or_default();
+                let plain = self
+                    .fetch_plain(handle, &[(last, WHOLE)])?
+                    .pop()
+                    .unwrap_or_default();
                 handle.pending.insert(last, plain);
             }
             if let Some(p) = handle.pending.get_mut(&last) {

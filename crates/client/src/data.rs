@@ -560,7 +560,7 @@ impl Client {
                 };
                 if let Some(c) = &crypt {
                     let within = expected.saturating_sub(u64::from(k) * STRIPE_UNIT_BYTES);
-                    data = match c.open(k, data, within) {
+                    data = match c.open(k, data, within, 0..STRIPE_UNIT_BYTES) {
                         Ok(plain) => plain,
                         // A writer may have rewritten the stripe since this open: open the
                         // file again (its generations come fresh) and read it once more.
@@ -570,7 +570,7 @@ impl Client {
                             opened = self.open(path, Access::Read, None)?;
                             let fresh = self.stripe_crypt(&opened)?;
                             let again = self.read_object_sealed(&opened, k, full)?;
-                            let plain = fresh.open(k, again, within)?;
+                            let plain = fresh.open(k, again, within, 0..STRIPE_UNIT_BYTES)?;
                             crypt = Some(fresh);
                             plain
                         }

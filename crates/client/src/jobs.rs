@@ -182,6 +182,7 @@ impl Client {
                 // The MDS refuses `openg` of an encrypted file, so a job's files are not.
                 encrypted: false,
                 crypt: None,
+                key_ranges: None,
             },
             capability: handle.handle.capability.clone(),
             mds_cached: false,

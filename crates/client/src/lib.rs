@@ -17,6 +17,7 @@ mod files;
 pub use files::{FileHandle, OpenFlags, FILE_IO_BYTES_MAX};
 mod home;
 mod jobs;
+mod key_grants;
 mod namespace;
 mod sessions;
 pub use jobs::{JobHandle, JOB_REFRESH_AT_PERCENT_LEFT};

@@ -11,7 +11,9 @@
 //!    in a Merkle set the client supplies, SPEC M4);
 //! 3. the lockbox opens with the KDS's key and names a file the capability names (the
 //!    file id is the lockbox's sealed additional data, so a box cannot be moved);
-//! 4. every node asked for lies inside the tree;
+//! 4. every node asked for lies inside the tree, and, when the capability carries the
+//!    range-keys mode bit (SPEC H6), inside the ranges of the MDS-signed key-range permit
+//!    sent with it, which must name that capability, the ticket's user and the file;
 //!
 //! and answers with a [`RangeGrant`]: the node keys sealed to the ticket's key and signed
 //! by the KDS. Verified tickets, capabilities, trees and opened lockboxes are cached
@@ -23,8 +25,9 @@ use maat_crypto::kht::{Node, RangeKey};
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::{SigningKey, VerifyingKey};
 use maat_crypto::{kdf, Counters, CryptoRngCore, OpCounters};
-use maat_proto::capability::{Capability, Files, Principals};
+use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::horus::{Lockbox, OpenedLockbox, RangeGrant};
+use maat_proto::key_ranges::KeyRanges;
 use maat_proto::limits::RANGE_GRANT_NODES_MAX;
 use maat_proto::merkle_msg::{MemberSet, MerkleTreeMessage, SetKind};
 use maat_proto::msg::{
@@ -81,6 +84,7 @@ impl KdsSecrets {
 struct Caches {
     tickets: HashMap<Digest, LoginTicket>,
     capabilities: HashMap<Digest, Capability>,
+    permits: HashMap<Digest, KeyRanges>,
     trees: HashMap<Digest, MemberSet>,
     lockboxes: HashMap<Digest, OpenedLockbox>,
 }
@@ -94,6 +98,7 @@ struct Stats {
     keys_granted: AtomicU64,
     ticket_cache_hits: AtomicU64,
     capability_cache_hits: AtomicU64,
+    permit_cache_hits: AtomicU64,
     lockbox_cache_hits: AtomicU64,
 }
 
@@ -228,6 +233,64 @@ impl Kds {
         Ok(capability)
     }
 
+    fn permit(&self, bytes: &[u8], now: UnixMillis) -> Result<KeyRanges, WireError> {
+        let digest = hash::blake3(&[bytes]);
+        if let Some(hit) = self.caches().permits.get(&digest).cloned() {
+            signed::check_validity(&hit, now)?;
+            self.stats.permit_cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        let permit = Unverified::<KeyRanges>::decode(bytes)?
+            .verify(&self.mds_key, now)?
+            .body()
+            .clone();
+        let mut caches = self.caches();
+        bounded(&mut caches.permits, |p| p.expiry <= now);
+        caches.permits.insert(digest, permit.clone());
+        Ok(permit)
+    }
+
+    /// SPEC H6: under a capability with the range-keys bit, the permit sent with it,
+    /// checked against the capability, the ticket's user and the lockbox's file.
+    fn ranges_of(
+        &self,
+        capability: &Capability,
+        user: maat_proto::UserId,
+        file: FileId,
+        permit: Option<&[u8]>,
+        now: UnixMillis,
+    ) -> Result<Option<KeyRanges>, WireError> {
+        if !capability.mode.allows(Mode::RANGE_KEYS) {
+            return Ok(None);
+        }
+        let bytes = permit.ok_or_else(|| {
+            refuse(
+                ErrorCode::PermissionDenied,
+                "the capability grants keys only for ranges: send the key-range permit from the same open",
+            )
+        })?;
+        let permit = self.permit(bytes, now)?;
+        if permit.capability != capability.id {
+            return Err(refuse(
+                ErrorCode::PermissionDenied,
+                "the key-range permit names another capability",
+            ));
+        }
+        if permit.user != user {
+            return Err(refuse(
+                ErrorCode::WrongUser,
+                "the key-range permit names another user",
+            ));
+        }
+        if permit.file != file {
+            return Err(refuse(
+                ErrorCode::WrongFile,
+                "the key-range permit names another file",
+            ));
+        }
+        Ok(Some(permit))
+    }
+
     /// The verified member set of `root` from the trees the client supplied.
     fn tree(
         &self,
@@ -312,6 +375,13 @@ impl Kds {
         capability
             .check_file(sealed.file, files.as_ref())
             .map_err(|e| refuse(ErrorCode::WrongFile, e.to_string()))?;
+        let permit = self.ranges_of(
+            &capability,
+            ticket.user,
+            sealed.file,
+            request.key_ranges.as_deref(),
+            now,
+        )?;
         let opened = self.lockbox(&request.lockbox)?;
         debug_assert_eq!(opened.file, sealed.file);
         let shape = &opened.shape;
@@ -320,6 +390,20 @@ impl Kds {
             .iter()
             .map(|&(level, index)| {
                 let node = Node { level, index };
+                if let Some(permit) = &permit {
+                    if !permit.allows(shape, node) {
+                        return Err(refuse(
+                            ErrorCode::PermissionDenied,
+                            format!(
+                                "node {level}/{index} ({}) lies outside the ranges granted",
+                                shape.bytes_under(node).map_or_else(
+                                    |e| e.to_string(),
+                                    |(a, b)| format!("bytes {a}..{b}")
+                                )
+                            ),
+                        ));
+                    }
+                }
                 shape
                     .node_key_from_root(&opened.root_key, node)
                     .map(|key| RangeKey { node, key })
@@ -361,6 +445,7 @@ impl Kds {
             ("keys_granted", &s.keys_granted),
             ("ticket_cache_hits", &s.ticket_cache_hits),
             ("capability_cache_hits", &s.capability_cache_hits),
+            ("permit_cache_hits", &s.permit_cache_hits),
             ("lockbox_cache_hits", &s.lockbox_cache_hits),
         ]
         .iter()

@@ -36,12 +36,14 @@ fn garbage_files() -> Vec<FileKeysRequest> {
             lockbox: vec![2; 150],
             trees: vec![vec![3; 64]],
             nodes: vec![(0, 0), (9, u64::MAX)],
+            key_ranges: Some(vec![4; 130]),
         },
         FileKeysRequest {
             capability: Vec::new(),
             lockbox: Vec::new(),
             trees: Vec::new(),
             nodes: Vec::new(),
+            key_ranges: None,
         },
     ]
 }

@@ -787,18 +787,37 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Vec<u8>> {
+        Ok(self
+            .single_capability(uid, file, Mode::WRITE, protection, now, rng)?
+            .0)
+    }
+
+    /// A capability for one user and one file in `mode`, signed now (never cached or
+    /// grouped), and its fields.
+    pub(crate) fn single_capability(
+        &self,
+        uid: u64,
+        file: u64,
+        mode: Mode,
+        protection: Protection,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<(Vec<u8>, Capability)> {
         let capability = Capability {
             users: Principals::User(UserId(uid)),
             files: Files::File(FileId(file)),
             id: CapabilityId(rng.next_u64()),
-            mode: Mode::WRITE,
+            mode,
             protection,
             start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
             expiry: now.plus_millis(self.config.capability_lifetime_millis),
         };
         GroupingStats::count(&self.issuer.stats.issued, Strategies::default(), 1);
         GroupingStats::count(&self.issuer.stats.authorizations, Strategies::default(), 1);
-        Ok(signed::sign(capability, &self.signing).encoded().to_vec())
+        let signed = signed::sign(capability.clone(), &self.signing)
+            .encoded()
+            .to_vec();
+        Ok((signed, capability))
     }
 
     /// Drops every cached capability (a revocation: none is handed out again).

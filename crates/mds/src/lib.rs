@@ -11,6 +11,7 @@ mod encryption;
 mod filesets;
 pub mod grouping;
 mod jobs;
+mod key_grants;
 mod namespace;
 mod partitions;
 pub mod predict;
@@ -42,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 pub use store::{
-    Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
+    Batch, GroupRecord, Inode, KeyGrant, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
     UserCredential, UserRecord, DEFAULT_PARTITION,
 };
 pub use users::MdsSecrets;
@@ -244,6 +245,7 @@ impl<S: MetaStore> Mds<S> {
                 mtime: boot.0,
                 partition: DEFAULT_PARTITION,
                 crypt: None,
+                key_grants: Vec::new(),
             }));
             batch.push(Op::PutEntry {
                 parent: ROOT_INODE,
@@ -260,6 +262,7 @@ impl<S: MetaStore> Mds<S> {
                 mtime: boot.0,
                 partition: DEFAULT_PARTITION,
                 crypt: None,
+                key_grants: Vec::new(),
             }));
             batch.push(Op::PutMeta(
                 "next_inode".into(),

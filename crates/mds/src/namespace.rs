@@ -148,6 +148,7 @@ impl<S: MetaStore> crate::Mds<S> {
             protection,
             encrypted: inode.crypt.is_some(),
             crypt: None,
+            key_ranges: None,
         })
     }
 
@@ -193,6 +194,7 @@ impl<S: MetaStore> crate::Mds<S> {
             mtime: now.0,
             partition: partition.unwrap_or(parent.partition),
             crypt: None,
+            key_grants: Vec::new(),
         })
     }
 
@@ -357,6 +359,12 @@ impl<S: MetaStore> crate::Mds<S> {
         };
         if inode.is_dir {
             return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        if access == Access::Read
+            && !allowed(who, &inode, READ)
+            && crate::key_grants::has_grant(&inode, who.uid)
+        {
+            return self.range_open(who, &inode, path, secure, now, rng);
         }
         let (want, mode) = match access {
             Access::Read => (READ, Mode::READ),

@@ -32,6 +32,59 @@ pub struct Inode {
     pub partition: u64,
     /// An encrypted file's lockbox and write generations (SPEC H3, H5; since version 3).
     pub crypt: Option<FileCrypt>,
+    /// Who may read which ranges of an encrypted file beside its permission bits, as its
+    /// owner granted (SPEC H6; since version 4).
+    pub key_grants: Vec<KeyGrant>,
+}
+
+/// SPEC H6: a range grant on an encrypted file, made by its owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyGrant {
+    /// User `user` may read bytes `ranges` (whole leaves; ascending, disjoint).
+    Ranges {
+        /// The user.
+        user: u64,
+        /// `[start, end)` byte ranges.
+        ranges: Vec<(u64, u64)>,
+    },
+    /// The deterministic policy: member `i` of `members.len()` may read the `i`-th of
+    /// that many equal slices of the file (in whole leaves, sized by the file's size at
+    /// each open). A revoked member's slot stays, empty, so no other slice moves.
+    Slices {
+        /// The members in rank order.
+        members: Vec<Option<u64>>,
+    },
+}
+
+/// An inode as version 3 stored it: before range grants.
+#[derive(Deserialize)]
+struct InodeV3 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+    partition: u64,
+    crypt: Option<FileCrypt>,
+}
+
+impl From<InodeV3> for Inode {
+    fn from(v: InodeV3) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: v.partition,
+            crypt: v.crypt,
+            key_grants: Vec::new(),
+        }
+    }
 }
 
 /// An inode as version 2 stored it: before encryption.
@@ -59,6 +112,7 @@ impl From<InodeV2> for Inode {
             mtime: v.mtime,
             partition: v.partition,
             crypt: None,
+            key_grants: Vec::new(),
         }
     }
 }
@@ -87,6 +141,7 @@ impl From<InodeV1> for Inode {
             mtime: v.mtime,
             partition: DEFAULT_PARTITION,
             crypt: None,
+            key_grants: Vec::new(),
         }
     }
 }
@@ -322,11 +377,12 @@ macro_rules! record_v1 {
 
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
     fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
         match version {
             1 => Ok(postcard_value::<InodeV1>(Self::WHAT, body)?.into()),
             2 => Ok(postcard_value::<InodeV2>(Self::WHAT, body)?.into()),
+            3 => Ok(postcard_value::<InodeV3>(Self::WHAT, body)?.into()),
             _ => postcard_value(Self::WHAT, body),
         }
     }

@@ -536,6 +536,7 @@ impl<S: MetaStore> Mds<S> {
                 mtime: now.0,
                 partition: store::DEFAULT_PARTITION,
                 crypt: None,
+                key_grants: Vec::new(),
             }));
             batch.push(Op::PutEntry {
                 parent: home,

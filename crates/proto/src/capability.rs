@@ -44,11 +44,19 @@ impl Mode {
     pub const WRITE: Mode = Mode(0x02);
     /// Read and write.
     pub const READ_WRITE: Mode = Mode(0x03);
-    const ALL: u8 = 0x03;
+    /// SPEC H6: a KDS gives keys under this capability only for the byte ranges of a
+    /// key-range permit ([`crate::key_ranges::KeyRanges`]) that names it. OSDs ignore it.
+    pub const RANGE_KEYS: Mode = Mode(0x04);
+    const ACCESS: u8 = 0x03;
+    const ALL: u8 = 0x07;
 
-    /// Mode from raw bits, refusing unknown bits.
+    /// Mode from raw bits, refusing unknown bits and modes that grant no access.
     pub fn from_bits(bits: u8) -> Option<Mode> {
-        (bits & !Self::ALL == 0 && bits != 0).then_some(Mode(bits))
+        (bits & !Self::ALL == 0 && bits & Self::ACCESS != 0).then_some(Mode(bits))
+    }
+    /// This mode with `other`'s bits too.
+    pub fn with(self, other: Mode) -> Mode {
+        Mode(self.0 | other.0)
     }
     /// The raw bits.
     pub fn bits(self) -> u8 {

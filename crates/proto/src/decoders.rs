@@ -7,6 +7,7 @@
 use crate::capability::Capability;
 use crate::delegation::{FileHandle, KeyLifetimeToken, ProofToken};
 use crate::horus::{Lockbox, RangeGrant};
+use crate::key_ranges::KeyRanges;
 use crate::merkle_msg::MerkleTreeMessage;
 use crate::renewal::RenewalToken;
 use crate::revocation::RevocationNotice;
@@ -113,6 +114,10 @@ pub fn range_key_grant(data: &[u8]) {
         canonical("range-key grant", data, &grant.encode());
     }
 }
+/// Fuzz entry: key-range permit.
+pub fn key_ranges(data: &[u8]) {
+    signed_token::<KeyRanges>(data);
+}
 
 /// Fuzz entry: a job bundle's layout (SPEC M10; checking it needs keys).
 pub fn job_bundle(data: &[u8]) {
@@ -140,6 +145,7 @@ pub const ALL: &[(&str, Decoder)] = &[
     ("set_master_key_accept", set_master_key_accept),
     ("lockbox", lockbox),
     ("range_key_grant", range_key_grant),
+    ("key_ranges", key_ranges),
     ("job_bundle", job_bundle),
     ("frame", frame),
 ];

@@ -66,10 +66,12 @@ impl Body for FileHandle {
         let handle_id = r.u64()?;
         let file = FileId(r.u64()?);
         let path = r.var_bytes("path", PATH_BYTES_MAX)?.to_vec();
-        let mode = Mode::from_bits(r.u8()?).ok_or(ProtoError::Malformed {
-            what: "file handle",
-            reason: "unknown mode bits",
-        })?;
+        let mode = Mode::from_bits(r.u8()?)
+            .filter(|m| !m.allows(Mode::RANGE_KEYS))
+            .ok_or(ProtoError::Malformed {
+                what: "file handle",
+                reason: "unknown mode bits",
+            })?;
         let flags = r.u32()?;
         let capability = r.take(CAPABILITY_BYTES)?.to_vec();
         Unverified::<Capability>::decode(&capability)?;

@@ -300,8 +300,21 @@ pub fn seal_stripe(
 pub fn open_stripe(
     keys: &mut LeafKeys<'_>,
     context: &StripeContext,
+    sealed: Vec<u8>,
+    expected: u64,
+) -> std::result::Result<Vec<u8>, BlockFailure> {
+    open_stripe_part(keys, context, sealed, expected, 0..STRIPE_UNIT_BYTES)
+}
+
+/// [`open_stripe`] for a reader that needs only plaintext bytes `need` of the stripe
+/// (offsets inside it) and may hold keys for part of it (SPEC H6 range grants): a block
+/// outside `need` with no key granted comes back as zeros; every other block must open.
+pub fn open_stripe_part(
+    keys: &mut LeafKeys<'_>,
+    context: &StripeContext,
     mut sealed: Vec<u8>,
     expected: u64,
+    need: std::ops::Range<u64>,
 ) -> std::result::Result<Vec<u8>, BlockFailure> {
     let leaf = keys.leaf_bytes();
     let aad = context.aad();
@@ -331,9 +344,21 @@ pub fn open_stripe(
             end: offset + (len - BLOCK_OVERHEAD_BYTES) as u64,
             reason,
         };
-        let key = keys
-            .key(block)
-            .ok_or_else(|| failure("has no key granted"))?;
+        let plain_at = i * leaf;
+        let plain_len = (len - BLOCK_OVERHEAD_BYTES) as u64;
+        let Some(key) = keys.key(block) else {
+            if plain_at < need.end && need.start < plain_at + plain_len {
+                return Err(failure("has no key granted"));
+            }
+            sealed
+                .get_mut(written..written + plain_len as usize)
+                .ok_or_else(|| failure("is cut short"))?
+                .fill(0);
+            written += plain_len as usize;
+            read += len;
+            i += 1;
+            continue;
+        };
         let piece = sealed
             .get_mut(read..read + len)
             .ok_or_else(|| failure("is cut short"))?;
@@ -382,6 +407,38 @@ mod tests {
         assert_eq!(shape.leaf_size_bytes(), 1 << FILE_LEAF_LOG2);
         assert!(shape.region_size_log2(0).unwrap() >= 40);
         assert_ne!(shape, KhtShape::default_shape());
+    }
+
+    #[test]
+    fn a_reader_granted_part_of_a_stripe_opens_that_part_only() {
+        let shape = file_shape();
+        let leaf = shape.leaf_size_bytes();
+        let root = Secret32::from_bytes([7; 32]);
+        let plain: Vec<u8> = (0..STRIPE_UNIT_BYTES).map(|i| (i % 253) as u8).collect();
+        let everything = keys(&shape);
+        let mut all = LeafKeys::new(&shape, &everything).unwrap();
+        let sealed = seal_stripe(&mut all, &context(5), &plain, &mut OsRng).unwrap();
+        // Granted: the stripe's first three blocks (stripe 3 starts at block 3·8).
+        let first = 3 * STRIPE_UNIT_BYTES;
+        let part: Vec<RangeKey> = shape
+            .cover(first, first + 3 * leaf)
+            .unwrap()
+            .into_iter()
+            .map(|node| RangeKey {
+                node,
+                key: shape.node_key_from_root(&root, node).unwrap(),
+            })
+            .collect();
+        let mut k = LeafKeys::new(&shape, &part).unwrap();
+        let opened =
+            open_stripe_part(&mut k, &context(5), sealed.clone(), 0, 10..3 * leaf).unwrap();
+        assert_eq!(opened[..(3 * leaf) as usize], plain[..(3 * leaf) as usize]);
+        assert!(opened[(3 * leaf) as usize..].iter().all(|b| *b == 0));
+        // A byte of the fourth block needed: refused, naming it.
+        let e =
+            open_stripe_part(&mut k, &context(5), sealed.clone(), 0, 0..3 * leaf + 1).unwrap_err();
+        assert_eq!((e.block, e.reason), (3 * 8 + 3, "has no key granted"));
+        assert!(open_stripe(&mut k, &context(5), sealed, 0).is_err());
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod error;
 pub mod horus;
 pub mod ids;
 pub mod job_bundle;
+pub mod key_ranges;
 pub mod limits;
 pub mod login;
 pub mod merkle_msg;

@@ -56,11 +56,13 @@ pub enum Kind {
     Lockbox = 0x0f,
     /// H4 range-key grant.
     RangeGrant = 0x10,
+    /// H6 key-range permit.
+    KeyRanges = 0x11,
 }
 
 impl Kind {
     /// Every kind, in byte order (tests use it to demand a fixture for each).
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::LoginTicket,
         Kind::SessionOffer,
         Kind::SessionConfirm,
@@ -77,6 +79,7 @@ impl Kind {
         Kind::SetMasterKeyAccept,
         Kind::Lockbox,
         Kind::RangeGrant,
+        Kind::KeyRanges,
     ];
 
     /// Human-readable name used in errors.
@@ -98,12 +101,13 @@ impl Kind {
             Kind::SetMasterKeyAccept => "SET MASTER KEY accept",
             Kind::Lockbox => "lockbox",
             Kind::RangeGrant => "range-key grant",
+            Kind::KeyRanges => "key-range permit",
         }
     }
 }
 
-// A kind added after `RangeGrant` must be added to `Kind::ALL` too.
-const _: () = assert!(Kind::ALL.len() == Kind::RangeGrant as usize);
+// A kind added after `KeyRanges` must be added to `Kind::ALL` too.
+const _: () = assert!(Kind::ALL.len() == Kind::KeyRanges as usize);
 
 /// The body of a token kind: its fields and their canonical encoding.
 pub trait Body: Sized {

@@ -62,6 +62,7 @@ tamper_tests!(
     set_master_key_accept,
     lockbox,
     range_key_grant,
+    key_ranges,
 );
 
 #[test]

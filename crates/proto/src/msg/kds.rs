@@ -24,6 +24,10 @@ pub struct FileKeysRequest {
     /// The key tree nodes wanted, `(level, index)`, in ascending offset order and not
     /// overlapping (SPEC H8: the client picks the level).
     pub nodes: Vec<(u8, u64)>,
+    /// SPEC H6: the key-range permit from the same open, when the capability carries
+    /// the range-keys mode bit (every node must then lie inside its ranges).
+    #[serde(with = "serde_bytes")]
+    pub key_ranges: Option<Vec<u8>>,
 }
 
 /// Requests to a KDS.

@@ -452,6 +452,33 @@ pub enum MdsRequest {
         /// Stripe ranges rewritten and their generations.
         written: Vec<(u32, u32, u64)>,
     },
+    /// SPEC H6: let `users` read parts of the encrypted file `path` (its owner only): the
+    /// byte `ranges` (whole leaves of its key tree), or with `slices` (and no ranges) the
+    /// policy where user `i` of `n` reads the `i`-th of `n` equal slices. Grants add to
+    /// the permission bits; they never give write access. Answer `Ok`.
+    KeysGrant {
+        /// Path.
+        path: String,
+        /// User names (1 to 64).
+        users: Vec<String>,
+        /// Byte ranges (at most 64).
+        ranges: Vec<(u64, u64)>,
+        /// Replace the slice policy with one over `users`, in order.
+        slices: bool,
+    },
+    /// SPEC H6: withdraw every range grant of `users` on `path` (its owner only); their
+    /// open capabilities and permits end with their lifetime (SPEC M7). Answer `Ok`.
+    KeysRevoke {
+        /// Path.
+        path: String,
+        /// User names.
+        users: Vec<String>,
+    },
+    /// SPEC H6: the range grants on `path` (its owner only). Answer `KeyGrants`.
+    KeysList {
+        /// Path.
+        path: String,
+    },
 }
 
 /// Most stripe ranges one `SetSizeWritten` may carry.
@@ -504,6 +531,9 @@ impl MdsRequest {
             MdsRequest::FileSetList => "fileset_list",
             MdsRequest::SetLockbox { .. } => "set_lockbox",
             MdsRequest::SetSizeWritten { .. } => "set_size",
+            MdsRequest::KeysGrant { .. } => "keys_grant",
+            MdsRequest::KeysRevoke { .. } => "keys_revoke",
+            MdsRequest::KeysList { .. } => "keys_list",
         }
     }
 }
@@ -539,6 +569,22 @@ pub struct FileStat {
     /// Its lockbox and write generations (answers to opens only).
     #[serde(default)]
     pub crypt: Option<crate::encrypted::FileCrypt>,
+    /// SPEC H6: when the opener may read only ranges the owner granted, the MDS-signed
+    /// key-range permit (`key_ranges::KeyRanges`) to show a KDS with the capability
+    /// (answers to opens only).
+    #[serde(default, with = "serde_bytes")]
+    pub key_ranges: Option<Vec<u8>>,
+}
+
+/// SPEC H6: one user's range grant on a file, as `maat keys list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyGrantInfo {
+    /// The user's name.
+    pub user: String,
+    /// Byte ranges granted explicitly.
+    pub ranges: Vec<(u64, u64)>,
+    /// Under the slice policy: `(rank, members)`; the rank's slice follows the size.
+    pub slice: Option<(u32, u32)>,
 }
 
 /// A partition as `maat admin partition list` shows it.
@@ -669,6 +715,8 @@ pub enum MdsResponse {
     Ticket(#[serde(with = "serde_bytes")] Vec<u8>),
     /// File sets (answers `FileSetList`).
     FileSets(Vec<FileSetInfo>),
+    /// A file's range grants (answers `KeysList`).
+    KeyGrants(Vec<KeyGrantInfo>),
 }
 
 /// A file set as `maat fileset ls` shows it.

@@ -17,6 +17,7 @@ use maat_crypto::Secret32;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::delegation::{self, computation_key_hash, FileHandle, KeyLifetimeToken};
 use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::key_ranges::KeyRanges;
 use maat_proto::merkle_msg::{self, MerkleTreeMessage, SetKind};
 use maat_proto::renewal::RenewalToken;
 use maat_proto::revocation::RevocationNotice;
@@ -477,6 +478,24 @@ pub fn fixtures() -> Vec<Fixture> {
             .open(&k.client_seal, &k.kds.verifying_key(), NOW)
             .map(drop)
     }));
+
+    let permit = KeyRanges {
+        capability: CapabilityId(0x0102_0304_0506_0708),
+        user: USER,
+        file: FILE,
+        ranges: vec![(0, 1 << 20), (3 << 20, 4 << 20)],
+        start: T0,
+        expiry: T1,
+    };
+    out.push(fx(
+        "key_ranges",
+        signed::sign(permit, &k.mds).encoded().to_vec(),
+        move |b| {
+            Unverified::<KeyRanges>::decode(b)?
+                .verify(&mds_pk(), NOW)
+                .map(drop)
+        },
+    ));
 
     out
 }
