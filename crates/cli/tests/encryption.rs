@@ -1,7 +1,8 @@
 //! SPEC H3–H5 end to end on a real cluster: encrypted files round-trip; no OSD or MDS
 //! byte reveals their content or keys; a block flipped or rolled back on an OSD's disk
 //! fails the read naming the block; the KDS hands keys only to users a capability names,
-//! for files the capability names, from lockboxes it can open.
+//! for files the capability names, from lockboxes it can open; clients fail over from a
+//! dead KDS, and a restarted one (no state) serves at once.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -251,5 +252,102 @@ fn the_kds_gives_keys_only_to_named_users_for_named_files_from_sound_lockboxes()
     assert_eq!(
         code(get(&mut bob, "/home/alice/a")),
         ErrorCode::PermissionDenied
+    );
+}
+
+fn signal(sig: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// The KDS counter `name` of the instance whose address ends the daemon name `kds ADDR`.
+fn kds_counter(c: &mut Client, address: &str, name: &str) -> Option<u64> {
+    c.daemon_stats()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.daemon == format!("kds {address}"))
+        .and_then(|s| s.counters.into_iter().find(|(k, _)| k == name))
+        .map(|(_, v)| v)
+}
+
+#[test]
+fn clients_fail_over_from_a_dead_kds_and_a_restarted_one_serves_at_once() {
+    let cluster = Cluster::start_encrypting(1, &["--kds", "2"]);
+    let mut c = cluster.admin_client();
+    let kds: Vec<String> = c
+        .cluster_map()
+        .unwrap()
+        .kds
+        .iter()
+        .map(|k| k.address.clone())
+        .collect();
+    assert_eq!(kds.len(), 2);
+    // Four files: with two instances, key requests for them start at each in turn.
+    let files: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|i| (format!("/f{i}"), content(20 + i, 600_000)))
+        .collect();
+    for (path, data) in &files {
+        put(&mut c, path, data, None);
+    }
+    let read_all = |c: &mut Client| {
+        c.forget_file_keys();
+        for (path, data) in &files {
+            assert_eq!(&get(c, path).unwrap(), data, "{path}");
+        }
+    };
+    read_all(&mut c);
+    for address in &kds {
+        assert!(
+            kds_counter(&mut c, address, "grants").unwrap() >= 1,
+            "{address} served"
+        );
+    }
+
+    // The supervisor (`maat up`) is held, so a killed KDS stays down (and released
+    // however the test ends).
+    struct Held(u32);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    let up = cluster.child.id();
+    let _held = Held(up);
+    signal("-STOP", up);
+    signal("-KILL", cluster.pid("kds-1"));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    read_all(&mut c);
+    assert!(
+        kds_counter(&mut c, &kds[0], "grants").is_none(),
+        "kds-1 is down"
+    );
+
+    // Released, the supervisor restarts it: empty caches, the same key file. With the
+    // other instance down, every key request now lands on the restarted one.
+    let old = cluster.pid("kds-1");
+    signal("-CONT", up);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while cluster.pid("kds-1") == old || kds_counter(&mut c, &kds[0], "requests").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kds-1 was not restarted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    signal("-STOP", up);
+    signal("-KILL", cluster.pid("kds-2"));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    read_all(&mut c);
+    let grants = kds_counter(&mut c, &kds[0], "grants").unwrap();
+    signal("-CONT", up);
+    assert_eq!(
+        grants,
+        files.len() as u64,
+        "the restarted KDS served every file"
     );
 }

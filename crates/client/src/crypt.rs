@@ -480,6 +480,46 @@ impl Client {
         Err(last.unwrap_or_else(|| ClientError::Local("no KDS reachable".into())))
     }
 
+    /// Counters of every KDS in the cluster map (`daemon` names it by address; one that
+    /// cannot be reached says so).
+    pub(crate) fn kds_stats(&mut self) -> Result<Vec<DaemonStats>> {
+        let payload =
+            msg::encode(&KdsRequest::Stats).map_err(|e| ClientError::Local(e.to_string()))?;
+        let mut out = Vec::new();
+        for entry in self.cluster_map()?.kds {
+            let address = entry.address.clone();
+            let conn = self
+                .kds_connections
+                .entry(address.clone())
+                .or_insert_with(|| Connection::new(address.clone()));
+            let stats = match conn.call(FrameType::Plain, &payload) {
+                Ok((FrameType::Plain, answer)) => {
+                    match decode_answer::<KdsResponse>(&address, &answer) {
+                        Ok(KdsResponse::Stats(mut s)) => {
+                            s.daemon = format!("kds {address}");
+                            s
+                        }
+                        Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
+                        Err(e) => DaemonStats {
+                            daemon: format!("kds {address} (refused: {e})"),
+                            counters: vec![],
+                        },
+                    }
+                }
+                Ok(_) => return Err(self.bad(&address, "unexpected KDS frame")),
+                Err(e) => {
+                    self.kds_connections.remove(&address);
+                    DaemonStats {
+                        daemon: format!("kds {address} (unreachable: {e})"),
+                        counters: vec![],
+                    }
+                }
+            };
+            out.push(stats);
+        }
+        Ok(out)
+    }
+
     /// Asks a KDS for `opened`'s range keys now (held ones are not used) and returns how
     /// many it granted; the keys are kept for the file's next reads and writes.
     pub fn request_file_keys(&mut self, opened: &Opened) -> Result<usize> {

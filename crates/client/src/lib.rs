@@ -602,6 +602,7 @@ impl Client {
                 }),
             }
         }
+        out.extend(self.kds_stats()?);
         Ok(out)
     }
 }
