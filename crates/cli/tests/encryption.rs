@@ -351,3 +351,29 @@ fn clients_fail_over_from_a_dead_kds_and_a_restarted_one_serves_at_once() {
         "the restarted KDS served every file"
     );
 }
+
+#[test]
+fn deep_key_levels_ask_per_window_or_prefetch_and_every_level_reads_the_same() {
+    let cluster = Cluster::start_encrypting(1, &[]);
+    let mut c = cluster.admin_client();
+    let data = content(30, 3 * 1024 * 1024 + 1000);
+    put(&mut c, "/deep", &data, None);
+    let kds = c.cluster_map().unwrap().kds[0].address.clone();
+    let grants_for = |c: &mut Client, level: u8, prefetch: u64| {
+        c.set_key_level(level);
+        c.set_key_prefetch(prefetch);
+        c.forget_file_keys();
+        let before = kds_counter(c, &kds, "grants").unwrap();
+        assert_eq!(get(c, "/deep").unwrap(), data, "level {level}");
+        kds_counter(c, &kds, "grants").unwrap() - before
+    };
+    // Level 0: one key covers any file. Level 3 (64 keys) still covers every byte a
+    // file may hold in one request.
+    assert_eq!(grants_for(&mut c, 0, 0), 1);
+    assert_eq!(grants_for(&mut c, 3, 0), 1);
+    // Leaf keys: one request per read window (one OSD: two 512 KiB stripes in flight,
+    // so 7 stripes make 4 windows), or one when prefetching reaches past the end.
+    assert_eq!(grants_for(&mut c, 9, 0), 4);
+    assert_eq!(grants_for(&mut c, 9, 8 << 20), 1);
+    assert_eq!(grants_for(&mut c, 9, 1 << 20), 2);
+}

@@ -5,21 +5,54 @@
 //! or a plaintext byte of an encrypted file.
 
 use super::*;
+use crate::kds_keys::{clip, nodes_at};
 use maat_crypto::kht::{KhtShape, Node, RangeKey};
-use maat_proto::capability::{Capability, Files, Principals};
+use maat_proto::capability::Capability;
 use maat_proto::encrypted::{self, BlockFailure, FileCrypt, LeafKeys, StripeContext};
-use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::horus::Lockbox;
 use maat_proto::key_ranges::KeyRanges;
-use maat_proto::merkle_msg::SetKind;
-use maat_proto::msg::{FileKeysRequest, KdsRequest, KdsResponse};
 
 /// Range keys held for one file.
 #[derive(Clone)]
 pub(crate) struct HeldKeys {
-    tree_version: u32,
+    pub(crate) tree_version: u32,
     pub(crate) shape: KhtShape,
     pub(crate) keys: Vec<RangeKey>,
-    expiry: u64,
+    pub(crate) expiry: u64,
+}
+
+impl HeldKeys {
+    /// Whether every byte of every range lies under a held key.
+    fn covers(&self, ranges: &[(u64, u64)]) -> bool {
+        let mut spans: Vec<(u64, u64)> = self
+            .keys
+            .iter()
+            .filter_map(|k| self.shape.bytes_under(k.node).ok())
+            .collect();
+        spans.sort_unstable();
+        ranges.iter().all(|&(a, b)| {
+            let mut at = a;
+            for &(s, e) in &spans {
+                if s <= at && at < e {
+                    at = e;
+                }
+            }
+            at >= b
+        })
+    }
+
+    /// Adds `more`'s keys (same file and version), in offset order; valid while both are.
+    fn absorb(&mut self, more: HeldKeys) {
+        for k in more.keys {
+            if !self.keys.iter().any(|h| h.node == k.node) {
+                self.keys.push(k);
+            }
+        }
+        let shape = &self.shape;
+        self.keys
+            .sort_by_key(|k| shape.bytes_under(k.node).map_or(u64::MAX, |(a, _)| a));
+        self.expiry = self.expiry.min(more.expiry);
+    }
 }
 
 /// What sealing or opening a stripe needs: the file's keys and its generations.
@@ -111,6 +144,13 @@ impl Client {
         self.key_level = level;
     }
 
+    /// At levels too deep for one request to cover a whole file, how many bytes past a
+    /// read or write a key request also asks for (SPEC H8 prefetching; default 0: each
+    /// read or write window asks for its own keys).
+    pub fn set_key_prefetch(&mut self, bytes: u64) {
+        self.key_prefetch = bytes;
+    }
+
     /// SPEC H5: makes `opened` (an empty file without a lockbox, owned by this user) an
     /// encrypted file: a fresh root key, sealed to the KDS and to the owner, stored at
     /// the MDS. Updates `opened` to match.
@@ -146,11 +186,10 @@ impl Client {
             return Err(self.bad("mds", "the lockbox answer names another file"));
         }
         self.forget_opened_path(path);
-        // The creator knows the root key: it derives the keys it would ask a KDS for
-        // (held as long as the capability lasts, as a grant would be), so writing a new
-        // file costs no key request.
-        let keys = self
-            .wanted_nodes(&shape, None)?
+        // The creator knows the root key: it derives the level-0 keys (held as long as
+        // the capability lasts, as a grant would be), so writing a new file costs no key
+        // request whatever level it would ask a KDS for.
+        let keys = nodes_at(&shape, 0)?
             .into_iter()
             .map(|(level, index)| {
                 let node = Node { level, index };
@@ -200,16 +239,45 @@ impl Client {
             })
     }
 
-    /// What sealing and opening stripes of `opened` (an encrypted file) needs, asking a
-    /// KDS for keys the first time and when the held ones expired.
-    pub(crate) fn stripe_crypt(&mut self, opened: &Opened) -> Result<StripeCrypt> {
+    /// What sealing and opening stripes `stripes` of `opened` (an encrypted file) needs,
+    /// asking a KDS for keys when the held ones do not cover those stripes (of what this
+    /// user may read) or expired; keys fetched are added to those held.
+    pub(crate) fn stripe_crypt(
+        &mut self,
+        opened: &Opened,
+        stripes: std::ops::Range<u32>,
+    ) -> Result<StripeCrypt> {
         let (crypt, lockbox) = lockbox_of(opened)?;
         let file = opened.stat.id;
         let now = local_now();
-        let held = match self.file_keys.get(&file) {
-            Some(h) if h.tree_version == lockbox.tree_version && h.expiry > now + 1000 => h.clone(),
-            _ => {
-                let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox)?;
+        let first = u64::from(stripes.start) * STRIPE_UNIT_BYTES;
+        let end = u64::from(stripes.end.max(stripes.start + 1)) * STRIPE_UNIT_BYTES;
+        let permit = Self::granted_ranges(opened)?;
+        let needed = clip(permit.as_deref(), first, end);
+        let valid = self
+            .file_keys
+            .get(&file)
+            .filter(|h| h.tree_version == lockbox.tree_version && h.expiry > now + 1000)
+            .cloned();
+        let held = match valid {
+            Some(h) if h.covers(&needed) => h,
+            valid if needed.is_empty() => valid.unwrap_or_else(|| HeldKeys {
+                // Nothing here may be read: opening any block names it as not granted.
+                tree_version: lockbox.tree_version,
+                shape: lockbox.shape.clone(),
+                keys: Vec::new(),
+                expiry: now,
+            }),
+            valid => {
+                let nodes = self.wanted_nodes(&lockbox.shape, permit.as_deref(), first, end)?;
+                let fetched = self.fetch_keys(opened, &crypt.lockbox, &lockbox, nodes)?;
+                let held = match valid {
+                    Some(mut h) => {
+                        h.absorb(fetched);
+                        h
+                    }
+                    None => fetched,
+                };
                 self.hold_keys(file, held.clone());
                 held
             }
@@ -219,20 +287,6 @@ impl Client {
             held,
             crypt: crypt.clone(),
         })
-    }
-
-    /// The nodes a key request asks for: with a key-range permit (SPEC H6), those that
-    /// cover its ranges, none above level `key_level`; otherwise the nodes of level
-    /// `key_level` that cover a whole file (every byte up to `FILE_BYTES_MAX`, so a
-    /// writer extending the file needs no new request).
-    fn wanted_nodes(&self, shape: &KhtShape, permit: Option<&[u8]>) -> Result<Vec<(u8, u64)>> {
-        match permit {
-            None => nodes_at(shape, self.key_level),
-            Some(bytes) => {
-                let permit = Unverified::<KeyRanges>::decode(bytes).map_err(local_token)?;
-                range_nodes(shape, &permit.unverified_body().ranges, self.key_level)
-            }
-        }
     }
 
     /// The byte ranges `opened` may be read in by this user: `None` when the whole file
@@ -252,7 +306,7 @@ impl Client {
 }
 
 /// An encrypted file's crypt record (from its open) and its lockbox, decoded.
-fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
+pub(crate) fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
     let crypt = opened
         .stat
         .crypt
@@ -260,288 +314,6 @@ fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
         .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
     let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
     Ok((crypt, lockbox))
-}
-
-/// One file of a key request: its open, its lockbox as the MDS handed it out, and the
-/// key tree nodes wanted.
-type KeyAsk<'a> = (&'a Opened, &'a [u8], Vec<(u8, u64)>);
-
-/// The nodes of `level` (at most the leaf level) covering every byte a file may hold.
-fn nodes_at(shape: &KhtShape, level: u8) -> Result<Vec<(u8, u64)>> {
-    let level = level.min(shape.leaf_level());
-    let first = shape
-        .node_at(level, 0)
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-    let last = shape
-        .node_at(level, maat_proto::limits::FILE_BYTES_MAX - 1)
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-    let n = last.index - first.index + 1;
-    if n > maat_proto::limits::RANGE_GRANT_NODES_MAX as u64 {
-        return Err(ClientError::Local(format!(
-            "key level {level} needs {n} keys per file (at most {}): choose a level nearer the root",
-            maat_proto::limits::RANGE_GRANT_NODES_MAX
-        )));
-    }
-    Ok((first.index..=last.index).map(|i| (level, i)).collect())
-}
-
-/// The nodes covering byte `ranges` (ascending, disjoint), split down to `level` where
-/// the minimal cover holds larger nodes (SPEC H8 for range grants).
-fn range_nodes(shape: &KhtShape, ranges: &[(u64, u64)], level: u8) -> Result<Vec<(u8, u64)>> {
-    let level = level.min(shape.leaf_level());
-    let tree = |e: maat_crypto::CryptoError| ClientError::Local(format!("key tree: {e}"));
-    let mut out = Vec::new();
-    for &(start, end) in ranges {
-        let end = end.min(maat_proto::limits::FILE_BYTES_MAX);
-        if start >= end {
-            continue;
-        }
-        for node in shape.cover(start, end).map_err(tree)? {
-            if node.level >= level {
-                out.push((node.level, node.index));
-                continue;
-            }
-            let (a, b) = shape.bytes_under(node).map_err(tree)?;
-            let first = shape.node_at(level, a).map_err(tree)?.index;
-            let last = shape.node_at(level, b - 1).map_err(tree)?.index;
-            out.extend((first..=last).map(|i| (level, i)));
-            if out.len() > maat_proto::limits::RANGE_GRANT_NODES_MAX {
-                break;
-            }
-        }
-    }
-    if out.len() > maat_proto::limits::RANGE_GRANT_NODES_MAX {
-        return Err(ClientError::Local(format!(
-            "key level {level} needs more than {} keys for the granted ranges: choose a level nearer the root",
-            maat_proto::limits::RANGE_GRANT_NODES_MAX
-        )));
-    }
-    Ok(out)
-}
-
-impl Client {
-    fn fetch_keys(
-        &mut self,
-        opened: &Opened,
-        lockbox_bytes: &[u8],
-        lockbox: &Lockbox,
-    ) -> Result<HeldKeys> {
-        let nodes = self.wanted_nodes(&lockbox.shape, opened.stat.key_ranges.as_deref())?;
-        let mut held = self.key_request(&[(opened, lockbox_bytes, nodes)])?;
-        let held = match held.pop() {
-            Some(Ok(h)) if held.is_empty() => h,
-            Some(Err(e)) => return Err(e),
-            _ => return Err(self.bad("kds", "one grant expected")),
-        };
-        if lockbox.file.0 != opened.stat.id
-            || held.tree_version != lockbox.tree_version
-            || held.shape != lockbox.shape
-        {
-            return Err(self.bad("kds", "the grant is for another file, version or shape"));
-        }
-        Ok(held)
-    }
-
-    /// One key request to a KDS for several files, each with the nodes wanted; one
-    /// answer per file (the keys, checked: sealed to this login and signed by the KDS,
-    /// for that file, or the KDS's refusal).
-    fn key_request(&mut self, files: &[KeyAsk<'_>]) -> Result<Vec<Result<HeldKeys>>> {
-        let map = self.cluster_map()?;
-        let kds_keys = map.kds_keys.ok_or_else(|| {
-            ClientError::Local("this cluster has no KDS: encrypted files cannot be read".into())
-        })?;
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let ticket = session.ticket.clone();
-        let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
-        let mut wanted = Vec::with_capacity(files.len());
-        for (opened, lockbox, nodes) in files {
-            wanted.push(FileKeysRequest {
-                capability: opened.capability.clone(),
-                lockbox: lockbox.to_vec(),
-                trees: self.capability_trees(&opened.capability)?,
-                nodes: nodes.clone(),
-                key_ranges: opened.stat.key_ranges.clone(),
-            });
-        }
-        let first = files.first().map_or(0, |(o, _, _)| o.stat.id);
-        let payload = msg::encode(&KdsRequest::Keys {
-            ticket,
-            files: wanted,
-        })
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-        let grants = self.kds_call(first, &payload)?;
-        if grants.len() != files.len() {
-            return Err(self.bad("kds", "one grant per file expected"));
-        }
-        let kds_key = VerifyingKey::from_bytes(&kds_keys.verifying_key)
-            .map_err(|e| ClientError::Local(format!("KDS key in the cluster map: {e}")))?;
-        let now = UnixMillis(local_now());
-        let token = |e| ClientError::Token {
-            what: "range-key grant",
-            source: e,
-        };
-        Ok(grants
-            .into_iter()
-            .zip(files)
-            .map(|(grant, (opened, _, _))| {
-                let grant =
-                    RangeGrant::decode(&grant.map_err(ClientError::Refused)?).map_err(token)?;
-                let open = grant.open(&sealing, &kds_key, now).map_err(token)?;
-                if open.file.0 != opened.stat.id {
-                    return Err(ClientError::BadAnswer {
-                        address: "kds".into(),
-                        reason: "a grant for another file".into(),
-                    });
-                }
-                Ok(HeldKeys {
-                    tree_version: open.tree_version,
-                    shape: open.shape,
-                    keys: open.keys,
-                    expiry: grant.expiry.0,
-                })
-            })
-            .collect())
-    }
-
-    /// Asks a KDS, in one request, for the keys of several opened encrypted files at tree
-    /// level `level` (each file's nodes of that level up to the largest file size, as
-    /// reads do); keeps nothing. Returns how many keys were granted, each grant checked.
-    /// `maat bench kds` measures the KDS with it.
-    pub fn request_keys_batch(&mut self, files: &[Opened], level: u8) -> Result<usize> {
-        let mut parts = Vec::with_capacity(files.len());
-        for opened in files {
-            let (crypt, lockbox) = lockbox_of(opened)?;
-            parts.push((
-                opened,
-                crypt.lockbox.as_slice(),
-                nodes_at(&lockbox.shape, level)?,
-            ));
-        }
-        let mut keys = 0;
-        for held in self.key_request(&parts)? {
-            keys += held?.keys.len();
-        }
-        Ok(keys)
-    }
-
-    /// The Merkle tree messages a capability's sets need (SPEC M4), from the MDS.
-    fn capability_trees(&mut self, capability: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let Ok(body) =
-            Unverified::<Capability>::decode(capability).map(|c| c.unverified_body().clone())
-        else {
-            return Ok(Vec::new());
-        };
-        let mut trees = Vec::new();
-        if let Principals::UserTree(root) = body.users {
-            trees.push(self.tree(SetKind::Users, root)?);
-        }
-        if let Files::FileTree(root) = body.files {
-            trees.push(self.tree(SetKind::Files, root)?);
-        }
-        Ok(trees)
-    }
-
-    /// Sends a key request to a KDS: the instances in turn from one picked by file (so
-    /// load spreads over them), the next when one cannot be reached. Returns the grants.
-    fn kds_call(
-        &mut self,
-        file: u64,
-        payload: &[u8],
-    ) -> Result<Vec<std::result::Result<Vec<u8>, WireError>>> {
-        let kds = self.cluster_map()?.kds;
-        let n = kds.len();
-        if n == 0 {
-            return Err(ClientError::Local("the cluster map lists no KDS".into()));
-        }
-        let mut last = None;
-        for i in 0..n {
-            let Some(entry) = kds.get((file as usize + i) % n) else {
-                continue;
-            };
-            let address = entry.address.clone();
-            let conn = self
-                .kds_connections
-                .entry(address.clone())
-                .or_insert_with(|| Connection::new(address.clone()));
-            match conn.call(FrameType::Plain, payload) {
-                Ok((FrameType::Plain, answer)) => {
-                    return match decode_answer::<KdsResponse>(&address, &answer)? {
-                        KdsResponse::Grants(grants) => Ok(grants),
-                        _ => Err(self.bad(&address, "unexpected KDS answer")),
-                    };
-                }
-                Ok((_, answer)) => return Err(refusal(&address, &answer)),
-                Err(source) => {
-                    self.kds_connections.remove(&address);
-                    last = Some(ClientError::Net { address, source });
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| ClientError::Local("no KDS reachable".into())))
-    }
-
-    /// Counters of every KDS in the cluster map (`daemon` names it by address; one that
-    /// cannot be reached says so).
-    pub(crate) fn kds_stats(&mut self) -> Result<Vec<DaemonStats>> {
-        let payload =
-            msg::encode(&KdsRequest::Stats).map_err(|e| ClientError::Local(e.to_string()))?;
-        let mut out = Vec::new();
-        for entry in self.cluster_map()?.kds {
-            let address = entry.address.clone();
-            let conn = self
-                .kds_connections
-                .entry(address.clone())
-                .or_insert_with(|| Connection::new(address.clone()));
-            let stats = match conn.call(FrameType::Plain, &payload) {
-                Ok((FrameType::Plain, answer)) => {
-                    match decode_answer::<KdsResponse>(&address, &answer) {
-                        Ok(KdsResponse::Stats(mut s)) => {
-                            s.daemon = format!("kds {address}");
-                            s
-                        }
-                        Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
-                        Err(e) => DaemonStats {
-                            daemon: format!("kds {address} (refused: {e})"),
-                            counters: vec![],
-                        },
-                    }
-                }
-                Ok(_) => return Err(self.bad(&address, "unexpected KDS frame")),
-                Err(e) => {
-                    self.kds_connections.remove(&address);
-                    DaemonStats {
-                        daemon: format!("kds {address} (unreachable: {e})"),
-                        counters: vec![],
-                    }
-                }
-            };
-            out.push(stats);
-        }
-        Ok(out)
-    }
-
-    /// Asks a KDS for `opened`'s range keys now (held ones are not used) and returns how
-    /// many it granted; the keys are kept for the file's next reads and writes.
-    pub fn request_file_keys(&mut self, opened: &Opened) -> Result<usize> {
-        let (crypt, lockbox) = lockbox_of(opened)?;
-        let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox)?;
-        let n = held.keys.len();
-        self.hold_keys(opened.stat.id, held);
-        Ok(n)
-    }
-
-    /// Keeps `held` as `file`'s keys (at most [`FILE_KEYS_CACHED_MAX`] files' at once).
-    fn hold_keys(&mut self, file: u64, held: HeldKeys) {
-        if self.file_keys.len() >= FILE_KEYS_CACHED_MAX {
-            self.file_keys.clear();
-        }
-        self.file_keys.insert(file, held);
-    }
-
-    /// Forgets every held range key (tests and benchmarks measure fetching them).
-    pub fn forget_file_keys(&mut self) {
-        self.file_keys.clear();
-    }
 }
 
 /// Most files whose range keys a client holds at once.

@@ -27,7 +27,9 @@ impl Client {
         stripes: &[(u32, Range<u64>)],
     ) -> Result<Vec<Vec<u8>>> {
         let opened = handle.opened.clone();
-        let crypt = self.stripe_crypt(&opened)?;
+        let first = stripes.iter().map(|s| s.0).min().unwrap_or(0);
+        let last = stripes.iter().map(|s| s.0).max().unwrap_or(0);
+        let crypt = self.stripe_crypt(&opened, first..last + 1)?;
         let full = crypt.full_stripe_sealed();
         let size = handle.size;
         let mut calls = Vec::new();
@@ -162,7 +164,9 @@ impl Client {
             return Ok(());
         }
         let opened = handle.opened.clone();
-        let crypt: StripeCrypt = self.stripe_crypt(&opened)?;
+        let first = handle.pending.keys().next().copied().unwrap_or(0);
+        let last = handle.pending.keys().next_back().copied().unwrap_or(0);
+        let crypt: StripeCrypt = self.stripe_crypt(&opened, first..last + 1)?;
         let generation = new_generation(&mut self.rng);
         let pending = std::mem::take(&mut handle.pending);
         let mut calls = Vec::with_capacity(pending.len());

@@ -410,8 +410,8 @@ impl Client {
         let opened = opened.clone();
         let stripes = stripes_for(size);
         let window = self.stripes_in_flight()?;
-        let crypt = match opened.stat.crypt {
-            Some(_) => Some(self.stripe_crypt(&opened)?),
+        let mut crypt = match opened.stat.crypt {
+            Some(_) => Some(self.stripe_crypt(&opened, 0..window.min(stripes))?),
             None => None,
         };
         let generation = crypt::new_generation(&mut self.rng);
@@ -419,6 +419,11 @@ impl Client {
         let mut stripe = 0u32;
         while stripe < stripes {
             let n = (stripes - stripe).min(window);
+            if crypt.is_some() && stripe > 0 {
+                // Keys for this window (held ones unless the key level is too deep for
+                // one request to cover the file, SPEC H8).
+                crypt = Some(self.stripe_crypt(&opened, stripe..stripe + n)?);
+            }
             let mut calls = Vec::with_capacity(n as usize);
             let mut lens = Vec::with_capacity(n as usize);
             for k in stripe..stripe + n {
@@ -519,7 +524,7 @@ impl Client {
         let known = stripes_for(expected);
         let window = self.stripes_in_flight()?;
         let mut crypt = match opened.stat.crypt {
-            Some(_) => Some(self.stripe_crypt(&opened)?),
+            Some(_) => Some(self.stripe_crypt(&opened, 0..window.min(known))?),
             None => None,
         };
         let full = crypt
@@ -536,6 +541,9 @@ impl Client {
             } else {
                 1
             };
+            if crypt.is_some() && stripe > 0 {
+                crypt = Some(self.stripe_crypt(&opened, stripe..stripe + n)?);
+            }
             let mut calls = Vec::with_capacity(n as usize);
             for k in stripe..stripe + n {
                 let (osd, object) = self.stripe_target(&opened, k)?;
@@ -568,7 +576,7 @@ impl Client {
                             refreshed = true;
                             self.forget_opened_path(path);
                             opened = self.open(path, Access::Read, None)?;
-                            let fresh = self.stripe_crypt(&opened)?;
+                            let fresh = self.stripe_crypt(&opened, k..k + 1)?;
                             let again = self.read_object_sealed(&opened, k, full)?;
                             let plain = fresh.open(k, again, within, 0..STRIPE_UNIT_BYTES)?;
                             crypt = Some(fresh);

@@ -17,6 +17,7 @@ mod files;
 pub use files::{FileHandle, OpenFlags, FILE_IO_BYTES_MAX};
 mod home;
 mod jobs;
+mod kds_keys;
 mod key_grants;
 mod namespace;
 mod sessions;
@@ -201,6 +202,7 @@ pub struct Client {
     kds_connections: HashMap<String, Connection>,
     /// The key tree level key requests ask for (SPEC H8).
     key_level: u8,
+    key_prefetch: u64,
     /// Counters.
     pub stats: ClientStats,
 }
@@ -260,6 +262,7 @@ impl Client {
             file_keys: HashMap::new(),
             kds_connections: HashMap::new(),
             key_level: 0,
+            key_prefetch: 0,
             stats,
         })
     }

@@ -1,0 +1,363 @@
+//! SPEC H4, H8 on the client: which key tree nodes to ask for (a whole file at shallow
+//! levels, the ranges of a key-range permit, or a read's window and what to prefetch at
+//! deep ones), the key requests to the KDS instances (spread by file, failing over), the
+//! checks on their grants, and the range keys held per file.
+
+use super::*;
+use crate::crypt::{lockbox_of, HeldKeys};
+use maat_crypto::kht::KhtShape;
+use maat_proto::capability::{Capability, Files, Principals};
+use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::merkle_msg::SetKind;
+use maat_proto::msg::{FileKeysRequest, KdsRequest, KdsResponse};
+
+impl Client {
+    /// The nodes a key request asks for (SPEC H8) when bytes `first..end` are needed: the
+    /// nodes of level `key_level` that cover a whole file when there are few enough
+    /// (every byte up to `FILE_BYTES_MAX`, so a writer extending the file needs no new
+    /// request), or cover every range of a key-range permit (SPEC H6); otherwise, at
+    /// deeper levels, the nodes covering `first..end` and the next `key_prefetch` bytes
+    /// (of what the permit allows), at most one request's worth.
+    pub(crate) fn wanted_nodes(
+        &self,
+        shape: &KhtShape,
+        permit: Option<&[(u64, u64)]>,
+        first: u64,
+        end: u64,
+    ) -> Result<Vec<(u8, u64)>> {
+        let everything = match permit {
+            None => nodes_at(shape, self.key_level).ok(),
+            Some(ranges) => range_nodes(shape, ranges, self.key_level).ok(),
+        };
+        if let Some(all) = everything {
+            return Ok(all);
+        }
+        let mut nodes = range_nodes(shape, &clip(permit, first, end), self.key_level)?;
+        let until = end
+            .saturating_add(self.key_prefetch)
+            .min(maat_proto::limits::FILE_BYTES_MAX);
+        if until > end {
+            let room = maat_proto::limits::RANGE_GRANT_NODES_MAX - nodes.len();
+            let ahead = clip(permit, end, until);
+            let mut more = range_nodes_upto(shape, &ahead, self.key_level, room)?;
+            nodes.append(&mut more);
+        }
+        Ok(nodes)
+    }
+}
+
+/// One file of a key request: its open, its lockbox as the MDS handed it out, and the
+/// key tree nodes wanted.
+type KeyAsk<'a> = (&'a Opened, &'a [u8], Vec<(u8, u64)>);
+
+/// The nodes of `level` (at most the leaf level) covering every byte a file may hold.
+pub(crate) fn nodes_at(shape: &KhtShape, level: u8) -> Result<Vec<(u8, u64)>> {
+    let level = level.min(shape.leaf_level());
+    let first = shape
+        .node_at(level, 0)
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+    let last = shape
+        .node_at(level, maat_proto::limits::FILE_BYTES_MAX - 1)
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+    let n = last.index - first.index + 1;
+    if n > maat_proto::limits::RANGE_GRANT_NODES_MAX as u64 {
+        return Err(ClientError::Local(format!(
+            "key level {level} needs {n} keys per file (at most {}): choose a level nearer the root",
+            maat_proto::limits::RANGE_GRANT_NODES_MAX
+        )));
+    }
+    Ok((first.index..=last.index).map(|i| (level, i)).collect())
+}
+
+/// The parts of `first..end` inside `ranges` (all of it without ranges).
+pub(crate) fn clip(ranges: Option<&[(u64, u64)]>, first: u64, end: u64) -> Vec<(u64, u64)> {
+    match ranges {
+        None if first < end => vec![(first, end)],
+        None => Vec::new(),
+        Some(ranges) => ranges
+            .iter()
+            .map(|&(a, b)| (a.max(first), b.min(end)))
+            .filter(|(a, b)| a < b)
+            .collect(),
+    }
+}
+
+/// The nodes covering byte `ranges` (ascending, disjoint), split down to `level` where
+/// the minimal cover holds larger nodes (SPEC H8 for range grants); more than one
+/// request may carry is an error.
+fn range_nodes(shape: &KhtShape, ranges: &[(u64, u64)], level: u8) -> Result<Vec<(u8, u64)>> {
+    let out = range_nodes_upto(
+        shape,
+        ranges,
+        level,
+        maat_proto::limits::RANGE_GRANT_NODES_MAX + 1,
+    )?;
+    if out.len() > maat_proto::limits::RANGE_GRANT_NODES_MAX {
+        return Err(ClientError::Local(format!(
+            "key level {level} needs more than {} keys for one read or write: choose a level nearer the root",
+            maat_proto::limits::RANGE_GRANT_NODES_MAX
+        )));
+    }
+    Ok(out)
+}
+
+/// [`range_nodes`], the first `limit` nodes only.
+fn range_nodes_upto(
+    shape: &KhtShape,
+    ranges: &[(u64, u64)],
+    level: u8,
+    limit: usize,
+) -> Result<Vec<(u8, u64)>> {
+    let level = level.min(shape.leaf_level());
+    let tree = |e: maat_crypto::CryptoError| ClientError::Local(format!("key tree: {e}"));
+    let mut out = Vec::new();
+    for &(start, end) in ranges {
+        let end = end.min(maat_proto::limits::FILE_BYTES_MAX);
+        if start >= end {
+            continue;
+        }
+        for node in shape.cover(start, end).map_err(tree)? {
+            if node.level >= level {
+                out.push((node.level, node.index));
+                continue;
+            }
+            let (a, b) = shape.bytes_under(node).map_err(tree)?;
+            let first = shape.node_at(level, a).map_err(tree)?.index;
+            let last = shape.node_at(level, b - 1).map_err(tree)?.index;
+            out.extend((first..=last).map(|i| (level, i)));
+            if out.len() >= limit {
+                out.truncate(limit);
+                return Ok(out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Client {
+    pub(crate) fn fetch_keys(
+        &mut self,
+        opened: &Opened,
+        lockbox_bytes: &[u8],
+        lockbox: &Lockbox,
+        nodes: Vec<(u8, u64)>,
+    ) -> Result<HeldKeys> {
+        let mut held = self.key_request(&[(opened, lockbox_bytes, nodes)])?;
+        let held = match held.pop() {
+            Some(Ok(h)) if held.is_empty() => h,
+            Some(Err(e)) => return Err(e),
+            _ => return Err(self.bad("kds", "one grant expected")),
+        };
+        if lockbox.file.0 != opened.stat.id
+            || held.tree_version != lockbox.tree_version
+            || held.shape != lockbox.shape
+        {
+            return Err(self.bad("kds", "the grant is for another file, version or shape"));
+        }
+        Ok(held)
+    }
+
+    /// One key request to a KDS for several files, each with the nodes wanted; one
+    /// answer per file (the keys, checked: sealed to this login and signed by the KDS,
+    /// for that file, or the KDS's refusal).
+    fn key_request(&mut self, files: &[KeyAsk<'_>]) -> Result<Vec<Result<HeldKeys>>> {
+        let map = self.cluster_map()?;
+        let kds_keys = map.kds_keys.ok_or_else(|| {
+            ClientError::Local("this cluster has no KDS: encrypted files cannot be read".into())
+        })?;
+        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let ticket = session.ticket.clone();
+        let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
+        let mut wanted = Vec::with_capacity(files.len());
+        for (opened, lockbox, nodes) in files {
+            wanted.push(FileKeysRequest {
+                capability: opened.capability.clone(),
+                lockbox: lockbox.to_vec(),
+                trees: self.capability_trees(&opened.capability)?,
+                nodes: nodes.clone(),
+                key_ranges: opened.stat.key_ranges.clone(),
+            });
+        }
+        let first = files.first().map_or(0, |(o, _, _)| o.stat.id);
+        let payload = msg::encode(&KdsRequest::Keys {
+            ticket,
+            files: wanted,
+        })
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+        let grants = self.kds_call(first, &payload)?;
+        if grants.len() != files.len() {
+            return Err(self.bad("kds", "one grant per file expected"));
+        }
+        let kds_key = VerifyingKey::from_bytes(&kds_keys.verifying_key)
+            .map_err(|e| ClientError::Local(format!("KDS key in the cluster map: {e}")))?;
+        let now = UnixMillis(local_now());
+        let token = |e| ClientError::Token {
+            what: "range-key grant",
+            source: e,
+        };
+        Ok(grants
+            .into_iter()
+            .zip(files)
+            .map(|(grant, (opened, _, _))| {
+                let grant =
+                    RangeGrant::decode(&grant.map_err(ClientError::Refused)?).map_err(token)?;
+                let open = grant.open(&sealing, &kds_key, now).map_err(token)?;
+                if open.file.0 != opened.stat.id {
+                    return Err(ClientError::BadAnswer {
+                        address: "kds".into(),
+                        reason: "a grant for another file".into(),
+                    });
+                }
+                Ok(HeldKeys {
+                    tree_version: open.tree_version,
+                    shape: open.shape,
+                    keys: open.keys,
+                    expiry: grant.expiry.0,
+                })
+            })
+            .collect())
+    }
+
+    /// Asks a KDS, in one request, for the keys of several opened encrypted files at tree
+    /// level `level` (each file's nodes of that level up to the largest file size, as
+    /// reads do); keeps nothing. Returns how many keys were granted, each grant checked.
+    /// `maat bench kds` measures the KDS with it.
+    pub fn request_keys_batch(&mut self, files: &[Opened], level: u8) -> Result<usize> {
+        let mut parts = Vec::with_capacity(files.len());
+        for opened in files {
+            let (crypt, lockbox) = lockbox_of(opened)?;
+            parts.push((
+                opened,
+                crypt.lockbox.as_slice(),
+                nodes_at(&lockbox.shape, level)?,
+            ));
+        }
+        let mut keys = 0;
+        for held in self.key_request(&parts)? {
+            keys += held?.keys.len();
+        }
+        Ok(keys)
+    }
+
+    /// The Merkle tree messages a capability's sets need (SPEC M4), from the MDS.
+    fn capability_trees(&mut self, capability: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let Ok(body) =
+            Unverified::<Capability>::decode(capability).map(|c| c.unverified_body().clone())
+        else {
+            return Ok(Vec::new());
+        };
+        let mut trees = Vec::new();
+        if let Principals::UserTree(root) = body.users {
+            trees.push(self.tree(SetKind::Users, root)?);
+        }
+        if let Files::FileTree(root) = body.files {
+            trees.push(self.tree(SetKind::Files, root)?);
+        }
+        Ok(trees)
+    }
+
+    /// Sends a key request to a KDS: the instances in turn from one picked by file (so
+    /// load spreads over them), the next when one cannot be reached. Returns the grants.
+    fn kds_call(
+        &mut self,
+        file: u64,
+        payload: &[u8],
+    ) -> Result<Vec<std::result::Result<Vec<u8>, WireError>>> {
+        let kds = self.cluster_map()?.kds;
+        let n = kds.len();
+        if n == 0 {
+            return Err(ClientError::Local("the cluster map lists no KDS".into()));
+        }
+        let mut last = None;
+        for i in 0..n {
+            let Some(entry) = kds.get((file as usize + i) % n) else {
+                continue;
+            };
+            let address = entry.address.clone();
+            let conn = self
+                .kds_connections
+                .entry(address.clone())
+                .or_insert_with(|| Connection::new(address.clone()));
+            match conn.call(FrameType::Plain, payload) {
+                Ok((FrameType::Plain, answer)) => {
+                    return match decode_answer::<KdsResponse>(&address, &answer)? {
+                        KdsResponse::Grants(grants) => Ok(grants),
+                        _ => Err(self.bad(&address, "unexpected KDS answer")),
+                    };
+                }
+                Ok((_, answer)) => return Err(refusal(&address, &answer)),
+                Err(source) => {
+                    self.kds_connections.remove(&address);
+                    last = Some(ClientError::Net { address, source });
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::Local("no KDS reachable".into())))
+    }
+
+    /// Counters of every KDS in the cluster map (`daemon` names it by address; one that
+    /// cannot be reached says so).
+    pub(crate) fn kds_stats(&mut self) -> Result<Vec<DaemonStats>> {
+        let payload =
+            msg::encode(&KdsRequest::Stats).map_err(|e| ClientError::Local(e.to_string()))?;
+        let mut out = Vec::new();
+        for entry in self.cluster_map()?.kds {
+            let address = entry.address.clone();
+            let conn = self
+                .kds_connections
+                .entry(address.clone())
+                .or_insert_with(|| Connection::new(address.clone()));
+            let stats = match conn.call(FrameType::Plain, &payload) {
+                Ok((FrameType::Plain, answer)) => {
+                    match decode_answer::<KdsResponse>(&address, &answer) {
+                        Ok(KdsResponse::Stats(mut s)) => {
+                            s.daemon = format!("kds {address}");
+                            s
+                        }
+                        Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
+                        Err(e) => DaemonStats {
+                            daemon: format!("kds {address} (refused: {e})"),
+                            counters: vec![],
+                        },
+                    }
+                }
+                Ok(_) => return Err(self.bad(&address, "unexpected KDS frame")),
+                Err(e) => {
+                    self.kds_connections.remove(&address);
+                    DaemonStats {
+                        daemon: format!("kds {address} (unreachable: {e})"),
+                        counters: vec![],
+                    }
+                }
+            };
+            out.push(stats);
+        }
+        Ok(out)
+    }
+
+    /// Asks a KDS for `opened`'s range keys now (held ones are not used) and returns how
+    /// many it granted; the keys are kept for the file's next reads and writes.
+    pub fn request_file_keys(&mut self, opened: &Opened) -> Result<usize> {
+        let (crypt, lockbox) = lockbox_of(opened)?;
+        let permit = Self::granted_ranges(opened)?;
+        let size = opened.stat.size.max(1);
+        let nodes = self.wanted_nodes(&lockbox.shape, permit.as_deref(), 0, size)?;
+        let held = self.fetch_keys(opened, &crypt.lockbox, &lockbox, nodes)?;
+        let n = held.keys.len();
+        self.hold_keys(opened.stat.id, held);
+        Ok(n)
+    }
+
+    /// Keeps `held` as `file`'s keys (at most [`FILE_KEYS_CACHED_MAX`] files' at once).
+    pub(crate) fn hold_keys(&mut self, file: u64, held: HeldKeys) {
+        if self.file_keys.len() >= FILE_KEYS_CACHED_MAX {
+            self.file_keys.clear();
+        }
+        self.file_keys.insert(file, held);
+    }
+
+    /// Forgets every held range key (tests and benchmarks measure fetching them).
+    pub fn forget_file_keys(&mut self) {
+        self.file_keys.clear();
+    }
+}
