@@ -1,6 +1,7 @@
 //! The E9 benchmarks run end to end on small settings, and their exact counts are right:
 //! `maat bench kds` grants as many keys per request as the tree level asked for holds
-//! (checked by the client), and `maat bench objects` reads back encrypted objects.
+//! (checked by the client), `maat bench objects` reads back encrypted objects, and
+//! `maat bench crypt-io` counts the KDS requests and keys of each way of reading.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -75,4 +76,35 @@ fn bench_objects_reads_back_encrypted_objects() {
     assert!(j["encrypted_objects"].as_u64().unwrap() > 0);
     assert!(j["encrypted_read_mb_s"].as_f64().unwrap() > 0.0);
     assert!(j["cmdrsp_objects"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn bench_crypt_io_counts_kds_requests_and_keys_per_read() {
+    let j = bench_json(&[
+        "crypt-io",
+        "--size-mib",
+        "8",
+        "--rounds",
+        "1",
+        "--prefetch-mib",
+        "4",
+    ]);
+    // The writer holds its keys; an aggregated reader asks once for one key; leaf keys
+    // come per read window (4 OSDs: 8 stripes, 4 MiB, in flight, so 2 windows and 64
+    // keys each) or, prefetching 4 MiB past the first window, in one request of 128.
+    for (mode, requests, keys) in [
+        ("aead", 0, 0),
+        ("aggregated", 1, 1),
+        ("leaf", 2, 128),
+        ("leaf_prefetch", 1, 128),
+    ] {
+        assert_eq!(
+            j[format!("kds_requests_{mode}")].as_u64(),
+            Some(requests),
+            "{mode}"
+        );
+        assert_eq!(j[format!("kds_keys_{mode}")].as_u64(), Some(keys), "{mode}");
+        assert!(j[format!("read_{mode}_mb_s")].as_f64().unwrap() > 0.0);
+    }
+    assert!(j["write_mb_s"].as_f64().unwrap() > 0.0);
 }

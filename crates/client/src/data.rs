@@ -541,7 +541,7 @@ impl Client {
             } else {
                 1
             };
-            if crypt.is_some() && stripe > 0 {
+            if crypt.is_some() && stripe > 0 && stripe < known {
                 crypt = Some(self.stripe_crypt(&opened, stripe..stripe + n)?);
             }
             let mut calls = Vec::with_capacity(n as usize);
@@ -566,6 +566,10 @@ impl Client {
                     }
                     Err(e) => return Err(e),
                 };
+                if crypt.is_some() && k >= known {
+                    // A stripe past the size read at open (the file grew): its keys.
+                    crypt = Some(self.stripe_crypt(&opened, k..k + 1)?);
+                }
                 if let Some(c) = &crypt {
                     let within = expected.saturating_sub(u64::from(k) * STRIPE_UNIT_BYTES);
                     data = match c.open(k, data, within, 0..STRIPE_UNIT_BYTES) {

@@ -3,6 +3,7 @@
 //! measured side by side in the same run.
 
 mod crowd;
+mod crypt_io;
 mod delegation;
 mod grouping;
 mod ior;
@@ -187,6 +188,29 @@ pub enum BenchCommand {
         /// file, each for 2 GiB).
         #[arg(long, default_value_t = 4)]
         batch_level: u8,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// E9 (paper 004 Fig. 7): sequential write and read of one large encrypted file; the
+    /// read with the writer's keys (AEAD only), with one aggregated level-0 key from the
+    /// KDS, with leaf keys asked per read window, and with leaf keys prefetched. KDS
+    /// requests and keys per read are counted. JSON keys `write_mb_s`,
+    /// `read_<aead|aggregated|leaf|leaf_prefetch>_mb_s`, `read_<mode>_over_aead`,
+    /// `kds_requests_<mode>`, `kds_keys_<mode>`.
+    CryptIo {
+        /// File size, MiB.
+        #[arg(long, default_value_t = 256)]
+        size_mib: u64,
+        /// Rounds (reads in alternating order); figures are over all rounds.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// What `leaf_prefetch` asks for past each read window, MiB.
+        #[arg(long, default_value_t = 64)]
+        prefetch_mib: u64,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -509,6 +533,13 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         ),
+        BenchCommand::CryptIo {
+            size_mib,
+            rounds,
+            prefetch_mib,
+            data,
+            json,
+        } => crypt_io::run_crypt_io(size_mib, rounds, prefetch_mib, data, json),
         BenchCommand::LoginFlood {
             messages,
             flooders,
