@@ -11,23 +11,11 @@
 )]
 
 mod common;
-use common::{code, Cluster};
+use common::{code, content, Cluster};
 use maat_client::{Client, ClientError};
 use maat_proto::msg::{Access, ErrorCode};
 use maat_proto::protection::Protection;
 use std::path::{Path, PathBuf};
-
-fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn put(c: &mut Client, path: &str, data: &[u8], encrypt: Option<bool>) {
     c.put_with(

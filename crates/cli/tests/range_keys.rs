@@ -11,25 +11,13 @@
 )]
 
 mod common;
-use common::{code, Cluster};
+use common::{code, content, Cluster};
 use maat_client::{Client, ClientError, OpenFlags};
 use maat_proto::encrypted::{self, LeafKeys, StripeContext};
 use maat_proto::msg::{Access, ErrorCode, STRIPE_UNIT_BYTES};
 use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
-
-fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn put(c: &mut Client, path: &str, data: &[u8]) {
     c.put_with(&mut &data[..], data.len() as u64, path, None, &mut |_| {})
@@ -198,6 +186,24 @@ fn a_user_granted_the_first_mib_reads_it_and_decrypts_nothing_else() {
     // The sound request is granted (the refusals above were for what they changed).
     assert!(bob.request_file_keys(&opened).unwrap() >= 1);
     assert_eq!(read(&mut carol, f, MIB, MIB).unwrap(), data[MIB as usize..]);
+
+    // A capability of another kind gets no keys: with the file writable by others, Bob's
+    // write open hands him a write-only capability, which the KDS refuses outright (it
+    // would otherwise name the whole file); his range still reads.
+    alice.chmod(f, 0o602).unwrap();
+    let write_only = bob.open(f, Access::ReadWrite, None).unwrap();
+    assert!(write_only.stat.key_ranges.is_none());
+    assert_eq!(
+        code(bob.request_file_keys(&write_only)),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(read(&mut bob, f, 0, 10).unwrap(), data[..10]);
+    alice.chmod(f, 0o600).unwrap();
+
+    // An administrator's revocation of Bob (SPEC M9) stops his range opens too.
+    let mut admin = cluster.admin_client();
+    admin.revoke(&users(&["bob"]), &[]).unwrap();
+    assert_eq!(code(bob.open_file(f, OpenFlags::READ)), ErrorCode::Revoked);
 
     // The owner lists and withdraws; Bob's next open is refused, Carol's still works.
     let list = alice.keys_list(f).unwrap();

@@ -42,12 +42,23 @@ impl HeldKeys {
     }
 
     /// Adds `more`'s keys (same file and version), in offset order; valid while both are.
+    /// Past [`HELD_KEYS_PER_FILE_MAX`] keys the older ones are dropped (a long read at a
+    /// deep level keeps its window's keys, not the whole file's).
     fn absorb(&mut self, more: HeldKeys) {
-        for k in more.keys {
-            if !self.keys.iter().any(|h| h.node == k.node) {
-                self.keys.push(k);
-            }
+        if self.keys.len() + more.keys.len() > HELD_KEYS_PER_FILE_MAX {
+            *self = more;
+            return;
         }
+        let have: std::collections::HashSet<(u8, u64)> = self
+            .keys
+            .iter()
+            .map(|k| (k.node.level, k.node.index))
+            .collect();
+        self.keys.extend(
+            more.keys
+                .into_iter()
+                .filter(|k| !have.contains(&(k.node.level, k.node.index))),
+        );
         let shape = &self.shape;
         self.keys
             .sort_by_key(|k| shape.bytes_under(k.node).map_or(u64::MAX, |(a, _)| a));
@@ -315,6 +326,9 @@ pub(crate) fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
     let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
     Ok((crypt, lockbox))
 }
+
+/// Most range keys held for one file (two requests' worth).
+pub const HELD_KEYS_PER_FILE_MAX: usize = 2 * maat_proto::limits::RANGE_GRANT_NODES_MAX;
 
 /// Most files whose range keys a client holds at once.
 pub const FILE_KEYS_CACHED_MAX: usize = 4096;

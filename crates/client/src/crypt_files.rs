@@ -164,13 +164,29 @@ impl Client {
             return Ok(());
         }
         let opened = handle.opened.clone();
-        let first = handle.pending.keys().next().copied().unwrap_or(0);
-        let last = handle.pending.keys().next_back().copied().unwrap_or(0);
-        let crypt: StripeCrypt = self.stripe_crypt(&opened, first..last + 1)?;
         let generation = new_generation(&mut self.rng);
         let pending = std::mem::take(&mut handle.pending);
         let mut calls = Vec::with_capacity(pending.len());
+        let mut crypt: Option<(std::ops::Range<u32>, StripeCrypt)> = None;
         for (stripe, plain) in &pending {
+            // Keys per run of adjacent stripes (stripes far apart need no keys between).
+            if crypt.as_ref().is_none_or(|(run, _)| !run.contains(stripe)) {
+                let mut end = *stripe + 1;
+                while pending.contains_key(&end) {
+                    end += 1;
+                }
+                let run = *stripe..end;
+                match self.stripe_crypt(&opened, run.clone()) {
+                    Ok(c) => crypt = Some((run, c)),
+                    Err(e) => {
+                        handle.pending = pending;
+                        return Err(e);
+                    }
+                }
+            }
+            let Some((_, crypt)) = &crypt else {
+                return Err(ClientError::Local("no keys for a pending stripe".into()));
+            };
             let sealed = crypt.seal(*stripe, generation, plain, &mut self.rng)?;
             let (osd, object) = self.stripe_target(&opened, *stripe)?;
             calls.push((

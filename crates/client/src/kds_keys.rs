@@ -117,6 +117,9 @@ fn range_nodes_upto(
             continue;
         }
         for node in shape.cover(start, end).map_err(tree)? {
+            if out.len() >= limit {
+                return Ok(out);
+            }
             if node.level >= level {
                 out.push((node.level, node.index));
                 continue;
@@ -124,11 +127,11 @@ fn range_nodes_upto(
             let (a, b) = shape.bytes_under(node).map_err(tree)?;
             let first = shape.node_at(level, a).map_err(tree)?.index;
             let last = shape.node_at(level, b - 1).map_err(tree)?.index;
+            // Never more than the room left (a permit over a whole file at the leaf
+            // level would otherwise list millions of nodes before the cut).
+            let room = (limit - out.len()) as u64;
+            let last = last.min(first.saturating_add(room - 1));
             out.extend((first..=last).map(|i| (level, i)));
-            if out.len() >= limit {
-                out.truncate(limit);
-                return Ok(out);
-            }
         }
     }
     Ok(out)

@@ -7,8 +7,8 @@
 //!
 //! 1. the ticket is the MDS's and current (it names the user and the X25519 key the keys
 //!    are sealed to, so only the ticket's holder can open the answer);
-//! 2. the capability is the MDS's and current, and names the ticket's user (explicitly or
-//!    in a Merkle set the client supplies, SPEC M4);
+//! 2. the capability is the MDS's and current, grants reading, and names the ticket's
+//!    user (explicitly or in a Merkle set the client supplies, SPEC M4);
 //! 3. the lockbox opens with the KDS's key and names a file the capability names (the
 //!    file id is the lockbox's sealed additional data, so a box cannot be moved);
 //! 4. every node asked for lies inside the tree, and, when the capability carries the
@@ -34,7 +34,7 @@ use maat_proto::msg::{
     self, DaemonStats, ErrorCode, FileKeysRequest, KdsKeys, KdsRequest, KdsResponse, WireError,
     KDS_FILES_PER_REQUEST_MAX,
 };
-use maat_proto::signed::{self, Unverified};
+use maat_proto::signed::{self, SignedBody, Timed, Unverified};
 use maat_proto::ticket::LoginTicket;
 use maat_proto::{FileId, UnixMillis};
 use std::collections::HashMap;
@@ -196,58 +196,58 @@ impl Kds {
             .collect())
     }
 
-    fn ticket(&self, bytes: &[u8], now: UnixMillis) -> Result<LoginTicket, WireError> {
+    /// A signed, timed MDS token from its bytes: from `cache` when the same bytes were
+    /// verified before (the signature was checked; the window is checked now), else
+    /// verified now and cached.
+    fn verified<T: SignedBody + Timed + Clone>(
+        &self,
+        bytes: &[u8],
+        now: UnixMillis,
+        cache: fn(&mut Caches) -> &mut HashMap<Digest, T>,
+        hits: &AtomicU64,
+    ) -> Result<T, WireError> {
         let digest = hash::blake3(&[bytes]);
-        if let Some(hit) = self.caches().tickets.get(&digest).cloned() {
+        if let Some(hit) = cache(&mut self.caches()).get(&digest).cloned() {
             signed::check_validity(&hit, now)?;
-            self.stats.ticket_cache_hits.fetch_add(1, Ordering::Relaxed);
+            hits.fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
         }
-        let ticket = Unverified::<LoginTicket>::decode(bytes)?
+        let body = Unverified::<T>::decode(bytes)?
             .verify(&self.mds_key, now)?
             .body()
             .clone();
         let mut caches = self.caches();
-        bounded(&mut caches.tickets, |t| t.expiry <= now);
-        caches.tickets.insert(digest, ticket.clone());
-        Ok(ticket)
+        let map = cache(&mut caches);
+        bounded(map, |t| t.expiry() <= now);
+        map.insert(digest, body.clone());
+        Ok(body)
+    }
+
+    fn ticket(&self, bytes: &[u8], now: UnixMillis) -> Result<LoginTicket, WireError> {
+        self.verified(
+            bytes,
+            now,
+            |c| &mut c.tickets,
+            &self.stats.ticket_cache_hits,
+        )
     }
 
     fn capability(&self, bytes: &[u8], now: UnixMillis) -> Result<Capability, WireError> {
-        let digest = hash::blake3(&[bytes]);
-        if let Some(hit) = self.caches().capabilities.get(&digest).cloned() {
-            // Cached: the signature was checked; the window is checked now.
-            signed::check_validity(&hit, now)?;
-            self.stats
-                .capability_cache_hits
-                .fetch_add(1, Ordering::Relaxed);
-            return Ok(hit);
-        }
-        let capability = Unverified::<Capability>::decode(bytes)?
-            .verify(&self.mds_key, now)?
-            .body()
-            .clone();
-        let mut caches = self.caches();
-        bounded(&mut caches.capabilities, |c| c.expiry <= now);
-        caches.capabilities.insert(digest, capability.clone());
-        Ok(capability)
+        self.verified(
+            bytes,
+            now,
+            |c| &mut c.capabilities,
+            &self.stats.capability_cache_hits,
+        )
     }
 
     fn permit(&self, bytes: &[u8], now: UnixMillis) -> Result<KeyRanges, WireError> {
-        let digest = hash::blake3(&[bytes]);
-        if let Some(hit) = self.caches().permits.get(&digest).cloned() {
-            signed::check_validity(&hit, now)?;
-            self.stats.permit_cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(hit);
-        }
-        let permit = Unverified::<KeyRanges>::decode(bytes)?
-            .verify(&self.mds_key, now)?
-            .body()
-            .clone();
-        let mut caches = self.caches();
-        bounded(&mut caches.permits, |p| p.expiry <= now);
-        caches.permits.insert(digest, permit.clone());
-        Ok(permit)
+        self.verified(
+            bytes,
+            now,
+            |c| &mut c.permits,
+            &self.stats.permit_cache_hits,
+        )
     }
 
     /// SPEC H6: under a capability with the range-keys bit, the permit sent with it,
@@ -352,6 +352,15 @@ impl Kds {
             ));
         }
         let capability = self.capability(&request.capability, now)?;
+        // Keys decrypt what the holder reads: a write-only capability (a write-only
+        // open, or the one the MDS hands a remover) gets none, so that a user granted
+        // some ranges cannot get the rest with a capability of another kind.
+        if !capability.mode.allows(Mode::READ) {
+            return Err(refuse(
+                ErrorCode::PermissionDenied,
+                "keys are granted only under a read capability",
+            ));
+        }
         let users = match &capability.users {
             Principals::UserTree(root) => Some(self.tree(SetKind::Users, root, &request.trees)?),
             Principals::ComputationKey(_) => {

@@ -140,6 +140,18 @@ impl<S: MetaStore> crate::Mds<S> {
         if slices != ranges.is_empty() {
             return Err(invalid(path, "grant either byte ranges or slices"));
         }
+        if ranges.len() > KEY_RANGES_MAX {
+            return Err(MdsError::refused(
+                ErrorCode::TooLarge,
+                format!("at most {KEY_RANGES_MAX} ranges per grant"),
+            ));
+        }
+        let mut distinct = uids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != uids.len() {
+            return Err(invalid(path, "a user is named twice"));
+        }
         for &(start, end) in ranges {
             if start >= end || end > maat_proto::limits::FILE_BYTES_MAX {
                 return Err(invalid(
@@ -271,6 +283,12 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
+        if self.user_revoked(who.uid, now)? {
+            return Err(MdsError::refused(
+                ErrorCode::Revoked,
+                "this user's capabilities are revoked for now (maat admin revoke)",
+            ));
+        }
         let ranges = granted_ranges(inode, who.uid, path)?;
         if ranges.is_empty() {
             return Err(MdsError::refused(

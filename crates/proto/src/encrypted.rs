@@ -214,11 +214,23 @@ impl<'a> LeafKeys<'a> {
             }
         }
         let offset = block.checked_mul(self.leaf_bytes())?;
-        let from = self.granted.iter().find(|k| {
+        let holds = |k: &&RangeKey| {
             self.shape
                 .bytes_under(k.node)
                 .is_ok_and(|(a, b)| a <= offset && offset < b)
-        })?;
+        };
+        // Granted keys come in offset order: the last one starting at or before the block
+        // holds it, unless keys of several levels are mixed (then a scan finds it).
+        let at = self.granted.partition_point(|k| {
+            self.shape
+                .bytes_under(k.node)
+                .is_ok_and(|(a, _)| a <= offset)
+        });
+        let from = at
+            .checked_sub(1)
+            .and_then(|i| self.granted.get(i))
+            .filter(holds)
+            .or_else(|| self.granted.iter().find(holds))?;
         // Remember the deepest node that holds a whole stripe (or the granted node when
         // it is smaller), so the other blocks of the stripe cost a few steps each.
         let stripe_log2 = STRIPE_UNIT_BYTES.trailing_zeros();

@@ -17,6 +17,19 @@ use std::time::Duration;
 pub const MAAT: &str = env!("CARGO_BIN_EXE_maat");
 
 /// The refusal code of a result that must be a refusal.
+/// `len` bytes of a deterministic, incompressible-looking stream (xorshift from `seed`).
+pub fn content(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 pub fn code<T>(r: Result<T, maat_client::ClientError>) -> maat_proto::msg::ErrorCode {
     match r {
         Err(maat_client::ClientError::Refused(e)) => e.code,

@@ -13,7 +13,7 @@ pub const KDS_FILES_PER_REQUEST_MAX: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileKeysRequest {
     /// The MDS-signed capability the client got when it opened the file (it must name the
-    /// ticket's user and the lockbox's file; any mode).
+    /// ticket's user and the lockbox's file, and grant reading).
     #[serde(with = "serde_bytes")]
     pub capability: Vec<u8>,
     /// The file's lockbox as the MDS handed it out.
