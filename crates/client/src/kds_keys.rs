@@ -298,13 +298,14 @@ impl Client {
         Err(last.unwrap_or_else(|| ClientError::Local("no KDS reachable".into())))
     }
 
-    /// Counters of every KDS in the cluster map (`daemon` names it by address; one that
-    /// cannot be reached says so).
+    /// Counters of every KDS in the cluster map (`daemon` is `kds N`, N its place in the
+    /// map from 1; one that cannot be reached says so, with its address).
     pub(crate) fn kds_stats(&mut self) -> Result<Vec<DaemonStats>> {
         let payload =
             msg::encode(&KdsRequest::Stats).map_err(|e| ClientError::Local(e.to_string()))?;
         let mut out = Vec::new();
-        for entry in self.cluster_map()?.kds {
+        for (i, entry) in self.cluster_map()?.kds.into_iter().enumerate() {
+            let name = format!("kds {}", i + 1);
             let address = entry.address.clone();
             let conn = self
                 .kds_connections
@@ -314,12 +315,12 @@ impl Client {
                 Ok((FrameType::Plain, answer)) => {
                     match decode_answer::<KdsResponse>(&address, &answer) {
                         Ok(KdsResponse::Stats(mut s)) => {
-                            s.daemon = format!("kds {address}");
+                            s.daemon = name;
                             s
                         }
                         Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
                         Err(e) => DaemonStats {
-                            daemon: format!("kds {address} (refused: {e})"),
+                            daemon: format!("{name} at {address} (refused: {e})"),
                             counters: vec![],
                         },
                     }
@@ -328,7 +329,7 @@ impl Client {
                 Err(e) => {
                     self.kds_connections.remove(&address);
                     DaemonStats {
-                        daemon: format!("kds {address} (unreachable: {e})"),
+                        daemon: format!("{name} at {address} (unreachable: {e})"),
                         counters: vec![],
                     }
                 }
