@@ -8,7 +8,7 @@ use crate::crypt::{new_generation, StripeCrypt};
 use crate::files::{pieces, FileHandle};
 use crate::{Client, ClientError, Result};
 use maat_proto::msg::STRIPE_UNIT_BYTES;
-use maat_proto::msg::{ErrorCode, OsdCommand, OsdRequest, OsdResponse};
+use maat_proto::msg::{ErrorCode, OsdResponse};
 use std::ops::Range;
 
 /// Most stripes a handle of an encrypted file keeps unsent (4 MiB of plaintext).
@@ -189,18 +189,7 @@ impl Client {
             };
             let sealed = crypt.seal(*stripe, generation, plain, &mut self.rng)?;
             let (osd, object) = self.stripe_target(&opened, *stripe)?;
-            calls.push((
-                osd,
-                OsdRequest {
-                    capability: opened.capability.clone(),
-                    command: OsdCommand::Write {
-                        object,
-                        offset: 0,
-                        data: sealed,
-                        replace: true,
-                    },
-                },
-            ));
+            calls.push((osd, crate::data::write_request(&opened, object, sealed)));
         }
         let answers = self.windowed(&opened, calls);
         let failed = match answers {

@@ -648,7 +648,7 @@ struct Lane {
     answers: Vec<(usize, Result<OsdResponse>)>,
 }
 
-fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest {
+pub(crate) fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest {
     OsdRequest {
         capability: opened.capability.clone(),
         command: OsdCommand::Write {

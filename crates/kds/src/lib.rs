@@ -447,7 +447,7 @@ impl Kds {
     /// Counters for `maat stats` and metrics.
     pub fn stats(&self) -> DaemonStats {
         let s = &self.stats;
-        let mut counters: Vec<(String, u64)> = [
+        let mut counters = DaemonStats::load(&[
             ("requests", &s.requests),
             ("refusals", &s.refusals),
             ("grants", &s.grants),
@@ -456,17 +456,8 @@ impl Kds {
             ("capability_cache_hits", &s.capability_cache_hits),
             ("permit_cache_hits", &s.permit_cache_hits),
             ("lockbox_cache_hits", &s.lockbox_cache_hits),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
-        .collect();
-        counters.extend(
-            self.counters
-                .snapshot()
-                .fields()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v)),
-        );
+        ]);
+        counters.extend(DaemonStats::operations(&self.counters));
         counters.extend(s.refused_by_reason.counters());
         DaemonStats {
             daemon: "kds".into(),

@@ -91,7 +91,9 @@ pub(crate) fn has_grant(inode: &Inode, uid: u64) -> bool {
 }
 
 impl<S: MetaStore> crate::Mds<S> {
-    fn grantable(&self, who: &Principal, path: &str) -> Result<Inode> {
+    /// The file at `path` if `who` manages its grants (its owner or the administrator)
+    /// and it is encrypted, and its leaf size.
+    fn grantable(&self, who: &Principal, path: &str) -> Result<(Inode, u64)> {
         let inode = self.resolve(who, path)?;
         if inode.is_dir {
             return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
@@ -102,8 +104,8 @@ impl<S: MetaStore> crate::Mds<S> {
                 format!("{path}: only its owner manages its range grants"),
             ));
         }
-        leaf_bytes(&inode, path)?;
-        Ok(inode)
+        let leaf = leaf_bytes(&inode, path)?;
+        Ok((inode, leaf))
     }
 
     fn uids(&self, users: &[String]) -> Result<Vec<u64>> {
@@ -134,8 +136,7 @@ impl<S: MetaStore> crate::Mds<S> {
         slices: bool,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
-        let mut inode = self.grantable(who, path)?;
-        let leaf = leaf_bytes(&inode, path)?;
+        let (mut inode, leaf) = self.grantable(who, path)?;
         let uids = self.uids(users)?;
         if slices != ranges.is_empty() {
             return Err(invalid(path, "grant either byte ranges or slices"));
@@ -213,7 +214,7 @@ impl<S: MetaStore> crate::Mds<S> {
         users: &[String],
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
-        let mut inode = self.grantable(who, path)?;
+        let (mut inode, _) = self.grantable(who, path)?;
         let uids = self.uids(users)?;
         inode.key_grants.retain(|g| match g {
             KeyGrant::Ranges { user, .. } => !uids.contains(user),
@@ -239,7 +240,7 @@ impl<S: MetaStore> crate::Mds<S> {
 
     /// `KeysList`: the file's grants, one entry per user.
     pub(crate) fn keys_list(&self, who: &Principal, path: &str) -> Result<MdsResponse> {
-        let inode = self.grantable(who, path)?;
+        let (inode, _) = self.grantable(who, path)?;
         let name = |uid: u64| -> Result<String> {
             Ok(self
                 .store

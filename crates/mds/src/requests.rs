@@ -373,13 +373,7 @@ impl<S: MetaStore> Mds<S> {
         ];
         counters.extend(self.issuer.stats.counters());
         counters.extend(self.issuer.renewals.counters());
-        counters.extend(
-            self.counters
-                .snapshot()
-                .fields()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v)),
-        );
+        counters.extend(DaemonStats::operations(&self.counters));
         counters.extend(self.stats.refused_by_reason.counters());
         DaemonStats {
             daemon: "mds".into(),

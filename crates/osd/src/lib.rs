@@ -563,7 +563,7 @@ impl OsdCore {
     /// Counters for `maat stats`.
     pub fn stats(&self) -> DaemonStats {
         let s = &self.stats;
-        let mut counters: Vec<(String, u64)> = [
+        let mut counters = DaemonStats::load(&[
             ("requests", &s.requests),
             ("refusals", &s.refusals),
             ("sessions_accepted", &s.sessions_accepted),
@@ -577,21 +577,12 @@ impl OsdCore {
             ("revocations_applied", &s.revocations_applied),
             ("bytes_read", &s.bytes_read),
             ("bytes_written", &s.bytes_written),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
-        .collect();
+        ]);
         counters.push(("trees_cached".into(), self.trees.len() as u64));
         counters.push(("capabilities_renewed".into(), self.renewed.len() as u64));
         counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
         counters.push(("job_keys".into(), self.delegations.keys() as u64));
-        counters.extend(
-            self.counters
-                .snapshot()
-                .fields()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v)),
-        );
+        counters.extend(DaemonStats::operations(&self.counters));
         counters.extend(self.stats.refused_by_reason.counters());
         DaemonStats {
             daemon: format!("osd {}", self.id),

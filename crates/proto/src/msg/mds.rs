@@ -651,6 +651,26 @@ pub struct DaemonStats {
     pub counters: Vec<(String, u64)>,
 }
 
+impl DaemonStats {
+    /// `(name, value)` pairs of named atomic counters, read now.
+    pub fn load(table: &[(&str, &std::sync::atomic::AtomicU64)]) -> Vec<(String, u64)> {
+        table
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.load(std::sync::atomic::Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// `(name, value)` pairs of a daemon's cryptographic operation counts.
+    pub fn operations(counters: &maat_crypto::Counters) -> Vec<(String, u64)> {
+        counters
+            .snapshot()
+            .fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+}
+
 /// Answers to [`MdsRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MdsResponse {
