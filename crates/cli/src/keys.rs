@@ -1,9 +1,10 @@
-//! `maat keys …`: range grants on encrypted files (SPEC H6) from the command line, and the
-//! byte-range syntax `maat cat --range` shares with them.
+//! `maat keys …`: range grants on encrypted files (SPEC H6) and their revocation by a new
+//! key tree (SPEC H7) from the command line, and the byte-range syntax `maat cat
+//! --range` shares with them.
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
@@ -30,14 +31,29 @@ pub enum KeysCommand {
     },
     /// Withdraw every range grant of users on a file you own. New opens are refused at
     /// once; what they opened before stays readable until its capability expires (the
-    /// capability lifetime, 5 minutes by default). Re-encrypting the revoked ranges
-    /// (`rekey`) is not built yet.
+    /// capability lifetime, 5 minutes by default). Keys they already fetched still
+    /// open the file's objects until `maat keys rekey` re-encrypts them.
     Revoke {
         /// Path in Maat.
         path: String,
         /// User names, comma-separated or repeated.
         #[arg(long, required = true, value_delimiter = ',')]
         from: Vec<String>,
+    },
+    /// Give an encrypted file you own a new key tree and re-encrypt it under it, so that
+    /// no key of the old tree (one a revoked user took away, say) decrypts anything the
+    /// file holds. The file stays readable and writable throughout: each stripe is
+    /// rewritten and recorded in turn, and readers use the old tree for stripes not yet
+    /// rewritten. Interrupted, it resumes where it stopped when run again (unless
+    /// --new-tree). Avoid writing the file while it runs (a stripe written at the same
+    /// moment races as with two writers).
+    Rekey {
+        /// Path in Maat (an encrypted file).
+        path: String,
+        /// Make a new tree even if a rekey before this one was interrupted (by default
+        /// it carries on with that rekey's tree).
+        #[arg(long)]
+        new_tree: bool,
     },
     /// The range grants on a file you own.
     List {
@@ -96,6 +112,43 @@ pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
             }
         }
         KeysCommand::Revoke { path, from } => c.keys_revoke(&path, &from)?,
+        KeysCommand::Rekey { path, new_tree } => {
+            let mut bar: Option<indicatif::ProgressBar> = None;
+            let report = c.rekey(&path, new_tree, &mut |done, total| {
+                if total == 0 || !std::io::stderr().is_terminal() {
+                    return std::ops::ControlFlow::Continue(());
+                }
+                let b = bar.get_or_insert_with(|| {
+                    let b = indicatif::ProgressBar::new(u64::from(total));
+                    if let Ok(style) = indicatif::ProgressStyle::with_template(
+                        "re-encrypting {pos}/{len} stripes [{bar:30}] eta {eta}",
+                    ) {
+                        b.set_style(style);
+                    }
+                    b
+                });
+                b.set_position(u64::from(done));
+                std::ops::ControlFlow::Continue(())
+            })?;
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            let tree = if report.new_tree {
+                "new key tree"
+            } else {
+                "key tree (resumed)"
+            };
+            println!(
+                "{path}: {tree} version {}; re-encrypted {} stripes ({} bytes)",
+                report.tree_version, report.stripes, report.bytes
+            );
+            if report.remaining > 0 {
+                bail!(
+                    "{path}: {} stripes are still under an earlier key tree (written during the rekey?): run `maat keys rekey {path}` again",
+                    report.remaining
+                );
+            }
+        }
         KeysCommand::List { path, json } => {
             let mut out = std::io::stdout().lock();
             for g in c.keys_list(&path)? {
@@ -117,6 +170,29 @@ pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `maat stat` says of an encrypted file's key tree: its version and, while a rekey
+/// is rolling out, how many stripes are still under earlier trees (`None` when this
+/// user may not open the file to see it).
+pub fn tree_summary(c: &mut maat_client::Client, path: &str) -> Option<String> {
+    let opened = c.open(path, maat_proto::msg::Access::Read, None).ok()?;
+    let crypt = opened.stat.crypt.as_ref()?;
+    let version = maat_proto::horus::Lockbox::decode(&crypt.lockbox)
+        .ok()?
+        .tree_version;
+    let left: u32 = crypt
+        .stripes_on_earlier(maat_client::stripes_for(opened.stat.size))
+        .iter()
+        .map(|(run, _)| run.end - run.start)
+        .sum();
+    Some(if left > 0 {
+        format!(
+            "key tree version {version}; rekey in progress: {left} stripes still under an earlier tree (`maat keys rekey {path}` finishes it)"
+        )
+    } else {
+        format!("key tree version {version}")
+    })
 }
 
 #[cfg(test)]

@@ -222,13 +222,15 @@ enum Command {
         command: FilesetCommand,
     },
     /// Range grants on encrypted files (SPEC H6): let users read byte ranges of a file
-    /// you own (and decrypt nothing else), withdraw and list grants.
+    /// you own (and decrypt nothing else), withdraw and list grants, and re-encrypt a
+    /// file under a new key tree (SPEC H7) so that withdrawn keys open nothing.
     #[command(after_help = "Example:\n  \
         maat keys grant /lab/run.dat --to bob --range 0..1MiB\n  \
         maat keys grant /lab/run.dat --to ana,bob,eve --slices   # rank i reads slice i of 3\n  \
         maat keys list /lab/run.dat\n  \
         maat cat /lab/run.dat --range 0..1MiB                   # bob\n  \
-        maat keys revoke /lab/run.dat --from bob")]
+        maat keys revoke /lab/run.dat --from bob\n  \
+        maat keys rekey /lab/run.dat                            # old keys now open nothing")]
     Keys {
         #[command(subcommand)]
         command: keys::KeysCommand,
@@ -687,9 +689,15 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rmdir { path } => Ok(client(&cli.cluster)?.rmdir(&path)?),
         Command::Mv { from, to } => Ok(client(&cli.cluster)?.rename(&from, &to)?),
         Command::Stat { epoch, path } => {
-            let s = client(&cli.cluster)?.stat(&path)?;
+            let mut c = client(&cli.cluster)?;
+            let s = c.stat(&path)?;
+            let tree = if s.encrypted {
+                keys::tree_summary(&mut c, &path).map_or(String::new(), |t| format!("; {t}"))
+            } else {
+                String::new()
+            };
             println!(
-                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}",
+                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
                 s.id,
                 if s.is_dir { "directory" } else { "file" },
                 s.mode,
@@ -709,7 +717,8 @@ fn run(cli: Cli) -> Result<()> {
                 } else {
                     ""
                 },
-                if s.encrypted { "yes (Horus key tree, keys from the KDS)" } else { "no" }
+                if s.encrypted { "yes (Horus key tree, keys from the KDS)" } else { "no" },
+                tree
             );
             Ok(())
         }

@@ -11,7 +11,7 @@
 )]
 
 mod common;
-use common::{code, content, Cluster};
+use common::{code, content, object_file, Cluster};
 use maat_client::{Client, ClientError};
 use maat_proto::msg::{Access, ErrorCode};
 use maat_proto::protection::Protection;
@@ -74,21 +74,6 @@ fn method_of(capability: &[u8]) -> Protection {
         .unwrap()
         .unverified_body()
         .protection
-}
-
-/// The object file of stripe `stripe` of file `id`, on whichever OSD holds it.
-fn object_file(data: &Path, id: u64, stripe: u32) -> PathBuf {
-    let name = format!("{id:016x}.{stripe:08x}");
-    let mut files = Vec::new();
-    for e in std::fs::read_dir(data).unwrap().flatten() {
-        if e.file_name().to_string_lossy().starts_with("osd-") && e.path().is_dir() {
-            files_under(&e.path(), &mut files);
-        }
-    }
-    files
-        .into_iter()
-        .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == name))
-        .unwrap_or_else(|| panic!("no object {name}"))
 }
 
 #[test]

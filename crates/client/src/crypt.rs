@@ -66,10 +66,13 @@ impl HeldKeys {
     }
 }
 
-/// What sealing or opening a stripe needs: the file's keys and its generations.
+/// What sealing or opening a stripe needs: the file's keys (of its current tree, and of
+/// the earlier trees stripes in the window are still sealed under, SPEC H7) and its
+/// generations.
 pub(crate) struct StripeCrypt {
     file: u64,
     held: HeldKeys,
+    earlier: Vec<HeldKeys>,
     pub(crate) crypt: FileCrypt,
 }
 
@@ -79,16 +82,33 @@ impl StripeCrypt {
         self.held.shape.leaf_size_bytes()
     }
 
-    fn context(&self, stripe: u32, generation: u64) -> StripeContext {
+    fn context(&self, held: &HeldKeys, stripe: u32, generation: u64) -> StripeContext {
         StripeContext {
             file: self.file,
-            tree_version: self.held.tree_version,
+            tree_version: held.tree_version,
             stripe,
             generation,
         }
     }
 
-    /// Seals a stripe under `generation`.
+    /// The keys of the tree stripe `stripe` is sealed under.
+    fn keys_of(&self, stripe: u32) -> Result<&HeldKeys> {
+        match self.crypt.earlier_version(stripe) {
+            None => Ok(&self.held),
+            Some(v) => self
+                .earlier
+                .iter()
+                .find(|h| h.tree_version == v)
+                .ok_or_else(|| {
+                    ClientError::Local(format!(
+                        "stripe {stripe} of file {} is under key tree {v}, whose keys were not asked for",
+                        self.file
+                    ))
+                }),
+        }
+    }
+
+    /// Seals a stripe under `generation` with the current tree.
     pub(crate) fn seal(
         &self,
         stripe: u32,
@@ -96,9 +116,10 @@ impl StripeCrypt {
         plain: &[u8],
         rng: &mut impl CryptoRngCore,
     ) -> Result<Vec<u8>> {
-        let mut keys = LeafKeys::new(&self.held.shape, &self.held.keys).map_err(local_token)?;
-        encrypted::seal_stripe(&mut keys, &self.context(stripe, generation), plain, rng)
-            .map_err(|f| integrity(self.file, f))
+        let held = &self.held;
+        let mut keys = LeafKeys::new(&held.shape, &held.keys).map_err(local_token)?;
+        let context = self.context(held, stripe, generation);
+        encrypted::seal_stripe(&mut keys, &context, plain, rng).map_err(|f| integrity(self.file, f))
     }
 
     /// Opens a stripe sealed under the generation the file records for it; `expected`
@@ -110,8 +131,9 @@ impl StripeCrypt {
         expected: u64,
         need: std::ops::Range<u64>,
     ) -> Result<Vec<u8>> {
-        let mut keys = LeafKeys::new(&self.held.shape, &self.held.keys).map_err(local_token)?;
-        let context = self.context(stripe, self.crypt.generation(stripe));
+        let held = self.keys_of(stripe)?;
+        let mut keys = LeafKeys::new(&held.shape, &held.keys).map_err(local_token)?;
+        let context = self.context(held, stripe, self.crypt.generation(stripe));
         encrypted::open_stripe_part(&mut keys, &context, sealed, expected, need)
             .map_err(|f| integrity(self.file, f))
     }
@@ -169,22 +191,8 @@ impl Client {
         let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {
             ClientError::Local("this cluster has no KDS: files cannot be encrypted".into())
         })?;
-        let owner = self.owner_secret()?;
-        let mut root = [0u8; 32];
-        OsRng.fill_bytes(&mut root);
-        let root = Secret32::from_bytes(root);
         let shape = encrypted::file_shape();
-        let lockbox = Lockbox::seal(
-            maat_proto::FileId(opened.stat.id),
-            1,
-            shape.clone(),
-            &root,
-            &maat_crypto::seal::SealingPublicKey(kds.sealing_key),
-            &owner.public_key(),
-            &mut OsRng,
-        )
-        .map_err(local_token)?
-        .encode();
+        let (lockbox, root) = self.new_tree(opened.stat.id, 1, &shape, &kds)?;
         // The answer is a new read-write open: the file's protection method changed with
         // the lockbox (CMDRSP instead of ALLDATA), and so does the capability.
         let response = self.mds_call(MdsRequest::SetLockbox {
@@ -197,32 +205,70 @@ impl Client {
             return Err(self.bad("mds", "the lockbox answer names another file"));
         }
         self.forget_opened_path(path);
-        // The creator knows the root key: it derives the level-0 keys (held as long as
-        // the capability lasts, as a grant would be), so writing a new file costs no key
-        // request whatever level it would ask a KDS for.
+        self.hold_root_keys(&reopened, 1, shape, &root)?;
+        *opened = reopened;
+        Ok(())
+    }
+
+    /// A fresh root key for version `version` of `file`'s key tree and its lockbox,
+    /// sealed to the KDS and to this user (the owner), encoded.
+    pub(crate) fn new_tree(
+        &self,
+        file: u64,
+        version: u32,
+        shape: &KhtShape,
+        kds: &maat_proto::msg::KdsKeys,
+    ) -> Result<(Vec<u8>, Secret32)> {
+        let owner = self.owner_secret()?;
+        let mut root = [0u8; 32];
+        OsRng.fill_bytes(&mut root);
+        let root = Secret32::from_bytes(root);
+        let lockbox = Lockbox::seal(
+            maat_proto::FileId(file),
+            version,
+            shape.clone(),
+            &root,
+            &maat_crypto::seal::SealingPublicKey(kds.sealing_key),
+            &owner.public_key(),
+            &mut OsRng,
+        )
+        .map_err(local_token)?
+        .encode();
+        Ok((lockbox, root))
+    }
+
+    /// The maker of a tree knows its root key: it derives the level-0 keys (held as
+    /// long as `opened`'s capability lasts, as a grant would be), so writing costs no key
+    /// request whatever level it would ask a KDS for.
+    pub(crate) fn hold_root_keys(
+        &mut self,
+        opened: &Opened,
+        version: u32,
+        shape: KhtShape,
+        root: &Secret32,
+    ) -> Result<()> {
         let keys = nodes_at(&shape, 0)?
             .into_iter()
             .map(|(level, index)| {
                 let node = Node { level, index };
                 shape
-                    .node_key_from_root(&root, node)
+                    .node_key_from_root(root, node)
                     .map(|key| RangeKey { node, key })
                     .map_err(|e| ClientError::Local(format!("key tree: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        let expiry = Unverified::<Capability>::decode(&reopened.capability)
+        let expiry = Unverified::<Capability>::decode(&opened.capability)
             .map(|c| c.unverified_body().expiry.0)
             .unwrap_or(0);
         self.hold_keys(
-            reopened.stat.id,
+            opened.stat.id,
             HeldKeys {
-                tree_version: 1,
+                tree_version: version,
                 shape,
                 keys,
                 expiry,
             },
         );
-        *opened = reopened;
         Ok(())
     }
 
@@ -250,9 +296,10 @@ impl Client {
             })
     }
 
-    /// What sealing and opening stripes `stripes` of `opened` (an encrypted file) needs,
-    /// asking a KDS for keys when the held ones do not cover those stripes (of what this
-    /// user may read) or expired; keys fetched are added to those held.
+    /// What sealing and opening stripes `stripes` of `opened` (an encrypted file) needs:
+    /// keys of its current tree, and of each earlier tree some of those stripes are still
+    /// sealed under (SPEC H7), asking a KDS when the held ones do not cover those stripes
+    /// (of what this user may read) or expired; keys fetched are added to those held.
     pub(crate) fn stripe_crypt(
         &mut self,
         opened: &Opened,
@@ -260,18 +307,53 @@ impl Client {
     ) -> Result<StripeCrypt> {
         let (crypt, lockbox) = lockbox_of(opened)?;
         let file = opened.stat.id;
-        let now = local_now();
         let first = u64::from(stripes.start) * STRIPE_UNIT_BYTES;
         let end = u64::from(stripes.end.max(stripes.start + 1)) * STRIPE_UNIT_BYTES;
         let permit = Self::granted_ranges(opened)?;
         let needed = clip(permit.as_deref(), first, end);
+        let held = self.tree_keys(opened, &crypt.lockbox, &lockbox, &needed, first, end)?;
+        let mut earlier: Vec<HeldKeys> = Vec::new();
+        for (run, version) in crypt.stripes_on_earlier(stripes.end.max(stripes.start + 1)) {
+            if run.end <= stripes.start || earlier.iter().any(|h| h.tree_version == version) {
+                continue;
+            }
+            let bytes = crypt
+                .earlier_lockbox(version)
+                .ok_or_else(|| self.bad("mds", "a stripe names a key tree without its lockbox"))?;
+            let old = Lockbox::decode(bytes).map_err(local_token)?;
+            if old.file.0 != file || old.tree_version != version {
+                return Err(self.bad("mds", "an earlier lockbox names another file or version"));
+            }
+            earlier.push(self.tree_keys(opened, bytes, &old, &needed, first, end)?);
+        }
+        Ok(StripeCrypt {
+            file,
+            held,
+            earlier,
+            crypt: crypt.clone(),
+        })
+    }
+
+    /// The keys of one tree of `opened` (the one `lockbox` opens) for bytes `first..end`,
+    /// of which this user may read `needed`: held ones if they cover it, else fetched.
+    fn tree_keys(
+        &mut self,
+        opened: &Opened,
+        lockbox_bytes: &[u8],
+        lockbox: &Lockbox,
+        needed: &[(u64, u64)],
+        first: u64,
+        end: u64,
+    ) -> Result<HeldKeys> {
+        let now = local_now();
+        let key = (opened.stat.id, lockbox.tree_version);
         let valid = self
             .file_keys
-            .get(&file)
-            .filter(|h| h.tree_version == lockbox.tree_version && h.expiry > now + 1000)
+            .get(&key)
+            .filter(|h| h.expiry > now + 1000)
             .cloned();
-        let held = match valid {
-            Some(h) if h.covers(&needed) => h,
+        Ok(match valid {
+            Some(h) if h.covers(needed) => h,
             valid if needed.is_empty() => valid.unwrap_or_else(|| HeldKeys {
                 // Nothing here may be read: opening any block names it as not granted.
                 tree_version: lockbox.tree_version,
@@ -280,8 +362,9 @@ impl Client {
                 expiry: now,
             }),
             valid => {
+                let permit = Self::granted_ranges(opened)?;
                 let nodes = self.wanted_nodes(&lockbox.shape, permit.as_deref(), first, end)?;
-                let fetched = self.fetch_keys(opened, &crypt.lockbox, &lockbox, nodes)?;
+                let fetched = self.fetch_keys(opened, lockbox_bytes, lockbox, nodes)?;
                 let held = match valid {
                     Some(mut h) => {
                         h.absorb(fetched);
@@ -289,14 +372,9 @@ impl Client {
                     }
                     None => fetched,
                 };
-                self.hold_keys(file, held.clone());
+                self.hold_keys(opened.stat.id, held.clone());
                 held
             }
-        };
-        Ok(StripeCrypt {
-            file,
-            held,
-            crypt: crypt.clone(),
         })
     }
 

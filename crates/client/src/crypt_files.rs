@@ -129,10 +129,17 @@ impl Client {
         let mut at = 0usize;
         for (stripe, within, len) in pieces(offset, end) {
             if !handle.pending.contains_key(&stripe) {
-                let plain = self
-                    .fetch_plain(handle, &[(stripe, WHOLE)])?
-                    .pop()
-                    .unwrap_or_default();
+                // A write of every byte the stripe holds (the whole stripe, or all of it
+                // up to the end of the file) needs none of its old bytes.
+                let start = u64::from(stripe) * STRIPE_UNIT_BYTES;
+                let whole = within == 0 && (len == STRIPE_UNIT_BYTES || start + len >= handle.size);
+                let plain = if whole {
+                    Vec::new()
+                } else {
+                    self.fetch_plain(handle, &[(stripe, WHOLE)])?
+                        .pop()
+                        .unwrap_or_default()
+                };
                 handle.pending.insert(stripe, plain);
             }
             let piece = data.get(at..at + len as usize).unwrap_or_default();

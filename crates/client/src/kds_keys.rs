@@ -352,12 +352,13 @@ impl Client {
         Ok(n)
     }
 
-    /// Keeps `held` as `file`'s keys (at most [`FILE_KEYS_CACHED_MAX`] files' at once).
+    /// Keeps `held` as `file`'s keys of its tree version (at most
+    /// [`FILE_KEYS_CACHED_MAX`] trees' at once).
     pub(crate) fn hold_keys(&mut self, file: u64, held: HeldKeys) {
         if self.file_keys.len() >= FILE_KEYS_CACHED_MAX {
             self.file_keys.clear();
         }
-        self.file_keys.insert(file, held);
+        self.file_keys.insert((file, held.tree_version), held);
     }
 
     /// Forgets every held range key (tests and benchmarks measure fetching them).

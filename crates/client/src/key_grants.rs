@@ -52,11 +52,16 @@ impl Client {
         }
     }
 
-    /// The key tree shape and range keys this client holds for `file` (what a user takes
-    /// away from a KDS grant: tests show they open nothing outside it).
-    pub fn range_keys_held(&self, file: u64) -> Option<(KhtShape, Vec<RangeKey>)> {
+    /// The key tree shape and range keys this client holds for version `tree_version` of
+    /// `file`'s key tree (what a user takes away from a KDS grant: tests show they open
+    /// nothing outside it, nor anything a rekey rewrote).
+    pub fn range_keys_held(
+        &self,
+        file: u64,
+        tree_version: u32,
+    ) -> Option<(KhtShape, Vec<RangeKey>)> {
         self.file_keys
-            .get(&file)
+            .get(&(file, tree_version))
             .map(|h| (h.shape.clone(), h.keys.clone()))
     }
 }

@@ -23,6 +23,8 @@ mod namespace;
 mod sessions;
 pub use jobs::{JobHandle, JOB_REFRESH_AT_PERCENT_LEFT};
 pub mod placement;
+mod rekey;
+pub use rekey::RekeyReport;
 mod renewal;
 mod trees;
 
@@ -197,7 +199,7 @@ pub struct Client {
     /// Job keys held, by key hash (SPEC M10).
     jobs: HashMap<[u8; 32], jobs::HeldJob>,
     /// Range keys of encrypted files, by file id (SPEC H4).
-    file_keys: HashMap<u64, crypt::HeldKeys>,
+    file_keys: HashMap<(u64, u32), crypt::HeldKeys>,
     /// Connections to key distribution servers, by address.
     kds_connections: HashMap<String, Connection>,
     /// The key tree level key requests ask for (SPEC H8).

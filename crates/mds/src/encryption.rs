@@ -1,6 +1,7 @@
 //! SPEC H3, H5 at the MDS: an encrypted file's lockbox (stored, never opened: the MDS
 //! holds no key that opens it) and the write generations of its stripes, recorded with
-//! the size so that a reader detects a rolled-back block.
+//! the size so that a reader detects a rolled-back block; a rekey's new tree beside the
+//! earlier ones its stripes still use (SPEC H7).
 
 use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
 use maat_crypto::CryptoRngCore;
@@ -65,8 +66,82 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         inode.crypt = Some(FileCrypt {
             lockbox: lockbox.to_vec(),
-            generations: Vec::new(),
+            ..FileCrypt::default()
         });
+        inode.mtime = now.0;
+        let mut batch = Batch::default();
+        batch.push(Op::PutInode(inode));
+        self.store.commit(batch)?;
+        Ok(())
+    }
+}
+
+impl<S: MetaStore> crate::Mds<S> {
+    /// SPEC H7: gives an encrypted file a new key tree; its owner only (the MDS cannot
+    /// make a lockbox: the owner seals the new root key to the KDS and to itself). The
+    /// box must name this file, the current tree version + 1 and the same shape (the
+    /// stripe layout depends on it). Stripes stay sealed under the earlier tree until a
+    /// writer (`maat keys rekey` first) rewrites them. Answers as a read-write open.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rekey(
+        &self,
+        who: &Principal,
+        path: &str,
+        file: u64,
+        lockbox: &[u8],
+        secure: bool,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        self.store_rekey(who, path, file, lockbox, now)?;
+        self.open_file(who, path, Access::ReadWrite, None, &[], secure, now, rng)
+    }
+
+    fn store_rekey(
+        &self,
+        who: &Principal,
+        path: &str,
+        file: u64,
+        lockbox: &[u8],
+        now: UnixMillis,
+    ) -> Result<()> {
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve_opened(who, path, file)?;
+        if inode.uid != who.uid {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                format!("{path}: only the owner gives a file a new key tree"),
+            ));
+        }
+        let stripes = inode.size.div_ceil(STRIPE_UNIT_BYTES) as u32;
+        let crypt = inode.crypt.as_mut().ok_or_else(|| {
+            MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!("{path}: the file is not encrypted, so it has no keys to renew"),
+            )
+        })?;
+        let malformed = |e| MdsError::refused(ErrorCode::Malformed, format!("lockbox: {e}"));
+        let current = Lockbox::decode(&crypt.lockbox).map_err(malformed)?;
+        let new = Lockbox::decode(lockbox).map_err(malformed)?;
+        let next = current.tree_version.checked_add(1).ok_or_else(|| {
+            MdsError::refused(
+                ErrorCode::TooLarge,
+                format!("{path}: no tree version after {}", current.tree_version),
+            )
+        })?;
+        if new.file.0 != inode.id || new.tree_version != next || new.shape != current.shape {
+            return Err(MdsError::refused(
+                ErrorCode::WrongFile,
+                format!(
+                    "{path}: the new lockbox names file {} version {} (expected file {} \
+                     version {next}, with the current tree's shape)",
+                    new.file.0, new.tree_version, inode.id
+                ),
+            ));
+        }
+        crypt
+            .begin_rekey(lockbox.to_vec(), current.tree_version, stripes)
+            .map_err(|e| MdsError::refused(ErrorCode::TooLarge, format!("{path}: {e}")))?;
         inode.mtime = now.0;
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));

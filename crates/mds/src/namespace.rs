@@ -484,6 +484,9 @@ impl<S: MetaStore> crate::Mds<S> {
         inode.mtime = now.0;
         if let Some(crypt) = &mut inode.crypt {
             crypt.truncate(size.div_ceil(STRIPE_UNIT_BYTES) as u32);
+            // SPEC H7: an earlier key tree no stripe is sealed under any more (a rekey
+            // rewrote the last of them, or they were cut) is forgotten.
+            crypt.retire_unused();
         }
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));

@@ -268,6 +268,11 @@ impl<S: MetaStore> Mds<S> {
             } => self.keys_grant(who, &path, &users, &ranges, slices),
             MdsRequest::KeysRevoke { path, users } => self.keys_revoke(who, &path, &users),
             MdsRequest::KeysList { path } => self.keys_list(who, &path),
+            MdsRequest::Rekey {
+                path,
+                file,
+                lockbox,
+            } => self.rekey(who, &path, file, &lockbox, session.is_some(), now, rng),
             MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
             MdsRequest::Chown { path, owner, group } => {

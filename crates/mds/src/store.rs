@@ -7,6 +7,9 @@
 //! trait later.
 
 use maat_proto::encrypted::FileCrypt;
+
+mod legacy;
+use legacy::{InodeV1, InodeV2, InodeV3, InodeV4};
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +33,8 @@ pub struct Inode {
     /// The partition the file lives in (its protection method, SPEC T1); new files and
     /// directories inherit their parent's.
     pub partition: u64,
-    /// An encrypted file's lockbox and write generations (SPEC H3, H5; since version 3).
+    /// An encrypted file's lockbox and write generations (SPEC H3, H5; since version 3),
+    /// and its earlier key trees while a rekey is in progress (SPEC H7; since version 5).
     pub crypt: Option<FileCrypt>,
     /// Who may read which ranges of an encrypted file beside its permission bits, as its
     /// owner granted (SPEC H6; since version 4).
@@ -54,96 +58,6 @@ pub enum KeyGrant {
         /// The members in rank order.
         members: Vec<Option<u64>>,
     },
-}
-
-/// An inode as version 3 stored it: before range grants.
-#[derive(Deserialize)]
-struct InodeV3 {
-    id: u64,
-    is_dir: bool,
-    mode: u16,
-    uid: u64,
-    gid: u64,
-    size: u64,
-    mtime: u64,
-    partition: u64,
-    crypt: Option<FileCrypt>,
-}
-
-impl From<InodeV3> for Inode {
-    fn from(v: InodeV3) -> Self {
-        Inode {
-            id: v.id,
-            is_dir: v.is_dir,
-            mode: v.mode,
-            uid: v.uid,
-            gid: v.gid,
-            size: v.size,
-            mtime: v.mtime,
-            partition: v.partition,
-            crypt: v.crypt,
-            key_grants: Vec::new(),
-        }
-    }
-}
-
-/// An inode as version 2 stored it: before encryption.
-#[derive(Deserialize)]
-struct InodeV2 {
-    id: u64,
-    is_dir: bool,
-    mode: u16,
-    uid: u64,
-    gid: u64,
-    size: u64,
-    mtime: u64,
-    partition: u64,
-}
-
-impl From<InodeV2> for Inode {
-    fn from(v: InodeV2) -> Self {
-        Inode {
-            id: v.id,
-            is_dir: v.is_dir,
-            mode: v.mode,
-            uid: v.uid,
-            gid: v.gid,
-            size: v.size,
-            mtime: v.mtime,
-            partition: v.partition,
-            crypt: None,
-            key_grants: Vec::new(),
-        }
-    }
-}
-
-/// An inode as version 1 (and format 0) stored it: before partitions.
-#[derive(Deserialize)]
-struct InodeV1 {
-    id: u64,
-    is_dir: bool,
-    mode: u16,
-    uid: u64,
-    gid: u64,
-    size: u64,
-    mtime: u64,
-}
-
-impl From<InodeV1> for Inode {
-    fn from(v: InodeV1) -> Self {
-        Inode {
-            id: v.id,
-            is_dir: v.is_dir,
-            mode: v.mode,
-            uid: v.uid,
-            gid: v.gid,
-            size: v.size,
-            mtime: v.mtime,
-            partition: DEFAULT_PARTITION,
-            crypt: None,
-            key_grants: Vec::new(),
-        }
-    }
 }
 
 /// The partition every cluster has (id 1, `default`): files from before partitions live
@@ -377,12 +291,13 @@ macro_rules! record_v1 {
 
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 4;
+    const VERSION: u8 = 5;
     fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
         match version {
             1 => Ok(postcard_value::<InodeV1>(Self::WHAT, body)?.into()),
             2 => Ok(postcard_value::<InodeV2>(Self::WHAT, body)?.into()),
             3 => Ok(postcard_value::<InodeV3>(Self::WHAT, body)?.into()),
+            4 => Ok(postcard_value::<InodeV4>(Self::WHAT, body)?.into()),
             _ => postcard_value(Self::WHAT, body),
         }
     }
@@ -492,10 +407,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inodes_of_every_earlier_version_load_and_v4_round_trips() {
+    fn inodes_of_every_earlier_version_load_and_v5_round_trips() {
+        // Versions 3 and 4 stored the crypt record as its lockbox and generations.
+        let crypt_v1 = (
+            serde_bytes::ByteBuf::from(vec![1, 2, 3]),
+            vec![(0u32, 7u64)],
+        );
         let crypt = FileCrypt {
             lockbox: vec![1, 2, 3],
             generations: vec![(0, 7)],
+            ..FileCrypt::default()
         };
         // Version 3 stored the fields of today's inode up to `crypt` (postcard encodes a
         // struct as its fields in order, so a tuple of them is the same bytes).
@@ -508,14 +429,40 @@ mod tests {
             42u64,
             9u64,
             2u64,
-            Some(crypt.clone()),
+            Some(crypt_v1.clone()),
         );
         let mut bytes = vec![3u8];
         bytes.extend(postcard::to_stdvec(&v3).unwrap());
         let inode = Inode::decode(&bytes).unwrap();
         assert_eq!((inode.id, inode.size, inode.partition), (5, 42, 2));
-        assert_eq!(inode.crypt, Some(crypt));
+        assert_eq!(inode.crypt, Some(crypt.clone()));
         assert!(inode.key_grants.is_empty());
+
+        // Version 4 added the range grants.
+        let grant = (0u32, 1002u64, vec![(0u64, 65536u64)]);
+        let v4 = (
+            5u64,
+            false,
+            0o640u16,
+            1001u64,
+            100u64,
+            42u64,
+            9u64,
+            2u64,
+            Some(crypt_v1),
+            vec![grant],
+        );
+        let mut bytes = vec![4u8];
+        bytes.extend(postcard::to_stdvec(&v4).unwrap());
+        let inode = Inode::decode(&bytes).unwrap();
+        assert_eq!(inode.crypt, Some(crypt));
+        assert_eq!(
+            inode.key_grants,
+            vec![KeyGrant::Ranges {
+                user: 1002,
+                ranges: vec![(0, 65536)]
+            }]
+        );
 
         let v2 = (6u64, true, 0o755u16, 1u64, 1u64, 0u64, 9u64, 3u64);
         let mut bytes = vec![2u8];
@@ -536,12 +483,19 @@ mod tests {
                 members: vec![Some(1002), None],
             },
         ];
+        let mut crypt = FileCrypt {
+            lockbox: vec![9],
+            ..FileCrypt::default()
+        };
+        crypt.record(0, 3, 5).unwrap();
+        crypt.begin_rekey(vec![10], 1, 3).unwrap();
+        now.crypt = Some(crypt);
         let stored = now.encode().unwrap();
-        assert_eq!(stored[0], 4);
+        assert_eq!(stored[0], 5);
         assert_eq!(Inode::decode(&stored).unwrap(), now);
         // A version this MDS does not know is refused, not guessed at.
         let mut newer = stored;
-        newer[0] = 5;
+        newer[0] = 6;
         assert!(Inode::decode(&newer).is_err());
     }
 }

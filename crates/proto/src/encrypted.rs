@@ -14,20 +14,16 @@
 //! an older ciphertext of the same block put back in its place (a rollback, on the wire
 //! or on the OSD's disk) was sealed under another generation and fails to open.
 //!
-//! **Generations** are kept as runs: `(first stripe, generation)` in ascending order, each
-//! run reaching to the next; stripes before the first run have generation 0 (never
-//! written encrypted). At most [`GENERATION_RUNS_MAX`] runs per file.
+//! The metadata an encrypted file keeps at the MDS (generations, key tree versions) is
+//! [`FileCrypt`], in [`crate::file_crypt`].
 
+pub use crate::file_crypt::{EarlierTree, FileCrypt, EARLIER_TREES_MAX, GENERATION_RUNS_MAX};
 use crate::msg::STRIPE_UNIT_BYTES;
 use crate::{ProtoError, Result};
 use maat_crypto::aead::{BlockKey, BLOCK_OVERHEAD_BYTES};
 use maat_crypto::kht::{KeyedHashAlg, KhtShape, Node, RangeKey};
 use maat_crypto::{CryptoRngCore, Secret32};
-use serde::{Deserialize, Serialize};
 
-/// Most generation runs one file may have (a file rewritten piecemeal in more separate
-/// places than this must be rewritten whole).
-pub const GENERATION_RUNS_MAX: usize = 65_536;
 /// Smallest leaf an encrypted file may use (log2 bytes): 4 KiB keeps the overhead at 1 %.
 pub const ENCRYPTED_LEAF_LOG2_MIN: u8 = 12;
 /// Largest leaf an encrypted file may use (log2 bytes): one stripe unit.
@@ -52,87 +48,6 @@ pub fn file_shape() -> KhtShape {
 }
 
 const AAD_DOMAIN: &[u8; 10] = b"maat/h3/v1";
-
-/// What the MDS keeps for an encrypted file, and hands to whoever opens it: the lockbox
-/// (sealed to the KDS and the owner; the MDS cannot open it) and the generation runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct FileCrypt {
-    /// The encoded [`crate::horus::Lockbox`].
-    #[serde(with = "serde_bytes")]
-    pub lockbox: Vec<u8>,
-    /// `(first stripe, generation)` runs, ascending.
-    pub generations: Vec<(u32, u64)>,
-}
-
-impl FileCrypt {
-    /// The generation stripe `stripe` was last written with (0: never).
-    pub fn generation(&self, stripe: u32) -> u64 {
-        let at = self
-            .generations
-            .partition_point(|(first, _)| *first <= stripe);
-        at.checked_sub(1)
-            .and_then(|i| self.generations.get(i))
-            .map_or(0, |(_, g)| *g)
-    }
-
-    /// Records that stripes `first..end` now hold generation `generation`.
-    pub fn record(&mut self, first: u32, end: u32, generation: u64) -> Result<()> {
-        if first >= end {
-            return Ok(());
-        }
-        let after = self.generation(end);
-        self.generations.retain(|(f, _)| *f < first || *f > end);
-        self.generations.push((first, generation));
-        self.generations.push((end, after));
-        self.generations.sort_unstable_by_key(|(f, _)| *f);
-        self.merge();
-        if self.generations.len() > GENERATION_RUNS_MAX {
-            return Err(ProtoError::TooLarge {
-                what: "generation runs (rewrite the file whole)",
-                len: self.generations.len(),
-                limit: GENERATION_RUNS_MAX,
-            });
-        }
-        Ok(())
-    }
-
-    /// Forgets the stripes from `stripes` on (the file was cut to fewer stripes).
-    pub fn truncate(&mut self, stripes: u32) {
-        self.generations.retain(|(f, _)| *f < stripes);
-        self.generations.push((stripes, 0));
-        self.merge();
-    }
-
-    fn merge(&mut self) {
-        let mut previous = 0u64;
-        self.generations.retain(|(_, g)| {
-            let keep = *g != previous;
-            previous = *g;
-            keep
-        });
-    }
-
-    /// Checks the runs are ascending and bounded (for values read from a peer or disk).
-    pub fn check(&self) -> Result<()> {
-        if self.generations.len() > GENERATION_RUNS_MAX {
-            return Err(ProtoError::TooLarge {
-                what: "generation runs",
-                len: self.generations.len(),
-                limit: GENERATION_RUNS_MAX,
-            });
-        }
-        if self.generations.windows(2).any(|w| match w {
-            [a, b] => a.0 >= b.0,
-            _ => false,
-        }) {
-            return Err(ProtoError::Malformed {
-                what: "generation runs",
-                reason: "not ascending",
-            });
-        }
-        Ok(())
-    }
-}
 
 /// Who and what a stripe's blocks are bound to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -490,53 +405,6 @@ mod tests {
                 // A stripe cut short of what the size promises.
                 let cut = sealed[..sealed.len() - 1].to_vec();
                 assert!(open_stripe(&mut k, &context(5), cut, len as u64).is_err());
-            }
-        }
-    }
-
-    #[test]
-    fn generation_runs_record_overwrite_and_truncate() {
-        let mut c = FileCrypt::default();
-        assert_eq!(c.generation(0), 0);
-        c.record(0, 10, 7).unwrap();
-        assert_eq!(c.generations, vec![(0, 7), (10, 0)]);
-        c.record(3, 5, 8).unwrap();
-        assert_eq!(c.generations, vec![(0, 7), (3, 8), (5, 7), (10, 0)]);
-        assert_eq!(
-            (0..11).map(|s| c.generation(s)).collect::<Vec<_>>(),
-            vec![7, 7, 7, 8, 8, 7, 7, 7, 7, 7, 0]
-        );
-        c.record(0, 12, 9).unwrap();
-        assert_eq!(c.generations, vec![(0, 9), (12, 0)]);
-        c.truncate(4);
-        assert_eq!(c.generations, vec![(0, 9), (4, 0)]);
-        c.check().unwrap();
-        // A model check over random operations.
-        let mut model = vec![0u64; 64];
-        let mut c = FileCrypt::default();
-        let mut x = 1u64;
-        for _ in 0..2000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let a = (x >> 33) as u32 % 64;
-            let b = (x >> 20) as u32 % 65;
-            let g = (x >> 50) % 4;
-            if x % 7 == 0 {
-                c.truncate(a);
-                for m in model.iter_mut().skip(a as usize) {
-                    *m = 0;
-                }
-            } else {
-                let (a, b) = (a.min(b), a.max(b));
-                c.record(a, b, g).unwrap();
-                for m in &mut model[a as usize..b as usize] {
-                    *m = g;
-                }
-            }
-            c.check().unwrap();
-            for (s, m) in model.iter().enumerate() {
-                assert_eq!(c.generation(s as u32), *m, "stripe {s}");
             }
         }
     }

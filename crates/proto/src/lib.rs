@@ -30,6 +30,7 @@ pub mod decoders;
 pub mod delegation;
 pub mod encrypted;
 mod error;
+pub mod file_crypt;
 pub mod horus;
 pub mod ids;
 pub mod job_bundle;

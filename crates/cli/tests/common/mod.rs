@@ -261,3 +261,22 @@ impl Drop for Cluster {
         let _ = self.child.wait();
     }
 }
+
+/// The object file of stripe `stripe` of file `id`, on whichever OSD under `data` holds it.
+pub fn object_file(data: &Path, id: u64, stripe: u32) -> PathBuf {
+    let name = format!("{id:016x}.{stripe:08x}");
+    let mut stack = vec![data.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if e.file_name().to_string_lossy() == name
+                && p.to_string_lossy().contains("/osd-")
+            {
+                return p;
+            }
+        }
+    }
+    panic!("no object {name}")
+}

@@ -479,6 +479,20 @@ pub enum MdsRequest {
         /// Path.
         path: String,
     },
+    /// SPEC H7: give the encrypted file `path` a new key tree (its owner only): `lockbox`
+    /// names this file and the current tree version + 1, with the same shape. Stripes
+    /// stay sealed under the earlier tree until rewritten (the MDS records which use
+    /// which, and drops an earlier tree's lockbox once none does). Answer `Opened`: a
+    /// read-write open showing the new tree.
+    Rekey {
+        /// Path.
+        path: String,
+        /// Its id as opened.
+        file: u64,
+        /// The encoded lockbox of the new tree.
+        #[serde(with = "serde_bytes")]
+        lockbox: Vec<u8>,
+    },
 }
 
 /// Most stripe ranges one `SetSizeWritten` may carry.
@@ -534,6 +548,7 @@ impl MdsRequest {
             MdsRequest::KeysGrant { .. } => "keys_grant",
             MdsRequest::KeysRevoke { .. } => "keys_revoke",
             MdsRequest::KeysList { .. } => "keys_list",
+            MdsRequest::Rekey { .. } => "rekey",
         }
     }
 }

@@ -1,0 +1,147 @@
+//! Inode records as earlier versions stored them, each decoded into today's [`Inode`]
+//! (a store written by any earlier Maat still loads).
+
+use super::{FileCrypt, Inode, KeyGrant, DEFAULT_PARTITION};
+use serde::Deserialize;
+
+/// An encrypted file's crypt record as inode versions 3 and 4 stored it: before tree
+/// versions (SPEC H7), so every stripe is under the one tree of its lockbox.
+#[derive(Deserialize)]
+pub(super) struct FileCryptV1 {
+    #[serde(with = "serde_bytes")]
+    lockbox: Vec<u8>,
+    generations: Vec<(u32, u64)>,
+}
+
+impl From<FileCryptV1> for FileCrypt {
+    fn from(v: FileCryptV1) -> Self {
+        FileCrypt {
+            lockbox: v.lockbox,
+            generations: v.generations,
+            earlier: Vec::new(),
+            versions: Vec::new(),
+        }
+    }
+}
+
+/// An inode as version 4 stored it: before tree versions.
+#[derive(Deserialize)]
+pub(super) struct InodeV4 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+    partition: u64,
+    crypt: Option<FileCryptV1>,
+    key_grants: Vec<KeyGrant>,
+}
+
+impl From<InodeV4> for Inode {
+    fn from(v: InodeV4) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: v.partition,
+            crypt: v.crypt.map(Into::into),
+            key_grants: v.key_grants,
+        }
+    }
+}
+
+/// An inode as version 3 stored it: before range grants.
+#[derive(Deserialize)]
+pub(super) struct InodeV3 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+    partition: u64,
+    crypt: Option<FileCryptV1>,
+}
+
+impl From<InodeV3> for Inode {
+    fn from(v: InodeV3) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: v.partition,
+            crypt: v.crypt.map(Into::into),
+            key_grants: Vec::new(),
+        }
+    }
+}
+
+/// An inode as version 2 stored it: before encryption.
+#[derive(Deserialize)]
+pub(super) struct InodeV2 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+    partition: u64,
+}
+
+impl From<InodeV2> for Inode {
+    fn from(v: InodeV2) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: v.partition,
+            crypt: None,
+            key_grants: Vec::new(),
+        }
+    }
+}
+
+/// An inode as version 1 (and format 0) stored it: before partitions.
+#[derive(Deserialize)]
+pub(super) struct InodeV1 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+}
+
+impl From<InodeV1> for Inode {
+    fn from(v: InodeV1) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: DEFAULT_PARTITION,
+            crypt: None,
+            key_grants: Vec::new(),
+        }
+    }
+}
