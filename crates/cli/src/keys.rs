@@ -44,16 +44,19 @@ pub enum KeysCommand {
     /// no key of the old tree (one a revoked user took away, say) decrypts anything the
     /// file holds. The file stays readable and writable throughout: each stripe is
     /// rewritten and recorded in turn, and readers use the old tree for stripes not yet
-    /// rewritten. Interrupted, it resumes where it stopped when run again (unless
-    /// --new-tree). Avoid writing the file while it runs (a stripe written at the same
-    /// moment races as with two writers).
+    /// rewritten; a writer that opened it before the rekey is refused when it records
+    /// what it wrote, and must open it again. Run it once the revoked users' capabilities
+    /// have expired (the capability lifetime after `keys revoke`, 5 minutes by default):
+    /// until then they may still ask a KDS for keys of the file, the new tree's too.
+    /// Avoid writing the file while it runs (a stripe written at the same moment races
+    /// as with two writers: one write is lost).
     Rekey {
         /// Path in Maat (an encrypted file).
         path: String,
-        /// Make a new tree even if a rekey before this one was interrupted (by default
-        /// it carries on with that rekey's tree).
+        /// Finish an interrupted rekey with its tree instead of making a new one (keys
+        /// of that tree given out since stay good: after a new revocation, start anew).
         #[arg(long)]
-        new_tree: bool,
+        resume: bool,
     },
     /// The range grants on a file you own.
     List {
@@ -112,9 +115,9 @@ pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
             }
         }
         KeysCommand::Revoke { path, from } => c.keys_revoke(&path, &from)?,
-        KeysCommand::Rekey { path, new_tree } => {
+        KeysCommand::Rekey { path, resume } => {
             let mut bar: Option<indicatif::ProgressBar> = None;
-            let report = c.rekey(&path, new_tree, &mut |done, total| {
+            let report = c.rekey(&path, resume, &mut |done, total| {
                 if total == 0 || !std::io::stderr().is_terminal() {
                     return std::ops::ControlFlow::Continue(());
                 }
@@ -144,7 +147,7 @@ pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
             );
             if report.remaining > 0 {
                 bail!(
-                    "{path}: {} stripes are still under an earlier key tree (written during the rekey?): run `maat keys rekey {path}` again",
+                    "{path}: {} stripes are still under an earlier key tree (written during the rekey?): run `maat keys rekey --resume {path}`",
                     report.remaining
                 );
             }
@@ -176,19 +179,21 @@ pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
 /// is rolling out, how many stripes are still under earlier trees (`None` when this
 /// user may not open the file to see it).
 pub fn tree_summary(c: &mut maat_client::Client, path: &str) -> Option<String> {
-    let opened = c.open(path, maat_proto::msg::Access::Read, None).ok()?;
-    let crypt = opened.stat.crypt.as_ref()?;
+    // A fresh open (not the client's cache of read opens, which may predate a rekey).
+    let handle = c.open_file(path, maat_client::OpenFlags::READ).ok()?;
+    let opened = handle.stat();
+    let crypt = opened.crypt.as_ref()?;
     let version = maat_proto::horus::Lockbox::decode(&crypt.lockbox)
         .ok()?
         .tree_version;
     let left: u32 = crypt
-        .stripes_on_earlier(maat_client::stripes_for(opened.stat.size))
+        .stripes_on_earlier(maat_client::stripes_for(opened.size))
         .iter()
         .map(|(run, _)| run.end - run.start)
         .sum();
     Some(if left > 0 {
         format!(
-            "key tree version {version}; rekey in progress: {left} stripes still under an earlier tree (`maat keys rekey {path}` finishes it)"
+            "key tree version {version}; rekey in progress: {left} stripes still under an earlier tree (`maat keys rekey --resume {path}` finishes it)"
         )
     } else {
         format!("key tree version {version}")

@@ -22,6 +22,12 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 const MIB: u64 = 1 << 20;
+const WRITE: OpenFlags = OpenFlags {
+    write: true,
+    create: None,
+    exclusive: false,
+    truncate: false,
+};
 const F: &str = "/home/alice/f";
 
 fn put(c: &mut Client, path: &str, data: &[u8]) {
@@ -110,7 +116,9 @@ fn after_revoke_and_rekey_the_old_range_key_decrypts_nothing_the_file_holds() {
         );
     }
 
-    // ...until his grant is revoked and the file rekeyed.
+    // ...until his grant is revoked and the file rekeyed. (A write handle Alice opened
+    // before the rekey, for the end.)
+    let mut stale = alice.open_file(F, WRITE).unwrap();
     alice.keys_revoke(F, &users(&["bob"])).unwrap();
     let mut calls = Vec::new();
     let report = alice
@@ -170,6 +178,18 @@ fn after_revoke_and_rekey_the_old_range_key_decrypts_nothing_the_file_holds() {
     );
     let (_, carols) = carol.range_keys_held(id, 2).unwrap();
     assert!(!carols.is_empty());
+
+    // The handle opened before the rekey seals under tree 1, which the MDS no longer
+    // keeps: recording what it wrote is refused, and the stripe it sent fails reads,
+    // naming its first block, rather than returning bytes.
+    let stripe = vec![7u8; STRIPE_UNIT_BYTES as usize];
+    alice.write_file_at(&mut stale, 0, &stripe).unwrap();
+    let e = alice.flush_file(&mut stale).unwrap_err();
+    assert!(e.to_string().contains("key tree 1"), "{e}");
+    assert_eq!(code::<()>(Err(e)), ErrorCode::WrongFile);
+    let h = alice.open_file(F, OpenFlags::READ).unwrap();
+    let e = alice.read_file_at(&h, 0, 10).unwrap_err();
+    assert!(e.to_string().contains("block 0 "), "{e}");
 }
 
 #[test]
@@ -180,6 +200,7 @@ fn an_interrupted_rekey_leaves_a_file_of_two_trees_that_reads_writes_and_resumes
     alice
         .keys_grant(F, &users(&["carol"]), &[(4 * MIB, 5 * MIB)])
         .unwrap();
+    let mut stale = alice.open_file(F, WRITE).unwrap();
     let report = alice
         .rekey(F, false, &mut |done, _| {
             if done > 0 {
@@ -211,26 +232,30 @@ fn an_interrupted_rekey_leaves_a_file_of_two_trees_that_reads_writes_and_resumes
     // A write into a stripe still under tree 1 (part of it: the rest is read with tree
     // 1 and the whole stripe sealed under tree 2).
     let at = 4 * MIB + 100_000;
-    let mut h = alice
-        .open_file(
-            F,
-            OpenFlags {
-                write: true,
-                ..OpenFlags::READ
-            },
-        )
-        .unwrap();
+    let mut h = alice.open_file(F, WRITE).unwrap();
     alice
         .write_file_at(&mut h, at, b"written meanwhile")
         .unwrap();
     alice.flush_file(&mut h).unwrap();
     data[at as usize..at as usize + 17].copy_from_slice(b"written meanwhile");
+    // A writer that opened the file before the rekey seals stripe 2 (rewritten already)
+    // under tree 1, which the MDS still keeps: recorded under tree 1, for the rekey to
+    // rewrite again.
+    let whole = content(12, STRIPE_UNIT_BYTES as usize);
+    alice
+        .write_file_at(&mut stale, 2 * STRIPE_UNIT_BYTES, &whole)
+        .unwrap();
+    alice.flush_file(&mut stale).unwrap();
+    data[2 * STRIPE_UNIT_BYTES as usize..3 * STRIPE_UNIT_BYTES as usize].copy_from_slice(&whole);
     let (_, crypt, _, _) = crypt_now(&mut alice);
-    assert_eq!(crypt.stripes_on_earlier(11), vec![(9..11, 1)]);
+    assert_eq!(crypt.stripes_on_earlier(11), vec![(2..3, 1), (9..11, 1)]);
+    let mut all = Vec::new();
+    alice.get(F, &mut all, &mut |_| {}).unwrap();
+    assert_eq!(all, data);
 
     // Resumed: the rest, under the same tree; tree 1 then goes.
     let report = alice
-        .rekey(F, false, &mut |_, _| ControlFlow::Continue(()))
+        .rekey(F, true, &mut |_, _| ControlFlow::Continue(()))
         .unwrap();
     assert_eq!(
         (
@@ -239,7 +264,7 @@ fn an_interrupted_rekey_leaves_a_file_of_two_trees_that_reads_writes_and_resumes
             report.stripes,
             report.remaining
         ),
-        (2, false, 2, 0)
+        (2, false, 3, 0)
     );
     let (_, crypt, _, _) = crypt_now(&mut alice);
     assert!(crypt.earlier.is_empty());
@@ -322,8 +347,8 @@ fn the_mds_refuses_rekeys_by_others_and_lockboxes_that_are_not_the_next_tree() {
     let (_, after, version, _) = crypt_now(&mut alice);
     assert_eq!((version, after), (1, crypt));
 
-    // From the shell: rekey, then stat shows the new tree; rekeyed twice more with
-    // --new-tree, the file still reads.
+    // From the shell: rekey, then stat shows the new tree; rekeyed again, the file still
+    // reads; there is nothing to resume.
     let home = cluster.home("alice");
     cluster.ok(
         &home,
@@ -338,10 +363,11 @@ fn the_mds_refuses_rekeys_by_others_and_lockboxes_that_are_not_the_next_tree() {
     let stat = String::from_utf8(cluster.ok(&home, &["stat", F], None)).unwrap();
     assert!(stat.contains("key tree version 2"), "{stat}");
     assert!(!stat.contains("rekey in progress"), "{stat}");
-    cluster.ok(&home, &["keys", "rekey", F, "--new-tree"], None);
     let out = String::from_utf8(cluster.ok(&home, &["keys", "rekey", F], None)).unwrap();
-    assert!(out.contains("new key tree version 4"), "{out}");
+    assert!(out.contains("new key tree version 3"), "{out}");
     assert_eq!(cluster.ok(&home, &["cat", F], None), data);
+    let e = cluster.fails(&home, &["keys", "rekey", "--resume", F], None);
+    assert!(e.contains("no rekey in progress"), "{e}");
     let e = cluster.fails(&home, &["keys", "rekey", "/home/alice/plain"], None);
     assert!(e.contains("not encrypted"), "{e}");
 }

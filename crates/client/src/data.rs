@@ -375,7 +375,8 @@ impl Client {
     }
 
     /// Records the size, and for an encrypted file the generations of the stripes
-    /// written (`written`, from [`Client::put_opened`]).
+    /// written (`written`, from [`Client::put_opened`]) and the key tree of `opened`
+    /// they were sealed under (SPEC H7).
     pub fn set_size_written(
         &mut self,
         path: &str,
@@ -386,10 +387,12 @@ impl Client {
         if written.is_empty() {
             return self.set_size(path, opened, size);
         }
-        self.expect_ok(MdsRequest::SetSizeWritten {
+        let (_, lockbox) = crate::crypt::lockbox_of(opened)?;
+        self.expect_ok(MdsRequest::SetSizeSealed {
             path: path.into(),
             file: opened.stat.id,
             size,
+            tree_version: lockbox.tree_version,
             written,
         })
     }

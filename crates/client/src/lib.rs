@@ -483,11 +483,17 @@ impl Client {
                 stat,
                 capability,
                 cached,
-            } => Ok(Opened {
-                stat,
-                capability,
-                mds_cached: cached,
-            }),
+            } => {
+                // An encrypted file's runs are searched by bisection: they must be sound.
+                if let Some(Err(e)) = stat.crypt.as_ref().map(|c| c.check()) {
+                    return Err(self.bad("mds", &format!("the file's crypt record: {e}")));
+                }
+                Ok(Opened {
+                    stat,
+                    capability,
+                    mds_cached: cached,
+                })
+            }
             _ => Err(self.bad("mds", "unexpected answer")),
         }
     }

@@ -19,8 +19,8 @@ use std::ops::ControlFlow;
 pub struct RekeyReport {
     /// The file's key tree version now.
     pub tree_version: u32,
-    /// Whether this call made that tree (`false`: it carried on with one a rekey before
-    /// had made and not finished rolling out).
+    /// Whether this call made that tree (`false`: it resumed a rekey that had made it
+    /// and stopped before rewriting every stripe).
     pub new_tree: bool,
     /// Stripes rewritten under it by this call.
     pub stripes: u32,
@@ -32,10 +32,11 @@ pub struct RekeyReport {
 }
 
 impl Client {
-    /// SPEC H7: gives the encrypted file `path` a new key tree (unless a rekey before
-    /// this one made one and stopped before rewriting every stripe, and `new_tree` is
-    /// false: then it carries on with that one), then rewrites every stripe still sealed
-    /// under an earlier tree. Its owner only. `progress(done, total)` is called after
+    /// SPEC H7: gives the encrypted file `path` a new key tree, then rewrites every
+    /// stripe still sealed under an earlier tree. Its owner only. With `resume`, makes
+    /// no tree but finishes a rekey that stopped before rewriting every stripe (keys
+    /// of its tree handed out since, to a user revoked since, keep working: start a new
+    /// rekey after a revocation). `progress(done, total)` is called after
     /// each window of stripes is recorded; when it returns `Break` the rekey stops
     /// there (what it rewrote stays rewritten; the report counts what is left).
     ///
@@ -44,7 +45,7 @@ impl Client {
     pub fn rekey(
         &mut self,
         path: &str,
-        new_tree: bool,
+        resume: bool,
         progress: &mut dyn FnMut(u32, u32) -> ControlFlow<()>,
     ) -> Result<RekeyReport> {
         let flags = OpenFlags {
@@ -53,7 +54,14 @@ impl Client {
         };
         let mut handle = self.open_file(path, flags)?;
         let (crypt, lockbox) = lockbox_of(&handle.opened)?;
-        let started = new_tree || crypt.earlier.is_empty();
+        if resume && crypt.earlier.is_empty() {
+            return Err(ClientError::Local(format!(
+                "{path}: no rekey in progress to resume (every stripe is under key tree {}); \
+                 leave out --resume to start one",
+                lockbox.tree_version
+            )));
+        }
+        let started = !resume;
         let mut version = lockbox.tree_version;
         if started {
             let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {

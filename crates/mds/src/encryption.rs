@@ -152,11 +152,14 @@ impl<S: MetaStore> crate::Mds<S> {
 
 /// SPEC H3: records the generations an encrypted file's writer used for the stripes it
 /// rewrote (ranges inside the new size, generations non-zero, at most
-/// [`WRITTEN_RANGES_MAX`] ranges).
+/// [`WRITTEN_RANGES_MAX`] ranges), and (SPEC H7) the key tree it sealed them under: the
+/// current one, or an earlier one a rekey still keeps (the rekey will rewrite them); a
+/// tree the MDS no longer keeps is refused.
 pub(crate) fn record_generations(
     inode: &mut Inode,
     size: u64,
     written: &[(u32, u32, u64)],
+    tree_version: u32,
     path: &str,
 ) -> Result<()> {
     let invalid =
@@ -171,6 +174,22 @@ pub(crate) fn record_generations(
             format!("{path}: more than {WRITTEN_RANGES_MAX} written ranges in one size update"),
         ));
     }
+    let current = Lockbox::decode(&crypt.lockbox)
+        .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("{path}: lockbox: {e}")))?
+        .tree_version;
+    let under = if tree_version == current {
+        None
+    } else if crypt.earlier_lockbox(tree_version).is_some() {
+        Some(tree_version)
+    } else {
+        return Err(MdsError::refused(
+            ErrorCode::WrongFile,
+            format!(
+                "{path}: written under key tree {tree_version}, which a rekey replaced \
+                 (the file is at tree {current}): open it again and write again"
+            ),
+        ));
+    };
     let stripes = size.div_ceil(STRIPE_UNIT_BYTES);
     for &(first, end, generation) in written {
         if first >= end || u64::from(end) > stripes || generation == 0 {
@@ -179,7 +198,7 @@ pub(crate) fn record_generations(
             ));
         }
         crypt
-            .record(first, end, generation)
+            .record_sealed(first, end, generation, under)
             .map_err(|e| MdsError::refused(ErrorCode::TooLarge, format!("{path}: {e}")))?;
     }
     Ok(())

@@ -431,6 +431,7 @@ impl<S: MetaStore> crate::Mds<S> {
     ///
     /// `written` are the stripe ranges an encrypted file's writer rewrote and their
     /// generations (SPEC H3); a file without a lockbox takes none.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn set_size(
         &self,
         who: &Principal,
@@ -438,13 +439,14 @@ impl<S: MetaStore> crate::Mds<S> {
         file: u64,
         size: u64,
         written: &[(u32, u32, u64)],
+        tree_version: u32,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve_opened(who, path, file)?;
         require(who, &inode, WRITE, path)?;
         if !written.is_empty() {
-            crate::encryption::record_generations(&mut inode, size, written, path)?;
+            crate::encryption::record_generations(&mut inode, size, written, tree_version, path)?;
         }
         self.commit_size(inode, size, now)
     }

@@ -247,14 +247,21 @@ impl<S: MetaStore> Mds<S> {
                 )
             }
             MdsRequest::SetSize { path, file, size } => {
-                self.set_size(who, &path, file, size, &[], now)
+                self.set_size(who, &path, file, size, &[], 1, now)
             }
             MdsRequest::SetSizeWritten {
                 path,
                 file,
                 size,
                 written,
-            } => self.set_size(who, &path, file, size, &written, now),
+            } => self.set_size(who, &path, file, size, &written, 1, now),
+            MdsRequest::SetSizeSealed {
+                path,
+                file,
+                size,
+                tree_version,
+                written,
+            } => self.set_size(who, &path, file, size, &written, tree_version, now),
             MdsRequest::SetLockbox {
                 path,
                 file,

@@ -82,8 +82,21 @@ impl FileCrypt {
     /// Records that stripes `first..end` now hold generation `generation`, sealed under
     /// the current tree.
     pub fn record(&mut self, first: u32, end: u32, generation: u64) -> Result<()> {
+        self.record_sealed(first, end, generation, None)
+    }
+
+    /// [`FileCrypt::record`] for stripes sealed under earlier tree `earlier` (`None`:
+    /// the current one): a writer that opened the file before a rekey began seals under
+    /// the tree it knows; the rekey then rewrites those stripes too.
+    pub fn record_sealed(
+        &mut self,
+        first: u32,
+        end: u32,
+        generation: u64,
+        earlier: Option<u32>,
+    ) -> Result<()> {
         record_run(&mut self.generations, first, end, generation)?;
-        record_run(&mut self.versions, first, end, 0)
+        record_run(&mut self.versions, first, end, earlier.unwrap_or(0))
     }
 
     /// Forgets the stripes from `stripes` on (the file was cut to fewer stripes).

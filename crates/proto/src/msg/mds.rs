@@ -479,6 +479,23 @@ pub enum MdsRequest {
         /// Path.
         path: String,
     },
+    /// `SetSizeWritten` naming the key tree the stripes were sealed under (SPEC H7): the
+    /// MDS records them under that tree if it is the current one or an earlier one a
+    /// rekey still keeps, and refuses them (`WrongFile`) under a tree it has dropped (a
+    /// writer that opened the file before a finished rekey: it must open it again).
+    /// `SetSizeWritten` counts as tree version 1 (what clients before rekeys sealed under).
+    SetSizeSealed {
+        /// Path.
+        path: String,
+        /// Its id as opened.
+        file: u64,
+        /// New size.
+        size: u64,
+        /// The tree version every written stripe was sealed under.
+        tree_version: u32,
+        /// Stripe ranges rewritten and their generations.
+        written: Vec<(u32, u32, u64)>,
+    },
     /// SPEC H7: give the encrypted file `path` a new key tree (its owner only): `lockbox`
     /// names this file and the current tree version + 1, with the same shape. Stripes
     /// stay sealed under the earlier tree until rewritten (the MDS records which use
@@ -549,6 +566,7 @@ impl MdsRequest {
             MdsRequest::KeysRevoke { .. } => "keys_revoke",
             MdsRequest::KeysList { .. } => "keys_list",
             MdsRequest::Rekey { .. } => "rekey",
+            MdsRequest::SetSizeSealed { .. } => "set_size_sealed",
         }
     }
 }
