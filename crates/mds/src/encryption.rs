@@ -11,11 +11,12 @@ use maat_proto::msg::{Access, ErrorCode, MdsResponse, STRIPE_UNIT_BYTES, WRITTEN
 use maat_proto::UnixMillis;
 
 impl<S: MetaStore> crate::Mds<S> {
-    /// SPEC H5: stores the lockbox of an empty file without one; only its owner may. The
-    /// MDS checks the box names this file and the first tree version; it cannot open it.
-    /// Answers as a read-write open would now: the file's protection method changed (an
-    /// encrypted file travels under CMDRSP where a plaintext one needed ALLDATA), so the
-    /// owner's capability from before is replaced.
+    /// Stores a lockbox its owner sends and answers as a read-write open would now:
+    /// SPEC H5 (`rekey` false), the first lockbox of an empty file without one, which
+    /// changes the file's protection method (an encrypted file travels under CMDRSP
+    /// where a plaintext one needed ALLDATA), so the owner's capability from before is
+    /// replaced; SPEC H7 (`rekey` true), the lockbox of a new key tree. The MDS checks
+    /// what the box names; it cannot open it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn set_lockbox(
         &self,
@@ -23,12 +24,30 @@ impl<S: MetaStore> crate::Mds<S> {
         path: &str,
         file: u64,
         lockbox: &[u8],
+        rekey: bool,
         secure: bool,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
-        self.store_lockbox(who, path, file, lockbox, now)?;
+        if rekey {
+            self.store_rekey(who, path, file, lockbox, now)?;
+        } else {
+            self.store_lockbox(who, path, file, lockbox, now)?;
+        }
         self.open_file(who, path, Access::ReadWrite, None, &[], secure, now, rng)
+    }
+
+    /// The file `file` at `path` as opened, if `who` owns it (the caller holds the write
+    /// lock); `doing` names the refused change.
+    fn owned_opened(&self, who: &Principal, path: &str, file: u64, doing: &str) -> Result<Inode> {
+        let inode = self.resolve_opened(who, path, file)?;
+        if inode.uid != who.uid {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                format!("{path}: only the owner {doing}"),
+            ));
+        }
+        Ok(inode)
     }
 
     fn store_lockbox(
@@ -40,13 +59,7 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<()> {
         let _guard = lock(&self.write);
-        let mut inode = self.resolve_opened(who, path, file)?;
-        if inode.uid != who.uid {
-            return Err(MdsError::refused(
-                ErrorCode::PermissionDenied,
-                format!("{path}: only the owner sets a file's lockbox"),
-            ));
-        }
+        let mut inode = self.owned_opened(who, path, file, "sets a file's lockbox")?;
         if inode.crypt.is_some() || inode.size != 0 {
             return Err(MdsError::refused(
                 ErrorCode::AlreadyExists,
@@ -81,22 +94,7 @@ impl<S: MetaStore> crate::Mds<S> {
     /// make a lockbox: the owner seals the new root key to the KDS and to itself). The
     /// box must name this file, the current tree version + 1 and the same shape (the
     /// stripe layout depends on it). Stripes stay sealed under the earlier tree until a
-    /// writer (`maat keys rekey` first) rewrites them. Answers as a read-write open.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn rekey(
-        &self,
-        who: &Principal,
-        path: &str,
-        file: u64,
-        lockbox: &[u8],
-        secure: bool,
-        now: UnixMillis,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<MdsResponse> {
-        self.store_rekey(who, path, file, lockbox, now)?;
-        self.open_file(who, path, Access::ReadWrite, None, &[], secure, now, rng)
-    }
-
+    /// writer (`maat keys rekey` first) rewrites them.
     fn store_rekey(
         &self,
         who: &Principal,
@@ -106,13 +104,7 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<()> {
         let _guard = lock(&self.write);
-        let mut inode = self.resolve_opened(who, path, file)?;
-        if inode.uid != who.uid {
-            return Err(MdsError::refused(
-                ErrorCode::PermissionDenied,
-                format!("{path}: only the owner gives a file a new key tree"),
-            ));
-        }
+        let mut inode = self.owned_opened(who, path, file, "gives a file a new key tree")?;
         let stripes = inode.size.div_ceil(STRIPE_UNIT_BYTES) as u32;
         let crypt = inode.crypt.as_mut().ok_or_else(|| {
             MdsError::refused(

@@ -266,7 +266,7 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 file,
                 lockbox,
-            } => self.set_lockbox(who, &path, file, &lockbox, session.is_some(), now, rng),
+            } => self.set_lockbox(who, &path, file, &lockbox, false, session.is_some(), now, rng),
             MdsRequest::KeysGrant {
                 path,
                 users,
@@ -279,7 +279,7 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 file,
                 lockbox,
-            } => self.rekey(who, &path, file, &lockbox, session.is_some(), now, rng),
+            } => self.set_lockbox(who, &path, file, &lockbox, true, session.is_some(), now, rng),
             MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
             MdsRequest::Chown { path, owner, group } => {
