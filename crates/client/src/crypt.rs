@@ -310,8 +310,8 @@ impl Client {
         let first = u64::from(stripes.start) * STRIPE_UNIT_BYTES;
         let end = u64::from(stripes.end.max(stripes.start + 1)) * STRIPE_UNIT_BYTES;
         let permit = Self::granted_ranges(opened)?;
-        let needed = clip(permit.as_deref(), first, end);
-        let held = self.tree_keys(opened, &crypt.lockbox, &lockbox, &needed, first, end)?;
+        let permit = permit.as_deref();
+        let held = self.tree_keys(opened, &crypt.lockbox, &lockbox, permit, first, end)?;
         let mut earlier: Vec<HeldKeys> = Vec::new();
         for (run, version) in crypt.stripes_on_earlier(stripes.end.max(stripes.start + 1)) {
             if run.end <= stripes.start || earlier.iter().any(|h| h.tree_version == version) {
@@ -324,7 +324,7 @@ impl Client {
             if old.file.0 != file || old.tree_version != version {
                 return Err(self.bad("mds", "an earlier lockbox names another file or version"));
             }
-            earlier.push(self.tree_keys(opened, bytes, &old, &needed, first, end)?);
+            earlier.push(self.tree_keys(opened, bytes, &old, permit, first, end)?);
         }
         Ok(StripeCrypt {
             file,
@@ -335,16 +335,18 @@ impl Client {
     }
 
     /// The keys of one tree of `opened` (the one `lockbox` opens) for bytes `first..end`,
-    /// of which this user may read `needed`: held ones if they cover it, else fetched.
+    /// of which this user may read the parts inside its `permit` ranges (all without
+    /// one): held ones if they cover those, else fetched.
     fn tree_keys(
         &mut self,
         opened: &Opened,
         lockbox_bytes: &[u8],
         lockbox: &Lockbox,
-        needed: &[(u64, u64)],
+        permit: Option<&[(u64, u64)]>,
         first: u64,
         end: u64,
     ) -> Result<HeldKeys> {
+        let needed = clip(permit, first, end);
         let now = local_now();
         let key = (opened.stat.id, lockbox.tree_version);
         let valid = self
@@ -353,7 +355,7 @@ impl Client {
             .filter(|h| h.expiry > now + 1000)
             .cloned();
         Ok(match valid {
-            Some(h) if h.covers(needed) => h,
+            Some(h) if h.covers(&needed) => h,
             valid if needed.is_empty() => valid.unwrap_or_else(|| HeldKeys {
                 // Nothing here may be read: opening any block names it as not granted.
                 tree_version: lockbox.tree_version,
@@ -362,8 +364,7 @@ impl Client {
                 expiry: now,
             }),
             valid => {
-                let permit = Self::granted_ranges(opened)?;
-                let nodes = self.wanted_nodes(&lockbox.shape, permit.as_deref(), first, end)?;
+                let nodes = self.wanted_nodes(&lockbox.shape, permit, first, end)?;
                 let fetched = self.fetch_keys(opened, lockbox_bytes, lockbox, nodes)?;
                 let held = match valid {
                     Some(mut h) => {

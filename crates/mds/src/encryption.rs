@@ -29,117 +29,97 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
-        if rekey {
-            self.store_rekey(who, path, file, lockbox, now)?;
-        } else {
-            self.store_lockbox(who, path, file, lockbox, now)?;
+        {
+            let _guard = lock(&self.write);
+            let mut inode = self.resolve_opened(who, path, file)?;
+            if inode.uid != who.uid {
+                let doing = if rekey {
+                    "gives a file a new key tree"
+                } else {
+                    "sets a file's lockbox"
+                };
+                return Err(MdsError::refused(
+                    ErrorCode::PermissionDenied,
+                    format!("{path}: only the owner {doing}"),
+                ));
+            }
+            if rekey {
+                next_tree(&mut inode, lockbox, path)?;
+            } else {
+                first_lockbox(&mut inode, lockbox, path)?;
+            }
+            inode.mtime = now.0;
+            let mut batch = Batch::default();
+            batch.push(Op::PutInode(inode));
+            self.store.commit(batch)?;
         }
         self.open_file(who, path, Access::ReadWrite, None, &[], secure, now, rng)
     }
-
-    /// The file `file` at `path` as opened, if `who` owns it (the caller holds the write
-    /// lock); `doing` names the refused change.
-    fn owned_opened(&self, who: &Principal, path: &str, file: u64, doing: &str) -> Result<Inode> {
-        let inode = self.resolve_opened(who, path, file)?;
-        if inode.uid != who.uid {
-            return Err(MdsError::refused(
-                ErrorCode::PermissionDenied,
-                format!("{path}: only the owner {doing}"),
-            ));
-        }
-        Ok(inode)
-    }
-
-    fn store_lockbox(
-        &self,
-        who: &Principal,
-        path: &str,
-        file: u64,
-        lockbox: &[u8],
-        now: UnixMillis,
-    ) -> Result<()> {
-        let _guard = lock(&self.write);
-        let mut inode = self.owned_opened(who, path, file, "sets a file's lockbox")?;
-        if inode.crypt.is_some() || inode.size != 0 {
-            return Err(MdsError::refused(
-                ErrorCode::AlreadyExists,
-                format!("{path}: only an empty file without a lockbox takes one"),
-            ));
-        }
-        let decoded = Lockbox::decode(lockbox)
-            .map_err(|e| MdsError::refused(ErrorCode::Malformed, format!("lockbox: {e}")))?;
-        if decoded.file.0 != inode.id || decoded.tree_version != 1 {
-            return Err(MdsError::refused(
-                ErrorCode::WrongFile,
-                format!(
-                    "{path}: the lockbox names file {} version {}",
-                    decoded.file.0, decoded.tree_version
-                ),
-            ));
-        }
-        inode.crypt = Some(FileCrypt {
-            lockbox: lockbox.to_vec(),
-            ..FileCrypt::default()
-        });
-        inode.mtime = now.0;
-        let mut batch = Batch::default();
-        batch.push(Op::PutInode(inode));
-        self.store.commit(batch)?;
-        Ok(())
-    }
 }
 
-impl<S: MetaStore> crate::Mds<S> {
-    /// SPEC H7: gives an encrypted file a new key tree; its owner only (the MDS cannot
-    /// make a lockbox: the owner seals the new root key to the KDS and to itself). The
-    /// box must name this file, the current tree version + 1 and the same shape (the
-    /// stripe layout depends on it). Stripes stay sealed under the earlier tree until a
-    /// writer (`maat keys rekey` first) rewrites them.
-    fn store_rekey(
-        &self,
-        who: &Principal,
-        path: &str,
-        file: u64,
-        lockbox: &[u8],
-        now: UnixMillis,
-    ) -> Result<()> {
-        let _guard = lock(&self.write);
-        let mut inode = self.owned_opened(who, path, file, "gives a file a new key tree")?;
-        let stripes = inode.size.div_ceil(STRIPE_UNIT_BYTES) as u32;
-        let crypt = inode.crypt.as_mut().ok_or_else(|| {
-            MdsError::refused(
-                ErrorCode::InvalidArgument,
-                format!("{path}: the file is not encrypted, so it has no keys to renew"),
-            )
-        })?;
-        let malformed = |e| MdsError::refused(ErrorCode::Malformed, format!("lockbox: {e}"));
-        let current = Lockbox::decode(&crypt.lockbox).map_err(malformed)?;
-        let new = Lockbox::decode(lockbox).map_err(malformed)?;
-        let next = current.tree_version.checked_add(1).ok_or_else(|| {
-            MdsError::refused(
-                ErrorCode::TooLarge,
-                format!("{path}: no tree version after {}", current.tree_version),
-            )
-        })?;
-        if new.file.0 != inode.id || new.tree_version != next || new.shape != current.shape {
-            return Err(MdsError::refused(
-                ErrorCode::WrongFile,
-                format!(
-                    "{path}: the new lockbox names file {} version {} (expected file {} \
-                     version {next}, with the current tree's shape)",
-                    new.file.0, new.tree_version, inode.id
-                ),
-            ));
-        }
-        crypt
-            .begin_rekey(lockbox.to_vec(), current.tree_version, stripes)
-            .map_err(|e| MdsError::refused(ErrorCode::TooLarge, format!("{path}: {e}")))?;
-        inode.mtime = now.0;
-        let mut batch = Batch::default();
-        batch.push(Op::PutInode(inode));
-        self.store.commit(batch)?;
-        Ok(())
+/// SPEC H5: `lockbox` becomes the lockbox of `inode`, an empty file without one; the box
+/// must name this file and the first tree version.
+fn first_lockbox(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
+    if inode.crypt.is_some() || inode.size != 0 {
+        return Err(MdsError::refused(
+            ErrorCode::AlreadyExists,
+            format!("{path}: only an empty file without a lockbox takes one"),
+        ));
     }
+    let decoded = Lockbox::decode(lockbox)
+        .map_err(|e| MdsError::refused(ErrorCode::Malformed, format!("lockbox: {e}")))?;
+    if decoded.file.0 != inode.id || decoded.tree_version != 1 {
+        return Err(MdsError::refused(
+            ErrorCode::WrongFile,
+            format!(
+                "{path}: the lockbox names file {} version {}",
+                decoded.file.0, decoded.tree_version
+            ),
+        ));
+    }
+    inode.crypt = Some(FileCrypt {
+        lockbox: lockbox.to_vec(),
+        ..FileCrypt::default()
+    });
+    Ok(())
+}
+
+/// SPEC H7: `lockbox` becomes the current key tree of the encrypted file `inode` (the MDS
+/// cannot make a lockbox: the owner seals the new root key to the KDS and to itself).
+/// The box must name this file, the current tree version + 1 and the same shape (the
+/// stripe layout depends on it). Stripes stay sealed under the earlier tree until a
+/// writer (`maat keys rekey` first) rewrites them.
+fn next_tree(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
+    let stripes = inode.size.div_ceil(STRIPE_UNIT_BYTES) as u32;
+    let id = inode.id;
+    let crypt = inode.crypt.as_mut().ok_or_else(|| {
+        MdsError::refused(
+            ErrorCode::InvalidArgument,
+            format!("{path}: the file is not encrypted, so it has no keys to renew"),
+        )
+    })?;
+    let malformed = |e| MdsError::refused(ErrorCode::Malformed, format!("lockbox: {e}"));
+    let current = Lockbox::decode(&crypt.lockbox).map_err(malformed)?;
+    let new = Lockbox::decode(lockbox).map_err(malformed)?;
+    let next = current.tree_version.checked_add(1).ok_or_else(|| {
+        MdsError::refused(
+            ErrorCode::TooLarge,
+            format!("{path}: no tree version after {}", current.tree_version),
+        )
+    })?;
+    if new.file.0 != id || new.tree_version != next || new.shape != current.shape {
+        return Err(MdsError::refused(
+            ErrorCode::WrongFile,
+            format!(
+                "{path}: the new lockbox names file {} version {} (expected file {id} \
+                 version {next}, with the current tree's shape)",
+                new.file.0, new.tree_version
+            ),
+        ));
+    }
+    crypt
+        .begin_rekey(lockbox.to_vec(), current.tree_version, stripes)
+        .map_err(|e| MdsError::refused(ErrorCode::TooLarge, format!("{path}: {e}")))
 }
 
 /// SPEC H3: records the generations an encrypted file's writer used for the stripes it
