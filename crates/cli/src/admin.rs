@@ -23,6 +23,14 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: PartitionCommand,
     },
+    /// T10 keys (SPEC T3, T4): the master, root, partition and working keys the MDS shares
+    /// with each OSD. The MDS sets them itself (SET MASTER KEY by an ephemeral X25519
+    /// exchange, then SET KEY down the hierarchy) and refreshes working keys every quarter
+    /// of a credential lifetime; these commands show and force that.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Grouping strategies (SPEC M6): how many users and files one capability names.
     /// `maat stats` shows, per strategy, capabilities issued, the (user, file) pairs they
     /// authorize and cache hits.
@@ -65,6 +73,31 @@ pub enum GroupingCommand {
 }
 
 #[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Every OSD's key generations (when each key was set, in ms since the epoch; never
+    /// the keys).
+    Show,
+    /// Refresh now: a new partition key and a new working key in the next slot
+    /// (credentials in flight stay valid). With --revoke every working slot is refilled,
+    /// so every T10 credential of the partition is refused at once (revocation by key
+    /// exchange); clients simply open again.
+    Rotate {
+        /// Only this OSD.
+        #[arg(long)]
+        osd: Option<u64>,
+        /// Only this partition (name).
+        #[arg(long)]
+        partition: Option<String>,
+        /// Refill every working slot: revoke every credential of the partition.
+        #[arg(long)]
+        revoke: bool,
+        /// Exchange the master key first (SET MASTER KEY).
+        #[arg(long)]
+        master: bool,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum PartitionCommand {
     /// Create a partition.
     Create {
@@ -84,8 +117,23 @@ pub enum PartitionCommand {
         #[arg(value_parser = crate::up::parse_protection)]
         security: maat_proto::protection::Protection,
     },
-    /// List partitions and their methods.
+    /// The credential format of the partition's opens: `maat` (MDS-signed capabilities
+    /// over a session with each OSD) or `t10` (a capability and capability key per OSD,
+    /// MACs only, no signature; SPEC T2). Opens already answered keep theirs until expiry.
+    SetCredentials {
+        /// Name.
+        name: String,
+        /// `maat` or `t10`.
+        #[arg(value_parser = parse_credentials)]
+        credentials: maat_proto::msg::Credentials,
+    },
+    /// List partitions, their methods and credential formats.
     List,
+}
+
+fn parse_credentials(text: &str) -> Result<maat_proto::msg::Credentials, String> {
+    maat_proto::msg::Credentials::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a credential format: use maat or t10"))
 }
 
 #[derive(Subcommand)]
@@ -171,13 +219,46 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                 c.partition_set_security(&name, security)?;
                 eprintln!("partition {name} is now {security} for capabilities issued from now on");
             }
+            PartitionCommand::SetCredentials { name, credentials } => {
+                c.partition_set_credentials(&name, credentials)?;
+                eprintln!(
+                    "partition {name} gets {} credentials for opens from now on",
+                    credentials.name()
+                );
+            }
             PartitionCommand::List => {
-                println!("{:>4}  {:<24} security", "id", "name");
+                println!("{:>4}  {:<24} {:<13} credentials", "id", "name", "security");
                 for p in c.partitions()? {
-                    println!("{:>4}  {:<24} {}", p.id, p.name, p.protection);
+                    println!(
+                        "{:>4}  {:<24} {:<13} {}",
+                        p.id,
+                        p.name,
+                        p.protection.to_string(),
+                        p.credentials.name()
+                    );
                 }
             }
         },
+        AdminCommand::Keys { command } => {
+            let keys = match command {
+                KeysCommand::Show => c.t10_keys()?,
+                KeysCommand::Rotate {
+                    osd,
+                    partition,
+                    revoke,
+                    master,
+                } => c.t10_rotate(osd, partition.as_deref(), revoke, master)?,
+            };
+            for osd in keys {
+                println!("osd {}", osd.osd);
+                if osd.generations.is_empty() {
+                    println!("  (no keys yet: set within a second of the OSD registering)");
+                }
+                for (key, generation) in osd.generations {
+                    println!("  {key:<28} generation {generation}");
+                }
+            }
+        }
         AdminCommand::Grouping {
             command: GroupingCommand::Set { strategies },
         } => {

@@ -56,8 +56,44 @@ impl Client {
     }
 
     pub(crate) fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
-        let auth = self.osd_auth(osd, self.insecure_user)?;
+        let auth = self.auth_for(osd, request, self.insecure_user)?;
         self.call_with(osd, &auth, request)
+    }
+
+    /// How `request` to `osd` is authenticated: under the T10 credential of its file for
+    /// that OSD (SPEC T2) when it carries no Maat capability and one is held, else as
+    /// [`Client::osd_auth`] says.
+    fn auth_for(
+        &mut self,
+        osd: u64,
+        request: &OsdRequest,
+        insecure_user: Option<u64>,
+    ) -> Result<Auth> {
+        if insecure_user.is_none() && request.capability.is_empty() {
+            let credential = request
+                .command
+                .object_access()
+                .and_then(|(object, _)| self.t10.get(&(object.file, osd)));
+            if let Some(c) = credential {
+                let id = maat_proto::t10::credential_id(&c.capability);
+                let method = maat_proto::t10::decode_capability(&c.capability)
+                    .map_err(|e| local(format!("held T10 capability: {e}")))?
+                    .security_method;
+                let prefix = maat_proto::t10::request_prefix(&c.capability).map_err(local)?;
+                let capability = c.capability.clone();
+                let keys = self.envelope_keys.get(&id, c.key.expose());
+                let offset = self.session.as_ref().map_or(0, |s| s.clock_offset);
+                return Ok(Auth::T10 {
+                    keys,
+                    id,
+                    method,
+                    capability,
+                    prefix,
+                    offset,
+                });
+            }
+        }
+        self.osd_auth(osd, insecure_user)
     }
 
     /// One request to `osd` on this client's connection to it, authenticated by `auth`.
@@ -123,7 +159,7 @@ impl Client {
             if insecure.is_none() {
                 self.prepare_capability(osd, &request.capability)?;
             }
-            let auth = self.osd_auth(osd, insecure)?;
+            let auth = self.auth_for(osd, &request, insecure)?;
             let address = self.osd_entry(osd)?.address;
             let conn = self
                 .osds
@@ -638,6 +674,17 @@ enum Auth {
     },
     /// NOSEC as this user.
     Insecure { user: u64 },
+    /// SPEC T2: a T10 credential: envelope keys from its capability key, its id, the
+    /// method and bytes of its capability, the frame prefix carrying it, and the clock
+    /// offset (the MDS's: no session with the OSD measured one).
+    T10 {
+        keys: protection::EnvelopeKeys,
+        id: [u8; 16],
+        method: Protection,
+        capability: Vec<u8>,
+        prefix: Vec<u8>,
+        offset: i64,
+    },
 }
 
 /// One OSD's share of a parallel batch.
@@ -734,10 +781,6 @@ fn call_on(
         address: address.to_string(),
         source,
     };
-    let bad = |reason: String| ClientError::BadAnswer {
-        address: address.to_string(),
-        reason,
-    };
     let (keys, sid, offset) = match auth {
         Auth::Insecure { user } => {
             let payload = msg::encode(&InsecureRequest {
@@ -752,6 +795,34 @@ fn call_on(
             };
         }
         Auth::Sealed { keys, sid, offset } => (keys, sid, offset),
+        Auth::T10 {
+            keys,
+            id,
+            method,
+            capability,
+            prefix,
+            offset,
+        } => {
+            let mut nonce = [0u8; 16];
+            rng.fill_bytes(&mut nonce);
+            let header = protection::RequestHeader {
+                method: *method,
+                session_id: *id,
+                timestamp: UnixMillis(local_now().saturating_add_signed(*offset)),
+                nonce,
+            };
+            let (head, data) = request.split_bulk();
+            let message = msg::encode(&head).map_err(local)?;
+            let parts =
+                protection::seal_request_parts(keys, &header, &message, data, capability, rng)
+                    .map_err(local)?;
+            let mut frame: Vec<&[u8]> = vec![prefix];
+            frame.extend(parts.iter().map(|p| p.as_ref()));
+            let (t, answer) = conn
+                .call_parts(FrameType::T10Request, &frame)
+                .map_err(net)?;
+            return sec_answer(address, keys, *method, id, &nonce, t, answer);
+        }
     };
     let method = request_protection(&request.capability);
     let (head, data) = request.split_bulk();
@@ -771,10 +842,28 @@ fn call_on(
     let (t, answer) = conn
         .call_parts(FrameType::SecRequest, &parts)
         .map_err(net)?;
-    match t {
+    sec_answer(address, keys, method, sid, &nonce, t, answer)
+}
+
+/// Checks and decodes the answer to a protected request (sealed with `method` and `keys`
+/// for the request `sid`, `nonce`), or the refusal it is.
+fn sec_answer(
+    address: &str,
+    keys: &protection::EnvelopeKeys,
+    method: Protection,
+    sid: &[u8; 16],
+    nonce: &[u8; 16],
+    frame_type: FrameType,
+    answer: Vec<u8>,
+) -> Result<OsdResponse> {
+    let bad = |reason: String| ClientError::BadAnswer {
+        address: address.to_string(),
+        reason,
+    };
+    match frame_type {
         FrameType::SecResponse => {
             let (_, message, data) =
-                protection::open_response_owned(keys, method, sid, &nonce, answer)
+                protection::open_response_owned(keys, method, sid, nonce, answer)
                     .map_err(|e| bad(e.to_string()))?;
             let mut result: std::result::Result<OsdResponse, WireError> =
                 decode_answer_raw(address, &message)?;

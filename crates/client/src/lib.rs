@@ -190,6 +190,9 @@ pub struct Client {
     insecure_user: Option<u64>,
     /// Envelope keys derived from session secrets, kept for the life of the client.
     envelope_keys: EnvelopeKeys,
+    /// SPEC T2: the newest T10 credential per (file, OSD), from opens in partitions with
+    /// T10 credentials.
+    t10: HashMap<(u64, u64), T10Credential>,
     /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
     rng: rand_chacha::ChaCha20Rng,
     /// Merkle tree messages fetched from the MDS, by root (SPEC M4).
@@ -256,6 +259,7 @@ impl Client {
             mds_key,
             insecure_user: None,
             envelope_keys: EnvelopeKeys::default(),
+            t10: HashMap::new(),
             rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
                 .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
             trees: HashMap::new(),
@@ -477,17 +481,19 @@ impl Client {
 
     // ------------------------------------------------------------------ capabilities
 
-    fn opened_from(&self, response: MdsResponse) -> Result<Opened> {
+    fn opened_from(&mut self, response: MdsResponse) -> Result<Opened> {
         match response {
             MdsResponse::Opened {
                 stat,
                 capability,
                 cached,
+                t10,
             } => {
                 // An encrypted file's runs are searched by bisection: they must be sound.
                 if let Some(Err(e)) = stat.crypt.as_ref().map(|c| c.check()) {
                     return Err(self.bad("mds", &format!("the file's crypt record: {e}")));
                 }
+                self.hold_t10(stat.id, t10)?;
                 Ok(Opened {
                     stat,
                     capability,
@@ -636,6 +642,47 @@ impl EnvelopeKeys {
         let k = protection::EnvelopeKeys::new(secret);
         self.0.insert(*session_id, k.clone());
         k
+    }
+}
+
+/// A T10 credential (SPEC T2): the capability and its key, opened from the session.
+#[derive(Clone)]
+pub(crate) struct T10Credential {
+    pub(crate) capability: Vec<u8>,
+    pub(crate) key: maat_crypto::Secret32,
+}
+
+/// Most T10 credentials a client keeps.
+const T10_CREDENTIALS_MAX: usize = 4096;
+
+impl Client {
+    /// SPEC T2: opens each credential's key with this session's wrap key and keeps the
+    /// credential as the newest for its (file, OSD).
+    fn hold_t10(&mut self, file: u64, grants: Vec<maat_proto::msg::T10Grant>) -> Result<()> {
+        if grants.is_empty() {
+            return Ok(());
+        }
+        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let mac = self
+            .envelope_keys
+            .get(&session.session_id, &session.key)
+            .mac;
+        let wrap = maat_proto::t10::capability_key_wrap(&mac);
+        if self.t10.len() + grants.len() > T10_CREDENTIALS_MAX {
+            self.t10.clear();
+        }
+        for g in grants {
+            let key = maat_proto::t10::open_capability_key(&wrap, &g.capability, &g.sealed_key)
+                .map_err(|e| self.bad("mds", &e.to_string()))?;
+            self.t10.insert(
+                (file, g.osd),
+                T10Credential {
+                    capability: g.capability,
+                    key,
+                },
+            );
+        }
+        Ok(())
     }
 }
 

@@ -74,6 +74,47 @@ impl Client {
         .map(drop)
     }
 
+    /// Administrator: the credential format of a partition's opens (SPEC T2).
+    pub fn partition_set_credentials(
+        &mut self,
+        name: &str,
+        credentials: msg::Credentials,
+    ) -> Result<()> {
+        self.mds_call(MdsRequest::PartitionSetCredentials {
+            name: name.into(),
+            credentials,
+        })
+        .map(drop)
+    }
+
+    /// Administrator: every OSD's T10 key generations (SPEC T3).
+    pub fn t10_keys(&mut self) -> Result<Vec<msg::T10KeyInfo>> {
+        match self.mds_call(MdsRequest::T10KeysShow)? {
+            MdsResponse::T10Keys(k) => Ok(k),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Administrator: refreshes T10 keys now, or with `revoke` refills every working slot
+    /// (SPEC T3, T4); answers once every OSD concerned acknowledged.
+    pub fn t10_rotate(
+        &mut self,
+        osd: Option<u64>,
+        partition: Option<&str>,
+        revoke: bool,
+        master: bool,
+    ) -> Result<Vec<msg::T10KeyInfo>> {
+        match self.mds_call(MdsRequest::T10KeysRotate {
+            osd,
+            partition: partition.map(str::to_string),
+            revoke,
+            master,
+        })? {
+            MdsResponse::T10Keys(k) => Ok(k),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// SPEC M6: defines (or replaces) this user's file set `name`: files used together,
     /// which capabilities may then name at once (`defined` grouping). The
     /// administrator's sets apply to everyone's opens.

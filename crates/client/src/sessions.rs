@@ -143,6 +143,15 @@ impl Client {
             .ok_or(ClientError::NotLoggedIn)
     }
 
+    /// The T10 credential this client holds for `file` at `osd` (SPEC T2): capability and
+    /// capability key (attack tests build raw requests with them; feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn t10_credential(&self, file: u64, osd: u64) -> Option<(Vec<u8>, [u8; 32])> {
+        self.t10
+            .get(&(file, osd))
+            .map(|c| (c.capability.clone(), *c.key.expose()))
+    }
+
     /// The current protocol time as this client sees it (local clock plus offset).
     pub fn protocol_now(&self) -> u64 {
         self.now()

@@ -25,7 +25,7 @@ impl<S: MetaStore> crate::Mds<S> {
         file: u64,
         lockbox: &[u8],
         rekey: bool,
-        secure: bool,
+        session: Option<&[u8; 16]>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
@@ -53,7 +53,7 @@ impl<S: MetaStore> crate::Mds<S> {
             batch.push(Op::PutInode(inode));
             self.store.commit(batch)?;
         }
-        self.open_file(who, path, Access::ReadWrite, None, &[], secure, now, rng)
+        self.open_file(who, path, Access::ReadWrite, None, &[], session, now, rng)
     }
 }
 

@@ -322,7 +322,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let hash = computation_key_hash(&key);
         self.lead_check(who, &hash, "open files for it", now)?;
         // The lead's own open: path search, permission bits, creation. No capability.
-        let stat = match self.open_file(who, path, access, create, &[], false, now, rng)? {
+        let stat = match self.open_file(who, path, access, create, &[], None, now, rng)? {
             MdsResponse::Opened { stat, .. } => stat,
             _ => return Err(refused(ErrorCode::Internal, "open answered oddly")),
         };

@@ -326,6 +326,7 @@ impl<S: MetaStore> crate::Mds<S> {
             stat,
             capability,
             cached: false,
+            t10: Vec::new(),
         })
     }
 }

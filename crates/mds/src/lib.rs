@@ -19,6 +19,7 @@ mod renewal;
 mod requests;
 mod revocations;
 pub mod store;
+mod t10;
 mod users;
 
 use maat_crypto::kdf;
@@ -46,6 +47,7 @@ pub use store::{
     Batch, GroupRecord, Inode, KeyGrant, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
     UserCredential, UserRecord, DEFAULT_PARTITION,
 };
+pub use t10::{working_refresh_millis, T10Channel};
 pub use users::MdsSecrets;
 
 /// The administrator's user id (superuser: passes every permission check).
@@ -135,6 +137,9 @@ struct Stats {
     refused_by_reason: msg::RefusalCounts,
     logins: AtomicU64,
     login_cookies: AtomicU64,
+    t10_key_exchanges: AtomicU64,
+    t10_keys_set: AtomicU64,
+    t10_credentials_issued: AtomicU64,
 }
 
 struct Volatile {
@@ -183,6 +188,10 @@ pub struct Mds<S: MetaStore> {
     filesets: filesets::FileSets,
     /// Each user's newest login ticket (job leads seal keys to it).
     tickets: Mutex<HashMap<u64, Vec<u8>>>,
+    /// SPEC T2, T3: each OSD's T10 keys and the channel key commands travel on.
+    t10: t10::T10Keys,
+    /// Seals T10 key states for the store (derived from the sealing secret).
+    t10_wrap: maat_crypto::aead::BlockKey,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
 }
@@ -310,6 +319,14 @@ impl<S: MetaStore> Mds<S> {
                 ),
             ))
             .with_counters(counters.clone()),
+            t10_wrap: maat_crypto::aead::BlockKey::new(Secret32::from_bytes(
+                maat_crypto::hash::blake3_keyed(
+                    secrets.sealing_secret.expose(),
+                    &[t10::T10_WRAP_CONTEXT],
+                ),
+            ))
+            .with_counters(counters.clone()),
+            t10: t10::T10Keys::default(),
             decoy_key: secrets.decoy_key,
             pake,
             counters,

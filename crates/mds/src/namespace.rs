@@ -317,6 +317,7 @@ impl<S: MetaStore> crate::Mds<S> {
             stat,
             capability,
             cached,
+            t10: Vec::new(),
         })
     }
 
@@ -328,10 +329,11 @@ impl<S: MetaStore> crate::Mds<S> {
         access: Access,
         create: Option<u16>,
         predicted: &[String],
-        secure: bool,
+        session: Option<&[u8; 16]>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
+        let secure = session.is_some();
         let inode = match (self.resolve(who, path), create) {
             (Ok(inode), _) => inode,
             (Err(MdsError::Refused(e)), Some(mode)) if e.code == ErrorCode::NoSuchFile => {
@@ -380,6 +382,20 @@ impl<S: MetaStore> crate::Mds<S> {
         };
         let mut stat = self.stat_of(&inode)?;
         stat.crypt = inode.crypt.clone();
+        if let (Some(session), None) = (session, &inode.crypt) {
+            // SPEC T2: a partition with T10 credentials gets one per OSD and no signature
+            // (encrypted files keep signed capabilities: the KDS takes those).
+            let partition = self.partition(inode.partition)?;
+            if partition.credentials == maat_proto::msg::Credentials::T10 {
+                let t10 = self.t10_grants(session, &partition, inode.id, wanted, now, rng)?;
+                return Ok(MdsResponse::Opened {
+                    stat,
+                    capability: Vec::new(),
+                    cached: false,
+                    t10,
+                });
+            }
+        }
         let (capability, cached) = if secure {
             // A read may reuse a cached read-write capability when the user may write
             // now too: it grants nothing an open for writing would not.
@@ -422,6 +438,7 @@ impl<S: MetaStore> crate::Mds<S> {
             stat,
             capability,
             cached,
+            t10: Vec::new(),
         })
     }
 

@@ -6,7 +6,7 @@
 //! method travels in the capability, so an OSD needs no partition table of its own.
 
 use super::*;
-use maat_proto::msg::PartitionInfo;
+use maat_proto::msg::{Credentials, PartitionInfo};
 use maat_proto::protection::Protection;
 use store::{PartitionRecord, DEFAULT_PARTITION};
 
@@ -18,6 +18,7 @@ fn info(p: &PartitionRecord) -> PartitionInfo {
         id: p.id,
         name: p.name.clone(),
         protection: p.protection,
+        credentials: p.credentials,
     }
 }
 
@@ -85,6 +86,7 @@ impl<S: MetaStore> Mds<S> {
             id,
             name: name.into(),
             protection,
+            credentials: Credentials::Maat,
         };
         batch.push(Op::PutPartition(record.clone()));
         self.store.commit(batch)?;
@@ -110,6 +112,25 @@ impl<S: MetaStore> Mds<S> {
         Ok(MdsResponse::Partitions(vec![info(&record)]))
     }
 
+    /// SPEC T2: the credential format of a partition's opens from now on. Opens already
+    /// answered keep what they got until it expires.
+    pub(crate) fn partition_set_credentials(
+        &self,
+        who: &Principal,
+        name: &str,
+        credentials: Credentials,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        let _guard = lock(&self.write);
+        let mut record = self.partition_by_name(name)?;
+        record.credentials = credentials;
+        let mut batch = Batch::default();
+        batch.push(Op::PutPartition(record.clone()));
+        self.store.commit(batch)?;
+        self.forget_capabilities();
+        Ok(MdsResponse::Partitions(vec![info(&record)]))
+    }
+
     pub(crate) fn partition_list(&self) -> Result<MdsResponse> {
         let mut all: Vec<PartitionInfo> = self.store.partitions()?.iter().map(info).collect();
         all.sort_by_key(|p| p.id);
@@ -125,6 +146,7 @@ impl<S: MetaStore> Mds<S> {
             id: DEFAULT_PARTITION,
             name: "default".into(),
             protection,
+            credentials: Credentials::Maat,
         })))
     }
 }

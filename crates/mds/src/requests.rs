@@ -115,6 +115,11 @@ impl<S: MetaStore> Mds<S> {
         Ok(self.remember_session(*id, session, &Secret32::from_bytes(key)))
     }
 
+    /// The envelope key of a live session (SPEC T2 seals capability keys under it).
+    pub(crate) fn session_mac(&self, id: &[u8; 16]) -> Result<Blake3Mac> {
+        Ok(self.session(id)?.1)
+    }
+
     /// Seals a new session's key for the store.
     pub(crate) fn seal_session_key(
         &self,
@@ -213,7 +218,7 @@ impl<S: MetaStore> Mds<S> {
                 access,
                 create,
                 &[],
-                session.is_some(),
+                session,
                 now,
                 rng,
             ),
@@ -241,7 +246,7 @@ impl<S: MetaStore> Mds<S> {
                     access,
                     create,
                     &predicted,
-                    session.is_some(),
+                    session,
                     now,
                     rng,
                 )
@@ -266,7 +271,7 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 file,
                 lockbox,
-            } => self.set_lockbox(who, &path, file, &lockbox, false, session.is_some(), now, rng),
+            } => self.set_lockbox(who, &path, file, &lockbox, false, session, now, rng),
             MdsRequest::KeysGrant {
                 path,
                 users,
@@ -279,7 +284,7 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 file,
                 lockbox,
-            } => self.set_lockbox(who, &path, file, &lockbox, true, session.is_some(), now, rng),
+            } => self.set_lockbox(who, &path, file, &lockbox, true, session, now, rng),
             MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
             MdsRequest::Chown { path, owner, group } => {
@@ -313,6 +318,16 @@ impl<S: MetaStore> Mds<S> {
                 self.partition_set_security(who, &name, protection)
             }
             MdsRequest::PartitionList => self.partition_list(),
+            MdsRequest::PartitionSetCredentials { name, credentials } => {
+                self.partition_set_credentials(who, &name, credentials)
+            }
+            MdsRequest::T10KeysShow => self.t10_show(who),
+            MdsRequest::T10KeysRotate {
+                osd,
+                partition,
+                revoke,
+                master,
+            } => self.t10_rotate(who, osd, partition.as_deref(), (revoke, master), now, rng),
             MdsRequest::GetTree { root } => self.get_tree(who, &root),
             MdsRequest::SetGrouping { strategies } => {
                 require_admin(who)?;
@@ -373,6 +388,18 @@ impl<S: MetaStore> Mds<S> {
             (
                 "login_cookies_sent".into(),
                 s.login_cookies.load(Ordering::Relaxed),
+            ),
+            (
+                "t10_master_key_exchanges".into(),
+                s.t10_key_exchanges.load(Ordering::Relaxed),
+            ),
+            (
+                "t10_keys_set".into(),
+                s.t10_keys_set.load(Ordering::Relaxed),
+            ),
+            (
+                "t10_credentials_issued".into(),
+                s.t10_credentials_issued.load(Ordering::Relaxed),
             ),
             (
                 "capability_cache_hits".into(),

@@ -9,7 +9,7 @@
 use maat_proto::encrypted::FileCrypt;
 
 mod legacy;
-use legacy::{InodeV1, InodeV2, InodeV3, InodeV4};
+use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, PartitionV1};
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,8 @@ pub struct PartitionRecord {
     pub name: String,
     /// The protection method.
     pub protection: maat_proto::protection::Protection,
+    /// The credential format of its opens (SPEC T2; version 2).
+    pub credentials: maat_proto::msg::Credentials,
 }
 
 /// A user.
@@ -308,7 +310,22 @@ impl Record for Inode {
         Ok(postcard_value::<InodeV1>(Self::WHAT, bytes)?.into())
     }
 }
-record_v1!(PartitionRecord, "partition");
+impl Record for PartitionRecord {
+    const WHAT: &'static str = "partition";
+    const VERSION: u8 = 2;
+    fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
+        match version {
+            1 => Ok(postcard_value::<PartitionV1>(Self::WHAT, body)?.into()),
+            _ => postcard_value(Self::WHAT, body),
+        }
+    }
+    fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
+        postcard_body(self)
+    }
+    fn decode_v0(bytes: &[u8]) -> Result<Self, StoreError> {
+        Ok(postcard_value::<PartitionV1>(Self::WHAT, bytes)?.into())
+    }
+}
 record_v1!(GroupRecord, "group");
 
 impl Record for SessionRecord {

@@ -185,6 +185,7 @@ fn open_as(
             stat,
             capability,
             cached,
+            ..
         } => (stat.id, capability, cached),
         other => panic!("{other:?}"),
     }
@@ -885,6 +886,7 @@ fn client_predictions_join_the_capability_only_where_access_allows() {
                     stat,
                     capability,
                     cached,
+                    ..
                 }) => Ok((stat.id, capability, cached)),
                 Ok(other) => panic!("{other:?}"),
                 Err(e) => Err(e),

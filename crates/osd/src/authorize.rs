@@ -34,6 +34,9 @@ impl OsdCore {
         if caller.secure.is_none() {
             return Ok(Authorized { object, mode });
         }
+        if let Some(capability) = &caller.t10 {
+            return self.authorize_t10(capability, request, object, mode, now);
+        }
         // Capabilities name files, and user files live in the data partition only; other
         // partitions are reachable by the administrator's commands alone.
         if object.partition != DATA_PARTITION {

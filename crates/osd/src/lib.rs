@@ -13,7 +13,10 @@ mod delegation;
 mod plain;
 mod renewals;
 mod revocations;
+mod t10;
 mod trees;
+
+pub use t10::{KeyPersister, T10_NO_USER};
 
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::VerifyingKey;
@@ -176,6 +179,9 @@ impl SecureContext {
 pub struct Caller {
     user: UserId,
     secure: Option<SecureContext>,
+    /// SPEC T2: the capability of a request under a T10 credential (then `user` is
+    /// [`T10_NO_USER`]).
+    t10: Option<maat_proto::t10::T10Capability>,
 }
 
 impl Caller {
@@ -202,6 +208,8 @@ pub struct OsdCore {
     revoked: revocations::Revoked,
     /// Job key lifetimes and proofs of possession (SPEC M10).
     delegations: delegation::Delegations,
+    /// SPEC T2, T3: key hierarchy and cached credentials.
+    t10: t10::T10State,
     stats: Stats,
 }
 
@@ -239,6 +247,7 @@ impl OsdCore {
             renewed: renewals::Renewed::default(),
             revoked: revocations::Revoked::default(),
             delegations: delegation::Delegations::default(),
+            t10: t10::T10State::default(),
             stats: Stats::default(),
         }
     }
@@ -343,6 +352,7 @@ impl OsdCore {
                     keys: key,
                     method: None,
                 }),
+                t10: None,
             },
             decoded,
         ))
@@ -395,6 +405,7 @@ impl OsdCore {
                     keys,
                     method: Some(header.method),
                 }),
+                t10: None,
             },
             decoded,
         ))
@@ -412,6 +423,7 @@ impl OsdCore {
             Caller {
                 user: UserId(r.user),
                 secure: None,
+                t10: None,
             },
             r.request,
         ))
@@ -431,6 +443,12 @@ impl OsdCore {
             StoreError::Io(e) => refuse(ErrorCode::Internal, e.to_string()),
         };
         let command = &request.command;
+        if caller.t10.is_some() && command.object_access().is_none() {
+            return self.counted(Err(refuse(
+                ErrorCode::PermissionDenied,
+                "T10 credentials authorize object commands only",
+            )));
+        }
         match command {
             OsdCommand::Stats => return Ok(OsdResponse::Stats(self.stats())),
             OsdCommand::SupplyTree { tree } => {

@@ -150,6 +150,20 @@ pub const ALL: &[(&str, Decoder)] = &[
     ("frame", frame),
 ];
 
+/// A T10 request payload (SPEC T2): the capability split off and decoded, its key made
+/// under a fixed working key, the envelope opened under it.
+fn t10_request(payload: &[u8]) {
+    use crate::protection::{EnvelopeKeys, UnverifiedRequest};
+    if let Ok((capability, envelope)) = crate::t10::split_request(payload) {
+        let _ = crate::t10::decode_capability(capability);
+        let working = maat_crypto::mac::MacKey::new(maat_crypto::Secret32::from_bytes([7; 32]));
+        let key = crate::t10::capability_key(capability, &working);
+        if let Ok(request) = UnverifiedRequest::decode(envelope) {
+            let _ = request.open(&EnvelopeKeys::new(key.expose()), capability);
+        }
+    }
+}
+
 /// The protected envelopes (SPEC T1): split, peek and open under a fixed key, every method.
 fn protected_envelopes(payload: &[u8]) {
     use crate::protection::{self, EnvelopeKeys, Protection};
@@ -170,6 +184,7 @@ pub fn frame(data: &[u8]) {
         canonical("frame", data, &re);
         let _ = crate::wire::UnverifiedRequest::decode(payload);
         protected_envelopes(payload);
+        t10_request(payload);
         crate::msg::fuzz_messages(payload);
     }
     crate::msg::fuzz_messages(data);

@@ -115,6 +115,13 @@ pub enum ProtoError {
         /// Which key.
         what: &'static str,
     },
+    /// A valid key command not newer than the key it would replace (replayed or reordered;
+    /// SPEC T3).
+    #[error("{what} is not newer than the key it would replace")]
+    Superseded {
+        /// The command.
+        what: &'static str,
+    },
     /// A valid token does not grant what is asked.
     #[error("permission denied: {reason}")]
     PermissionDenied {

@@ -16,7 +16,8 @@
 //! | [`revocation`] | revocation notice | M9 |
 //! | [`delegation`] | file handle, key lifetime token, proof token | M10 |
 //! | [`job_bundle`] | a job's key and handles, sealed to a participant, signed by the lead | M10 |
-//! | [`t10`] | T10 capability, credential, request ICV, key hierarchy, SET KEY, SET MASTER KEY | T2, T3 |
+//! | [`t10`] | T10 capability, credential, capability key, key derivation, SET KEY, SET MASTER KEY | T2, T3 |
+//! | [`t10_keys`] | one OSD's key hierarchy as both sides keep it; the exchange steps; generations | T3 |
 //! | [`horus`] | lockbox, range-key grant | H4, H5 |
 //! | [`encrypted`] | an encrypted file's stripe layout and write generations | H3 |
 //! | [`wire`] | frames, MACed request/response envelopes, replay window | T7 |
@@ -45,6 +46,7 @@ pub mod revocation;
 pub mod session;
 pub mod signed;
 pub mod t10;
+pub mod t10_keys;
 pub mod ticket;
 pub mod wire;
 

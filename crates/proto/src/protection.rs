@@ -274,7 +274,7 @@ pub fn seal_request_parts<'d>(
 }
 
 /// A request envelope split into its parts, not yet checked.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct UnverifiedRequest<'a> {
     /// The header fields.
     pub header: RequestHeader,

@@ -401,9 +401,3 @@ impl<T> std::ops::Deref for Verified<T> {
         &self.body
     }
 }
-
-/// Wraps a body whose authenticity was established by a check outside this module (the
-/// T10 request ICV). Crate-private so that only such checks can produce one.
-pub(crate) fn verified_unchecked<T>(body: T, encoded: Vec<u8>) -> Verified<T> {
-    Verified { body, encoded }
-}

@@ -1,14 +1,17 @@
 //! SPEC T2, T3: T10 OSD security (paper 003).
 //!
 //! **Credential (T2).** The MDS gives a client a T10 capability plus its *capability key*
-//! `CK = HMAC-SHA256(working key, "maat/t10/capkey/v1\0" || capability encoding)`, over the
-//! already-authenticated MDS channel. With each request the client sends the capability and
-//! the *request integrity check value* `ICV = HMAC-SHA256(CK, "maat/t10/request/v1\0" ||
-//! request)`, where `request` is the canonical request encoding (command, object, offsets,
-//! timestamp, nonce). The OSD recomputes CK from its own working key and checks the ICV:
-//! two HMACs, no signature. Paper 003 gives no byte layout; ours follows OSD-2's capability
-//! fields (security method, key version, permission bits, policy access tag, expiry,
-//! discriminator).
+//! `CK = HMAC-SHA256(working key, "maat/t10/capkey/v1\0" || capability encoding)`, sealed
+//! under a key only that client's MDS session holds ([`capability_key_wrap`]). With each
+//! request the client sends the capability and the *request integrity check value*: the
+//! T1 protection envelope (`protection`) sealed under keys derived from CK, with the
+//! envelope's session id set to [`credential_id`] of the capability, so the method of the
+//! capability decides what the ICV covers (CAPKEY: header and capability; CMDRSP: the
+//! command; ALLDATA: data too; CONFIDENTIAL: AEAD). The OSD recomputes CK from its own
+//! working key ([`capability_key`]) and checks the envelope: one HMAC and one MAC, no
+//! signature; it caches CK per credential, so later requests cost one MAC. Paper 003 gives
+//! no byte layout; ours follows OSD-2's capability fields (security method, key version,
+//! permission bits, policy access tag, expiry, discriminator).
 //!
 //! **Key hierarchy (T3).** Master → root → partition → working. Master, root and partition
 //! keys are pairs: an *authentication* key that MACs the SET KEY commands for the level
@@ -25,46 +28,32 @@ use crate::codec::{Reader, Writer};
 use crate::limits::{NONCE_BYTES, T10_WORKING_KEYS_PER_PARTITION};
 use crate::signed::{encode_unauthenticated, read_header, Body, Kind, Verified};
 use crate::{ProtoError, Result, UnixMillis};
-use maat_crypto::mac::{MacKey, Tag};
+use maat_crypto::aead::BlockKey;
+use maat_crypto::mac::MacKey;
 use maat_crypto::seal::{SealingPublicKey, SealingSecretKey};
 use maat_crypto::{hash, kdf, Secret32};
 
 const CAPKEY_CONTEXT: &[u8] = b"maat/t10/capkey/v1\0";
-const REQUEST_CONTEXT: &[u8] = b"maat/t10/request/v1\0";
+const CREDENTIAL_ID_CONTEXT: &[u8] = b"maat/t10/credential-id/v1\0";
+const WRAP_CONTEXT: &[u8] = b"maat/t10/capkey-wrap/v1\0";
 const KEY_INFO: &[u8] = b"maat/t10/key/v1";
 const MASTER_INFO: &[u8] = b"maat/t10/master/v1";
 /// Encoded length of a T10 capability.
 pub const T10_CAPABILITY_BYTES: usize = 2 + 1 + 1 + 2 + 8 + 8 + 4 + 8 + 12;
 
-/// Security method of a partition (SPEC T1); each includes the ones below it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u8)]
-pub enum SecurityMethod {
-    /// No security.
-    NoSec = 0,
-    /// Capability integrity; assumes a secure channel.
-    CapKey = 1,
-    /// Adds integrity of every command and response.
-    CmdRsp = 2,
-    /// Adds integrity of all data moved.
-    AllData = 3,
-}
+/// The security method a T10 capability names: Maat's protection methods (SPEC T1), whose
+/// byte values are T10's (0 NOSEC, 1 CAPKEY, 2 CMDRSP, 3 ALLDATA) plus 4 for Maat's
+/// CONFIDENTIAL.
+pub use crate::protection::Protection as SecurityMethod;
 
-impl SecurityMethod {
-    fn from_byte(b: u8) -> Result<Self> {
-        Ok(match b {
-            0 => Self::NoSec,
-            1 => Self::CapKey,
-            2 => Self::CmdRsp,
-            3 => Self::AllData,
-            _ => {
-                return Err(ProtoError::Malformed {
-                    what: "T10 capability",
-                    reason: "unknown security method",
-                })
-            }
+fn security_method(b: u8) -> Result<SecurityMethod> {
+    SecurityMethod::ALL
+        .into_iter()
+        .find(|m| m.byte() == b)
+        .ok_or(ProtoError::Malformed {
+            what: "T10 capability",
+            reason: "unknown security method",
         })
-    }
 }
 
 /// T10 permission bits.
@@ -132,7 +121,7 @@ pub struct T10Capability {
 impl Body for T10Capability {
     const KIND: Kind = Kind::T10Capability;
     fn encode_body(&self, w: &mut Writer) {
-        w.u8(self.security_method as u8)
+        w.u8(self.security_method.byte())
             .u8(self.key_version)
             .u16(self.permissions.0);
         w.u64(self.partition_id)
@@ -142,7 +131,7 @@ impl Body for T10Capability {
             .bytes(&self.discriminator);
     }
     fn decode_body(r: &mut Reader<'_>) -> Result<Self> {
-        let security_method = SecurityMethod::from_byte(r.u8()?)?;
+        let security_method = security_method(r.u8()?)?;
         let key_version = r.u8()?;
         if usize::from(key_version) >= T10_WORKING_KEYS_PER_PARTITION {
             return Err(ProtoError::Malformed {
@@ -186,9 +175,85 @@ pub fn issue_credential(capability: &T10Capability, working_key: &MacKey) -> Cre
     }
 }
 
-/// Client side: the request integrity check value.
-pub fn request_icv(credential: &Credential, request: &[u8]) -> Tag {
-    MacKey::new(credential.capability_key.clone()).tag(&[REQUEST_CONTEXT, request])
+/// The id a credential's requests carry in the envelope's session-id field: the first 16
+/// bytes of BLAKE3 over the capability's encoding. The OSD checks it, so a request's MAC,
+/// and its place in the replay window, are bound to the capability it came with.
+pub fn credential_id(capability: &[u8]) -> [u8; 16] {
+    let digest = hash::blake3(&[CREDENTIAL_ID_CONTEXT, capability]);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
+}
+
+/// The payload of a `T10Request` frame: `u16 BE length ‖ capability ‖ envelope`; the
+/// parts go out vectored, the envelope's parts unchanged after the prefix.
+pub fn request_prefix(capability: &[u8]) -> Result<Vec<u8>> {
+    let len = u16::try_from(capability.len()).map_err(|_| ProtoError::TooLarge {
+        what: "T10 capability",
+        len: capability.len(),
+        limit: usize::from(u16::MAX),
+    })?;
+    let mut prefix = Vec::with_capacity(2 + capability.len());
+    prefix.extend_from_slice(&len.to_be_bytes());
+    prefix.extend_from_slice(capability);
+    Ok(prefix)
+}
+
+/// Splits a `T10Request` payload into the capability and the envelope.
+pub fn split_request(payload: &[u8]) -> Result<(&[u8], &[u8])> {
+    let truncated = ProtoError::Truncated {
+        what: "T10 request",
+    };
+    let (len, rest) = payload.split_first_chunk::<2>().ok_or(truncated.clone())?;
+    let len = usize::from(u16::from_be_bytes(*len));
+    if len != T10_CAPABILITY_BYTES {
+        return Err(ProtoError::Malformed {
+            what: "T10 request",
+            reason: "capability length",
+        });
+    }
+    if rest.len() < len {
+        return Err(truncated);
+    }
+    Ok(rest.split_at(len))
+}
+
+/// The key the MDS seals a capability key under for one client–MDS session: a keyed
+/// BLAKE3 PRF of the session's envelope key (both ends hold it; nobody else does).
+pub fn capability_key_wrap(session: &maat_crypto::mac::Blake3Mac) -> BlockKey {
+    BlockKey::new(Secret32::from_bytes(session.tag(&[WRAP_CONTEXT])))
+}
+
+/// MDS side: the capability key sealed for the client (AEAD, the capability as associated
+/// data), so that it never crosses the network in clear.
+pub fn seal_capability_key(
+    wrap: &BlockKey,
+    credential: &Credential,
+    rng: &mut impl maat_crypto::CryptoRngCore,
+) -> Result<Vec<u8>> {
+    Ok(wrap.seal(
+        0,
+        &credential.capability,
+        credential.capability_key.expose(),
+        rng,
+    )?)
+}
+
+/// Client side: opens a sealed capability key.
+pub fn open_capability_key(wrap: &BlockKey, capability: &[u8], sealed: &[u8]) -> Result<Secret32> {
+    let key = wrap
+        .open(0, capability, sealed)
+        .map_err(|_| ProtoError::DecryptionFailed {
+            token: "T10 capability key",
+        })?;
+    let key: [u8; 32] = key
+        .as_slice()
+        .try_into()
+        .map_err(|_| ProtoError::Malformed {
+            what: "T10 capability key",
+            reason: "not 32 bytes",
+        })?;
+    Ok(Secret32::from_bytes(key))
 }
 
 /// The working keys an OSD holds for one partition.
@@ -217,69 +282,68 @@ impl WorkingKeys {
     }
 }
 
-/// What a request needs from its capability.
+/// What a request needs from its capability. (The partition needs no check here: the
+/// capability key comes from that partition's working key, so a capability naming
+/// another partition fails the request's MAC.)
 #[derive(Debug, Clone, Copy)]
 pub struct T10Access {
-    /// Partition addressed.
-    pub partition_id: u64,
     /// Object addressed.
     pub object_id: u64,
-    /// The object's current policy access tag.
-    pub policy_access_tag: u32,
+    /// The object's current policy access tag, where the OSD tracks one (SPEC T4).
+    pub policy_access_tag: Option<u32>,
     /// Permissions the command needs.
     pub needed: Permissions,
 }
 
-/// OSD side: decodes the capability, checks expiry, recomputes the capability key from the
-/// working key it names, checks the ICV over `request`, then object, tag and permissions.
-pub fn verify_request(
-    capability: &[u8],
-    request: &[u8],
-    icv: &[u8],
-    keys: &WorkingKeys,
-    access: T10Access,
-    now: UnixMillis,
-) -> Result<Verified<T10Capability>> {
+/// Decodes a T10 capability (its fields are not authenticated until a request MACed under
+/// its capability key verifies).
+pub fn decode_capability(capability: &[u8]) -> Result<T10Capability> {
     let mut r = Reader::new(capability, "T10 capability");
     read_header(&mut r, Kind::T10Capability)?;
     let body = T10Capability::decode_body(&mut r)?;
     r.finish()?;
-    if now >= body.expiry {
-        return Err(ProtoError::Expired {
-            token: "T10 capability",
-            expiry: body.expiry,
-            now,
-        });
+    Ok(body)
+}
+
+/// OSD side: recomputes a capability's key from the working key it names (one HMAC).
+/// The request MACed under it is checked by the caller; a wrong or forged capability
+/// yields a key the client cannot have, so its request fails that check.
+pub fn capability_key(capability: &[u8], working: &MacKey) -> Secret32 {
+    Secret32::from_bytes(working.tag(&[CAPKEY_CONTEXT, capability]))
+}
+
+impl T10Capability {
+    /// OSD side, on every request: validity, then object, policy access tag and
+    /// permissions.
+    pub fn check_access(&self, access: T10Access, now: UnixMillis) -> Result<()> {
+        if now >= self.expiry {
+            return Err(ProtoError::Expired {
+                token: "T10 capability",
+                expiry: self.expiry,
+                now,
+            });
+        }
+        if self.object_id != access.object_id {
+            return Err(ProtoError::WrongRecipient {
+                token: "T10 capability",
+                reason: "names another object",
+            });
+        }
+        if access
+            .policy_access_tag
+            .is_some_and(|tag| tag != self.policy_access_tag)
+        {
+            return Err(ProtoError::PermissionDenied {
+                reason: "policy access tag changed (credential revoked)",
+            });
+        }
+        if !self.permissions.allows(access.needed) {
+            return Err(ProtoError::PermissionDenied {
+                reason: "permission not in T10 capability",
+            });
+        }
+        Ok(())
     }
-    let working = keys.get(body.key_version).ok_or(ProtoError::UnknownKey {
-        what: "working key version",
-    })?;
-    let capability_key = MacKey::new(Secret32::from_bytes(
-        working.tag(&[CAPKEY_CONTEXT, capability]),
-    ))
-    .with_counters(working.counters().clone());
-    capability_key
-        .verify(&[REQUEST_CONTEXT, request], icv)
-        .map_err(|_| ProtoError::BadMac {
-            token: "T10 request",
-        })?;
-    if body.partition_id != access.partition_id || body.object_id != access.object_id {
-        return Err(ProtoError::WrongRecipient {
-            token: "T10 capability",
-            reason: "names another object",
-        });
-    }
-    if body.policy_access_tag != access.policy_access_tag {
-        return Err(ProtoError::PermissionDenied {
-            reason: "policy access tag changed (credential revoked)",
-        });
-    }
-    if !body.permissions.allows(access.needed) {
-        return Err(ProtoError::PermissionDenied {
-            reason: "permission not in T10 capability",
-        });
-    }
-    Ok(crate::signed::verified_unchecked(body, capability.to_vec()))
 }
 
 /// A level of the key hierarchy.

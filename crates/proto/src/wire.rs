@@ -80,8 +80,12 @@ pub enum FrameType {
     Insecure = 5,
     /// A request in a protected envelope that names its method (SPEC T1, `protection`).
     SecRequest = 6,
-    /// The answer to a [`FrameType::SecRequest`], sealed with the same method.
+    /// The answer to a [`FrameType::SecRequest`] or [`FrameType::T10Request`], sealed with
+    /// the same method and keys.
     SecResponse = 7,
+    /// SPEC T2: a protected envelope under a T10 credential's capability key, preceded by
+    /// the capability (`u16 length ‖ capability ‖ envelope`, see `t10::split_request`).
+    T10Request = 8,
 }
 
 impl FrameType {
@@ -94,6 +98,7 @@ impl FrameType {
             5 => FrameType::Insecure,
             6 => FrameType::SecRequest,
             7 => FrameType::SecResponse,
+            8 => FrameType::T10Request,
             _ => return None,
         })
     }

@@ -325,9 +325,9 @@ fn t10_request_refusals() {
     let k = keys();
     let wk = working_keys(&k);
     let cred = t10::issue_credential(&t10_capability(), wk.get(2).unwrap());
-    let icv = t10::request_icv(&cred, T10_REQUEST);
+    let icv = t10_icv(&cred, T10_REQUEST);
     let check = |access: T10Access, now, request: &[u8]| {
-        t10::verify_request(&cred.capability, request, &icv, &wk, access, now)
+        t10_verify(&cred.capability, request, &icv, &wk, access, now)
     };
     check(t10_access(), NOW, T10_REQUEST).unwrap();
     assert!(matches!(
@@ -352,7 +352,7 @@ fn t10_request_refusals() {
     assert!(matches!(
         check(
             T10Access {
-                policy_access_tag: 2,
+                policy_access_tag: Some(2),
                 ..t10_access()
             },
             NOW,
@@ -377,7 +377,7 @@ fn t10_request_refusals() {
         .set(2, MacKey::new(Secret32::from_bytes([0x99; 32])))
         .unwrap();
     assert!(matches!(
-        t10::verify_request(
+        t10_verify(
             &cred.capability,
             T10_REQUEST,
             &icv,
@@ -390,7 +390,7 @@ fn t10_request_refusals() {
     // A slot never set is an unknown key.
     let empty = t10::WorkingKeys::default();
     assert!(matches!(
-        t10::verify_request(
+        t10_verify(
             &cred.capability,
             T10_REQUEST,
             &icv,

@@ -5,6 +5,11 @@
 //! then every [`REVOCATION_POLL`], so one that missed a push learns within that time.
 //! Notices are MDS-signed; the list an OSD asks for is MACed under the join key over the
 //! OSD's fresh nonce, so an old or partial list is not accepted.
+//!
+//! SPEC T3 travels here too: the MDS sends SET MASTER KEY and SET KEY to each OSD
+//! ([`osd_plain_call`], the MDS's T10 channel) from a maintenance thread every
+//! [`T10_MAINTENANCE`] and when the administrator rotates keys; each command is MACed
+//! under the level above, so the channel needs no protection of its own.
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::OsRng;
@@ -18,6 +23,46 @@ use std::time::Duration;
 
 /// How often an OSD checks the notices in force with the MDS.
 pub const REVOCATION_POLL: Duration = Duration::from_secs(1);
+
+/// How often the MDS brings every OSD's T10 keys up to its policy.
+pub const T10_MAINTENANCE: Duration = Duration::from_secs(1);
+
+/// One plain message to an OSD and its answer (the MDS's T10 channel).
+pub(crate) fn osd_plain_call(
+    osd: &OsdEntry,
+    request: &OsdPlainRequest,
+) -> Result<OsdPlainResponse, String> {
+    let payload = msg::encode(request).map_err(|e| e.to_string())?;
+    let (_, answer) = Connection::new(osd.address.clone())
+        .call(FrameType::Plain, &payload)
+        .map_err(|e| format!("{} unreachable: {e}", osd.address))?;
+    msg::decode::<Result<OsdPlainResponse, WireError>>(&answer)
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("refused: {e}"))
+}
+
+/// The MDS's T10 maintenance loop: every [`T10_MAINTENANCE`], each OSD's keys brought up
+/// to the policy; a problem is logged when it first appears or changes.
+pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
+    mds: &maat_mds::Mds<S>,
+    shutdown: &crate::Shutdown,
+) {
+    let mut last: Vec<String> = Vec::new();
+    while !shutdown.is_set() {
+        let mut waited = Duration::ZERO;
+        while waited < T10_MAINTENANCE && !shutdown.is_set() {
+            std::thread::sleep(Duration::from_millis(50));
+            waited += Duration::from_millis(50);
+        }
+        let problems = mds.t10_maintain(crate::now(), &mut OsRng);
+        for p in &problems {
+            if !last.contains(p) {
+                eprintln!("mds: T10 keys: {p}");
+            }
+        }
+        last = problems;
+    }
+}
 
 /// Pushes one notice the MDS signed to each OSD in `osds`; returns how many applied it
 /// (the others learn at their next check).

@@ -259,7 +259,14 @@ pub fn run_mds(
         .to_string();
     // SPEC M9: a revocation reaches every OSD before the administrator hears it is done.
     mds.set_revocation_pusher(Arc::new(control::push_revocation));
+    // SPEC T3: key commands to OSDs, on demand and from the maintenance thread.
+    mds.set_t10_channel(Arc::new(control::osd_plain_call));
     let mds = Arc::new(mds);
+    {
+        let mds = mds.clone();
+        let stop = shutdown.clone();
+        std::thread::spawn(move || control::t10_maintenance(mds.as_ref(), &stop));
+    }
     let latencies = Arc::new(metrics::Latencies::default());
     if let Some(listen) = &config.metrics {
         let source = mds.clone();
@@ -286,7 +293,7 @@ pub fn run_mds(
                 FrameType::Plain,
                 mds.handle_insecure(payload, now, &mut OsRng),
             ),
-            FrameType::SecRequest => refusal_frame(&WireError::new(
+            FrameType::SecRequest | FrameType::T10Request => refusal_frame(&WireError::new(
                 msg::ErrorCode::Malformed,
                 "the MDS takes version-1 envelopes only",
             )),
@@ -316,6 +323,7 @@ impl<'a> LatencyTimer<'a> {
             FrameType::Plain => "plain",
             FrameType::Request => "request",
             FrameType::SecRequest => "sec_request",
+            FrameType::T10Request => "t10_request",
             FrameType::Insecure => "insecure",
             _ => "other",
         };
@@ -384,6 +392,12 @@ pub fn run_osd(
         config.danger_allow_insecure,
         now(),
     ));
+    load_t10_keys(
+        &core,
+        &config.data_dir.join(T10_KEY_FILE),
+        &join_key,
+        config.id,
+    )?;
     let mds_key_path = config.data_dir.join("mds.pub");
     if let Ok(known) = read_key_file(&mds_key_path) {
         // Serve at once after a restart, even while the MDS is away.
@@ -431,10 +445,14 @@ pub fn run_osd(
                 core.handle_plain(payload, now, &mut OsRng),
             )
                 .into(),
-            FrameType::Request | FrameType::SecRequest | FrameType::Insecure => {
+            FrameType::Request
+            | FrameType::SecRequest
+            | FrameType::T10Request
+            | FrameType::Insecure => {
                 let opened = match frame_type {
                     FrameType::Request => core.open_request(payload, now),
                     FrameType::SecRequest => core.open_sec_request(payload, now),
+                    FrameType::T10Request => core.open_t10_request(payload, now),
                     _ => core.open_insecure(payload),
                 };
                 match opened {
@@ -459,6 +477,44 @@ pub fn run_osd(
     ready(&advertise_ready);
     let name = format!("osd {}", config.id);
     serve::serve(listener, Arc::new(handler), shutdown, &name);
+    Ok(())
+}
+
+/// The OSD's T10 key file (SPEC T3): its key hierarchy and generations, mode 0600.
+pub const T10_KEY_FILE: &str = "t10.keys";
+
+/// Loads an OSD's T10 key state from `path` (refused when group- or other-readable), or
+/// starts from the bootstrap state of a new OSD; later states are written there before
+/// the OSD acknowledges them.
+fn load_t10_keys(
+    core: &OsdCore,
+    path: &Path,
+    join_key: &[u8; 32],
+    id: u64,
+) -> Result<(), ServerError> {
+    let bad = |reason: String| ServerError::KeyFile {
+        path: path.display().to_string(),
+        reason,
+    };
+    let state = match std::fs::read(path) {
+        Ok(bytes) => {
+            private::check_private(path)?;
+            let bytes = zeroize::Zeroizing::new(bytes);
+            maat_proto::t10_keys::KeyState::decode(&bytes).map_err(|e| bad(e.to_string()))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            maat_proto::t10_keys::KeyState::bootstrap(join_key, id)
+                .map_err(|e| bad(e.to_string()))?
+        }
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let path = path.to_path_buf();
+    core.load_t10_keys(
+        state,
+        Arc::new(move |bytes: &[u8]| {
+            private::replace_file(&path, bytes).map_err(|e| e.to_string())
+        }),
+    );
     Ok(())
 }
 

@@ -66,7 +66,8 @@ pub fn write_secret_file(path: &Path, secret: &[u8]) -> Result<(), ServerError> 
     Ok(())
 }
 
-/// Replaces `path` with `bytes` (mode 0600, temp file + fsync + rename).
+/// Replaces `path` with `bytes` (mode 0600, temp file + fsync + rename + directory fsync,
+/// so the new contents survive a crash once this returns).
 pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), ServerError> {
     let temp = path.with_extension(format!("tmp-{}", std::process::id()));
     let mut f = std::fs::OpenOptions::new()
@@ -79,7 +80,13 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), ServerError> {
     f.write_all(bytes)
         .and_then(|()| f.sync_all())
         .map_err(io(format!("write {}", temp.display())))?;
-    std::fs::rename(&temp, path).map_err(io(format!("rename to {}", path.display())))
+    std::fs::rename(&temp, path).map_err(io(format!("rename to {}", path.display())))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(format!("sync {}", dir.display())))?;
+    }
+    Ok(())
 }
 
 /// Reads a secret file written by [`write_secret_file`], refusing it when it is exposed.

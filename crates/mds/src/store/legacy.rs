@@ -1,7 +1,7 @@
-//! Inode records as earlier versions stored them, each decoded into today's [`Inode`]
-//! (a store written by any earlier Maat still loads).
+//! Inode and partition records as earlier versions stored them, each decoded into today's
+//! [`Inode`] or [`PartitionRecord`] (a store written by any earlier Maat still loads).
 
-use super::{FileCrypt, Inode, KeyGrant, DEFAULT_PARTITION};
+use super::{FileCrypt, Inode, KeyGrant, PartitionRecord, DEFAULT_PARTITION};
 use serde::Deserialize;
 
 /// An encrypted file's crypt record as inode versions 3 and 4 stored it: before tree
@@ -142,6 +142,26 @@ impl From<InodeV1> for Inode {
             partition: DEFAULT_PARTITION,
             crypt: None,
             key_grants: Vec::new(),
+        }
+    }
+}
+
+/// A partition as version 1 (and format 0) stored it: before credential formats (SPEC
+/// T2), so its opens get Maat capabilities.
+#[derive(Deserialize)]
+pub(super) struct PartitionV1 {
+    id: u64,
+    name: String,
+    protection: maat_proto::protection::Protection,
+}
+
+impl From<PartitionV1> for PartitionRecord {
+    fn from(v: PartitionV1) -> Self {
+        PartitionRecord {
+            id: v.id,
+            name: v.name,
+            protection: v.protection,
+            credentials: maat_proto::msg::Credentials::Maat,
         }
     }
 }

@@ -510,6 +510,80 @@ pub enum MdsRequest {
         #[serde(with = "serde_bytes")]
         lockbox: Vec<u8>,
     },
+    /// Administrator: the credential format of a partition's opens (SPEC T2). Answer
+    /// `Partitions`.
+    PartitionSetCredentials {
+        /// Name.
+        name: String,
+        /// Format.
+        credentials: Credentials,
+    },
+    /// Administrator: every OSD's T10 key generations (SPEC T3, never the keys). Answer
+    /// `T10Keys`.
+    T10KeysShow,
+    /// Administrator: refreshes T10 keys now (SPEC T3, T4) on every OSD or one, for every
+    /// T10 partition or one: a new partition key and a new working key in the next slot
+    /// (credentials in flight stay valid), or with `revoke` every working slot refilled
+    /// (every credential of the partition refused at once); `master` runs SET MASTER KEY
+    /// first. Answer `T10Keys`, after every OSD reached acknowledged the keys.
+    T10KeysRotate {
+        /// One OSD, or all.
+        osd: Option<u64>,
+        /// One partition (name), or every T10 partition.
+        partition: Option<String>,
+        /// Refill every working slot (revocation by key exchange).
+        revoke: bool,
+        /// Exchange the master key first.
+        master: bool,
+    },
+}
+
+/// The credential format a partition's opens get (SPEC T2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Credentials {
+    /// Maat's MDS-signed extended capabilities over sessions with each OSD (SPEC M2, M3).
+    #[default]
+    Maat,
+    /// T10 credentials: a capability and its capability key per OSD, MACs only.
+    T10,
+}
+
+impl Credentials {
+    /// The name users type and see.
+    pub fn name(self) -> &'static str {
+        match self {
+            Credentials::Maat => "maat",
+            Credentials::T10 => "t10",
+        }
+    }
+    /// Parses a name (case-insensitive).
+    pub fn parse(name: &str) -> Option<Self> {
+        [Credentials::Maat, Credentials::T10]
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(name))
+    }
+}
+
+/// A T10 credential for one OSD (SPEC T2), as the MDS hands it to a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct T10Grant {
+    /// The OSD it is for.
+    pub osd: u64,
+    /// The T10 capability's encoding.
+    #[serde(with = "serde_bytes")]
+    pub capability: Vec<u8>,
+    /// Its capability key, sealed under the session (`t10::seal_capability_key`).
+    #[serde(with = "serde_bytes")]
+    pub sealed_key: Vec<u8>,
+}
+
+/// One OSD's T10 key generations (`maat admin keys show`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct T10KeyInfo {
+    /// The OSD.
+    pub osd: u64,
+    /// (key, generation) pairs: master, root, partitions, working slots.
+    pub generations: Vec<(String, u64)>,
 }
 
 /// Most stripe ranges one `SetSizeWritten` may carry.
@@ -566,6 +640,9 @@ impl MdsRequest {
             MdsRequest::KeysRevoke { .. } => "keys_revoke",
             MdsRequest::KeysList { .. } => "keys_list",
             MdsRequest::Rekey { .. } => "rekey",
+            MdsRequest::PartitionSetCredentials { .. } => "partition_set_credentials",
+            MdsRequest::T10KeysShow => "t10_keys_show",
+            MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
             MdsRequest::SetSizeSealed { .. } => "set_size_sealed",
         }
     }
@@ -629,6 +706,8 @@ pub struct PartitionInfo {
     pub name: String,
     /// Protection method.
     pub protection: crate::protection::Protection,
+    /// Credential format (SPEC T2).
+    pub credentials: Credentials,
 }
 
 /// An OSD in the cluster map.
@@ -724,6 +803,9 @@ pub enum MdsResponse {
         capability: Vec<u8>,
         /// Whether the MDS served it from its cache (SPEC M5).
         cached: bool,
+        /// SPEC T2: in a partition with T10 credentials, one per OSD (then `capability`
+        /// is empty unless the file is encrypted: the KDS takes signed capabilities).
+        t10: Vec<T10Grant>,
     },
     /// Counters.
     Stats(DaemonStats),
@@ -770,6 +852,8 @@ pub enum MdsResponse {
     FileSets(Vec<FileSetInfo>),
     /// A file's range grants (answers `KeysList`).
     KeyGrants(Vec<KeyGrantInfo>),
+    /// T10 key generations per OSD (answers `T10KeysShow`, `T10KeysRotate`).
+    T10Keys(Vec<T10KeyInfo>),
 }
 
 /// A file set as `maat fileset ls` shows it.

@@ -188,7 +188,9 @@ impl ErrorCode {
             ProtoError::DecryptionFailed { .. } => ErrorCode::BadMac,
             // A renewal token's window is a capability's extended window (SPEC M8).
             ProtoError::Expired { token, .. }
-                if *token == "capability" || *token == "renewal token" =>
+                if *token == "capability"
+                    || *token == "renewal token"
+                    || *token == "T10 capability" =>
             {
                 ErrorCode::CapabilityExpired
             }
@@ -203,6 +205,7 @@ impl ErrorCode {
             ProtoError::WrongRecipient { .. } => ErrorCode::WrongRecipient,
             ProtoError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
             ProtoError::CommitmentMismatch { .. } => ErrorCode::TreeMismatch,
+            ProtoError::Superseded { .. } => ErrorCode::ReplayedRequest,
             _ => ErrorCode::Malformed,
         }
     }

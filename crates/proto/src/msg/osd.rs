@@ -311,6 +311,12 @@ pub enum OsdPlainRequest {
     /// SPEC M9: a revocation notice pushed by the MDS (signed: who carries it does not
     /// matter; applying one twice changes nothing).
     Revoke(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC T3: a SET MASTER KEY offer from the MDS (MACed under the current master
+    /// authentication key). Answer `MasterKeyAccepted`.
+    SetMasterKey(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC T3: a SET KEY from the MDS (MACed under the parent level's authentication
+    /// key). Answer `KeySet`, once the key is durable.
+    SetKey(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Answer to [`OsdPlainRequest`].
@@ -320,4 +326,13 @@ pub enum OsdPlainResponse {
     Confirm(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The notice is applied.
     Applied,
+    /// SPEC T3: the OSD's SET MASTER KEY accept (MACed under the master it was offered
+    /// under); its new master pair is durable.
+    MasterKeyAccepted(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC T3: the key is installed and durable; `ack` is a MAC under the new key
+    /// (`t10_keys::set_key_ack`).
+    KeySet {
+        /// MAC under the new key over the SET KEY.
+        ack: [u8; 32],
+    },
 }

@@ -1,0 +1,382 @@
+//! SPEC T2, T3, T4 at the MDS: the T10 key hierarchy it shares with each OSD, the
+//! refresh policy, revocation by key exchange, and T10 credentials for opens in
+//! partitions whose credential format is T10.
+//!
+//! * **State.** Per OSD, a [`KeyState`] (the MDS's copy of what the OSD holds), durable in
+//!   `meta` under `t10/osd/ID`, sealed under a key derived from the sealing secret (the
+//!   store holds nothing that forges a credential). A step changes the state only after
+//!   the OSD acknowledged it (an accept, or an ack MACed under the new key), and the new
+//!   state is committed before the next step, so credentials are issued only under keys
+//!   the OSD has.
+//! * **Steps.** The shell's channel carries one plain message to an OSD and brings back
+//!   its answer; the MDS runs the steps (SET MASTER KEY first, so no key below the master
+//!   is derivable from the join key; then root, each T10 partition's key, its working
+//!   keys), one exchange at a time.
+//! * **Policy.** A working key is refreshed every [`working_refresh_millis`] into the next
+//!   of the 16 slots, so a slot is reused only after 16 periods (four credential
+//!   lifetimes), and a partition key every 16 periods; `maat admin keys rotate` runs a
+//!   refresh now, or with `--revoke` refills every slot, which refuses every credential of
+//!   the partition at once.
+//! * **Credentials.** One per registered OSD with a working key for the file's partition:
+//!   one HMAC (its capability key) and one AEAD seal (the key, under the session) each.
+
+use super::*;
+use maat_proto::capability::Mode;
+use maat_proto::limits::T10_WORKING_KEYS_PER_PARTITION;
+use maat_proto::msg::{Credentials, OsdPlainRequest, OsdPlainResponse, T10Grant, T10KeyInfo};
+use maat_proto::t10::{self, Permissions, SetKeyTarget, T10Capability};
+use maat_proto::t10_keys::{self, KeyState};
+use std::sync::{Arc, RwLock};
+
+/// Carries one plain message to an OSD and returns its answer (the shell's sockets).
+pub type T10Channel = dyn Fn(&OsdEntry, &OsdPlainRequest) -> std::result::Result<OsdPlainResponse, String>
+    + Send
+    + Sync;
+
+const META_PREFIX: &str = "t10/osd/";
+/// BLAKE3 key-derivation context of the key sealing T10 key states at rest.
+pub const T10_WRAP_CONTEXT: &[u8] = b"maat/mds/t10-state-wrap/v1";
+
+/// How often a working key is refreshed into the next slot: a quarter of a credential's
+/// lifetime, so that with 16 slots a credential's key outlives it four times over.
+pub fn working_refresh_millis(credential_lifetime_millis: u64) -> u64 {
+    (credential_lifetime_millis / 4).max(1000)
+}
+
+#[derive(Default)]
+pub(crate) struct T10Keys {
+    states: RwLock<HashMap<u64, KeyState>>,
+    exchange: Mutex<()>,
+    channel: RwLock<Option<Arc<T10Channel>>>,
+}
+
+/// What a maintenance or rotation run does for one OSD.
+#[derive(Debug, Clone, Copy, Default)]
+struct Plan {
+    master: bool,
+    /// Refresh partition keys and a working slot now, whatever their age.
+    refresh: bool,
+    /// Refill every working slot.
+    revoke: bool,
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn not_ready(osd: u64, why: impl std::fmt::Display) -> MdsError {
+    MdsError::refused(ErrorCode::NotReady, format!("T10 keys of osd {osd}: {why}"))
+}
+
+/// The permissions of a T10 capability for an open in `mode`.
+fn permissions(mode: Mode) -> Permissions {
+    let mut p = Permissions::GET_ATTR;
+    if mode.allows(Mode::READ) {
+        p = p.union(Permissions::READ);
+    }
+    if mode.allows(Mode::WRITE) {
+        for w in [
+            Permissions::WRITE,
+            Permissions::APPEND,
+            Permissions::CREATE,
+            Permissions::REMOVE,
+            Permissions::SET_ATTR,
+        ] {
+            p = p.union(w);
+        }
+    }
+    p
+}
+
+impl<S: MetaStore> Mds<S> {
+    /// Installs the channel key commands travel on (the shell's sockets).
+    pub fn set_t10_channel(&self, channel: Arc<T10Channel>) {
+        *write_lock(&self.t10.channel) = Some(channel);
+    }
+
+    /// The MDS's copy of OSD `osd`'s keys (memory, else the store), if any.
+    fn t10_state(&self, osd: u64) -> Result<Option<KeyState>> {
+        if let Some(s) = read_lock(&self.t10.states).get(&osd) {
+            return Ok(Some(s.clone()));
+        }
+        let key = format!("{META_PREFIX}{osd}");
+        let Some(sealed) = self.store.meta(&key)? else {
+            return Ok(None);
+        };
+        let bytes = self
+            .t10_wrap
+            .open(0, key.as_bytes(), &sealed)
+            .map_err(|_| StoreError(format!("{key} does not open under this MDS's keys")))?;
+        let bytes = zeroize::Zeroizing::new(bytes);
+        let state = KeyState::decode(&bytes).map_err(|e| StoreError(format!("{key}: {e}")))?;
+        write_lock(&self.t10.states).insert(osd, state.clone());
+        Ok(Some(state))
+    }
+
+    fn t10_commit(&self, osd: u64, state: &KeyState, rng: &mut impl CryptoRngCore) -> Result<()> {
+        let key = format!("{META_PREFIX}{osd}");
+        let bytes = zeroize::Zeroizing::new(state.encode());
+        let sealed = self.t10_wrap.seal(0, key.as_bytes(), &bytes, rng)?;
+        let mut batch = Batch::default();
+        batch.push(Op::PutMeta(key, sealed));
+        self.store.commit(batch)?;
+        write_lock(&self.t10.states).insert(osd, state.clone());
+        Ok(())
+    }
+
+    fn t10_partitions(&self) -> Result<Vec<PartitionRecord>> {
+        Ok(self
+            .store
+            .partitions()?
+            .into_iter()
+            .filter(|p| p.credentials == Credentials::T10)
+            .collect())
+    }
+
+    /// SPEC T3: brings every registered OSD's keys up to the policy (the shell calls this
+    /// every second). Returns one line per OSD that could not be reached or refused.
+    pub fn t10_maintain(&self, now: UnixMillis, rng: &mut impl CryptoRngCore) -> Vec<String> {
+        let osds = match self.store.osds() {
+            Ok(o) => o,
+            Err(e) => return vec![e.to_string()],
+        };
+        let partitions = match self.t10_partitions() {
+            Ok(p) => p,
+            Err(e) => return vec![e.to_string()],
+        };
+        let mut problems = Vec::new();
+        for osd in &osds {
+            if let Err(e) = self.t10_sync(osd, &partitions, Plan::default(), now, rng) {
+                problems.push(format!("osd {}: {e}", osd.id));
+            }
+        }
+        problems
+    }
+
+    /// Runs the steps `plan` and the policy call for on one OSD.
+    fn t10_sync(
+        &self,
+        osd: &OsdEntry,
+        partitions: &[PartitionRecord],
+        plan: Plan,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<()> {
+        let Some(channel) = read_lock(&self.t10.channel).clone() else {
+            return Err(not_ready(osd.id, "no channel to OSDs"));
+        };
+        let _one = lock(&self.t10.exchange);
+        let mut state = match self.t10_state(osd.id)? {
+            Some(s) => s,
+            None => KeyState::bootstrap(&self.config.join_key, osd.id)?,
+        };
+        let period = working_refresh_millis(self.config.capability_lifetime_millis);
+        let older = |generation: u64, age: u64| now.0.saturating_sub(generation) >= age;
+        if plan.master || state.master_generation() == 0 {
+            self.t10_master(osd, &mut state, channel.as_ref(), now, rng)?;
+        }
+        if state.root().is_none() {
+            self.t10_set(
+                osd,
+                &mut state,
+                SetKeyTarget::Root,
+                channel.as_ref(),
+                now,
+                rng,
+            )?;
+        }
+        for p in partitions {
+            let key_age = state.partition(p.id).map(|k| k.pair.generation);
+            if plan.refresh || key_age.is_none_or(|g| older(g, 16 * period)) {
+                self.t10_set(
+                    osd,
+                    &mut state,
+                    SetKeyTarget::Partition(p.id),
+                    channel.as_ref(),
+                    now,
+                    rng,
+                )?;
+            }
+            let slots: Vec<u8> = if plan.revoke {
+                (0..T10_WORKING_KEYS_PER_PARTITION as u8).collect()
+            } else {
+                match state.newest_working(p.id) {
+                    None => vec![0],
+                    Some((slot, k)) if plan.refresh || older(k.generation, period) => {
+                        vec![(slot + 1) % T10_WORKING_KEYS_PER_PARTITION as u8]
+                    }
+                    Some(_) => Vec::new(),
+                }
+            };
+            for key_version in slots {
+                let target = SetKeyTarget::Working {
+                    partition: p.id,
+                    key_version,
+                };
+                self.t10_set(osd, &mut state, target, channel.as_ref(), now, rng)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn t10_master(
+        &self,
+        osd: &OsdEntry,
+        state: &mut KeyState,
+        channel: &T10Channel,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<()> {
+        let (offer, ephemeral) = t10_keys::mds_master_offer(state, now, rng);
+        let answer = channel(
+            osd,
+            &OsdPlainRequest::SetMasterKey(offer.encoded().to_vec()),
+        )
+        .map_err(|e| not_ready(osd.id, e))?;
+        let OsdPlainResponse::MasterKeyAccepted(accept) = answer else {
+            return Err(not_ready(osd.id, "unexpected answer to SET MASTER KEY"));
+        };
+        t10_keys::mds_master_accept(state, &offer, &ephemeral, &accept)?;
+        self.stats.t10_key_exchanges.fetch_add(1, Ordering::Relaxed);
+        self.t10_commit(osd.id, state, rng)
+    }
+
+    fn t10_set(
+        &self,
+        osd: &OsdEntry,
+        state: &mut KeyState,
+        target: SetKeyTarget,
+        channel: &T10Channel,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<()> {
+        let command = t10_keys::mds_set_key(state, target, now, rng)?;
+        let answer = channel(osd, &OsdPlainRequest::SetKey(command.encoded().to_vec()))
+            .map_err(|e| not_ready(osd.id, e))?;
+        let OsdPlainResponse::KeySet { ack } = answer else {
+            return Err(not_ready(osd.id, "unexpected answer to SET KEY"));
+        };
+        t10_keys::mds_confirm_set_key(state, &command, &ack)?;
+        self.stats.t10_keys_set.fetch_add(1, Ordering::Relaxed);
+        self.t10_commit(osd.id, state, rng)
+    }
+
+    /// `maat admin keys show`: every registered OSD's key generations.
+    pub(crate) fn t10_show(&self, who: &Principal) -> Result<MdsResponse> {
+        require_admin(who)?;
+        let mut out = Vec::new();
+        for osd in self.store.osds()? {
+            let generations = match self.t10_state(osd.id)? {
+                Some(state) => state.generations(),
+                None => Vec::new(),
+            };
+            out.push(T10KeyInfo {
+                osd: osd.id,
+                generations,
+            });
+        }
+        Ok(MdsResponse::T10Keys(out))
+    }
+
+    /// `maat admin keys rotate`: a refresh (or, with `revoke`, a revocation by key
+    /// exchange) now, answered once every OSD concerned acknowledged it.
+    pub(crate) fn t10_rotate(
+        &self,
+        who: &Principal,
+        osd: Option<u64>,
+        partition: Option<&str>,
+        plan: (bool, bool),
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        let (revoke, master) = plan;
+        let mut partitions = self.t10_partitions()?;
+        if let Some(name) = partition {
+            let p = self.partition_by_name(name)?;
+            if p.credentials != Credentials::T10 {
+                return Err(MdsError::refused(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "partition {name} uses {} credentials; T10 keys serve only partitions \
+                         with T10 credentials (maat admin partition set-credentials)",
+                        p.credentials.name()
+                    ),
+                ));
+            }
+            partitions.retain(|q| q.id == p.id);
+        }
+        let osds: Vec<OsdEntry> = self
+            .store
+            .osds()?
+            .into_iter()
+            .filter(|o| osd.is_none_or(|id| id == o.id))
+            .collect();
+        if let (Some(id), true) = (osd, osds.is_empty()) {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!("no OSD {id} is registered"),
+            ));
+        }
+        let plan = Plan {
+            master,
+            refresh: true,
+            revoke,
+        };
+        for o in &osds {
+            self.t10_sync(o, &partitions, plan, now, rng)?;
+        }
+        self.t10_show(who)
+    }
+
+    /// SPEC T2: credentials for an open of `file` in partition `partition` in `mode`, one
+    /// per registered OSD, each key sealed under the session's envelope key.
+    pub(crate) fn t10_grants(
+        &self,
+        session: &[u8; 16],
+        partition: &PartitionRecord,
+        file: u64,
+        mode: Mode,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<T10Grant>> {
+        let wrap = t10::capability_key_wrap(&self.session_mac(session)?);
+        let permissions = permissions(mode);
+        let mut grants = Vec::new();
+        for osd in self.store.osds()? {
+            let state = self
+                .t10_state(osd.id)?
+                .ok_or_else(|| not_ready(osd.id, "not set yet; retry in a second"))?;
+            let (key_version, working) = state
+                .newest_working(partition.id)
+                .ok_or_else(|| not_ready(osd.id, "no working key for the partition yet"))?;
+            let mut discriminator = [0u8; 12];
+            rng.fill_bytes(&mut discriminator);
+            let capability = T10Capability {
+                security_method: partition.protection,
+                key_version,
+                permissions,
+                partition_id: partition.id,
+                object_id: file,
+                policy_access_tag: 0,
+                expiry: UnixMillis(now.0 + self.config.capability_lifetime_millis),
+                discriminator,
+            };
+            let working = maat_crypto::mac::MacKey::new(working.key.clone())
+                .with_counters(self.counters.clone());
+            let credential = t10::issue_credential(&capability, &working);
+            grants.push(T10Grant {
+                osd: osd.id,
+                sealed_key: t10::seal_capability_key(&wrap, &credential, rng)?,
+                capability: credential.capability,
+            });
+        }
+        self.stats
+            .t10_credentials_issued
+            .fetch_add(grants.len() as u64, Ordering::Relaxed);
+        Ok(grants)
+    }
+}
