@@ -12,6 +12,7 @@ mod login;
 mod objects;
 mod ops;
 mod renewal;
+mod t10;
 mod trace;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -260,6 +261,30 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// SPEC E8 (paper 003 Fig. 8 shape): Maat's signed capabilities against T10
+    /// credentials (SPEC T2), per open (a put and a get of a new small file) and per I/O
+    /// (sequential and random reads and writes inside one open file), under each method,
+    /// at each OSD count, with NOSEC as the baseline; mean µs per operation, the
+    /// throughput ratio to NOSEC, and exact signatures and MACs per operation.
+    T10 {
+        /// OSD counts, one cluster each.
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        osds: Vec<u32>,
+        /// Protection methods (NOSEC always runs as the baseline).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "CAPKEY,CMDRSP,ALLDATA",
+            value_parser = crate::up::parse_protection
+        )]
+        security: Vec<Protection>,
+        /// I/O sizes in KiB.
+        #[arg(long, value_delimiter = ',', default_value = "4,8,16,32,64")]
+        sizes: Vec<u64>,
+        /// Operations per row.
+        #[arg(long, default_value_t = 200)]
+        iterations: u32,
+    },
     /// N concurrent writers of whole objects for S seconds, then reads of what was
     /// written; NOSEC, each protection method and encrypted files in the same run (the
     /// shape of `rados bench`).
@@ -346,11 +371,16 @@ impl LocalCluster {
             }
         };
         let exe = std::env::current_exe()?;
+        // Four OSDs unless the caller names a count.
+        let osds: &[&str] = if extra.contains(&"--osds") {
+            &[]
+        } else {
+            &["--osds", "4"]
+        };
         let mut child = Command::new(exe)
+            .arg("up")
+            .args(osds)
             .args([
-                "up",
-                "--osds",
-                "4",
                 "--listen",
                 "127.0.0.1:0",
                 "--danger-allow-insecure",
@@ -455,6 +485,12 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => ops::run_ops(iterations, seq_mib, &security, data, json),
+        BenchCommand::T10 {
+            osds,
+            security,
+            sizes,
+            iterations,
+        } => t10::run_t10(&osds, &security, &sizes, iterations),
         BenchCommand::Objects {
             size,
             threads,
