@@ -781,7 +781,10 @@ fn call_on(
         address: address.to_string(),
         source,
     };
-    let (keys, sid, offset) = match auth {
+    // A session's request goes in a SecRequest frame, sealed with its capability's method;
+    // a T10 request in a T10Request frame, the capability in front, sealed with the
+    // credential's method (the MAC covers that capability under CAPKEY).
+    let (keys, sid, offset, method, mac_capability, frame_type, prefix) = match auth {
         Auth::Insecure { user } => {
             let payload = msg::encode(&InsecureRequest {
                 user: *user,
@@ -794,7 +797,15 @@ fn call_on(
                 _ => Err(refusal(address, &answer)),
             };
         }
-        Auth::Sealed { keys, sid, offset } => (keys, sid, offset),
+        Auth::Sealed { keys, sid, offset } => (
+            keys,
+            sid,
+            offset,
+            request_protection(&request.capability),
+            &request.capability[..],
+            FrameType::SecRequest,
+            None,
+        ),
         Auth::T10 {
             keys,
             id,
@@ -802,29 +813,16 @@ fn call_on(
             capability,
             prefix,
             offset,
-        } => {
-            let mut nonce = [0u8; 16];
-            rng.fill_bytes(&mut nonce);
-            let header = protection::RequestHeader {
-                method: *method,
-                session_id: *id,
-                timestamp: UnixMillis(local_now().saturating_add_signed(*offset)),
-                nonce,
-            };
-            let (head, data) = request.split_bulk();
-            let message = msg::encode(&head).map_err(local)?;
-            let parts =
-                protection::seal_request_parts(keys, &header, &message, data, capability, rng)
-                    .map_err(local)?;
-            let mut frame: Vec<&[u8]> = vec![prefix];
-            frame.extend(parts.iter().map(|p| p.as_ref()));
-            let (t, answer) = conn
-                .call_parts(FrameType::T10Request, &frame)
-                .map_err(net)?;
-            return sec_answer(address, keys, *method, id, &nonce, t, answer);
-        }
+        } => (
+            keys,
+            id,
+            offset,
+            *method,
+            &capability[..],
+            FrameType::T10Request,
+            Some(&prefix[..]),
+        ),
     };
-    let method = request_protection(&request.capability);
     let (head, data) = request.split_bulk();
     let message = msg::encode(&head).map_err(local)?;
     let mut nonce = [0u8; 16];
@@ -835,13 +833,13 @@ fn call_on(
         timestamp: UnixMillis(local_now().saturating_add_signed(*offset)),
         nonce,
     };
-    let parts =
-        protection::seal_request_parts(keys, &header, &message, data, &request.capability, rng)
-            .map_err(local)?;
-    let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_ref()).collect();
-    let (t, answer) = conn
-        .call_parts(FrameType::SecRequest, &parts)
-        .map_err(net)?;
+    let parts = protection::seal_request_parts(keys, &header, &message, data, mac_capability, rng)
+        .map_err(local)?;
+    let frame: Vec<&[u8]> = prefix
+        .into_iter()
+        .chain(parts.iter().map(|p| p.as_ref()))
+        .collect();
+    let (t, answer) = conn.call_parts(frame_type, &frame).map_err(net)?;
     sec_answer(address, keys, method, sid, &nonce, t, answer)
 }
 

@@ -232,11 +232,20 @@ impl OsdCore {
             })?;
         let working =
             maat_crypto::mac::MacKey::new(working.key.clone()).with_counters(self.counters.clone());
-        let ck = t10::capability_key(capability, &working);
         Ok(CachedCredential {
             capability: body,
-            keys: EnvelopeKeys::new(ck.expose()).with_counters(self.counters.clone()),
+            keys: self.credential_keys(capability, &working),
         })
+    }
+
+    /// The envelope keys of a capability's key under `working` (one HMAC).
+    fn credential_keys(
+        &self,
+        capability: &[u8],
+        working: &maat_crypto::mac::MacKey,
+    ) -> EnvelopeKeys {
+        let ck = t10::capability_key(capability, working);
+        EnvelopeKeys::new(ck.expose()).with_counters(self.counters.clone())
     }
 
     /// A T10 request whose MAC failed: `Revoked` when it verifies under the key its slot
@@ -255,9 +264,10 @@ impl OsdCore {
             .get(&(body.partition_id, body.key_version))
             .cloned();
         if let Some(old) = retired {
-            let ck = t10::capability_key(capability, &old);
-            let keys = EnvelopeKeys::new(ck.expose()).with_counters(self.counters.clone());
-            if envelope.open(&keys, capability).is_ok() {
+            if envelope
+                .open(&self.credential_keys(capability, &old), capability)
+                .is_ok()
+            {
                 return refuse(
                     ErrorCode::Revoked,
                     "the credential's working key was exchanged (revoked); open again",
