@@ -95,6 +95,13 @@ pub enum KeysCommand {
         #[arg(long)]
         master: bool,
     },
+    /// Revoke every T10 credential of one file, on every OSD, at once (by policy access
+    /// tag): the file's tag rises, credentials made before are refused, later opens work.
+    /// An OSD not reached now is told as soon as it answers the MDS again.
+    RevokeObject {
+        /// The file (in a partition with T10 credentials).
+        path: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -248,15 +255,23 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                     revoke,
                     master,
                 } => c.t10_rotate(osd, partition.as_deref(), revoke, master)?,
+                KeysCommand::RevokeObject { path } => return revoke_object(&mut c, &path),
             };
+            let missed = keys.iter().filter(|k| k.problem.is_some()).count();
             for osd in keys {
                 println!("osd {}", osd.osd);
+                if let Some(problem) = &osd.problem {
+                    println!("  warning: {problem}");
+                }
                 if osd.generations.is_empty() {
                     println!("  (no keys yet: set within a second of the OSD registering)");
                 }
                 for (key, generation) in osd.generations {
                     println!("  {key:<28} generation {generation}");
                 }
+            }
+            if missed > 0 {
+                anyhow::bail!("{missed} OSD(s) not brought up to date (see the warnings above)");
             }
         }
         AdminCommand::Grouping {
@@ -292,6 +307,25 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// `maat admin keys revoke-object PATH`: one file's T10 credentials revoked by tag.
+fn revoke_object(c: &mut maat_client::Client, path: &str) -> Result<()> {
+    let maat_proto::msg::T10ObjectRevocation { file, tag, osds } = c.t10_revoke_object(path)?;
+    let missed: Vec<_> = osds.iter().filter(|(_, p)| p.is_some()).collect();
+    eprintln!(
+        "{path} (file {file}): policy access tag now {tag}; {} of {} OSDs refuse its \
+         older T10 credentials now",
+        osds.len() - missed.len(),
+        osds.len()
+    );
+    for (osd, problem) in &missed {
+        eprintln!("warning: osd {osd}: {}", problem.as_deref().unwrap_or(""));
+    }
+    if !missed.is_empty() {
+        anyhow::bail!("{} OSD(s) not told yet", missed.len());
     }
     Ok(())
 }

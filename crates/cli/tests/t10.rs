@@ -103,6 +103,19 @@ fn raw(
 /// Sends a raw T10 request to `osd`: the answer, or the refusal's code.
 fn send(c: &mut Client, osd: u64, r: &Raw) -> Result<OsdResponse, ErrorCode> {
     let (t, answer) = c.osd_raw(osd, FrameType::T10Request, &r.payload).unwrap();
+    answer_of(r, t, answer)
+}
+
+/// Like [`send`], for an OSD that may be restarting: `None` while it cannot be reached.
+fn send_if_up(c: &mut Client, osd: u64, r: &Raw) -> Option<Result<OsdResponse, ErrorCode>> {
+    match c.osd_raw(osd, FrameType::T10Request, &r.payload) {
+        Ok((t, answer)) => Some(answer_of(r, t, answer)),
+        Err(maat_client::ClientError::Net { .. }) => None,
+        Err(e) => panic!("{e:?}"),
+    }
+}
+
+fn answer_of(r: &Raw, t: FrameType, answer: Vec<u8>) -> Result<OsdResponse, ErrorCode> {
     match t {
         FrameType::SecResponse => {
             let (_, message, data) =
@@ -385,4 +398,156 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+fn signal(sig: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// Authorized: the command ran (or found no object there), it was not refused.
+fn authorized(r: Result<OsdResponse, ErrorCode>) -> bool {
+    matches!(r, Ok(_) | Err(ErrorCode::NoSuchObject))
+}
+
+#[test]
+fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() {
+    let (mut cluster, mut admin) = t10_cluster(2, "CMDRSP", &[]);
+    put(&mut admin, "/fast/a", b"file a");
+    put(&mut admin, "/fast/b", b"file b");
+    let a = admin.open("/fast/a", Access::Read, None).unwrap().stat.id;
+    let b = admin.open("/fast/b", Access::Read, None).unwrap().stat.id;
+    let cred = |c: &Client, file, osd| c.t10_credential(file, osd).unwrap();
+    let (old_a1, old_a2, old_b1, old_b2) = (
+        cred(&admin, a, 1),
+        cred(&admin, a, 2),
+        cred(&admin, b, 1),
+        cred(&admin, b, 2),
+    );
+    let try_read = |c: &mut Client, osd, file, (cap, key): &(Vec<u8>, [u8; 32])| {
+        let now = c.protocol_now();
+        send(c, osd, &raw(cap, key, Protection::CmdRsp, read(file), now))
+    };
+    for (osd, file, c) in [(1, a, &old_a1), (2, a, &old_a2), (1, b, &old_b1)] {
+        assert!(authorized(try_read(&mut admin, osd, file, c)));
+    }
+
+    // The supervisor is held and OSD 2 killed, so it stays down.
+    struct Held(u32);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    let up = cluster.child.id();
+    let held = Held(up);
+    signal("-STOP", up);
+    let osd2 = cluster.pid("osd-2");
+    signal("-KILL", osd2);
+
+    // Revoking file a by tag: OSD 1 refuses a's old credential at once, OSD 2 is named as
+    // not told; b's credential is untouched.
+    let msg::T10ObjectRevocation { file, tag, osds } = admin.t10_revoke_object("/fast/a").unwrap();
+    assert_eq!((file, tag), (a, 1));
+    assert_eq!(osds.len(), 2);
+    assert!(osds.iter().any(|(o, p)| *o == 1 && p.is_none()), "{osds:?}");
+    assert!(osds.iter().any(|(o, p)| *o == 2 && p.is_some()), "{osds:?}");
+    assert_eq!(
+        try_read(&mut admin, 1, a, &old_a1).unwrap_err(),
+        ErrorCode::Revoked
+    );
+    assert!(authorized(try_read(&mut admin, 1, b, &old_b1)));
+    // A fresh open carries the new tag and works.
+    admin.open("/fast/a", Access::Read, None).unwrap();
+    let tagged_a1 = cred(&admin, a, 1);
+    assert!(authorized(try_read(&mut admin, 1, a, &tagged_a1)));
+
+    // Revocation by key exchange with OSD 2 down: OSD 1 is revoked and the answer names
+    // OSD 2; until OSD 2 has new keys no credential is issued for it.
+    let info = admin.t10_rotate(None, Some("fast"), true, false).unwrap();
+    assert!(
+        info.iter().any(|i| i.osd == 1 && i.problem.is_none()),
+        "{info:?}"
+    );
+    assert!(
+        info.iter().any(|i| i.osd == 2 && i.problem.is_some()),
+        "{info:?}"
+    );
+    for (file, c) in [(a, &tagged_a1), (b, &old_b1)] {
+        assert_eq!(
+            try_read(&mut admin, 1, file, c).unwrap_err(),
+            ErrorCode::Revoked
+        );
+    }
+    admin.open("/fast/a", Access::Read, None).unwrap();
+    let new_a1 = cred(&admin, a, 1);
+    assert!(
+        admin.t10_credential(a, 2).is_none(),
+        "issued under revoked keys"
+    );
+    assert!(authorized(try_read(&mut admin, 1, a, &new_a1)));
+
+    // Released, the supervisor restarts OSD 2, and the MDS brings it up to both
+    // revocations within seconds.
+    drop(held);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let probe = |c: &mut Client, file, (cap, key): &(Vec<u8>, [u8; 32])| {
+        let now = c.protocol_now();
+        send_if_up(c, 2, &raw(cap, key, Protection::CmdRsp, read(file), now))
+    };
+    loop {
+        let revoked = (probe(&mut admin, a, &old_a2), probe(&mut admin, b, &old_b2));
+        let refused = Some(Err(ErrorCode::Revoked));
+        if revoked == (refused.clone(), refused) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "OSD 2 never learned the revocations: {revoked:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for (file, path) in [(a, "/fast/a"), (b, "/fast/b")] {
+        admin.open(path, Access::Read, None).unwrap();
+        let fresh = cred(&admin, file, 2);
+        assert!(authorized(try_read(&mut admin, 2, file, &fresh)));
+    }
+    assert_eq!(get(&mut admin, "/fast/a"), b"file a");
+
+    // Tags are durable at the OSDs. A credential under live keys, revoked by tag only, is
+    // still refused after a restart (the MDS has nothing to push: its copy says the OSDs
+    // hold the tag), and the newest works.
+    admin.open("/fast/a", Access::Read, None).unwrap();
+    let before_a1 = cred(&admin, a, 1);
+    let msg::T10ObjectRevocation { tag, osds, .. } = admin.t10_revoke_object("/fast/a").unwrap();
+    assert_eq!(tag, 2);
+    assert!(osds.iter().all(|(_, p)| p.is_none()), "{osds:?}");
+    admin.open("/fast/a", Access::Read, None).unwrap();
+    let newest_a1 = cred(&admin, a, 1);
+    drop(admin);
+    cluster.restart();
+    let mut admin = cluster.admin_client();
+    assert_eq!(
+        try_read(&mut admin, 1, a, &before_a1).unwrap_err(),
+        ErrorCode::Revoked
+    );
+    assert!(authorized(try_read(&mut admin, 1, a, &newest_a1)));
+
+    // Only the administrator revokes, and only in partitions with T10 credentials.
+    cluster.add_user("eve", "eve-pass", None);
+    let mut eve = cluster.user_client("eve", "eve-pass");
+    assert_eq!(
+        common::code(eve.t10_revoke_object("/fast/a")),
+        ErrorCode::PermissionDenied
+    );
+    put(&mut admin, "/plain", b"signed capabilities");
+    assert_eq!(
+        common::code(admin.t10_revoke_object("/plain")),
+        ErrorCode::InvalidArgument
+    );
 }

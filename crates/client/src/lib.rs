@@ -668,6 +668,9 @@ impl Client {
             .get(&session.session_id, &session.key)
             .mac;
         let wrap = maat_proto::t10::capability_key_wrap(&mac);
+        // The new grants replace every held one of the file: an OSD the MDS gave none
+        // for now (its keys revoked and not yet replaced) must not get an old one.
+        self.t10.retain(|(f, _), _| *f != file);
         if self.t10.len() + grants.len() > T10_CREDENTIALS_MAX {
             self.t10.clear();
         }

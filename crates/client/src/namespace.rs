@@ -115,6 +115,16 @@ impl Client {
         }
     }
 
+    /// Administrator: revokes every T10 credential of the file at `path` by raising its
+    /// policy access tag (SPEC T4): the file, its new tag, and each OSD with why it does
+    /// not hold the tag yet, if it does not.
+    pub fn t10_revoke_object(&mut self, path: &str) -> Result<msg::T10ObjectRevocation> {
+        match self.mds_call(MdsRequest::T10RevokeObject { path: path.into() })? {
+            MdsResponse::T10ObjectRevoked(r) => Ok(r),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// SPEC M6: defines (or replaces) this user's file set `name`: files used together,
     /// which capabilities may then name at once (`defined` grouping). The
     /// administrator's sets apply to everyone's opens.

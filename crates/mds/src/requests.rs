@@ -328,6 +328,7 @@ impl<S: MetaStore> Mds<S> {
                 revoke,
                 master,
             } => self.t10_rotate(who, osd, partition.as_deref(), (revoke, master), now, rng),
+            MdsRequest::T10RevokeObject { path } => self.t10_revoke_object(who, &path, now, rng),
             MdsRequest::GetTree { root } => self.get_tree(who, &root),
             MdsRequest::SetGrouping { strategies } => {
                 require_admin(who)?;
@@ -400,6 +401,10 @@ impl<S: MetaStore> Mds<S> {
             (
                 "t10_credentials_issued".into(),
                 s.t10_credentials_issued.load(Ordering::Relaxed),
+            ),
+            (
+                "t10_policy_tags_set".into(),
+                s.t10_policy_tags_set.load(Ordering::Relaxed),
             ),
             (
                 "capability_cache_hits".into(),

@@ -17,6 +17,12 @@
 //!   lifetimes), and a partition key every 16 periods; `maat admin keys rotate` runs a
 //!   refresh now, or with `--revoke` refills every slot, which refuses every credential of
 //!   the partition at once.
+//! * **Revocations that outlive a missed OSD** (SPEC T4). The MDS stores what every OSD
+//!   must come to hold (`meta` `t10/revocations`): per partition the time of its last
+//!   revocation by key exchange (a working key older than it is refilled), and per file
+//!   its policy access tag. The upkeep brings an OSD that was not reached up to them as
+//!   soon as it answers, and until then no credential is issued for it under a revoked
+//!   key. A file's tag rises by one per revocation; credentials carry the stored tag.
 //! * **Credentials.** One per registered OSD with a working key for the file's partition:
 //!   one HMAC (its capability key) and one AEAD seal (the key, under the session) each.
 
@@ -26,6 +32,7 @@ use maat_proto::limits::T10_WORKING_KEYS_PER_PARTITION;
 use maat_proto::msg::{Credentials, OsdPlainRequest, OsdPlainResponse, T10Grant, T10KeyInfo};
 use maat_proto::t10::{self, Permissions, SetKeyTarget, T10Capability};
 use maat_proto::t10_keys::{self, KeyState};
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 /// Carries one plain message to an OSD and returns its answer (the shell's sockets).
@@ -34,6 +41,7 @@ pub type T10Channel = dyn Fn(&OsdEntry, &OsdPlainRequest) -> std::result::Result
     + Sync;
 
 const META_PREFIX: &str = "t10/osd/";
+const REVOCATIONS_KEY: &str = "t10/revocations";
 /// BLAKE3 key-derivation context of the key sealing T10 key states at rest.
 pub const T10_WRAP_CONTEXT: &[u8] = b"maat/mds/t10-state-wrap/v1";
 
@@ -48,6 +56,47 @@ pub(crate) struct T10Keys {
     states: RwLock<HashMap<u64, KeyState>>,
     exchange: Mutex<()>,
     channel: RwLock<Option<Arc<T10Channel>>>,
+    /// The stored revocations, once read.
+    revocations: RwLock<Option<T10Revocations>>,
+}
+
+/// SPEC T4: the revocations every OSD must come to hold (stored as `t10/revocations`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct T10Revocations {
+    /// Partition → time of its last revocation by key exchange.
+    key_exchanges: BTreeMap<u64, u64>,
+    /// (partition, file) → policy access tag, for tags above 0.
+    tags: BTreeMap<(u64, u64), u32>,
+}
+
+impl crate::store::Record for T10Revocations {
+    const WHAT: &'static str = "T10 revocations";
+    const VERSION: u8 = 1;
+    fn decode_version(_version: u8, body: &[u8]) -> std::result::Result<Self, StoreError> {
+        postcard::from_bytes(body).map_err(|e| StoreError(format!("corrupt {}: {e}", Self::WHAT)))
+    }
+    fn encode_body(&self) -> std::result::Result<Vec<u8>, StoreError> {
+        postcard::to_stdvec(self).map_err(|e| StoreError(format!("encoding {}: {e}", Self::WHAT)))
+    }
+    fn decode_v0(_bytes: &[u8]) -> std::result::Result<Self, StoreError> {
+        Err(StoreError(format!("{} has no format 0", Self::WHAT)))
+    }
+}
+
+impl T10Revocations {
+    fn tag(&self, partition: u64, file: u64) -> u32 {
+        self.tags.get(&(partition, file)).copied().unwrap_or(0)
+    }
+    /// Whether `state` still holds a working key of `partition` made before its last
+    /// revocation by key exchange.
+    fn exchange_pending(&self, state: &KeyState, partition: u64) -> bool {
+        let Some(&at) = self.key_exchanges.get(&partition) else {
+            return false;
+        };
+        state
+            .partition(partition)
+            .is_some_and(|k| k.working.iter().flatten().any(|slot| slot.generation < at))
+    }
 }
 
 /// What a maintenance or rotation run does for one OSD.
@@ -127,6 +176,37 @@ impl<S: MetaStore> Mds<S> {
         Ok(())
     }
 
+    /// Runs `f` on the stored revocations (read once, then kept in memory).
+    fn with_t10_revocations<R>(&self, f: impl FnOnce(&T10Revocations) -> R) -> Result<R> {
+        if let Some(r) = read_lock(&self.t10.revocations).as_ref() {
+            return Ok(f(r));
+        }
+        let stored = match self.store.meta(REVOCATIONS_KEY)? {
+            Some(bytes) => <T10Revocations as crate::store::Record>::decode(&bytes)?,
+            None => T10Revocations::default(),
+        };
+        let out = f(&stored);
+        *write_lock(&self.t10.revocations) = Some(stored);
+        Ok(out)
+    }
+
+    /// Changes the stored revocations durably (callers hold the exchange lock).
+    fn update_t10_revocations(
+        &self,
+        change: impl FnOnce(&mut T10Revocations) -> Result<()>,
+    ) -> Result<()> {
+        let mut next = self.with_t10_revocations(T10Revocations::clone)?;
+        change(&mut next)?;
+        let mut batch = Batch::default();
+        batch.push(Op::PutMeta(
+            REVOCATIONS_KEY.to_string(),
+            crate::store::Record::encode(&next)?,
+        ));
+        self.store.commit(batch)?;
+        *write_lock(&self.t10.revocations) = Some(next);
+        Ok(())
+    }
+
     fn t10_partitions(&self) -> Result<Vec<PartitionRecord>> {
         Ok(self
             .store
@@ -200,7 +280,8 @@ impl<S: MetaStore> Mds<S> {
                     rng,
                 )?;
             }
-            let slots: Vec<u8> = if plan.revoke {
+            let pending = self.with_t10_revocations(|r| r.exchange_pending(&state, p.id))?;
+            let slots: Vec<u8> = if plan.revoke || pending {
                 (0..T10_WORKING_KEYS_PER_PARTITION as u8).collect()
             } else {
                 match state.newest_working(p.id) {
@@ -219,7 +300,51 @@ impl<S: MetaStore> Mds<S> {
                 self.t10_set(osd, &mut state, target, channel.as_ref(), now, rng)?;
             }
         }
+        // SPEC T4 by tag: the tags this OSD does not hold yet.
+        let tags: Vec<((u64, u64), u32)> = self.with_t10_revocations(|r| {
+            r.tags
+                .iter()
+                .filter(|((p, _), _)| partitions.iter().any(|q| q.id == *p))
+                .filter(|((p, file), tag)| state.policy_tag(*p, *file) < **tag)
+                .map(|(k, t)| (*k, *t))
+                .collect()
+        })?;
+        for ((partition, file), tag) in tags {
+            self.t10_tag(
+                osd,
+                &mut state,
+                (partition, file, tag),
+                channel.as_ref(),
+                now,
+                rng,
+            )?;
+        }
         Ok(())
+    }
+
+    fn t10_tag(
+        &self,
+        osd: &OsdEntry,
+        state: &mut KeyState,
+        (partition, file, tag): (u64, u64, u32),
+        channel: &T10Channel,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<()> {
+        let command = t10_keys::mds_set_policy_tag(state, partition, file, tag, now, rng)?;
+        let answer = channel(
+            osd,
+            &OsdPlainRequest::SetPolicyTag(command.encoded().to_vec()),
+        )
+        .map_err(|e| not_ready(osd.id, e))?;
+        let OsdPlainResponse::PolicyTagSet { ack } = answer else {
+            return Err(not_ready(osd.id, "unexpected answer to SET POLICY TAG"));
+        };
+        t10_keys::mds_confirm_policy_tag(state, &command, &ack)?;
+        self.stats
+            .t10_policy_tags_set
+            .fetch_add(1, Ordering::Relaxed);
+        self.t10_commit(osd.id, state, rng)
     }
 
     fn t10_master(
@@ -276,6 +401,7 @@ impl<S: MetaStore> Mds<S> {
             out.push(T10KeyInfo {
                 osd: osd.id,
                 generations,
+                problem: None,
             });
         }
         Ok(MdsResponse::T10Keys(out))
@@ -326,10 +452,102 @@ impl<S: MetaStore> Mds<S> {
             refresh: true,
             revoke,
         };
-        for o in &osds {
-            self.t10_sync(o, &partitions, plan, now, rng)?;
+        if revoke {
+            // Stored first: an OSD not reached now is refilled when it next answers.
+            let _one = lock(&self.t10.exchange);
+            self.update_t10_revocations(|r| {
+                for p in &partitions {
+                    r.key_exchanges.insert(p.id, now.0);
+                }
+                Ok(())
+            })?;
         }
-        self.t10_show(who)
+        let mut problems = HashMap::new();
+        for o in &osds {
+            if let Err(e) = self.t10_sync(o, &partitions, plan, now, rng) {
+                let what = if revoke {
+                    "not revoked there yet (done when it next answers)"
+                } else {
+                    "not rotated"
+                };
+                problems.insert(o.id, format!("{what}: {e}"));
+            }
+        }
+        let MdsResponse::T10Keys(mut info) = self.t10_show(who)? else {
+            return Err(MdsError::refused(ErrorCode::Internal, "keys show"));
+        };
+        info.retain(|i| osd.is_none_or(|id| id == i.osd));
+        for i in &mut info {
+            i.problem = problems.remove(&i.osd);
+        }
+        Ok(MdsResponse::T10Keys(info))
+    }
+
+    /// `maat admin keys revoke-object PATH` (SPEC T4 by policy access tag): raises the
+    /// file's tag, stored before any OSD is told, then tells every OSD; answers with the
+    /// OSDs not reached (the upkeep tells them when they answer).
+    pub(crate) fn t10_revoke_object(
+        &self,
+        who: &Principal,
+        path: &str,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        let inode = self.resolve(who, path)?;
+        if inode.is_dir {
+            return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        let partition = self.partition(inode.partition)?;
+        if partition.credentials != Credentials::T10 {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{path} is in partition {}, whose opens get {} credentials; policy access \
+                     tags revoke T10 credentials only (maat admin revoke revokes signed \
+                     capabilities)",
+                    partition.name,
+                    partition.credentials.name()
+                ),
+            ));
+        }
+        let key = (partition.id, inode.id);
+        let tag = {
+            let _one = lock(&self.t10.exchange);
+            let mut tag = 0;
+            self.update_t10_revocations(|r| {
+                if !r.tags.contains_key(&key) && r.tags.len() >= t10_keys::T10_POLICY_TAGS_MAX {
+                    return Err(MdsError::refused(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "{} files already have their T10 credentials revoked by tag; \
+                             revoke the partition's instead (maat admin keys rotate --revoke)",
+                            t10_keys::T10_POLICY_TAGS_MAX
+                        ),
+                    ));
+                }
+                tag = r.tag(key.0, key.1).checked_add(1).ok_or_else(|| {
+                    MdsError::refused(ErrorCode::InvalidArgument, "policy access tag at its limit")
+                })?;
+                r.tags.insert(key, tag);
+                Ok(())
+            })?;
+            tag
+        };
+        let partitions = [partition];
+        let mut osds = Vec::new();
+        for o in self.store.osds()? {
+            let problem = self
+                .t10_sync(&o, &partitions, Plan::default(), now, rng)
+                .err()
+                .map(|e| format!("not told yet (done when it next answers): {e}"));
+            osds.push((o.id, problem));
+        }
+        Ok(MdsResponse::T10ObjectRevoked(msg::T10ObjectRevocation {
+            file: inode.id,
+            tag,
+            osds,
+        }))
     }
 
     /// SPEC T2: credentials for an open of `file` in partition `partition` in `mode`, one
@@ -345,11 +563,16 @@ impl<S: MetaStore> Mds<S> {
     ) -> Result<Vec<T10Grant>> {
         let wrap = t10::capability_key_wrap(&self.session_mac(session)?);
         let permissions = permissions(mode);
+        let tag = self.with_t10_revocations(|r| r.tag(partition.id, file))?;
         let mut grants = Vec::new();
         for osd in self.store.osds()? {
             let state = self
                 .t10_state(osd.id)?
                 .ok_or_else(|| not_ready(osd.id, "not set yet; retry in a second"))?;
+            if self.with_t10_revocations(|r| r.exchange_pending(&state, partition.id))? {
+                // Not reached since its keys were revoked: nothing is issued under them.
+                continue;
+            }
             let (key_version, working) = state
                 .newest_working(partition.id)
                 .ok_or_else(|| not_ready(osd.id, "no working key for the partition yet"))?;
@@ -361,7 +584,7 @@ impl<S: MetaStore> Mds<S> {
                 permissions,
                 partition_id: partition.id,
                 object_id: file,
-                policy_access_tag: 0,
+                policy_access_tag: tag,
                 expiry: UnixMillis(now.0 + self.config.capability_lifetime_millis),
                 discriminator,
             };

@@ -21,9 +21,9 @@ impl OsdCore {
                     OsdPlainRequest::Revoke(notice) => self
                         .apply_revocation(&notice, now)
                         .map(|()| OsdPlainResponse::Applied),
-                    OsdPlainRequest::SetMasterKey(_) | OsdPlainRequest::SetKey(_) => {
-                        self.t10_key_command(&request, now, rng)
-                    }
+                    OsdPlainRequest::SetMasterKey(_)
+                    | OsdPlainRequest::SetKey(_)
+                    | OsdPlainRequest::SetPolicyTag(_) => self.t10_key_command(&request, now, rng),
                 });
         let result = self.counted(result);
         msg::encode_result(&result)

@@ -10,6 +10,10 @@
 //!   acknowledges a key it would forget in a crash.
 //! * When a working slot is refilled, its old key is kept in memory only to tell a
 //!   revoked credential (`Revoked`) from a forged one (`BadMac`); it authorizes nothing.
+//! * SPEC T4 by tag: each object's policy access tag (0 unless SET POLICY TAG raised it) is
+//!   kept with the keys (durable) and mirrored in a table read on every request, so a
+//!   credential made with an older tag is refused (`Revoked`) from the moment the tag is
+//!   acknowledged.
 
 use super::*;
 use maat_proto::t10::{self, Permissions, SetKeyTarget, T10Access, T10Capability};
@@ -39,6 +43,9 @@ pub(crate) struct T10State {
     credentials: RwLock<HashMap<[u8; 16], CachedCredential>>,
     /// The key each refilled working slot held before (partition, slot).
     retired: Mutex<HashMap<(u64, u8), maat_crypto::mac::MacKey>>,
+    /// SPEC T4: (partition, object) → policy access tag, for the tags other than 0 (a copy
+    /// of the key state's, read without its lock).
+    tags: RwLock<HashMap<(u64, u64), u32>>,
 }
 
 /// The permission a data command needs under a T10 capability.
@@ -59,6 +66,7 @@ impl OsdCore {
     /// Installs the key state read from this OSD's key file (or the bootstrap state of a
     /// new OSD) and the function that makes later states durable.
     pub fn load_t10_keys(&self, state: KeyState, persist: Arc<KeyPersister>) {
+        *write(&self.t10.tags) = state.policy_tags().collect();
         *lock(&self.t10.keys) = Some(state);
         *write(&self.t10.persist) = Some(persist);
         write(&self.t10.credentials).clear();
@@ -89,6 +97,7 @@ impl OsdCore {
             .as_ref()
             .ok_or_else(|| refuse(ErrorCode::NotReady, "T10 keys not loaded yet"))?;
         let mut next = current.clone();
+        let mut tagged = None;
         let (answer, refilled) = match request {
             OsdPlainRequest::SetMasterKey(offer) => {
                 let accept = t10_keys::osd_set_master_key(&mut next, offer, now, rng)?;
@@ -110,6 +119,11 @@ impl OsdCore {
                 };
                 (OsdPlainResponse::KeySet { ack }, refilled)
             }
+            OsdPlainRequest::SetPolicyTag(command) => {
+                let (command, ack) = t10_keys::osd_set_policy_tag(&mut next, command)?;
+                tagged = Some(((command.partition, command.object_id), command.tag));
+                (OsdPlainResponse::PolicyTagSet { ack }, None)
+            }
             _ => return Err(refuse(ErrorCode::InvalidArgument, "not a key command")),
         };
         persist(&next.encode()).map_err(|e| {
@@ -119,6 +133,9 @@ impl OsdCore {
             )
         })?;
         *keys = Some(next);
+        if let Some((object, tag)) = tagged {
+            write(&self.t10.tags).insert(object, tag);
+        }
         drop(keys);
         if let Some((slot, old)) = refilled {
             let mut retired = lock(&self.t10.retired);
@@ -299,11 +316,15 @@ impl OsdCore {
                 "credentials reach the data partition only",
             ));
         }
+        let tag = read(&self.t10.tags)
+            .get(&(capability.partition_id, object.file))
+            .copied()
+            .unwrap_or(0);
         capability
             .check_access(
                 T10Access {
                     object_id: object.file,
-                    policy_access_tag: None,
+                    policy_access_tag: Some(tag),
                     needed,
                 },
                 now,

@@ -102,6 +102,10 @@ pub fn set_master_key_offer(data: &[u8]) {
 pub fn set_master_key_accept(data: &[u8]) {
     maced_token::<SetMasterKeyAccept>(data);
 }
+/// Fuzz entry: SET POLICY TAG.
+pub fn set_policy_tag(data: &[u8]) {
+    maced_token::<crate::t10::SetPolicyTag>(data);
+}
 /// Fuzz entry: lockbox.
 pub fn lockbox(data: &[u8]) {
     if let Ok(lb) = Lockbox::decode(data) {
@@ -143,6 +147,7 @@ pub const ALL: &[(&str, Decoder)] = &[
     ("set_key", set_key),
     ("set_master_key_offer", set_master_key_offer),
     ("set_master_key_accept", set_master_key_accept),
+    ("set_policy_tag", set_policy_tag),
     ("lockbox", lockbox),
     ("range_key_grant", range_key_grant),
     ("key_ranges", key_ranges),

@@ -122,6 +122,13 @@ pub enum ProtoError {
         /// The command.
         what: &'static str,
     },
+    /// A valid credential that was revoked (SPEC T4: its object's policy access tag
+    /// changed since it was made).
+    #[error("revoked: {reason}")]
+    Revoked {
+        /// Why.
+        reason: &'static str,
+    },
     /// A valid token does not grant what is asked.
     #[error("permission denied: {reason}")]
     PermissionDenied {

@@ -58,11 +58,13 @@ pub enum Kind {
     RangeGrant = 0x10,
     /// H6 key-range permit.
     KeyRanges = 0x11,
+    /// T4 SET POLICY TAG (an object's policy access tag).
+    SetPolicyTag = 0x12,
 }
 
 impl Kind {
     /// Every kind, in byte order (tests use it to demand a fixture for each).
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::LoginTicket,
         Kind::SessionOffer,
         Kind::SessionConfirm,
@@ -80,6 +82,7 @@ impl Kind {
         Kind::Lockbox,
         Kind::RangeGrant,
         Kind::KeyRanges,
+        Kind::SetPolicyTag,
     ];
 
     /// Human-readable name used in errors.
@@ -102,12 +105,13 @@ impl Kind {
             Kind::Lockbox => "lockbox",
             Kind::RangeGrant => "range-key grant",
             Kind::KeyRanges => "key-range permit",
+            Kind::SetPolicyTag => "SET POLICY TAG",
         }
     }
 }
 
-// A kind added after `KeyRanges` must be added to `Kind::ALL` too.
-const _: () = assert!(Kind::ALL.len() == Kind::KeyRanges as usize);
+// A kind added after `SetPolicyTag` must be added to `Kind::ALL` too.
+const _: () = assert!(Kind::ALL.len() == Kind::SetPolicyTag as usize);
 
 /// The body of a token kind: its fields and their canonical encoding.
 pub trait Body: Sized {

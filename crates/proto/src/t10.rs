@@ -333,8 +333,9 @@ impl T10Capability {
             .policy_access_tag
             .is_some_and(|tag| tag != self.policy_access_tag)
         {
-            return Err(ProtoError::PermissionDenied {
-                reason: "policy access tag changed (credential revoked)",
+            return Err(ProtoError::Revoked {
+                reason: "the object's policy access tag changed since the credential was made \
+                         (SPEC T4); open again",
             });
         }
         if !self.permissions.allows(access.needed) {
@@ -509,6 +510,45 @@ pub fn apply_set_key(set_key: &Verified<SetKey>, parent: &KeyPair) -> Result<New
     })
 }
 
+/// SPEC T4: SET POLICY TAG (MDS → OSD): object `object_id` of `partition` now has policy
+/// access tag `tag`, so every credential made with an older tag is refused. MACed under
+/// the partition's authentication key (the security manager's SET ATTRIBUTES of the tag).
+/// Tags only rise: an OSD refuses a lower tag and acknowledges an equal one again
+/// unchanged (the MDS's retry after a lost answer), so a replay changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetPolicyTag {
+    /// Partition.
+    pub partition: u64,
+    /// The object (Maat: the file; a credential names a file and covers all its objects).
+    pub object_id: u64,
+    /// The new policy access tag.
+    pub tag: u32,
+    /// Sender's time.
+    pub timestamp: UnixMillis,
+    /// Request nonce.
+    pub nonce: [u8; NONCE_BYTES],
+}
+
+impl Body for SetPolicyTag {
+    const KIND: Kind = Kind::SetPolicyTag;
+    fn encode_body(&self, w: &mut Writer) {
+        w.u64(self.partition)
+            .u64(self.object_id)
+            .u32(self.tag)
+            .u64(self.timestamp.0)
+            .bytes(&self.nonce);
+    }
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self> {
+        Ok(Self {
+            partition: r.u64()?,
+            object_id: r.u64()?,
+            tag: r.u32()?,
+            timestamp: UnixMillis(r.u64()?),
+            nonce: r.array()?,
+        })
+    }
+}
+
 /// SET MASTER KEY step 1 (MDS → OSD): the MDS's ephemeral X25519 key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetMasterKeyOffer {
@@ -597,3 +637,4 @@ pub fn new_master_key(
 impl crate::signed::MacedBody for SetKey {}
 impl crate::signed::MacedBody for SetMasterKeyOffer {}
 impl crate::signed::MacedBody for SetMasterKeyAccept {}
+impl crate::signed::MacedBody for SetPolicyTag {}

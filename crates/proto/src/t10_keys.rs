@@ -31,6 +31,7 @@ use crate::limits::{NONCE_BYTES, T10_WORKING_KEYS_PER_PARTITION};
 use crate::signed::{self, UnverifiedMac, Verified};
 use crate::t10::{
     self, KeyPair, NewKey, SetKey, SetKeyTarget, SetMasterKeyAccept, SetMasterKeyOffer,
+    SetPolicyTag,
 };
 use crate::{ProtoError, Result, UnixMillis};
 use maat_crypto::mac::{MacKey, Tag};
@@ -40,9 +41,14 @@ use std::collections::BTreeMap;
 
 const MASTER0_SALT: &[u8] = b"maat/t10/master0/v1";
 const ACK_CONTEXT: &[u8] = b"maat/t10/set-key-ack/v1\0";
-const STATE_VERSION: u8 = 1;
+const TAG_ACK_CONTEXT: &[u8] = b"maat/t10/set-policy-tag-ack/v1\0";
+/// Version 2 adds each partition's policy access tags (SPEC T4); version 1 still loads.
+const STATE_VERSION: u8 = 2;
 /// Most partitions one OSD's key state holds.
 pub const T10_PARTITIONS_MAX: usize = 4096;
+/// Most objects with a policy access tag other than 0 one OSD's key state holds (across
+/// partitions): each is a revocation of one file's credentials (SPEC T4).
+pub const T10_POLICY_TAGS_MAX: usize = 65_536;
 
 /// A key and the generation it was installed at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +66,8 @@ pub struct PartitionKeys {
     pub pair: Keyed<KeyPair>,
     /// Working-key slots.
     pub working: [Option<Keyed<Secret32>>; T10_WORKING_KEYS_PER_PARTITION],
+    /// SPEC T4: policy access tags of the objects whose tag is not 0.
+    pub tags: BTreeMap<u64, u32>,
 }
 
 /// The key hierarchy of one OSD (the OSD's own copy, or the MDS's copy of it).
@@ -129,6 +137,46 @@ impl KeyState {
             .enumerate()
             .filter_map(|(slot, k)| Some((slot as u8, k.as_ref()?)))
             .max_by_key(|(_, k)| k.generation)
+    }
+
+    /// SPEC T4: the policy access tag of `object` in `partition` (0 until one is set).
+    pub fn policy_tag(&self, partition: u64, object: u64) -> u32 {
+        self.partitions
+            .get(&partition)
+            .and_then(|k| k.tags.get(&object))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Objects with a policy access tag other than 0, over every partition.
+    pub fn policy_tags(&self) -> impl Iterator<Item = ((u64, u64), u32)> + '_ {
+        self.partitions
+            .iter()
+            .flat_map(|(p, k)| k.tags.iter().map(move |(o, t)| ((*p, *o), *t)))
+    }
+
+    fn policy_tag_count(&self) -> usize {
+        self.partitions.values().map(|k| k.tags.len()).sum()
+    }
+
+    /// Sets a tag (callers checked the command's MAC and that the tag rises).
+    fn install_policy_tag(&mut self, partition: u64, object: u64, tag: u32) -> Result<()> {
+        let count = self.policy_tag_count();
+        let keys = self
+            .partitions
+            .get_mut(&partition)
+            .ok_or(ProtoError::UnknownKey {
+                what: "partition key",
+            })?;
+        if !keys.tags.contains_key(&object) && count >= T10_POLICY_TAGS_MAX {
+            return Err(ProtoError::TooLarge {
+                what: "T10 policy access tags",
+                len: count + 1,
+                limit: T10_POLICY_TAGS_MAX,
+            });
+        }
+        keys.tags.insert(object, tag);
+        Ok(())
     }
 
     /// The generation of the key `target` names (0 when it has none).
@@ -203,6 +251,7 @@ impl KeyState {
                     .or_insert_with(|| PartitionKeys {
                         pair,
                         working: Default::default(),
+                        tags: BTreeMap::new(),
                     });
             }
             (
@@ -287,6 +336,10 @@ impl KeyState {
             for k in keys.working.iter().flatten() {
                 w.u64(k.generation).bytes(k.key.expose());
             }
+            w.u32(keys.tags.len() as u32);
+            for (object, tag) in &keys.tags {
+                w.u64(*object).u32(*tag);
+            }
         }
         w.finish()
     }
@@ -315,7 +368,7 @@ impl KeyState {
         }
         let mut r = Reader::new(bytes, WHAT);
         let version = r.u8()?;
-        if version != STATE_VERSION {
+        if version != 1 && version != STATE_VERSION {
             return Err(ProtoError::UnsupportedVersion { found: version });
         }
         let master = pair(&mut r)?;
@@ -330,6 +383,7 @@ impl KeyState {
             });
         }
         let mut partitions = BTreeMap::new();
+        let mut tags_total = 0usize;
         for _ in 0..count {
             let p = r.u64()?;
             let pair = pair(&mut r)?;
@@ -344,8 +398,36 @@ impl KeyState {
                     });
                 }
             }
+            let mut tags = BTreeMap::new();
+            if version >= 2 {
+                let n = r.u32()? as usize;
+                tags_total += n;
+                if tags_total > T10_POLICY_TAGS_MAX {
+                    return Err(ProtoError::TooLarge {
+                        what: WHAT,
+                        len: tags_total,
+                        limit: T10_POLICY_TAGS_MAX,
+                    });
+                }
+                for _ in 0..n {
+                    let (object, tag) = (r.u64()?, r.u32()?);
+                    if tag == 0 || tags.insert(object, tag).is_some() {
+                        return Err(ProtoError::Malformed {
+                            what: WHAT,
+                            reason: "policy tag 0 or listed twice",
+                        });
+                    }
+                }
+            }
             if partitions
-                .insert(p, PartitionKeys { pair, working })
+                .insert(
+                    p,
+                    PartitionKeys {
+                        pair,
+                        working,
+                        tags,
+                    },
+                )
                 .is_some()
             {
                 return Err(ProtoError::Malformed {
@@ -419,6 +501,41 @@ pub fn osd_set_key(state: &mut KeyState, bytes: &[u8]) -> Result<(SetKeyTarget, 
     state.check_newer(target, verified.timestamp.0)?;
     let new = state.install(&verified)?;
     Ok((target, set_key_ack(&new, verified.encoded())))
+}
+
+/// The answer to a SET POLICY TAG: a MAC under the partition's authentication key over
+/// the command, in a context of its own.
+pub fn set_policy_tag_ack(partition: &KeyPair, command: &[u8]) -> Tag {
+    partition
+        .authentication_mac()
+        .tag(&[TAG_ACK_CONTEXT, command])
+}
+
+/// OSD: checks a SET POLICY TAG (MAC under the partition's authentication key, a tag not
+/// below the object's current one) and installs it in `state`; returns the command and
+/// the ack. An equal tag is acknowledged again without change. The caller makes `state`
+/// durable before sending the ack.
+pub fn osd_set_policy_tag(state: &mut KeyState, bytes: &[u8]) -> Result<(SetPolicyTag, Tag)> {
+    let token = UnverifiedMac::<SetPolicyTag>::decode(bytes)?;
+    let partition = token.unverified_body().partition;
+    let pair = &state
+        .partitions
+        .get(&partition)
+        .ok_or(ProtoError::UnknownKey {
+            what: "partition key",
+        })?
+        .pair
+        .key;
+    let verified = token.verify(&pair.authentication_mac())?;
+    let ack = set_policy_tag_ack(pair, verified.encoded());
+    let current = state.policy_tag(partition, verified.object_id);
+    if verified.tag < current || verified.tag == 0 {
+        return Err(ProtoError::Superseded {
+            what: "SET POLICY TAG",
+        });
+    }
+    state.install_policy_tag(partition, verified.object_id, verified.tag)?;
+    Ok(((*verified).clone(), ack))
 }
 
 /// OSD: answers a SET MASTER KEY offer (MAC under the current master, newer than it) with
@@ -546,6 +663,62 @@ pub fn mds_confirm_set_key(
     Ok(())
 }
 
+/// MDS: a SET POLICY TAG giving `object` of `partition` tag `tag`, MACed under the
+/// partition's authentication key.
+pub fn mds_set_policy_tag(
+    state: &KeyState,
+    partition: u64,
+    object: u64,
+    tag: u32,
+    now: UnixMillis,
+    rng: &mut impl CryptoRngCore,
+) -> Result<Verified<SetPolicyTag>> {
+    let pair = &state
+        .partition(partition)
+        .ok_or(ProtoError::UnknownKey {
+            what: "partition key",
+        })?
+        .pair
+        .key;
+    let mut nonce = [0u8; NONCE_BYTES];
+    rng.fill_bytes(&mut nonce);
+    Ok(signed::mac(
+        SetPolicyTag {
+            partition,
+            object_id: object,
+            tag,
+            timestamp: now,
+            nonce,
+        },
+        &pair.authentication_mac(),
+    ))
+}
+
+/// MDS: records the tag of a SET POLICY TAG the OSD acknowledged.
+pub fn mds_confirm_policy_tag(
+    state: &mut KeyState,
+    command: &Verified<SetPolicyTag>,
+    ack: &[u8],
+) -> Result<()> {
+    let pair = &state
+        .partition(command.partition)
+        .ok_or(ProtoError::UnknownKey {
+            what: "partition key",
+        })?
+        .pair
+        .key;
+    let expected = set_policy_tag_ack(pair, command.encoded());
+    if !maat_crypto::ct_eq(&expected, ack) {
+        return Err(ProtoError::BadMac {
+            token: "SET POLICY TAG acknowledgement",
+        });
+    }
+    if command.tag > state.policy_tag(command.partition, command.object_id) {
+        state.install_policy_tag(command.partition, command.object_id, command.tag)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -658,5 +831,63 @@ mod tests {
             mds_set_key(&mds, w, UnixMillis(502), &mut OsRng),
             Err(ProtoError::UnknownKey { .. })
         ));
+    }
+
+    #[test]
+    fn policy_tags_only_rise_survive_restarts_and_need_the_partition_key() {
+        let (mut mds, mut osd) = pair_of_states();
+        master(&mut mds, &mut osd, 100);
+        set(&mut mds, &mut osd, SetKeyTarget::Root, 101);
+        set(&mut mds, &mut osd, SetKeyTarget::Partition(9), 102);
+        set(&mut mds, &mut osd, SetKeyTarget::Partition(10), 103);
+        // A version-1 key file (before tags) still loads, with no tags.
+        let v2 = osd.encode();
+        let mut v1 = vec![1u8];
+        let mut rest = v2[1..].to_vec();
+        // Each partition's record ends with its tag count (0); drop both (p9, then p10).
+        let p10_end = rest.len();
+        rest.drain(p10_end - 4..);
+        let p9_end = rest.len() - (8 + 8 + 64 + 2);
+        rest.drain(p9_end - 4..p9_end);
+        v1.extend_from_slice(&rest);
+        assert_eq!(KeyState::decode(&v1).unwrap(), osd);
+
+        let run = |mds: &mut KeyState, osd: &mut KeyState, tag: u32| {
+            let cmd = mds_set_policy_tag(mds, 9, 42, tag, UnixMillis(200), &mut OsRng).unwrap();
+            let (_, ack) = osd_set_policy_tag(osd, cmd.encoded())?;
+            mds_confirm_policy_tag(mds, &cmd, &ack).unwrap();
+            Ok::<_, ProtoError>(cmd.encoded().to_vec())
+        };
+        let first = run(&mut mds, &mut osd, 1).unwrap();
+        assert_eq!((osd.policy_tag(9, 42), mds.policy_tag(9, 42)), (1, 1));
+        assert_eq!(osd.policy_tag(9, 43), 0);
+        assert_eq!(osd.policy_tag(10, 42), 0);
+        // Equal again (a retry after a lost ack): acknowledged, nothing changes.
+        run(&mut mds, &mut osd, 1).unwrap();
+        run(&mut mds, &mut osd, 2).unwrap();
+        // The older command replayed, before and after a restart, is refused.
+        assert!(matches!(
+            osd_set_policy_tag(&mut osd, &first),
+            Err(ProtoError::Superseded { .. })
+        ));
+        let mut restarted = KeyState::decode(&osd.encode()).unwrap();
+        assert_eq!(restarted, osd);
+        assert!(osd_set_policy_tag(&mut restarted, &first).is_err());
+        assert_eq!(restarted.policy_tag(9, 42), 2);
+        assert_eq!(restarted.policy_tags().collect::<Vec<_>>(), [((9, 42), 2)]);
+        // MACed under another partition's key: refused.
+        let mut other = mds_set_policy_tag(&mds, 10, 42, 5, UnixMillis(300), &mut OsRng)
+            .unwrap()
+            .encoded()
+            .to_vec();
+        other[9] = 9; // partition field (after version, kind, 7 high bytes): now 9
+        assert!(matches!(
+            osd_set_policy_tag(&mut osd, &other),
+            Err(ProtoError::BadMac { .. })
+        ));
+        // An ack not under the partition key.
+        let cmd = mds_set_policy_tag(&mds, 9, 42, 7, UnixMillis(300), &mut OsRng).unwrap();
+        assert!(mds_confirm_policy_tag(&mut mds, &cmd, &[0; 32]).is_err());
+        assert_eq!(mds.policy_tag(9, 42), 2);
     }
 }

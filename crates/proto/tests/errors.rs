@@ -358,7 +358,7 @@ fn t10_request_refusals() {
             NOW,
             T10_REQUEST
         ),
-        Err(ProtoError::PermissionDenied { .. })
+        Err(ProtoError::Revoked { .. })
     ));
     assert!(matches!(
         check(

@@ -60,6 +60,7 @@ tamper_tests!(
     set_key,
     set_master_key_offer,
     set_master_key_accept,
+    set_policy_tag,
     lockbox,
     range_key_grant,
     key_ranges,

@@ -536,6 +536,15 @@ pub enum MdsRequest {
         /// Exchange the master key first.
         master: bool,
     },
+    /// Administrator: revokes every T10 credential of one file (SPEC T4, by policy access
+    /// tag): the file's tag rises and every OSD is told; credentials made with the old tag
+    /// are refused (`Revoked`), later opens carry the new one. An OSD not reached now is
+    /// told by the MDS's once-a-second upkeep before it can serve the file again under a
+    /// new credential. Answer `T10ObjectRevoked`.
+    T10RevokeObject {
+        /// The file.
+        path: String,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -584,6 +593,8 @@ pub struct T10KeyInfo {
     pub osd: u64,
     /// (key, generation) pairs: master, root, partitions, working slots.
     pub generations: Vec<(String, u64)>,
+    /// Why the OSD is not up to date (not reached; a revocation still to reach it), if so.
+    pub problem: Option<String>,
 }
 
 /// Most stripe ranges one `SetSizeWritten` may carry.
@@ -643,6 +654,7 @@ impl MdsRequest {
             MdsRequest::PartitionSetCredentials { .. } => "partition_set_credentials",
             MdsRequest::T10KeysShow => "t10_keys_show",
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
+            MdsRequest::T10RevokeObject { .. } => "t10_revoke_object",
             MdsRequest::SetSizeSealed { .. } => "set_size_sealed",
         }
     }
@@ -854,6 +866,19 @@ pub enum MdsResponse {
     KeyGrants(Vec<KeyGrantInfo>),
     /// T10 key generations per OSD (answers `T10KeysShow`, `T10KeysRotate`).
     T10Keys(Vec<T10KeyInfo>),
+    /// A file's T10 credentials revoked (answers `T10RevokeObject`).
+    T10ObjectRevoked(T10ObjectRevocation),
+}
+
+/// What `maat admin keys revoke-object` did (SPEC T4 by policy access tag).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct T10ObjectRevocation {
+    /// The file.
+    pub file: u64,
+    /// Its new policy access tag.
+    pub tag: u32,
+    /// Each registered OSD, and why it does not hold the tag yet, if it does not.
+    pub osds: Vec<(u64, Option<String>)>,
 }
 
 /// A file set as `maat fileset ls` shows it.

@@ -206,6 +206,7 @@ impl ErrorCode {
             ProtoError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
             ProtoError::CommitmentMismatch { .. } => ErrorCode::TreeMismatch,
             ProtoError::Superseded { .. } => ErrorCode::ReplayedRequest,
+            ProtoError::Revoked { .. } => ErrorCode::Revoked,
             _ => ErrorCode::Malformed,
         }
     }

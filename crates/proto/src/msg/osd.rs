@@ -317,6 +317,9 @@ pub enum OsdPlainRequest {
     /// SPEC T3: a SET KEY from the MDS (MACed under the parent level's authentication
     /// key). Answer `KeySet`, once the key is durable.
     SetKey(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// SPEC T4: a SET POLICY TAG from the MDS (MACed under the partition's authentication
+    /// key). Answer `PolicyTagSet`, once the tag is durable.
+    SetPolicyTag(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Answer to [`OsdPlainRequest`].
@@ -333,6 +336,11 @@ pub enum OsdPlainResponse {
     /// (`t10_keys::set_key_ack`).
     KeySet {
         /// MAC under the new key over the SET KEY.
+        ack: [u8; 32],
+    },
+    /// SPEC T4: the tag is durable; `ack` is `t10_keys::set_policy_tag_ack`.
+    PolicyTagSet {
+        /// MAC under the partition's authentication key over the command.
         ack: [u8; 32],
     },
 }

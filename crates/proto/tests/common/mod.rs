@@ -25,7 +25,7 @@ use maat_proto::session::{self, SessionConfirm, SessionKey, SessionOffer};
 use maat_proto::signed::{self, Unverified, UnverifiedMac, Verified};
 use maat_proto::t10::{
     self, KeyPair, Permissions, SecurityMethod, SetKey, SetKeyTarget, SetMasterKeyAccept,
-    SetMasterKeyOffer, T10Access, T10Capability, WorkingKeys,
+    SetMasterKeyOffer, SetPolicyTag, T10Access, T10Capability, WorkingKeys,
 };
 use maat_proto::ticket::LoginTicket;
 use maat_proto::{CapabilityId, FileId, OsdId, ProtoError, UnixMillis, UserId};
@@ -451,6 +451,23 @@ pub fn fixtures() -> Vec<Fixture> {
         signed::mac(set_key, &part_auth).encoded().to_vec(),
         move |b| {
             UnverifiedMac::<SetKey>::decode(b)?
+                .verify(&partition_pair(&keys()).authentication_mac())
+                .map(drop)
+        },
+    ));
+
+    let set_policy_tag = SetPolicyTag {
+        partition: 7,
+        object_id: 65536,
+        tag: 3,
+        timestamp: NOW,
+        nonce: [0x26; 16],
+    };
+    out.push(fx(
+        "set_policy_tag",
+        signed::mac(set_policy_tag, &part_auth).encoded().to_vec(),
+        move |b| {
+            UnverifiedMac::<SetPolicyTag>::decode(b)?
                 .verify(&partition_pair(&keys()).authentication_mac())
                 .map(drop)
         },
