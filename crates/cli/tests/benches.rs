@@ -1,7 +1,8 @@
 //! The E9 benchmarks run end to end on small settings, and their exact counts are right:
 //! `maat bench kds` grants as many keys per request as the tree level asked for holds
-//! (checked by the client), `maat bench objects` reads back encrypted objects, and
-//! `maat bench crypt-io` counts the KDS requests and keys of each way of reading.
+//! (checked by the client), `maat bench objects` reads back encrypted objects,
+//! `maat bench crypt-io` counts the KDS requests and keys of each way of reading, and
+//! `maat bench t10` counts no signature per T10 open where a Maat open costs two.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -107,4 +108,49 @@ fn bench_crypt_io_counts_kds_requests_and_keys_per_read() {
         assert!(j[format!("read_{mode}_mb_s")].as_f64().unwrap() > 0.0);
     }
     assert!(j["write_mb_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_t10_counts_signatures_against_macs_and_times_every_row() {
+    let j = bench_json(&[
+        "t10",
+        "--osds",
+        "1",
+        "--security",
+        "CMDRSP",
+        "--sizes",
+        "4",
+        "--iterations",
+        "3",
+    ]);
+    let rows = j["rows"].as_array().unwrap();
+    let row = |credentials: &str, op: &str| {
+        rows.iter()
+            .find(|r| r["credentials"] == credentials && r["op"] == op)
+            .unwrap_or_else(|| panic!("no row {credentials} {op}"))
+    };
+    // Per open of a new file: the MDS signs and the OSD verifies a Maat capability; a T10
+    // credential costs no signature at all, and MACs instead.
+    assert_eq!(row("maat", "open+write 4 KiB")["signatures_per_op"], 2.0);
+    assert_eq!(row("t10", "open+write 4 KiB")["signatures_per_op"], 0.0);
+    assert!(row("t10", "open+write 4 KiB")["macs_per_op"].as_f64().unwrap() > 0.0);
+    // Per I/O in an open file: no signature either way, and NOSEC computes no MAC.
+    for credentials in ["maat", "t10"] {
+        assert_eq!(
+            row(credentials, "rand read 4 KiB")["signatures_per_op"],
+            0.0
+        );
+    }
+    assert_eq!(row("-", "seq read 4 KiB")["macs_per_op"], 0.0);
+    assert_eq!(row("-", "seq read 4 KiB")["ratio_to_nosec"], 1.0);
+    for op in ["mkdir", "readdir", "rmdir", "create", "rm", "login", "logout"] {
+        assert!(row("-", op)["us_per_op"].as_f64().unwrap() > 0.0, "{op}");
+    }
+    for op in [
+        "keys rotate (2 SET KEY/OSD)",
+        "keys rotate --master (+1 SET MASTER KEY/OSD)",
+        "revoke-object (1 SET POLICY TAG/OSD)",
+    ] {
+        assert!(row("t10", op)["us_per_op"].as_f64().unwrap() > 0.0, "{op}");
+    }
 }

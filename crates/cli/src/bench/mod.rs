@@ -261,11 +261,14 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
-    /// SPEC E8 (paper 003 Fig. 8 shape): Maat's signed capabilities against T10
-    /// credentials (SPEC T2), per open (a put and a get of a new small file) and per I/O
-    /// (sequential and random reads and writes inside one open file), under each method,
-    /// at each OSD count, with NOSEC as the baseline; mean µs per operation, the
-    /// throughput ratio to NOSEC, and exact signatures and MACs per operation.
+    /// SPEC E8 (paper 003 Fig. 8, Tables 2-3 shape): Maat's signed capabilities against
+    /// T10 credentials (SPEC T2), per open (a put and a get of a new small file), per I/O
+    /// (sequential and random reads and writes inside one open file) and per metadata
+    /// operation (mkdir, readdir, rmdir, create, rm), under each method, at each OSD
+    /// count, with NOSEC as the baseline; then login and logout, and the T10 key commands
+    /// (SET KEY, SET MASTER KEY, SET POLICY TAG) as the administrator runs them. Mean µs
+    /// per operation, the throughput ratio to NOSEC, exact signatures and MACs per
+    /// operation.
     T10 {
         /// OSD counts, one cluster each.
         #[arg(long, value_delimiter = ',', default_value = "1,4")]
@@ -281,9 +284,12 @@ pub enum BenchCommand {
         /// I/O sizes in KiB.
         #[arg(long, value_delimiter = ',', default_value = "4,8,16,32,64")]
         sizes: Vec<u64>,
-        /// Operations per row.
+        /// Operations per row (key commands and logins: at most 20).
         #[arg(long, default_value_t = 200)]
         iterations: u32,
+        /// Print one JSON object (`rows`: one per line of the table).
+        #[arg(long)]
+        json: bool,
     },
     /// N concurrent writers of whole objects for S seconds, then reads of what was
     /// written; NOSEC, each protection method and encrypted files in the same run (the
@@ -490,7 +496,8 @@ pub fn run(command: BenchCommand) -> Result<()> {
             security,
             sizes,
             iterations,
-        } => t10::run_t10(&osds, &security, &sizes, iterations),
+            json,
+        } => t10::run_t10(&osds, &security, &sizes, iterations, json),
         BenchCommand::Objects {
             size,
             threads,
