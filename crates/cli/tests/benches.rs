@@ -133,7 +133,12 @@ fn bench_t10_counts_signatures_against_macs_and_times_every_row() {
     // credential costs no signature at all, and MACs instead.
     assert_eq!(row("maat", "open+write 4 KiB")["signatures_per_op"], 2.0);
     assert_eq!(row("t10", "open+write 4 KiB")["signatures_per_op"], 0.0);
-    assert!(row("t10", "open+write 4 KiB")["macs_per_op"].as_f64().unwrap() > 0.0);
+    assert!(
+        row("t10", "open+write 4 KiB")["macs_per_op"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     // Per I/O in an open file: no signature either way, and NOSEC computes no MAC.
     for credentials in ["maat", "t10"] {
         assert_eq!(
@@ -143,7 +148,9 @@ fn bench_t10_counts_signatures_against_macs_and_times_every_row() {
     }
     assert_eq!(row("-", "seq read 4 KiB")["macs_per_op"], 0.0);
     assert_eq!(row("-", "seq read 4 KiB")["ratio_to_nosec"], 1.0);
-    for op in ["mkdir", "readdir", "rmdir", "create", "rm", "login", "logout"] {
+    for op in [
+        "mkdir", "readdir", "rmdir", "create", "rm", "login", "logout",
+    ] {
         assert!(row("-", op)["us_per_op"].as_f64().unwrap() > 0.0, "{op}");
     }
     for op in [

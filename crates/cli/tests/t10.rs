@@ -418,8 +418,16 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
     let (mut cluster, mut admin) = t10_cluster(2, "CMDRSP", &[]);
     put(&mut admin, "/fast/a", b"file a");
     put(&mut admin, "/fast/b", b"file b");
-    let a = admin.open("/fast/a", Access::Read, None).unwrap().stat.id;
-    let b = admin.open("/fast/b", Access::Read, None).unwrap().stat.id;
+    let a = admin
+        .open("/fast/a", Access::ReadWrite, None)
+        .unwrap()
+        .stat
+        .id;
+    let b = admin
+        .open("/fast/b", Access::ReadWrite, None)
+        .unwrap()
+        .stat
+        .id;
     let cred = |c: &Client, file, osd| c.t10_credential(file, osd).unwrap();
     let (old_a1, old_a2, old_b1, old_b2) = (
         cred(&admin, a, 1),
@@ -463,7 +471,7 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
     );
     assert!(authorized(try_read(&mut admin, 1, b, &old_b1)));
     // A fresh open carries the new tag and works.
-    admin.open("/fast/a", Access::Read, None).unwrap();
+    admin.open("/fast/a", Access::ReadWrite, None).unwrap();
     let tagged_a1 = cred(&admin, a, 1);
     assert!(authorized(try_read(&mut admin, 1, a, &tagged_a1)));
 
@@ -484,7 +492,7 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
             ErrorCode::Revoked
         );
     }
-    admin.open("/fast/a", Access::Read, None).unwrap();
+    admin.open("/fast/a", Access::ReadWrite, None).unwrap();
     let new_a1 = cred(&admin, a, 1);
     assert!(
         admin.t10_credential(a, 2).is_none(),
@@ -513,7 +521,7 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     for (file, path) in [(a, "/fast/a"), (b, "/fast/b")] {
-        admin.open(path, Access::Read, None).unwrap();
+        admin.open(path, Access::ReadWrite, None).unwrap();
         let fresh = cred(&admin, file, 2);
         assert!(authorized(try_read(&mut admin, 2, file, &fresh)));
     }
@@ -522,12 +530,12 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
     // Tags are durable at the OSDs. A credential under live keys, revoked by tag only, is
     // still refused after a restart (the MDS has nothing to push: its copy says the OSDs
     // hold the tag), and the newest works.
-    admin.open("/fast/a", Access::Read, None).unwrap();
+    admin.open("/fast/a", Access::ReadWrite, None).unwrap();
     let before_a1 = cred(&admin, a, 1);
     let msg::T10ObjectRevocation { tag, osds, .. } = admin.t10_revoke_object("/fast/a").unwrap();
     assert_eq!(tag, 2);
     assert!(osds.iter().all(|(_, p)| p.is_none()), "{osds:?}");
-    admin.open("/fast/a", Access::Read, None).unwrap();
+    admin.open("/fast/a", Access::ReadWrite, None).unwrap();
     let newest_a1 = cred(&admin, a, 1);
     drop(admin);
     cluster.restart();
@@ -550,4 +558,33 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
         common::code(admin.t10_revoke_object("/plain")),
         ErrorCode::InvalidArgument
     );
+}
+
+#[test]
+fn t10_read_opens_are_cached_until_a_credential_is_revoked() {
+    let (_cluster, mut admin) = t10_cluster(1, "CMDRSP", &[]);
+    put(&mut admin, "/fast/a", b"file a");
+    assert_eq!(get(&mut admin, "/fast/a"), b"file a");
+    // Later read opens are answered from the client's cache: the MDS issues nothing.
+    let issued = counter(&mut admin, "mds", "t10_credentials_issued");
+    for _ in 0..5 {
+        assert_eq!(get(&mut admin, "/fast/a"), b"file a");
+    }
+    assert_eq!(counter(&mut admin, "mds", "t10_credentials_issued"), issued);
+    // Revoked by tag: the cached open's credential is refused, dropped with the cached
+    // open, and the get opens at the MDS again (which decides anew) and works.
+    admin.t10_revoke_object("/fast/a").unwrap();
+    assert_eq!(get(&mut admin, "/fast/a"), b"file a");
+    let reissued = counter(&mut admin, "mds", "t10_credentials_issued");
+    assert!(reissued > issued);
+    // A read through a cached open handle is refused once, then the file opens afresh.
+    let opened = admin.open("/fast/a", Access::Read, None).unwrap();
+    admin.t10_revoke_object("/fast/a").unwrap();
+    assert_eq!(
+        common::code(admin.read_at(&opened, 0, 6)),
+        ErrorCode::Revoked
+    );
+    let opened = admin.open("/fast/a", Access::Read, None).unwrap();
+    assert_eq!(admin.read_at(&opened, 0, 6).unwrap(), b"file a");
+    assert!(counter(&mut admin, "mds", "t10_credentials_issued") > reissued);
 }

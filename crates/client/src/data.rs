@@ -57,7 +57,25 @@ impl Client {
 
     pub(crate) fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
         let auth = self.auth_for(osd, request, self.insecure_user)?;
-        self.call_with(osd, &auth, request)
+        let answer = self.call_with(osd, &auth, request);
+        self.after_t10_refusal(&auth, request, &answer);
+        answer
+    }
+
+    /// Forgets a file's T10 credentials when one was refused as revoked.
+    fn after_t10_refusal(
+        &mut self,
+        auth: &Auth,
+        request: &OsdRequest,
+        answer: &Result<OsdResponse>,
+    ) {
+        if let (Auth::T10 { .. }, Err(ClientError::Refused(e))) = (auth, answer) {
+            if e.code == ErrorCode::Revoked {
+                if let Some((object, _)) = request.command.object_access() {
+                    self.forget_t10(object.file);
+                }
+            }
+        }
     }
 
     /// How `request` to `osd` is authenticated: under the T10 credential of its file for
@@ -204,6 +222,7 @@ impl Client {
             self.stats.requests += lane.calls.len() as u64;
             self.osds.insert(lane.osd, lane.conn);
             for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {
+                self.after_t10_refusal(&lane.auth, &request, &answer);
                 let answer = match answer {
                     Err(ClientError::Refused(e))
                         if matches!(
@@ -546,7 +565,25 @@ impl Client {
         progress: Progress<'_>,
     ) -> Result<u64> {
         let opened = self.open(path, Access::Read, None)?;
-        self.get_opened(path, &opened, writer, progress)
+        let mut counted = Counted {
+            inner: writer,
+            n: 0,
+        };
+        match self.get_opened(path, &opened, &mut counted, &mut *progress) {
+            // A T10 open from this client's cache whose credential was revoked (SPEC T4):
+            // the refusal dropped it, and the MDS decides again on a fresh open, once,
+            // if nothing was written yet.
+            Err(ClientError::Refused(e))
+                if e.code == ErrorCode::Revoked
+                    && opened.capability.is_empty()
+                    && opened.mds_cached
+                    && counted.n == 0 =>
+            {
+                let opened = self.open(path, Access::Read, None)?;
+                self.get_opened(path, &opened, writer, progress)
+            }
+            other => other,
+        }
     }
 
     /// Streams an opened file into `writer` (`path` names it in errors); returns the
@@ -901,4 +938,21 @@ fn within_stripe(offset: u64, len: u64) -> Result<(u32, u64)> {
 /// Number of objects a file of `size` bytes has.
 pub fn stripes_for(size: u64) -> u32 {
     size.div_ceil(STRIPE_UNIT_BYTES) as u32
+}
+
+/// A writer that counts what went through it.
+struct Counted<'a> {
+    inner: &'a mut dyn Write,
+    n: u64,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }

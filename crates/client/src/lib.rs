@@ -518,7 +518,8 @@ impl Client {
     }
 
     /// Opens a file; read opens are answered from the client cache while the cached
-    /// capability has more than half its lifetime left (SPEC M5).
+    /// capability (or, in a partition with T10 credentials, the credentials held for the
+    /// file) has more than half its lifetime left (SPEC M5).
     pub fn open(&mut self, path: &str, access: Access, create: Option<u16>) -> Result<Opened> {
         self.open_predicting(path, access, create, &[])
     }
@@ -538,7 +539,11 @@ impl Client {
         if access == Access::Read && self.insecure_user.is_none() {
             if let Some(s) = &self.session {
                 if let Some(o) = s.opened.iter().find(|o| o.path == path) {
-                    if o.expiry > now && o.expiry - now > o.lifetime / 2 {
+                    // A T10 open (no capability) is good only with its credentials,
+                    // which live in this process, not in the session file.
+                    let usable = !o.capability.is_empty()
+                        || self.t10.keys().any(|(file, _)| *file == o.stat.id);
+                    if usable && o.expiry > now && o.expiry - now > o.lifetime / 2 {
                         self.stats.capability_cache_hits += 1;
                         return Ok(Opened {
                             stat: o.stat.clone(),
@@ -571,26 +576,47 @@ impl Client {
         };
         let response = self.mds_call(request)?;
         let opened = self.opened_from(response)?;
-        if access == Access::Read && !opened.capability.is_empty() {
-            if let Ok(c) =
-                Unverified::<maat_proto::capability::Capability>::decode(&opened.capability)
-            {
-                let body = c.unverified_body();
-                if let Some(s) = &mut self.session {
-                    s.opened.retain(|o| o.path != path && o.expiry > now);
-                    if s.opened.len() < 1024 {
-                        s.opened.push(home::OpenedEntry {
-                            path: path.into(),
-                            stat: opened.stat.clone(),
-                            capability: opened.capability.clone(),
-                            expiry: body.expiry.0,
-                            lifetime: body.expiry.0.saturating_sub(now),
-                        });
-                    }
+        let expiry = if opened.capability.is_empty() {
+            self.t10_expiry(opened.stat.id)
+        } else {
+            Unverified::<maat_proto::capability::Capability>::decode(&opened.capability)
+                .ok()
+                .map(|c| c.unverified_body().expiry.0)
+        };
+        if let (Access::Read, Some(expiry)) = (access, expiry) {
+            if let Some(s) = &mut self.session {
+                s.opened.retain(|o| o.path != path && o.expiry > now);
+                if s.opened.len() < 1024 {
+                    s.opened.push(home::OpenedEntry {
+                        path: path.into(),
+                        stat: opened.stat.clone(),
+                        capability: opened.capability.clone(),
+                        expiry,
+                        lifetime: expiry.saturating_sub(now),
+                    });
                 }
             }
         }
         Ok(opened)
+    }
+
+    /// When the first of the T10 credentials held for `file` expires, if any are held.
+    fn t10_expiry(&self, file: u64) -> Option<u64> {
+        self.t10
+            .iter()
+            .filter(|((f, _), _)| *f == file)
+            .filter_map(|(_, c)| maat_proto::t10::decode_capability(&c.capability).ok())
+            .map(|c| c.expiry.0)
+            .min()
+    }
+
+    /// An OSD refused `file`'s T10 credential as revoked (SPEC T4): its credentials and
+    /// cached opens are dropped, so the next open asks the MDS again.
+    pub(crate) fn forget_t10(&mut self, file: u64) {
+        self.t10.retain(|(f, _), _| *f != file);
+        if let Some(s) = &mut self.session {
+            s.opened.retain(|o| o.stat.id != file);
+        }
     }
 
     // ------------------------------------------------------------------ files
