@@ -11,7 +11,7 @@
 )]
 
 mod common;
-use common::{code, content, object_file, Cluster};
+use common::{code, content, object_file, signal, Cluster, Held};
 use maat_client::{Client, ClientError};
 use maat_proto::msg::{Access, ErrorCode};
 use maat_proto::protection::Protection;
@@ -228,14 +228,6 @@ fn the_kds_gives_keys_only_to_named_users_for_named_files_from_sound_lockboxes()
     );
 }
 
-fn signal(sig: &str, pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 /// The KDS counter `name` of instance `kds` (`kds N`, N from 1 in the cluster map).
 fn kds_counter(c: &mut Client, kds: &str, name: &str) -> Option<u64> {
     c.daemon_stats()
@@ -275,17 +267,8 @@ fn clients_fail_over_from_a_dead_kds_and_a_restarted_one_serves_at_once() {
 
     // The supervisor (`maat up`) is held, so a killed KDS stays down (and released
     // however the test ends).
-    struct Held(u32);
-    impl Drop for Held {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("kill")
-                .args(["-CONT", &self.0.to_string()])
-                .status();
-        }
-    }
     let up = cluster.child.id();
-    let _held = Held(up);
-    signal("-STOP", up);
+    let _held = Held::stop(up);
     signal("-KILL", cluster.pid("kds-1"));
     std::thread::sleep(std::time::Duration::from_millis(200));
     read_all(&mut c);

@@ -400,14 +400,6 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-fn signal(sig: &str, pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 /// Authorized: the command ran (or found no object there), it was not refused.
 fn authorized(r: Result<OsdResponse, ErrorCode>) -> bool {
     matches!(r, Ok(_) | Err(ErrorCode::NoSuchObject))
@@ -444,19 +436,8 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
     }
 
     // The supervisor is held and OSD 2 killed, so it stays down.
-    struct Held(u32);
-    impl Drop for Held {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("kill")
-                .args(["-CONT", &self.0.to_string()])
-                .status();
-        }
-    }
-    let up = cluster.child.id();
-    let held = Held(up);
-    signal("-STOP", up);
-    let osd2 = cluster.pid("osd-2");
-    signal("-KILL", osd2);
+    let held = common::Held::stop(cluster.child.id());
+    common::signal("-KILL", cluster.pid("osd-2"));
 
     // Revoking file a by tag: OSD 1 refuses a's old credential at once, OSD 2 is named as
     // not told; b's credential is untouched.

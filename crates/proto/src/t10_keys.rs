@@ -139,6 +139,18 @@ impl KeyState {
             .max_by_key(|(_, k)| k.generation)
     }
 
+    /// A partition's key pair (its authentication key MACs the partition's tag commands).
+    fn partition_pair(&self, partition: u64) -> Result<&KeyPair> {
+        Ok(&self
+            .partitions
+            .get(&partition)
+            .ok_or(ProtoError::UnknownKey {
+                what: "partition key",
+            })?
+            .pair
+            .key)
+    }
+
     /// SPEC T4: the policy access tag of `object` in `partition` (0 until one is set).
     pub fn policy_tag(&self, partition: u64, object: u64) -> u32 {
         self.partitions
@@ -518,14 +530,7 @@ pub fn set_policy_tag_ack(partition: &KeyPair, command: &[u8]) -> Tag {
 pub fn osd_set_policy_tag(state: &mut KeyState, bytes: &[u8]) -> Result<(SetPolicyTag, Tag)> {
     let token = UnverifiedMac::<SetPolicyTag>::decode(bytes)?;
     let partition = token.unverified_body().partition;
-    let pair = &state
-        .partitions
-        .get(&partition)
-        .ok_or(ProtoError::UnknownKey {
-            what: "partition key",
-        })?
-        .pair
-        .key;
+    let pair = state.partition_pair(partition)?;
     let verified = token.verify(&pair.authentication_mac())?;
     let ack = set_policy_tag_ack(pair, verified.encoded());
     let current = state.policy_tag(partition, verified.object_id);
@@ -673,13 +678,7 @@ pub fn mds_set_policy_tag(
     now: UnixMillis,
     rng: &mut impl CryptoRngCore,
 ) -> Result<Verified<SetPolicyTag>> {
-    let pair = &state
-        .partition(partition)
-        .ok_or(ProtoError::UnknownKey {
-            what: "partition key",
-        })?
-        .pair
-        .key;
+    let pair = state.partition_pair(partition)?;
     let mut nonce = [0u8; NONCE_BYTES];
     rng.fill_bytes(&mut nonce);
     Ok(signed::mac(
@@ -700,13 +699,7 @@ pub fn mds_confirm_policy_tag(
     command: &Verified<SetPolicyTag>,
     ack: &[u8],
 ) -> Result<()> {
-    let pair = &state
-        .partition(command.partition)
-        .ok_or(ProtoError::UnknownKey {
-            what: "partition key",
-        })?
-        .pair
-        .key;
+    let pair = state.partition_pair(command.partition)?;
     let expected = set_policy_tag_ack(pair, command.encoded());
     if !maat_crypto::ct_eq(&expected, ack) {
         return Err(ProtoError::BadMac {

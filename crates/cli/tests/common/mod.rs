@@ -280,3 +280,31 @@ pub fn object_file(data: &Path, id: u64, stripe: u32) -> PathBuf {
     }
     panic!("no object {name}")
 }
+
+/// Sends `sig` to `pid` (`kill`), asserting it was delivered.
+pub fn signal(sig: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// A process held with SIGSTOP (the supervisor, so that a daemon killed stays down),
+/// released with SIGCONT when dropped, however the test ends.
+pub struct Held(u32);
+
+impl Held {
+    pub fn stop(pid: u32) -> Held {
+        signal("-STOP", pid);
+        Held(pid)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
