@@ -346,6 +346,7 @@ impl Record for SessionRecord {
     }
 }
 record_v1!(OsdEntry, "OSD");
+record_v1!(crate::t10::T10Revocations, "T10 revocations");
 
 impl Record for UserRecord {
     const WHAT: &'static str = "user";

@@ -69,34 +69,25 @@ pub(crate) struct T10Revocations {
     tags: BTreeMap<(u64, u64), u32>,
 }
 
-impl crate::store::Record for T10Revocations {
-    const WHAT: &'static str = "T10 revocations";
-    const VERSION: u8 = 1;
-    fn decode_version(_version: u8, body: &[u8]) -> std::result::Result<Self, StoreError> {
-        postcard::from_bytes(body).map_err(|e| StoreError(format!("corrupt {}: {e}", Self::WHAT)))
-    }
-    fn encode_body(&self) -> std::result::Result<Vec<u8>, StoreError> {
-        postcard::to_stdvec(self).map_err(|e| StoreError(format!("encoding {}: {e}", Self::WHAT)))
-    }
-    fn decode_v0(_bytes: &[u8]) -> std::result::Result<Self, StoreError> {
-        Err(StoreError(format!("{} has no format 0", Self::WHAT)))
-    }
-}
-
 impl T10Revocations {
     fn tag(&self, partition: u64, file: u64) -> u32 {
         self.tags.get(&(partition, file)).copied().unwrap_or(0)
     }
-    /// Whether `state` still holds a working key of `partition` made before its last
-    /// revocation by key exchange.
-    fn exchange_pending(&self, state: &KeyState, partition: u64) -> bool {
-        let Some(&at) = self.key_exchanges.get(&partition) else {
-            return false;
-        };
-        state
-            .partition(partition)
-            .is_some_and(|k| k.working.iter().flatten().any(|slot| slot.generation < at))
+    /// When `partition`'s credentials were last revoked by key exchange, if ever.
+    fn revoked_at(&self, partition: u64) -> Option<u64> {
+        self.key_exchanges.get(&partition).copied()
     }
+}
+
+/// Whether `state` still holds a working key of `partition` made before the partition's
+/// last revocation by key exchange (`revoked_at`).
+fn exchange_pending(state: &KeyState, partition: u64, revoked_at: Option<u64>) -> bool {
+    let Some(at) = revoked_at else {
+        return false;
+    };
+    state
+        .partition(partition)
+        .is_some_and(|k| k.working.iter().flatten().any(|slot| slot.generation < at))
 }
 
 /// What a maintenance or rotation run does for one OSD.
@@ -280,8 +271,8 @@ impl<S: MetaStore> Mds<S> {
                     rng,
                 )?;
             }
-            let pending = self.with_t10_revocations(|r| r.exchange_pending(&state, p.id))?;
-            let slots: Vec<u8> = if plan.revoke || pending {
+            let revoked_at = self.with_t10_revocations(|r| r.revoked_at(p.id))?;
+            let slots: Vec<u8> = if plan.revoke || exchange_pending(&state, p.id, revoked_at) {
                 (0..T10_WORKING_KEYS_PER_PARTITION as u8).collect()
             } else {
                 match state.newest_working(p.id) {
@@ -392,6 +383,11 @@ impl<S: MetaStore> Mds<S> {
     /// `maat admin keys show`: every registered OSD's key generations.
     pub(crate) fn t10_show(&self, who: &Principal) -> Result<MdsResponse> {
         require_admin(who)?;
+        Ok(MdsResponse::T10Keys(self.t10_key_info()?))
+    }
+
+    /// Every registered OSD's key generations, as the MDS's copy has them.
+    fn t10_key_info(&self) -> Result<Vec<T10KeyInfo>> {
         let mut out = Vec::new();
         for osd in self.store.osds()? {
             let generations = match self.t10_state(osd.id)? {
@@ -404,7 +400,7 @@ impl<S: MetaStore> Mds<S> {
                 problem: None,
             });
         }
-        Ok(MdsResponse::T10Keys(out))
+        Ok(out)
     }
 
     /// `maat admin keys rotate`: a refresh (or, with `revoke`, a revocation by key
@@ -473,9 +469,7 @@ impl<S: MetaStore> Mds<S> {
                 problems.insert(o.id, format!("{what}: {e}"));
             }
         }
-        let MdsResponse::T10Keys(mut info) = self.t10_show(who)? else {
-            return Err(MdsError::refused(ErrorCode::Internal, "keys show"));
-        };
+        let mut info = self.t10_key_info()?;
         info.retain(|i| osd.is_none_or(|id| id == i.osd));
         for i in &mut info {
             i.problem = problems.remove(&i.osd);
@@ -563,13 +557,14 @@ impl<S: MetaStore> Mds<S> {
     ) -> Result<Vec<T10Grant>> {
         let wrap = t10::capability_key_wrap(&self.session_mac(session)?);
         let permissions = permissions(mode);
-        let tag = self.with_t10_revocations(|r| r.tag(partition.id, file))?;
+        let (tag, revoked_at) =
+            self.with_t10_revocations(|r| (r.tag(partition.id, file), r.revoked_at(partition.id)))?;
         let mut grants = Vec::new();
         for osd in self.store.osds()? {
             let state = self
                 .t10_state(osd.id)?
                 .ok_or_else(|| not_ready(osd.id, "not set yet; retry in a second"))?;
-            if self.with_t10_revocations(|r| r.exchange_pending(&state, partition.id))? {
+            if exchange_pending(&state, partition.id, revoked_at) {
                 // Not reached since its keys were revoked: nothing is issued under them.
                 continue;
             }
