@@ -11,6 +11,7 @@ use clap::Args;
 use maat_server::{KdsFileConfig, MdsFileConfig, OsdFileConfig, Shutdown};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,8 +108,9 @@ fn write_new(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
 }
 
-/// Writes the configs for a new cluster under `data`.
-fn init(args: &UpArgs, data: &Path) -> Result<()> {
+/// Writes the configs for a new cluster under `data`, and answers with the listeners
+/// holding the ports it chose, which the daemons are then given (see [`Daemon::start`]).
+fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
     if args.osds == 0 || args.osds > 64 {
         bail!("--osds must be between 1 and 64");
     }
@@ -225,29 +227,56 @@ fn init(args: &UpArgs, data: &Path) -> Result<()> {
     home.write_identity("admin", Path::new("key"))?;
     // Last: its presence marks a complete cluster directory.
     write_new(&data.join("mds/mds.toml"), &toml::to_string(&mds)?)?;
-    Ok(())
+    Ok(held)
+}
+
+/// The socket a daemon is to serve `listen` on: one `init` holds for it, or a new one.
+fn listener_for(listen: &str, held: &mut Vec<TcpListener>) -> Result<TcpListener> {
+    let (_, port) = split_host_port(listen)?;
+    let mine = held
+        .iter()
+        .position(|l| l.local_addr().is_ok_and(|a| a.port() == port));
+    match mine {
+        Some(i) => Ok(held.swap_remove(i)),
+        None => TcpListener::bind(listen)
+            .with_context(|| format!("listen on {listen} (is another `maat up` using this port?)")),
+    }
 }
 
 struct Daemon {
     name: String,
     config: PathBuf,
+    /// The address the daemon serves on, from its config.
+    listen: String,
     kind: &'static str,
     child: Option<Child>,
     stdin: Option<ChildStdin>,
 }
 
 impl Daemon {
-    fn start(&mut self, exe: &Path, data: &Path) -> Result<String> {
+    /// Starts the daemon and waits for it to serve. The supervisor binds the daemon's
+    /// address and passes the socket down (`LISTEN_FDS`, as systemd does), so a port
+    /// chosen by `init` is never free for another process to take in between.
+    fn start(&mut self, exe: &Path, data: &Path, held: &mut Vec<TcpListener>) -> Result<String> {
+        let listener = listener_for(&self.listen, held)?;
+        // Inherited by this child only: daemons start one at a time, and the
+        // supervisor's copy closes as soon as the child runs.
+        rustix::io::fcntl_setfd(&listener, rustix::io::FdFlags::empty())
+            .with_context(|| format!("pass the socket for {}", self.listen))?;
         let mut child = Command::new(exe)
             .arg(self.kind)
             .arg("--config")
             .arg(&self.config)
             .env("MAAT_SUPERVISED", "1")
+            .env("LISTEN_FDS", "1")
+            .env("LISTEN_FDS_FIRST_FD", listener.as_raw_fd().to_string())
+            .env_remove("LISTEN_PID")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("start {}", self.name))?;
+        drop(listener);
         let stdout = child
             .stdout
             .take()
@@ -315,9 +344,10 @@ impl Daemon {
 pub fn run(args: UpArgs) -> Result<()> {
     let data = args.data.clone();
     let first = !data.join("mds/mds.toml").exists();
+    let mut held = Vec::new();
     if first {
         std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
-        init(&args, &data)?;
+        held = init(&args, &data)?;
     }
     let data = data
         .canonicalize()
@@ -342,6 +372,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     }
     let mut daemons = vec![Daemon {
         name: "mds".into(),
+        listen: MdsFileConfig::load(&data.join("mds/mds.toml"))?.listen,
         config: data.join("mds/mds.toml"),
         kind: "mds",
         child: None,
@@ -361,6 +392,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             .unwrap_or_else(|| "kds".into());
         daemons.push(Daemon {
             name,
+            listen: KdsFileConfig::load(c)?.listen,
             config: c.clone(),
             kind: "kds",
             child: None,
@@ -372,6 +404,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         let _ = i;
         daemons.push(Daemon {
             name: format!("osd-{}", cfg.id),
+            listen: cfg.listen.clone(),
             config: c.clone(),
             kind: "osd",
             child: None,
@@ -382,7 +415,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     let mut mds_address = String::new();
     let mut osd_addresses = Vec::new();
     for d in daemons.iter_mut() {
-        let addr = d.start(&exe, &data)?;
+        let addr = d.start(&exe, &data, &mut held)?;
         match d.kind {
             "mds" => {
                 mds_address = addr;
@@ -431,7 +464,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             }
             if d.exited() {
                 eprintln!("maat: {} exited unexpectedly; restarting", d.name);
-                if let Err(e) = d.start(&exe, &data) {
+                if let Err(e) = d.start(&exe, &data, &mut Vec::new()) {
                     eprintln!("maat: restarting {} failed: {e}", d.name);
                 }
             }
@@ -533,6 +566,7 @@ fn announce(kind: &str, addr: &str) {
 
 /// `maat mds --config FILE`.
 pub fn run_mds_daemon(config: &Path) -> Result<()> {
+    maat_server::adopt_handed_down_listener()?;
     let c = MdsFileConfig::load(config)?;
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;
@@ -542,6 +576,7 @@ pub fn run_mds_daemon(config: &Path) -> Result<()> {
 
 /// `maat kds --config FILE`.
 pub fn run_kds_daemon(config: &Path) -> Result<()> {
+    maat_server::adopt_handed_down_listener()?;
     let c = KdsFileConfig::load(config)?;
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;
@@ -551,6 +586,7 @@ pub fn run_kds_daemon(config: &Path) -> Result<()> {
 
 /// `maat osd --config FILE`.
 pub fn run_osd_daemon(config: &Path) -> Result<()> {
+    maat_server::adopt_handed_down_listener()?;
     let c = OsdFileConfig::load(config)?;
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;

@@ -185,3 +185,52 @@ fn acknowledged_writes_survive_kill_9_of_an_osd_and_of_the_mds() {
     check_all(&mut fresh, &osd_writes);
     check_all(&mut fresh, &mds_writes);
 }
+
+/// `maat up` hands each daemon the socket it bound for it (as systemd's socket activation
+/// does) rather than releasing a port for the daemon to bind again: a released port can
+/// be taken in between by any other process (seen in CI: two clusters' KDS given one
+/// port). Here the test holds the MDS's port open itself, so only a daemon that serves on
+/// the socket it is handed can start.
+#[test]
+fn a_daemon_serves_on_the_socket_it_is_handed() {
+    use std::io::BufRead;
+    use std::os::fd::AsRawFd;
+    let mut cluster = Cluster::start(1, &[]);
+    cluster.stop();
+    let config = cluster.data().join("mds/mds.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let listen: toml::Value = toml::from_str(&text).unwrap();
+    let listen = listen["listen"].as_str().unwrap().to_string();
+    let held = std::net::TcpListener::bind(&listen).unwrap();
+    rustix::io::fcntl_setfd(&held, rustix::io::FdFlags::empty()).unwrap();
+    let mut mds = std::process::Command::new(common::MAAT)
+        .args(["mds", "--config"])
+        .arg(&config)
+        .env("MAAT_SUPERVISED", "1")
+        .env("LISTEN_FDS", "1")
+        .env("LISTEN_FDS_FIRST_FD", held.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(mds.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(
+        ready.trim(),
+        format!("maat-daemon-ready {listen}"),
+        "the MDS serves on the port the test holds"
+    );
+    // And it answers there: a login and a listing go through the handed socket.
+    let out = cluster.maat(&cluster.admin_home(), &["ls", "/"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(mds.stdin.take());
+    assert!(mds.wait().unwrap().success());
+    drop(held);
+    cluster.start_again();
+}

@@ -9,6 +9,7 @@
 pub mod config;
 mod control;
 mod kds;
+mod listen;
 pub mod meta_store;
 pub mod metrics;
 pub mod object_store;
@@ -17,6 +18,8 @@ mod serve;
 
 pub use config::{KdsFileConfig, MdsFileConfig, OsdFileConfig};
 pub use kds::{kds_public_keys_text, run_kds};
+pub use listen::adopt_handed_down_listener;
+use listen::bind;
 pub use serve::{Answer, Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
 
 use maat_crypto::mac::MacKey;
@@ -29,7 +32,6 @@ use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, WireError};
 use maat_proto::wire::FrameType;
 use maat_proto::{OsdId, UnixMillis};
 use rand_core::RngCore;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -177,10 +179,6 @@ fn mds_secrets(
         decoy_key,
         opaque_setup,
     })
-}
-
-pub(crate) fn bind(address: &str) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(address).map_err(io(format!("listen on {address}")))
 }
 
 /// Runs the MDS until `shutdown` fires. `ready` is called with the bound address once
