@@ -81,14 +81,45 @@ pub fn parse_protection(name: &str) -> Result<maat_proto::protection::Protection
 
 const READY_PREFIX: &str = "maat-daemon-ready ";
 
-/// A free port, held (the listener is kept in `held`) until the caller is done choosing,
-/// so that the ports of one cluster are distinct: a port released at once can be handed
-/// out again by the next bind to port 0 (seen: two OSDs of one cluster given one port).
+/// A free port, held (the listener is kept in `held`) until the daemon is given it, so
+/// that the ports of one cluster are distinct and nothing takes one in between.
+///
+/// Chosen below the kernel's ephemeral range when it can be: the cluster keeps its ports
+/// across restarts, and a port in that range, free while the cluster is down, can be
+/// taken by any outgoing connection or `bind(":0")` on the host (the kernel hands those
+/// out from the range), after which the daemon cannot start again.
 fn free_port(host: &str, held: &mut Vec<TcpListener>) -> Result<u16> {
+    use maat_crypto::OsRng;
+    use rand_core::RngCore;
+    let (low, _) = ephemeral_ports();
+    let floor = (low / 2).max(1024);
+    if low > floor {
+        for _ in 0..64 {
+            let port = floor + (OsRng.next_u32() % u32::from(low - floor)) as u16;
+            if let Ok(l) = TcpListener::bind((host, port)) {
+                held.push(l);
+                return Ok(port);
+            }
+        }
+    }
     let l = TcpListener::bind((host, 0)).with_context(|| format!("bind {host}:0"))?;
     let port = l.local_addr()?.port();
     held.push(l);
     Ok(port)
+}
+
+/// The kernel's range of ports for `bind(":0")` and outgoing connections (Linux's
+/// default when it cannot be read).
+fn ephemeral_ports() -> (u16, u16) {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range");
+    let mut parts = text.as_deref().unwrap_or("").split_whitespace();
+    match (
+        parts.next().and_then(|p| p.parse().ok()),
+        parts.next().and_then(|p| p.parse().ok()),
+    ) {
+        (Some(low), Some(high)) => (low, high),
+        _ => (32_768, 60_999),
+    }
 }
 
 fn split_host_port(listen: &str) -> Result<(String, u16)> {

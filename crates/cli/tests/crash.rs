@@ -190,7 +190,8 @@ fn acknowledged_writes_survive_kill_9_of_an_osd_and_of_the_mds() {
 /// does) rather than releasing a port for the daemon to bind again: a released port can
 /// be taken in between by any other process (seen in CI: two clusters' KDS given one
 /// port). Here the test holds the MDS's port open itself, so only a daemon that serves on
-/// the socket it is handed can start.
+/// the socket it is handed can start. The ports it chooses lie below the ephemeral range,
+/// so that they are still free when the cluster starts again.
 #[test]
 fn a_daemon_serves_on_the_socket_it_is_handed() {
     use std::io::BufRead;
@@ -201,6 +202,15 @@ fn a_daemon_serves_on_the_socket_it_is_handed() {
     let text = std::fs::read_to_string(&config).unwrap();
     let listen: toml::Value = toml::from_str(&text).unwrap();
     let listen = listen["listen"].as_str().unwrap().to_string();
+    // Chosen below the kernel's ephemeral range, which outgoing connections draw from,
+    // so that no connection can hold the port while the cluster is down.
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    let port: u16 = listen.rsplit_once(':').unwrap().1.parse().unwrap();
+    assert!(
+        port < low,
+        "port {port} lies in the ephemeral range from {low}"
+    );
     let held = std::net::TcpListener::bind(&listen).unwrap();
     rustix::io::fcntl_setfd(&held, rustix::io::FdFlags::empty()).unwrap();
     let mut mds = std::process::Command::new(common::MAAT)

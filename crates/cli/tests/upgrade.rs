@@ -21,12 +21,23 @@ const FIXTURE: &str = concat!(
     "/tests/fixtures/format0-cluster.tar.gz"
 );
 
-/// `N` distinct free ports: every listener is held until all are chosen (a port released
-/// at once can be handed out again by the next bind to port 0: seen in CI, the MDS and
-/// the OSD given one port).
+/// `N` distinct free ports below the kernel's ephemeral range, as `maat up` chooses
+/// them: the cluster is stopped and started again on them, and a port in that range can
+/// be taken meanwhile by any other test's connection. Every listener is held until all
+/// are chosen, so the ports are distinct.
 fn free_ports<const N: usize>() -> [u16; N] {
-    let held: Vec<std::net::TcpListener> = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let low: u32 = range.split_whitespace().next().unwrap().parse().unwrap();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let span = low / 2;
+    let start = (std::process::id().wrapping_mul(7919) ^ nanos) % span;
+    let held: Vec<std::net::TcpListener> = (0..span)
+        .map(|i| (span + (start + i) % span) as u16)
+        .filter_map(|port| std::net::TcpListener::bind(("127.0.0.1", port)).ok())
+        .take(N)
         .collect();
     std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
