@@ -97,27 +97,81 @@ fn crypto(c: &mut Client) -> Result<(u64, u64)> {
     ))
 }
 
-/// Times `ops` runs of `op` (mean µs) and counts their crypto operations per run. Reading
-/// the counters costs MACs of its own (the stats request over the session): the cost of
-/// one read, taken back to back before the runs, is subtracted.
+/// Times the runs `ops` of `op` and counts their crypto operations: totals of µs,
+/// signatures and MACs. Reading the counters costs MACs of its own (the stats request
+/// over the session): the cost of one read, taken back to back before the runs, is
+/// subtracted.
 fn measure(
     c: &mut Client,
-    ops: u32,
+    ops: std::ops::Range<u32>,
     mut op: impl FnMut(&mut Client, u32) -> Result<()>,
 ) -> Result<(f64, f64, f64)> {
     let (sig_a, mac_a) = crypto(c)?;
     let (sig0, mac0) = crypto(c)?;
     let (sig_read, mac_read) = (sig0.saturating_sub(sig_a), mac0.saturating_sub(mac_a));
     let t = Instant::now();
-    for i in 0..ops {
+    for i in ops {
         op(c, i)?;
     }
-    let micros = t.elapsed().as_secs_f64() * 1e6 / f64::from(ops);
+    let micros = t.elapsed().as_secs_f64() * 1e6;
     let (sig1, mac1) = crypto(c)?;
-    let per = |after: u64, before: u64, read: u64| {
-        after.saturating_sub(before).saturating_sub(read) as f64 / f64::from(ops)
+    let net = |after: u64, before: u64, read: u64| {
+        after.saturating_sub(before).saturating_sub(read) as f64
     };
-    Ok((micros, per(sig1, sig0, sig_read), per(mac1, mac0, mac_read)))
+    Ok((micros, net(sig1, sig0, sig_read), net(mac1, mac0, mac_read)))
+}
+
+/// [`measure`] of runs `0..runs`, as means per run.
+fn mean(
+    c: &mut Client,
+    runs: u32,
+    op: impl FnMut(&mut Client, u32) -> Result<()>,
+) -> Result<(f64, f64, f64)> {
+    let (micros, sigs, macs) = measure(c, 0..runs, op)?;
+    let n = f64::from(runs);
+    Ok((micros / n, sigs / n, macs / n))
+}
+
+/// Rounds a row's runs are split into, the modes taking turns within each.
+const ROUNDS: u32 = 10;
+
+/// Runs `op(client, mode index, i)` for `i` in `0..iterations` under every mode and pushes
+/// one row per mode (means per run). The runs go in rounds in which each mode takes a
+/// turn, starting with another mode each round: the machine is shared and its speed
+/// drifts, and modes measured one block after another would carry the drift into their
+/// ratios to NOSEC (seen: NOSEC's 64 KiB reads at 45 µs in one run and 82 µs in the next).
+fn interleaved(
+    c: &mut Client,
+    table: &mut Table<'_>,
+    modes: &[Mode],
+    label: &str,
+    iterations: u32,
+    mut op: impl FnMut(&mut Client, usize, u32) -> Result<()>,
+) -> Result<()> {
+    let rounds = ROUNDS.min(iterations);
+    let mut sums = vec![(0.0, 0.0, 0.0); modes.len()];
+    for r in 0..rounds {
+        let runs = iterations * r / rounds..iterations * (r + 1) / rounds;
+        for k in 0..modes.len() {
+            let m = (k + r as usize) % modes.len();
+            let (Some(mode), Some(sum)) = (modes.get(m), sums.get_mut(m)) else {
+                continue;
+            };
+            enter(c, mode);
+            let (micros, sigs, macs) = measure(c, runs.clone(), |c, i| op(c, m, i))?;
+            *sum = (sum.0 + micros, sum.1 + sigs, sum.2 + macs);
+        }
+    }
+    let n = f64::from(iterations);
+    for (mode, (micros, sigs, macs)) in modes.iter().zip(sums) {
+        table.push(
+            mode.method.name(),
+            mode.credentials,
+            label.to_string(),
+            (micros / n, sigs / n, macs / n),
+        );
+    }
+    Ok(())
 }
 
 /// Byte offsets of `ops` I/Os of `size` bytes in a file of `file_bytes`: in order, or
@@ -155,13 +209,9 @@ pub(super) fn run_t10(
             osds,
         };
         for &kib in sizes_kib {
-            for mode in &modes {
-                data_rows(&mut c, &mut table, mode, kib, iterations)?;
-            }
+            data_rows(&mut c, &mut table, &modes, kib, iterations)?;
         }
-        for mode in &modes {
-            metadata_rows(&mut c, &mut table, mode, iterations)?;
-        }
+        metadata_rows(&mut c, &mut table, &modes, iterations)?;
         c.secure();
         let admin_runs = iterations.min(ADMIN_ITERATIONS_MAX);
         session_rows(&cluster, &mut c, &mut table, admin_runs)?;
@@ -216,105 +266,99 @@ fn enter(c: &mut Client, mode: &Mode) {
     }
 }
 
-/// Opens and I/Os of `kib` KiB.
+/// Opens and I/Os of `kib` KiB, every mode in turn.
 fn data_rows(
     c: &mut Client,
     table: &mut Table<'_>,
-    mode: &Mode,
+    modes: &[Mode],
     kib: u64,
     iterations: u32,
 ) -> Result<()> {
-    enter(c, mode);
     let size = kib * 1024;
     let block = vec![0x5a_u8; size as usize];
-    let mut row = |op: &str, m| {
-        table.push(
-            mode.method.name(),
-            mode.credentials,
-            format!("{op} {kib} KiB"),
-            m,
-        )
+    let small = |m: usize, i: u32| {
+        let dir = modes.get(m).map_or("", |mode| mode.dir.as_str());
+        format!("{dir}/s{kib}-{i}")
     };
-    let small = |i: u32| format!("{}/s{kib}-{i}", mode.dir);
-    row(
-        "open+write",
-        measure(c, iterations, |c, i| {
-            c.put(&mut block.as_slice(), size, &small(i), &mut |_| {})
+    interleaved(
+        c,
+        table,
+        modes,
+        &format!("open+write {kib} KiB"),
+        iterations,
+        |c, m, i| {
+            c.put(&mut block.as_slice(), size, &small(m, i), &mut |_| {})
                 .map(drop)
                 .map_err(Into::into)
-        })?,
-    );
-    row(
-        "open+read",
-        measure(c, iterations, |c, i| {
-            let mut sink = Vec::with_capacity(block.len());
-            c.get(&small(i), &mut sink, &mut |_| {})?;
-            Ok(())
-        })?,
-    );
-    let file_bytes = 4 * 1024 * 1024;
-    let opened = c.open(
-        &format!("{}/io{kib}", mode.dir),
-        Access::ReadWrite,
-        Some(0o644),
+        },
     )?;
+    interleaved(
+        c,
+        table,
+        modes,
+        &format!("open+read {kib} KiB"),
+        iterations,
+        |c, m, i| {
+            let mut sink = Vec::with_capacity(block.len());
+            c.get(&small(m, i), &mut sink, &mut |_| {})?;
+            Ok(())
+        },
+    )?;
+    let file_bytes = 4 * 1024 * 1024;
+    let mut opened = Vec::with_capacity(modes.len());
+    for mode in modes {
+        enter(c, mode);
+        let path = format!("{}/io{kib}", mode.dir);
+        opened.push(c.open(&path, Access::ReadWrite, Some(0o644))?);
+    }
     for (op, random, write) in [
         ("seq write", false, true),
         ("seq read", false, false),
         ("rand write", true, true),
         ("rand read", true, false),
     ] {
-        row(
-            op,
-            measure(c, iterations, |c, i| {
-                let at = offset(i, size, file_bytes, random);
-                if write {
-                    c.write_at(&opened, at, block.clone())?;
-                } else {
-                    c.read_at(&opened, at, size as u32)?;
-                }
-                Ok(())
-            })?,
-        );
+        let label = format!("{op} {kib} KiB");
+        interleaved(c, table, modes, &label, iterations, |c, m, i| {
+            let file = opened
+                .get(m)
+                .ok_or_else(|| anyhow!("no file for mode {m}"))?;
+            let at = offset(i, size, file_bytes, random);
+            if write {
+                c.write_at(file, at, block.clone())?;
+            } else {
+                c.read_at(file, at, size as u32)?;
+            }
+            Ok(())
+        })?;
     }
     Ok(())
 }
 
-/// The MDS operations of paper 003 Table 2, in the partition's directory.
+/// The MDS operations of paper 003 Table 2, in each partition's directory, every mode in
+/// turn.
 fn metadata_rows(
     c: &mut Client,
     table: &mut Table<'_>,
-    mode: &Mode,
+    modes: &[Mode],
     iterations: u32,
 ) -> Result<()> {
-    enter(c, mode);
-    let dir = mode.dir.as_str();
-    let mut row = |op: &str, m| table.push(mode.method.name(), mode.credentials, op.into(), m);
-    row(
-        "mkdir",
-        measure(c, iterations, |c, i| {
-            Ok(c.mkdir(&format!("{dir}/d{i}"), 0o755, false)?)
-        })?,
-    );
-    row(
-        "readdir",
-        measure(c, iterations, |c, _| Ok(c.readdir(dir).map(drop)?))?,
-    );
-    row(
-        "rmdir",
-        measure(c, iterations, |c, i| Ok(c.rmdir(&format!("{dir}/d{i}"))?))?,
-    );
-    row(
-        "create",
-        measure(c, iterations, |c, i| {
-            let path = format!("{dir}/c{i}");
-            Ok(c.open(&path, Access::ReadWrite, Some(0o644)).map(drop)?)
-        })?,
-    );
-    row(
-        "rm",
-        measure(c, iterations, |c, i| Ok(c.unlink(&format!("{dir}/c{i}"))?))?,
-    );
+    let dir = |m: usize| modes.get(m).map_or("", |mode| mode.dir.as_str());
+    interleaved(c, table, modes, "mkdir", iterations, |c, m, i| {
+        Ok(c.mkdir(&format!("{}/d{i}", dir(m)), 0o755, false)?)
+    })?;
+    interleaved(c, table, modes, "readdir", iterations, |c, m, _| {
+        Ok(c.readdir(dir(m)).map(drop)?)
+    })?;
+    interleaved(c, table, modes, "rmdir", iterations, |c, m, i| {
+        Ok(c.rmdir(&format!("{}/d{i}", dir(m)))?)
+    })?;
+    interleaved(c, table, modes, "create", iterations, |c, m, i| {
+        let path = format!("{}/c{i}", dir(m));
+        Ok(c.open(&path, Access::ReadWrite, Some(0o644)).map(drop)?)
+    })?;
+    interleaved(c, table, modes, "rm", iterations, |c, m, i| {
+        Ok(c.unlink(&format!("{}/c{i}", dir(m)))?)
+    })?;
     Ok(())
 }
 
@@ -331,14 +375,14 @@ fn session_rows(
     let mut clients = (0..runs)
         .map(|_| Client::new(cluster.file.clone(), None))
         .collect::<Result<Vec<_>, _>>()?;
-    let login = measure(c, runs, |_, i| {
+    let login = mean(c, runs, |_, i| {
         let client = clients
             .get_mut(i as usize)
             .ok_or_else(|| anyhow!("client {i}"))?;
         Ok(client.login(&name, Credential::Key(key))?)
     })?;
     table.push("-", "-", "login".into(), login);
-    let logout = measure(c, runs, |_, i| {
+    let logout = mean(c, runs, |_, i| {
         let client = clients
             .get_mut(i as usize)
             .ok_or_else(|| anyhow!("client {i}"))?;
@@ -360,14 +404,14 @@ fn key_rows(c: &mut Client, table: &mut Table<'_>, mode: &Mode, runs: u32) -> Re
     };
     let method = mode.method.name();
     let uncounted = |(micros, _, _): (f64, f64, f64)| (micros, f64::NAN, f64::NAN);
-    let m = measure(c, runs, |c, _| rotate(c, false))?;
+    let m = mean(c, runs, |c, _| rotate(c, false))?;
     table.push(
         method,
         "t10",
         "keys rotate (2 SET KEY/OSD)".into(),
         uncounted(m),
     );
-    let m = measure(c, runs, |c, _| rotate(c, true))?;
+    let m = mean(c, runs, |c, _| rotate(c, true))?;
     table.push(
         method,
         "t10",
@@ -376,7 +420,7 @@ fn key_rows(c: &mut Client, table: &mut Table<'_>, mode: &Mode, runs: u32) -> Re
     );
     let file = format!("{}/tagged", mode.dir);
     c.open(&file, Access::ReadWrite, Some(0o644))?;
-    let m = measure(c, runs, |c, _| {
+    let m = mean(c, runs, |c, _| {
         let r = c.t10_revoke_object(&file)?;
         match r.osds.iter().find_map(|(_, p)| p.as_ref()) {
             Some(problem) => bail!("revoke-object: {problem}"),
