@@ -180,14 +180,26 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
         put(&mut admin, &path, &content(i, 1000));
         assert_eq!(get(&mut admin, &path), content(i, 1000));
     }
-    // Ten opens (a put and a get each): no signature made or verified anywhere, two
-    // credentials (one per OSD) per open.
+    // Ten opens (a put and a get each): no signature made or verified anywhere; a write
+    // open gets a credential per OSD (two), a read open of a one-stripe file only one,
+    // for the OSD that holds the stripe.
     assert_eq!(counter(&mut admin, "mds", "signatures_made"), signed_before);
     assert_eq!(
         counter(&mut admin, "osd", "signatures_verified"),
         verified_before
     );
-    assert!(counter(&mut admin, "mds", "t10_credentials_issued") >= issued_before + 20);
+    assert_eq!(
+        counter(&mut admin, "mds", "t10_credentials_issued"),
+        issued_before + 5 * (2 + 1)
+    );
+    // A reader of the eleven-stripe file gets credentials for both OSDs and reads it all.
+    let mut reader = cluster.admin_client();
+    let issued_before = counter(&mut reader, "mds", "t10_credentials_issued");
+    assert_eq!(get(&mut reader, "/fast/big"), data);
+    assert_eq!(
+        counter(&mut reader, "mds", "t10_credentials_issued"),
+        issued_before + 2
+    );
     // A user who may not read the file gets no credential for it.
     cluster.add_user("mallory", "mallory pass", None);
     admin.chmod("/fast/small0", 0o600).unwrap();

@@ -22,7 +22,7 @@ mod key_grants;
 mod namespace;
 mod sessions;
 pub use jobs::{JobHandle, JOB_REFRESH_AT_PERCENT_LEFT};
-pub mod placement;
+pub use maat_proto::placement;
 mod rekey;
 pub use rekey::RekeyReport;
 mod renewal;

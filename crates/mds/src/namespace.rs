@@ -387,7 +387,11 @@ impl<S: MetaStore> crate::Mds<S> {
             // (encrypted files keep signed capabilities: the KDS takes those).
             let partition = self.partition(inode.partition)?;
             if partition.credentials == maat_proto::msg::Credentials::T10 {
-                let t10 = self.t10_grants(session, &partition, inode.id, wanted, now, rng)?;
+                // A reader gets credentials for the OSDs that hold the file's stripes
+                // now; a writer, which may extend the file anywhere, for every OSD.
+                let read_size = (wanted == Mode::READ).then_some(inode.size);
+                let t10 =
+                    self.t10_grants(session, &partition, (inode.id, read_size), wanted, now, rng)?;
                 return Ok(MdsResponse::Opened {
                     stat,
                     capability: Vec::new(),

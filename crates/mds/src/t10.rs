@@ -544,13 +544,14 @@ impl<S: MetaStore> Mds<S> {
         }))
     }
 
-    /// SPEC T2: credentials for an open of `file` in partition `partition` in `mode`, one
-    /// per registered OSD, each key sealed under the session's envelope key.
+    /// SPEC T2: credentials for an open of `file` in partition `partition` in `mode`, each
+    /// key sealed under the session's envelope key: one per registered OSD, or, for a
+    /// read open of a file of `read_size` bytes, one per OSD that holds its stripes.
     pub(crate) fn t10_grants(
         &self,
         session: &[u8; 16],
         partition: &PartitionRecord,
-        file: u64,
+        (file, read_size): (u64, Option<u64>),
         mode: Mode,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
@@ -559,8 +560,15 @@ impl<S: MetaStore> Mds<S> {
         let permissions = permissions(mode);
         let (tag, revoked_at) =
             self.with_t10_revocations(|r| (r.tag(partition.id, file), r.revoked_at(partition.id)))?;
+        let osds = self.store.osds()?;
+        // `read_size`: a read open of a file that long, which needs only the OSDs that hold
+        // its stripes.
+        let holders = read_size.map(|size| maat_proto::placement::holders(&osds, file, size));
         let mut grants = Vec::new();
-        for osd in self.store.osds()? {
+        for osd in osds {
+            if holders.as_ref().is_some_and(|h| !h.contains(&osd.id)) {
+                continue;
+            }
             let state = self
                 .t10_state(osd.id)?
                 .ok_or_else(|| not_ready(osd.id, "not set yet; retry in a second"))?;

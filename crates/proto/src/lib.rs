@@ -40,6 +40,7 @@ pub mod limits;
 pub mod login;
 pub mod merkle_msg;
 pub mod msg;
+pub mod placement;
 pub mod protection;
 pub mod renewal;
 pub mod revocation;

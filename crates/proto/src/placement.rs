@@ -5,14 +5,41 @@
 //! scores `weight / -ln(u)`, and the highest score wins. Adding or removing an OSD moves
 //! only the objects that land on or leave it, and an OSD of weight 2 receives twice the
 //! objects of one of weight 1.
+//!
+//! Clients place every stripe they read or write; the MDS places a file's stripes to give
+//! a reader T10 credentials (SPEC T2) for the OSDs that hold them and no others.
 
+use crate::msg::{ClusterMap, OsdEntry, STRIPE_UNIT_BYTES};
 use maat_crypto::hash;
-use maat_proto::msg::ClusterMap;
+use std::collections::BTreeSet;
 
 /// The OSD id that holds stripe `stripe` of `file`, or `None` for an empty map.
 pub fn place(map: &ClusterMap, file: u64, stripe: u32) -> Option<u64> {
+    place_among(&map.osds, file, stripe)
+}
+
+/// The OSDs that hold the stripes of `file` when it is `size` bytes long: those of every
+/// stripe that holds a byte, and stripe 0's for an empty file (where its first write
+/// goes). Stops early once every OSD is in.
+pub fn holders(osds: &[OsdEntry], file: u64, size: u64) -> BTreeSet<u64> {
+    let stripes = size.div_ceil(STRIPE_UNIT_BYTES).max(1);
+    let mut found = BTreeSet::new();
+    for stripe in 0..stripes {
+        let Ok(stripe) = u32::try_from(stripe) else {
+            break;
+        };
+        found.extend(place_among(osds, file, stripe));
+        if found.len() == osds.len() {
+            break;
+        }
+    }
+    found
+}
+
+/// [`place`] over a list of OSDs.
+pub fn place_among(osds: &[OsdEntry], file: u64, stripe: u32) -> Option<u64> {
     let mut best: Option<(f64, u64)> = None;
-    for osd in &map.osds {
+    for osd in osds {
         let h = hash::blake3(&[
             b"maat/place/v1",
             &file.to_be_bytes(),
@@ -39,7 +66,6 @@ pub fn place(map: &ClusterMap, file: u64, stripe: u32) -> Option<u64> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
-    use maat_proto::msg::OsdEntry;
 
     fn map(weights: &[u32]) -> ClusterMap {
         ClusterMap {
@@ -77,5 +103,22 @@ mod tests {
             assert!(after == before || after == 4);
         }
         assert_eq!(place(&map(&[]), 1, 0), None);
+    }
+
+    #[test]
+    fn holders_are_the_osds_of_the_stripes_that_hold_bytes() {
+        let m = map(&[1, 1, 1, 1]);
+        for file in 0..50u64 {
+            // Empty and small files: stripe 0's OSD only.
+            let first = BTreeSet::from([place(&m, file, 0).unwrap()]);
+            assert_eq!(holders(&m.osds, file, 0), first);
+            assert_eq!(holders(&m.osds, file, STRIPE_UNIT_BYTES), first);
+            // One byte more reaches stripe 1.
+            let two: BTreeSet<u64> = [0, 1].map(|s| place(&m, file, s).unwrap()).into();
+            assert_eq!(holders(&m.osds, file, STRIPE_UNIT_BYTES + 1), two);
+        }
+        // A large file spreads over every OSD.
+        assert_eq!(holders(&m.osds, 7, 64 * STRIPE_UNIT_BYTES).len(), 4);
+        assert!(holders(&[], 7, 1).is_empty());
     }
 }
