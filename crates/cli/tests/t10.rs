@@ -200,6 +200,32 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
         counter(&mut reader, "mds", "t10_credentials_issued"),
         issued_before + 2
     );
+    // Removal signs nothing either: the unlink is answered with write credentials for
+    // the OSDs that hold the objects, and every object is gone from both.
+    let big = admin.stat("/fast/big").unwrap().id;
+    let objects = |cluster: &Cluster| {
+        walk(&cluster.data())
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{big:016x}.")))
+            })
+            .count()
+    };
+    assert_eq!(
+        objects(&cluster),
+        11,
+        "the file's eleven stripes are stored"
+    );
+    let signed_before = counter(&mut admin, "mds", "signatures_made");
+    let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
+    admin.unlink("/fast/big").unwrap();
+    assert_eq!(counter(&mut admin, "mds", "signatures_made"), signed_before);
+    assert_eq!(
+        counter(&mut admin, "mds", "t10_credentials_issued"),
+        issued_before + 2
+    );
+    assert_eq!(objects(&cluster), 0, "the unlink removed every object");
     // A user who may not read the file gets no credential for it.
     cluster.add_user("mallory", "mallory pass", None);
     admin.chmod("/fast/small0", 0o600).unwrap();

@@ -692,6 +692,8 @@ impl Client {
         for stripe in 0..stripes_for(opened.stat.size).max(1) {
             self.remove_object(&opened, stripe)?;
         }
+        // Credentials the MDS gave for the removal (SPEC T2) serve no further purpose.
+        self.forget_t10(opened.stat.id);
         Ok(())
     }
 }

@@ -268,6 +268,7 @@ impl<S: MetaStore> crate::Mds<S> {
         who: &Principal,
         path: &str,
         directory: bool,
+        session: Option<&[u8; 16]>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
@@ -309,8 +310,18 @@ impl<S: MetaStore> crate::Mds<S> {
         if directory {
             return Ok(MdsResponse::Ok);
         }
-        // The objects of a removed file are the remover's to delete: a write capability
-        // for this user and file alone (the unlink was the permission check).
+        // The objects of a removed file are the remover's to delete (the unlink was the
+        // permission check): in a partition with T10 credentials, write credentials for
+        // the OSDs that hold them (SPEC T2: no signature), else a write capability for
+        // this user and file alone.
+        if let Some(t10) = self.removal_credentials(session, &inode, now, rng)? {
+            return Ok(MdsResponse::Opened {
+                stat,
+                capability: Vec::new(),
+                cached: false,
+                t10,
+            });
+        }
         let capability = self.removal_capability(who.uid, inode.id, stat.protection, now, rng)?;
         let cached = false;
         Ok(MdsResponse::Opened {

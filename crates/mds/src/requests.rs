@@ -206,8 +206,8 @@ impl<S: MetaStore> Mds<S> {
                 parents,
                 partition,
             } => self.mkdir(who, &path, mode, parents, partition.as_deref(), now),
-            MdsRequest::Rmdir { path } => self.remove(who, &path, true, now, rng),
-            MdsRequest::Unlink { path } => self.remove(who, &path, false, now, rng),
+            MdsRequest::Rmdir { path } => self.remove(who, &path, true, session, now, rng),
+            MdsRequest::Unlink { path } => self.remove(who, &path, false, session, now, rng),
             MdsRequest::Open {
                 path,
                 access,

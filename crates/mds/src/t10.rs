@@ -544,14 +544,48 @@ impl<S: MetaStore> Mds<S> {
         }))
     }
 
+    /// SPEC T2: write credentials to remove the objects of `inode`, just unlinked, when its
+    /// partition gives T10 credentials and one can be issued for every OSD that holds
+    /// them; `None` otherwise (NOSEC, an encrypted file, another partition, keys not ready
+    /// or an OSD whose keys await a revocation), and the caller signs a capability
+    /// instead: the unlink is done, so its answer must not fail now.
+    pub(crate) fn removal_credentials(
+        &self,
+        session: Option<&[u8; 16]>,
+        inode: &crate::store::Inode,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Option<Vec<T10Grant>>> {
+        let (Some(session), None) = (session, &inode.crypt) else {
+            return Ok(None);
+        };
+        let partition = self.partition(inode.partition)?;
+        if partition.credentials != Credentials::T10 {
+            return Ok(None);
+        }
+        let holders = maat_proto::placement::holders(&self.store.osds()?, inode.id, inode.size);
+        match self.t10_grants(
+            session,
+            &partition,
+            (inode.id, Some(inode.size)),
+            Mode::WRITE,
+            now,
+            rng,
+        ) {
+            Ok(grants) if grants.len() == holders.len() => Ok(Some(grants)),
+            _ => Ok(None),
+        }
+    }
+
     /// SPEC T2: credentials for an open of `file` in partition `partition` in `mode`, each
-    /// key sealed under the session's envelope key: one per registered OSD, or, for a
-    /// read open of a file of `read_size` bytes, one per OSD that holds its stripes.
+    /// key sealed under the session's envelope key: one per registered OSD, or, given a
+    /// `placed_size` (a read open, a removal), one per OSD that holds the stripes of a
+    /// file that long.
     pub(crate) fn t10_grants(
         &self,
         session: &[u8; 16],
         partition: &PartitionRecord,
-        (file, read_size): (u64, Option<u64>),
+        (file, placed_size): (u64, Option<u64>),
         mode: Mode,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
@@ -561,9 +595,7 @@ impl<S: MetaStore> Mds<S> {
         let (tag, revoked_at) =
             self.with_t10_revocations(|r| (r.tag(partition.id, file), r.revoked_at(partition.id)))?;
         let osds = self.store.osds()?;
-        // `read_size`: a read open of a file that long, which needs only the OSDs that hold
-        // its stripes.
-        let holders = read_size.map(|size| maat_proto::placement::holders(&osds, file, size));
+        let holders = placed_size.map(|size| maat_proto::placement::holders(&osds, file, size));
         let mut grants = Vec::new();
         for osd in osds {
             if holders.as_ref().is_some_and(|h| !h.contains(&osd.id)) {
