@@ -153,6 +153,11 @@ fn bench_t10_counts_signatures_against_macs_and_times_every_row() {
     ] {
         assert!(row("-", op)["us_per_op"].as_f64().unwrap() > 0.0, "{op}");
     }
+    // Removal: a Maat file's objects go under a signed capability (made and verified);
+    // a T10 file's under credentials; NOSEC signs nothing for its baseline.
+    assert_eq!(row("maat", "rm")["signatures_per_op"], 2.0);
+    assert_eq!(row("t10", "rm")["signatures_per_op"], 0.0);
+    assert_eq!(row("-", "rm")["signatures_per_op"], 0.0);
     for op in [
         "keys rotate (2 SET KEY/OSD)",
         "keys rotate --master (+1 SET MASTER KEY/OSD)",

@@ -322,7 +322,11 @@ impl<S: MetaStore> crate::Mds<S> {
                 t10,
             });
         }
-        let capability = self.removal_capability(who.uid, inode.id, stat.protection, now, rng)?;
+        // NOSEC requests carry no capability: none is signed for them.
+        let capability = match session {
+            Some(_) => self.removal_capability(who.uid, inode.id, stat.protection, now, rng)?,
+            None => Vec::new(),
+        };
         let cached = false;
         Ok(MdsResponse::Opened {
             stat,
