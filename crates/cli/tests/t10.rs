@@ -175,14 +175,16 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
     let signed_before = counter(&mut admin, "mds", "signatures_made");
     let verified_before = counter(&mut admin, "osd", "signatures_verified");
     let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
+    let reused_before = counter(&mut admin, "mds", "t10_credentials_reused");
     for i in 0..5 {
         let path = format!("/fast/small{i}");
         put(&mut admin, &path, &content(i, 1000));
         assert_eq!(get(&mut admin, &path), content(i, 1000));
     }
-    // Ten opens (a put and a get each): no signature made or verified anywhere; a write
-    // open gets a credential per OSD (two), a read open of a one-stripe file only one,
-    // for the OSD that holds the stripe.
+    // Ten opens (a put and a get each): no signature made or verified anywhere. A write
+    // open gets a new credential per OSD (two); a read open of a one-stripe file needs
+    // one, for the OSD that holds the stripe, and is given the put's read-write one again
+    // (the administrator may write), so none is made.
     assert_eq!(counter(&mut admin, "mds", "signatures_made"), signed_before);
     assert_eq!(
         counter(&mut admin, "osd", "signatures_verified"),
@@ -190,15 +192,59 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
     );
     assert_eq!(
         counter(&mut admin, "mds", "t10_credentials_issued"),
-        issued_before + 5 * (2 + 1)
+        issued_before + 5 * 2
     );
-    // A reader of the eleven-stripe file gets credentials for both OSDs and reads it all.
-    let mut reader = cluster.admin_client();
-    let issued_before = counter(&mut reader, "mds", "t10_credentials_issued");
-    assert_eq!(get(&mut reader, "/fast/big"), data);
     assert_eq!(
-        counter(&mut reader, "mds", "t10_credentials_issued"),
-        issued_before + 2
+        counter(&mut admin, "mds", "t10_credentials_reused"),
+        reused_before + 5
+    );
+    // A user who may only read gets a read-only credential of its own, never the
+    // administrator's read-write one.
+    cluster.add_user("reader", "reader pass", None);
+    let mut reader = cluster.user_client("reader", "reader pass");
+    let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
+    assert_eq!(get(&mut reader, "/fast/small1"), content(1, 1000));
+    assert_eq!(
+        counter(&mut admin, "mds", "t10_credentials_issued"),
+        issued_before + 1
+    );
+    let small1 = reader.stat("/fast/small1").unwrap().id;
+    let osd = reader.place(small1, 0).unwrap();
+    let (cap, _) = reader.t10_credential(small1, osd).unwrap();
+    let cap = t10::decode_capability(&cap).unwrap();
+    assert!(!cap.permissions.allows(t10::Permissions::WRITE));
+    // Nor is a user who wrote the file and may no longer (chmod) given its read-write
+    // credential again for a read.
+    cluster.add_user("writer", "writer pass", None);
+    let mut writer = cluster.user_client("writer", "writer pass");
+    put(&mut writer, "/fast/w", b"mine");
+    writer.chmod("/fast/w", 0o444).unwrap();
+    let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
+    assert_eq!(get(&mut writer, "/fast/w"), b"mine");
+    assert_eq!(
+        counter(&mut admin, "mds", "t10_credentials_issued"),
+        issued_before + 1
+    );
+    let w = writer.stat("/fast/w").unwrap().id;
+    let osd = writer.place(w, 0).unwrap();
+    let (cap, _) = writer.t10_credential(w, osd).unwrap();
+    let cap = t10::decode_capability(&cap).unwrap();
+    assert!(!cap.permissions.allows(t10::Permissions::WRITE));
+    // Another client of the administrator reads the eleven-stripe file, with the put's
+    // credentials for both OSDs again, and reads it all.
+    let mut again = cluster.admin_client();
+    let (issued_before, reused_before) = (
+        counter(&mut again, "mds", "t10_credentials_issued"),
+        counter(&mut again, "mds", "t10_credentials_reused"),
+    );
+    assert_eq!(get(&mut again, "/fast/big"), data);
+    assert_eq!(
+        counter(&mut again, "mds", "t10_credentials_issued"),
+        issued_before
+    );
+    assert_eq!(
+        counter(&mut again, "mds", "t10_credentials_reused"),
+        reused_before + 2
     );
     // Removal signs nothing either: the unlink is answered with write credentials for
     // the OSDs that hold the objects, and every object is gone from both.
@@ -218,12 +264,12 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
         "the file's eleven stripes are stored"
     );
     let signed_before = counter(&mut admin, "mds", "signatures_made");
-    let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
+    let reused_before = counter(&mut admin, "mds", "t10_credentials_reused");
     admin.unlink("/fast/big").unwrap();
     assert_eq!(counter(&mut admin, "mds", "signatures_made"), signed_before);
     assert_eq!(
-        counter(&mut admin, "mds", "t10_credentials_issued"),
-        issued_before + 2
+        counter(&mut admin, "mds", "t10_credentials_reused"),
+        reused_before + 2
     );
     assert_eq!(objects(&cluster), 0, "the unlink removed every object");
     // A user who may not read the file gets no credential for it.
@@ -238,15 +284,20 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
 
 #[test]
 fn t10_attacks_are_refused_with_their_reasons() {
-    let (_cluster, mut admin) = t10_cluster(2, "CMDRSP", &[]);
+    let (cluster, mut admin) = t10_cluster(2, "CMDRSP", &[]);
     put(&mut admin, "/fast/a", b"file a");
     put(&mut admin, "/fast/b", b"file b");
     let b = admin.open("/fast/b", Access::Read, None).unwrap().stat.id;
-    let opened = admin.open("/fast/a", Access::Read, None).unwrap();
+    // A read-only credential: a user who may only read the file (0644, the
+    // administrator's) opens it; the administrator, who may write, would be given the
+    // read-write credential of its put again.
+    cluster.add_user("reader", "reader pass", None);
+    let mut reader = cluster.user_client("reader", "reader pass");
+    let opened = reader.open("/fast/a", Access::Read, None).unwrap();
     let a = opened.stat.id;
-    let osd = admin.place(a, 0).unwrap();
+    let osd = reader.place(a, 0).unwrap();
     let other = if osd == 1 { 2 } else { 1 };
-    let (cap, key) = admin.t10_credential(a, osd).unwrap();
+    let (cap, key) = reader.t10_credential(a, osd).unwrap();
     let now = admin.protocol_now();
 
     // The honest request works.

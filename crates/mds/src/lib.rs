@@ -140,6 +140,7 @@ struct Stats {
     t10_key_exchanges: AtomicU64,
     t10_keys_set: AtomicU64,
     t10_credentials_issued: AtomicU64,
+    t10_credentials_reused: AtomicU64,
     t10_policy_tags_set: AtomicU64,
 }
 

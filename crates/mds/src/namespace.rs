@@ -314,7 +314,7 @@ impl<S: MetaStore> crate::Mds<S> {
         // permission check): in a partition with T10 credentials, write credentials for
         // the OSDs that hold them (SPEC T2: no signature), else a write capability for
         // this user and file alone.
-        if let Some(t10) = self.removal_credentials(session, &inode, now, rng)? {
+        if let Some(t10) = self.removal_credentials(session, who.uid, &inode, now, rng)? {
             return Ok(MdsResponse::Opened {
                 stat,
                 capability: Vec::new(),
@@ -404,9 +404,17 @@ impl<S: MetaStore> crate::Mds<S> {
             if partition.credentials == maat_proto::msg::Credentials::T10 {
                 // A reader gets credentials for the OSDs that hold the file's stripes
                 // now; a writer, which may extend the file anywhere, for every OSD.
-                let read_size = (wanted == Mode::READ).then_some(inode.size);
-                let t10 =
-                    self.t10_grants(session, &partition, (inode.id, read_size), wanted, now, rng)?;
+                let want = crate::t10::GrantWant {
+                    uid: who.uid,
+                    file: inode.id,
+                    placed_size: (wanted == Mode::READ).then_some(inode.size),
+                    mode: wanted,
+                    // A read may reuse a read-write credential when the user may write
+                    // now too, as with signed capabilities below.
+                    also: (wanted == Mode::READ && allowed(who, &inode, WRITE))
+                        .then_some(Mode::READ_WRITE),
+                };
+                let t10 = self.t10_grants(session, &partition, &want, now, rng)?;
                 return Ok(MdsResponse::Opened {
                     stat,
                     capability: Vec::new(),

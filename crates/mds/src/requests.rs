@@ -403,6 +403,10 @@ impl<S: MetaStore> Mds<S> {
                 s.t10_credentials_issued.load(Ordering::Relaxed),
             ),
             (
+                "t10_credentials_reused".into(),
+                s.t10_credentials_reused.load(Ordering::Relaxed),
+            ),
+            (
                 "t10_policy_tags_set".into(),
                 s.t10_policy_tags_set.load(Ordering::Relaxed),
             ),

@@ -28,6 +28,9 @@
 
 use super::*;
 use maat_proto::capability::Mode;
+
+mod grants;
+pub(crate) use grants::GrantWant;
 use maat_proto::limits::T10_WORKING_KEYS_PER_PARTITION;
 use maat_proto::msg::{Credentials, OsdPlainRequest, OsdPlainResponse, T10Grant, T10KeyInfo};
 use maat_proto::t10::{self, Permissions, SetKeyTarget, T10Capability};
@@ -58,6 +61,8 @@ pub(crate) struct T10Keys {
     channel: RwLock<Option<Arc<T10Channel>>>,
     /// The stored revocations, once read.
     revocations: RwLock<Option<T10Revocations>>,
+    /// Credentials made, for reuse (SPEC T2 with M5's reuse).
+    issued: grants::Issued,
 }
 
 /// SPEC T4: the revocations every OSD must come to hold (stored as `t10/revocations`).
@@ -542,99 +547,5 @@ impl<S: MetaStore> Mds<S> {
             tag,
             osds,
         }))
-    }
-
-    /// SPEC T2: write credentials to remove the objects of `inode`, just unlinked, when its
-    /// partition gives T10 credentials and one can be issued for every OSD that holds
-    /// them; `None` otherwise (NOSEC, an encrypted file, another partition, keys not ready
-    /// or an OSD whose keys await a revocation), and the caller signs a capability
-    /// instead: the unlink is done, so its answer must not fail now.
-    pub(crate) fn removal_credentials(
-        &self,
-        session: Option<&[u8; 16]>,
-        inode: &crate::store::Inode,
-        now: UnixMillis,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<Option<Vec<T10Grant>>> {
-        let (Some(session), None) = (session, &inode.crypt) else {
-            return Ok(None);
-        };
-        let partition = self.partition(inode.partition)?;
-        if partition.credentials != Credentials::T10 {
-            return Ok(None);
-        }
-        let holders = maat_proto::placement::holders(&self.store.osds()?, inode.id, inode.size);
-        match self.t10_grants(
-            session,
-            &partition,
-            (inode.id, Some(inode.size)),
-            Mode::WRITE,
-            now,
-            rng,
-        ) {
-            Ok(grants) if grants.len() == holders.len() => Ok(Some(grants)),
-            _ => Ok(None),
-        }
-    }
-
-    /// SPEC T2: credentials for an open of `file` in partition `partition` in `mode`, each
-    /// key sealed under the session's envelope key: one per registered OSD, or, given a
-    /// `placed_size` (a read open, a removal), one per OSD that holds the stripes of a
-    /// file that long.
-    pub(crate) fn t10_grants(
-        &self,
-        session: &[u8; 16],
-        partition: &PartitionRecord,
-        (file, placed_size): (u64, Option<u64>),
-        mode: Mode,
-        now: UnixMillis,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<Vec<T10Grant>> {
-        let wrap = t10::capability_key_wrap(&self.session_mac(session)?);
-        let permissions = permissions(mode);
-        let (tag, revoked_at) =
-            self.with_t10_revocations(|r| (r.tag(partition.id, file), r.revoked_at(partition.id)))?;
-        let osds = self.store.osds()?;
-        let holders = placed_size.map(|size| maat_proto::placement::holders(&osds, file, size));
-        let mut grants = Vec::new();
-        for osd in osds {
-            if holders.as_ref().is_some_and(|h| !h.contains(&osd.id)) {
-                continue;
-            }
-            let state = self
-                .t10_state(osd.id)?
-                .ok_or_else(|| not_ready(osd.id, "not set yet; retry in a second"))?;
-            if exchange_pending(&state, partition.id, revoked_at) {
-                // Not reached since its keys were revoked: nothing is issued under them.
-                continue;
-            }
-            let (key_version, working) = state
-                .newest_working(partition.id)
-                .ok_or_else(|| not_ready(osd.id, "no working key for the partition yet"))?;
-            let mut discriminator = [0u8; 12];
-            rng.fill_bytes(&mut discriminator);
-            let capability = T10Capability {
-                security_method: partition.protection,
-                key_version,
-                permissions,
-                partition_id: partition.id,
-                object_id: file,
-                policy_access_tag: tag,
-                expiry: UnixMillis(now.0 + self.config.capability_lifetime_millis),
-                discriminator,
-            };
-            let working = maat_crypto::mac::MacKey::new(working.key.clone())
-                .with_counters(self.counters.clone());
-            let credential = t10::issue_credential(&capability, &working);
-            grants.push(T10Grant {
-                osd: osd.id,
-                sealed_key: t10::seal_capability_key(&wrap, &credential, rng)?,
-                capability: credential.capability,
-            });
-        }
-        self.stats
-            .t10_credentials_issued
-            .fetch_add(grants.len() as u64, Ordering::Relaxed);
-        Ok(grants)
     }
 }
