@@ -166,6 +166,27 @@ fn write(file: u64) -> OsdCommand {
     }
 }
 
+/// `user`'s get of the one-stripe `path` makes one new credential (counted through
+/// `admin`), and it does not allow writing. Returns what the get read.
+fn read_gets_a_new_read_only_credential(
+    admin: &mut Client,
+    user: &mut Client,
+    path: &str,
+) -> Vec<u8> {
+    let issued_before = counter(admin, "mds", "t10_credentials_issued");
+    let data = get(user, path);
+    assert_eq!(
+        counter(admin, "mds", "t10_credentials_issued"),
+        issued_before + 1
+    );
+    let file = user.stat(path).unwrap().id;
+    let osd = user.place(file, 0).unwrap();
+    let (cap, _) = user.t10_credential(file, osd).unwrap();
+    let cap = t10::decode_capability(&cap).unwrap();
+    assert!(!cap.permissions.allows(t10::Permissions::WRITE), "{path}");
+    data
+}
+
 #[test]
 fn t10_opens_cost_no_signature_and_data_round_trips() {
     let (cluster, mut admin) = t10_cluster(2, "CMDRSP", &[]);
@@ -202,34 +223,20 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
     // administrator's read-write one.
     cluster.add_user("reader", "reader pass", None);
     let mut reader = cluster.user_client("reader", "reader pass");
-    let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
-    assert_eq!(get(&mut reader, "/fast/small1"), content(1, 1000));
     assert_eq!(
-        counter(&mut admin, "mds", "t10_credentials_issued"),
-        issued_before + 1
+        read_gets_a_new_read_only_credential(&mut admin, &mut reader, "/fast/small1"),
+        content(1, 1000)
     );
-    let small1 = reader.stat("/fast/small1").unwrap().id;
-    let osd = reader.place(small1, 0).unwrap();
-    let (cap, _) = reader.t10_credential(small1, osd).unwrap();
-    let cap = t10::decode_capability(&cap).unwrap();
-    assert!(!cap.permissions.allows(t10::Permissions::WRITE));
     // Nor is a user who wrote the file and may no longer (chmod) given its read-write
     // credential again for a read.
     cluster.add_user("writer", "writer pass", None);
     let mut writer = cluster.user_client("writer", "writer pass");
     put(&mut writer, "/fast/w", b"mine");
     writer.chmod("/fast/w", 0o444).unwrap();
-    let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
-    assert_eq!(get(&mut writer, "/fast/w"), b"mine");
     assert_eq!(
-        counter(&mut admin, "mds", "t10_credentials_issued"),
-        issued_before + 1
+        read_gets_a_new_read_only_credential(&mut admin, &mut writer, "/fast/w"),
+        b"mine"
     );
-    let w = writer.stat("/fast/w").unwrap().id;
-    let osd = writer.place(w, 0).unwrap();
-    let (cap, _) = writer.t10_credential(w, osd).unwrap();
-    let cap = t10::decode_capability(&cap).unwrap();
-    assert!(!cap.permissions.allows(t10::Permissions::WRITE));
     // Another client of the administrator reads the eleven-stripe file, with the put's
     // credentials for both OSDs again, and reads it all.
     let mut again = cluster.admin_client();
