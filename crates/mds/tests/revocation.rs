@@ -359,3 +359,68 @@ fn revoking_a_lead_ends_its_jobs_for_good() {
         ErrorCode::AlreadyExists
     );
 }
+
+/// SPEC M7 at the MDS: a user's requests are decided on the users and groups of the moment
+/// (the MDS takes them from its access-control snapshot, not from the store per request):
+/// a membership given is used by the next request, and a removed user's next request is
+/// refused.
+#[test]
+fn membership_changes_and_user_removal_reach_the_next_request() {
+    let store = MemStore::default();
+    let mds = mds(&store);
+    add_users(&store, &["alice", "bob"]);
+    let (alice, bob) = (100, 101);
+    let run = |uid, request, now| call(&mds, uid, request, now);
+    run(
+        ADMIN_UID,
+        MdsRequest::GroupAdd {
+            name: "team".into(),
+        },
+        T0,
+    )
+    .unwrap();
+    run(
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/t".into(),
+            mode: 0o770,
+            parents: false,
+            partition: None,
+        },
+        T0,
+    )
+    .unwrap();
+    run(
+        ADMIN_UID,
+        MdsRequest::Chown {
+            path: "/t".into(),
+            owner: None,
+            group: Some("team".into()),
+        },
+        T0,
+    )
+    .unwrap();
+    let listing = || MdsRequest::Readdir { path: "/t".into() };
+    assert_eq!(
+        run(alice, listing(), T0).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    run(
+        ADMIN_UID,
+        MdsRequest::GroupMemberAdd {
+            group: "team".into(),
+            user: "alice".into(),
+        },
+        T0,
+    )
+    .unwrap();
+    run(alice, listing(), T0).unwrap();
+    run(bob, MdsRequest::Stat { path: "/".into() }, T0).unwrap();
+    run(ADMIN_UID, MdsRequest::UserRm { name: "bob".into() }, T0).unwrap();
+    assert_eq!(
+        run(bob, MdsRequest::Stat { path: "/".into() }, T0)
+            .unwrap_err()
+            .code,
+        ErrorCode::NoSuchUser
+    );
+}
