@@ -283,9 +283,7 @@ impl<S: MetaStore> crate::Mds<S> {
         self.issuer.grouping().strategies.directory
     }
 
-    /// Users and groups at the current access-control version (read from the store once
-    /// per version).
-    pub(crate) fn acl_snapshot(&self) -> Result<Arc<AclSnapshot>> {
+    fn acl_snapshot(&self) -> Result<Arc<AclSnapshot>> {
         let version = self.issuer.acl_version.load(Ordering::SeqCst);
         let mut slot = lock(&self.issuer.snapshot);
         if let Some(s) = slot.as_ref().filter(|s| s.version() == version) {

@@ -232,11 +232,6 @@ impl AclSnapshot {
         self.version
     }
 
-    /// The primary then supplementary groups of `uid`, if the user exists.
-    pub fn groups_of(&self, uid: u64) -> Option<&[u64]> {
-        self.users.get(&uid).map(Vec::as_slice)
-    }
-
     /// Whether `uid` exists and may access a file with `perm` for `want`.
     pub fn permits(&self, uid: u64, perm: Perm, want: u16) -> bool {
         self.users

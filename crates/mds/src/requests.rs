@@ -146,19 +146,7 @@ impl<S: MetaStore> Mds<S> {
         entry
     }
 
-    /// The requester and its groups, from the access-control snapshot that capability
-    /// issuance keeps (every change of users and groups moves its version), not a store
-    /// read and a user record decoded per request (the MDS's profile: most of its time
-    /// went to store reads).
     fn principal(&self, uid: u64) -> Result<Principal> {
-        if let Some(gids) = self.acl_snapshot()?.groups_of(uid) {
-            return Ok(Principal {
-                uid,
-                gids: gids.to_vec(),
-            });
-        }
-        // Not in the snapshot: a user written to the store by other means than this
-        // MDS's user commands (which move the version) is still found.
         let user = self
             .store
             .user(uid)?
