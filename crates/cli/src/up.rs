@@ -91,7 +91,7 @@ const READY_PREFIX: &str = "maat-daemon-ready ";
 fn free_port(host: &str, held: &mut Vec<TcpListener>) -> Result<u16> {
     use maat_crypto::OsRng;
     use rand_core::RngCore;
-    let (low, _) = ephemeral_ports();
+    let low = ephemeral_ports_start();
     let floor = (low / 2).max(1024);
     if low > floor {
         for _ in 0..64 {
@@ -108,18 +108,13 @@ fn free_port(host: &str, held: &mut Vec<TcpListener>) -> Result<u16> {
     Ok(port)
 }
 
-/// The kernel's range of ports for `bind(":0")` and outgoing connections (Linux's
-/// default when it cannot be read).
-fn ephemeral_ports() -> (u16, u16) {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range");
-    let mut parts = text.as_deref().unwrap_or("").split_whitespace();
-    match (
-        parts.next().and_then(|p| p.parse().ok()),
-        parts.next().and_then(|p| p.parse().ok()),
-    ) {
-        (Some(low), Some(high)) => (low, high),
-        _ => (32_768, 60_999),
-    }
+/// The lowest port of the kernel's range for `bind(":0")` and outgoing connections
+/// (Linux's default when it cannot be read).
+fn ephemeral_ports_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 fn split_host_port(listen: &str) -> Result<(String, u16)> {

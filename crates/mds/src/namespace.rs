@@ -397,31 +397,28 @@ impl<S: MetaStore> crate::Mds<S> {
         };
         let mut stat = self.stat_of(&inode)?;
         stat.crypt = inode.crypt.clone();
-        if let (Some(session), None) = (session, &inode.crypt) {
-            // SPEC T2: a partition with T10 credentials gets one per OSD and no signature
-            // (encrypted files keep signed capabilities: the KDS takes those).
-            let partition = self.partition(inode.partition)?;
-            if partition.credentials == maat_proto::msg::Credentials::T10 {
-                // A reader gets credentials for the OSDs that hold the file's stripes
-                // now; a writer, which may extend the file anywhere, for every OSD.
-                let want = crate::t10::GrantWant {
-                    uid: who.uid,
-                    file: inode.id,
-                    placed_size: (wanted == Mode::READ).then_some(inode.size),
-                    mode: wanted,
-                    // A read may reuse a read-write credential when the user may write
-                    // now too, as with signed capabilities below.
-                    also: (wanted == Mode::READ && allowed(who, &inode, WRITE))
-                        .then_some(Mode::READ_WRITE),
-                };
-                let t10 = self.t10_grants(session, &partition, &want, now, rng)?;
-                return Ok(MdsResponse::Opened {
-                    stat,
-                    capability: Vec::new(),
-                    cached: false,
-                    t10,
-                });
-            }
+        // SPEC T2: a partition with T10 credentials gets them and no signature.
+        if let Some((session, partition)) = self.t10_partition(session, &inode)? {
+            // A reader gets credentials for the OSDs that hold the file's stripes now; a
+            // writer, which may extend the file anywhere, for every OSD. An OSD whose
+            // keys await a revocation is left out of an open (not the whole open).
+            let want = crate::t10::GrantWant {
+                uid: who.uid,
+                file: inode.id,
+                placed_size: (wanted == Mode::READ).then_some(inode.size),
+                mode: wanted,
+                // A read may reuse a read-write credential when the user may write now
+                // too, as with signed capabilities below.
+                also: (wanted == Mode::READ && allowed(who, &inode, WRITE))
+                    .then_some(Mode::READ_WRITE),
+            };
+            let (t10, _) = self.t10_grants(session, &partition, &want, now, rng)?;
+            return Ok(MdsResponse::Opened {
+                stat,
+                capability: Vec::new(),
+                cached: false,
+                t10,
+            });
         }
         let (capability, cached) = if secure {
             // A read may reuse a cached read-write capability when the user may write

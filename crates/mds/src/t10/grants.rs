@@ -90,6 +90,21 @@ pub(crate) struct GrantWant {
 }
 
 impl<S: MetaStore> Mds<S> {
+    /// The session and partition under which `inode`'s opens and removal get T10
+    /// credentials: a secure request (NOSEC has none), an unencrypted file (encrypted
+    /// files keep signed capabilities: the KDS takes those), a partition that gives them.
+    pub(crate) fn t10_partition<'s>(
+        &self,
+        session: Option<&'s [u8; 16]>,
+        inode: &crate::store::Inode,
+    ) -> Result<Option<(&'s [u8; 16], PartitionRecord)>> {
+        let (Some(session), None) = (session, &inode.crypt) else {
+            return Ok(None);
+        };
+        let partition = self.partition(inode.partition)?;
+        Ok((partition.credentials == Credentials::T10).then_some((session, partition)))
+    }
+
     /// SPEC T2: write credentials to remove the objects of `inode`, just unlinked by
     /// `uid`, when its partition gives T10 credentials and one can be issued for every OSD
     /// that holds them; `None` otherwise (NOSEC, an encrypted file, another partition,
@@ -103,14 +118,9 @@ impl<S: MetaStore> Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Option<Vec<T10Grant>>> {
-        let (Some(session), None) = (session, &inode.crypt) else {
+        let Some((session, partition)) = self.t10_partition(session, inode)? else {
             return Ok(None);
         };
-        let partition = self.partition(inode.partition)?;
-        if partition.credentials != Credentials::T10 {
-            return Ok(None);
-        }
-        let holders = maat_proto::placement::holders(&self.store.osds()?, inode.id, inode.size);
         let want = GrantWant {
             uid,
             file: inode.id,
@@ -120,14 +130,15 @@ impl<S: MetaStore> Mds<S> {
             also: Some(Mode::READ_WRITE),
         };
         match self.t10_grants(session, &partition, &want, now, rng) {
-            Ok(grants) if grants.len() == holders.len() => Ok(Some(grants)),
+            Ok((grants, 0)) => Ok(Some(grants)),
             _ => Ok(None),
         }
     }
 
     /// SPEC T2: credentials for `want` in partition `partition`, each key sealed under the
     /// session's envelope key, one per OSD `want` asks for; made anew or reused (see the
-    /// module documentation).
+    /// module documentation). Also answers how many of those OSDs were passed over
+    /// because their keys await a revocation by key exchange.
     pub(crate) fn t10_grants(
         &self,
         session: &[u8; 16],
@@ -135,7 +146,7 @@ impl<S: MetaStore> Mds<S> {
         want: &GrantWant,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
-    ) -> Result<Vec<T10Grant>> {
+    ) -> Result<(Vec<T10Grant>, usize)> {
         let wrap = t10::capability_key_wrap(&self.session_mac(session)?);
         let file = want.file;
         let lifetime = self.config.capability_lifetime_millis;
@@ -146,7 +157,7 @@ impl<S: MetaStore> Mds<S> {
             .placed_size
             .map(|size| maat_proto::placement::holders(&osds, file, size));
         let mut grants = Vec::new();
-        let (mut made, mut reused) = (0u64, 0u64);
+        let (mut made, mut reused, mut skipped) = (0u64, 0u64, 0usize);
         for osd in osds {
             if holders.as_ref().is_some_and(|h| !h.contains(&osd.id)) {
                 continue;
@@ -156,6 +167,7 @@ impl<S: MetaStore> Mds<S> {
                 .ok_or_else(|| not_ready(osd.id, "not set yet; retry in a second"))?;
             if exchange_pending(&state, partition.id, revoked_at) {
                 // Not reached since its keys were revoked: nothing is issued under them.
+                skipped += 1;
                 continue;
             }
             let (key_version, working) = state
@@ -224,6 +236,6 @@ impl<S: MetaStore> Mds<S> {
         self.stats
             .t10_credentials_reused
             .fetch_add(reused, Ordering::Relaxed);
-        Ok(grants)
+        Ok((grants, skipped))
     }
 }
