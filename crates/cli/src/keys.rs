@@ -45,11 +45,13 @@ pub enum KeysCommand {
     /// file holds. The file stays readable and writable throughout: each stripe is
     /// rewritten and recorded in turn, and readers use the old tree for stripes not yet
     /// rewritten; a writer that opened it before the rekey is refused when it records
-    /// what it wrote, and must open it again. Run it once the revoked users' capabilities
-    /// have expired (the capability lifetime after `keys revoke`, 5 minutes by default):
-    /// until then they may still ask a KDS for keys of the file, the new tree's too.
-    /// Avoid writing the file while it runs (a stripe written at the same moment races
-    /// as with two writers: one write is lost).
+    /// what it wrote, and must open it again. It may run right after `keys revoke`: the
+    /// permits a range grantee kept name the old tree, and a KDS gives no key of a newer
+    /// one under them. Users whose access ended by chmod keep their capabilities (and so
+    /// the new tree's keys) until those expire, 5 minutes by default, as they keep
+    /// reading the file: rekey after that, or `maat admin revoke` them first. Avoid
+    /// writing the file while it runs (a stripe written at the same moment races as with
+    /// two writers: one write is lost).
     Rekey {
         /// Path in Maat (an encrypted file).
         path: String,

@@ -216,6 +216,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
                 mds_public_keys_file: data.join("mds/public-keys.toml"),
                 metrics: (!args.no_metrics).then(|| format!("{host}:0")),
                 run_dir: data.join(format!("kds-{i}")),
+                mds: Some(mds_address.clone()),
             };
             write_new(
                 &data.join(format!("kds-{i}/kds.toml")),
@@ -396,9 +397,10 @@ pub fn run(args: UpArgs) -> Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    let mds_listen = MdsFileConfig::load(&data.join("mds/mds.toml"))?.listen;
     let mut daemons = vec![Daemon {
         name: "mds".into(),
-        listen: MdsFileConfig::load(&data.join("mds/mds.toml"))?.listen,
+        listen: mds_listen.clone(),
         config: data.join("mds/mds.toml"),
         kind: "mds",
         child: None,
@@ -416,9 +418,19 @@ pub fn run(args: UpArgs) -> Result<()> {
             .and_then(|d| d.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "kds".into());
+        let mut config = KdsFileConfig::load(c)?;
+        if config.mds.is_none() {
+            // A KDS config from before KDS instances learned revocations (SPEC M9).
+            config.mds = Some(mds_listen.clone());
+            maat_server::private::replace_file(c, toml::to_string(&config)?.as_bytes())?;
+            eprintln!(
+                "note: {} now names the MDS, so that the KDS learns revocations",
+                c.display()
+            );
+        }
         daemons.push(Daemon {
             name,
-            listen: KdsFileConfig::load(c)?.listen,
+            listen: config.listen,
             config: c.clone(),
             kind: "kds",
             child: None,

@@ -188,7 +188,22 @@ fn the_kds_gives_keys_only_to_named_users_for_named_files_from_sound_lockboxes()
     alice.chmod("/home/alice/a", 0o600).unwrap();
     let a = alice.open("/home/alice/a", Access::Read, None).unwrap();
     let b = alice.open("/home/alice/b", Access::Read, None).unwrap();
+    let kds_ops = |c: &mut Client| {
+        ["key_agreements", "signatures_made", "seals"]
+            .map(|name| kds_counter(c, "kds 1", name).unwrap())
+    };
+    let before = kds_ops(&mut alice);
     assert!(alice.request_file_keys(&a).unwrap() >= 1);
+    assert!(alice.request_file_keys(&b).unwrap() >= 1);
+    assert!(alice.request_file_keys(&a).unwrap() >= 1);
+    // Keyed grants: one X25519 agreement for Alice's login, then no public-key operation
+    // per grant (a signed grant costs a seal and a signature each).
+    let after = kds_ops(&mut alice);
+    assert_eq!(
+        [0, 1, 2].map(|i| after[i] - before[i]),
+        [1, 0, 0],
+        "KDS agreements, signatures and seals for three grants"
+    );
 
     // Bob presents Alice's capability and lockbox with his own ticket.
     assert_eq!(code(bob.request_file_keys(&a)), ErrorCode::WrongUser);

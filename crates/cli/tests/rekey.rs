@@ -116,6 +116,10 @@ fn after_revoke_and_rekey_the_old_range_key_decrypts_nothing_the_file_holds() {
         );
     }
 
+    // Bob also keeps the capability and key-range permit of one open, good for minutes.
+    let bobs = bob.open(F, Access::Read, None).unwrap();
+    assert!(bob.request_file_keys(&bobs).unwrap() >= 1);
+
     // ...until his grant is revoked and the file rekeyed. (A write handle Alice opened
     // before the rekey, for the end.)
     let mut stale = alice.open_file(F, WRITE).unwrap();
@@ -163,6 +167,13 @@ fn after_revoke_and_rekey_the_old_range_key_decrypts_nothing_the_file_holds() {
             assert_eq!(e.reason, expected, "stripe {stripe} as tree {as_version}");
         }
     }
+    // Nor does the permit he kept get him the new tree's keys of his old range, with the
+    // new lockbox (not secret to the file's readers) put in its place: it names tree 1.
+    let mut with_new_lockbox = bobs.clone();
+    with_new_lockbox.stat.crypt = Some(crypt.clone());
+    let e = bob.request_file_keys(&with_new_lockbox).unwrap_err();
+    assert!(e.to_string().contains("key tree 1"), "{e}");
+    assert_eq!(code::<usize>(Err(e)), ErrorCode::PermissionDenied);
     // Bob gets no key of the new tree (no capability at all); the others read as before.
     assert_eq!(
         code(bob.open_file(F, OpenFlags::READ)),

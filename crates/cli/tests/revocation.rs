@@ -2,7 +2,9 @@
 //! at once (pushed before the administrator gets the answer), an OSD that restarts learns
 //! it from the MDS before it serves again, a forged notice is refused, only the
 //! administrator may revoke, a flood of revocations is bounded, and every OSD's table
-//! empties once what it revoked would have expired anyway.
+//! empties once what it revoked would have expired anyway. The KDS refuses keys to what
+//! was revoked the same way, and learns the notices in force from the MDS (which lists
+//! them to holders of the KDS key only) after a restart.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -49,11 +51,11 @@ fn id_of(opened: &Opened) -> u64 {
         .0
 }
 
-/// Reads stripe 0, waiting out a restarting OSD (`NotReady`, or not yet listening).
-fn read_after_restart(c: &mut Client, opened: &Opened) -> Result<Option<Vec<u8>>, ClientError> {
+/// `call`'s answer, waiting out a restarting daemon (`NotReady`, or not yet listening).
+fn after_restart<T>(mut call: impl FnMut() -> Result<T, ClientError>) -> Result<T, ClientError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = c.read_object(opened, 0);
+        let r = call();
         let waiting = match &r {
             Err(ClientError::Refused(e)) => e.code == ErrorCode::NotReady,
             Err(ClientError::Net { .. }) => true,
@@ -64,6 +66,11 @@ fn read_after_restart(c: &mut Client, opened: &Opened) -> Result<Option<Vec<u8>>
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Reads stripe 0, waiting out a restarting OSD.
+fn read_after_restart(c: &mut Client, opened: &Opened) -> Result<Option<Vec<u8>>, ClientError> {
+    after_restart(|| c.read_object(opened, 0))
 }
 
 #[test]
@@ -217,4 +224,138 @@ fn revocation_is_immediate_reaches_restarted_osds_and_lapses_with_the_capabiliti
     }
     let renewed = fresh_open(&mut bob, "/shared/data").unwrap();
     assert!(bob.read_object(&renewed, 0).unwrap().is_some());
+}
+
+/// Asks for `opened`'s keys, waiting out a restarting KDS.
+fn keys_after_restart(c: &mut Client, opened: &Opened) -> Result<usize, ClientError> {
+    after_restart(|| c.request_file_keys(opened))
+}
+
+#[test]
+fn the_kds_refuses_keys_to_revoked_users_and_capabilities_at_once_and_after_a_restart() {
+    let cluster = Cluster::start_encrypting(1, &["--grouping", "none"]);
+    for user in ["alice", "bob", "carol"] {
+        cluster.add_user(user, &format!("{user} passphrase"), None);
+    }
+    let mut admin = cluster.admin_client();
+    admin.mkdir("/shared", 0o777, false).unwrap();
+    let mut alice = cluster.user_client("alice", "alice passphrase");
+    let data = vec![5u8; 50_000];
+    alice
+        .put(
+            &mut &data[..],
+            data.len() as u64,
+            "/shared/data",
+            &mut |_| {},
+        )
+        .unwrap();
+    let mut bob = cluster.user_client("bob", "bob passphrase");
+    let mut carol = cluster.user_client("carol", "carol passphrase");
+    let alices = fresh_open(&mut alice, "/shared/data").unwrap();
+    let bobs = fresh_open(&mut bob, "/shared/data").unwrap();
+    let carols = fresh_open(&mut carol, "/shared/data").unwrap();
+    assert!(alices.stat.crypt.is_some(), "the file is encrypted");
+    for (c, opened) in [
+        (&mut alice, &alices),
+        (&mut bob, &bobs),
+        (&mut carol, &carols),
+    ] {
+        assert!(c.request_file_keys(opened).unwrap() >= 1);
+    }
+    assert!(
+        counter(&mut admin, "kds", "revocation_checks") >= 1,
+        "the KDS learned the revocations in force before it served"
+    );
+
+    // Bob's capability, then Carol herself: refused keys as soon as the administrator
+    // hears the revocation is done (the MDS pushed it), long before any expiry.
+    admin.revoke(&[], &[id_of(&bobs)]).unwrap();
+    assert_eq!(code(bob.request_file_keys(&bobs)), ErrorCode::Revoked);
+    admin.revoke(&["carol".into()], &[]).unwrap();
+    assert_eq!(code(carol.request_file_keys(&carols)), ErrorCode::Revoked);
+    assert_eq!(counter(&mut admin, "kds", "revocations_applied"), 2);
+    assert!(alice.request_file_keys(&alices).unwrap() >= 1);
+    // Bob's next open is a new capability, and it gets keys.
+    let bobs_next = fresh_open(&mut bob, "/shared/data").unwrap();
+    assert!(bob.request_file_keys(&bobs_next).unwrap() >= 1);
+
+    // The KDS dies and is restarted with nothing: it learns both notices from the MDS
+    // before it hands out a key.
+    let old_pid = cluster.pid("kds-1");
+    common::signal("-KILL", old_pid);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster.pid("kds-1") == old_pid {
+        assert!(Instant::now() < deadline, "kds-1 was not restarted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        code(keys_after_restart(&mut bob, &bobs)),
+        ErrorCode::Revoked
+    );
+    assert_eq!(
+        code(keys_after_restart(&mut carol, &carols)),
+        ErrorCode::Revoked
+    );
+    assert!(keys_after_restart(&mut alice, &alices).unwrap() >= 1);
+    assert!(keys_after_restart(&mut bob, &bobs_next).unwrap() >= 1);
+
+    // The MDS lists the notices in force to holders of the KDS key only, within the
+    // clock-skew window, and a KDS takes a list only as the answer to its own request.
+    let data_dir = cluster.data();
+    let mds_key = maat_server::config::public_key_from_file(
+        &data_dir.join("mds/public-keys.toml"),
+        "mds_verifying_key",
+    )
+    .unwrap();
+    let kds_with = |seed: &[u8; 32]| {
+        maat_kds::Kds::new(maat_kds::KdsSecrets::from_seed(seed).unwrap(), &mds_key).unwrap()
+    };
+    let genuine =
+        kds_with(&maat_server::read_key_file(&data_dir.join("kds-keys/kds.key")).unwrap());
+    let impostor = kds_with(&[1; 32]);
+    let mds = maat_server::MdsFileConfig::load(&data_dir.join("mds/mds.toml"))
+        .unwrap()
+        .listen;
+    let ask = |kds: &maat_kds::Kds, at: u64| {
+        let ask = kds
+            .revocations_request(UnixMillis(at), &mut maat_crypto::OsRng)
+            .unwrap();
+        let (_, answer) = maat_net::Connection::new(mds.clone())
+            .call(FrameType::Plain, &ask.payload)
+            .unwrap();
+        (ask, answer)
+    };
+    let now = maat_client::local_now();
+    let (first, answer) = ask(&genuine, now);
+    assert_eq!(
+        genuine
+            .accept_revocations(&first, &answer, UnixMillis(now))
+            .unwrap(),
+        2
+    );
+    let (second, _) = ask(&genuine, now);
+    assert_eq!(
+        genuine
+            .accept_revocations(&second, &answer, UnixMillis(now))
+            .unwrap_err()
+            .code,
+        ErrorCode::BadSignature,
+        "an answer to another request"
+    );
+    let (refused, answer) = ask(&impostor, now);
+    assert_eq!(
+        impostor
+            .accept_revocations(&refused, &answer, UnixMillis(now))
+            .unwrap_err()
+            .code,
+        ErrorCode::AuthenticationFailed
+    );
+    let (stale, answer) = ask(&genuine, now - 600_000);
+    assert_eq!(
+        genuine
+            .accept_revocations(&stale, &answer, UnixMillis(now))
+            .unwrap_err()
+            .code,
+        ErrorCode::StaleRequest
+    );
 }

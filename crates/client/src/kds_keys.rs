@@ -7,7 +7,7 @@ use super::*;
 use crate::crypt::{lockbox_of, HeldKeys};
 use maat_crypto::kht::KhtShape;
 use maat_proto::capability::{Capability, Files, Principals};
-use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::horus::{GrantKey, Lockbox, RangeGrant};
 use maat_proto::merkle_msg::SetKind;
 use maat_proto::msg::{FileKeysRequest, KdsRequest, KdsResponse};
 
@@ -160,6 +160,30 @@ impl Client {
         Ok(held)
     }
 
+    /// The key this login shares with the KDS for keyed grants (one X25519 agreement per
+    /// login and KDS key, then kept).
+    fn grant_key(
+        &mut self,
+        sealing: &maat_crypto::seal::SealingSecretKey,
+        kds: &[u8; 32],
+    ) -> Result<GrantKey> {
+        // (Named by a hash of the login's secret: its public key would cost an X25519
+        // operation to compute.)
+        let mine = maat_crypto::hash::blake3(&[b"maat/grant-key-login", &sealing.to_bytes()[..]]);
+        if let Some((k, m, key)) = &self.grant_key {
+            if k == kds && *m == mine {
+                return Ok(key.clone());
+            }
+        }
+        let key = GrantKey::for_client(sealing, &maat_crypto::seal::SealingPublicKey(*kds))
+            .map_err(|e| ClientError::Token {
+                what: "KDS key in the cluster map",
+                source: e,
+            })?;
+        self.grant_key = Some((*kds, mine, key.clone()));
+        Ok(key)
+    }
+
     /// One key request to a KDS for several files, each with the nodes wanted; one
     /// answer per file (the keys, checked: sealed to this login and signed by the KDS,
     /// for that file, or the KDS's refusal).
@@ -182,17 +206,34 @@ impl Client {
             });
         }
         let first = files.first().map_or(0, |(o, _, _)| o.stat.id);
-        let payload = msg::encode(&KdsRequest::Keys {
+        let grant_key = self.grant_key(&sealing, &kds_keys.sealing_key)?;
+        let mut request = KdsRequest::KeysKeyed {
             ticket,
             files: wanted,
-        })
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-        let grants = self.kds_call(first, &payload)?;
+        };
+        let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
+        // `Some(KDS key)` when the grants are signed ones.
+        let (grants, signed_by) = match self.kds_call(first, &payload) {
+            // A KDS from before keyed grants does not know the request: ask it for
+            // signed ones.
+            Err(e) if e.code() == Some(ErrorCode::Malformed) => {
+                if let KdsRequest::KeysKeyed { ticket, files } = &mut request {
+                    request = KdsRequest::Keys {
+                        ticket: std::mem::take(ticket),
+                        files: std::mem::take(files),
+                    };
+                }
+                let payload =
+                    msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
+                let kds_key = VerifyingKey::from_bytes(&kds_keys.verifying_key)
+                    .map_err(|e| ClientError::Local(format!("KDS key in the cluster map: {e}")))?;
+                (self.kds_call(first, &payload)?, Some(kds_key))
+            }
+            other => (other?, None),
+        };
         if grants.len() != files.len() {
             return Err(self.bad("kds", "one grant per file expected"));
         }
-        let kds_key = VerifyingKey::from_bytes(&kds_keys.verifying_key)
-            .map_err(|e| ClientError::Local(format!("KDS key in the cluster map: {e}")))?;
         let now = UnixMillis(local_now());
         let token = |e| ClientError::Token {
             what: "range-key grant",
@@ -204,7 +245,11 @@ impl Client {
             .map(|(grant, (opened, _, _))| {
                 let grant =
                     RangeGrant::decode(&grant.map_err(ClientError::Refused)?).map_err(token)?;
-                let open = grant.open(&sealing, &kds_key, now).map_err(token)?;
+                let open = match &signed_by {
+                    None => grant.open_keyed(&grant_key, now),
+                    Some(kds_key) => grant.open(&sealing, kds_key, now),
+                }
+                .map_err(token)?;
                 if open.file.0 != opened.stat.id {
                     return Err(ClientError::BadAnswer {
                         address: "kds".into(),
@@ -260,7 +305,8 @@ impl Client {
     }
 
     /// Sends a key request to a KDS: the instances in turn from one picked by file (so
-    /// load spreads over them), the next when one cannot be reached. Returns the grants.
+    /// load spreads over them), the next when one cannot be reached or is not ready.
+    /// Returns the grants.
     fn kds_call(
         &mut self,
         file: u64,
@@ -283,10 +329,14 @@ impl Client {
                 .or_insert_with(|| Connection::new(address.clone()));
             match conn.call(FrameType::Plain, payload) {
                 Ok((FrameType::Plain, answer)) => {
-                    return match decode_answer::<KdsResponse>(&address, &answer)? {
-                        KdsResponse::Grants(grants) => Ok(grants),
-                        _ => Err(self.bad(&address, "unexpected KDS answer")),
-                    };
+                    match decode_answer::<KdsResponse>(&address, &answer) {
+                        Ok(KdsResponse::Grants(grants)) => return Ok(grants),
+                        Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
+                        // Just started, it has not yet learned the revocations in force
+                        // (SPEC M9): another instance may have.
+                        Err(e) if e.code() == Some(ErrorCode::NotReady) => last = Some(e),
+                        Err(e) => return Err(e),
+                    }
                 }
                 Ok((_, answer)) => return Err(refusal(&address, &answer)),
                 Err(source) => {

@@ -205,6 +205,9 @@ pub struct Client {
     file_keys: HashMap<(u64, u32), crypt::HeldKeys>,
     /// Connections to key distribution servers, by address.
     kds_connections: HashMap<String, Connection>,
+    /// The key shared with the KDS for keyed grants: (KDS sealing key, a hash of this
+    /// login's sealing secret, the key), made once per login.
+    grant_key: Option<([u8; 32], [u8; 32], maat_proto::horus::GrantKey)>,
     /// The key tree level key requests ask for (SPEC H8).
     key_level: u8,
     key_prefetch: u64,
@@ -267,6 +270,7 @@ impl Client {
             jobs: HashMap::new(),
             file_keys: HashMap::new(),
             kds_connections: HashMap::new(),
+            grant_key: None,
             key_level: 0,
             key_prefetch: 0,
             stats,

@@ -60,6 +60,9 @@ counters! {
     seals,
     /// Sealed messages opened.
     unseals,
+    /// X25519 agreements of a static key outside sealing and opening (keyed range-key
+    /// grants, SET MASTER KEY).
+    key_agreements,
     /// Plaintext bytes encrypted by the block AEAD.
     aead_bytes_sealed,
     /// Ciphertext bytes decrypted and authenticated by the block AEAD.

@@ -75,6 +75,11 @@ impl SealingSecretKey {
     /// Raw X25519 agreement with a peer's public key (for SET MASTER KEY style exchanges).
     /// Refuses non-contributory results (small-order peer keys).
     pub fn agree(&self, peer: &SealingPublicKey) -> Result<Zeroizing<[u8; 32]>> {
+        bump!(self.counters, key_agreements);
+        self.agree_uncounted(peer)
+    }
+
+    fn agree_uncounted(&self, peer: &SealingPublicKey) -> Result<Zeroizing<[u8; 32]>> {
         let shared = self
             .inner
             .diffie_hellman(&x25519_dalek::PublicKey::from(peer.0));
@@ -95,7 +100,7 @@ impl SealingSecretKey {
         }
         let eph = SealingPublicKey(*eph);
         let shared = self
-            .agree(&eph)
+            .agree_uncounted(&eph)
             .map_err(|_| CryptoError::DecryptionFailed)?;
         let key = box_key(&shared, context, &eph, &self.public_key())?;
         let mut buf = Zeroizing::new(body.to_vec());

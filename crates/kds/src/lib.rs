@@ -13,12 +13,16 @@
 //!    file id is the lockbox's sealed additional data, so a box cannot be moved);
 //! 4. every node asked for lies inside the tree, and, when the capability carries the
 //!    range-keys mode bit (SPEC H6), inside the ranges of the MDS-signed key-range permit
-//!    sent with it, which must name that capability, the ticket's user and the file;
+//!    sent with it, which must name that capability, the ticket's user and the file, and
+//!    a key tree no older than the lockbox's (SPEC H7: a rekey shuts out earlier permits);
+//! 5. no revocation notice in force names the capability or the ticket's user (SPEC M9,
+//!    `revocations.rs`);
 //!
-//! and answers with a [`RangeGrant`]: the node keys sealed to the ticket's key and signed
-//! by the KDS. Verified tickets, capabilities, trees and opened lockboxes are cached
-//! (bounded), so repeated requests cost no public-key operation but the sealing and the
-//! signature of the answer.
+//! and answers with a [`RangeGrant`]: the node keys sealed under the key this KDS shares
+//! with the ticket's login (`KeysKeyed`: a [`GrantKey`], one X25519 agreement per login),
+//! or sealed to the ticket's key and signed by the KDS (`Keys`, for older clients).
+//! Verified tickets, capabilities, trees, opened lockboxes and grant keys are cached
+//! (bounded), so repeated keyed requests cost no public-key operation at all.
 
 use maat_crypto::hash::{self, Digest};
 use maat_crypto::kht::{Node, RangeKey};
@@ -26,7 +30,7 @@ use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::{SigningKey, VerifyingKey};
 use maat_crypto::{kdf, Counters, CryptoRngCore, OpCounters};
 use maat_proto::capability::{Capability, Files, Mode, Principals};
-use maat_proto::horus::{Lockbox, OpenedLockbox, RangeGrant};
+use maat_proto::horus::{GrantKey, Lockbox, OpenedLockbox, RangeGrant};
 use maat_proto::key_ranges::KeyRanges;
 use maat_proto::limits::RANGE_GRANT_NODES_MAX;
 use maat_proto::merkle_msg::{MemberSet, MerkleTreeMessage, SetKind};
@@ -34,12 +38,19 @@ use maat_proto::msg::{
     self, DaemonStats, ErrorCode, FileKeysRequest, KdsKeys, KdsRequest, KdsResponse, WireError,
     KDS_FILES_PER_REQUEST_MAX,
 };
+use maat_proto::revocation::RevokedTable;
 use maat_proto::signed::{self, SignedBody, Timed, Unverified};
 use maat_proto::ticket::LoginTicket;
 use maat_proto::{FileId, UnixMillis};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+/// How old the KDS's last catch-up with the MDS's revocations (SPEC M9) may be before it
+/// refuses keys (`NotReady`): it checks every second, so this is several missed checks.
+/// A KDS cut off from the MDS stops handing out keys rather than ignore what was revoked
+/// meanwhile.
+pub const REVOCATIONS_STALE_MILLIS: u64 = 10_000;
 
 /// Most entries of each cache (tickets, capabilities, trees, lockboxes); a full cache is
 /// emptied of what expired, then cleared.
@@ -52,6 +63,9 @@ pub enum KdsError {
     /// A key could not be made from the configured secret.
     #[error("KDS key: {0}")]
     Key(#[from] maat_crypto::CryptoError),
+    /// The revocations in force could not be taken.
+    #[error("revocations: {0}")]
+    Revocations(WireError),
 }
 
 /// The KDS's secrets, shared by every instance of a cluster.
@@ -87,6 +101,8 @@ struct Caches {
     permits: HashMap<Digest, KeyRanges>,
     trees: HashMap<Digest, MemberSet>,
     lockboxes: HashMap<Digest, OpenedLockbox>,
+    /// Keys shared with logins for keyed grants, by the ticket's sealing key.
+    grant_keys: HashMap<[u8; 32], (GrantKey, UnixMillis)>,
 }
 
 #[derive(Default)]
@@ -100,6 +116,17 @@ struct Stats {
     capability_cache_hits: AtomicU64,
     permit_cache_hits: AtomicU64,
     lockbox_cache_hits: AtomicU64,
+    grant_key_hits: AtomicU64,
+    revocations_applied: AtomicU64,
+    revocation_checks: AtomicU64,
+}
+
+/// How the grants of one request are sealed.
+enum GrantSeal {
+    /// To the ticket's key, and signed.
+    Signed,
+    /// Under the key shared with the login.
+    Keyed(GrantKey),
 }
 
 /// A key distribution server.
@@ -110,6 +137,10 @@ pub struct Kds {
     counters: Counters,
     caches: Mutex<Caches>,
     stats: Stats,
+    /// SPEC M9: the notices in force, learned from the MDS.
+    revoked: RevokedTable,
+    /// Whether keys wait for current revocations (not for a KDS told to serve without).
+    revocations_checked: std::sync::atomic::AtomicBool,
 }
 
 fn refuse(code: ErrorCode, detail: impl Into<String>) -> WireError {
@@ -136,6 +167,8 @@ impl Kds {
             counters,
             caches: Mutex::new(Caches::default()),
             stats: Stats::default(),
+            revoked: RevokedTable::default(),
+            revocations_checked: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -153,8 +186,14 @@ impl Kds {
             Err(e) => Err(refuse(ErrorCode::Malformed, format!("KDS request: {e}"))),
             Ok(KdsRequest::Stats) => Ok(KdsResponse::Stats(self.stats())),
             Ok(KdsRequest::Keys { ticket, files }) => self
-                .keys(&ticket, &files, now, rng)
+                .keys(&ticket, &files, false, now, rng)
                 .map(KdsResponse::Grants),
+            Ok(KdsRequest::KeysKeyed { ticket, files }) => self
+                .keys(&ticket, &files, true, now, rng)
+                .map(KdsResponse::Grants),
+            Ok(KdsRequest::Revoke(notice)) => self
+                .apply_revocation(&notice, now)
+                .map(|()| KdsResponse::Applied),
         };
         if let Err(e) = &result {
             self.refused(e);
@@ -167,13 +206,15 @@ impl Kds {
         self.stats.refused_by_reason.add(e.code);
     }
 
-    /// Range-key grants for `files`, sealed to `ticket`'s key: one answer per file (a
+    /// Range-key grants for `files`, sealed to `ticket`'s key and signed, or (`keyed`)
+    /// sealed under the key this KDS shares with that login: one answer per file (a
     /// refusal of one file does not refuse the others); the whole request is refused
     /// when the ticket does not verify.
     pub fn keys(
         &self,
         ticket: &[u8],
         files: &[FileKeysRequest],
+        keyed: bool,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Vec<Result<Vec<u8>, WireError>>, WireError> {
@@ -183,11 +224,17 @@ impl Kds {
                 format!("a key request names 1 to {KDS_FILES_PER_REQUEST_MAX} files"),
             ));
         }
+        self.revocations_current(now)?;
         let ticket = self.ticket(ticket, now)?;
+        let seal = if keyed {
+            GrantSeal::Keyed(self.grant_key(&ticket, now)?)
+        } else {
+            GrantSeal::Signed
+        };
         Ok(files
             .iter()
             .map(|f| {
-                let r = self.file_keys(&ticket, f, now, rng);
+                let r = self.file_keys(&ticket, f, &seal, now, rng);
                 if let Err(e) = &r {
                     self.refused(e);
                 }
@@ -338,10 +385,30 @@ impl Kds {
         Ok(opened)
     }
 
+    /// The key this KDS shares with `ticket`'s login (one X25519 agreement per login,
+    /// then from the cache until the ticket expires).
+    fn grant_key(&self, ticket: &LoginTicket, now: UnixMillis) -> Result<GrantKey, WireError> {
+        let client = ticket.client_sealing_key.0;
+        if let Some((key, _)) = self.caches().grant_keys.get(&client) {
+            self.stats.grant_key_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(key.clone());
+        }
+        let key = GrantKey::for_kds(&self.sealing, &ticket.client_sealing_key)
+            .map_err(|e| refuse(ErrorCode::InvalidArgument, format!("the ticket's key: {e}")))?
+            .with_counters(self.counters.clone());
+        let mut caches = self.caches();
+        bounded(&mut caches.grant_keys, |(_, expiry)| *expiry <= now);
+        caches
+            .grant_keys
+            .insert(client, (key.clone(), ticket.expiry));
+        Ok(key)
+    }
+
     fn file_keys(
         &self,
         ticket: &LoginTicket,
         request: &FileKeysRequest,
+        seal: &GrantSeal,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Vec<u8>, WireError> {
@@ -352,6 +419,8 @@ impl Kds {
             ));
         }
         let capability = self.capability(&request.capability, now)?;
+        // SPEC M9: a revoked capability or user gets no key, whatever its expiry says.
+        self.revoked.check(capability.id, ticket.user, None, now)?;
         // Keys decrypt what the holder reads: a write-only capability (a write-only
         // open, or the one the MDS hands a remover) gets none, so that a user granted
         // some ranges cannot get the rest with a capability of another kind.
@@ -391,6 +460,18 @@ impl Kds {
             request.key_ranges.as_deref(),
             now,
         )?;
+        if let Some(newest) = permit.as_ref().and_then(|p| p.tree_version) {
+            if sealed.tree_version > newest {
+                return Err(refuse(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "the key-range permit was issued under key tree {newest}; this lockbox \
+                         is of tree {}: open the file again",
+                        sealed.tree_version
+                    ),
+                ));
+            }
+        }
         let opened = self.lockbox(&request.lockbox)?;
         debug_assert_eq!(opened.file, sealed.file);
         let shape = &opened.shape;
@@ -424,14 +505,19 @@ impl Kds {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let grant = RangeGrant::issue(
-            &opened,
-            capability.expiry,
-            &keys,
-            &ticket.client_sealing_key,
-            &self.signing,
-            rng,
-        )?;
+        let grant = match seal {
+            GrantSeal::Signed => RangeGrant::issue(
+                &opened,
+                capability.expiry,
+                &keys,
+                &ticket.client_sealing_key,
+                &self.signing,
+                rng,
+            )?,
+            GrantSeal::Keyed(key) => {
+                RangeGrant::issue_keyed(&opened, capability.expiry, &keys, key, rng)?
+            }
+        };
         self.stats.grants.fetch_add(1, Ordering::Relaxed);
         self.stats
             .keys_granted
@@ -456,7 +542,11 @@ impl Kds {
             ("capability_cache_hits", &s.capability_cache_hits),
             ("permit_cache_hits", &s.permit_cache_hits),
             ("lockbox_cache_hits", &s.lockbox_cache_hits),
+            ("grant_key_cache_hits", &s.grant_key_hits),
+            ("revocations_applied", &s.revocations_applied),
+            ("revocation_checks", &s.revocation_checks),
         ]);
+        counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
         counters.extend(DaemonStats::operations(&self.counters));
         counters.extend(s.refused_by_reason.counters());
         DaemonStats {
@@ -466,79 +556,7 @@ impl Kds {
     }
 }
 
-/// Hostile input for fuzzing (`fuzz/fuzz_targets/kds_request.rs`) and its replay under
-/// `cargo test`: a KDS with fixed keys takes `data` as a whole request payload, and, past
-/// a valid MDS-signed ticket, as the files of a key request, so that the checks behind
-/// the ticket see arbitrary capabilities, lockboxes, trees and nodes. Every answer must
-/// decode; a panic anywhere is a bug.
 #[allow(clippy::panic)]
-pub mod fuzzing {
-    use super::*;
-    use maat_crypto::seal::SealingPublicKey;
-    use maat_proto::UserId;
-
-    /// When the fuzzed requests arrive (inside the ticket's validity).
-    pub const NOW: UnixMillis = UnixMillis(1_800_000_000_000);
-
-    /// The KDS under test and a ticket its MDS key signed.
-    pub struct Target {
-        kds: Kds,
-        ticket: Vec<u8>,
-    }
-
-    impl Target {
-        /// Fixed keys: KDS seed `[7; 32]`, MDS signing seed `[9; 32]`.
-        pub fn new() -> Result<Self, KdsError> {
-            let mds = SigningKey::from_seed(&[9; 32]);
-            let kds = Kds::new(
-                KdsSecrets::from_seed(&[7; 32])?,
-                &mds.verifying_key().to_bytes(),
-            )?;
-            let ticket = signed::sign(
-                LoginTicket {
-                    ticket_id: 1,
-                    user: UserId(1000),
-                    client_signing_key: SigningKey::from_seed(&[3; 32]).verifying_key().to_bytes(),
-                    client_sealing_key: SealingPublicKey([4; 32]),
-                    iv: [5; maat_proto::ticket::TICKET_IV_BYTES],
-                    start: UnixMillis(NOW.0 - 1_000),
-                    expiry: UnixMillis(NOW.0 + 3_600_000),
-                },
-                &mds,
-            )
-            .encoded()
-            .to_vec();
-            Ok(Self { kds, ticket })
-        }
-
-        /// The raw answer to a key request for `files` behind the valid ticket.
-        pub fn answer_with_ticket(
-            &self,
-            files: &[FileKeysRequest],
-            rng: &mut impl CryptoRngCore,
-        ) -> Vec<u8> {
-            let request = KdsRequest::Keys {
-                ticket: self.ticket.clone(),
-                files: files.to_vec(),
-            };
-            match msg::encode(&request) {
-                Ok(payload) => self.kds.handle(&payload, NOW, rng),
-                Err(_) => Vec::new(),
-            }
-        }
-
-        /// Feeds `data` both ways; panics when an answer does not decode.
-        pub fn run(&self, data: &[u8], rng: &mut impl CryptoRngCore) {
-            let answer = self.kds.handle(data, NOW, rng);
-            if msg::decode::<Result<KdsResponse, WireError>>(&answer).is_err() {
-                panic!("a KDS answer does not decode");
-            }
-            if let Ok(files) = msg::decode::<Vec<FileKeysRequest>>(data) {
-                let answer = self.answer_with_ticket(&files, rng);
-                if msg::decode::<Result<KdsResponse, WireError>>(&answer).is_err() {
-                    panic!("a KDS answer does not decode");
-                }
-            }
-        }
-    }
-}
+pub mod fuzzing;
+mod revocations;
+pub use revocations::RevocationsAsk;

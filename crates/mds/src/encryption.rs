@@ -122,6 +122,13 @@ fn next_tree(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
         .map_err(|e| MdsError::refused(ErrorCode::TooLarge, format!("{path}: {e}")))
 }
 
+/// SPEC H7: the version of an encrypted file's current key tree (from its lockbox).
+pub(crate) fn current_tree_version(crypt: &FileCrypt, path: &str) -> Result<u32> {
+    Ok(Lockbox::decode(&crypt.lockbox)
+        .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("{path}: lockbox: {e}")))?
+        .tree_version)
+}
+
 /// SPEC H3: records the generations an encrypted file's writer used for the stripes it
 /// rewrote (ranges inside the new size, generations non-zero, at most
 /// [`WRITTEN_RANGES_MAX`] ranges), and (SPEC H7) the key tree it sealed them under: the
@@ -146,9 +153,7 @@ pub(crate) fn record_generations(
             format!("{path}: more than {WRITTEN_RANGES_MAX} written ranges in one size update"),
         ));
     }
-    let current = Lockbox::decode(&crypt.lockbox)
-        .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("{path}: lockbox: {e}")))?
-        .tree_version;
+    let current = current_tree_version(crypt, path)?;
     let under = if tree_version == current {
         None
     } else if crypt.earlier_lockbox(tree_version).is_some() {

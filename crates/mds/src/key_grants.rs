@@ -320,6 +320,12 @@ impl<S: MetaStore> crate::Mds<S> {
             ranges,
             start: body.start,
             expiry: body.expiry,
+            // A KDS then opens no lockbox of a later tree under it (SPEC H7).
+            tree_version: inode
+                .crypt
+                .as_ref()
+                .map(|c| crate::encryption::current_tree_version(c, path))
+                .transpose()?,
         };
         stat.key_ranges = Some(signed::sign(permit, &self.signing).encoded().to_vec());
         Ok(MdsResponse::Opened {

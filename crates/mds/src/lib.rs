@@ -496,6 +496,11 @@ impl<S: MetaStore> Mds<S> {
             MdsPlainRequest::Revocations { osd, nonce, mac } => {
                 self.revocations_for(osd, &nonce, &mac, now)
             }
+            MdsPlainRequest::KdsRevocations {
+                nonce,
+                timestamp,
+                signature,
+            } => self.revocations_for_kds(&nonce, UnixMillis(timestamp), &signature, now),
             MdsPlainRequest::OpaqueLoginFinish { state, ke3 } => {
                 self.opaque_login_finish(&state, &ke3, now, rng)
             }

@@ -15,11 +15,15 @@
 use crate::{lock, MdsError, MetaStore, Principal, Result, CLOCK_SKEW_MILLIS};
 use crate::{require_admin, Batch, Op};
 use maat_crypto::mac::MacKey;
+use maat_crypto::sign::VerifyingKey;
 use maat_crypto::Secret32;
 use maat_proto::limits::REVOCATION_ENTRIES_MAX;
 use maat_proto::msg::OsdEntry;
 use maat_proto::msg::{ErrorCode, MdsPlainResponse, MdsResponse};
-use maat_proto::revocation::{revocations_mac, revocations_request_mac, RevocationNotice};
+use maat_proto::revocation::{
+    kds_revocations_message, kds_revocations_request_message, revocations_mac,
+    revocations_request_mac, RevocationNotice,
+};
 use maat_proto::signed::{self, Unverified};
 use maat_proto::{CapabilityId, UnixMillis, UserId};
 use std::sync::{Arc, Mutex};
@@ -306,10 +310,65 @@ impl<S: MetaStore> crate::Mds<S> {
                 "revocations are listed for OSDs holding the join key",
             ));
         }
-        let notices: Vec<Vec<u8>> = self.with_revocations(now, |l| {
-            Ok(l.notices.iter().map(|n| n.encoded.clone()).collect())
-        })?;
+        let notices = self.notices_in_force(now)?;
         let mac = revocations_mac(&join, osd, nonce, &notices);
         Ok(MdsPlainResponse::Revocations { notices, mac })
+    }
+
+    /// Every signed notice in force, as the catch-ups of OSDs and KDS instances send them.
+    fn notices_in_force(&self, now: UnixMillis) -> Result<Vec<Vec<u8>>> {
+        self.with_revocations(now, |l| {
+            Ok(l.notices.iter().map(|n| n.encoded.clone()).collect())
+        })
+    }
+
+    /// SPEC M9 at a KDS: every notice in force, signed over the KDS's nonce; the request
+    /// must carry the signature of the KDS key in this MDS's config and a time within the
+    /// clock-skew window (a captured request is not answered for long).
+    pub(crate) fn revocations_for_kds(
+        &self,
+        nonce: &[u8; 16],
+        timestamp: UnixMillis,
+        signature: &[u8],
+        now: UnixMillis,
+    ) -> Result<MdsPlainResponse> {
+        let keys = self.config.kds_keys.ok_or_else(|| {
+            MdsError::refused(
+                ErrorCode::PermissionDenied,
+                "this MDS knows no KDS (no kds_public_keys_file in its config)",
+            )
+        })?;
+        if timestamp.0.abs_diff(now.0) > CLOCK_SKEW_MILLIS {
+            return Err(MdsError::refused(
+                ErrorCode::StaleRequest,
+                format!(
+                    "the KDS's clock is {} ms from the MDS's (at most {CLOCK_SKEW_MILLIS})",
+                    timestamp.0.abs_diff(now.0)
+                ),
+            ));
+        }
+        let signature = <[u8; 64]>::try_from(signature)
+            .map(maat_crypto::sign::Signature)
+            .map_err(|_| MdsError::refused(ErrorCode::Malformed, "a signature is 64 bytes"))?;
+        VerifyingKey::from_bytes(&keys.verifying_key)
+            .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("KDS key: {e}")))?
+            .with_counters(self.counters.clone())
+            .verify(
+                &kds_revocations_request_message(nonce, timestamp),
+                &signature,
+            )
+            .map_err(|_| {
+                MdsError::refused(
+                    ErrorCode::AuthenticationFailed,
+                    "revocations are listed for KDS instances holding the KDS key",
+                )
+            })?;
+        let notices = self.notices_in_force(now)?;
+        let signature = self
+            .signing
+            .sign(&kds_revocations_message(nonce, &notices))
+            .0
+            .to_vec();
+        Ok(MdsPlainResponse::KdsRevocations { notices, signature })
     }
 }

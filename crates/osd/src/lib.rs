@@ -12,7 +12,6 @@ mod authorize;
 mod delegation;
 mod plain;
 mod renewals;
-mod revocations;
 mod t10;
 mod trees;
 
@@ -30,7 +29,6 @@ use maat_proto::msg::{
 };
 use maat_proto::protection::{self, EnvelopeKeys, Protection};
 use maat_proto::renewal::RenewalToken;
-use maat_proto::revocation::RevocationNotice;
 use maat_proto::session::{self, SessionOffer};
 use maat_proto::signed::Unverified;
 use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
@@ -205,7 +203,7 @@ pub struct OsdCore {
     /// Renewed capability expiries (SPEC M8).
     renewed: renewals::Renewed,
     /// Revocation notices in force (SPEC M9).
-    revoked: revocations::Revoked,
+    revoked: maat_proto::revocation::RevokedTable,
     /// Job key lifetimes and proofs of possession (SPEC M10).
     delegations: delegation::Delegations,
     /// SPEC T2, T3: key hierarchy and cached credentials.
@@ -245,7 +243,7 @@ impl OsdCore {
             capabilities: RwLock::new(HashMap::new()),
             trees: trees::TreeCache::default(),
             renewed: renewals::Renewed::default(),
-            revoked: revocations::Revoked::default(),
+            revoked: maat_proto::revocation::RevokedTable::default(),
             delegations: delegation::Delegations::default(),
             t10: t10::T10State::default(),
             stats: Stats::default(),

@@ -31,9 +31,7 @@ impl OsdCore {
 
     /// SPEC M9: applies one MDS-signed notice (pushed by the MDS).
     pub fn apply_revocation(&self, notice: &[u8], now: UnixMillis) -> Result<(), WireError> {
-        let verified =
-            Unverified::<RevocationNotice>::decode(notice)?.verify(&self.mds_key()?, now)?;
-        self.revoked.apply(verified.body().clone(), now);
+        self.revoked.apply_signed(notice, &self.mds_key()?, now)?;
         self.stats
             .revocations_applied
             .fetch_add(1, Ordering::Relaxed);
@@ -43,19 +41,7 @@ impl OsdCore {
     /// SPEC M9: applies the complete list of notices in force that the MDS sent (its MAC
     /// checked by the caller), after which data requests are served.
     pub fn sync_revocations(&self, notices: &[Vec<u8>], now: UnixMillis) -> Result<(), WireError> {
-        let key = self.mds_key()?;
-        let mut list = Vec::with_capacity(notices.len());
-        for n in notices {
-            match Unverified::<RevocationNotice>::decode(n)?.verify(&key, now) {
-                Ok(v) => list.push(v.body().clone()),
-                // Lapsed by this OSD's clock (a little ahead of the MDS's): nothing to
-                // refuse any more; one such notice must not hold up the others.
-                Err(maat_proto::ProtoError::Expired { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.revoked.sync(list, now);
-        Ok(())
+        Ok(self.revoked.sync_signed(notices, &self.mds_key()?, now)?)
     }
 
     fn offer(

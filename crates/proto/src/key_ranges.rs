@@ -6,7 +6,10 @@
 //! alone, like the capability.
 //!
 //! Ranges are whole leaves of the file's key tree (the MDS refuses others), ascending and
-//! disjoint; the permit is bound to one capability id, one user and one file.
+//! disjoint; the permit is bound to one capability id, one user and one file, and (since
+//! rekeys, SPEC H7) to the newest key tree the file had when it was issued: a KDS opens
+//! no lockbox of a later tree under it, so a grantee revoked and rekeyed away cannot
+//! take the new tree's keys of its old ranges while its permit lasts.
 
 use crate::codec::{Reader, Writer};
 use crate::signed::{Body, Kind};
@@ -15,6 +18,10 @@ use maat_crypto::kht::{KhtShape, Node};
 
 /// Most ranges one permit names.
 pub const KEY_RANGES_MAX: usize = 64;
+
+/// Set in the range count word when a tree version follows it (permits from before tree
+/// versions have the bit clear and name none).
+const TREE_VERSION_FOLLOWS: u32 = 0x8000_0000;
 
 /// The fields of a key-range permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +39,10 @@ pub struct KeyRanges {
     pub start: UnixMillis,
     /// End of validity (the capability's).
     pub expiry: UnixMillis,
+    /// The file's newest key tree version at issue: keys come from lockboxes of that
+    /// tree or an earlier one only. `None` in permits from before tree versions (any
+    /// tree; they are no longer issued).
+    pub tree_version: Option<u32>,
 }
 
 impl KeyRanges {
@@ -72,8 +83,12 @@ impl Body for KeyRanges {
             .u64(self.user.0)
             .u64(self.file.0)
             .u64(self.start.0)
-            .u64(self.expiry.0)
-            .u32(u32::try_from(self.ranges.len()).unwrap_or(u32::MAX));
+            .u64(self.expiry.0);
+        let n = u32::try_from(self.ranges.len()).unwrap_or(u32::MAX);
+        match self.tree_version {
+            Some(version) => w.u32(n | TREE_VERSION_FOLLOWS).u32(version),
+            None => w.u32(n),
+        };
         for &(start, end) in &self.ranges {
             w.u64(start).u64(end);
         }
@@ -84,7 +99,25 @@ impl Body for KeyRanges {
         let file = FileId(r.u64()?);
         let start = UnixMillis(r.u64()?);
         let expiry = UnixMillis(r.u64()?);
-        let n = r.count("key-range permit ranges", KEY_RANGES_MAX, 16)?;
+        let word = r.u32()?;
+        let tree_version = if word & TREE_VERSION_FOLLOWS != 0 {
+            Some(r.u32()?)
+        } else {
+            None
+        };
+        let n = (word & !TREE_VERSION_FOLLOWS) as usize;
+        if n > KEY_RANGES_MAX {
+            return Err(ProtoError::TooLarge {
+                what: "key-range permit ranges",
+                len: n,
+                limit: KEY_RANGES_MAX,
+            });
+        }
+        if n.saturating_mul(16) > r.remaining() {
+            return Err(ProtoError::Truncated {
+                what: "key-range permit",
+            });
+        }
         let ranges = (0..n)
             .map(|_| Ok((r.u64()?, r.u64()?)))
             .collect::<Result<Vec<_>>>()?;
@@ -96,6 +129,7 @@ impl Body for KeyRanges {
             ranges,
             start,
             expiry,
+            tree_version,
         })
     }
 }
@@ -118,6 +152,7 @@ mod tests {
             ranges,
             start: UnixMillis(1_000),
             expiry: UnixMillis(2_000),
+            tree_version: Some(3),
         }
     }
 
@@ -131,6 +166,18 @@ mod tests {
             .verify(&mds.verifying_key(), UnixMillis(1_500))
             .unwrap();
         assert_eq!(back.body(), &p);
+        // A permit from before tree versions still decodes, naming none.
+        let older = KeyRanges {
+            tree_version: None,
+            ..p.clone()
+        };
+        let bytes = signed::sign(older.clone(), &mds).encoded().to_vec();
+        assert_eq!(
+            bytes.len() + 4,
+            signed::sign(p.clone(), &mds).encoded().len()
+        );
+        let back = Unverified::<KeyRanges>::decode(&bytes).unwrap();
+        assert_eq!(back.unverified_body(), &older);
 
         let shape = crate::encrypted::file_shape();
         let leaf = shape.leaf_level();

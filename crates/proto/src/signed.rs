@@ -60,11 +60,13 @@ pub enum Kind {
     KeyRanges = 0x11,
     /// T4 SET POLICY TAG (an object's policy access tag).
     SetPolicyTag = 0x12,
+    /// H4 range-key grant sealed under the key a KDS and one login share (no signature).
+    RangeGrantKeyed = 0x13,
 }
 
 impl Kind {
     /// Every kind, in byte order (tests use it to demand a fixture for each).
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::LoginTicket,
         Kind::SessionOffer,
         Kind::SessionConfirm,
@@ -83,6 +85,7 @@ impl Kind {
         Kind::RangeGrant,
         Kind::KeyRanges,
         Kind::SetPolicyTag,
+        Kind::RangeGrantKeyed,
     ];
 
     /// Human-readable name used in errors.
@@ -106,12 +109,13 @@ impl Kind {
             Kind::RangeGrant => "range-key grant",
             Kind::KeyRanges => "key-range permit",
             Kind::SetPolicyTag => "SET POLICY TAG",
+            Kind::RangeGrantKeyed => "keyed range-key grant",
         }
     }
 }
 
-// A kind added after `SetPolicyTag` must be added to `Kind::ALL` too.
-const _: () = assert!(Kind::ALL.len() == Kind::SetPolicyTag as usize);
+// A kind added after `RangeGrantKeyed` must be added to `Kind::ALL` too.
+const _: () = assert!(Kind::ALL.len() == Kind::RangeGrantKeyed as usize);
 
 /// The body of a token kind: its fields and their canonical encoding.
 pub trait Body: Sized {

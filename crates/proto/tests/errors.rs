@@ -16,7 +16,7 @@ use maat_crypto::sign::SigningKey;
 use maat_crypto::Secret32;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::delegation;
-use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::horus::{GrantKey, Lockbox, RangeGrant};
 use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
 use maat_proto::renewal::RenewalToken;
 use maat_proto::session::{self, SessionConfirm};
@@ -556,6 +556,56 @@ fn lockbox_and_grant_refusals() {
         .keys
         .iter()
         .all(|rk| opened.shape.leaf_key_for_offset(rk, 5 * 4096).is_err()));
+}
+
+#[test]
+fn keyed_grants_open_only_under_the_key_the_kds_and_the_login_share() {
+    let k = keys();
+    let grant = RangeGrant::decode(&fixture("range_key_grant_keyed")).unwrap();
+    let shared = GrantKey::for_client(&k.client_seal, &k.kds_seal.public_key()).unwrap();
+    let opened = grant.open_keyed(&shared, NOW).unwrap();
+    // The same keys as the signed grant of the same nodes.
+    let signed = RangeGrant::decode(&fixture("range_key_grant"))
+        .unwrap()
+        .open(&k.client_seal, &k.kds.verifying_key(), NOW)
+        .unwrap();
+    assert_eq!(opened, signed);
+    assert!(matches!(
+        grant.open_keyed(&shared, T1),
+        Err(ProtoError::Expired { .. })
+    ));
+    // Another login (or anyone who knows only the public keys) cannot open it, and a
+    // grant made under another KDS key does not open for this login: only the KDS and
+    // the ticket's holder can make a keyed grant that opens.
+    let other_login = SealingSecretKey::from_bytes([0x44; 32]);
+    let theirs = GrantKey::for_client(&other_login, &k.kds_seal.public_key()).unwrap();
+    assert!(matches!(
+        grant.open_keyed(&theirs, NOW),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    let mallory = SealingSecretKey::from_bytes([0x66; 32]);
+    let forged_key = GrantKey::for_kds(&mallory, &k.client_seal.public_key()).unwrap();
+    let lb = lockbox(&k).open_as_kds(&k.kds_seal).unwrap();
+    let attacker_keys = vec![maat_crypto::kht::RangeKey {
+        node: lb.shape.node_at(0, 0).unwrap(),
+        key: Secret32::from_bytes([0x66; 32]),
+    }];
+    let forged = RangeGrant::issue_keyed(&lb, T1, &attacker_keys, &forged_key, &mut rng()).unwrap();
+    let forged = RangeGrant::decode(&forged.encode()).unwrap();
+    assert!(matches!(
+        forged.open_keyed(&shared, NOW),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    // A signed grant is not taken as keyed, nor a keyed one as signed.
+    let signed = RangeGrant::decode(&fixture("range_key_grant")).unwrap();
+    assert!(matches!(
+        signed.open_keyed(&shared, NOW),
+        Err(ProtoError::Malformed { .. })
+    ));
+    assert!(matches!(
+        grant.open(&k.client_seal, &k.kds.verifying_key(), NOW),
+        Err(ProtoError::Malformed { .. })
+    ));
 }
 
 #[test]

@@ -63,7 +63,9 @@ tamper_tests!(
     set_policy_tag,
     lockbox,
     range_key_grant,
+    range_key_grant_keyed,
     key_ranges,
+    key_ranges_tree,
 );
 
 #[test]

@@ -99,6 +99,11 @@ pub struct KdsFileConfig {
     pub metrics: Option<String>,
     /// Where this instance writes `metrics.addr` (it keeps nothing else).
     pub run_dir: PathBuf,
+    /// The MDS address, to learn the revocations in force (SPEC M9) before handing out
+    /// keys and every second after. Configs from before it load; such a KDS says at start
+    /// that it refuses nothing revoked before it expires.
+    #[serde(default)]
+    pub mds: Option<String>,
 }
 
 impl KdsFileConfig {

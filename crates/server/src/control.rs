@@ -13,10 +13,11 @@
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::OsRng;
+use maat_kds::Kds;
 use maat_net::Connection;
 use maat_osd::OsdCore;
 use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, OsdPlainRequest, OsdPlainResponse};
-use maat_proto::msg::{OsdEntry, WireError};
+use maat_proto::msg::{KdsRequest, KdsResponse, OsdEntry, WireError};
 use maat_proto::wire::FrameType;
 use rand_core::RngCore;
 use std::time::Duration;
@@ -27,18 +28,27 @@ pub const REVOCATION_POLL: Duration = Duration::from_secs(1);
 /// How often the MDS brings every OSD's T10 keys up to its policy.
 pub const T10_MAINTENANCE: Duration = Duration::from_secs(1);
 
+/// One plain message to a daemon at `address` and its answer (`Result<A, WireError>`
+/// decoded; a refusal becomes the error).
+fn plain_call<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
+    address: &str,
+    request: &Q,
+) -> Result<A, String> {
+    let payload = msg::encode(request).map_err(|e| e.to_string())?;
+    let (_, answer) = Connection::new(address)
+        .call(FrameType::Plain, &payload)
+        .map_err(|e| format!("{address} unreachable: {e}"))?;
+    msg::decode::<Result<A, WireError>>(&answer)
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("refused: {e}"))
+}
+
 /// One plain message to an OSD and its answer (the MDS's T10 channel).
 pub(crate) fn osd_plain_call(
     osd: &OsdEntry,
     request: &OsdPlainRequest,
 ) -> Result<OsdPlainResponse, String> {
-    let payload = msg::encode(request).map_err(|e| e.to_string())?;
-    let (_, answer) = Connection::new(osd.address.clone())
-        .call(FrameType::Plain, &payload)
-        .map_err(|e| format!("{} unreachable: {e}", osd.address))?;
-    msg::decode::<Result<OsdPlainResponse, WireError>>(&answer)
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("refused: {e}"))
+    plain_call(&osd.address, request)
 }
 
 /// The MDS's T10 maintenance loop: every [`T10_MAINTENANCE`], each OSD's keys brought up
@@ -64,29 +74,27 @@ pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
     }
 }
 
-/// Pushes one notice the MDS signed to each OSD in `osds`; returns how many applied it
-/// (the others learn at their next check).
-pub(crate) fn push_revocation(notice: &[u8], osds: &[OsdEntry]) -> u32 {
+/// Pushes one notice the MDS signed to each OSD in `osds` and each KDS instance at
+/// `kds`; returns how many OSDs applied it. Those that missed it learn at their next
+/// check.
+pub(crate) fn push_revocation(notice: &[u8], osds: &[OsdEntry], kds: &[String]) -> u32 {
     let mut applied = 0;
     for osd in osds {
-        let outcome = msg::encode(&OsdPlainRequest::Revoke(notice.to_vec()))
-            .map_err(|e| e.to_string())
-            .and_then(|payload| {
-                Connection::new(osd.address.clone())
-                    .call(FrameType::Plain, &payload)
-                    .map_err(|e| e.to_string())
-            })
-            .and_then(|(_, answer)| {
-                msg::decode::<Result<OsdPlainResponse, WireError>>(&answer)
-                    .map_err(|e| e.to_string())
-            })
-            .and_then(|r| r.map_err(|e| e.to_string()));
-        match outcome {
+        match osd_plain_call(osd, &OsdPlainRequest::Revoke(notice.to_vec())) {
             Ok(OsdPlainResponse::Applied) => applied += 1,
             Ok(other) => eprintln!("mds: osd {} answered a revocation with {other:?}", osd.id),
             Err(e) => eprintln!(
-                "mds: could not push a revocation to osd {} at {} ({e}); it learns at its next check",
-                osd.id, osd.address
+                "mds: could not push a revocation to osd {} ({e}); it learns at its next check",
+                osd.id
+            ),
+        }
+    }
+    for address in kds {
+        match plain_call(address, &KdsRequest::Revoke(notice.to_vec())) {
+            Ok(KdsResponse::Applied) => {}
+            Ok(other) => eprintln!("mds: the KDS at {address} answered a revocation with {other:?}"),
+            Err(e) => eprintln!(
+                "mds: could not push a revocation to the KDS at {address} ({e}); it learns at its next check"
             ),
         }
     }
@@ -103,18 +111,12 @@ pub(crate) fn sync_revocations(
     let mut nonce = [0u8; 16];
     OsRng.fill_bytes(&mut nonce);
     let mac = maat_proto::revocation::revocations_request_mac(join, id, &nonce);
-    let payload = msg::encode(&MdsPlainRequest::Revocations {
+    let request = MdsPlainRequest::Revocations {
         osd: id,
         nonce,
         mac,
-    })
-    .map_err(|e| e.to_string())?;
-    let (_, answer) = Connection::new(mds_address)
-        .call(FrameType::Plain, &payload)
-        .map_err(|e| e.to_string())?;
-    let answer: Result<MdsPlainResponse, WireError> =
-        msg::decode(&answer).map_err(|e| e.to_string())?;
-    match answer.map_err(|e| e.to_string())? {
+    };
+    match plain_call(mds_address, &request)? {
         MdsPlainResponse::Revocations { notices, mac } => {
             let expected = maat_proto::revocation::revocations_mac(join, id, &nonce, &notices);
             if !maat_crypto::ct_eq(&expected, &mac) {
@@ -124,5 +126,58 @@ pub(crate) fn sync_revocations(
                 .map_err(|e| e.to_string())
         }
         _ => Err("unexpected answer to a revocations request".into()),
+    }
+}
+
+/// SPEC M9 at a KDS: one catch-up, asking the MDS for every notice in force (the request
+/// signed by the KDS, the list by the MDS); returns how many are in force.
+pub(crate) fn sync_kds_revocations(kds: &Kds, mds_address: &str) -> Result<usize, String> {
+    let ask = kds
+        .revocations_request(crate::now(), &mut OsRng)
+        .map_err(|e| e.to_string())?;
+    let (_, answer) = Connection::new(mds_address)
+        .call(FrameType::Plain, &ask.payload)
+        .map_err(|e| format!("{mds_address} unreachable: {e}"))?;
+    kds.accept_revocations(&ask, &answer, crate::now())
+        .map_err(|e| e.to_string())
+}
+
+/// SPEC M9: catches up on the revocations in force right away (requests wait for it),
+/// then checks again every `REVOCATION_POLL` until shutdown; `who` names the daemon in
+/// its log, `sync` is one catch-up.
+pub(crate) fn revocation_loop(
+    who: &str,
+    mds_address: &str,
+    shutdown: &crate::Shutdown,
+    sync: impl Fn() -> Result<(), String>,
+) {
+    let mut failing = false;
+    while !shutdown.is_set() {
+        match sync() {
+            Ok(()) => {
+                if failing {
+                    eprintln!("{who}: revocations checked with the MDS again");
+                }
+                failing = false;
+            }
+            Err(e) => {
+                if !failing {
+                    eprintln!(
+                        "{who}: cannot check revocations with the MDS at {mds_address} ({e}); retrying"
+                    );
+                }
+                failing = true;
+            }
+        }
+        let mut waited = Duration::ZERO;
+        while waited < REVOCATION_POLL && !shutdown.is_set() {
+            let step = if failing {
+                Duration::from_millis(100)
+            } else {
+                Duration::from_millis(50)
+            };
+            std::thread::sleep(step);
+            waited += step;
+        }
     }
 }

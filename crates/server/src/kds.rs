@@ -4,14 +4,15 @@
 
 use crate::config::{public_key_from_file, KdsFileConfig};
 use crate::{
-    announce_metrics, bind, io, key_file_or_create, metrics, now, private, refusal_frame, serve,
-    Answer, LatencyTimer, ServerError, Shutdown,
+    announce_metrics, bind, control, io, key_file_or_create, metrics, now, private, refusal_frame,
+    serve, Answer, LatencyTimer, ServerError, Shutdown,
 };
 use maat_crypto::OsRng;
 use maat_kds::{Kds, KdsSecrets};
 use maat_proto::msg::{ErrorCode, WireError};
 use maat_proto::wire::FrameType;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The TOML text of a KDS public-keys file (what the MDS config's
 /// `kds_public_keys_file` names).
@@ -22,6 +23,42 @@ pub fn kds_public_keys_text(seed: &[u8; 32]) -> Result<String, ServerError> {
         hex::encode(keys.sealing_key),
         hex::encode(keys.verifying_key)
     ))
+}
+
+/// How long a starting KDS tries to learn the revocations in force before it announces
+/// itself anyway (it then refuses key requests, `NotReady`, until it has learned them).
+const FIRST_REVOCATIONS_CHECK: Duration = Duration::from_secs(3);
+
+/// SPEC M9: learns the revocations in force from the MDS at `mds` before the KDS is
+/// announced (for up to [`FIRST_REVOCATIONS_CHECK`]), then every second in a thread of
+/// its own. Without an MDS address the KDS serves with no revocation check, and says so.
+fn revocations(kds: &Arc<Kds>, mds: Option<&str>, shutdown: &Shutdown) -> Result<(), ServerError> {
+    let Some(mds) = mds else {
+        eprintln!(
+            "kds: warning: the config names no `mds` address, so this KDS cannot learn \
+             revocations (SPEC M9): revoked users and capabilities get keys until their \
+             capabilities expire. Add `mds = \"HOST:PORT\"` to the config."
+        );
+        return kds
+            .serve_without_revocations(now())
+            .map_err(|e| maat_kds::KdsError::Revocations(e).into());
+    };
+    let started = Instant::now();
+    while control::sync_kds_revocations(kds, mds).is_err()
+        && started.elapsed() < FIRST_REVOCATIONS_CHECK
+        && !shutdown.is_set()
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kds = kds.clone();
+    let mds = mds.to_string();
+    let stop = shutdown.clone();
+    std::thread::spawn(move || {
+        control::revocation_loop("kds", &mds, &stop, || {
+            control::sync_kds_revocations(&kds, &mds).map(|_| ())
+        })
+    });
+    Ok(())
 }
 
 /// Runs a KDS until `shutdown` fires.
@@ -40,6 +77,7 @@ pub fn run_kds(
     }
     let mds_key = public_key_from_file(&config.mds_public_keys_file, "mds_verifying_key")?;
     let kds = Arc::new(Kds::new(KdsSecrets::from_seed(&seed)?, &mds_key)?);
+    revocations(&kds, config.mds.as_deref(), shutdown)?;
     let listener = bind(&config.listen)?;
     let local = listener
         .local_addr()

@@ -255,8 +255,12 @@ pub fn run_mds(
         .local_addr()
         .map_err(io("local address"))?
         .to_string();
-    // SPEC M9: a revocation reaches every OSD before the administrator hears it is done.
-    mds.set_revocation_pusher(Arc::new(control::push_revocation));
+    // SPEC M9: a revocation reaches every OSD and KDS before the administrator hears it
+    // is done.
+    let kds_addresses = config.kds.clone();
+    mds.set_revocation_pusher(Arc::new(move |notice, osds| {
+        control::push_revocation(notice, osds, &kds_addresses)
+    }));
     // SPEC T3: key commands to OSDs, on demand and from the maintenance thread.
     mds.set_t10_channel(Arc::new(control::osd_plain_call));
     let mds = Arc::new(mds);
@@ -540,7 +544,9 @@ fn register_loop(
                         eprintln!("osd {id}: cannot record the MDS key: {e}");
                     }
                 }
-                revocation_loop(core, mds_address, id, &join, shutdown);
+                control::revocation_loop(&format!("osd {id}"), mds_address, shutdown, || {
+                    control::sync_revocations(core, mds_address, id, &join)
+                });
                 return;
             }
             Err(e) => {
@@ -559,40 +565,6 @@ fn register_loop(
                 }
                 std::thread::sleep(Duration::from_millis(300));
             }
-        }
-    }
-}
-
-/// SPEC M9: catches up on the revocations in force right away (data requests wait for
-/// it), then checks again every `REVOCATION_POLL` until shutdown.
-fn revocation_loop(core: &OsdCore, mds_address: &str, id: u64, join: &MacKey, shutdown: &Shutdown) {
-    let mut failing = false;
-    while !shutdown.is_set() {
-        match control::sync_revocations(core, mds_address, id, join) {
-            Ok(()) => {
-                if failing {
-                    eprintln!("osd {id}: revocations checked with the MDS again");
-                }
-                failing = false;
-            }
-            Err(e) => {
-                if !failing {
-                    eprintln!(
-                        "osd {id}: cannot check revocations with the MDS at {mds_address} ({e}); retrying"
-                    );
-                }
-                failing = true;
-            }
-        }
-        let mut waited = Duration::ZERO;
-        while waited < control::REVOCATION_POLL && !shutdown.is_set() {
-            let step = if failing {
-                Duration::from_millis(100)
-            } else {
-                Duration::from_millis(50)
-            };
-            std::thread::sleep(step);
-            waited += step;
         }
     }
 }

@@ -85,6 +85,11 @@ fn serve_at_most(
     if let Ok(addr) = listener.local_addr() {
         shutdown.watch(addr);
     }
+    // A shutdown that fired before the address was watched woke no accept: it must be
+    // seen here (a daemon stopped while it was starting would otherwise serve on alone).
+    if shutdown.is_set() {
+        return;
+    }
     let active = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         if shutdown.is_set() {
@@ -200,6 +205,24 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use maat_net::Connection;
+
+    #[test]
+    fn a_shutdown_before_serving_began_ends_the_serving() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let shutdown = Shutdown::new();
+        shutdown.trigger();
+        let handler: Arc<Handler> = Arc::new(|_: &[u8], t, p: &[u8]| (t, p.to_vec()).into());
+        let s = shutdown.clone();
+        let done = std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !done.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still serving after a shutdown that fired before it began"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn connections_past_the_limit_are_refused_with_a_reason() {

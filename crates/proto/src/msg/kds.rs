@@ -43,6 +43,18 @@ pub enum KdsRequest {
     },
     /// This KDS's counters.
     Stats,
+    /// SPEC M9: an MDS-signed revocation notice, pushed by the MDS; the KDS refuses keys
+    /// to what it names from then on.
+    Revoke(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// As `Keys`, answered with keyed grants (`horus::GrantKey`: no public-key operation
+    /// per grant at either end once the KDS and the login share the key).
+    KeysKeyed {
+        /// The requester's MDS-signed login ticket.
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
+        /// The files.
+        files: Vec<FileKeysRequest>,
+    },
 }
 
 /// Answers to [`KdsRequest`].
@@ -52,4 +64,6 @@ pub enum KdsResponse {
     Grants(Vec<Result<Vec<u8>, WireError>>),
     /// Counters.
     Stats(super::DaemonStats),
+    /// The notice was verified and applied.
+    Applied,
 }

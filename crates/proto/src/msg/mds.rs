@@ -82,6 +82,20 @@ pub enum MdsPlainRequest {
         #[serde(with = "serde_bytes")]
         ke3: Vec<u8>,
     },
+    /// SPEC M9 at a KDS: a KDS asks for every revocation notice in force (its catch-up
+    /// before it hands out keys, and its periodic check).
+    KdsRevocations {
+        /// Fresh nonce (the answer's signature covers it).
+        nonce: [u8; 16],
+        /// The KDS's clock, milliseconds since the epoch (the MDS answers within its
+        /// clock-skew window only).
+        timestamp: u64,
+        /// Ed25519 signature by the KDS signing key over
+        /// `revocation::kds_revocations_request_message` (64 bytes): only KDS instances
+        /// get the list.
+        #[serde(with = "serde_bytes")]
+        signature: Vec<u8>,
+    },
 }
 
 /// Answers to [`MdsPlainRequest`].
@@ -145,6 +159,15 @@ pub enum MdsPlainResponse {
     LoginCookie {
         /// The cookie.
         cookie: [u8; 32],
+    },
+    /// SPEC M9: every revocation notice in force (signed each), for a KDS, and the MDS's
+    /// signature over the request nonce and the notices.
+    KdsRevocations {
+        /// Signed notices.
+        notices: Vec<Vec<u8>>,
+        /// Ed25519 signature over `revocation::kds_revocations_message` (64 bytes).
+        #[serde(with = "serde_bytes")]
+        signature: Vec<u8>,
     },
 }
 

@@ -16,7 +16,7 @@ use maat_crypto::sign::{SigningKey, VerifyingKey};
 use maat_crypto::Secret32;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::delegation::{self, computation_key_hash, FileHandle, KeyLifetimeToken};
-use maat_proto::horus::{Lockbox, RangeGrant};
+use maat_proto::horus::{GrantKey, Lockbox, RangeGrant};
 use maat_proto::key_ranges::KeyRanges;
 use maat_proto::merkle_msg::{self, MerkleTreeMessage, SetKind};
 use maat_proto::renewal::RenewalToken;
@@ -527,6 +527,13 @@ pub fn fixtures() -> Vec<Fixture> {
             .open(&k.client_seal, &k.kds.verifying_key(), NOW)
             .map(drop)
     }));
+    let grant_key = GrantKey::for_kds(&k.kds_seal, &k.client_seal.public_key()).unwrap();
+    let keyed = RangeGrant::issue_keyed(&opened, T1, &range_keys, &grant_key, &mut rng()).unwrap();
+    out.push(fx("range_key_grant_keyed", keyed.encode(), move |b| {
+        let k = keys();
+        let key = GrantKey::for_client(&k.client_seal, &k.kds_seal.public_key())?;
+        RangeGrant::decode(b)?.open_keyed(&key, NOW).map(drop)
+    }));
 
     let permit = KeyRanges {
         capability: CapabilityId(0x0102_0304_0506_0708),
@@ -535,15 +542,27 @@ pub fn fixtures() -> Vec<Fixture> {
         ranges: vec![(0, 1 << 20), (3 << 20, 4 << 20)],
         start: T0,
         expiry: T1,
+        // As permits were before tree versions (SPEC H7); `key_ranges_tree` names one.
+        tree_version: None,
+    };
+    let check = move |b: &[u8]| {
+        Unverified::<KeyRanges>::decode(b)?
+            .verify(&mds_pk(), NOW)
+            .map(drop)
     };
     out.push(fx(
         "key_ranges",
+        signed::sign(permit.clone(), &k.mds).encoded().to_vec(),
+        check,
+    ));
+    let permit = KeyRanges {
+        tree_version: Some(2),
+        ..permit
+    };
+    out.push(fx(
+        "key_ranges_tree",
         signed::sign(permit, &k.mds).encoded().to_vec(),
-        move |b| {
-            Unverified::<KeyRanges>::decode(b)?
-                .verify(&mds_pk(), NOW)
-                .map(drop)
-        },
+        check,
     ));
 
     out
