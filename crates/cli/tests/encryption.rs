@@ -11,9 +11,9 @@
 )]
 
 mod common;
-use common::{code, content, object_file, signal, Cluster, Held};
+use common::{code, content, counter, object_file, signal, Cluster, Held};
 use maat_client::{Client, ClientError};
-use maat_proto::msg::{Access, ErrorCode};
+use maat_proto::msg::{Access, ErrorCode, MdsRequest, MdsResponse};
 use maat_proto::protection::Protection;
 use std::path::{Path, PathBuf};
 
@@ -341,4 +341,144 @@ fn deep_key_levels_ask_per_window_or_prefetch_and_every_level_reads_the_same() {
     assert_eq!(grants_for(&mut c, 9, 0), 4);
     assert_eq!(grants_for(&mut c, 9, 8 << 20), 1);
     assert_eq!(grants_for(&mut c, 9, 1 << 20), 2);
+}
+
+/// A lockbox naming `file` and tree `version`, sealed to a key nobody here holds (the
+/// MDS checks what a box names; it cannot open it).
+fn lockbox_naming(file: u64, version: u32) -> Vec<u8> {
+    let anyone = maat_crypto::seal::SealingSecretKey::generate(&mut maat_crypto::OsRng);
+    maat_proto::horus::Lockbox::seal(
+        maat_proto::FileId(file),
+        version,
+        maat_proto::encrypted::file_shape(),
+        &maat_crypto::Secret32::from_bytes([9; 32]),
+        &anyone.public_key(),
+        &anyone.public_key(),
+        &mut maat_crypto::OsRng,
+    )
+    .unwrap()
+    .encode()
+}
+
+#[test]
+fn a_file_created_encrypted_takes_its_first_lockbox_with_its_size_from_its_owner_only() {
+    let cluster = Cluster::start_encrypting(2, &[]);
+    cluster.add_user("alice", "alice-pass-1", None);
+    cluster.add_user("bob", "bob-pass-123", None);
+    let mut alice = cluster.user_client("alice", "alice-pass-1");
+    let mut bob = cluster.user_client("bob", "bob-pass-123");
+    let path = "/home/alice/p";
+    let open_sealed = |c: &mut Client| {
+        let answer = c.mds_call(MdsRequest::OpenSealed {
+            path: path.into(),
+            access: Access::ReadWrite,
+            create: Some(0o666),
+        });
+        match answer.unwrap() {
+            MdsResponse::Opened {
+                stat, capability, ..
+            } => (stat, capability),
+            other => panic!("expected an open, got {other:?}"),
+        }
+    };
+    // Created encrypted, its lockbox to come: under the encrypted files' method from the
+    // first write, and nothing readable yet.
+    let (stat, capability) = open_sealed(&mut alice);
+    let id = stat.id;
+    assert!(stat.encrypted && stat.crypt.as_ref().unwrap().is_pending());
+    assert_eq!(method_of(&capability), Protection::CmdRsp);
+    assert_eq!(get(&mut alice, path).unwrap(), b"");
+    assert_eq!(get(&mut bob, path).unwrap(), b"");
+    let with_lockbox = |size: u64, lockbox: Vec<u8>| MdsRequest::SetSizeLockbox {
+        path: path.into(),
+        file: id,
+        size,
+        written: vec![(0, 1, 7)],
+        lockbox,
+    };
+    // Bob may write the file (0666) but it is not his; a size without the lockbox, a box
+    // of another file or of a later tree, garbage: all refused, and nothing changed.
+    assert_eq!(
+        code(bob.mds_call(with_lockbox(10, lockbox_naming(id, 1)))),
+        ErrorCode::PermissionDenied
+    );
+    for request in [
+        MdsRequest::SetSize {
+            path: path.into(),
+            file: id,
+            size: 10,
+        },
+        MdsRequest::SetSizeSealed {
+            path: path.into(),
+            file: id,
+            size: 10,
+            tree_version: 1,
+            written: vec![(0, 1, 7)],
+        },
+    ] {
+        assert_eq!(code(alice.mds_call(request)), ErrorCode::InvalidArgument);
+    }
+    for (lockbox, expected) in [
+        (lockbox_naming(id + 1, 1), ErrorCode::WrongFile),
+        (lockbox_naming(id, 2), ErrorCode::WrongFile),
+        (vec![1, 2, 3], ErrorCode::Malformed),
+    ] {
+        assert_eq!(code(alice.mds_call(with_lockbox(10, lockbox))), expected);
+    }
+    assert_eq!(alice.stat(path).unwrap().size, 0);
+    assert_eq!(
+        code(alice.keys_grant(path, &["bob".to_string()], &[(0, 1 << 20)])),
+        ErrorCode::InvalidArgument
+    );
+
+    // The owner's next put finishes it (a writer that stopped before its size leaves a
+    // file its owner can always put again) and it reads back.
+    let data = content(3, 200_000);
+    put(&mut alice, path, &data, None);
+    assert_eq!(get(&mut alice, path).unwrap(), data);
+    assert!(!alice
+        .open(path, Access::Read, None)
+        .unwrap()
+        .stat
+        .crypt
+        .unwrap()
+        .is_pending());
+    // A second first lockbox (a writer that lost the race, or a replay) is refused, of
+    // an empty file too.
+    assert_eq!(
+        code(alice.mds_call(with_lockbox(10, lockbox_naming(id, 1)))),
+        ErrorCode::AlreadyExists
+    );
+    assert_eq!(get(&mut alice, path).unwrap(), data);
+    let empty = "/home/alice/empty";
+    put(&mut alice, empty, b"", None);
+    let opened = alice.open(empty, Access::Read, None).unwrap();
+    let first = opened.stat.crypt.unwrap().lockbox;
+    assert_eq!(
+        code(alice.mds_call(MdsRequest::SetSizeLockbox {
+            path: empty.into(),
+            file: opened.stat.id,
+            size: 0,
+            written: Vec::new(),
+            lockbox: lockbox_naming(opened.stat.id, 1),
+        })),
+        ErrorCode::AlreadyExists
+    );
+    let now = alice.open(empty, Access::ReadWrite, None).unwrap();
+    assert_eq!(now.stat.crypt.unwrap().lockbox, first);
+
+    // A put of a new encrypted file costs the MDS as many requests as a plaintext one
+    // (an open and a size update).
+    let mds_requests = |c: &mut Client, name: &str, encrypt: bool| {
+        let before = counter(c, "mds", "requests");
+        put(c, name, &data, Some(encrypt));
+        assert_eq!(c.stat(name).unwrap().encrypted, encrypt);
+        counter(c, "mds", "requests") - before
+    };
+    let plain = mds_requests(&mut alice, "/home/alice/plain", false);
+    let sealed = mds_requests(&mut alice, "/home/alice/sealed", true);
+    assert_eq!(
+        sealed, plain,
+        "MDS requests of an encrypted put and of a plaintext one"
+    );
 }

@@ -184,6 +184,56 @@ impl Client {
         self.key_prefetch = bytes;
     }
 
+    /// Whether a put with this choice (`None`: the cluster's default) creates files
+    /// encrypted (SPEC H3); asking for encryption where the cluster has no KDS is an
+    /// error.
+    pub(crate) fn seals_new_files(&mut self, encrypt: Option<bool>) -> Result<bool> {
+        if self.insecure_user.is_some() || encrypt == Some(false) {
+            return Ok(false);
+        }
+        let map = self.cluster_map()?;
+        match (encrypt, map.kds_keys.is_some()) {
+            (Some(true), false) => Err(ClientError::Local(
+                "this cluster has no KDS: files cannot be encrypted".into(),
+            )),
+            (Some(true), true) => Ok(true),
+            (_, kds) => Ok(kds && map.encrypt_new_files),
+        }
+    }
+
+    /// Opens `path` for reading and writing, creating it (0644) encrypted with its
+    /// lockbox to come (`OpenSealed`, SPEC H5) if it does not exist.
+    pub(crate) fn open_sealed(&mut self, path: &str) -> Result<Opened> {
+        self.stats.capability_cache_misses += 1;
+        let response = self.mds_call(MdsRequest::OpenSealed {
+            path: path.into(),
+            access: Access::ReadWrite,
+            create: Some(0o644),
+        })?;
+        self.opened_from(response)
+    }
+
+    /// SPEC H5: for an opened file of this user created encrypted whose lockbox is still
+    /// to come, a fresh root key and its lockbox (sealed to the KDS and to the owner),
+    /// which `opened` then shows and the writer sends with the size
+    /// (`SetSizeLockbox`); `None` for any other file.
+    pub(crate) fn seal_pending(&mut self, opened: &mut Opened) -> Result<Option<Vec<u8>>> {
+        let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
+        if !pending || self.user_name() != Some(opened.stat.owner.as_str()) {
+            return Ok(None);
+        }
+        let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {
+            ClientError::Local("this cluster has no KDS: files cannot be encrypted".into())
+        })?;
+        let shape = encrypted::file_shape();
+        let (lockbox, root) = self.new_tree(opened.stat.id, 1, &shape, &kds)?;
+        if let Some(crypt) = &mut opened.stat.crypt {
+            crypt.lockbox = lockbox.clone();
+        }
+        self.hold_root_keys(opened, 1, shape, &root)?;
+        Ok(Some(lockbox))
+    }
+
     /// SPEC H5: makes `opened` (an empty file without a lockbox, owned by this user) an
     /// encrypted file: a fresh root key, sealed to the KDS and to the owner, stored at
     /// the MDS. Updates `opened` to match.
@@ -402,6 +452,13 @@ pub(crate) fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
         .crypt
         .as_ref()
         .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
+    if crypt.is_pending() {
+        return Err(ClientError::Local(format!(
+            "file {} is encrypted and its lockbox is still to come: its owner's put has \
+             not finished (the owner's next put of it finishes it)",
+            opened.stat.id
+        )));
+    }
     let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
     Ok((crypt, lockbox))
 }

@@ -398,10 +398,27 @@ impl Client {
         progress: Progress<'_>,
     ) -> Result<FileStat> {
         self.forget_opened();
-        let mut opened = self.open(path, Access::ReadWrite, Some(0o644))?;
-        self.encrypt_if_new(path, &mut opened, encrypt)?;
+        // A file this put creates encrypted gets its lockbox with its size (SPEC H5).
+        let mut opened = if self.seals_new_files(encrypt)? {
+            self.open_sealed(path)?
+        } else {
+            self.open(path, Access::ReadWrite, Some(0o644))?
+        };
+        let first_lockbox = self.seal_pending(&mut opened)?;
+        if first_lockbox.is_none() {
+            self.encrypt_if_new(path, &mut opened, encrypt)?;
+        }
         let written = self.put_opened(&opened, reader, size, Some(opened.stat.size), progress)?;
-        self.set_size_written(path, &opened, size, written)?;
+        match first_lockbox {
+            Some(lockbox) => self.expect_ok(MdsRequest::SetSizeLockbox {
+                path: path.into(),
+                file: opened.stat.id,
+                size,
+                written,
+                lockbox,
+            })?,
+            None => self.set_size_written(path, &opened, size, written)?,
+        }
         let mut stat = opened.stat;
         stat.size = size;
         stat.crypt = None;
@@ -416,13 +433,20 @@ impl Client {
         opened: &mut Opened,
         encrypt: Option<bool>,
     ) -> Result<()> {
-        if opened.stat.encrypted || opened.stat.size != 0 || self.insecure_user.is_some() {
+        let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
+        if (opened.stat.encrypted && !pending)
+            || opened.stat.size != 0
+            || self.insecure_user.is_some()
+        {
             return Ok(());
         }
-        let wanted = match encrypt {
-            Some(w) => w,
-            None => self.encrypts_new_files()?,
-        };
+        // A file created encrypted whose lockbox is still to come is encrypted whatever
+        // this writer would choose.
+        let wanted = pending
+            || match encrypt {
+                Some(w) => w,
+                None => self.encrypts_new_files()?,
+            };
         if wanted && self.user_name() == Some(opened.stat.owner.as_str()) {
             self.make_encrypted(path, opened)?;
         }
@@ -595,6 +619,10 @@ impl Client {
         writer: &mut dyn Write,
         progress: Progress<'_>,
     ) -> Result<u64> {
+        if opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending()) {
+            // Created encrypted, its writer not finished: nothing readable yet (SPEC H5).
+            return Ok(0);
+        }
         let mut opened = opened.clone();
         let expected = opened.stat.size;
         let known = stripes_for(expected);

@@ -55,12 +55,67 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         self.open_file(who, path, Access::ReadWrite, None, &[], session, now, rng)
     }
+
+    /// `OpenSealed`: [`Self::open_file`], where a file it creates is encrypted from the
+    /// start, its lockbox to come with its size ([`Self::set_size_lockbox`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_sealed(
+        &self,
+        who: &Principal,
+        path: &str,
+        access: Access,
+        create: Option<u16>,
+        session: Option<&[u8; 16]>,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        if let Some(mode) = create {
+            match self.resolve(who, path) {
+                Err(MdsError::Refused(e)) if e.code == ErrorCode::NoSuchFile => {
+                    self.create_file(who, path, mode, true, now)?;
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
+            }
+        }
+        self.open_file(who, path, access, None, &[], session, now, rng)
+    }
+
+    /// `SetSizeLockbox`: the first lockbox of `file` (its owner, who may write it, only),
+    /// its size and the generations of the stripes written under that lockbox's tree, in
+    /// one commit.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn set_size_lockbox(
+        &self,
+        who: &Principal,
+        path: &str,
+        file: u64,
+        size: u64,
+        written: &[(u32, u32, u64)],
+        lockbox: &[u8],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve_opened(who, path, file)?;
+        if inode.uid != who.uid {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                format!("{path}: only the owner sets a file's lockbox"),
+            ));
+        }
+        crate::namespace::require_write(who, &inode, path)?;
+        first_lockbox(&mut inode, lockbox, path)?;
+        if !written.is_empty() {
+            record_generations(&mut inode, size, written, 1, path)?;
+        }
+        self.commit_size(inode, size, now)
+    }
 }
 
 /// SPEC H5: `lockbox` becomes the lockbox of `inode`, an empty file without one; the box
 /// must name this file and the first tree version.
 fn first_lockbox(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
-    if inode.crypt.is_some() || inode.size != 0 {
+    if inode.crypt.as_ref().is_some_and(|c| !c.is_pending()) || inode.size != 0 {
         return Err(MdsError::refused(
             ErrorCode::AlreadyExists,
             format!("{path}: only an empty file without a lockbox takes one"),
@@ -124,9 +179,20 @@ fn next_tree(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
 
 /// SPEC H7: the version of an encrypted file's current key tree (from its lockbox).
 pub(crate) fn current_tree_version(crypt: &FileCrypt, path: &str) -> Result<u32> {
-    Ok(Lockbox::decode(&crypt.lockbox)
-        .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("{path}: lockbox: {e}")))?
-        .tree_version)
+    Ok(current_lockbox(crypt, path)?.tree_version)
+}
+
+/// The lockbox of an encrypted file's current tree, decoded; refused while it is still
+/// to come (SPEC H5: the file is being written).
+pub(crate) fn current_lockbox(crypt: &FileCrypt, path: &str) -> Result<Lockbox> {
+    if crypt.is_pending() {
+        return Err(MdsError::refused(
+            ErrorCode::InvalidArgument,
+            format!("{path}: encrypted, its lockbox still to come (its writer has not finished)"),
+        ));
+    }
+    Lockbox::decode(&crypt.lockbox)
+        .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("{path}: lockbox: {e}")))
 }
 
 /// SPEC H3: records the generations an encrypted file's writer used for the stripes it

@@ -9,7 +9,6 @@
 use crate::{lock, Batch, Inode, KeyGrant, MdsError, MetaStore, Op, Principal, Result};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::Mode;
-use maat_proto::horus::Lockbox;
 use maat_proto::key_ranges::{KeyRanges, KEY_RANGES_MAX};
 use maat_proto::msg::{ErrorCode, FileStat, KeyGrantInfo, MdsResponse};
 use maat_proto::{signed, FileId, UnixMillis, UserId};
@@ -29,9 +28,9 @@ fn leaf_bytes(inode: &Inode, path: &str) -> Result<u64> {
             "not encrypted: a range grant limits which keys a reader gets, so only encrypted files take one",
         )
     })?;
-    let lockbox = Lockbox::decode(&crypt.lockbox)
-        .map_err(|e| MdsError::refused(ErrorCode::Malformed, format!("{path}: lockbox: {e}")))?;
-    Ok(lockbox.shape.leaf_size_bytes())
+    Ok(crate::encryption::current_lockbox(crypt, path)?
+        .shape
+        .leaf_size_bytes())
 }
 
 /// `ranges` sorted, with overlapping and touching ranges joined.

@@ -64,6 +64,11 @@ fn require(who: &Principal, inode: &Inode, want: u16, what: &str) -> Result<()> 
     }
 }
 
+/// Refused unless `who` may write `inode`.
+pub(crate) fn require_write(who: &Principal, inode: &Inode, what: &str) -> Result<()> {
+    require(who, inode, WRITE, what)
+}
+
 fn no_such(path: &str) -> MdsError {
     MdsError::refused(ErrorCode::NoSuchFile, path.to_string())
 }
@@ -336,6 +341,38 @@ impl<S: MetaStore> crate::Mds<S> {
         })
     }
 
+    /// The file at `path`, created with permission bits `mode` unless it exists (a file
+    /// made meanwhile by another request is the one returned). `sealed`: created
+    /// encrypted, its lockbox to come (SPEC H5, `OpenSealed`).
+    pub(crate) fn create_file(
+        &self,
+        who: &Principal,
+        path: &str,
+        mode: u16,
+        sealed: bool,
+        now: UnixMillis,
+    ) -> Result<Inode> {
+        let _guard = lock(&self.write);
+        let (parent, name) = self.parent_of(who, path)?;
+        if let Some(id) = self.store.lookup(parent.id, name)? {
+            return self.load(id, path);
+        }
+        require(who, &parent, WRITE | EXEC, path)?;
+        let mut batch = Batch::default();
+        let mut inode = self.new_inode(who, &parent, false, mode, None, now, &mut batch)?;
+        if sealed {
+            inode.crypt = Some(maat_proto::encrypted::FileCrypt::default());
+        }
+        batch.push(Op::PutEntry {
+            parent: parent.id,
+            name: name.to_string(),
+            child: inode.id,
+        });
+        batch.push(Op::PutInode(inode.clone()));
+        self.store.commit(batch)?;
+        Ok(inode)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open_file(
         &self,
@@ -352,25 +389,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let inode = match (self.resolve(who, path), create) {
             (Ok(inode), _) => inode,
             (Err(MdsError::Refused(e)), Some(mode)) if e.code == ErrorCode::NoSuchFile => {
-                let _guard = lock(&self.write);
-                let (parent, name) = self.parent_of(who, path)?;
-                match self.store.lookup(parent.id, name)? {
-                    Some(id) => self.load(id, path)?,
-                    None => {
-                        require(who, &parent, WRITE | EXEC, path)?;
-                        let mut batch = Batch::default();
-                        let inode =
-                            self.new_inode(who, &parent, false, mode, None, now, &mut batch)?;
-                        batch.push(Op::PutEntry {
-                            parent: parent.id,
-                            name: name.to_string(),
-                            child: inode.id,
-                        });
-                        batch.push(Op::PutInode(inode.clone()));
-                        self.store.commit(batch)?;
-                        inode
-                    }
-                }
+                self.create_file(who, path, mode, false, now)?
             }
             (Err(e), _) => return Err(e),
         };
@@ -486,6 +505,15 @@ impl<S: MetaStore> crate::Mds<S> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve_opened(who, path, file)?;
         require(who, &inode, WRITE, path)?;
+        if inode.crypt.as_ref().is_some_and(|c| c.is_pending()) && size != 0 {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{path}: encrypted, its lockbox still to come: its writer records the \
+                     lockbox with the size"
+                ),
+            ));
+        }
         if !written.is_empty() {
             crate::encryption::record_generations(&mut inode, size, written, tree_version, path)?;
         }

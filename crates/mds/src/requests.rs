@@ -272,6 +272,18 @@ impl<S: MetaStore> Mds<S> {
                 file,
                 lockbox,
             } => self.set_lockbox(who, &path, file, &lockbox, false, session, now, rng),
+            MdsRequest::OpenSealed {
+                path,
+                access,
+                create,
+            } => self.open_sealed(who, &path, access, create, session, now, rng),
+            MdsRequest::SetSizeLockbox {
+                path,
+                file,
+                size,
+                written,
+                lockbox,
+            } => self.set_size_lockbox(who, &path, file, size, &written, &lockbox, now),
             MdsRequest::KeysGrant {
                 path,
                 users,

@@ -60,6 +60,13 @@ pub struct EarlierTree {
 }
 
 impl FileCrypt {
+    /// Whether the file's first lockbox is still to come (SPEC H5): it was created
+    /// encrypted by `OpenSealed` and its writer has not recorded its size yet. It holds
+    /// nothing readable until then.
+    pub fn is_pending(&self) -> bool {
+        self.lockbox.is_empty()
+    }
+
     /// The generation stripe `stripe` was last written with (0: never).
     pub fn generation(&self, stripe: u32) -> u64 {
         run_value(&self.generations, stripe)

@@ -568,6 +568,39 @@ pub enum MdsRequest {
         /// The file.
         path: String,
     },
+    /// SPEC H3, H5: `Open` for a writer that will encrypt what it creates. A file this
+    /// request creates is encrypted from the start, its lockbox to come: its crypt record
+    /// has an empty lockbox (`FileCrypt::is_pending`), it travels under the encrypted
+    /// files' method (CMDRSP where the partition says ALLDATA), and its writer sends the
+    /// lockbox with the size (`SetSizeLockbox`). An existing file opens as with `Open`.
+    /// One MDS round trip and store commit fewer per encrypted put than `Open`,
+    /// `SetLockbox`, `SetSizeSealed`. Answer `Opened`.
+    OpenSealed {
+        /// Path.
+        path: String,
+        /// Access wanted.
+        access: Access,
+        /// Create with these permission bits if it does not exist.
+        create: Option<u16>,
+    },
+    /// SPEC H3, H5: the first lockbox of a file whose lockbox is to come (its owner only),
+    /// with its size and the write generations of the stripes written, all sealed under
+    /// that lockbox's tree (version 1), in one commit. The MDS checks that the box names
+    /// this file and tree version 1; it cannot open it. Refused (`AlreadyExists`) when the
+    /// file has a lockbox already (another writer recorded one first). Answer `Ok`.
+    SetSizeLockbox {
+        /// Path.
+        path: String,
+        /// Its id as opened.
+        file: u64,
+        /// New size.
+        size: u64,
+        /// Stripe ranges written and their generations.
+        written: Vec<(u32, u32, u64)>,
+        /// The encoded lockbox.
+        #[serde(with = "serde_bytes")]
+        lockbox: Vec<u8>,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -679,6 +712,8 @@ impl MdsRequest {
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
             MdsRequest::T10RevokeObject { .. } => "t10_revoke_object",
             MdsRequest::SetSizeSealed { .. } => "set_size_sealed",
+            MdsRequest::OpenSealed { .. } => "open_sealed",
+            MdsRequest::SetSizeLockbox { .. } => "set_size_lockbox",
         }
     }
 }
