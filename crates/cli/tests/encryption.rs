@@ -189,20 +189,49 @@ fn the_kds_gives_keys_only_to_named_users_for_named_files_from_sound_lockboxes()
     let a = alice.open("/home/alice/a", Access::Read, None).unwrap();
     let b = alice.open("/home/alice/b", Access::Read, None).unwrap();
     let kds_ops = |c: &mut Client| {
-        ["key_agreements", "signatures_made", "seals"]
+        ["key_agreements", "signatures_made", "seals", "unseals"]
             .map(|name| kds_counter(c, "kds 1", name).unwrap())
     };
     let before = kds_ops(&mut alice);
     assert!(alice.request_file_keys(&a).unwrap() >= 1);
     assert!(alice.request_file_keys(&b).unwrap() >= 1);
     assert!(alice.request_file_keys(&a).unwrap() >= 1);
-    // Keyed grants: one X25519 agreement for Alice's login, then no public-key operation
-    // per grant (a signed grant costs a seal and a signature each).
+    // Keyed grants and keyed lockboxes: one X25519 agreement for Alice's login and one
+    // for her lockboxes' owner key, then no public-key operation per grant or lockbox (a
+    // signed grant costs a seal and a signature each, a sealed lockbox an unseal).
     let after = kds_ops(&mut alice);
     assert_eq!(
-        [0, 1, 2].map(|i| after[i] - before[i]),
-        [1, 0, 0],
-        "KDS agreements, signatures and seals for three grants"
+        [0, 1, 2, 3].map(|i| after[i] - before[i]),
+        [2, 0, 0, 0],
+        "KDS agreements, signatures, seals and unseals for three grants of two lockboxes"
+    );
+    // A lockbox of before keyed lockboxes (sealed, 0x0f) still opens at the KDS.
+    let mut old = a.clone();
+    let crypt = old.stat.crypt.as_mut().unwrap();
+    let root = alice.open_lockbox_as_owner(&crypt.lockbox).unwrap();
+    let kds_key = alice.cluster_map().unwrap().kds_keys.unwrap().sealing_key;
+    let anyone = maat_crypto::seal::SealingSecretKey::generate(&mut maat_crypto::OsRng);
+    crypt.lockbox = maat_proto::horus::Lockbox::seal(
+        maat_proto::FileId(a.stat.id),
+        1,
+        maat_proto::encrypted::file_shape(),
+        &root,
+        &maat_crypto::seal::SealingPublicKey(kds_key),
+        &anyone.public_key(),
+        &mut maat_crypto::OsRng,
+    )
+    .unwrap()
+    .encode();
+    assert!(alice.request_file_keys(&old).unwrap() >= 1);
+    // A keyed lockbox naming another owner key (so the KDS derives another key) does not
+    // open.
+    let mut other_owner = a.clone();
+    let crypt = other_owner.stat.crypt.as_mut().unwrap();
+    let at = crypt.lockbox.len() - 2 * maat_proto::horus::KEYED_LOCKBOX_BOX_BYTES - 32;
+    crypt.lockbox[at..at + 32].copy_from_slice(&anyone.public_key().0);
+    assert_eq!(
+        code(alice.request_file_keys(&other_owner)),
+        ErrorCode::BadMac
     );
 
     // Bob presents Alice's capability and lockbox with his own ticket.

@@ -9,7 +9,7 @@ use crate::kds_keys::{clip, nodes_at};
 use maat_crypto::kht::{KhtShape, Node, RangeKey};
 use maat_proto::capability::Capability;
 use maat_proto::encrypted::{self, BlockFailure, FileCrypt, LeafKeys, StripeContext};
-use maat_proto::horus::Lockbox;
+use maat_proto::horus::{Lockbox, LockboxKeys};
 use maat_proto::key_ranges::KeyRanges;
 
 /// Range keys held for one file.
@@ -261,30 +261,53 @@ impl Client {
     }
 
     /// A fresh root key for version `version` of `file`'s key tree and its lockbox,
-    /// sealed to the KDS and to this user (the owner), encoded.
+    /// for the KDS and for this user (the owner), encoded: a keyed lockbox (PROTOCOL.md
+    /// 0x14), with no public-key operation once this login's lockbox keys are made.
     pub(crate) fn new_tree(
-        &self,
+        &mut self,
         file: u64,
         version: u32,
         shape: &KhtShape,
         kds: &maat_proto::msg::KdsKeys,
     ) -> Result<(Vec<u8>, Secret32)> {
-        let owner = self.owner_secret()?;
+        let keys = self.lockbox_keys(&kds.sealing_key)?;
         let mut root = [0u8; 32];
         OsRng.fill_bytes(&mut root);
         let root = Secret32::from_bytes(root);
-        let lockbox = Lockbox::seal(
+        let lockbox = Lockbox::seal_keyed(
             maat_proto::FileId(file),
             version,
             shape.clone(),
             &root,
-            &maat_crypto::seal::SealingPublicKey(kds.sealing_key),
-            &owner.public_key(),
+            &keys,
             &mut OsRng,
         )
         .map_err(local_token)?
         .encode();
         Ok((lockbox, root))
+    }
+
+    /// The owner's keys for keyed lockboxes under KDS key `kds` (one X25519 agreement
+    /// per login and KDS key, then kept).
+    fn lockbox_keys(&mut self, kds: &[u8; 32]) -> Result<LockboxKeys> {
+        let owner = self.owner_secret()?;
+        // (Named by a hash of the owner's secret: its public key would cost an X25519
+        // operation to compute.)
+        let mine = maat_crypto::hash::blake3(&[b"maat/lockbox-keys-owner", &owner.to_bytes()[..]]);
+        if let Some((k, m, keys)) = &self.lockbox_keys {
+            if k == kds && *m == mine {
+                return Ok(keys.clone());
+            }
+        }
+        let keys =
+            LockboxKeys::new(&owner, &maat_crypto::seal::SealingPublicKey(*kds)).map_err(|e| {
+                ClientError::Token {
+                    what: "KDS key in the cluster map",
+                    source: e,
+                }
+            })?;
+        self.lockbox_keys = Some((*kds, mine, keys.clone()));
+        Ok(keys)
     }
 
     /// The maker of a tree knows its root key: it derives the level-0 keys (held as

@@ -208,6 +208,9 @@ pub struct Client {
     /// The key shared with the KDS for keyed grants: (KDS sealing key, a hash of this
     /// login's sealing secret, the key), made once per login.
     grant_key: Option<([u8; 32], [u8; 32], maat_proto::horus::GrantKey)>,
+    /// The owner's keys for keyed lockboxes: (KDS sealing key, a hash of the owner's
+    /// sealing secret, the keys), made once per login.
+    lockbox_keys: Option<([u8; 32], [u8; 32], maat_proto::horus::LockboxKeys)>,
     /// The key tree level key requests ask for (SPEC H8).
     key_level: u8,
     key_prefetch: u64,
@@ -271,6 +274,7 @@ impl Client {
             file_keys: HashMap::new(),
             kds_connections: HashMap::new(),
             grant_key: None,
+            lockbox_keys: None,
             key_level: 0,
             key_prefetch: 0,
             stats,

@@ -21,16 +21,19 @@
 //! and answers with a [`RangeGrant`]: the node keys sealed under the key this KDS shares
 //! with the ticket's login (`KeysKeyed`: a [`GrantKey`], one X25519 agreement per login),
 //! or sealed to the ticket's key and signed by the KDS (`Keys`, for older clients).
-//! Verified tickets, capabilities, trees, opened lockboxes and grant keys are cached
-//! (bounded), so repeated keyed requests cost no public-key operation at all.
+//! A keyed lockbox (PROTOCOL.md 0x14) opens under a key derived once per owner key (one
+//! X25519 agreement), a sealed one (0x0f) with an agreement per box.
+//! Verified tickets, capabilities, trees, opened lockboxes, grant keys and owners'
+//! lockbox keys are cached (bounded), so repeated keyed requests cost no public-key
+//! operation at all, and a first request for a file only the capability's verification.
 
 use maat_crypto::hash::{self, Digest};
 use maat_crypto::kht::{Node, RangeKey};
-use maat_crypto::seal::SealingSecretKey;
+use maat_crypto::seal::{SealingPublicKey, SealingSecretKey};
 use maat_crypto::sign::{SigningKey, VerifyingKey};
 use maat_crypto::{kdf, Counters, CryptoRngCore, OpCounters};
 use maat_proto::capability::{Capability, Files, Mode, Principals};
-use maat_proto::horus::{GrantKey, Lockbox, OpenedLockbox, RangeGrant};
+use maat_proto::horus::{GrantKey, KdsLockboxKey, Lockbox, OpenedLockbox, RangeGrant};
 use maat_proto::key_ranges::KeyRanges;
 use maat_proto::limits::RANGE_GRANT_NODES_MAX;
 use maat_proto::merkle_msg::{MemberSet, MerkleTreeMessage, SetKind};
@@ -103,6 +106,8 @@ struct Caches {
     lockboxes: HashMap<Digest, OpenedLockbox>,
     /// Keys shared with logins for keyed grants, by the ticket's sealing key.
     grant_keys: HashMap<[u8; 32], (GrantKey, UnixMillis)>,
+    /// Keys of owners' keyed lockboxes, by the owner's sealing key.
+    lockbox_keys: HashMap<[u8; 32], KdsLockboxKey>,
 }
 
 #[derive(Default)]
@@ -117,6 +122,7 @@ struct Stats {
     permit_cache_hits: AtomicU64,
     lockbox_cache_hits: AtomicU64,
     grant_key_hits: AtomicU64,
+    lockbox_key_hits: AtomicU64,
     revocations_applied: AtomicU64,
     revocation_checks: AtomicU64,
 }
@@ -378,11 +384,36 @@ impl Kds {
                 .fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
         }
-        let opened = Lockbox::decode(bytes)?.open_as_kds(&self.sealing)?;
+        let lockbox = Lockbox::decode(bytes)?;
+        let opened = match lockbox.owner_key() {
+            None => lockbox.open_as_kds(&self.sealing)?,
+            Some(owner) => lockbox.open_keyed_as_kds(&self.lockbox_key(owner)?)?,
+        };
         let mut caches = self.caches();
         bounded(&mut caches.lockboxes, |_| true);
         caches.lockboxes.insert(digest, opened.clone());
         Ok(opened)
+    }
+
+    /// The key of the KDS boxes of keyed lockboxes whose owner key is `owner` (one X25519
+    /// agreement per owner, then from the cache).
+    fn lockbox_key(&self, owner: &SealingPublicKey) -> Result<KdsLockboxKey, WireError> {
+        if let Some(key) = self.caches().lockbox_keys.get(&owner.0) {
+            self.stats.lockbox_key_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(key.clone());
+        }
+        let key = KdsLockboxKey::new(&self.sealing, owner)
+            .map_err(|e| {
+                refuse(
+                    ErrorCode::InvalidArgument,
+                    format!("the lockbox's owner key: {e}"),
+                )
+            })?
+            .with_counters(self.counters.clone());
+        let mut caches = self.caches();
+        bounded(&mut caches.lockbox_keys, |_| true);
+        caches.lockbox_keys.insert(owner.0, key.clone());
+        Ok(key)
     }
 
     /// The key this KDS shares with `ticket`'s login (one X25519 agreement per login,
@@ -543,6 +574,7 @@ impl Kds {
             ("permit_cache_hits", &s.permit_cache_hits),
             ("lockbox_cache_hits", &s.lockbox_cache_hits),
             ("grant_key_cache_hits", &s.grant_key_hits),
+            ("lockbox_key_cache_hits", &s.lockbox_key_hits),
             ("revocations_applied", &s.revocations_applied),
             ("revocation_checks", &s.revocation_checks),
         ]);

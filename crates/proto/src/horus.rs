@@ -1,10 +1,6 @@
 //! SPEC H4, H5: Horus lockboxes and range-key grants (paper 004 §3.2–3.4).
 //!
-//! **Lockbox (H5).** The file's root key sealed twice, to the KDS and to the owner, with
-//! the file id, tree version and shape as additional data, so the MDS can store it but not
-//! open it, and no box can be moved to another file, version or shape.
-//! Layout: `version || 0x0f || file(u64) || tree_version(u32) || shape(var) ||
-//! kds_box(80) || owner_box(80)`; the AAD is everything before `kds_box`.
+//! **Lockbox (H5)**: [`crate::lockbox`], re-exported here.
 //!
 //! **Range-key grant (H4).** The KDS's answer: node keys sealed to the client's X25519 key
 //! and signed by the KDS (sealing alone is anonymous: anyone who knows the client's public
@@ -33,13 +29,14 @@ use maat_crypto::seal::{SealingPublicKey, SealingSecretKey, SEAL_OVERHEAD_BYTES}
 use maat_crypto::sign::{Signature, SigningKey, VerifyingKey, SIGNATURE_BYTES};
 use maat_crypto::{kdf, Counters, CryptoRngCore, Secret32};
 
-const LOCKBOX_CONTEXT: &[u8] = b"maat/h5/lockbox/v1";
+pub use crate::lockbox::{
+    KdsLockboxKey, Lockbox, LockboxKeys, OpenedLockbox, KEYED_LOCKBOX_BOX_BYTES, LOCKBOX_BOX_BYTES,
+};
+
 const GRANT_CONTEXT: &[u8] = b"maat/h4/grant/v1";
 const GRANT_KEY_SALT: &[u8] = b"maat/h4/grant-key/v1";
-/// Length of each sealed root key in a lockbox.
-pub const LOCKBOX_BOX_BYTES: usize = 32 + SEAL_OVERHEAD_BYTES;
 
-fn write_file_header(
+pub(crate) fn write_file_header(
     w: &mut Writer,
     kind: Kind,
     file: FileId,
@@ -50,7 +47,7 @@ fn write_file_header(
     w.u64(file.0).u32(tree_version).var_bytes(&shape.encode());
 }
 
-fn read_file_header(r: &mut Reader<'_>, kind: Kind) -> Result<(FileId, u32, KhtShape)> {
+pub(crate) fn read_file_header(r: &mut Reader<'_>, kind: Kind) -> Result<(FileId, u32, KhtShape)> {
     read_header(r, kind)?;
     let file = FileId(r.u64()?);
     let tree_version = r.u32()?;
@@ -62,125 +59,6 @@ fn read_file_header(r: &mut Reader<'_>, kind: Kind) -> Result<(FileId, u32, KhtS
             }
         })?;
     Ok((file, tree_version, shape))
-}
-
-/// A file's lockbox. Decoding gives this sealed form; only [`Lockbox::open_as_kds`] and
-/// [`Lockbox::open_as_owner`] yield the root key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lockbox {
-    /// The file.
-    pub file: FileId,
-    /// Key tree version (H7: a revocation starts a new tree).
-    pub tree_version: u32,
-    /// The tree's shape.
-    pub shape: KhtShape,
-    kds_box: [u8; LOCKBOX_BOX_BYTES],
-    owner_box: [u8; LOCKBOX_BOX_BYTES],
-}
-
-/// What opening a lockbox gives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenedLockbox {
-    /// The file.
-    pub file: FileId,
-    /// Key tree version.
-    pub tree_version: u32,
-    /// The tree's shape.
-    pub shape: KhtShape,
-    /// `K_R`.
-    pub root_key: Secret32,
-}
-
-impl Lockbox {
-    fn aad(file: FileId, tree_version: u32, shape: &KhtShape) -> Vec<u8> {
-        let mut w = Writer::new();
-        write_file_header(&mut w, Kind::Lockbox, file, tree_version, shape);
-        w.finish()
-    }
-
-    /// Owner side: seals `root_key` to the KDS and to the owner.
-    pub fn seal(
-        file: FileId,
-        tree_version: u32,
-        shape: KhtShape,
-        root_key: &Secret32,
-        kds: &SealingPublicKey,
-        owner: &SealingPublicKey,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<Self> {
-        let aad = Self::aad(file, tree_version, &shape);
-        let to_box = |sealed: Vec<u8>| -> Result<[u8; LOCKBOX_BOX_BYTES]> {
-            sealed.try_into().map_err(|_| ProtoError::Malformed {
-                what: "lockbox",
-                reason: "box length",
-            })
-        };
-        let kds_box = to_box(kds.seal(LOCKBOX_CONTEXT, &aad, root_key.expose(), rng)?)?;
-        let owner_box = to_box(owner.seal(LOCKBOX_CONTEXT, &aad, root_key.expose(), rng)?)?;
-        Ok(Self {
-            file,
-            tree_version,
-            shape,
-            kds_box,
-            owner_box,
-        })
-    }
-
-    /// The canonical encoding.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::new();
-        write_file_header(
-            &mut w,
-            Kind::Lockbox,
-            self.file,
-            self.tree_version,
-            &self.shape,
-        );
-        w.bytes(&self.kds_box).bytes(&self.owner_box);
-        w.finish()
-    }
-
-    /// Decodes (nothing is verified until a box is opened).
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let mut r = Reader::new(bytes, "lockbox");
-        let (file, tree_version, shape) = read_file_header(&mut r, Kind::Lockbox)?;
-        let lockbox = Self {
-            file,
-            tree_version,
-            shape,
-            kds_box: r.array()?,
-            owner_box: r.array()?,
-        };
-        r.finish()?;
-        Ok(lockbox)
-    }
-
-    fn open_box(&self, sealed: &[u8], secret: &SealingSecretKey) -> Result<OpenedLockbox> {
-        let aad = Self::aad(self.file, self.tree_version, &self.shape);
-        let plain = secret
-            .open(LOCKBOX_CONTEXT, &aad, sealed)
-            .map_err(|_| ProtoError::DecryptionFailed { token: "lockbox" })?;
-        let root: [u8; 32] = plain
-            .as_slice()
-            .try_into()
-            .map_err(|_| ProtoError::DecryptionFailed { token: "lockbox" })?;
-        Ok(OpenedLockbox {
-            file: self.file,
-            tree_version: self.tree_version,
-            shape: self.shape.clone(),
-            root_key: Secret32::from_bytes(root),
-        })
-    }
-
-    /// KDS side.
-    pub fn open_as_kds(&self, kds_secret: &SealingSecretKey) -> Result<OpenedLockbox> {
-        self.open_box(&self.kds_box, kds_secret)
-    }
-
-    /// Owner side.
-    pub fn open_as_owner(&self, owner_secret: &SealingSecretKey) -> Result<OpenedLockbox> {
-        self.open_box(&self.owner_box, owner_secret)
-    }
 }
 
 /// A range-key grant as received. Only [`RangeGrant::open`] yields the keys.

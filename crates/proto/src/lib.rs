@@ -37,6 +37,7 @@ pub mod ids;
 pub mod job_bundle;
 pub mod key_ranges;
 pub mod limits;
+pub mod lockbox;
 pub mod login;
 pub mod merkle_msg;
 pub mod msg;

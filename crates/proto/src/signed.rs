@@ -62,11 +62,14 @@ pub enum Kind {
     SetPolicyTag = 0x12,
     /// H4 range-key grant sealed under the key a KDS and one login share (no signature).
     RangeGrantKeyed = 0x13,
+    /// H5 lockbox sealed under keys derived from the owner's static key (no ephemeral
+    /// key per box).
+    LockboxKeyed = 0x14,
 }
 
 impl Kind {
     /// Every kind, in byte order (tests use it to demand a fixture for each).
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::LoginTicket,
         Kind::SessionOffer,
         Kind::SessionConfirm,
@@ -86,6 +89,7 @@ impl Kind {
         Kind::KeyRanges,
         Kind::SetPolicyTag,
         Kind::RangeGrantKeyed,
+        Kind::LockboxKeyed,
     ];
 
     /// Human-readable name used in errors.
@@ -110,12 +114,13 @@ impl Kind {
             Kind::KeyRanges => "key-range permit",
             Kind::SetPolicyTag => "SET POLICY TAG",
             Kind::RangeGrantKeyed => "keyed range-key grant",
+            Kind::LockboxKeyed => "keyed lockbox",
         }
     }
 }
 
-// A kind added after `RangeGrantKeyed` must be added to `Kind::ALL` too.
-const _: () = assert!(Kind::ALL.len() == Kind::RangeGrantKeyed as usize);
+// A kind added after `LockboxKeyed` must be added to `Kind::ALL` too.
+const _: () = assert!(Kind::ALL.len() == Kind::LockboxKeyed as usize);
 
 /// The body of a token kind: its fields and their canonical encoding.
 pub trait Body: Sized {

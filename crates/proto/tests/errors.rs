@@ -16,7 +16,7 @@ use maat_crypto::sign::SigningKey;
 use maat_crypto::Secret32;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::delegation;
-use maat_proto::horus::{GrantKey, Lockbox, RangeGrant};
+use maat_proto::horus::{GrantKey, KdsLockboxKey, Lockbox, RangeGrant};
 use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
 use maat_proto::renewal::RenewalToken;
 use maat_proto::session::{self, SessionConfirm};
@@ -474,6 +474,51 @@ fn lockbox_and_grant_refusals() {
         Lockbox::decode(&moved).unwrap().open_as_kds(&k.kds_seal),
         Err(ProtoError::DecryptionFailed { .. })
     ));
+    // Keyed lockboxes: only the KDS (under the owner's key) and the owner open them; the
+    // owner key named inside is authenticated; neither kind opens as the other.
+    let keyed = lockbox_keyed(&k);
+    let owner = k.client_seal.public_key();
+    let kds_key = KdsLockboxKey::new(&k.kds_seal, &owner).unwrap();
+    let root = keyed.open_keyed_as_kds(&kds_key).unwrap().root_key;
+    assert_eq!(keyed.open_as_owner(&k.client_seal).unwrap().root_key, root);
+    assert_eq!(lb.open_as_kds(&k.kds_seal).unwrap().root_key, root);
+    let stranger = KdsLockboxKey::new(&k.kds_seal, &k.osd_seal.public_key()).unwrap();
+    let other_kds = KdsLockboxKey::new(&k.osd_seal, &owner).unwrap();
+    for key in [&stranger, &other_kds] {
+        assert!(matches!(
+            keyed.open_keyed_as_kds(key),
+            Err(ProtoError::DecryptionFailed { .. })
+        ));
+    }
+    assert!(matches!(
+        keyed.open_as_owner(&k.osd_seal),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    assert!(matches!(
+        keyed.open_as_kds(&k.kds_seal),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    assert!(matches!(
+        lb.open_keyed_as_kds(&kds_key),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    // Another owner key put in (so that a KDS derives another key), another file: refused.
+    let encoded = keyed.encode();
+    let at = encoded.len() - 2 * maat_proto::horus::KEYED_LOCKBOX_BOX_BYTES - 32;
+    let mut swapped = encoded.clone();
+    swapped[at..at + 32].copy_from_slice(&k.osd_seal.public_key().0);
+    let swapped = Lockbox::decode(&swapped).unwrap();
+    assert!(matches!(
+        swapped.open_keyed_as_kds(&stranger),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+    let mut moved = encoded;
+    moved[2..10].copy_from_slice(&43u64.to_be_bytes());
+    assert!(matches!(
+        Lockbox::decode(&moved).unwrap().open_keyed_as_kds(&kds_key),
+        Err(ProtoError::DecryptionFailed { .. })
+    ));
+
     let grant = RangeGrant::decode(&fixture("range_key_grant")).unwrap();
     let kds = k.kds.verifying_key();
     assert!(matches!(

@@ -62,6 +62,7 @@ tamper_tests!(
     set_master_key_accept,
     set_policy_tag,
     lockbox,
+    lockbox_keyed,
     range_key_grant,
     range_key_grant_keyed,
     key_ranges,

@@ -11,12 +11,12 @@
 
 use maat_crypto::kht::{KeyedHashAlg, KhtShape};
 use maat_crypto::mac::MacKey;
-use maat_crypto::seal::SealingSecretKey;
+use maat_crypto::seal::{SealingPublicKey, SealingSecretKey};
 use maat_crypto::sign::{SigningKey, VerifyingKey};
 use maat_crypto::Secret32;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::delegation::{self, computation_key_hash, FileHandle, KeyLifetimeToken};
-use maat_proto::horus::{GrantKey, Lockbox, RangeGrant};
+use maat_proto::horus::{GrantKey, KdsLockboxKey, Lockbox, LockboxKeys, RangeGrant};
 use maat_proto::key_ranges::KeyRanges;
 use maat_proto::merkle_msg::{self, MerkleTreeMessage, SetKind};
 use maat_proto::renewal::RenewalToken;
@@ -216,6 +216,20 @@ pub fn lockbox(k: &Keys) -> Lockbox {
         &Secret32::from_bytes([0x31; 32]),
         &k.kds_seal.public_key(),
         &k.client_seal.public_key(),
+        &mut rng(),
+    )
+    .unwrap()
+}
+
+/// The lockbox of [`lockbox`] keyed (kind 0x14): the client's sealing key as the owner's.
+pub fn lockbox_keyed(k: &Keys) -> Lockbox {
+    let keys = LockboxKeys::new(&k.client_seal, &k.kds_seal.public_key()).unwrap();
+    Lockbox::seal_keyed(
+        FILE,
+        1,
+        shape(),
+        &Secret32::from_bytes([0x31; 32]),
+        &keys,
         &mut rng(),
     )
     .unwrap()
@@ -497,6 +511,13 @@ pub fn fixtures() -> Vec<Fixture> {
         let k = keys();
         let lb = Lockbox::decode(b)?;
         lb.open_as_kds(&k.kds_seal)?;
+        lb.open_as_owner(&k.client_seal).map(drop)
+    }));
+    out.push(fx("lockbox_keyed", lockbox_keyed(&k).encode(), move |b| {
+        let k = keys();
+        let lb = Lockbox::decode(b)?;
+        let owner = lb.owner_key().copied().unwrap_or(SealingPublicKey([0; 32]));
+        lb.open_keyed_as_kds(&KdsLockboxKey::new(&k.kds_seal, &owner)?)?;
         lb.open_as_owner(&k.client_seal).map(drop)
     }));
 
