@@ -69,6 +69,13 @@ impl HeldKeys {
 /// What sealing or opening a stripe needs: the file's keys (of its current tree, and of
 /// the earlier trees stripes in the window are still sealed under, SPEC H7) and its
 /// generations.
+/// The keys for a read's first window: at hand, or asked for and not received yet
+/// ([`Client::stripe_crypt_begin`]).
+pub(crate) enum FirstKeys {
+    Ready(StripeCrypt),
+    Pending(crate::kds_keys::PendingKeys),
+}
+
 pub(crate) struct StripeCrypt {
     file: u64,
     held: HeldKeys,
@@ -407,6 +414,89 @@ impl Client {
         })
     }
 
+    /// [`Client::stripe_crypt`] for the first read window of `opened`, with the key
+    /// request (when one is needed) sent but not awaited, so that the window's stripes
+    /// can be read meanwhile (one round trip instead of two before the first bytes);
+    /// [`Client::stripe_crypt_end`] finishes it. Only for stripes all under the current
+    /// key tree (a rekey in progress asks the usual way).
+    pub(crate) fn stripe_crypt_begin(
+        &mut self,
+        opened: &Opened,
+        stripes: std::ops::Range<u32>,
+    ) -> Result<FirstKeys> {
+        let (crypt, lockbox) = lockbox_of(opened)?;
+        let end_stripe = stripes.end.max(stripes.start + 1);
+        let first = u64::from(stripes.start) * STRIPE_UNIT_BYTES;
+        let end = u64::from(end_stripe) * STRIPE_UNIT_BYTES;
+        let permit = Self::granted_ranges(opened)?;
+        let (valid, needed) = self.held_tree_keys(opened, &lockbox, permit.as_deref(), first, end);
+        let current_only = crypt
+            .stripes_on_earlier(end_stripe)
+            .iter()
+            .all(|(run, _)| run.end <= stripes.start);
+        if !current_only || needed.is_empty() || valid.as_ref().is_some_and(|h| h.covers(&needed)) {
+            return self.stripe_crypt(opened, stripes).map(FirstKeys::Ready);
+        }
+        let nodes = self.wanted_nodes(&lockbox.shape, permit.as_deref(), first, end)?;
+        let lockbox_bytes = crypt.lockbox.clone();
+        let pending = self.send_key_request(opened, &lockbox_bytes, nodes)?;
+        Ok(FirstKeys::Pending(pending))
+    }
+
+    /// The [`StripeCrypt`] [`Client::stripe_crypt_begin`] began: the answer of its key
+    /// request read and checked, the keys added to those held.
+    pub(crate) fn stripe_crypt_end(
+        &mut self,
+        opened: &Opened,
+        begun: FirstKeys,
+    ) -> Result<StripeCrypt> {
+        let pending = match begun {
+            FirstKeys::Ready(crypt) => return Ok(crypt),
+            FirstKeys::Pending(pending) => pending,
+        };
+        let (crypt, lockbox) = lockbox_of(opened)?;
+        let fetched = self.finish_key_request(opened, &crypt.lockbox, &lockbox, pending)?;
+        let key = (opened.stat.id, lockbox.tree_version);
+        let now = local_now();
+        let held = match self.file_keys.get(&key).filter(|h| h.expiry > now + 1000) {
+            Some(h) => {
+                let mut h = h.clone();
+                h.absorb(fetched);
+                h
+            }
+            None => fetched,
+        };
+        self.hold_keys(opened.stat.id, held.clone());
+        Ok(StripeCrypt {
+            file: opened.stat.id,
+            held,
+            earlier: Vec::new(),
+            crypt: crypt.clone(),
+        })
+    }
+
+    /// The held keys of the tree `lockbox` opens of `opened` that have more than a second
+    /// left, and the byte ranges of `first..end` this user needs keys for (inside its
+    /// `permit` ranges; all without one).
+    fn held_tree_keys(
+        &self,
+        opened: &Opened,
+        lockbox: &Lockbox,
+        permit: Option<&[(u64, u64)]>,
+        first: u64,
+        end: u64,
+    ) -> (Option<HeldKeys>, Vec<(u64, u64)>) {
+        let needed = clip(permit, first, end);
+        let now = local_now();
+        let key = (opened.stat.id, lockbox.tree_version);
+        let valid = self
+            .file_keys
+            .get(&key)
+            .filter(|h| h.expiry > now + 1000)
+            .cloned();
+        (valid, needed)
+    }
+
     /// The keys of one tree of `opened` (the one `lockbox` opens) for bytes `first..end`,
     /// of which this user may read the parts inside its `permit` ranges (all without
     /// one): held ones if they cover those, else fetched.
@@ -419,14 +509,8 @@ impl Client {
         first: u64,
         end: u64,
     ) -> Result<HeldKeys> {
-        let needed = clip(permit, first, end);
+        let (valid, needed) = self.held_tree_keys(opened, lockbox, permit, first, end);
         let now = local_now();
-        let key = (opened.stat.id, lockbox.tree_version);
-        let valid = self
-            .file_keys
-            .get(&key)
-            .filter(|h| h.expiry > now + 1000)
-            .cloned();
         Ok(match valid {
             Some(h) if h.covers(&needed) => h,
             valid if needed.is_empty() => valid.unwrap_or_else(|| HeldKeys {

@@ -627,13 +627,19 @@ impl Client {
         let expected = opened.stat.size;
         let known = stripes_for(expected);
         let window = self.stripes_in_flight()?;
-        let mut crypt = match opened.stat.crypt {
-            Some(_) => Some(self.stripe_crypt(&opened, 0..window.min(known))?),
-            None => None,
+        // The first window's keys are asked for while its stripes are read.
+        let (mut first_keys, full) = match opened.stat.crypt {
+            Some(_) => {
+                let leaf = crate::crypt::lockbox_of(&opened)?.1.shape.leaf_size_bytes();
+                let begun = self.stripe_crypt_begin(&opened, 0..window.min(known))?;
+                (
+                    Some(begun),
+                    maat_proto::encrypted::sealed_len(STRIPE_UNIT_BYTES, leaf),
+                )
+            }
+            None => (None, STRIPE_UNIT_BYTES),
         };
-        let full = crypt
-            .as_ref()
-            .map_or(STRIPE_UNIT_BYTES, |c| c.full_stripe_sealed());
+        let mut crypt = None;
         let mut refreshed = false;
         let mut done = 0u64;
         let mut stripe = 0u32;
@@ -653,7 +659,11 @@ impl Client {
                 let (osd, object) = self.stripe_target(&opened, k)?;
                 calls.push((osd, read_request(&opened, object, full)));
             }
-            for (k, answer) in (stripe..).zip(self.parallel(&opened, calls)?) {
+            let answers = self.parallel(&opened, calls)?;
+            if let Some(begun) = first_keys.take() {
+                crypt = Some(self.stripe_crypt_end(&opened, begun)?);
+            }
+            for (k, answer) in (stripe..).zip(answers) {
                 let mut data = match answer {
                     Ok(OsdResponse::Data(d)) => d,
                     Ok(_) => return Err(self.bad("osd", "unexpected answer")),

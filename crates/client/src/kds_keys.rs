@@ -50,6 +50,14 @@ impl Client {
 /// key tree nodes wanted.
 type KeyAsk<'a> = (&'a Opened, &'a [u8], Vec<(u8, u64)>);
 
+/// A key request in flight (SPEC H4): sent to a KDS, its answer not read yet.
+pub(crate) struct PendingKeys {
+    /// The connection it was sent on (`None`: not sent).
+    sent: Option<Connection>,
+    request: KdsRequest,
+    nodes: Vec<(u8, u64)>,
+}
+
 /// The nodes of `level` (at most the leaf level) covering every byte a file may hold.
 pub(crate) fn nodes_at(shape: &KhtShape, level: u8) -> Result<Vec<(u8, u64)>> {
     let level = level.min(shape.leaf_level());
@@ -145,7 +153,78 @@ impl Client {
         lockbox: &Lockbox,
         nodes: Vec<(u8, u64)>,
     ) -> Result<HeldKeys> {
-        let mut held = self.key_request(&[(opened, lockbox_bytes, nodes)])?;
+        let held = self.key_request(&[(opened, lockbox_bytes, nodes)])?;
+        self.one_grant(opened, lockbox, held)
+    }
+
+    /// Sends a key request for one file to a KDS without waiting for the answer, so that
+    /// a read of the file's stripes can be in flight meanwhile;
+    /// [`Client::finish_key_request`] reads it. (Sent nowhere when no KDS takes it now:
+    /// the finish then asks as [`Client::fetch_keys`] does.)
+    pub(crate) fn send_key_request(
+        &mut self,
+        opened: &Opened,
+        lockbox_bytes: &[u8],
+        nodes: Vec<(u8, u64)>,
+    ) -> Result<PendingKeys> {
+        let request = self.keyed_request(&[(opened, lockbox_bytes, nodes.clone())])?;
+        let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
+        let kds = self.cluster_map()?.kds;
+        let mut sent = None;
+        if let Some(entry) = kds.get(opened.stat.id as usize % kds.len().max(1)) {
+            // The connection travels with the request: one dropped unanswered (the read
+            // failed first) is closed, never reused with its answer unread.
+            let address = entry.address.clone();
+            let mut conn = self
+                .kds_connections
+                .remove(&address)
+                .unwrap_or_else(|| Connection::new(address.clone()));
+            if conn.send(FrameType::Plain, &payload).is_ok() {
+                sent = Some(conn);
+            }
+        }
+        Ok(PendingKeys {
+            sent,
+            request,
+            nodes,
+        })
+    }
+
+    /// The keys of a request [`Client::send_key_request`] sent, checked as
+    /// [`Client::fetch_keys`] checks them. Whatever went wrong with the pipelined request
+    /// (a KDS not ready, gone, or older than keyed grants), the request is made again the
+    /// usual way (key requests change nothing, so asking twice is safe).
+    pub(crate) fn finish_key_request(
+        &mut self,
+        opened: &Opened,
+        lockbox_bytes: &[u8],
+        lockbox: &Lockbox,
+        pending: PendingKeys,
+    ) -> Result<HeldKeys> {
+        let mut answered = None;
+        if let Some(mut conn) = pending.sent {
+            if let Ok((FrameType::Plain, answer)) = conn.receive() {
+                let address = conn.address().to_string();
+                if let Ok(KdsResponse::Grants(grants)) =
+                    decode_answer::<KdsResponse>(&address, &answer)
+                {
+                    answered = Some(grants);
+                }
+                self.kds_connections.insert(address, conn);
+            }
+        }
+        let files = [(opened, lockbox_bytes, pending.nodes)];
+        let held = self.key_grants(&files, pending.request, answered)?;
+        self.one_grant(opened, lockbox, held)
+    }
+
+    /// The one grant of a one-file key request, checked against the lockbox asked with.
+    fn one_grant(
+        &self,
+        opened: &Opened,
+        lockbox: &Lockbox,
+        mut held: Vec<Result<HeldKeys>>,
+    ) -> Result<HeldKeys> {
         let held = match held.pop() {
             Some(Ok(h)) if held.is_empty() => h,
             Some(Err(e)) => return Err(e),
@@ -188,13 +267,14 @@ impl Client {
     /// answer per file (the keys, checked: sealed to this login and signed by the KDS,
     /// for that file, or the KDS's refusal).
     fn key_request(&mut self, files: &[KeyAsk<'_>]) -> Result<Vec<Result<HeldKeys>>> {
-        let map = self.cluster_map()?;
-        let kds_keys = map.kds_keys.ok_or_else(|| {
-            ClientError::Local("this cluster has no KDS: encrypted files cannot be read".into())
-        })?;
+        let request = self.keyed_request(files)?;
+        self.key_grants(files, request, None)
+    }
+
+    /// The keyed key request for `files`.
+    fn keyed_request(&mut self, files: &[KeyAsk<'_>]) -> Result<KdsRequest> {
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
         let ticket = session.ticket.clone();
-        let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
         let mut wanted = Vec::with_capacity(files.len());
         for (opened, lockbox, nodes) in files {
             wanted.push(FileKeysRequest {
@@ -205,15 +285,35 @@ impl Client {
                 key_ranges: opened.stat.key_ranges.clone(),
             });
         }
-        let first = files.first().map_or(0, |(o, _, _)| o.stat.id);
-        let grant_key = self.grant_key(&sealing, &kds_keys.sealing_key)?;
-        let mut request = KdsRequest::KeysKeyed {
+        Ok(KdsRequest::KeysKeyed {
             ticket,
             files: wanted,
-        };
+        })
+    }
+
+    /// The checked grants for `request` (made by [`Client::keyed_request`] for `files`):
+    /// those already `answered` (a pipelined request), else from a KDS asked now.
+    fn key_grants(
+        &mut self,
+        files: &[KeyAsk<'_>],
+        mut request: KdsRequest,
+        answered: Option<Vec<std::result::Result<Vec<u8>, WireError>>>,
+    ) -> Result<Vec<Result<HeldKeys>>> {
+        let map = self.cluster_map()?;
+        let kds_keys = map.kds_keys.ok_or_else(|| {
+            ClientError::Local("this cluster has no KDS: encrypted files cannot be read".into())
+        })?;
+        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
+        let first = files.first().map_or(0, |(o, _, _)| o.stat.id);
+        let grant_key = self.grant_key(&sealing, &kds_keys.sealing_key)?;
         let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
         // `Some(KDS key)` when the grants are signed ones.
-        let (grants, signed_by) = match self.kds_call(first, &payload) {
+        let called = match answered {
+            Some(grants) => Ok(grants),
+            None => self.kds_call(first, &payload),
+        };
+        let (grants, signed_by) = match called {
             // A KDS from before keyed grants does not know the request: ask it for
             // signed ones.
             Err(e) if e.code() == Some(ErrorCode::Malformed) => {

@@ -186,6 +186,19 @@ impl Connection {
         frame_type: FrameType,
         parts: &[&[u8]],
     ) -> Result<(FrameType, Vec<u8>), NetError> {
+        self.send_parts(frame_type, parts)?;
+        self.receive()
+    }
+
+    /// The first half of [`Connection::call`]: sends a frame (on a fresh connection if
+    /// the idle one was closed by the peer) without waiting for the answer, so that
+    /// requests to several peers can be in flight from one thread. [`Connection::receive`]
+    /// reads the answer; nothing else may be sent on this connection in between.
+    pub fn send(&mut self, frame_type: FrameType, payload: &[u8]) -> Result<(), NetError> {
+        self.send_parts(frame_type, &[payload])
+    }
+
+    fn send_parts(&mut self, frame_type: FrameType, parts: &[&[u8]]) -> Result<(), NetError> {
         if self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
             self.stream = None;
         }
@@ -195,7 +208,20 @@ impl Connection {
         let Some(stream) = self.stream.as_mut() else {
             return Err(NetError::Closed);
         };
-        let result = write_frame_parts(stream, frame_type, parts).and_then(|()| read_frame(stream));
+        let result = write_frame_parts(stream, frame_type, parts);
+        if result.is_err() {
+            self.stream = None;
+        }
+        result
+    }
+
+    /// The second half of [`Connection::call`]: reads the answer to the frame
+    /// [`Connection::send`] sent.
+    pub fn receive(&mut self) -> Result<(FrameType, Vec<u8>), NetError> {
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(NetError::Closed);
+        };
+        let result = read_frame(stream);
         if result.is_err() {
             self.stream = None;
         }
@@ -282,6 +308,30 @@ mod tests {
             2,
             "the write was sent exactly once"
         );
+    }
+
+    #[test]
+    fn requests_to_two_peers_are_in_flight_at_once_from_one_thread() {
+        let (a, seen_a) = server("serve");
+        let (b, seen_b) = server("serve");
+        let (mut ca, mut cb) = (Connection::new(a), Connection::new(b));
+        ca.send(FrameType::Plain, b"to a").unwrap();
+        cb.send(FrameType::Plain, b"to b").unwrap();
+        // Both arrived before either answer was read.
+        for _ in 0..100 {
+            if seen_a.load(Ordering::SeqCst) + seen_b.load(Ordering::SeqCst) == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(
+            seen_a.load(Ordering::SeqCst) + seen_b.load(Ordering::SeqCst),
+            2
+        );
+        assert_eq!(cb.receive().unwrap().1, b"to b");
+        assert_eq!(ca.receive().unwrap().1, b"to a");
+        // And the connections go on as usual.
+        assert_eq!(ca.call(FrameType::Plain, b"again").unwrap().1, b"again");
     }
 
     #[test]
