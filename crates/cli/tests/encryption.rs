@@ -461,10 +461,12 @@ fn a_file_created_encrypted_takes_its_first_lockbox_with_its_size_from_its_owner
     );
 
     // The owner's next put finishes it (a writer that stopped before its size leaves a
-    // file its owner can always put again) and it reads back.
+    // file its owner can always put again) and it reads back, for Bob too (his read
+    // open of the file while it was being written was not kept).
     let data = content(3, 200_000);
     put(&mut alice, path, &data, None);
     assert_eq!(get(&mut alice, path).unwrap(), data);
+    assert_eq!(get(&mut bob, path).unwrap(), data);
     assert!(!alice
         .open(path, Access::Read, None)
         .unwrap()
@@ -510,4 +512,52 @@ fn a_file_created_encrypted_takes_its_first_lockbox_with_its_size_from_its_owner
         sealed, plain,
         "MDS requests of an encrypted put and of a plaintext one"
     );
+
+    // A file handle opened for writing without create finishes a file whose lockbox is
+    // to come, as a put does.
+    let handled = "/home/alice/h";
+    alice
+        .mds_call(MdsRequest::OpenSealed {
+            path: handled.into(),
+            access: Access::ReadWrite,
+            create: Some(0o644),
+        })
+        .unwrap();
+    let write = maat_client::OpenFlags {
+        write: true,
+        create: None,
+        exclusive: false,
+        truncate: false,
+    };
+    let mut handle = alice.open_file(handled, write).unwrap();
+    alice.write_file_at(&mut handle, 0, b"by handle").unwrap();
+    alice.flush_file(&mut handle).unwrap();
+    assert_eq!(get(&mut bob, handled).unwrap(), b"by handle");
+}
+
+/// A reader that fails at once.
+struct Failing;
+
+impl std::io::Read for Failing {
+    fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::other("the input failed"))
+    }
+}
+
+#[test]
+fn a_put_that_fails_before_recording_its_lockbox_leaves_no_key_to_seal_a_later_write() {
+    let cluster = Cluster::start_encrypting(1, &[]);
+    let mut first = cluster.admin_client();
+    let mut second = cluster.admin_client();
+    // The first put of /f makes a root key and fails before its lockbox is recorded;
+    // another client of the same user then stores /f under a lockbox of its own.
+    assert!(first
+        .put_with(&mut Failing, 100, "/f", None, &mut |_| {})
+        .is_err());
+    put(&mut second, "/f", b"from the second client", None);
+    // The first client writes /f again: it must seal under the file's lockbox (the
+    // second's), not the root key of its failed put, or nobody else could read it.
+    put(&mut first, "/f", b"from the first client", None);
+    second.forget_file_keys();
+    assert_eq!(get(&mut second, "/f").unwrap(), b"from the first client");
 }

@@ -66,9 +66,6 @@ impl HeldKeys {
     }
 }
 
-/// What sealing or opening a stripe needs: the file's keys (of its current tree, and of
-/// the earlier trees stripes in the window are still sealed under, SPEC H7) and its
-/// generations.
 /// The keys for a read's first window: at hand, or asked for and not received yet
 /// ([`Client::stripe_crypt_begin`]).
 pub(crate) enum FirstKeys {
@@ -76,6 +73,9 @@ pub(crate) enum FirstKeys {
     Pending(crate::kds_keys::PendingKeys),
 }
 
+/// What sealing or opening a stripe needs: the file's keys (of its current tree, and of
+/// the earlier trees stripes in the window are still sealed under, SPEC H7) and its
+/// generations.
 pub(crate) struct StripeCrypt {
     file: u64,
     held: HeldKeys,
@@ -562,7 +562,7 @@ pub(crate) fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
     if crypt.is_pending() {
         return Err(ClientError::Local(format!(
             "file {} is encrypted and its lockbox is still to come: its owner's put has \
-             not finished (the owner's next put of it finishes it)",
+             not finished (the owner's next put or write of it finishes it)",
             opened.stat.id
         )));
     }

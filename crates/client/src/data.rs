@@ -400,25 +400,39 @@ impl Client {
         self.forget_opened();
         // A file this put creates encrypted gets its lockbox with its size (SPEC H5).
         let mut opened = if self.seals_new_files(encrypt)? {
-            self.open_sealed(path)?
+            match self.open_sealed(path) {
+                // An MDS from before `OpenSealed`: a plain open, then `SetLockbox` below.
+                Err(e) if e.code() == Some(ErrorCode::Malformed) => {
+                    self.open(path, Access::ReadWrite, Some(0o644))?
+                }
+                other => other?,
+            }
         } else {
             self.open(path, Access::ReadWrite, Some(0o644))?
         };
         let first_lockbox = self.seal_pending(&mut opened)?;
-        if first_lockbox.is_none() {
+        let sealing = first_lockbox.is_some();
+        if !sealing {
             self.encrypt_if_new(path, &mut opened, encrypt)?;
         }
-        let written = self.put_opened(&opened, reader, size, Some(opened.stat.size), progress)?;
-        match first_lockbox {
-            Some(lockbox) => self.expect_ok(MdsRequest::SetSizeLockbox {
-                path: path.into(),
-                file: opened.stat.id,
-                size,
-                written,
-                lockbox,
-            })?,
-            None => self.set_size_written(path, &opened, size, written)?,
+        let stored = self
+            .put_opened(&opened, reader, size, Some(opened.stat.size), progress)
+            .and_then(|written| match first_lockbox {
+                Some(lockbox) => self.expect_ok(MdsRequest::SetSizeLockbox {
+                    path: path.into(),
+                    file: opened.stat.id,
+                    size,
+                    written,
+                    lockbox,
+                }),
+                None => self.set_size_written(path, &opened, size, written),
+            });
+        if stored.is_err() && sealing {
+            // The root key made for this put is nobody's unless its lockbox was recorded
+            // (another writer's may have been): its keys must not seal a later write.
+            self.file_keys.remove(&(opened.stat.id, 1));
         }
+        stored?;
         let mut stat = opened.stat;
         stat.size = size;
         stat.crypt = None;
@@ -621,6 +635,7 @@ impl Client {
     ) -> Result<u64> {
         if opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending()) {
             // Created encrypted, its writer not finished: nothing readable yet (SPEC H5).
+            // (Such opens are never cached, so this is the MDS's view now.)
             return Ok(0);
         }
         let mut opened = opened.clone();

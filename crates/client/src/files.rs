@@ -116,8 +116,10 @@ impl Client {
         // from the client's cache of read opens (which may be minutes old).
         self.forget_opened_path(path);
         let mut opened = self.open(path, access, flags.create)?;
-        if flags.write && flags.create.is_some() {
-            // A file this call created (empty, ours) is encrypted as the cluster says.
+        let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
+        if flags.write && (flags.create.is_some() || pending) {
+            // A file this call created (empty, ours) is encrypted as the cluster says; one
+            // created encrypted whose lockbox is still to come gets it now.
             self.encrypt_if_new(path, &mut opened, None)?;
         }
         if opened.stat.is_dir {

@@ -202,19 +202,32 @@ impl Client {
         pending: PendingKeys,
     ) -> Result<HeldKeys> {
         let mut answered = None;
+        // Asked again from the next instance unless this one answered (or may answer
+        // signed grants, `Malformed`).
+        let mut skip = 1;
         if let Some(mut conn) = pending.sent {
-            if let Ok((FrameType::Plain, answer)) = conn.receive() {
-                let address = conn.address().to_string();
-                if let Ok(KdsResponse::Grants(grants)) =
-                    decode_answer::<KdsResponse>(&address, &answer)
-                {
-                    answered = Some(grants);
+            let address = conn.address().to_string();
+            match conn.receive() {
+                Ok((FrameType::Plain, answer)) => {
+                    self.kds_connections.insert(address.clone(), conn);
+                    match decode_answer::<KdsResponse>(&address, &answer) {
+                        Ok(KdsResponse::Grants(grants)) => answered = Some(grants),
+                        Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
+                        Err(e) if e.code() == Some(ErrorCode::NotReady) => {}
+                        Err(e) if e.code() == Some(ErrorCode::Malformed) => skip = 0,
+                        // A refusal is the KDS's answer: asking again changes nothing.
+                        Err(e) => return Err(e),
+                    }
                 }
-                self.kds_connections.insert(address, conn);
+                Ok((_, answer)) => {
+                    self.kds_connections.insert(address.clone(), conn);
+                    return Err(refusal(&address, &answer));
+                }
+                Err(_) => {}
             }
         }
         let files = [(opened, lockbox_bytes, pending.nodes)];
-        let held = self.key_grants(&files, pending.request, answered)?;
+        let held = self.key_grants(&files, pending.request, answered, skip)?;
         self.one_grant(opened, lockbox, held)
     }
 
@@ -268,7 +281,7 @@ impl Client {
     /// for that file, or the KDS's refusal).
     fn key_request(&mut self, files: &[KeyAsk<'_>]) -> Result<Vec<Result<HeldKeys>>> {
         let request = self.keyed_request(files)?;
-        self.key_grants(files, request, None)
+        self.key_grants(files, request, None, 0)
     }
 
     /// The keyed key request for `files`.
@@ -292,12 +305,15 @@ impl Client {
     }
 
     /// The checked grants for `request` (made by [`Client::keyed_request`] for `files`):
-    /// those already `answered` (a pipelined request), else from a KDS asked now.
+    /// those already `answered` (a pipelined request), else from a KDS asked now, the
+    /// instances in turn from the `skip`-th after the one picked by file (an instance a
+    /// pipelined request found down or not ready is tried last).
     fn key_grants(
         &mut self,
         files: &[KeyAsk<'_>],
         mut request: KdsRequest,
         answered: Option<Vec<std::result::Result<Vec<u8>, WireError>>>,
+        skip: u64,
     ) -> Result<Vec<Result<HeldKeys>>> {
         let map = self.cluster_map()?;
         let kds_keys = map.kds_keys.ok_or_else(|| {
@@ -305,7 +321,10 @@ impl Client {
         })?;
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
         let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
-        let first = files.first().map_or(0, |(o, _, _)| o.stat.id);
+        let first = files
+            .first()
+            .map_or(0, |(o, _, _)| o.stat.id)
+            .wrapping_add(skip);
         let grant_key = self.grant_key(&sealing, &kds_keys.sealing_key)?;
         let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
         // `Some(KDS key)` when the grants are signed ones.

@@ -591,7 +591,9 @@ impl Client {
                 .ok()
                 .map(|c| c.unverified_body().expiry.0)
         };
-        if let (Access::Read, Some(expiry)) = (access, expiry) {
+        // A file whose lockbox is still to come is about to change: not cached.
+        let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
+        if let (Access::Read, Some(expiry), false) = (access, expiry, pending) {
             if let Some(s) = &mut self.session {
                 s.opened.retain(|o| o.path != path && o.expiry > now);
                 if s.opened.len() < 1024 {

@@ -118,7 +118,10 @@ fn first_lockbox(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
     if inode.crypt.as_ref().is_some_and(|c| !c.is_pending()) || inode.size != 0 {
         return Err(MdsError::refused(
             ErrorCode::AlreadyExists,
-            format!("{path}: only an empty file without a lockbox takes one"),
+            format!(
+                "{path}: has a lockbox or data already (another writer may have recorded \
+                 its lockbox first): only an empty file without one takes a first lockbox"
+            ),
         ));
     }
     let decoded = Lockbox::decode(lockbox)
@@ -154,7 +157,7 @@ fn next_tree(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
         )
     })?;
     let malformed = |e| MdsError::refused(ErrorCode::Malformed, format!("lockbox: {e}"));
-    let current = Lockbox::decode(&crypt.lockbox).map_err(malformed)?;
+    let current = current_lockbox(crypt, path)?;
     let new = Lockbox::decode(lockbox).map_err(malformed)?;
     let next = current.tree_version.checked_add(1).ok_or_else(|| {
         MdsError::refused(

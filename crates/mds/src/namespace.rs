@@ -505,15 +505,6 @@ impl<S: MetaStore> crate::Mds<S> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve_opened(who, path, file)?;
         require(who, &inode, WRITE, path)?;
-        if inode.crypt.as_ref().is_some_and(|c| c.is_pending()) && size != 0 {
-            return Err(MdsError::refused(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "{path}: encrypted, its lockbox still to come: its writer records the \
-                     lockbox with the size"
-                ),
-            ));
-        }
         if !written.is_empty() {
             crate::encryption::record_generations(&mut inode, size, written, tree_version, path)?;
         }
@@ -538,13 +529,25 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// Records `size` (checked against [`FILE_BYTES_MAX`]) and the modification time of
-    /// a file; the caller holds the write lock and checked who may.
+    /// a file; the caller holds the write lock and checked who may. A file whose lockbox
+    /// is still to come (SPEC H5) takes no size but 0 (its owner records the lockbox
+    /// first, with the size).
     pub(crate) fn commit_size(
         &self,
         mut inode: Inode,
         size: u64,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
+        if inode.crypt.as_ref().is_some_and(|c| c.is_pending()) && size != 0 {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "file {}: encrypted, its lockbox still to come: its owner records the \
+                     lockbox with the size",
+                    inode.id
+                ),
+            ));
+        }
         if size > FILE_BYTES_MAX {
             return Err(MdsError::refused(
                 ErrorCode::TooLarge,

@@ -129,6 +129,9 @@ fn idle_and_open(stream: &TcpStream) -> bool {
 pub struct Connection {
     address: String,
     stream: Option<TcpStream>,
+    /// A frame was sent and its answer not read: the stream is not idle, and a new
+    /// request must not go on it (its answer would be the old one's).
+    answer_due: bool,
 }
 
 impl Connection {
@@ -137,6 +140,7 @@ impl Connection {
         Self {
             address: address.into(),
             stream: None,
+            answer_due: false,
         }
     }
 
@@ -199,8 +203,9 @@ impl Connection {
     }
 
     fn send_parts(&mut self, frame_type: FrameType, parts: &[&[u8]]) -> Result<(), NetError> {
-        if self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
+        if self.answer_due || self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
             self.stream = None;
+            self.answer_due = false;
         }
         if self.stream.is_none() {
             self.stream = Some(self.connect()?);
@@ -209,8 +214,9 @@ impl Connection {
             return Err(NetError::Closed);
         };
         let result = write_frame_parts(stream, frame_type, parts);
-        if result.is_err() {
-            self.stream = None;
+        match result {
+            Ok(()) => self.answer_due = true,
+            Err(_) => self.stream = None,
         }
         result
     }
@@ -218,9 +224,10 @@ impl Connection {
     /// The second half of [`Connection::call`]: reads the answer to the frame
     /// [`Connection::send`] sent.
     pub fn receive(&mut self) -> Result<(FrameType, Vec<u8>), NetError> {
-        let Some(stream) = self.stream.as_mut() else {
+        let Some(stream) = self.stream.as_mut().filter(|_| self.answer_due) else {
             return Err(NetError::Closed);
         };
+        self.answer_due = false;
         let result = read_frame(stream);
         if result.is_err() {
             self.stream = None;
@@ -255,7 +262,7 @@ mod tests {
 
     /// A server that echoes frames: `answer_once` closes after the first answer on each
     /// connection, `drop_second` reads the second frame of a connection and closes without
-    /// answering it, `serve` keeps serving. Counts the frames it received.
+    /// answering it, `slow` answers each after 100 ms, `serve` keeps serving. Counts the frames it received.
     fn server(mode: &'static str) -> (String, Arc<AtomicU32>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
@@ -270,6 +277,9 @@ mod tests {
                     on_this += 1;
                     if mode == "drop_second" && on_this == 2 {
                         break;
+                    }
+                    if mode == "slow" {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
                     }
                     write_frame(&mut conn, t, &p).unwrap();
                     if mode == "answer_once" {
@@ -332,6 +342,17 @@ mod tests {
         assert_eq!(ca.receive().unwrap().1, b"to a");
         // And the connections go on as usual.
         assert_eq!(ca.call(FrameType::Plain, b"again").unwrap().1, b"again");
+        assert!(cb.receive().is_err(), "nothing sent: an error, not a wait");
+    }
+
+    #[test]
+    fn a_request_after_one_whose_answer_was_not_read_gets_its_own_answer() {
+        // The abandoned request's answer is not there yet when the next is sent, so only
+        // the connection knowing an answer is due keeps it from being taken as the next's.
+        let (addr, _) = server("slow");
+        let mut c = Connection::new(addr);
+        c.send(FrameType::Plain, b"abandoned").unwrap();
+        assert_eq!(c.call(FrameType::Plain, b"next").unwrap().1, b"next");
     }
 
     #[test]
