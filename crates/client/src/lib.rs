@@ -26,6 +26,7 @@ pub use maat_proto::placement;
 mod rekey;
 pub use rekey::RekeyReport;
 mod renewal;
+mod transfer;
 mod trees;
 
 pub use auth::{KDF_ITERATIONS_MAX, KDF_LANES_MAX, KDF_MEMORY_KIB_MAX};

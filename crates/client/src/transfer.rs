@@ -1,0 +1,424 @@
+//! Whole-file transfers: put (stripes sealed when the file is encrypted, a batch of
+//! them in flight at once, the size and, for a file created encrypted, its lockbox
+//! recorded after every stripe is durable) and get (stripes read a window at a time,
+//! opened and checked, the first window's keys asked for while it is read).
+
+use super::*;
+use crate::data::{read_request, remove_request, write_request};
+
+impl Client {
+    /// Stores `size` bytes from `reader` at `path` (creating it 0644), striping files of
+    /// at least [`STRIPE_UNIT_BYTES`] over OSDs; every stripe is durable on its OSD before
+    /// the size is recorded at the MDS.
+    pub fn put(
+        &mut self,
+        reader: &mut dyn Read,
+        size: u64,
+        path: &str,
+        progress: Progress<'_>,
+    ) -> Result<FileStat> {
+        self.put_with(reader, size, path, None, progress)
+    }
+
+    /// [`Client::put`], choosing whether a new file is encrypted (SPEC H3; `None`: the
+    /// cluster's default). An existing file keeps what it is.
+    pub fn put_with(
+        &mut self,
+        reader: &mut dyn Read,
+        size: u64,
+        path: &str,
+        encrypt: Option<bool>,
+        progress: Progress<'_>,
+    ) -> Result<FileStat> {
+        self.forget_opened();
+        // A file this put creates encrypted gets its lockbox with its size (SPEC H5).
+        let mut opened = if self.seals_new_files(encrypt)? {
+            match self.open_sealed(path) {
+                // An MDS from before `OpenSealed`: a plain open, then `SetLockbox` below.
+                Err(e) if e.code() == Some(ErrorCode::Malformed) => {
+                    self.open(path, Access::ReadWrite, Some(0o644))?
+                }
+                other => other?,
+            }
+        } else {
+            self.open(path, Access::ReadWrite, Some(0o644))?
+        };
+        let first_lockbox = self.seal_pending(&mut opened)?;
+        let sealing = first_lockbox.is_some();
+        if !sealing {
+            self.encrypt_if_new(path, &mut opened, encrypt)?;
+        }
+        let stored = self
+            .put_opened(&opened, reader, size, Some(opened.stat.size), progress)
+            .and_then(|written| match first_lockbox {
+                Some(lockbox) => self.expect_ok(MdsRequest::SetSizeLockbox {
+                    path: path.into(),
+                    file: opened.stat.id,
+                    size,
+                    written,
+                    lockbox,
+                }),
+                None => self.set_size_written(path, &opened, size, written),
+            });
+        if stored.is_err() && sealing {
+            // The root key made for this put is nobody's unless its lockbox was recorded
+            // (another writer's may have been): its keys must not seal a later write.
+            self.file_keys.remove(&(opened.stat.id, 1));
+        }
+        stored?;
+        let mut stat = opened.stat;
+        stat.size = size;
+        stat.crypt = None;
+        Ok(stat)
+    }
+
+    /// Makes a just-opened empty file of this user encrypted when `encrypt` (or, for
+    /// `None`, the cluster default) asks for it.
+    pub(crate) fn encrypt_if_new(
+        &mut self,
+        path: &str,
+        opened: &mut Opened,
+        encrypt: Option<bool>,
+    ) -> Result<()> {
+        let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
+        if (opened.stat.encrypted && !pending)
+            || opened.stat.size != 0
+            || self.insecure_user.is_some()
+        {
+            return Ok(());
+        }
+        // A file created encrypted whose lockbox is still to come is encrypted whatever
+        // this writer would choose.
+        let wanted = pending
+            || match encrypt {
+                Some(w) => w,
+                None => self.encrypts_new_files()?,
+            };
+        if wanted && self.user_name() == Some(opened.stat.owner.as_str()) {
+            self.make_encrypted(path, opened)?;
+        }
+        Ok(())
+    }
+
+    /// Records the size, and for an encrypted file the generations of the stripes
+    /// written (`written`, from [`Client::put_opened`]) and the key tree of `opened`
+    /// they were sealed under (SPEC H7).
+    pub fn set_size_written(
+        &mut self,
+        path: &str,
+        opened: &Opened,
+        size: u64,
+        written: Vec<(u32, u32, u64)>,
+    ) -> Result<()> {
+        if written.is_empty() {
+            return self.set_size(path, opened, size);
+        }
+        let (_, lockbox) = crate::crypt::lockbox_of(opened)?;
+        self.expect_ok(MdsRequest::SetSizeSealed {
+            path: path.into(),
+            file: opened.stat.id,
+            size,
+            tree_version: lockbox.tree_version,
+            written,
+        })
+    }
+
+    /// Writes `size` bytes from `reader` as the whole content of an opened file (stripes
+    /// in flight at once) and removes the stripes past the new end: those of `old_size`,
+    /// or, when the old size is unknown (a job's handle), each next stripe until one is
+    /// missing. The caller records the size, with the stripe generations returned (an
+    /// encrypted file's: `(first, end, generation)`; empty for a plaintext file).
+    pub fn put_opened(
+        &mut self,
+        opened: &Opened,
+        reader: &mut dyn Read,
+        size: u64,
+        old_size: Option<u64>,
+        progress: Progress<'_>,
+    ) -> Result<Vec<(u32, u32, u64)>> {
+        let opened = opened.clone();
+        let stripes = stripes_for(size);
+        let window = self.stripes_in_flight()?;
+        let mut crypt = match opened.stat.crypt {
+            Some(_) => Some(self.stripe_crypt(&opened, 0..window.min(stripes))?),
+            None => None,
+        };
+        let generation = crypt::new_generation(&mut self.rng);
+        let mut done = 0u64;
+        let mut stripe = 0u32;
+        while stripe < stripes {
+            let n = (stripes - stripe).min(window);
+            if crypt.is_some() && stripe > 0 {
+                // Keys for this window (held ones unless the key level is too deep for
+                // one request to cover the file, SPEC H8).
+                crypt = Some(self.stripe_crypt(&opened, stripe..stripe + n)?);
+            }
+            let mut calls = Vec::with_capacity(n as usize);
+            let mut lens = Vec::with_capacity(n as usize);
+            for k in stripe..stripe + n {
+                let len = (size - done - lens.iter().sum::<u64>()).min(STRIPE_UNIT_BYTES);
+                let mut buf = vec![0u8; len as usize];
+                reader
+                    .read_exact(&mut buf)
+                    .map_err(|e| ClientError::Local(format!("reading input: {e}")))?;
+                let (osd, object) = self.stripe_target(&opened, k)?;
+                calls.push((osd, object, buf));
+                lens.push(len);
+            }
+            let calls = match &crypt {
+                Some(c) => seal_all(c, generation, calls, &mut self.rng)?,
+                None => calls,
+            };
+            let calls = calls
+                .into_iter()
+                .map(|(osd, object, data)| (osd, write_request(&opened, object, data)))
+                .collect();
+            for (answer, len) in self.parallel(&opened, calls)?.into_iter().zip(lens) {
+                answer?;
+                done += len;
+            }
+            progress(done);
+            stripe += n;
+        }
+        let written = match crypt {
+            Some(_) if stripes > 0 => vec![(0, stripes, generation)],
+            _ => Vec::new(),
+        };
+        let Some(old_size) = old_size else {
+            self.remove_stripes_from(&opened, stripes)?;
+            return Ok(written);
+        };
+        let old_stripes = stripes_for(old_size);
+        let mut removes = Vec::new();
+        for stripe in stripes..old_stripes {
+            let (osd, object) = self.stripe_target(&opened, stripe)?;
+            removes.push((osd, remove_request(&opened, object)));
+        }
+        for answer in self.parallel(&opened, removes)? {
+            match answer {
+                Ok(_) => {}
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(written)
+    }
+
+    /// Removes stripe `first` and each next one until one does not exist.
+    pub(crate) fn remove_stripes_from(&mut self, opened: &Opened, first: u32) -> Result<()> {
+        for stripe in first.. {
+            let (osd, object) = self.stripe_target(opened, stripe)?;
+            let probe = OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::GetAttributes { object },
+            };
+            match self.data_call(opened, osd, probe) {
+                Ok(_) => self.remove_object(opened, stripe)?,
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => break,
+                // A write-only open cannot look: stripes past the end stay (a read stops
+                // at the first short stripe, so only a size that is a multiple of the
+                // stripe unit could show them).
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams the file at `path` into `writer`; returns the bytes written.
+    ///
+    /// Stripes are read until one is short, so a cached (older) size never truncates the
+    /// data; a missing stripe inside the recorded size is an error, never a hole.
+    pub fn get(
+        &mut self,
+        path: &str,
+        writer: &mut dyn Write,
+        progress: Progress<'_>,
+    ) -> Result<u64> {
+        let opened = self.open(path, Access::Read, None)?;
+        let mut counted = Counted {
+            inner: writer,
+            n: 0,
+        };
+        match self.get_opened(path, &opened, &mut counted, &mut *progress) {
+            // A T10 open from this client's cache whose credential was revoked (SPEC T4):
+            // the refusal dropped it, and the MDS decides again on a fresh open, once,
+            // if nothing was written yet.
+            Err(ClientError::Refused(e))
+                if e.code == ErrorCode::Revoked
+                    && opened.capability.is_empty()
+                    && opened.mds_cached
+                    && counted.n == 0 =>
+            {
+                let opened = self.open(path, Access::Read, None)?;
+                self.get_opened(path, &opened, writer, progress)
+            }
+            other => other,
+        }
+    }
+
+    /// Streams an opened file into `writer` (`path` names it in errors); returns the
+    /// bytes written.
+    pub fn get_opened(
+        &mut self,
+        path: &str,
+        opened: &Opened,
+        writer: &mut dyn Write,
+        progress: Progress<'_>,
+    ) -> Result<u64> {
+        if opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending()) {
+            // Created encrypted, its writer not finished: nothing readable yet (SPEC H5).
+            // (Such opens are never cached, so this is the MDS's view now.)
+            return Ok(0);
+        }
+        let mut opened = opened.clone();
+        let expected = opened.stat.size;
+        let known = stripes_for(expected);
+        let window = self.stripes_in_flight()?;
+        // The first window's keys are asked for while its stripes are read.
+        let (mut first_keys, full) = match opened.stat.crypt {
+            Some(_) => {
+                let leaf = crate::crypt::lockbox_of(&opened)?.1.shape.leaf_size_bytes();
+                let begun = self.stripe_crypt_begin(&opened, 0..window.min(known))?;
+                (
+                    Some(begun),
+                    maat_proto::encrypted::sealed_len(STRIPE_UNIT_BYTES, leaf),
+                )
+            }
+            None => (None, STRIPE_UNIT_BYTES),
+        };
+        let mut crypt = None;
+        let mut refreshed = false;
+        let mut done = 0u64;
+        let mut stripe = 0u32;
+        'stripes: loop {
+            // Inside the recorded size a window at a time; past it (the file grew since
+            // the size was read) one stripe at a time until one is short or missing.
+            let n = if stripe < known {
+                (known - stripe).min(window)
+            } else {
+                1
+            };
+            if crypt.is_some() && stripe > 0 && stripe < known {
+                crypt = Some(self.stripe_crypt(&opened, stripe..stripe + n)?);
+            }
+            let mut calls = Vec::with_capacity(n as usize);
+            for k in stripe..stripe + n {
+                let (osd, object) = self.stripe_target(&opened, k)?;
+                calls.push((osd, read_request(&opened, object, full)));
+            }
+            let answers = self.parallel(&opened, calls)?;
+            if let Some(begun) = first_keys.take() {
+                crypt = Some(self.stripe_crypt_end(&opened, begun)?);
+            }
+            for (k, answer) in (stripe..).zip(answers) {
+                let mut data = match answer {
+                    Ok(OsdResponse::Data(d)) => d,
+                    Ok(_) => return Err(self.bad("osd", "unexpected answer")),
+                    Err(ClientError::Refused(e))
+                        if e.code == ErrorCode::NoSuchObject && done >= expected =>
+                    {
+                        break 'stripes;
+                    }
+                    Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
+                        return Err(ClientError::DataMissing(format!(
+                            "{path}: stripe {k} of file {} not found",
+                            opened.stat.id
+                        )))
+                    }
+                    Err(e) => return Err(e),
+                };
+                if crypt.is_some() && k >= known {
+                    // A stripe past the size read at open (the file grew): its keys.
+                    crypt = Some(self.stripe_crypt(&opened, k..k + 1)?);
+                }
+                if let Some(c) = &crypt {
+                    let within = expected.saturating_sub(u64::from(k) * STRIPE_UNIT_BYTES);
+                    data = match c.open(k, data, within, 0..STRIPE_UNIT_BYTES) {
+                        Ok(plain) => plain,
+                        // A writer may have rewritten the stripe since this open: open the
+                        // file again (its generations come fresh) and read it once more.
+                        Err(ClientError::Integrity { .. }) if !refreshed => {
+                            refreshed = true;
+                            self.forget_opened_path(path);
+                            opened = self.open(path, Access::Read, None)?;
+                            let fresh = self.stripe_crypt(&opened, k..k + 1)?;
+                            let again = self.read_object_sealed(&opened, k, full)?;
+                            let plain = fresh.open(k, again, within, 0..STRIPE_UNIT_BYTES)?;
+                            crypt = Some(fresh);
+                            plain
+                        }
+                        Err(e) => return Err(e),
+                    };
+                }
+                writer
+                    .write_all(&data)
+                    .map_err(|e| ClientError::Local(format!("writing output: {e}")))?;
+                done += data.len() as u64;
+                progress(done);
+                if (data.len() as u64) < STRIPE_UNIT_BYTES {
+                    break 'stripes;
+                }
+            }
+            stripe += n;
+        }
+        if done < expected {
+            return Err(ClientError::DataMissing(format!(
+                "{path}: {done} of {expected} bytes found"
+            )));
+        }
+        Ok(done)
+    }
+}
+
+/// Seals each `(osd, object, plaintext)` stripe of an encrypted file, the two halves of
+/// the batch on two threads.
+fn seal_all(
+    crypt: &crypt::StripeCrypt,
+    generation: u64,
+    calls: Vec<(u64, ObjectId, Vec<u8>)>,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> Result<Vec<(u64, ObjectId, Vec<u8>)>> {
+    let mut seeds = [[0u8; 32]; 2];
+    for s in seeds.iter_mut() {
+        rng.fill_bytes(s);
+    }
+    let half = calls.len().div_ceil(2);
+    let mut calls = calls;
+    let second = calls.split_off(half);
+    let seal = |part: Vec<(u64, ObjectId, Vec<u8>)>, seed: [u8; 32]| {
+        let mut rng = rand_chacha::ChaCha20Rng::from_seed(seed);
+        part.into_iter()
+            .map(|(osd, object, plain)| {
+                let sealed = crypt.seal(object.stripe, generation, &plain, &mut rng)?;
+                Ok((osd, object, sealed))
+            })
+            .collect::<Result<Vec<_>>>()
+    };
+    let [a, b] = seeds;
+    let (first, second) = std::thread::scope(|scope| {
+        let handle = scope.spawn(|| seal(second, b));
+        let first = seal(calls, a);
+        (first, handle.join())
+    });
+    let mut out = first?;
+    out.extend(second.map_err(|_| ClientError::Local("sealing thread failed".into()))??);
+    Ok(out)
+}
+
+/// A writer that counts what went through it.
+struct Counted<'a> {
+    inner: &'a mut dyn Write,
+    n: u64,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
