@@ -11,7 +11,7 @@
 )]
 
 mod common;
-use common::{code, content, counter, object_file, signal, Cluster, Held};
+use common::{code, content, object_file, signal, Cluster, Held};
 use maat_client::{Client, ClientError};
 use maat_proto::msg::{Access, ErrorCode, MdsRequest, MdsResponse};
 use maat_proto::protection::Protection;
@@ -498,19 +498,22 @@ fn a_file_created_encrypted_takes_its_first_lockbox_with_its_size_from_its_owner
     let now = alice.open(empty, Access::ReadWrite, None).unwrap();
     assert_eq!(now.stat.crypt.unwrap().lockbox, first);
 
-    // A put of a new encrypted file costs the MDS as many requests as a plaintext one
-    // (an open and a size update).
+    // A put of a new encrypted file costs as many requests as a plaintext one (an open
+    // and a size update at the MDS, the stripes at the OSDs), counted by the client
+    // (the daemons' counters also count each other's requests).
+    let requests = |c: &Client| c.client_stats().requests;
     let mds_requests = |c: &mut Client, name: &str, encrypt: bool| {
-        let before = counter(c, "mds", "requests");
+        let before = requests(c);
         put(c, name, &data, Some(encrypt));
+        let sent = requests(c) - before;
         assert_eq!(c.stat(name).unwrap().encrypted, encrypt);
-        counter(c, "mds", "requests") - before
+        sent
     };
     let plain = mds_requests(&mut alice, "/home/alice/plain", false);
     let sealed = mds_requests(&mut alice, "/home/alice/sealed", true);
     assert_eq!(
         sealed, plain,
-        "MDS requests of an encrypted put and of a plaintext one"
+        "requests of an encrypted put and of a plaintext one"
     );
 
     // A file handle opened for writing without create finishes a file whose lockbox is
@@ -533,6 +536,36 @@ fn a_file_created_encrypted_takes_its_first_lockbox_with_its_size_from_its_owner
     alice.write_file_at(&mut handle, 0, b"by handle").unwrap();
     alice.flush_file(&mut handle).unwrap();
     assert_eq!(get(&mut bob, handled).unwrap(), b"by handle");
+
+    // A file a handle creates costs the MDS as many requests as a plaintext one (its
+    // lockbox goes with the size), and one closed unwritten is finished too.
+    let create = maat_client::OpenFlags {
+        create: Some(0o644),
+        ..write
+    };
+    let handle_requests = |c: &mut Client, name: &str, data: &[u8]| {
+        let before = requests(c);
+        let mut handle = c.open_file(name, create).unwrap();
+        if !data.is_empty() {
+            c.write_file_at(&mut handle, 0, data).unwrap();
+        }
+        c.flush_file(&mut handle).unwrap();
+        requests(c) - before
+    };
+    let by_handle = handle_requests(&mut alice, "/home/alice/hs", b"sealed by handle");
+    assert_eq!(
+        by_handle, plain,
+        "requests of an encrypted file a handle made and of a plaintext put"
+    );
+    assert_eq!(
+        get(&mut bob, "/home/alice/hs").unwrap(),
+        b"sealed by handle"
+    );
+    handle_requests(&mut alice, "/home/alice/empty-h", b"");
+    let opened = alice
+        .open("/home/alice/empty-h", Access::Read, None)
+        .unwrap();
+    assert!(opened.stat.encrypted && !opened.stat.crypt.unwrap().is_pending());
 }
 
 /// A reader that fails at once.

@@ -208,16 +208,48 @@ impl Client {
         }
     }
 
-    /// Opens `path` for reading and writing, creating it (0644) encrypted with its
-    /// lockbox to come (`OpenSealed`, SPEC H5) if it does not exist.
-    pub(crate) fn open_sealed(&mut self, path: &str) -> Result<Opened> {
+    /// Opens `path` for reading and writing, creating it (permission bits `mode`)
+    /// encrypted with its lockbox to come (`OpenSealed`, SPEC H5) if it does not exist;
+    /// an MDS from before `OpenSealed` gets a plain `Open` (the caller's `SetLockbox`
+    /// then makes the file encrypted).
+    pub(crate) fn open_sealed(&mut self, path: &str, mode: u16) -> Result<Opened> {
         self.stats.capability_cache_misses += 1;
         let response = self.mds_call(MdsRequest::OpenSealed {
             path: path.into(),
             access: Access::ReadWrite,
-            create: Some(0o644),
-        })?;
-        self.opened_from(response)
+            create: Some(mode),
+        });
+        match response {
+            Err(e) if e.code() == Some(ErrorCode::Malformed) => {
+                self.open(path, Access::ReadWrite, Some(mode))
+            }
+            other => self.opened_from(other?),
+        }
+    }
+
+    /// Records the size and write generations of `opened`, a file created encrypted,
+    /// with its first `lockbox` (`SetSizeLockbox`). If that fails, the keys made with
+    /// the lockbox are dropped: the root key is nobody's unless its lockbox was recorded
+    /// (another writer's may have been), so they must not seal a later write.
+    pub(crate) fn set_size_lockbox(
+        &mut self,
+        path: &str,
+        opened: &Opened,
+        size: u64,
+        written: Vec<(u32, u32, u64)>,
+        lockbox: Vec<u8>,
+    ) -> Result<()> {
+        let recorded = self.expect_ok(MdsRequest::SetSizeLockbox {
+            path: path.into(),
+            file: opened.stat.id,
+            size,
+            written,
+            lockbox,
+        });
+        if recorded.is_err() {
+            self.file_keys.remove(&(opened.stat.id, 1));
+        }
+        recorded
     }
 
     /// SPEC H5: for an opened file of this user created encrypted whose lockbox is still

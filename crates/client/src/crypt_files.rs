@@ -265,7 +265,12 @@ impl Client {
             }
         }
         let path = handle.path().to_string();
-        self.set_size_written(&path, &handle.opened, handle.size, written)?;
+        match handle.first_lockbox.take() {
+            Some(lockbox) => {
+                self.set_size_lockbox(&path, &handle.opened, handle.size, written, lockbox)?
+            }
+            None => self.set_size_written(&path, &handle.opened, handle.size, written)?,
+        }
         handle.written.clear();
         Ok(())
     }

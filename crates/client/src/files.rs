@@ -51,6 +51,9 @@ pub struct FileHandle {
     pub(crate) pending: std::collections::BTreeMap<u32, Vec<u8>>,
     /// Encrypted files: stripes sent since the last flush and their generations.
     pub(crate) written: Vec<(u32, u32, u64)>,
+    /// A file this handle created encrypted: its lockbox, recorded with the size at the
+    /// first flush (`SetSizeLockbox`).
+    pub(crate) first_lockbox: Option<Vec<u8>>,
 }
 
 impl FileHandle {
@@ -115,11 +118,22 @@ impl Client {
         // Close-to-open consistency: the size and file id come from the MDS now, not
         // from the client's cache of read opens (which may be minutes old).
         self.forget_opened_path(path);
-        let mut opened = self.open(path, access, flags.create)?;
+        // A file this call creates, the cluster encrypting new files, is created
+        // encrypted with its lockbox to come, recorded with its size (SPEC H5).
+        let mut opened = match flags.create {
+            Some(mode) if flags.write && self.seals_new_files(None)? => {
+                self.open_sealed(path, mode)?
+            }
+            _ => self.open(path, access, flags.create)?,
+        };
+        let first_lockbox = match flags.write {
+            true => self.seal_pending(&mut opened)?,
+            false => None,
+        };
         let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
-        if flags.write && (flags.create.is_some() || pending) {
-            // A file this call created (empty, ours) is encrypted as the cluster says; one
-            // created encrypted whose lockbox is still to come gets it now.
+        if flags.write && first_lockbox.is_none() && (flags.create.is_some() || pending) {
+            // A file this call created (empty, ours) is encrypted as the cluster says
+            // (an MDS before `OpenSealed`).
             self.encrypt_if_new(path, &mut opened, None)?;
         }
         if opened.stat.is_dir {
@@ -133,9 +147,11 @@ impl Client {
             size: opened.stat.size,
             opened,
             writable: flags.write,
-            dirty: false,
+            // A first lockbox is recorded at the first flush, written to or not.
+            dirty: first_lockbox.is_some(),
             pending: Default::default(),
             written: Vec::new(),
+            first_lockbox,
         };
         if flags.truncate {
             self.truncate_file(&mut handle, 0)?;

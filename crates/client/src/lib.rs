@@ -302,6 +302,12 @@ impl Client {
         self.session.as_ref().map(|s| s.user.as_str())
     }
 
+    /// This client's counters: requests it sent to the MDS and OSDs, its capability
+    /// cache's hits and misses, renewals.
+    pub fn client_stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
     /// Saves session state (keys, clock offset, caches) to the home directory.
     pub fn save(&mut self) -> Result<()> {
         if let (Some(home), Some(s)) = (&self.home, &mut self.session) {

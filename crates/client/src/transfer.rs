@@ -33,13 +33,7 @@ impl Client {
         self.forget_opened();
         // A file this put creates encrypted gets its lockbox with its size (SPEC H5).
         let mut opened = if self.seals_new_files(encrypt)? {
-            match self.open_sealed(path) {
-                // An MDS from before `OpenSealed`: a plain open, then `SetLockbox` below.
-                Err(e) if e.code() == Some(ErrorCode::Malformed) => {
-                    self.open(path, Access::ReadWrite, Some(0o644))?
-                }
-                other => other?,
-            }
+            self.open_sealed(path, 0o644)?
         } else {
             self.open(path, Access::ReadWrite, Some(0o644))?
         };
@@ -51,18 +45,11 @@ impl Client {
         let stored = self
             .put_opened(&opened, reader, size, Some(opened.stat.size), progress)
             .and_then(|written| match first_lockbox {
-                Some(lockbox) => self.expect_ok(MdsRequest::SetSizeLockbox {
-                    path: path.into(),
-                    file: opened.stat.id,
-                    size,
-                    written,
-                    lockbox,
-                }),
+                Some(lockbox) => self.set_size_lockbox(path, &opened, size, written, lockbox),
                 None => self.set_size_written(path, &opened, size, written),
             });
         if stored.is_err() && sealing {
-            // The root key made for this put is nobody's unless its lockbox was recorded
-            // (another writer's may have been): its keys must not seal a later write.
+            // (As `set_size_lockbox` does when the MDS refuses.)
             self.file_keys.remove(&(opened.stat.id, 1));
         }
         stored?;
