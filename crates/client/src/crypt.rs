@@ -200,9 +200,7 @@ impl Client {
         }
         let map = self.cluster_map()?;
         match (encrypt, map.kds_keys.is_some()) {
-            (Some(true), false) => Err(ClientError::Local(
-                "this cluster has no KDS: files cannot be encrypted".into(),
-            )),
+            (Some(true), false) => Err(ClientError::Local(NO_KDS.into())),
             (Some(true), true) => Ok(true),
             (_, kds) => Ok(kds && map.encrypt_new_files),
         }
@@ -261,11 +259,7 @@ impl Client {
         if !pending || self.user_name() != Some(opened.stat.owner.as_str()) {
             return Ok(None);
         }
-        let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {
-            ClientError::Local("this cluster has no KDS: files cannot be encrypted".into())
-        })?;
-        let shape = encrypted::file_shape();
-        let (lockbox, root) = self.new_tree(opened.stat.id, 1, &shape, &kds)?;
+        let (lockbox, root, shape) = self.first_tree(opened.stat.id)?;
         if let Some(crypt) = &mut opened.stat.crypt {
             crypt.lockbox = lockbox.clone();
         }
@@ -277,11 +271,7 @@ impl Client {
     /// encrypted file: a fresh root key, sealed to the KDS and to the owner, stored at
     /// the MDS. Updates `opened` to match.
     pub fn make_encrypted(&mut self, path: &str, opened: &mut Opened) -> Result<()> {
-        let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {
-            ClientError::Local("this cluster has no KDS: files cannot be encrypted".into())
-        })?;
-        let shape = encrypted::file_shape();
-        let (lockbox, root) = self.new_tree(opened.stat.id, 1, &shape, &kds)?;
+        let (lockbox, root, shape) = self.first_tree(opened.stat.id)?;
         // The answer is a new read-write open: the file's protection method changed with
         // the lockbox (CMDRSP instead of ALLDATA), and so does the capability.
         let response = self.mds_call(MdsRequest::SetLockbox {
@@ -297,6 +287,17 @@ impl Client {
         self.hold_root_keys(&reopened, 1, shape, &root)?;
         *opened = reopened;
         Ok(())
+    }
+
+    /// The lockbox, root key and shape of a new encrypted file's first key tree.
+    fn first_tree(&mut self, file: u64) -> Result<(Vec<u8>, Secret32, KhtShape)> {
+        let kds = self
+            .cluster_map()?
+            .kds_keys
+            .ok_or_else(|| ClientError::Local(NO_KDS.into()))?;
+        let shape = encrypted::file_shape();
+        let (lockbox, root) = self.new_tree(file, 1, &shape, &kds)?;
+        Ok((lockbox, root, shape))
     }
 
     /// A fresh root key for version `version` of `file`'s key tree and its lockbox,
@@ -488,17 +489,8 @@ impl Client {
         };
         let (crypt, lockbox) = lockbox_of(opened)?;
         let fetched = self.finish_key_request(opened, &crypt.lockbox, &lockbox, pending)?;
-        let key = (opened.stat.id, lockbox.tree_version);
-        let now = local_now();
-        let held = match self.file_keys.get(&key).filter(|h| h.expiry > now + 1000) {
-            Some(h) => {
-                let mut h = h.clone();
-                h.absorb(fetched);
-                h
-            }
-            None => fetched,
-        };
-        self.hold_keys(opened.stat.id, held.clone());
+        let valid = self.held_now(opened.stat.id, lockbox.tree_version);
+        let held = self.hold_fetched(opened.stat.id, valid, fetched);
         Ok(StripeCrypt {
             file: opened.stat.id,
             held,
@@ -519,14 +511,30 @@ impl Client {
         end: u64,
     ) -> (Option<HeldKeys>, Vec<(u64, u64)>) {
         let needed = clip(permit, first, end);
+        (self.held_now(opened.stat.id, lockbox.tree_version), needed)
+    }
+
+    /// The keys held of tree `version` of `file` that have more than a second left.
+    fn held_now(&self, file: u64, version: u32) -> Option<HeldKeys> {
         let now = local_now();
-        let key = (opened.stat.id, lockbox.tree_version);
-        let valid = self
-            .file_keys
-            .get(&key)
+        self.file_keys
+            .get(&(file, version))
             .filter(|h| h.expiry > now + 1000)
-            .cloned();
-        (valid, needed)
+            .cloned()
+    }
+
+    /// Keys just `fetched` for `file`, added to those of the same tree still held
+    /// (`valid`), kept, and returned.
+    fn hold_fetched(&mut self, file: u64, valid: Option<HeldKeys>, fetched: HeldKeys) -> HeldKeys {
+        let held = match valid {
+            Some(mut h) => {
+                h.absorb(fetched);
+                h
+            }
+            None => fetched,
+        };
+        self.hold_keys(file, held.clone());
+        held
     }
 
     /// The keys of one tree of `opened` (the one `lockbox` opens) for bytes `first..end`,
@@ -555,15 +563,7 @@ impl Client {
             valid => {
                 let nodes = self.wanted_nodes(&lockbox.shape, permit, first, end)?;
                 let fetched = self.fetch_keys(opened, lockbox_bytes, lockbox, nodes)?;
-                let held = match valid {
-                    Some(mut h) => {
-                        h.absorb(fetched);
-                        h
-                    }
-                    None => fetched,
-                };
-                self.hold_keys(opened.stat.id, held.clone());
-                held
+                self.hold_fetched(opened.stat.id, valid, fetched)
             }
         })
     }
@@ -601,6 +601,9 @@ pub(crate) fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
     let lockbox = Lockbox::decode(&crypt.lockbox).map_err(local_token)?;
     Ok((crypt, lockbox))
 }
+
+/// Why a file cannot be made encrypted here.
+const NO_KDS: &str = "this cluster has no KDS: files cannot be encrypted";
 
 /// Most range keys held for one file (two requests' worth).
 pub const HELD_KEYS_PER_FILE_MAX: usize = 2 * maat_proto::limits::RANGE_GRANT_NODES_MAX;
