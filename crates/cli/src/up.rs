@@ -67,6 +67,13 @@ pub struct UpArgs {
     /// `/metrics` on a free port of the listen host, printed when the cluster is ready).
     #[arg(long)]
     pub no_metrics: bool,
+    /// Write every namespace change (create, size, mkdir, rename, unlink) alone, with an
+    /// fsync of its own, under the MDS's write lock (first start only; `group_commit` in
+    /// the MDS config). By default the changes of concurrent requests are written
+    /// together (group commit); either way no answer leaves the MDS before what it
+    /// reports is on disk.
+    #[arg(long)]
+    pub no_group_commit: bool,
 }
 
 fn parse_grouping(text: &str) -> Result<String, String> {
@@ -189,6 +196,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
         kds: Vec::new(),
         kds_public_keys_file: None,
         encrypt_new_files: !args.no_encrypt,
+        group_commit: !args.no_group_commit,
     };
     let mut mds = mds;
     if args.kds > 0 {

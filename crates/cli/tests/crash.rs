@@ -2,7 +2,10 @@
 //! within a stream of writes; the supervisor restarts it; every write that was
 //! acknowledged reads back byte-identical. (A process kill leaves unsynced data in the
 //! page cache, so this proves the protocol never acknowledges early and that restarts
-//! recover; surviving power loss rests on the fsync calls, not shown by this test.)
+//! recover; surviving power loss rests on the fsync calls, not shown by this test.
+//! The MDS's deferred commits are the exception: a restarted MDS goes back to its last
+//! durable commit, so the MDS kill also shows that no answer leaves before its group
+//! commit's sync.)
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -165,6 +168,8 @@ fn check_all(c: &mut Client, acknowledged: &[(String, Vec<u8>)]) {
 
 #[test]
 fn acknowledged_writes_survive_kill_9_of_an_osd_and_of_the_mds() {
+    // With group commit (the default) the MDS applies namespace changes before they are
+    // durable, so every answer must wait for its sync.
     let cluster = Cluster::start(3, &[]);
     let mut c = cluster.admin_client();
 

@@ -423,6 +423,7 @@ impl<S: MetaStore> Mds<S> {
         let result = msg::decode::<MdsPlainRequest>(message)
             .map_err(MdsError::from)
             .and_then(|request| self.plain(peer, request, now, rng));
+        let result = self.durable(result);
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
         msg::encode_result(&result)
     }

@@ -261,7 +261,7 @@ impl<S: MetaStore> crate::Mds<S> {
             }
         }
         if !batch.0.is_empty() {
-            self.store.commit(batch)?;
+            self.store.commit_deferred(batch)?;
         }
         Ok(MdsResponse::Ok)
     }
@@ -305,11 +305,11 @@ impl<S: MetaStore> crate::Mds<S> {
         });
         batch.push(Op::DeleteInode(inode.id));
         if directory {
-            self.store.commit(batch)?;
+            self.store.commit_deferred(batch)?;
         } else {
             // Capabilities for the removed file must not be renewed (SPEC M7, M8): the
             // access-control version moves, so renewal re-checks and forgets them.
-            self.acl_change(|| Ok(self.store.commit(batch)?))?;
+            self.acl_change(|| Ok(self.store.commit_deferred(batch)?))?;
         }
         let stat = self.stat_of(&inode)?;
         if directory {
@@ -369,7 +369,7 @@ impl<S: MetaStore> crate::Mds<S> {
             child: inode.id,
         });
         batch.push(Op::PutInode(inode.clone()));
-        self.store.commit(batch)?;
+        self.store.commit_deferred(batch)?;
         Ok(inode)
     }
 
@@ -564,7 +564,7 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
-        self.store.commit(batch)?;
+        self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Ok)
     }
 
@@ -632,7 +632,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut moved = moving;
         moved.mtime = now.0;
         batch.push(Op::PutInode(moved));
-        self.store.commit(batch)?;
+        self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Ok)
     }
 

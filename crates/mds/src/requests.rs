@@ -36,6 +36,7 @@ impl<S: MetaStore> Mds<S> {
                 name = Some(r.kind());
                 self.dispatch(&principal, Some(&session_id), r, now, rng)
             });
+        let result = self.durable(result);
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
         let body = msg::encode_result(&result);
         (
@@ -175,8 +176,19 @@ impl<S: MetaStore> Mds<S> {
                     self.dispatch(&principal, None, r.request, now, rng)
                 })
         };
+        let result = self.durable(result);
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
         msg::encode_result(&result)
+    }
+
+    /// `result`, once every change applied so far is durable (SPEC T9). Namespace changes
+    /// are committed deferred ([`MetaStore::commit_deferred`]) under the write lock and
+    /// made durable here, after it is released, so the requests of many clients share an
+    /// fsync (group commit). Every answer waits, refusals and reads too: none may tell of
+    /// a change a crash could still undo.
+    pub(crate) fn durable<T>(&self, result: Result<T>) -> Result<T> {
+        self.store.sync()?;
+        result
     }
 
     fn dispatch(
@@ -431,6 +443,9 @@ impl<S: MetaStore> Mds<S> {
                 self.issuer.cache_misses.load(Ordering::Relaxed),
             ),
         ];
+        let durability = self.store.durability_counts();
+        counters.push(("store_batches".into(), durability.batches));
+        counters.push(("store_fsyncs".into(), durability.fsyncs));
         counters.extend(self.issuer.stats.counters());
         counters.extend(self.issuer.renewals.counters());
         counters.extend(DaemonStats::operations(&self.counters));

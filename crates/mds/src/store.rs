@@ -415,8 +415,40 @@ pub trait MetaStore: Send + Sync {
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every metadata value whose key starts with `prefix`, in key order.
     fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
-    /// Applies `batch` atomically and durably (fsync) before returning.
+    /// Applies `batch` atomically and durably (fsync) before returning; every batch
+    /// applied before it is durable then too.
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
+    /// Applies `batch` atomically and lets reads see it at once, but makes it durable only
+    /// at the next [`MetaStore::sync`] or [`MetaStore::commit`] (group commit: one fsync
+    /// covers every batch applied meanwhile, so a request holds the MDS's write lock for no
+    /// fsync). Whoever calls this must call `sync` before anything outside the process
+    /// learns of the change; the MDS does so before it sends any answer. A store may commit
+    /// durably at once instead (one without the distinction; the redb store for batches
+    /// with changes other than inodes, entries and `meta`, or with group commit off).
+    fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
+        self.commit(batch)
+    }
+    /// Returns once every batch applied before the call is durable; calls that arrive while
+    /// another makes batches durable share its fsync or the next. Once making batches
+    /// durable has failed, it fails for good (the daemon must restart from what is on
+    /// disk), so that no answer ever claims a change the disk may not hold.
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Batches applied and fsyncs made so far (`maat stats`: batches per fsync is the
+    /// group commit's yield).
+    fn durability_counts(&self) -> DurabilityCounts {
+        DurabilityCounts::default()
+    }
+}
+
+/// What [`MetaStore::durability_counts`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DurabilityCounts {
+    /// Batches applied ([`MetaStore::commit`] and [`MetaStore::commit_deferred`]).
+    pub batches: u64,
+    /// Durable commits (fsyncs) made.
+    pub fsyncs: u64,
 }
 
 #[cfg(test)]

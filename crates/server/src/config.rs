@@ -77,6 +77,11 @@ pub struct MdsFileConfig {
     /// Clients encrypt new files unless told not to (SPEC H3; needs the KDS keys).
     #[serde(default = "default_true")]
     pub encrypt_new_files: bool,
+    /// Whether the namespace changes (create, size, mkdir, rename, unlink) of concurrent
+    /// requests are written together, one fsync for many (group commit; on by default).
+    /// Off, each is written and fsynced alone under the MDS's write lock.
+    #[serde(default = "default_true")]
+    pub group_commit: bool,
 }
 
 /// `maat kds --config FILE`: a key distribution server (SPEC H4). It keeps no state: the

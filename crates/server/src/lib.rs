@@ -8,11 +8,13 @@
 
 pub mod config;
 mod control;
+mod group_commit;
 mod kds;
 mod listen;
 pub mod meta_store;
 pub mod metrics;
 pub mod object_store;
+mod overlay;
 pub mod private;
 mod serve;
 
@@ -192,6 +194,7 @@ pub fn run_mds(
     let db_path = config.data_dir.join("meta.redb");
     private::check_private(&db_path)?;
     let mut store = meta_store::RedbStore::open(&db_path)?;
+    store.set_group_commit(config.group_commit);
     let key_dir = config.key_dir();
     private::check_private(&key_dir)?;
     let initialized = store.inode(maat_mds::ROOT_INODE)?.is_some();
@@ -208,6 +211,7 @@ pub fn run_mds(
         }
         store.commit(batch)?;
         store = store.rewrite_fresh(&db_path)?;
+        store.set_group_commit(config.group_commit);
         eprintln!(
             "mds: moved the MDS secrets out of {} into {}",
             db_path.display(),

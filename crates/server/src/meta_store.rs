@@ -1,16 +1,22 @@
-//! The MDS's [`MetaStore`] on redb: one file, copy-on-write B-trees, each commit atomic and
-//! fsynced (redb's default durability), so a crash leaves either the old or the new state.
+//! The MDS's [`MetaStore`] on redb: one file, copy-on-write B-trees, each commit atomic, so
+//! a crash leaves either the old or the new state, and fsynced (redb's `Immediate`
+//! durability). [`MetaStore::commit_deferred`] applies a namespace batch in memory only
+//! (an overlay that reads consult first); the next [`MetaStore::sync`] or
+//! [`MetaStore::commit`] writes every batch applied before it in one transaction (group
+//! commit, [`crate::group_commit`]).
 //!
 //! Every value is a versioned [`Record`]; the store's layout version is in `meta` under
 //! [`STORE_FORMAT_KEY`] (docs/PROTOCOL.md, "At rest"). A store of format 0 (no version anywhere) is
 //! rewritten to the current format in one transaction when it is opened.
 
+use crate::group_commit::GroupCommit;
+use crate::overlay::merged;
 use maat_mds::store::{
-    migrate_v0_value, Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record,
-    SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
+    migrate_v0_value, Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, Op, PartitionRecord,
+    Record, SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
 use std::path::Path;
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
@@ -27,6 +33,7 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Metadata in a redb database file.
 pub struct RedbStore {
     db: Database,
+    group: GroupCommit,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -92,7 +99,10 @@ impl RedbStore {
             tx.open_table(META).map_err(err)?;
         }
         tx.commit().map_err(err)?;
-        let store = Self { db };
+        let store = Self {
+            db,
+            group: GroupCommit::default(),
+        };
         store.upgrade()?;
         Ok(store)
     }
@@ -222,17 +232,27 @@ impl RedbStore {
 }
 
 impl MetaStore for RedbStore {
+    // Reads look in the overlay first, then in the database: a change written and then
+    // forgotten in between is in the database by then.
+
     fn inode(&self, id: u64) -> Result<Option<Inode>, StoreError> {
+        if let Some(held) = self.group.read(|o| o.inode(id))? {
+            return Ok(held);
+        }
         self.get_u64(INODES, id)
     }
 
     fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
+        if let Some(held) = self.group.read(|o| o.lookup(parent, name))? {
+            return Ok(held);
+        }
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(ENTRIES).map_err(err)?;
         Ok(t.get((parent, name)).map_err(err)?.map(|v| v.value()))
     }
 
     fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        let held = self.group.read(|o| o.entries_of(parent))?;
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(ENTRIES).map_err(err)?;
         let mut out = Vec::new();
@@ -245,7 +265,7 @@ impl MetaStore for RedbStore {
             }
             out.push((name.to_string(), v.value()));
         }
-        Ok(out)
+        Ok(merged(out, held))
     }
 
     fn user_by_name(&self, name: &str) -> Result<Option<UserRecord>, StoreError> {
@@ -332,6 +352,7 @@ impl MetaStore for RedbStore {
     }
 
     fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let held = self.group.read(|o| o.metas_of(prefix))?;
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(META).map_err(err)?;
         let mut out = Vec::new();
@@ -342,124 +363,119 @@ impl MetaStore for RedbStore {
             }
             out.push((k.value().to_string(), v.value().to_vec()));
         }
-        Ok(out)
+        Ok(merged(out, held))
     }
 
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(held) = self.group.read(|o| o.meta(key))? {
+            return Ok(held);
+        }
         let tx = self.db.begin_read().map_err(err)?;
         let t = tx.open_table(META).map_err(err)?;
         Ok(t.get(key).map_err(err)?.map(|v| v.value().to_vec()))
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(err)?;
-        {
-            let mut inodes = tx.open_table(INODES).map_err(err)?;
-            let mut entries = tx.open_table(ENTRIES).map_err(err)?;
-            let mut users = tx.open_table(USERS).map_err(err)?;
-            let mut user_names = tx.open_table(USER_NAMES).map_err(err)?;
-            let mut groups = tx.open_table(GROUPS).map_err(err)?;
-            let mut group_names = tx.open_table(GROUP_NAMES).map_err(err)?;
-            let mut sessions = tx.open_table(SESSIONS).map_err(err)?;
-            let mut osds = tx.open_table(OSDS).map_err(err)?;
-            let mut partitions = tx.open_table(PARTITIONS).map_err(err)?;
-            let mut meta = tx.open_table(META).map_err(err)?;
-            for op in batch.0 {
-                match op {
-                    Op::PutInode(i) => {
-                        inodes.insert(i.id, enc(&i)?.as_slice()).map_err(err)?;
-                    }
-                    Op::DeleteInode(id) => {
-                        inodes.remove(id).map_err(err)?;
-                    }
-                    Op::PutEntry {
-                        parent,
-                        name,
-                        child,
-                    } => {
-                        entries
-                            .insert((parent, name.as_str()), child)
-                            .map_err(err)?;
-                    }
-                    Op::DeleteEntry { parent, name } => {
-                        entries.remove((parent, name.as_str())).map_err(err)?;
-                    }
-                    Op::PutUser(u) => {
-                        user_names.insert(u.name.as_str(), u.id).map_err(err)?;
-                        users.insert(u.id, enc(&u)?.as_slice()).map_err(err)?;
-                    }
-                    Op::DeleteUser { id, name } => {
-                        user_names.remove(name.as_str()).map_err(err)?;
-                        users.remove(id).map_err(err)?;
-                    }
-                    Op::PutGroup(g) => {
-                        group_names.insert(g.name.as_str(), g.id).map_err(err)?;
-                        groups.insert(g.id, enc(&g)?.as_slice()).map_err(err)?;
-                    }
-                    Op::PutSession(id, s) => {
-                        sessions
-                            .insert(id.as_slice(), enc(&s)?.as_slice())
-                            .map_err(err)?;
-                    }
-                    Op::DeleteSession(id) => {
-                        sessions.remove(id.as_slice()).map_err(err)?;
-                    }
-                    Op::PutOsd(o) => {
-                        osds.insert(o.id, enc(&o)?.as_slice()).map_err(err)?;
-                    }
-                    Op::PutPartition(p) => {
-                        partitions.insert(p.id, enc(&p)?.as_slice()).map_err(err)?;
-                    }
-                    Op::PutMeta(k, v) => {
-                        meta.insert(k.as_str(), v.as_slice()).map_err(err)?;
-                    }
-                    Op::DeleteMeta(k) => {
-                        meta.remove(k.as_str()).map_err(err)?;
-                    }
+        self.group.commit(batch, || self.begin(), write)
+    }
+
+    fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
+        if !self.group.enabled() || !batch.0.iter().all(crate::overlay::held) {
+            return self.commit(batch);
+        }
+        self.group.apply(batch)
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        self.group.sync(|| self.begin(), write)
+    }
+
+    fn durability_counts(&self) -> DurabilityCounts {
+        self.group.counts()
+    }
+}
+
+impl RedbStore {
+    /// Whether [`MetaStore::commit_deferred`] defers (the MDS config's `group_commit`).
+    pub fn set_group_commit(&self, on: bool) {
+        self.group.set_enabled(on);
+    }
+
+    fn begin(&self) -> Result<WriteTransaction, StoreError> {
+        self.db.begin_write().map_err(err)
+    }
+}
+
+/// Writes `batch` in `tx` and commits it, durably.
+fn write(tx: WriteTransaction, batch: Batch) -> Result<(), StoreError> {
+    {
+        let mut inodes = tx.open_table(INODES).map_err(err)?;
+        let mut entries = tx.open_table(ENTRIES).map_err(err)?;
+        let mut users = tx.open_table(USERS).map_err(err)?;
+        let mut user_names = tx.open_table(USER_NAMES).map_err(err)?;
+        let mut groups = tx.open_table(GROUPS).map_err(err)?;
+        let mut group_names = tx.open_table(GROUP_NAMES).map_err(err)?;
+        let mut sessions = tx.open_table(SESSIONS).map_err(err)?;
+        let mut osds = tx.open_table(OSDS).map_err(err)?;
+        let mut partitions = tx.open_table(PARTITIONS).map_err(err)?;
+        let mut meta = tx.open_table(META).map_err(err)?;
+        for op in batch.0 {
+            match op {
+                Op::PutInode(i) => {
+                    inodes.insert(i.id, enc(&i)?.as_slice()).map_err(err)?;
+                }
+                Op::DeleteInode(id) => {
+                    inodes.remove(id).map_err(err)?;
+                }
+                Op::PutEntry {
+                    parent,
+                    name,
+                    child,
+                } => {
+                    entries
+                        .insert((parent, name.as_str()), child)
+                        .map_err(err)?;
+                }
+                Op::DeleteEntry { parent, name } => {
+                    entries.remove((parent, name.as_str())).map_err(err)?;
+                }
+                Op::PutUser(u) => {
+                    user_names.insert(u.name.as_str(), u.id).map_err(err)?;
+                    users.insert(u.id, enc(&u)?.as_slice()).map_err(err)?;
+                }
+                Op::DeleteUser { id, name } => {
+                    user_names.remove(name.as_str()).map_err(err)?;
+                    users.remove(id).map_err(err)?;
+                }
+                Op::PutGroup(g) => {
+                    group_names.insert(g.name.as_str(), g.id).map_err(err)?;
+                    groups.insert(g.id, enc(&g)?.as_slice()).map_err(err)?;
+                }
+                Op::PutSession(id, s) => {
+                    sessions
+                        .insert(id.as_slice(), enc(&s)?.as_slice())
+                        .map_err(err)?;
+                }
+                Op::DeleteSession(id) => {
+                    sessions.remove(id.as_slice()).map_err(err)?;
+                }
+                Op::PutOsd(o) => {
+                    osds.insert(o.id, enc(&o)?.as_slice()).map_err(err)?;
+                }
+                Op::PutPartition(p) => {
+                    partitions.insert(p.id, enc(&p)?.as_slice()).map_err(err)?;
+                }
+                Op::PutMeta(k, v) => {
+                    meta.insert(k.as_str(), v.as_slice()).map_err(err)?;
+                }
+                Op::DeleteMeta(k) => {
+                    meta.remove(k.as_str()).map_err(err)?;
                 }
             }
         }
-        tx.commit().map_err(err)
     }
+    tx.commit().map_err(err)
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn commit_and_read_back_survive_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.redb");
-        {
-            let store = RedbStore::open(&path).unwrap();
-            let mut b = Batch::default();
-            b.push(Op::PutEntry {
-                parent: 1,
-                name: "b".into(),
-                child: 3,
-            });
-            b.push(Op::PutEntry {
-                parent: 1,
-                name: "a".into(),
-                child: 2,
-            });
-            b.push(Op::PutEntry {
-                parent: 2,
-                name: "x".into(),
-                child: 4,
-            });
-            b.push(Op::PutMeta("k".into(), vec![1, 2]));
-            store.commit(b).unwrap();
-        }
-        let store = RedbStore::open(&path).unwrap();
-        assert_eq!(
-            store.entries(1).unwrap(),
-            vec![("a".to_string(), 2), ("b".to_string(), 3)]
-        );
-        assert_eq!(store.entries(2).unwrap(), vec![("x".to_string(), 4)]);
-        assert_eq!(store.lookup(1, "b").unwrap(), Some(3));
-        assert_eq!(store.meta("k").unwrap(), Some(vec![1, 2]));
-    }
-}
+mod tests;

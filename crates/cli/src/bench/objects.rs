@@ -55,6 +55,9 @@ struct ModeResult {
     objects: usize,
     /// CPU of the client and all daemons per MiB moved (written plus read).
     cpu_ms_per_mib: f64,
+    /// Durable commits (fsyncs) of the MDS's store per object written: 2 without group
+    /// commit (a create and a size), less when the puts of many clients share them.
+    mds_fsyncs_per_object: f64,
 }
 
 impl ModeResult {
@@ -65,6 +68,7 @@ impl ModeResult {
         self.read_latency_ms += r.read_latency_ms;
         self.objects += r.objects;
         self.cpu_ms_per_mib += r.cpu_ms_per_mib;
+        self.mds_fsyncs_per_object += r.mds_fsyncs_per_object;
     }
 
     fn mean(self, n: u32) -> ModeResult {
@@ -76,6 +80,7 @@ impl ModeResult {
             read_latency_ms: self.read_latency_ms / d,
             objects: self.objects,
             cpu_ms_per_mib: self.cpu_ms_per_mib / d,
+            mds_fsyncs_per_object: self.mds_fsyncs_per_object / d,
         }
     }
 }
@@ -108,6 +113,17 @@ fn cluster_cpu_secs(data: &std::path::Path) -> f64 {
         .sum()
 }
 
+/// The MDS's `store_fsyncs` counter now.
+fn mds_fsyncs(cluster: &LocalCluster) -> Result<u64> {
+    let stats = cluster.admin()?.daemon_stats()?;
+    stats
+        .iter()
+        .find(|s| s.daemon == "mds")
+        .and_then(|s| s.counters.iter().find(|(k, _)| k == "store_fsyncs"))
+        .map(|(_, v)| *v)
+        .ok_or_else(|| anyhow!("the MDS reports no store_fsyncs counter"))
+}
+
 fn objects_mode(
     cluster: &LocalCluster,
     size: u64,
@@ -134,6 +150,7 @@ fn objects_mode(
         admin.mkdir_in(&dir, 0o755, true, partition.as_deref())?;
     }
     let cpu_before = cluster_cpu_secs(&cluster.data);
+    let fsyncs_before = mds_fsyncs(cluster)?;
     let payload: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
     let payload = std::sync::Arc::new(payload);
     // Clients log in before the clock starts.
@@ -184,6 +201,7 @@ fn objects_mode(
         clients.push(c);
     }
     let write_elapsed = start.elapsed();
+    let fsyncs = mds_fsyncs(cluster)?.saturating_sub(fsyncs_before);
     let start = Instant::now();
     let mut handles = Vec::new();
     for (mut c, paths) in clients.into_iter().zip(written) {
@@ -241,6 +259,7 @@ fn objects_mode(
         read_mb_s: bytes / read_elapsed.as_secs_f64() / 1e6,
         read_latency_ms: read_latency.as_secs_f64() * 1e3 / n,
         objects: count,
+        mds_fsyncs_per_object: fsyncs as f64 / n,
     })
 }
 
@@ -311,6 +330,10 @@ pub(super) fn run_objects(
             obj.insert(format!("{name}_read_latency_ms"), r.read_latency_ms.into());
             obj.insert(format!("{name}_objects"), r.objects.into());
             obj.insert(format!("{name}_cpu_ms_per_mib"), r.cpu_ms_per_mib.into());
+            obj.insert(
+                format!("{name}_mds_fsyncs_per_object"),
+                r.mds_fsyncs_per_object.into(),
+            );
             if let Some(n) = nosec {
                 obj.insert(
                     format!("{name}_write_over_nosec"),
@@ -347,7 +370,7 @@ pub(super) fn run_objects(
             "objects of {size} B, {threads} threads, {seconds} s of writes per method and round, means over {rounds} rounds in alternating order"
         );
         println!(
-            "{:<13} {:>10} {:>12} {:>10} {:>12} {:>8} {:>11} {:>9} {:>9}",
+            "{:<13} {:>10} {:>12} {:>10} {:>12} {:>8} {:>11} {:>11} {:>9} {:>9}",
             "method",
             "write MB/s",
             "write ms/op",
@@ -355,6 +378,7 @@ pub(super) fn run_objects(
             "read ms/op",
             "objects",
             "CPU ms/MiB",
+            "MDS fsync/w",
             "w/NOSEC",
             "r/NOSEC"
         );
@@ -367,7 +391,7 @@ pub(super) fn run_objects(
                 None => ("-".into(), "-".into()),
             };
             println!(
-                "{:<13} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>8} {:>11.2} {:>9} {:>9}",
+                "{:<13} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>8} {:>11.2} {:>11.2} {:>9} {:>9}",
                 m.name(),
                 r.write_mb_s,
                 r.write_latency_ms,
@@ -375,6 +399,7 @@ pub(super) fn run_objects(
                 r.read_latency_ms,
                 r.objects,
                 r.cpu_ms_per_mib,
+                r.mds_fsyncs_per_object,
                 w,
                 rd
             );
