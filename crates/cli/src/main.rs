@@ -355,7 +355,10 @@ fn cat_range(
             break;
         }
         out.write_all(&data)
-            .map_err(|e| maat_client::ClientError::Local(format!("writing output: {e}")))?;
+            .map_err(|source| maat_client::ClientError::Io {
+                what: "writing output".into(),
+                source,
+            })?;
         at += data.len() as u64;
     }
     Ok(())
@@ -647,7 +650,11 @@ fn run(cli: Cli) -> Result<()> {
             };
             match result {
                 // `maat cat … | head` closing the pipe early is not a failure.
-                Err(maat_client::ClientError::Local(m)) if m.contains("Broken pipe") => Ok(()),
+                Err(maat_client::ClientError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    Ok(())
+                }
                 Err(e) => Err(e.into()),
                 Ok(_) => {
                     let _ = lock.flush();

@@ -104,6 +104,45 @@ fn model_sequence(cluster: Cluster, encrypted: bool) {
     assert!(c.read_file_at(&r, 0, model.len() + 1).unwrap() == model);
 }
 
+/// `maat cat FILE | head -c 10`: the reader closing the pipe early is not a failure of
+/// `cat` (the client's typed `Io` error with `BrokenPipe`), while a local file that
+/// cannot be read is one, named.
+#[test]
+fn cat_into_a_pipe_closed_early_succeeds_and_local_errors_name_the_file() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let cluster = Cluster::start(1, &[]);
+    let mut c = cluster.admin_client();
+    // Bigger than a pipe's buffer, so that `cat` is still writing when the pipe closes.
+    let data = vec![7u8; 4 << 20];
+    c.put(&mut data.as_slice(), data.len() as u64, "/big", &mut |_| {})
+        .unwrap();
+    let mut child = Command::new(common::MAAT)
+        .args(["cat", "/big"])
+        .env("MAAT_CLUSTER", cluster.cluster_file())
+        .env("MAAT_HOME", cluster.admin_home())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(first, [7u8; 10]);
+    assert!(
+        out.status.success(),
+        "cat failed on a closed pipe: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let missing = cluster.dir.path().join("no-such-input");
+    let missing = missing.to_str().unwrap();
+    let out = cluster.maat(&cluster.admin_home(), &["put", missing, "/x"], None);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no-such-input"), "{stderr}");
+}
+
 #[test]
 fn handles_refuse_what_their_flags_do_not_allow() {
     let cluster = Cluster::start(1, &[]);

@@ -22,23 +22,28 @@ pub const KDF_LANES_MAX: u32 = 16;
 fn check_kdf_params(p: &KdfParams) -> Result<()> {
     let floor = kdf::PassphraseParams::DEFAULT;
     if p.memory_kib < floor.memory_kib || p.iterations < floor.iterations || p.lanes == 0 {
-        return Err(ClientError::Local(
-            "the MDS asked for weaker passphrase stretching than Argon2id's defaults; refusing (forged answer?)".into(),
-        ));
+        return Err(ClientError::BadAnswer {
+            address: "the MDS".into(),
+            reason: "it asked for weaker passphrase stretching than Argon2id's defaults; refusing (forged answer?)".into(),
+        });
     }
     if p.memory_kib > KDF_MEMORY_KIB_MAX
         || p.iterations > KDF_ITERATIONS_MAX
         || p.lanes > KDF_LANES_MAX
     {
-        return Err(ClientError::Local(
-            "the MDS asked for unreasonable passphrase stretching; refusing".into(),
-        ));
+        return Err(ClientError::BadAnswer {
+            address: "the MDS".into(),
+            reason: "it asked for unreasonable passphrase stretching; refusing".into(),
+        });
     }
     Ok(())
 }
 
-fn local(e: impl std::fmt::Display) -> ClientError {
-    ClientError::Local(e.to_string())
+fn login_crypto(source: maat_crypto::CryptoError) -> ClientError {
+    ClientError::Crypto {
+        what: "login",
+        source,
+    }
 }
 
 /// The OPAQUE password and stretching of a credential: a stored key has full entropy and
@@ -80,20 +85,19 @@ impl Client {
         let keys = LoginKeys::generate();
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
-        let (state, ke1) = pake::client_login_start(&password, &mut OsRng).map_err(local)?;
+        let (state, ke1) = pake::client_login_start(&password, &mut OsRng).map_err(login_crypto)?;
         // SPEC T6: the first KE1 comes back with a cookie for this address; the second,
         // carrying it, gets the MDS's KE2.
         let mut cookie = None;
         let (ke2, params, login_state) = loop {
-            let start = msg::encode(&MdsPlainRequest::OpaqueLoginStart {
+            let start = crate::encode(&MdsPlainRequest::OpaqueLoginStart {
                 name: name.into(),
                 ke1: ke1.clone(),
                 signing_key,
                 sealing_key,
                 nonce: keys.nonce,
                 cookie,
-            })
-            .map_err(local)?;
+            })?;
             match self.plain_mds(&start)? {
                 MdsPlainResponse::OpaqueLoginChallenge {
                     ke2, params, state, ..
@@ -143,11 +147,10 @@ impl Client {
                 ));
             }
         }
-        let finish = msg::encode(&MdsPlainRequest::OpaqueLoginFinish {
+        let finish = crate::encode(&MdsPlainRequest::OpaqueLoginFinish {
             state: login_state,
             ke3: done.ke3,
-        })
-        .map_err(local)?;
+        })?;
         let (ticket, mac) = match self.plain_mds(&finish)? {
             MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
             _ => return Err(self.bad(&address, "unexpected answer to login")),
@@ -165,8 +168,7 @@ impl Client {
         mds_time: u64,
     ) -> Result<()> {
         let address = self.cluster.mds.clone();
-        let start =
-            msg::encode(&MdsPlainRequest::LoginStart { name: name.into() }).map_err(local)?;
+        let start = crate::encode(&MdsPlainRequest::LoginStart { name: name.into() })?;
         let (salt, params) = match self.plain_mds(&start)? {
             MdsPlainResponse::LoginChallenge { salt, params, .. } => (salt, params),
             _ => return Err(self.bad(&address, "unexpected answer to login start")),
@@ -175,7 +177,7 @@ impl Client {
             Credential::Key(k) => Secret32::from_bytes(*k),
             Credential::Passphrase(p) => {
                 check_kdf_params(&params)?;
-                kdf::passphrase_key(p, &salt, params.into()).map_err(local)?
+                kdf::passphrase_key(p, &salt, params.into()).map_err(login_crypto)?
             }
         };
         // Provisional offset for this request only (the answer was unauthenticated; a
@@ -187,15 +189,14 @@ impl Client {
         let parts =
             login::login_mac_parts(name, &signing_key, &sealing_key, timestamp, &keys.nonce);
         let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
-        let request = msg::encode(&MdsPlainRequest::Login {
+        let request = crate::encode(&MdsPlainRequest::Login {
             name: name.into(),
             signing_key,
             sealing_key,
             timestamp,
             nonce: keys.nonce,
             mac: MacKey::new(user_key.clone()).tag(&refs),
-        })
-        .map_err(local)?;
+        })?;
         let (ticket, mac) = match self.plain_mds(&request)? {
             MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
             _ => return Err(self.bad(&address, "unexpected answer to login")),
@@ -243,7 +244,8 @@ impl Client {
         {
             return Err(self.bad(&address, "the ticket names other keys than this login's"));
         }
-        let session_key = login::mds_session_key(secret, ticket, &keys.nonce).map_err(local)?;
+        let session_key =
+            login::mds_session_key(secret, ticket, &keys.nonce).map_err(login_crypto)?;
         let expected = login::login_ok_mac(&MacKey::new(session_key.clone()), ticket, &keys.nonce);
         if !maat_crypto::ct_eq(&expected, &mac) {
             return Err(self.bad(&address, "login answer MAC (wrong MDS?)"));
@@ -277,7 +279,7 @@ impl Client {
         params: kdf::PassphraseParams,
     ) -> Result<Vec<u8>> {
         let (state, request) =
-            pake::client_registration_start(password, &mut OsRng).map_err(local)?;
+            pake::client_registration_start(password, &mut OsRng).map_err(login_crypto)?;
         let response = match self.mds_call(MdsRequest::RegisterStart {
             name: name.into(),
             request,
@@ -296,9 +298,12 @@ impl Client {
                 maat_crypto::counters::global(),
                 &mut OsRng,
             )
-            .map_err(local)?;
+            .map_err(login_crypto)?;
         login::seal_registration_upload(&self.cluster.mds_sealing_key()?, name, &upload, &mut OsRng)
-            .map_err(local)
+            .map_err(|source| ClientError::Crypto {
+                what: "registration upload",
+                source,
+            })
     }
 
     /// Administrator: adds a user registered here with `passphrase` (OPAQUE: the MDS

@@ -107,7 +107,7 @@ impl StripeCrypt {
                 .iter()
                 .find(|h| h.tree_version == v)
                 .ok_or_else(|| {
-                    ClientError::Local(format!(
+                    ClientError::Keys(format!(
                         "stripe {stripe} of file {} is under key tree {v}, whose keys were not asked for",
                         self.file
                     ))
@@ -200,7 +200,7 @@ impl Client {
         }
         let map = self.cluster_map()?;
         match (encrypt, map.kds_keys.is_some()) {
-            (Some(true), false) => Err(ClientError::Local(NO_KDS.into())),
+            (Some(true), false) => Err(ClientError::NoKds(NO_KDS.into())),
             (Some(true), true) => Ok(true),
             (_, kds) => Ok(kds && map.encrypt_new_files),
         }
@@ -294,7 +294,7 @@ impl Client {
         let kds = self
             .cluster_map()?
             .kds_keys
-            .ok_or_else(|| ClientError::Local(NO_KDS.into()))?;
+            .ok_or_else(|| ClientError::NoKds(NO_KDS.into()))?;
         let shape = encrypted::file_shape();
         let (lockbox, root) = self.new_tree(file, 1, &shape, &kds)?;
         Ok((lockbox, root, shape))
@@ -367,7 +367,10 @@ impl Client {
                 shape
                     .node_key_from_root(root, node)
                     .map(|key| RangeKey { node, key })
-                    .map_err(|e| ClientError::Local(format!("key tree: {e}")))
+                    .map_err(|source| ClientError::Crypto {
+                        what: "key tree",
+                        source,
+                    })
             })
             .collect::<Result<Vec<_>>>()?;
         let expiry = Unverified::<Capability>::decode(&opened.capability)
@@ -390,7 +393,7 @@ impl Client {
     fn owner_secret(&self) -> Result<maat_crypto::seal::SealingSecretKey> {
         let s = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
         let seed = s.owner_secret.ok_or_else(|| {
-            ClientError::Local(
+            ClientError::Config(
                 "this session predates encryption: log in again (`maat login`)".into(),
             )
         })?;
@@ -590,9 +593,9 @@ pub(crate) fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
         .stat
         .crypt
         .as_ref()
-        .ok_or_else(|| ClientError::Local("file is not encrypted".into()))?;
+        .ok_or_else(|| ClientError::InvalidArgument("file is not encrypted".into()))?;
     if crypt.is_pending() {
-        return Err(ClientError::Local(format!(
+        return Err(ClientError::Keys(format!(
             "file {} is encrypted and its lockbox is still to come: its owner's put has \
              not finished (the owner's next put or write of it finishes it)",
             opened.stat.id

@@ -192,7 +192,7 @@ impl Client {
                 }
             }
             let Some((_, crypt)) = &crypt else {
-                return Err(ClientError::Local("no keys for a pending stripe".into()));
+                return Err(ClientError::Internal("no keys for a pending stripe".into()));
             };
             let sealed = crypt.seal(*stripe, generation, plain, &mut self.rng)?;
             let (osd, object) = self.stripe_target(&opened, *stripe)?;
@@ -212,7 +212,10 @@ impl Client {
             handle.written.push((*stripe, *stripe + 1, generation));
             if let Some(c) = handle.opened.stat.crypt.as_mut() {
                 c.record(*stripe, *stripe + 1, generation)
-                    .map_err(|e| ClientError::Local(e.to_string()))?;
+                    .map_err(|source| ClientError::Token {
+                        what: "write generations",
+                        source,
+                    })?;
             }
         }
         Ok(())

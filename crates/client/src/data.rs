@@ -96,9 +96,17 @@ impl Client {
             if let Some(c) = credential {
                 let id = maat_proto::t10::credential_id(&c.capability);
                 let method = maat_proto::t10::decode_capability(&c.capability)
-                    .map_err(|e| local(format!("held T10 capability: {e}")))?
+                    .map_err(|source| ClientError::Token {
+                        what: "held T10 capability",
+                        source,
+                    })?
                     .security_method;
-                let prefix = maat_proto::t10::request_prefix(&c.capability).map_err(local)?;
+                let prefix = maat_proto::t10::request_prefix(&c.capability).map_err(|source| {
+                    ClientError::Token {
+                        what: "held T10 capability",
+                        source,
+                    }
+                })?;
                 let capability = c.capability.clone();
                 let keys = self.envelope_keys.get(&id, c.key.expose());
                 let offset = self.session.as_ref().map_or(0, |s| s.clock_offset);
@@ -464,10 +472,6 @@ pub(crate) fn read_request(opened: &Opened, object: ObjectId, length: u64) -> Os
     }
 }
 
-fn local(e: impl std::fmt::Display) -> ClientError {
-    ClientError::Local(e.to_string())
-}
-
 /// Sends one request on `conn` and checks its answer, sealed as its capability requires
 /// (or NOSEC); no retries (the caller knows what is safe to retry).
 fn call_on(
@@ -486,11 +490,10 @@ fn call_on(
     // credential's method (the MAC covers that capability under CAPKEY).
     let (keys, sid, offset, method, mac_capability, frame_type, prefix) = match auth {
         Auth::Insecure { user } => {
-            let payload = msg::encode(&InsecureRequest {
+            let payload = crate::encode(&InsecureRequest {
                 user: *user,
                 request: request.clone(),
-            })
-            .map_err(local)?;
+            })?;
             let (t, answer) = conn.call(FrameType::Insecure, &payload).map_err(net)?;
             return match t {
                 FrameType::Plain => decode_answer(address, &answer),
@@ -524,7 +527,7 @@ fn call_on(
         ),
     };
     let (head, data) = request.split_bulk();
-    let message = msg::encode(&head).map_err(local)?;
+    let message = crate::encode(&head)?;
     let mut nonce = [0u8; 16];
     rng.fill_bytes(&mut nonce);
     let header = protection::RequestHeader {
@@ -534,7 +537,10 @@ fn call_on(
         nonce,
     };
     let parts = protection::seal_request_parts(keys, &header, &message, data, mac_capability, rng)
-        .map_err(local)?;
+        .map_err(|source| ClientError::Token {
+            what: "request envelope",
+            source,
+        })?;
     let frame: Vec<&[u8]> = prefix
         .into_iter()
         .chain(parts.iter().map(|p| p.as_ref()))
@@ -590,7 +596,7 @@ fn within_stripe(offset: u64, len: u64) -> Result<(u32, u64)> {
     let stripe = offset / STRIPE_UNIT_BYTES;
     let within = offset % STRIPE_UNIT_BYTES;
     if within + len > STRIPE_UNIT_BYTES || stripe > u64::from(u32::MAX) {
-        return Err(ClientError::Local(format!(
+        return Err(ClientError::InvalidArgument(format!(
             "bytes {offset}..{} cross a stripe boundary ({STRIPE_UNIT_BYTES}-byte stripes)",
             offset + len
         )));

@@ -26,13 +26,20 @@ pub struct ClusterFile {
 }
 
 /// Creates a home directory (and missing parents) readable by its owner only.
+fn io(path: &Path, source: std::io::Error) -> ClientError {
+    ClientError::Io {
+        what: path.display().to_string(),
+        source,
+    }
+}
+
 fn create_private_dir(dir: &Path) -> Result<(), ClientError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))
+        .map_err(|source| io(dir, source))
 }
 
 /// Replaces `path` with `bytes`, readable by its owner only (mode 0600), through a
@@ -41,7 +48,7 @@ fn create_private_dir(dir: &Path) -> Result<(), ClientError> {
 pub fn write_private_file(path: &Path, bytes: &[u8], durable: bool) -> Result<(), ClientError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let local = |e: std::io::Error, p: &Path| ClientError::Local(format!("{}: {e}", p.display()));
+    let local = |e: std::io::Error, p: &Path| io(p, e);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
@@ -70,7 +77,7 @@ pub fn write_private_file(path: &Path, bytes: &[u8], durable: bool) -> Result<()
 fn check_private(path: &Path) -> Result<(), ClientError> {
     use std::os::unix::fs::MetadataExt;
     match std::fs::metadata(path) {
-        Ok(m) if m.mode() & 0o077 != 0 => Err(ClientError::Local(format!(
+        Ok(m) if m.mode() & 0o077 != 0 => Err(ClientError::Config(format!(
             "{} has mode {:04o}: group or others can read it (it holds keys); run `chmod 600 {}`",
             path.display(),
             m.mode() & 0o7777,
@@ -84,16 +91,18 @@ fn key32(what: &str, hex_text: &str) -> Result<[u8; 32], ClientError> {
     hex::decode(hex_text.trim())
         .ok()
         .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| ClientError::Local(format!("cluster file: {what} is not 32 bytes of hex")))
+        .ok_or_else(|| ClientError::Config(format!("cluster file: {what} is not 32 bytes of hex")))
 }
 
 impl ClusterFile {
     /// Reads a cluster file.
     pub fn load(path: &Path) -> Result<Self, ClientError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ClientError::Local(format!("cluster file {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|source| ClientError::Io {
+            what: format!("cluster file {}", path.display()),
+            source,
+        })?;
         toml::from_str(&text)
-            .map_err(|e| ClientError::Local(format!("cluster file {}: {e}", path.display())))
+            .map_err(|e| ClientError::Config(format!("cluster file {}: {e}", path.display())))
     }
 
     /// The MDS's verifying key.
@@ -112,7 +121,7 @@ impl ClusterFile {
             None => Ok(None),
             Some(text) => hex::decode(text.trim())
                 .map(Some)
-                .map_err(|_| ClientError::Local("cluster file: mds_opaque_key is not hex".into())),
+                .map_err(|_| ClientError::Config("cluster file: mds_opaque_key is not hex".into())),
         }
     }
 }
@@ -220,7 +229,7 @@ impl Home {
             user: user.into(),
             key_file: key_file.to_path_buf(),
         })
-        .map_err(|e| ClientError::Local(e.to_string()))?;
+        .map_err(|e| ClientError::Internal(format!("encoding the identity: {e}")))?;
         let path = self.dir.join("identity.toml");
         std::fs::OpenOptions::new()
             .write(true)
@@ -229,7 +238,7 @@ impl Home {
             .mode(0o600)
             .open(&path)
             .and_then(|mut f| f.write_all(text.as_bytes()))
-            .map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))
+            .map_err(|source| io(&path, source))
     }
 
     /// The stored identity, if any: user name and key.
@@ -239,15 +248,15 @@ impl Home {
             return Ok(None);
         };
         let id: Identity = toml::from_str(&text)
-            .map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))?;
+            .map_err(|e| ClientError::Config(format!("{}: {e}", path.display())))?;
         let key_file = if id.key_file.is_relative() {
             self.dir.join(&id.key_file)
         } else {
             id.key_file
         };
         check_private(&key_file)?;
-        let key_text = std::fs::read_to_string(&key_file)
-            .map_err(|e| ClientError::Local(format!("{}: {e}", key_file.display())))?;
+        let key_text =
+            std::fs::read_to_string(&key_file).map_err(|source| io(&key_file, source))?;
         let key = key32("identity key", &key_text)?;
         Ok(Some((id.user, key)))
     }
@@ -258,7 +267,7 @@ impl Home {
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ClientError::Local(format!("{}: {e}", path.display()))),
+            Err(e) => return Err(io(&path, e)),
         };
         // Only the version first, so that a newer layout is named as such.
         #[derive(Deserialize)]
@@ -270,13 +279,13 @@ impl Home {
             .map(|v| v.version)
             .unwrap_or(0);
         if version > SESSION_FORMAT {
-            return Err(ClientError::Local(format!(
+            return Err(ClientError::Config(format!(
                 "{} was written by a newer maat (session format {version}, this one knows {SESSION_FORMAT}): upgrade, or log in again",
                 path.display()
             )));
         }
         serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            ClientError::Local(format!(
+            ClientError::Config(format!(
                 "{} is damaged ({e}): run `maat login` again",
                 path.display()
             ))
@@ -285,7 +294,8 @@ impl Home {
 
     pub(crate) fn save_session(&self, s: &SessionState) -> Result<(), ClientError> {
         create_private_dir(&self.dir)?;
-        let bytes = serde_json::to_vec(s).map_err(|e| ClientError::Local(e.to_string()))?;
+        let bytes = serde_json::to_vec(s)
+            .map_err(|e| ClientError::Internal(format!("encoding the session: {e}")))?;
         write_private_file(&self.dir.join("session.json"), &bytes, false)
     }
 
@@ -293,7 +303,7 @@ impl Home {
         match std::fs::remove_file(self.dir.join("session.json")) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ClientError::Local(e.to_string())),
+            Err(e) => Err(io(&self.dir.join("session.json"), e)),
         }
     }
 }

@@ -159,7 +159,7 @@ impl Client {
     pub fn openfh(&mut self, handle: &JobHandle) -> Result<Opened> {
         let hash = computation_key_hash(&handle.handle.computation_key);
         if !self.jobs.contains_key(&hash) {
-            return Err(ClientError::Local(
+            return Err(ClientError::NotInJob(
                 "this handle belongs to a job whose key this client does not hold \
                  (maat job join)"
                     .into(),
@@ -310,10 +310,9 @@ impl Client {
             .map(|s| s.session_id)
             .ok_or(ClientError::NotLoggedIn)?;
         let hash = computation_key_hash(&handle.handle.computation_key);
-        let key =
-            self.jobs.get(&hash).map(|j| j.key.clone()).ok_or_else(|| {
-                ClientError::Local("this client does not hold the job's key".into())
-            })?;
+        let key = self.jobs.get(&hash).map(|j| j.key.clone()).ok_or_else(|| {
+            ClientError::NotInJob("this client does not hold the job's key".into())
+        })?;
         let proof = key
             .sign(&delegation::set_size_message(
                 &session_id,
@@ -334,7 +333,7 @@ impl Client {
     pub(crate) fn prepare_delegated(&mut self, osd: u64, hash: &[u8; 32]) -> Result<()> {
         let now = self.now();
         let Some(job) = self.jobs.get(hash) else {
-            return Err(ClientError::Local(
+            return Err(ClientError::NotInJob(
                 "a capability delegated to a job key this client does not hold".into(),
             ));
         };
@@ -374,7 +373,7 @@ impl Client {
         let uid = self.uid().ok_or(ClientError::NotLoggedIn)?;
         let (key, lifetime) = match self.jobs.get(hash) {
             Some(j) => (j.key.clone(), j.lifetime.clone()),
-            None => return Err(ClientError::Local("job key not held".into())),
+            None => return Err(ClientError::NotInJob("job key not held".into())),
         };
         let session = SessionKey {
             session_id: sid,

@@ -11,6 +11,13 @@ use maat_proto::horus::{GrantKey, Lockbox, RangeGrant};
 use maat_proto::merkle_msg::SetKind;
 use maat_proto::msg::{FileKeysRequest, KdsRequest, KdsResponse};
 
+fn key_tree(source: maat_crypto::CryptoError) -> ClientError {
+    ClientError::Crypto {
+        what: "key tree",
+        source,
+    }
+}
+
 impl Client {
     /// The nodes a key request asks for (SPEC H8) when bytes `first..end` are needed: the
     /// nodes of level `key_level` that cover a whole file when there are few enough
@@ -61,15 +68,13 @@ pub(crate) struct PendingKeys {
 /// The nodes of `level` (at most the leaf level) covering every byte a file may hold.
 pub(crate) fn nodes_at(shape: &KhtShape, level: u8) -> Result<Vec<(u8, u64)>> {
     let level = level.min(shape.leaf_level());
-    let first = shape
-        .node_at(level, 0)
-        .map_err(|e| ClientError::Local(e.to_string()))?;
+    let first = shape.node_at(level, 0).map_err(key_tree)?;
     let last = shape
         .node_at(level, maat_proto::limits::FILE_BYTES_MAX - 1)
-        .map_err(|e| ClientError::Local(e.to_string()))?;
+        .map_err(key_tree)?;
     let n = last.index - first.index + 1;
     if n > maat_proto::limits::RANGE_GRANT_NODES_MAX as u64 {
-        return Err(ClientError::Local(format!(
+        return Err(ClientError::Keys(format!(
             "key level {level} needs {n} keys per file (at most {}): choose a level nearer the root",
             maat_proto::limits::RANGE_GRANT_NODES_MAX
         )));
@@ -101,7 +106,7 @@ fn range_nodes(shape: &KhtShape, ranges: &[(u64, u64)], level: u8) -> Result<Vec
         maat_proto::limits::RANGE_GRANT_NODES_MAX + 1,
     )?;
     if out.len() > maat_proto::limits::RANGE_GRANT_NODES_MAX {
-        return Err(ClientError::Local(format!(
+        return Err(ClientError::Keys(format!(
             "key level {level} needs more than {} keys for one read or write: choose a level nearer the root",
             maat_proto::limits::RANGE_GRANT_NODES_MAX
         )));
@@ -117,7 +122,7 @@ fn range_nodes_upto(
     limit: usize,
 ) -> Result<Vec<(u8, u64)>> {
     let level = level.min(shape.leaf_level());
-    let tree = |e: maat_crypto::CryptoError| ClientError::Local(format!("key tree: {e}"));
+    let tree = key_tree;
     let mut out = Vec::new();
     for &(start, end) in ranges {
         let end = end.min(maat_proto::limits::FILE_BYTES_MAX);
@@ -168,7 +173,7 @@ impl Client {
         nodes: Vec<(u8, u64)>,
     ) -> Result<PendingKeys> {
         let request = self.keyed_request(&[(opened, lockbox_bytes, nodes.clone())])?;
-        let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
+        let payload = crate::encode(&request)?;
         let kds = self.cluster_map()?.kds;
         let mut sent = None;
         if let Some(entry) = kds.get(opened.stat.id as usize % kds.len().max(1)) {
@@ -317,7 +322,7 @@ impl Client {
     ) -> Result<Vec<Result<HeldKeys>>> {
         let map = self.cluster_map()?;
         let kds_keys = map.kds_keys.ok_or_else(|| {
-            ClientError::Local("this cluster has no KDS: encrypted files cannot be read".into())
+            ClientError::NoKds("this cluster has no KDS: encrypted files cannot be read".into())
         })?;
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
         let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
@@ -326,7 +331,7 @@ impl Client {
             .map_or(0, |(o, _, _)| o.stat.id)
             .wrapping_add(skip);
         let grant_key = self.grant_key(&sealing, &kds_keys.sealing_key)?;
-        let payload = msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
+        let payload = crate::encode(&request)?;
         // `Some(KDS key)` when the grants are signed ones.
         let called = match answered {
             Some(grants) => Ok(grants),
@@ -342,10 +347,14 @@ impl Client {
                         files: std::mem::take(files),
                     };
                 }
-                let payload =
-                    msg::encode(&request).map_err(|e| ClientError::Local(e.to_string()))?;
-                let kds_key = VerifyingKey::from_bytes(&kds_keys.verifying_key)
-                    .map_err(|e| ClientError::Local(format!("KDS key in the cluster map: {e}")))?;
+                let payload = crate::encode(&request)?;
+                let kds_key =
+                    VerifyingKey::from_bytes(&kds_keys.verifying_key).map_err(|source| {
+                        ClientError::Crypto {
+                            what: "the KDS key in the cluster map",
+                            source,
+                        }
+                    })?;
                 (self.kds_call(first, &payload)?, Some(kds_key))
             }
             other => (other?, None),
@@ -434,7 +443,7 @@ impl Client {
         let kds = self.cluster_map()?.kds;
         let n = kds.len();
         if n == 0 {
-            return Err(ClientError::Local("the cluster map lists no KDS".into()));
+            return Err(ClientError::NoKds("the cluster map lists no KDS".into()));
         }
         let mut last = None;
         for i in 0..n {
@@ -464,14 +473,13 @@ impl Client {
                 }
             }
         }
-        Err(last.unwrap_or_else(|| ClientError::Local("no KDS reachable".into())))
+        Err(last.unwrap_or_else(|| ClientError::NoKds("no KDS reachable".into())))
     }
 
     /// Counters of every KDS in the cluster map (`daemon` is `kds N`, N its place in the
     /// map from 1; one that cannot be reached says so, with its address).
     pub(crate) fn kds_stats(&mut self) -> Result<Vec<DaemonStats>> {
-        let payload =
-            msg::encode(&KdsRequest::Stats).map_err(|e| ClientError::Local(e.to_string()))?;
+        let payload = crate::encode(&KdsRequest::Stats)?;
         let mut out = Vec::new();
         for (i, entry) in self.cluster_map()?.kds.into_iter().enumerate() {
             let name = format!("kds {}", i + 1);

@@ -84,9 +84,45 @@ pub enum ClientError {
     /// The cluster has no OSDs yet.
     #[error("the cluster has no OSDs registered")]
     NoOsds,
-    /// Local file or configuration problem.
+    /// A local file (in the home directory, the cluster file, the input or output of a
+    /// transfer) could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        /// The file, or what was being read or written.
+        what: String,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// The cluster file or a file of the home directory is malformed, unsafe, or written
+    /// by a newer maat.
     #[error("{0}")]
-    Local(String),
+    Config(String),
+    /// The cluster has no key distribution server, or none answered: encrypted files
+    /// cannot be made or read (SPEC H4).
+    #[error("{0}")]
+    NoKds(String),
+    /// An encrypted file's keys are not at hand: its owner has not recorded its lockbox
+    /// yet, a stripe is under a key tree whose keys were not asked for, or a request would
+    /// need more keys than one may carry.
+    #[error("{0}")]
+    Keys(String),
+    /// The request needs a job key this client does not hold (`maat job join`, SPEC M10).
+    #[error("{0}")]
+    NotInJob(String),
+    /// The request cannot be made as asked.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A cryptographic operation of this client failed.
+    #[error("{what}: {source}")]
+    Crypto {
+        /// Which operation.
+        what: &'static str,
+        /// Why.
+        source: maat_crypto::CryptoError,
+    },
+    /// A failure inside this client (an encoding of its own message, a worker thread).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A stripe is missing or short.
     #[error("data missing: {0}")]
     DataMissing(String),
@@ -123,6 +159,11 @@ impl ClientError {
 }
 
 type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// `message` encoded for the wire (the client's own messages: a failure is a bug).
+pub(crate) fn encode<T: serde::Serialize>(message: &T) -> Result<Vec<u8>> {
+    msg::encode(message).map_err(|e| ClientError::Internal(format!("encoding a message: {e}")))
+}
 
 /// The local clock as protocol time.
 pub fn local_now() -> u64 {
@@ -247,7 +288,7 @@ impl Client {
     /// A client for `cluster`, keeping identity and session in `home` (none: in memory).
     pub fn new(cluster: ClusterFile, home: Option<Home>) -> Result<Self> {
         let mds_key = VerifyingKey::from_bytes(&cluster.mds_verifying_key()?)
-            .map_err(|e| ClientError::Local(format!("cluster file MDS key: {e}")))?;
+            .map_err(|e| ClientError::Config(format!("cluster file: the MDS key: {e}")))?;
         let session = match &home {
             Some(h) => h.load_session()?,
             None => None,
@@ -268,7 +309,7 @@ impl Client {
             envelope_keys: EnvelopeKeys::default(),
             t10: HashMap::new(),
             rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
-                .map_err(|e| ClientError::Local(format!("seeding the random generator: {e}")))?,
+                .map_err(|e| ClientError::Internal(format!("seeding the random generator: {e}")))?,
             trees: HashMap::new(),
             held: HashMap::new(),
             jobs: HashMap::new(),
@@ -371,7 +412,7 @@ impl Client {
             h.remove_session()?;
         }
         told.map_err(|e| {
-            ClientError::Local(format!(
+            ClientError::Internal(format!(
                 "forgot the local session, but the MDS was not told ({e}); the session stays valid there until it expires"
             ))
         })
@@ -448,13 +489,12 @@ impl Client {
     fn mds_call_once(&mut self, request: &MdsRequest) -> Result<MdsResponse> {
         self.stats.requests += 1;
         let address = self.cluster.mds.clone();
-        let body = msg::encode(request).map_err(|e| ClientError::Local(e.to_string()))?;
+        let body = encode(request)?;
         if let Some(user) = self.insecure_user {
-            let payload = msg::encode(&InsecureRequest {
+            let payload = encode(&InsecureRequest {
                 user,
                 request: request.clone(),
-            })
-            .map_err(|e| ClientError::Local(e.to_string()))?;
+            })?;
             let (t, answer) = self
                 .mds
                 .call(FrameType::Insecure, &payload)

@@ -55,7 +55,7 @@ impl Client {
         let mut handle = self.open_file(path, flags)?;
         let (crypt, lockbox) = lockbox_of(&handle.opened)?;
         if resume && crypt.earlier.is_empty() {
-            return Err(ClientError::Local(format!(
+            return Err(ClientError::InvalidArgument(format!(
                 "{path}: no rekey in progress to resume (every stripe is under key tree {}); \
                  leave out --resume to start one",
                 lockbox.tree_version
@@ -65,10 +65,10 @@ impl Client {
         let mut version = lockbox.tree_version;
         if started {
             let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {
-                ClientError::Local("this cluster has no KDS: keys cannot be renewed".into())
+                ClientError::NoKds("this cluster has no KDS: keys cannot be renewed".into())
             })?;
             version = version.checked_add(1).ok_or_else(|| {
-                ClientError::Local(format!("{path}: no key tree version after {version}"))
+                ClientError::Keys(format!("{path}: no key tree version after {version}"))
             })?;
             let file = handle.opened.stat.id;
             let (lockbox, root) = self.new_tree(file, version, &lockbox.shape, &kds)?;

@@ -19,7 +19,10 @@ impl Client {
         let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
         let ticket = Unverified::<LoginTicket>::decode(&session.ticket)
             .and_then(|t| t.verify(&self.mds_key, UnixMillis(now)))
-            .map_err(|e| ClientError::Local(format!("stored ticket: {e}")))?;
+            .map_err(|source| ClientError::Token {
+                what: "stored ticket",
+                source,
+            })?;
         let signing = SigningKey::from_seed(&session.signing_seed);
         let (offer, key) = session::make_offer(
             &ticket,
@@ -29,9 +32,11 @@ impl Client {
             UnixMillis(now),
             &mut OsRng,
         )
-        .map_err(|e| ClientError::Local(e.to_string()))?;
-        let payload = msg::encode(&OsdPlainRequest::Offer(offer.encoded().to_vec()))
-            .map_err(|e| ClientError::Local(e.to_string()))?;
+        .map_err(|source| ClientError::Token {
+            what: "session offer",
+            source,
+        })?;
+        let payload = crate::encode(&OsdPlainRequest::Offer(offer.encoded().to_vec()))?;
         let conn = self
             .osds
             .entry(osd)

@@ -147,7 +147,10 @@ impl Client {
                 let mut buf = vec![0u8; len as usize];
                 reader
                     .read_exact(&mut buf)
-                    .map_err(|e| ClientError::Local(format!("reading input: {e}")))?;
+                    .map_err(|source| ClientError::Io {
+                        what: "reading input".into(),
+                        source,
+                    })?;
                 let (osd, object) = self.stripe_target(&opened, k)?;
                 calls.push((osd, object, buf));
                 lens.push(len);
@@ -338,9 +341,10 @@ impl Client {
                         Err(e) => return Err(e),
                     };
                 }
-                writer
-                    .write_all(&data)
-                    .map_err(|e| ClientError::Local(format!("writing output: {e}")))?;
+                writer.write_all(&data).map_err(|source| ClientError::Io {
+                    what: "writing output".into(),
+                    source,
+                })?;
                 done += data.len() as u64;
                 progress(done);
                 if (data.len() as u64) < STRIPE_UNIT_BYTES {
@@ -389,7 +393,7 @@ fn seal_all(
         (first, handle.join())
     });
     let mut out = first?;
-    out.extend(second.map_err(|_| ClientError::Local("sealing thread failed".into()))??);
+    out.extend(second.map_err(|_| ClientError::Internal("the sealing thread panicked".into()))??);
     Ok(out)
 }
 

@@ -13,7 +13,10 @@ impl Client {
     /// Gives `osd` the tree of every root `capability` names.
     pub(crate) fn supply_trees(&mut self, osd: u64, capability: &[u8]) -> Result<()> {
         let body = Unverified::<Capability>::decode(capability)
-            .map_err(|e| ClientError::Local(format!("capability: {e}")))?
+            .map_err(|source| ClientError::Token {
+                what: "capability",
+                source,
+            })?
             .unverified_body()
             .clone();
         let mut roots = Vec::new();

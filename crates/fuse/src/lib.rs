@@ -122,6 +122,9 @@ pub fn errno(e: &ClientError) -> Errno {
         ClientError::NotOpenForWriting(_) => Errno::EBADF,
         ClientError::NotLoggedIn => Errno::EACCES,
         ClientError::Net { .. } => Errno::ENOTCONN,
+        ClientError::Io { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
+        ClientError::NotInJob(_) => Errno::EACCES,
+        ClientError::InvalidArgument(_) => Errno::EINVAL,
         _ => Errno::EIO,
     }
 }
@@ -842,5 +845,16 @@ mod tests {
             errno(&ClientError::NotOpenForWriting("f".into())),
             Errno::EBADF
         );
+        // Typed client errors keep their errno: a local I/O error its own.
+        let io = ClientError::Io {
+            what: "f".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        assert_eq!(errno(&io), Errno::from_i32(28));
+        assert_eq!(
+            errno(&ClientError::InvalidArgument("x".into())),
+            Errno::EINVAL
+        );
+        assert_eq!(errno(&ClientError::NotInJob("x".into())), Errno::EACCES);
     }
 }

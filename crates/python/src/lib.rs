@@ -134,6 +134,14 @@ fn py_err(py: Python<'_>, e: ClientError) -> PyErr {
         ClientError::NotLoggedIn => (NotLoggedInError::new_err((ENOTCONN, text)), None),
         ClientError::NotOpenForWriting(_) => (MaatError::new_err((EBADF, text)), None),
         ClientError::DataMissing(_) => (DataMissingError::new_err((EIO, text)), None),
+        ClientError::Io { source, .. } => (
+            PyOSError::new_err((source.raw_os_error().unwrap_or(EIO), text)),
+            None,
+        ),
+        ClientError::NotInJob(_) => (PyPermissionError::new_err((EACCES, text)), None),
+        ClientError::InvalidArgument(_) | ClientError::Config(_) => {
+            (MaatError::new_err((EINVAL, text)), None)
+        }
         _ => (MaatError::new_err((EIO, text)), None),
     };
     if let Some(code) = code {
