@@ -469,7 +469,7 @@ impl<S: MetaStore> Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> std::result::Result<MdsResponse, WireError> {
         let who = self.principal(uid).map_err(|e| e.to_wire())?;
-        self.dispatch(&who, Some(&[0u8; 16]), request, now, rng)
-            .map_err(|e| e.to_wire())
+        let result = self.dispatch(&who, Some(&[0u8; 16]), request, now, rng);
+        self.durable(result).map_err(|e| e.to_wire())
     }
 }

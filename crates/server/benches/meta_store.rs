@@ -1,7 +1,7 @@
 //! Criterion benchmarks of the MDS store's commits (figures in docs/PERFORMANCE.md, "Group
 //! commit"): one batch of a file create's shape (an entry and an inode-sized value)
 //! committed durably, deferred with a sync after each, and four deferred with one sync,
-//! on one thread. They decide where deferring pays (`group_commit = auto`).
+//! on one thread: what group commit (`group_commit` in the MDS config) saves per batch.
 //! Run: `MAAT_BENCH_DIR=/dev/shm cargo bench -p maat-server --bench meta_store` (the
 //! directory holds the database: tmpfs, or a disk; default the system's temporary one).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]

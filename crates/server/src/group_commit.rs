@@ -8,8 +8,11 @@
 //! writes on tmpfs. Applying a batch here costs a few map inserts.
 //!
 //! The bookkeeping only; [`crate::meta_store::RedbStore`] opens and commits the
-//! transactions. Lock order: the database's write transaction first, then the state here,
-//! never the other way round; the state is never held across a database call.
+//! transactions. Lock order: the writer's turn ([`GroupCommit`]'s `writer`), then the
+//! database's write transaction, then the state here, never the other way round; the
+//! state is never held across a database call. The writer's turn spans a whole write,
+//! from opening the transaction to recording its outcome, so a failed write is recorded
+//! before any other writer can take a snapshot of what it left in the overlay.
 
 use crate::overlay::{held, Overlay};
 use maat_mds::store::{Batch, DurabilityCounts, StoreError};
@@ -35,6 +38,8 @@ struct State {
 pub(crate) struct GroupCommit {
     state: Mutex<State>,
     synced: Condvar,
+    /// One writer at a time, from its transaction's start to its outcome recorded.
+    writer: Mutex<()>,
     /// Whether [`GroupCommit::apply`] is used (the MDS config's `group_commit`).
     enabled: AtomicBool,
 }
@@ -44,8 +49,24 @@ impl Default for GroupCommit {
         Self {
             state: Mutex::default(),
             synced: Condvar::new(),
+            writer: Mutex::new(()),
             enabled: AtomicBool::new(true),
         }
+    }
+}
+
+/// The syncer's turn: handed on when the sync ends, whichever way.
+struct SyncTurn<'a>(&'a GroupCommit);
+
+impl Drop for SyncTurn<'_> {
+    fn drop(&mut self) {
+        let mut state = self
+            .0
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.syncing = false;
+        self.0.synced.notify_all();
     }
 }
 
@@ -102,13 +123,17 @@ impl GroupCommit {
 
     /// Writes `batch` with every batch applied before it in one durable transaction:
     /// `begin` opens it, `write` writes the changes and commits. A failure is final.
+    ///
+    /// The changes of `batch` an overlay holds are visible from the overlay before the
+    /// rest are from the database (for the moment of the fsync): readers that need a
+    /// batch whole take the MDS's write lock, as every read-check-commit does.
     pub(crate) fn commit<T>(
         &self,
         batch: Batch,
         begin: impl FnOnce() -> Result<T, StoreError>,
         write: impl FnOnce(T, Batch) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        self.write_through(Some(batch), begin, write)
+        self.write_through(Some(batch), None, begin, write)
     }
 
     /// Returns once every batch applied before the call is durable. One caller at a time
@@ -135,24 +160,32 @@ impl GroupCommit {
         }
         state.syncing = true;
         drop(state);
-        let result = self.write_through(None, begin, write);
-        let mut state = self.state()?;
-        state.syncing = false;
-        self.synced.notify_all();
-        result
+        // Hands the turn on even if the write panics (whoever waits then finds the
+        // writer's lock poisoned and fails, rather than waiting for ever).
+        let _turn = SyncTurn(self);
+        self.write_through(None, Some(target), begin, write)
     }
 
+    /// Writes what is applied, with `batch` (a durable commit) or, for a sync of the
+    /// batches up to `target`, unless another write covered them meanwhile.
     fn write_through<T>(
         &self,
         batch: Option<Batch>,
+        target: Option<u64>,
         begin: impl FnOnce() -> Result<T, StoreError>,
         write: impl FnOnce(T, Batch) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        // The transaction first: no other write runs while the snapshot is taken, written
-        // and forgotten.
-        let tx = begin()?;
+        let _writer = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = match begin() {
+            Ok(tx) => tx,
+            Err(e) => return Err(self.record_failure(e)),
+        };
         let (snapshot, rest) = {
             let mut state = self.lock()?;
+            if target.is_some_and(|t| state.durable >= t) {
+                // Covered by a durable commit while this one waited: nothing to write.
+                return Ok(());
+            }
             let rest = match batch {
                 Some(b) => state.overlay.apply(b),
                 None => Batch::default(),
@@ -163,16 +196,29 @@ impl GroupCommit {
         ops.0.extend(rest.0);
         let result = write(tx, ops);
         let mut state = self.state()?;
-        match &result {
+        match result {
             Ok(()) => {
                 state.overlay.forget(&snapshot);
                 state.durable = state.durable.max(snapshot.batches());
                 state.fsyncs += 1;
+                self.synced.notify_all();
+                Ok(())
             }
-            Err(e) => state.failed = Some(e.0.clone()),
+            Err(e) => {
+                drop(state);
+                Err(self.record_failure(e))
+            }
+        }
+    }
+
+    /// Makes `e` final: every later change and sync fails with it (what is applied may
+    /// be only partly on disk, or not at all).
+    fn record_failure(&self, e: StoreError) -> StoreError {
+        if let Ok(mut state) = self.state() {
+            state.failed.get_or_insert_with(|| e.0.clone());
         }
         self.synced.notify_all();
-        result
+        e
     }
 
     /// Batches applied and fsyncs made.
@@ -189,7 +235,12 @@ impl GroupCommit {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )]
     use super::*;
     use maat_mds::store::Op;
     use std::sync::Arc;
@@ -275,6 +326,63 @@ mod tests {
         ] {
             assert!(e.0.contains("restart the MDS"), "{e}");
         }
+    }
+
+    /// A durable commit fails while a sync waits for its turn: the sync must not write
+    /// the failed commit's changes (left in the overlay) as if they were whole; it fails.
+    #[test]
+    fn a_write_waiting_behind_a_failed_one_fails_and_writes_nothing() {
+        let g = Arc::new(GroupCommit::default());
+        let db = Arc::new(Written::default());
+        let (inside, go) = std::sync::mpsc::channel();
+        let failing = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let mut b = meta("half");
+                b.push(Op::DeleteSession([1; 16]));
+                g.commit(
+                    b,
+                    || Ok(()),
+                    |(), _| {
+                        inside.send(()).unwrap();
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        Err(StoreError("disk full".into()))
+                    },
+                )
+            })
+        };
+        go.recv().unwrap();
+        g.apply(meta("mine")).unwrap();
+        let waiting = g.sync(begin(&db), write);
+        assert!(failing.join().unwrap().is_err());
+        let e = waiting.unwrap_err();
+        assert!(e.0.contains("restart the MDS"), "{e}");
+        assert!(db.lock().unwrap().is_empty(), "a half batch was written");
+    }
+
+    /// A write that panics hands the syncer's turn on: the next sync fails at once
+    /// instead of waiting for ever.
+    #[test]
+    fn a_panicking_sync_leaves_no_one_waiting() {
+        let g = Arc::new(GroupCommit::default());
+        g.apply(meta("a")).unwrap();
+        let panicked = {
+            let g = g.clone();
+            std::thread::spawn(move || g.sync(|| Ok(()), |(), _| panic!("redb panicked"))).join()
+        };
+        assert!(panicked.is_err());
+        let (done, result) = std::sync::mpsc::channel();
+        {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let db = Written::default();
+                let _ = done.send(g.sync(begin(&db), write).is_err());
+            });
+        }
+        let failed = result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a sync after a panicked one is still waiting");
+        assert!(failed, "a sync after a panicked one claimed success");
     }
 
     /// Threads that apply and sync at once, over a simulated database whose write

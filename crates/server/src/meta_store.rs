@@ -179,6 +179,8 @@ impl RedbStore {
     /// pages, which redb's `compact` does not promise. The old file's blocks are freed,
     /// not wiped: a copy of it taken before, or the raw disk, may still hold them.
     pub fn rewrite_fresh(self, path: &Path) -> Result<Self, StoreError> {
+        // What is applied must be in the file that is copied.
+        self.sync()?;
         let temp = path.with_extension("redb.rewrite");
         let _ = std::fs::remove_file(&temp);
         {
@@ -233,7 +235,9 @@ impl RedbStore {
 
 impl MetaStore for RedbStore {
     // Reads look in the overlay first, then in the database: a change written and then
-    // forgotten in between is in the database by then.
+    // forgotten in between is in the database by then. Listings open their read
+    // transaction while they hold the overlay, so both show the same moment (a rename
+    // written in between would otherwise list a file under both names).
 
     fn inode(&self, id: u64) -> Result<Option<Inode>, StoreError> {
         if let Some(held) = self.group.read(|o| o.inode(id))? {
@@ -252,8 +256,10 @@ impl MetaStore for RedbStore {
     }
 
     fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
-        let held = self.group.read(|o| o.entries_of(parent))?;
-        let tx = self.db.begin_read().map_err(err)?;
+        let (held, tx) = self
+            .group
+            .read(|o| (o.entries_of(parent), self.db.begin_read()))?;
+        let tx = tx.map_err(err)?;
         let t = tx.open_table(ENTRIES).map_err(err)?;
         let mut out = Vec::new();
         let start: (u64, &str) = (parent, "");
@@ -352,8 +358,10 @@ impl MetaStore for RedbStore {
     }
 
     fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let held = self.group.read(|o| o.metas_of(prefix))?;
-        let tx = self.db.begin_read().map_err(err)?;
+        let (held, tx) = self
+            .group
+            .read(|o| (o.metas_of(prefix), self.db.begin_read()))?;
+        let tx = tx.map_err(err)?;
         let t = tx.open_table(META).map_err(err)?;
         let mut out = Vec::new();
         for item in t.range(prefix..).map_err(err)? {
