@@ -48,7 +48,6 @@ fn create_private_dir(dir: &Path) -> Result<(), ClientError> {
 pub fn write_private_file(path: &Path, bytes: &[u8], durable: bool) -> Result<(), ClientError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let local = |e: std::io::Error, p: &Path| io(p, e);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
@@ -61,14 +60,14 @@ pub fn write_private_file(path: &Path, bytes: &[u8], durable: bool) -> Result<()
         .create_new(true)
         .mode(0o600)
         .open(&temp)
-        .map_err(|e| local(e, &temp))?;
+        .map_err(|e| io(&temp, e))?;
     let written = f
         .write_all(bytes)
         .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
         .and_then(|()| std::fs::rename(&temp, path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&temp);
-        return Err(local(e, path));
+        return Err(io(path, e));
     }
     Ok(())
 }

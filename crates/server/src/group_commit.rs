@@ -81,11 +81,6 @@ fn poisoned() -> StoreError {
 }
 
 impl GroupCommit {
-    /// Whether deferred batches go to the overlay (else they are committed at once).
-    pub(crate) fn enabled(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed)
-    }
-
     /// Turns group commit on or off.
     pub(crate) fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Ordering::Relaxed);
@@ -108,17 +103,16 @@ impl GroupCommit {
         Ok(read(&self.state()?.overlay))
     }
 
-    /// Applies `batch`, which must hold only changes an overlay holds, without writing
-    /// it: reads see it at once, [`GroupCommit::sync`] writes it.
-    pub(crate) fn apply(&self, batch: Batch) -> Result<(), StoreError> {
-        if !batch.0.iter().all(held) {
-            return Err(StoreError(
-                "a deferred batch holds changes other than inodes, entries and meta".into(),
-            ));
+    /// Applies `batch` without writing it (reads see it at once, [`GroupCommit::sync`]
+    /// writes it), or hands it back to be committed at once: when group commit is off, or
+    /// the batch holds changes an overlay does not (see [`held`]).
+    pub(crate) fn apply(&self, batch: Batch) -> Result<Option<Batch>, StoreError> {
+        if !self.enabled.load(Ordering::Relaxed) || !batch.0.iter().all(held) {
+            return Ok(Some(batch));
         }
         let mut state = self.lock()?;
         state.overlay.apply(batch);
-        Ok(())
+        Ok(None)
     }
 
     /// Writes `batch` with every batch applied before it in one durable transaction:
@@ -251,6 +245,10 @@ mod tests {
         b
     }
 
+    fn applied(g: &GroupCommit, b: Batch) {
+        assert!(g.apply(b).unwrap().is_none(), "handed back, not applied");
+    }
+
     /// A database: what each durable transaction wrote, in order.
     type Written = Mutex<Vec<Vec<Op>>>;
 
@@ -267,8 +265,8 @@ mod tests {
     fn a_sync_writes_every_batch_applied_before_it_in_one_transaction() {
         let g = GroupCommit::default();
         let db = Written::default();
-        g.apply(meta("a")).unwrap();
-        g.apply(meta("b")).unwrap();
+        applied(&g, meta("a"));
+        applied(&g, meta("b"));
         // Read at once, written by nothing yet.
         assert_eq!(g.read(|o| o.meta("a")).unwrap(), Some(Some(vec![1])));
         assert!(db.lock().unwrap().is_empty());
@@ -289,7 +287,7 @@ mod tests {
         assert_eq!(g.counts().fsyncs, 1);
         // A durable commit carries what was applied before it, and what it holds that an
         // overlay does not.
-        g.apply(meta("c")).unwrap();
+        applied(&g, meta("c"));
         let mut b = meta("d");
         b.push(Op::DeleteSession([0; 16]));
         g.commit(b, begin(&db), write).unwrap();
@@ -306,7 +304,9 @@ mod tests {
         let g = GroupCommit::default();
         let mut b = meta("a");
         b.push(Op::DeleteSession([0; 16]));
-        assert!(g.apply(b).is_err());
+        assert_eq!(g.apply(b.clone()).unwrap(), Some(b), "handed back whole");
+        g.set_enabled(false);
+        assert!(g.apply(meta("b")).unwrap().is_some(), "group commit off");
         assert_eq!(g.counts().batches, 0);
     }
 
@@ -314,14 +314,14 @@ mod tests {
     fn a_failed_sync_fails_every_later_call() {
         let g = GroupCommit::default();
         let db = Written::default();
-        g.apply(meta("a")).unwrap();
+        applied(&g, meta("a"));
         let e = g
             .sync(begin(&db), |_, _| Err(StoreError("disk full".into())))
             .unwrap_err();
         assert!(e.0.contains("disk full"), "{e}");
         for e in [
             g.sync(begin(&db), write).unwrap_err(),
-            g.apply(meta("b")).unwrap_err(),
+            g.apply(meta("b")).map(drop).unwrap_err(),
             g.commit(meta("c"), begin(&db), write).unwrap_err(),
         ] {
             assert!(e.0.contains("restart the MDS"), "{e}");
@@ -352,7 +352,7 @@ mod tests {
             })
         };
         go.recv().unwrap();
-        g.apply(meta("mine")).unwrap();
+        applied(&g, meta("mine"));
         let waiting = g.sync(begin(&db), write);
         assert!(failing.join().unwrap().is_err());
         let e = waiting.unwrap_err();
@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn a_panicking_sync_leaves_no_one_waiting() {
         let g = Arc::new(GroupCommit::default());
-        g.apply(meta("a")).unwrap();
+        applied(&g, meta("a"));
         let panicked = {
             let g = g.clone();
             std::thread::spawn(move || g.sync(|| Ok(()), |(), _| panic!("redb panicked"))).join()
@@ -398,7 +398,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..200 {
                         let key = format!("{t}-{i}");
-                        g.apply(meta(&key)).unwrap();
+                        applied(&g, meta(&key));
                         g.sync(
                             || Ok(db.lock().unwrap()),
                             |mut tx, ops| {

@@ -388,10 +388,10 @@ impl MetaStore for RedbStore {
     }
 
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
-        if !self.group.enabled() || !batch.0.iter().all(crate::overlay::held) {
-            return self.commit(batch);
+        match self.group.apply(batch)? {
+            Some(batch) => self.commit(batch),
+            None => Ok(()),
         }
-        self.group.apply(batch)
     }
 
     fn sync(&self) -> Result<(), StoreError> {
