@@ -66,12 +66,12 @@ struct LoginKeys {
 }
 
 impl LoginKeys {
-    fn generate() -> Self {
+    fn generate(rng: &mut impl CryptoRngCore) -> Self {
         let mut nonce = [0u8; 16];
-        OsRng.fill_bytes(&mut nonce);
+        rng.fill_bytes(&mut nonce);
         Self {
-            signing: SigningKey::generate(&mut OsRng),
-            sealing: SealingSecretKey::generate(&mut OsRng),
+            signing: SigningKey::generate(rng),
+            sealing: SealingSecretKey::generate(rng),
             nonce,
         }
     }
@@ -82,10 +82,11 @@ impl Client {
     pub fn login(&mut self, name: &str, credential: Credential<'_>) -> Result<()> {
         let address = self.cluster.mds.clone();
         let (password, fixed) = password(&credential);
-        let keys = LoginKeys::generate();
+        let keys = LoginKeys::generate(&mut self.rng);
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
-        let (state, ke1) = pake::client_login_start(&password, &mut OsRng).map_err(login_crypto)?;
+        let (state, ke1) =
+            pake::client_login_start(&password, &mut self.rng).map_err(login_crypto)?;
         // SPEC T6: the first KE1 comes back with a cookie for this address; the second,
         // carrying it, gets the MDS's KE2.
         let mut cookie = None;
@@ -129,7 +130,7 @@ impl Client {
                 &context,
                 params,
                 maat_crypto::counters::global(),
-                &mut OsRng,
+                &mut self.rng,
             )
             .map_err(|_| {
                 // The same answer for a wrong passphrase, an unknown user and an MDS that
@@ -182,8 +183,9 @@ impl Client {
         };
         // Provisional offset for this request only (the answer was unauthenticated; a
         // forged one can only make the login fail). The session's comes from the ticket.
-        let timestamp = local_now().saturating_add_signed(offset_to(mds_time));
-        let keys = LoginKeys::generate();
+        let local = self.clock.now();
+        let timestamp = local.saturating_add_signed(offset_to(mds_time, local));
+        let keys = LoginKeys::generate(&mut self.rng);
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
         let parts =
@@ -232,11 +234,12 @@ impl Client {
                 .start
                 .0
                 .saturating_add(login::TOKEN_BACKDATE_MILLIS),
+            self.clock.now(),
         );
         let verified = unverified
             .verify(
                 &self.mds_key,
-                UnixMillis(local_now().saturating_add_signed(clock_offset)),
+                UnixMillis(self.clock.now().saturating_add_signed(clock_offset)),
             )
             .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
         if verified.client_signing_key != keys.signing.verifying_key().to_bytes()
@@ -279,7 +282,7 @@ impl Client {
         params: kdf::PassphraseParams,
     ) -> Result<Vec<u8>> {
         let (state, request) =
-            pake::client_registration_start(password, &mut OsRng).map_err(login_crypto)?;
+            pake::client_registration_start(password, &mut self.rng).map_err(login_crypto)?;
         let response = match self.mds_call(MdsRequest::RegisterStart {
             name: name.into(),
             request,
@@ -296,14 +299,19 @@ impl Client {
                 &response,
                 params,
                 maat_crypto::counters::global(),
-                &mut OsRng,
+                &mut self.rng,
             )
             .map_err(login_crypto)?;
-        login::seal_registration_upload(&self.cluster.mds_sealing_key()?, name, &upload, &mut OsRng)
-            .map_err(|source| ClientError::Crypto {
-                what: "registration upload",
-                source,
-            })
+        login::seal_registration_upload(
+            &self.cluster.mds_sealing_key()?,
+            name,
+            &upload,
+            &mut self.rng,
+        )
+        .map_err(|source| ClientError::Crypto {
+            what: "registration upload",
+            source,
+        })
     }
 
     /// Administrator: adds a user registered here with `passphrase` (OPAQUE: the MDS

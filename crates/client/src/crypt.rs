@@ -312,7 +312,7 @@ impl Client {
     ) -> Result<(Vec<u8>, Secret32)> {
         let keys = self.lockbox_keys(&kds.sealing_key)?;
         let mut root = [0u8; 32];
-        OsRng.fill_bytes(&mut root);
+        self.rng.fill_bytes(&mut root);
         let root = Secret32::from_bytes(root);
         let lockbox = Lockbox::seal_keyed(
             maat_proto::FileId(file),
@@ -320,7 +320,7 @@ impl Client {
             shape.clone(),
             &root,
             &keys,
-            &mut OsRng,
+            &mut self.rng,
         )
         .map_err(local_token)?
         .encode();
@@ -519,7 +519,7 @@ impl Client {
 
     /// The keys held of tree `version` of `file` that have more than a second left.
     fn held_now(&self, file: u64, version: u32) -> Option<HeldKeys> {
-        let now = local_now();
+        let now = self.clock.now();
         self.file_keys
             .get(&(file, version))
             .filter(|h| h.expiry > now + 1000)
@@ -553,7 +553,7 @@ impl Client {
         end: u64,
     ) -> Result<HeldKeys> {
         let (valid, needed) = self.held_tree_keys(opened, lockbox, permit, first, end);
-        let now = local_now();
+        let now = self.clock.now();
         Ok(match valid {
             Some(h) if h.covers(&needed) => h,
             valid if needed.is_empty() => valid.unwrap_or_else(|| HeldKeys {

@@ -183,7 +183,7 @@ impl Client {
             let mut conn = self
                 .kds_connections
                 .remove(&address)
-                .unwrap_or_else(|| Connection::new(address.clone()));
+                .unwrap_or_else(|| self.connect(&address));
             if conn.send(FrameType::Plain, &payload).is_ok() {
                 sent = Some(conn);
             }
@@ -362,7 +362,7 @@ impl Client {
         if grants.len() != files.len() {
             return Err(self.bad("kds", "one grant per file expected"));
         }
-        let now = UnixMillis(local_now());
+        let now = UnixMillis(self.clock.now());
         let token = |e| ClientError::Token {
             what: "range-key grant",
             source: e,
@@ -454,7 +454,7 @@ impl Client {
             let conn = self
                 .kds_connections
                 .entry(address.clone())
-                .or_insert_with(|| Connection::new(address.clone()));
+                .or_insert_with(|| self.network.connect(address.clone()));
             match conn.call(FrameType::Plain, payload) {
                 Ok((FrameType::Plain, answer)) => {
                     match decode_answer::<KdsResponse>(&address, &answer) {
@@ -487,7 +487,7 @@ impl Client {
             let conn = self
                 .kds_connections
                 .entry(address.clone())
-                .or_insert_with(|| Connection::new(address.clone()));
+                .or_insert_with(|| self.network.connect(address.clone()));
             let stats = match conn.call(FrameType::Plain, &payload) {
                 Ok((FrameType::Plain, answer)) => {
                     match decode_answer::<KdsResponse>(&address, &answer) {

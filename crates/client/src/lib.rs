@@ -7,6 +7,11 @@
 //! large files, and caches opened capabilities (M5).
 
 mod auth;
+mod clock;
+mod error;
+pub(crate) use clock::LocalClock;
+pub use clock::{local_now, ClockFn};
+pub use error::ClientError;
 mod crypt;
 mod crypt_files;
 pub use crypt::FILE_KEYS_CACHED_MAX;
@@ -36,7 +41,7 @@ use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::{SigningKey, VerifyingKey};
 use maat_crypto::{kdf, CryptoRngCore, OsRng, Secret32};
-use maat_net::{Connection, NetError};
+use maat_net::{Connection, Network};
 use maat_proto::login;
 use maat_proto::msg::{
     self, Access, ClusterMap, DaemonStats, ErrorCode, FileStat, InsecureRequest, KdfParams,
@@ -53,124 +58,12 @@ use maat_proto::{OsdId, UnixMillis};
 use rand_core::{RngCore, SeedableRng};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// This crate's error.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// A daemon refused the request.
-    #[error("{0}")]
-    Refused(WireError),
-    /// The network failed.
-    #[error("cannot reach {address} (is the cluster running?): {source}")]
-    Net {
-        /// Peer.
-        address: String,
-        /// Error.
-        source: NetError,
-    },
-    /// A daemon's answer did not authenticate or decode.
-    #[error("bad answer from {address}: {reason}")]
-    BadAnswer {
-        /// Peer.
-        address: String,
-        /// Why.
-        reason: String,
-    },
-    /// No session: log in first.
-    #[error("not logged in: run `maat login NAME`")]
-    NotLoggedIn,
-    /// The cluster has no OSDs yet.
-    #[error("the cluster has no OSDs registered")]
-    NoOsds,
-    /// A local file (in the home directory, the cluster file, the input or output of a
-    /// transfer) could not be read or written.
-    #[error("{what}: {source}")]
-    Io {
-        /// The file, or what was being read or written.
-        what: String,
-        /// Error.
-        source: std::io::Error,
-    },
-    /// The cluster file or a file of the home directory is malformed, unsafe, or written
-    /// by a newer maat.
-    #[error("{0}")]
-    Config(String),
-    /// The cluster has no key distribution server, or none answered: encrypted files
-    /// cannot be made or read (SPEC H4).
-    #[error("{0}")]
-    NoKds(String),
-    /// An encrypted file's keys are not at hand: its owner has not recorded its lockbox
-    /// yet, a stripe is under a key tree whose keys were not asked for, or a request would
-    /// need more keys than one may carry.
-    #[error("{0}")]
-    Keys(String),
-    /// The request needs a job key this client does not hold (`maat job join`, SPEC M10).
-    #[error("{0}")]
-    NotInJob(String),
-    /// The request cannot be made as asked.
-    #[error("{0}")]
-    InvalidArgument(String),
-    /// A cryptographic operation of this client failed.
-    #[error("{what}: {source}")]
-    Crypto {
-        /// Which operation.
-        what: &'static str,
-        /// Why.
-        source: maat_crypto::CryptoError,
-    },
-    /// A failure inside this client (an encoding of its own message, a worker thread).
-    #[error("internal error: {0}")]
-    Internal(String),
-    /// A stripe is missing or short.
-    #[error("data missing: {0}")]
-    DataMissing(String),
-    /// A write or truncate through a handle opened for reading only.
-    #[error("{0}: not open for writing")]
-    NotOpenForWriting(String),
-    /// A block of an encrypted file failed authentication or is missing (SPEC H3):
-    /// tampered, rolled back, or cut, on the wire or on an OSD's disk.
-    #[error("file {file}: {failure}")]
-    Integrity {
-        /// The file id.
-        file: u64,
-        /// Which block and why.
-        failure: maat_proto::encrypted::BlockFailure,
-    },
-    /// A token (from a daemon or a file) did not decode or verify.
-    #[error("{what}: {source}")]
-    Token {
-        /// Which token.
-        what: &'static str,
-        /// Why.
-        source: maat_proto::ProtoError,
-    },
-}
-
-impl ClientError {
-    /// The refusal code, if a daemon refused.
-    pub fn code(&self) -> Option<ErrorCode> {
-        match self {
-            ClientError::Refused(e) => Some(e.code),
-            _ => None,
-        }
-    }
-}
 
 type Result<T, E = ClientError> = std::result::Result<T, E>;
 
 /// `message` encoded for the wire (the client's own messages: a failure is a bug).
 pub(crate) fn encode<T: serde::Serialize>(message: &T) -> Result<Vec<u8>> {
     msg::encode(message).map_err(|e| ClientError::Internal(format!("encoding a message: {e}")))
-}
-
-/// The local clock as protocol time.
-pub fn local_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// How a user proves who they are at login.
@@ -224,6 +117,10 @@ pub type Progress<'a> = &'a mut dyn FnMut(u64);
 pub struct Client {
     cluster: ClusterFile,
     home: Option<Home>,
+    /// Where connections go (TCP unless a test wires an in-process network).
+    network: Network,
+    /// The local clock (the system's unless a simulation sets one).
+    clock: LocalClock,
     mds: Connection,
     osds: HashMap<u64, Connection>,
     map: Option<ClusterMap>,
@@ -299,6 +196,8 @@ impl Client {
             .unwrap_or_default();
         Ok(Self {
             mds: Connection::new(cluster.mds.clone()),
+            network: Network::Tcp,
+            clock: LocalClock::default(),
             cluster,
             home,
             osds: HashMap::new(),
@@ -321,6 +220,31 @@ impl Client {
             key_prefetch: 0,
             stats,
         })
+    }
+
+    /// This client with its connections on `network` (an in-process network runs a whole
+    /// cluster in one process, for tests).
+    pub fn with_network(mut self, network: Network) -> Self {
+        self.mds = network.connect(self.cluster.mds.clone());
+        self.osds.clear();
+        self.kds_connections.clear();
+        self.network = network;
+        self
+    }
+
+    /// This client on a simulation's `clock`, its random generator seeded with `seed`, so
+    /// that a whole-cluster test repeats exactly. Never for real data: the seed gives
+    /// away every key this client makes.
+    #[cfg(feature = "sim")]
+    pub fn simulated(mut self, clock: ClockFn, seed: u64) -> Self {
+        self.clock = LocalClock::simulated(clock);
+        self.rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+        self
+    }
+
+    /// A connection to `address` on this client's network.
+    pub(crate) fn connect(&self, address: &str) -> Connection {
+        self.network.connect(address)
     }
 
     /// Switches to NOSEC mode acting as `user` (benchmarks; daemons must allow it).
@@ -360,7 +284,7 @@ impl Client {
 
     fn now(&self) -> u64 {
         let offset = self.session.as_ref().map(|s| s.clock_offset).unwrap_or(0);
-        local_now().saturating_add_signed(offset)
+        self.clock.now().saturating_add_signed(offset)
     }
 
     // ------------------------------------------------------------------ login
@@ -772,9 +696,10 @@ impl Client {
     }
 }
 
-/// Offset from the local clock to a server clock that reads `server_now` now.
-fn offset_to(server_now: u64) -> i64 {
-    let diff = i128::from(server_now) - i128::from(local_now());
+/// Offset from the local clock reading `local_now` to a server clock that reads
+/// `server_now` at that moment.
+fn offset_to(server_now: u64, local_now: u64) -> i64 {
+    let diff = i128::from(server_now) - i128::from(local_now);
     diff.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 

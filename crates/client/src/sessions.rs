@@ -30,7 +30,7 @@ impl Client {
             OsdId(osd),
             &maat_crypto::seal::SealingPublicKey(entry.sealing_key),
             UnixMillis(now),
-            &mut OsRng,
+            &mut self.rng,
         )
         .map_err(|source| ClientError::Token {
             what: "session offer",
@@ -40,7 +40,7 @@ impl Client {
         let conn = self
             .osds
             .entry(osd)
-            .or_insert_with(|| Connection::new(entry.address.clone()));
+            .or_insert_with(|| self.network.connect(entry.address.clone()));
         let (t, answer) =
             conn.call(FrameType::Plain, &payload)
                 .map_err(|source| ClientError::Net {
@@ -57,7 +57,7 @@ impl Client {
             .and_then(|c| session::check_confirm(c, &offer, &key))
             .map_err(|e| self.bad(&entry.address, &format!("session confirmation: {e}")))?;
         // The confirmation is MACed under K_CD: its time is the OSD's clock (SPEC T7).
-        let osd_offset = offset_to(confirm.timestamp.0);
+        let osd_offset = offset_to(confirm.timestamp.0, self.clock.now());
         if let Some(s) = &mut self.session {
             s.osd_sessions.retain(|o| o.osd != osd);
             s.osd_sessions.push(home::OsdSession {
@@ -84,7 +84,7 @@ impl Client {
         let conn = self
             .osds
             .entry(osd)
-            .or_insert_with(|| Connection::new(entry.address.clone()));
+            .or_insert_with(|| self.network.connect(entry.address.clone()));
         conn.call(frame_type, payload)
             .map_err(|source| ClientError::Net {
                 address: entry.address.clone(),

@@ -1,5 +1,9 @@
-//! Framing over TCP for Maat's daemons and client: bounded reads, timeouts, reconnects.
+//! Framing over TCP for Maat's daemons and client: bounded reads, timeouts, reconnects;
+//! and the same frames over an in-process network ([`memory`]) for whole-cluster tests.
 //! No protocol decisions live here; frames are checked by `maat_proto::wire`.
+
+pub mod memory;
+pub use memory::{MemoryNet, Network};
 
 use maat_proto::wire::{self, FrameType, FRAME_HEADER_BYTES};
 use std::io::{IoSlice, Read, Write};
@@ -132,6 +136,15 @@ pub struct Connection {
     /// A frame was sent and its answer not read: the stream is not idle, and a new
     /// request must not go on it (its answer would be the old one's).
     answer_due: bool,
+    /// On an in-process network: the network, and the answer to the frame sent.
+    memory: Option<MemoryLink>,
+}
+
+#[derive(Debug)]
+struct MemoryLink {
+    net: MemoryNet,
+    /// The encoded answer (`None` after a lost answer).
+    answer: Option<Vec<u8>>,
 }
 
 impl Connection {
@@ -141,6 +154,17 @@ impl Connection {
             address: address.into(),
             stream: None,
             answer_due: false,
+            memory: None,
+        }
+    }
+
+    /// A connection to `address` on the in-process network `net`.
+    pub fn in_memory(address: impl Into<String>, net: MemoryNet) -> Self {
+        Self {
+            address: address.into(),
+            stream: None,
+            answer_due: false,
+            memory: Some(MemoryLink { net, answer: None }),
         }
     }
 
@@ -203,6 +227,14 @@ impl Connection {
     }
 
     fn send_parts(&mut self, frame_type: FrameType, parts: &[&[u8]]) -> Result<(), NetError> {
+        if let Some(link) = self.memory.as_mut() {
+            self.answer_due = false;
+            let mut frame = Vec::new();
+            write_frame_parts(&mut frame, frame_type, parts)?;
+            link.answer = link.net.deliver(&self.address, &frame)?;
+            self.answer_due = true;
+            return Ok(());
+        }
         if self.answer_due || self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
             self.stream = None;
             self.answer_due = false;
@@ -224,6 +256,18 @@ impl Connection {
     /// The second half of [`Connection::call`]: reads the answer to the frame
     /// [`Connection::send`] sent.
     pub fn receive(&mut self) -> Result<(FrameType, Vec<u8>), NetError> {
+        if let Some(link) = self.memory.as_mut() {
+            if !std::mem::take(&mut self.answer_due) {
+                return Err(NetError::Closed);
+            }
+            let Some(answer) = link.answer.take() else {
+                return Err(NetError::Io(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    format!("{}: answer lost (in-memory network)", self.address),
+                )));
+            };
+            return read_frame(&mut std::io::Cursor::new(answer));
+        }
         let Some(stream) = self.stream.as_mut().filter(|_| self.answer_due) else {
             return Err(NetError::Closed);
         };
@@ -237,6 +281,13 @@ impl Connection {
 
     /// Sends raw bytes and reads one frame (tests use this to send malformed frames).
     pub fn call_raw(&mut self, bytes: &[u8]) -> Result<(FrameType, Vec<u8>), NetError> {
+        if let Some(link) = self.memory.as_mut() {
+            let answer = link
+                .net
+                .deliver(&self.address, bytes)?
+                .ok_or(NetError::Closed)?;
+            return read_frame(&mut std::io::Cursor::new(answer));
+        }
         if self.stream.is_none() {
             self.stream = Some(self.connect()?);
         }

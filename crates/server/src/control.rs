@@ -11,15 +11,13 @@
 //! [`T10_MAINTENANCE`] and when the administrator rotates keys; each command is MACed
 //! under the level above, so the channel needs no protection of its own.
 
+use crate::Env;
 use maat_crypto::mac::MacKey;
-use maat_crypto::OsRng;
 use maat_kds::Kds;
-use maat_net::Connection;
 use maat_osd::OsdCore;
 use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, OsdPlainRequest, OsdPlainResponse};
 use maat_proto::msg::{KdsRequest, KdsResponse, OsdEntry, WireError};
 use maat_proto::wire::FrameType;
-use rand_core::RngCore;
 use std::time::Duration;
 
 /// How often an OSD checks the notices in force with the MDS.
@@ -31,11 +29,13 @@ pub const T10_MAINTENANCE: Duration = Duration::from_secs(1);
 /// One plain message to a daemon at `address` and its answer (`Result<A, WireError>`
 /// decoded; a refusal becomes the error).
 fn plain_call<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
+    env: &Env,
     address: &str,
     request: &Q,
 ) -> Result<A, String> {
     let payload = msg::encode(request).map_err(|e| e.to_string())?;
-    let (_, answer) = Connection::new(address)
+    let (_, answer) = env
+        .connect(address)
         .call(FrameType::Plain, &payload)
         .map_err(|e| format!("{address} unreachable: {e}"))?;
     msg::decode::<Result<A, WireError>>(&answer)
@@ -45,16 +45,18 @@ fn plain_call<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
 
 /// One plain message to an OSD and its answer (the MDS's T10 channel).
 pub(crate) fn osd_plain_call(
+    env: &Env,
     osd: &OsdEntry,
     request: &OsdPlainRequest,
 ) -> Result<OsdPlainResponse, String> {
-    plain_call(&osd.address, request)
+    plain_call(env, &osd.address, request)
 }
 
 /// The MDS's T10 maintenance loop: every [`T10_MAINTENANCE`], each OSD's keys brought up
 /// to the policy; a problem is logged when it first appears or changes.
 pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
     mds: &maat_mds::Mds<S>,
+    env: &Env,
     shutdown: &crate::Shutdown,
 ) {
     let mut last: Vec<String> = Vec::new();
@@ -64,7 +66,7 @@ pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
             std::thread::sleep(Duration::from_millis(50));
             waited += Duration::from_millis(50);
         }
-        let problems = mds.t10_maintain(crate::now(), &mut OsRng);
+        let problems = env.with_rng(|mut rng| mds.t10_maintain(env.now(), &mut rng));
         for p in &problems {
             if !last.contains(p) {
                 eprintln!("mds: T10 keys: {p}");
@@ -77,10 +79,10 @@ pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
 /// Pushes one notice the MDS signed to each OSD in `osds` and each KDS instance at
 /// `kds`; returns how many OSDs applied it. Those that missed it learn at their next
 /// check.
-pub(crate) fn push_revocation(notice: &[u8], osds: &[OsdEntry], kds: &[String]) -> u32 {
+pub(crate) fn push_revocation(env: &Env, notice: &[u8], osds: &[OsdEntry], kds: &[String]) -> u32 {
     let mut applied = 0;
     for osd in osds {
-        match osd_plain_call(osd, &OsdPlainRequest::Revoke(notice.to_vec())) {
+        match osd_plain_call(env, osd, &OsdPlainRequest::Revoke(notice.to_vec())) {
             Ok(OsdPlainResponse::Applied) => applied += 1,
             Ok(other) => eprintln!("mds: osd {} answered a revocation with {other:?}", osd.id),
             Err(e) => eprintln!(
@@ -90,7 +92,7 @@ pub(crate) fn push_revocation(notice: &[u8], osds: &[OsdEntry], kds: &[String]) 
         }
     }
     for address in kds {
-        match plain_call(address, &KdsRequest::Revoke(notice.to_vec())) {
+        match plain_call(env, address, &KdsRequest::Revoke(notice.to_vec())) {
             Ok(KdsResponse::Applied) => {}
             Ok(other) => eprintln!("mds: the KDS at {address} answered a revocation with {other:?}"),
             Err(e) => eprintln!(
@@ -103,26 +105,27 @@ pub(crate) fn push_revocation(notice: &[u8], osds: &[OsdEntry], kds: &[String]) 
 
 /// One catch-up: asks the MDS for every notice in force and applies them.
 pub(crate) fn sync_revocations(
+    env: &Env,
     core: &OsdCore,
     mds_address: &str,
     id: u64,
     join: &MacKey,
 ) -> Result<(), String> {
     let mut nonce = [0u8; 16];
-    OsRng.fill_bytes(&mut nonce);
+    env.with_rng(|rng| rng.fill_bytes(&mut nonce));
     let mac = maat_proto::revocation::revocations_request_mac(join, id, &nonce);
     let request = MdsPlainRequest::Revocations {
         osd: id,
         nonce,
         mac,
     };
-    match plain_call(mds_address, &request)? {
+    match plain_call(env, mds_address, &request)? {
         MdsPlainResponse::Revocations { notices, mac } => {
             let expected = maat_proto::revocation::revocations_mac(join, id, &nonce, &notices);
             if !maat_crypto::ct_eq(&expected, &mac) {
                 return Err("the list of revocations has a bad MAC".into());
             }
-            core.sync_revocations(&notices, crate::now())
+            core.sync_revocations(&notices, env.now())
                 .map_err(|e| e.to_string())
         }
         _ => Err("unexpected answer to a revocations request".into()),
@@ -131,14 +134,19 @@ pub(crate) fn sync_revocations(
 
 /// SPEC M9 at a KDS: one catch-up, asking the MDS for every notice in force (the request
 /// signed by the KDS, the list by the MDS); returns how many are in force.
-pub(crate) fn sync_kds_revocations(kds: &Kds, mds_address: &str) -> Result<usize, String> {
-    let ask = kds
-        .revocations_request(crate::now(), &mut OsRng)
+pub(crate) fn sync_kds_revocations(
+    env: &Env,
+    kds: &Kds,
+    mds_address: &str,
+) -> Result<usize, String> {
+    let ask = env
+        .with_rng(|mut rng| kds.revocations_request(env.now(), &mut rng))
         .map_err(|e| e.to_string())?;
-    let (_, answer) = Connection::new(mds_address)
+    let (_, answer) = env
+        .connect(mds_address)
         .call(FrameType::Plain, &ask.payload)
         .map_err(|e| format!("{mds_address} unreachable: {e}"))?;
-    kds.accept_revocations(&ask, &answer, crate::now())
+    kds.accept_revocations(&ask, &answer, env.now())
         .map_err(|e| e.to_string())
 }
 

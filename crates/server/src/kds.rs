@@ -3,11 +3,11 @@
 //! the same key file are interchangeable and a restarted one serves at once.
 
 use crate::config::{public_key_from_file, KdsFileConfig};
+use crate::serve::Handler;
 use crate::{
-    announce_metrics, bind, control, io, key_file_or_create, metrics, now, private, refusal_frame,
-    serve, Answer, LatencyTimer, ServerError, Shutdown,
+    announce_metrics, bind, control, io, key_file_or_create_in, metrics, private, refusal_frame,
+    serve, Answer, Env, LatencyTimer, ServerError, Shutdown,
 };
-use maat_crypto::OsRng;
 use maat_kds::{Kds, KdsSecrets};
 use maat_proto::msg::{ErrorCode, WireError};
 use maat_proto::wire::FrameType;
@@ -32,7 +32,12 @@ const FIRST_REVOCATIONS_CHECK: Duration = Duration::from_secs(3);
 /// SPEC M9: learns the revocations in force from the MDS at `mds` before the KDS is
 /// announced (for up to [`FIRST_REVOCATIONS_CHECK`]), then every second in a thread of
 /// its own. Without an MDS address the KDS serves with no revocation check, and says so.
-fn revocations(kds: &Arc<Kds>, mds: Option<&str>, shutdown: &Shutdown) -> Result<(), ServerError> {
+fn revocations(
+    kds: &Arc<Kds>,
+    mds: Option<&str>,
+    env: &Env,
+    shutdown: &Shutdown,
+) -> Result<(), ServerError> {
     let Some(mds) = mds else {
         eprintln!(
             "kds: warning: the config names no `mds` address, so this KDS cannot learn \
@@ -40,11 +45,11 @@ fn revocations(kds: &Arc<Kds>, mds: Option<&str>, shutdown: &Shutdown) -> Result
              capabilities expire. Add `mds = \"HOST:PORT\"` to the config."
         );
         return kds
-            .serve_without_revocations(now())
+            .serve_without_revocations(env.now())
             .map_err(|e| maat_kds::KdsError::Revocations(e).into());
     };
     let started = Instant::now();
-    while control::sync_kds_revocations(kds, mds).is_err()
+    while control::sync_kds_revocations(env, kds, mds).is_err()
         && started.elapsed() < FIRST_REVOCATIONS_CHECK
         && !shutdown.is_set()
     {
@@ -53,12 +58,60 @@ fn revocations(kds: &Arc<Kds>, mds: Option<&str>, shutdown: &Shutdown) -> Result
     let kds = kds.clone();
     let mds = mds.to_string();
     let stop = shutdown.clone();
+    let env = env.clone();
     std::thread::spawn(move || {
         control::revocation_loop("kds", &mds, &stop, || {
-            control::sync_kds_revocations(&kds, &mds).map(|_| ())
+            control::sync_kds_revocations(&env, &kds, &mds).map(|_| ())
         })
     });
     Ok(())
+}
+
+/// The KDS of `config`, opened as the daemon opens it (key file, public keys written).
+/// Starts no thread, learns no revocation and serves nothing: [`run_kds`] does that, a
+/// simulation drives it by hand.
+pub fn open_kds(config: &KdsFileConfig, env: &Env) -> Result<Arc<Kds>, ServerError> {
+    private::create_private_dir(&config.run_dir)?;
+    if let Some(dir) = config.key_file.parent() {
+        private::create_private_dir(dir)?;
+    }
+    let seed = key_file_or_create_in(&config.key_file, env)?;
+    if let Some(path) = &config.public_keys_file {
+        private::replace_file(path, kds_public_keys_text(&seed)?.as_bytes())?;
+    }
+    let mds_key = public_key_from_file(&config.mds_public_keys_file, "mds_verifying_key")?;
+    Ok(Arc::new(Kds::new(KdsSecrets::from_seed(&seed)?, &mds_key)?))
+}
+
+/// One revocation catch-up of `kds` with the MDS at `mds` (SPEC M9); how many notices
+/// are in force.
+pub fn sync_kds_revocations(kds: &Kds, mds: &str, env: &Env) -> Result<usize, String> {
+    control::sync_kds_revocations(env, kds, mds)
+}
+
+/// The KDS's frame handler: what it answers to each frame, timed into `latencies`.
+pub fn kds_handler(kds: Arc<Kds>, env: Env, latencies: Arc<metrics::Latencies>) -> Arc<Handler> {
+    Arc::new(
+        move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
+            let mut timer = LatencyTimer::start(&latencies, frame_type);
+            match frame_type {
+                FrameType::Plain => {
+                    timer.request = "keys";
+                    let now = env.now();
+                    (
+                        FrameType::Plain,
+                        env.with_rng(|mut rng| kds.handle(payload, now, &mut rng)),
+                    )
+                        .into()
+                }
+                _ => refusal_frame(&WireError::new(
+                    ErrorCode::Malformed,
+                    "a KDS takes Plain frames only",
+                ))
+                .into(),
+            }
+        },
+    )
 }
 
 /// Runs a KDS until `shutdown` fires.
@@ -67,17 +120,9 @@ pub fn run_kds(
     shutdown: &Shutdown,
     ready: impl FnOnce(&str),
 ) -> Result<(), ServerError> {
-    private::create_private_dir(&config.run_dir)?;
-    if let Some(dir) = config.key_file.parent() {
-        private::create_private_dir(dir)?;
-    }
-    let seed = key_file_or_create(&config.key_file)?;
-    if let Some(path) = &config.public_keys_file {
-        private::replace_file(path, kds_public_keys_text(&seed)?.as_bytes())?;
-    }
-    let mds_key = public_key_from_file(&config.mds_public_keys_file, "mds_verifying_key")?;
-    let kds = Arc::new(Kds::new(KdsSecrets::from_seed(&seed)?, &mds_key)?);
-    revocations(&kds, config.mds.as_deref(), shutdown)?;
+    let env = Env::system();
+    let kds = open_kds(config, &env)?;
+    revocations(&kds, config.mds.as_deref(), &env, shutdown)?;
     let listener = bind(&config.listen)?;
     let local = listener
         .local_addr()
@@ -89,21 +134,7 @@ pub fn run_kds(
         let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
         announce_metrics(&config.run_dir, "kds", served)?;
     }
-    let handler = move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
-        let mut timer = LatencyTimer::start(&latencies, frame_type);
-        match frame_type {
-            FrameType::Plain => {
-                timer.request = "keys";
-                (FrameType::Plain, kds.handle(payload, now(), &mut OsRng)).into()
-            }
-            _ => refusal_frame(&WireError::new(
-                ErrorCode::Malformed,
-                "a KDS takes Plain frames only",
-            ))
-            .into(),
-        }
-    };
     ready(&local);
-    serve::serve(listener, Arc::new(handler), shutdown, "kds");
+    serve::serve(listener, kds_handler(kds, env, latencies), shutdown, "kds");
     Ok(())
 }

@@ -1,0 +1,278 @@
+//! An in-process network for whole-cluster tests without sockets: each address names a
+//! handler (a daemon's frame handler, called on the sender's thread), and every frame is
+//! encoded and decoded exactly as on TCP. Delivery is synchronous and in order, so a
+//! single-threaded test that seeds its clocks and random generators sees the same
+//! exchanges, byte for byte, every run: the seed of a deterministic simulator.
+//!
+//! Faults are injected per address: a peer that is down refuses connections before the
+//! request is delivered; a lost answer is dropped *after* the peer handled the request,
+//! which is the case a caller must not paper over by resending.
+
+use crate::{read_frame, write_frame_parts, NetError};
+use maat_proto::wire::FrameType;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Cursor;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// A peer: one frame in, one frame out.
+pub type Peer = Arc<dyn Fn(FrameType, &[u8]) -> (FrameType, Vec<u8>) + Send + Sync>;
+
+/// One delivered request and its answer, as encoded frames (header and payload).
+pub struct Exchange<'a> {
+    /// The address the request went to.
+    pub to: &'a str,
+    /// The request frame.
+    pub request: &'a [u8],
+    /// The answer frame (also when the fault plan then loses it).
+    pub answer: &'a [u8],
+}
+
+/// Sees every exchange, in order (for transcripts and digests).
+pub type Observer = Arc<dyn Fn(&Exchange<'_>) + Send + Sync>;
+
+#[derive(Default)]
+struct State {
+    peers: BTreeMap<String, Peer>,
+    down: BTreeSet<String>,
+    lose_answers: BTreeMap<String, u32>,
+    observer: Option<Observer>,
+    delivered: u64,
+}
+
+/// The in-process network. Cloned handles share it.
+#[derive(Clone, Default)]
+pub struct MemoryNet {
+    state: Arc<Mutex<State>>,
+}
+
+fn refused(address: &str) -> NetError {
+    NetError::Io(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        format!("{address}: down (in-memory network)"),
+    ))
+}
+
+impl MemoryNet {
+    /// An empty network.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Serves `address` with `peer` (replacing what served it before).
+    pub fn attach(&self, address: impl Into<String>, peer: Peer) {
+        self.state().peers.insert(address.into(), peer);
+    }
+
+    /// Takes `address` down (connections refused before delivery) or brings it back.
+    pub fn set_down(&self, address: &str, down: bool) {
+        let mut s = self.state();
+        if down {
+            s.down.insert(address.to_string());
+        } else {
+            s.down.remove(address);
+        }
+    }
+
+    /// Drops the answers to the next `count` requests delivered to `address` (each request
+    /// is handled; its caller sees a reset connection).
+    pub fn lose_answers(&self, address: &str, count: u32) {
+        self.state().lose_answers.insert(address.to_string(), count);
+    }
+
+    /// Calls `observer` with every exchange from now on.
+    pub fn observe(&self, observer: Observer) {
+        self.state().observer = Some(observer);
+    }
+
+    /// Requests delivered so far.
+    pub fn delivered(&self) -> u64 {
+        self.state().delivered
+    }
+
+    /// Delivers one encoded request frame to `address`; returns the encoded answer frame
+    /// (`None`: the peer handled the request and its answer was lost), or why the request
+    /// was not delivered.
+    pub(crate) fn deliver(&self, address: &str, frame: &[u8]) -> Result<Option<Vec<u8>>, NetError> {
+        let peer = {
+            let s = self.state();
+            if s.down.contains(address) {
+                return Err(refused(address));
+            }
+            s.peers
+                .get(address)
+                .cloned()
+                .ok_or_else(|| refused(address))?
+        };
+        // The peer side: the frame is read exactly as a daemon reads it from a socket, and
+        // the handler runs without the network's lock (it may call other peers).
+        let (frame_type, payload) = read_frame(&mut Cursor::new(frame))?;
+        let (answer_type, answer_payload) = peer(frame_type, &payload);
+        let mut answer = Vec::with_capacity(answer_payload.len() + 8);
+        write_frame_parts(&mut answer, answer_type, &[&answer_payload])?;
+        let (observer, lost) = {
+            let mut s = self.state();
+            s.delivered += 1;
+            let lost = match s.lose_answers.get_mut(address) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            };
+            (s.observer.clone(), lost)
+        };
+        if let Some(observe) = observer {
+            observe(&Exchange {
+                to: address,
+                request: frame,
+                answer: &answer,
+            });
+        }
+        Ok((!lost).then_some(answer))
+    }
+}
+
+impl std::fmt::Debug for MemoryNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state();
+        f.debug_struct("MemoryNet")
+            .field("peers", &s.peers.keys().collect::<Vec<_>>())
+            .field("down", &s.down)
+            .field("delivered", &s.delivered)
+            .finish()
+    }
+}
+
+/// Where connections go: TCP (daemons and clients), or an in-process network (tests of
+/// a whole cluster without sockets).
+#[derive(Clone, Debug, Default)]
+pub enum Network {
+    /// TCP sockets.
+    #[default]
+    Tcp,
+    /// An in-process network.
+    Memory(MemoryNet),
+}
+
+impl Network {
+    /// Whether this is an in-process network.
+    pub fn is_memory(&self) -> bool {
+        matches!(self, Network::Memory(_))
+    }
+
+    /// A connection to `address` on this network (connected lazily).
+    pub fn connect(&self, address: impl Into<String>) -> crate::Connection {
+        match self {
+            Network::Tcp => crate::Connection::new(address),
+            Network::Memory(net) => crate::Connection::in_memory(address, net.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::Connection;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A peer that answers `(frame type, payload reversed)` and counts its calls.
+    fn reverser(calls: Arc<AtomicU32>) -> Peer {
+        Arc::new(move |t, p| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            (t, p.iter().rev().copied().collect())
+        })
+    }
+
+    #[test]
+    fn a_request_is_framed_handled_and_answered_and_the_observer_sees_both_frames() {
+        let net = MemoryNet::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        net.attach("a", reverser(calls.clone()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        net.observe(Arc::new(move |x: &Exchange<'_>| {
+            s.lock()
+                .unwrap()
+                .push((x.to.to_string(), x.request.len(), x.answer.len()))
+        }));
+        let mut c = Network::Memory(net.clone()).connect("a");
+        let (t, answer) = c.call_parts(FrameType::Plain, &[b"ab", b"c"]).unwrap();
+        assert_eq!((t, answer.as_slice()), (FrameType::Plain, &b"cba"[..]));
+        // Header (8 bytes) and payload, both ways.
+        assert_eq!(*seen.lock().unwrap(), vec![("a".to_string(), 11, 11)]);
+        assert_eq!((calls.load(Ordering::SeqCst), net.delivered()), (1, 1));
+    }
+
+    #[test]
+    fn a_peer_that_is_down_or_unknown_gets_nothing() {
+        let net = MemoryNet::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        net.attach("a", reverser(calls.clone()));
+        net.set_down("a", true);
+        let mut c = Connection::in_memory("a", net.clone());
+        let e = c.call(FrameType::Plain, b"x").unwrap_err();
+        assert!(
+            matches!(e, NetError::Io(ref io) if io.kind() == std::io::ErrorKind::ConnectionRefused)
+        );
+        assert!(Connection::in_memory("b", net.clone())
+            .call(FrameType::Plain, b"x")
+            .is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        net.set_down("a", false);
+        assert_eq!(c.call(FrameType::Plain, b"xy").unwrap().1, b"yx");
+    }
+
+    #[test]
+    fn a_lost_answer_follows_a_handled_request_and_the_connection_goes_on() {
+        let net = MemoryNet::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        net.attach("a", reverser(calls.clone()));
+        net.lose_answers("a", 1);
+        let mut c = Connection::in_memory("a", net.clone());
+        let e = c.call(FrameType::Plain, b"write").unwrap_err();
+        assert!(
+            matches!(e, NetError::Io(ref io) if io.kind() == std::io::ErrorKind::ConnectionReset)
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "handled once, not resent");
+        assert_eq!(c.call(FrameType::Plain, b"ok").unwrap().1, b"ko");
+        assert!(
+            c.receive().is_err(),
+            "nothing sent: an error, not a stale answer"
+        );
+    }
+
+    #[test]
+    fn a_peer_may_call_another_peer_while_handling() {
+        let net = MemoryNet::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        net.attach("inner", reverser(calls.clone()));
+        let n = net.clone();
+        net.attach(
+            "outer",
+            Arc::new(move |t, p| {
+                let mut c = Connection::in_memory("inner", n.clone());
+                c.call(t, p).unwrap()
+            }),
+        );
+        let mut c = Connection::in_memory("outer", net.clone());
+        assert_eq!(c.call(FrameType::Plain, b"abc").unwrap().1, b"cba");
+        assert_eq!(net.delivered(), 2);
+    }
+
+    #[test]
+    fn a_frame_too_large_is_refused_before_any_peer_sees_it() {
+        let net = MemoryNet::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        net.attach("a", reverser(calls.clone()));
+        let big = vec![0u8; maat_proto::wire::FRAME_PAYLOAD_BYTES_MAX + 1];
+        assert!(Connection::in_memory("a", net)
+            .call(FrameType::Plain, &big)
+            .is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+}

@@ -1,0 +1,76 @@
+//! What a daemon takes from the world: time, randomness and the network. A daemon on a
+//! host uses the system clock, the OS generator and TCP ([`Env::system`]); a whole cluster
+//! in one process runs the same daemon code on a shared simulated clock, a seeded
+//! generator and an in-process network ([`Env::simulated`]), so that a run is repeatable.
+
+use maat_crypto::{CryptoRngCore, OsRng};
+use maat_net::{Connection, MemoryNet, Network};
+use maat_proto::UnixMillis;
+use rand_chacha::rand_core::SeedableRng;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// A clock in protocol time.
+pub type Clock = Arc<dyn Fn() -> UnixMillis + Send + Sync>;
+
+/// Time, randomness and network for one daemon.
+#[derive(Clone, Default)]
+pub struct Env {
+    network: Network,
+    /// `None`: the system clock.
+    clock: Option<Clock>,
+    /// `None`: the OS generator.
+    rng: Option<Arc<Mutex<rand_chacha::ChaCha20Rng>>>,
+}
+
+impl Env {
+    /// The system clock, the OS generator and TCP.
+    pub fn system() -> Self {
+        Self::default()
+    }
+
+    /// `clock`, a generator seeded with `seed`, and the in-process network `net`. Never
+    /// for a daemon that guards real data: anyone who knows the seed knows every key.
+    pub fn simulated(net: MemoryNet, clock: Clock, seed: u64) -> Self {
+        Self {
+            network: Network::Memory(net),
+            clock: Some(clock),
+            rng: Some(Arc::new(Mutex::new(
+                rand_chacha::ChaCha20Rng::seed_from_u64(seed),
+            ))),
+        }
+    }
+
+    /// The time now.
+    pub fn now(&self) -> UnixMillis {
+        match &self.clock {
+            Some(clock) => clock(),
+            None => crate::now(),
+        }
+    }
+
+    /// Runs `f` with this daemon's random generator.
+    pub fn with_rng<R>(&self, f: impl FnOnce(&mut dyn CryptoRngCore) -> R) -> R {
+        match &self.rng {
+            None => f(&mut OsRng),
+            Some(rng) => f(&mut *rng.lock().unwrap_or_else(PoisonError::into_inner)),
+        }
+    }
+
+    /// 32 random bytes.
+    pub fn random32(&self) -> [u8; 32] {
+        let mut bytes = [0u8; 32];
+        self.with_rng(|rng| rng.fill_bytes(&mut bytes));
+        bytes
+    }
+
+    /// A connection to `address` on this daemon's network.
+    pub fn connect(&self, address: &str) -> Connection {
+        self.network.connect(address)
+    }
+
+    /// Whether this is a simulated environment (no threads are started for it: the test
+    /// drives every periodic task).
+    pub fn is_simulated(&self) -> bool {
+        self.clock.is_some()
+    }
+}

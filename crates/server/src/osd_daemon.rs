@@ -1,0 +1,324 @@
+//! The OSD daemon: a thin shell around `maat_osd::OsdCore` (object files, key files,
+//! registration with the MDS and its revocation catch-up, the accept loop).
+
+use crate::object_store::FileObjectStore;
+use crate::serve::Handler;
+use crate::{
+    announce_metrics, bind, control, io, key_file_or_create_in, metrics, private, read_key_file,
+    refusal_frame, serve, write_key_file, Answer, Env, LatencyTimer, OsdFileConfig, ServerError,
+    Shutdown,
+};
+use maat_crypto::mac::MacKey;
+use maat_crypto::seal::SealingSecretKey;
+use maat_crypto::Secret32;
+use maat_osd::OsdCore;
+use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, WireError};
+use maat_proto::wire::FrameType;
+use maat_proto::OsdId;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An OSD opened as the daemon opens it: its logic, its object store, and what it needs
+/// to register with the MDS. Starts no thread and serves nothing: [`run_osd`] does that,
+/// a simulation drives it by hand.
+pub struct OsdNode {
+    /// The OSD's decisions.
+    pub core: Arc<OsdCore>,
+    /// Its objects.
+    pub store: Arc<FileObjectStore>,
+    id: u64,
+    weight: u32,
+    advertise: String,
+    mds_address: String,
+    join: MacKey,
+    mds_key_path: PathBuf,
+}
+
+/// Opens the OSD of `config` that clients reach at `advertise`.
+pub fn open_osd(
+    config: &OsdFileConfig,
+    advertise: &str,
+    env: &Env,
+) -> Result<OsdNode, ServerError> {
+    private::create_private_dir(&config.data_dir)?;
+    let sealing = key_file_or_create_in(&config.data_dir.join("osd.key"), env)?;
+    let sealing = SealingSecretKey::from_bytes(sealing);
+    let join_key = read_key_file(&config.join_key_file)?;
+    let store = FileObjectStore::open(&config.data_dir)?;
+    let core = Arc::new(OsdCore::new(
+        OsdId(config.id),
+        sealing,
+        config.danger_allow_insecure,
+        env.now(),
+    ));
+    load_t10_keys(
+        &core,
+        &config.data_dir.join(T10_KEY_FILE),
+        &join_key,
+        config.id,
+    )?;
+    let mds_key_path = config.data_dir.join("mds.pub");
+    if let Ok(known) = read_key_file(&mds_key_path) {
+        // Serve at once after a restart, even while the MDS is away.
+        let _ = core.set_mds_key(known);
+    }
+    let join = MacKey::new(Secret32::from_bytes(join_key)).with_counters(core.counters().clone());
+    Ok(OsdNode {
+        core,
+        store: Arc::new(store),
+        id: config.id,
+        weight: config.weight,
+        advertise: advertise.to_string(),
+        mds_address: config.mds.clone(),
+        join,
+        mds_key_path,
+    })
+}
+
+impl OsdNode {
+    /// One registration with the MDS; on success the OSD knows (and has stored) the MDS
+    /// key. Returns why it failed otherwise.
+    pub fn register(&self, env: &Env) -> Result<(), String> {
+        self.register_failing(env).map_err(|e| e.reason)
+    }
+
+    fn register_failing(&self, env: &Env) -> Result<(), RegisterFailure> {
+        let key = register_once(self, env)?;
+        let _ = self.core.set_mds_key(key);
+        if read_key_file(&self.mds_key_path).ok() != Some(key) {
+            let _ = std::fs::remove_file(&self.mds_key_path);
+            if let Err(e) = write_key_file(&self.mds_key_path, &key) {
+                eprintln!("osd {}: cannot record the MDS key: {e}", self.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// One revocation catch-up with the MDS (SPEC M9).
+    pub fn sync_revocations(&self, env: &Env) -> Result<(), String> {
+        control::sync_revocations(env, &self.core, &self.mds_address, self.id, &self.join)
+    }
+
+    /// The OSD's frame handler: what it answers to each frame, timed into `latencies`.
+    pub fn handler(&self, env: Env, latencies: Arc<metrics::Latencies>) -> Arc<Handler> {
+        let core = self.core.clone();
+        let store = self.store.clone();
+        Arc::new(
+            move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
+                let mut timer = LatencyTimer::start(&latencies, frame_type);
+                let now = env.now();
+                match frame_type {
+                    FrameType::Plain => (
+                        FrameType::Plain,
+                        env.with_rng(|mut rng| core.handle_plain(payload, now, &mut rng)),
+                    )
+                        .into(),
+                    FrameType::Request
+                    | FrameType::SecRequest
+                    | FrameType::T10Request
+                    | FrameType::Insecure => {
+                        let opened = match frame_type {
+                            FrameType::Request => core.open_request(payload, now),
+                            FrameType::SecRequest => core.open_sec_request(payload, now),
+                            FrameType::T10Request => core.open_t10_request(payload, now),
+                            _ => core.open_insecure(payload),
+                        };
+                        match opened {
+                            Ok((caller, request)) => {
+                                timer.request = request.command.kind();
+                                let result = core.execute(store.as_ref(), &caller, &request, now);
+                                let (frame_type, parts) = env.with_rng(|mut rng| {
+                                    core.seal_response(&caller, result, now, &mut rng)
+                                });
+                                Answer { frame_type, parts }
+                            }
+                            Err(refusal) => refusal_frame(&refusal).into(),
+                        }
+                    }
+                    FrameType::Response | FrameType::SecResponse | FrameType::Refusal => {
+                        refusal_frame(&WireError::new(
+                            msg::ErrorCode::Malformed,
+                            "unexpected frame type",
+                        ))
+                        .into()
+                    }
+                }
+            },
+        )
+    }
+}
+
+/// Runs an OSD until `shutdown` fires.
+pub fn run_osd(
+    config: &OsdFileConfig,
+    shutdown: &Shutdown,
+    ready: impl FnOnce(&str),
+) -> Result<(), ServerError> {
+    let env = Env::system();
+    let listener = bind(&config.listen)?;
+    let local = listener
+        .local_addr()
+        .map_err(io("local address"))?
+        .to_string();
+    let advertise = config.advertise.clone().unwrap_or_else(|| local.clone());
+    let node = Arc::new(open_osd(config, &advertise, &env)?);
+    {
+        let node = node.clone();
+        let stop = shutdown.clone();
+        let env = env.clone();
+        std::thread::spawn(move || register_loop(&node, &env, &stop));
+    }
+    let latencies = Arc::new(metrics::Latencies::default());
+    if let Some(listen) = &config.metrics {
+        let source = node.core.clone();
+        let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
+        announce_metrics(&config.data_dir, &format!("osd {}", config.id), served)?;
+    }
+    // The address clients reach it at (what it registered), which is what `maat up`
+    // waits to see in the map.
+    ready(&advertise);
+    let name = format!("osd {}", config.id);
+    serve::serve(listener, node.handler(env, latencies), shutdown, &name);
+    Ok(())
+}
+
+/// The OSD's T10 key file (SPEC T3): its key hierarchy and generations, mode 0600.
+pub const T10_KEY_FILE: &str = "t10.keys";
+
+/// Loads an OSD's T10 key state from `path` (refused when group- or other-readable), or
+/// starts from the bootstrap state of a new OSD; later states are written there before
+/// the OSD acknowledges them.
+fn load_t10_keys(
+    core: &OsdCore,
+    path: &Path,
+    join_key: &[u8; 32],
+    id: u64,
+) -> Result<(), ServerError> {
+    let bad = |reason: String| ServerError::KeyFile {
+        path: path.display().to_string(),
+        reason,
+    };
+    let state = match std::fs::read(path) {
+        Ok(bytes) => {
+            private::check_private(path)?;
+            let bytes = zeroize::Zeroizing::new(bytes);
+            maat_proto::t10_keys::KeyState::decode(&bytes).map_err(|e| bad(e.to_string()))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            maat_proto::t10_keys::KeyState::bootstrap(join_key, id)
+                .map_err(|e| bad(e.to_string()))?
+        }
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let path = path.to_path_buf();
+    core.load_t10_keys(
+        state,
+        Arc::new(move |bytes: &[u8]| {
+            private::replace_file(&path, bytes).map_err(|e| e.to_string())
+        }),
+    );
+    Ok(())
+}
+
+/// Registers with the MDS, retrying until it answers; then checks revocations with it
+/// until shutdown.
+fn register_loop(node: &OsdNode, env: &Env, shutdown: &Shutdown) {
+    let mut warned = false;
+    while !shutdown.is_set() {
+        match node.register_failing(env) {
+            Ok(()) => {
+                control::revocation_loop(
+                    &format!("osd {}", node.id),
+                    &node.mds_address,
+                    shutdown,
+                    || node.sync_revocations(env),
+                );
+                return;
+            }
+            Err(e) => {
+                // Right after the MDS boots it answers "not ready" to timestamps inside its
+                // restart grace (T7); that is expected and retried, not worth a warning.
+                let expected = matches!(
+                    e.code,
+                    Some(msg::ErrorCode::NotReady | msg::ErrorCode::StaleRequest)
+                );
+                if !warned && !expected {
+                    eprintln!(
+                        "osd {}: registration with MDS at {} failed ({}); retrying",
+                        node.id, node.mds_address, e.reason
+                    );
+                    warned = true;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+    }
+}
+
+/// Why one registration attempt failed: the MDS's refusal code when it refused.
+struct RegisterFailure {
+    code: Option<msg::ErrorCode>,
+    reason: String,
+}
+
+impl RegisterFailure {
+    fn local(reason: impl std::fmt::Display) -> Self {
+        RegisterFailure {
+            code: None,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+fn register_once(node: &OsdNode, env: &Env) -> Result<[u8; 32], RegisterFailure> {
+    let (core, id, weight, join) = (&node.core, node.id, node.weight, &node.join);
+    let advertise = node.advertise.as_str();
+    let mut nonce = [0u8; 16];
+    env.with_rng(|rng| rng.fill_bytes(&mut nonce));
+    let timestamp = env.now().0;
+    let sealing_key = core.sealing_public_key();
+    let parts = maat_proto::login::register_mac_parts(
+        id,
+        advertise,
+        &sealing_key,
+        weight,
+        timestamp,
+        &nonce,
+    );
+    let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    let request = MdsPlainRequest::RegisterOsd {
+        id,
+        address: advertise.to_string(),
+        sealing_key,
+        weight,
+        timestamp,
+        nonce,
+        mac: join.tag(&refs),
+    };
+    let payload = msg::encode(&request).map_err(RegisterFailure::local)?;
+    let mut conn = env.connect(&node.mds_address);
+    let (_, answer) = conn
+        .call(FrameType::Plain, &payload)
+        .map_err(RegisterFailure::local)?;
+    let answer: Result<MdsPlainResponse, WireError> =
+        msg::decode(&answer).map_err(RegisterFailure::local)?;
+    let answer = answer.map_err(|e| RegisterFailure {
+        code: Some(e.code),
+        reason: e.to_string(),
+    })?;
+    match answer {
+        MdsPlainResponse::Registered {
+            mds_verifying_key,
+            mac,
+        } => {
+            let expected = maat_proto::login::registered_mac(join, &mds_verifying_key, &nonce);
+            if maat_crypto::ct_eq(&expected, &mac) {
+                Ok(mds_verifying_key)
+            } else {
+                Err(RegisterFailure::local("registration answer has a bad MAC"))
+            }
+        }
+        _ => Err(RegisterFailure::local("unexpected answer to registration")),
+    }
+}
