@@ -1,0 +1,333 @@
+//! A whole Maat cluster in one process: the MDS, OSDs and a KDS opened by the daemons' own
+//! code (`maat_server::open_mds`, `open_osd`, `open_kds`) and served by their own frame
+//! handlers, with clients of `maat_client`, all on an in-process network
+//! ([`maat_net::MemoryNet`]) instead of sockets, on one simulated clock, every random
+//! generator seeded from one number. Nothing runs in the background: periodic work
+//! (revocation catch-ups, T10 key upkeep) runs when the test calls [`SimCluster::tick`]
+//! or [`SimCluster::advance`], and time moves only when it calls the latter.
+//!
+//! A single-threaded test is therefore repeatable byte for byte:
+//! [`SimCluster::transcript`] digests every frame exchanged, and two runs from one seed
+//! give the same digest. This is the seed of a deterministic simulator (quinn's `Pair`,
+//! FoundationDB's and TigerBeetle's simulators): what is still real here is listed in
+//! docs/ARCHITECTURE.md (files in a temporary directory, fsync included).
+
+use maat_client::{Client, ClusterFile, Credential};
+use maat_kds::Kds;
+use maat_mds::Mds;
+use maat_net::memory::Peer;
+use maat_net::{MemoryNet, Network};
+use maat_proto::UnixMillis;
+use maat_server::meta_store::RedbStore;
+use maat_server::{Env, Handler, OsdNode};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The MDS's address on the in-process network.
+pub const MDS: &str = "mds";
+/// The KDS's address.
+pub const KDS: &str = "kds-1";
+
+/// The address of OSD `id`.
+pub fn osd_address(id: u64) -> String {
+    format!("osd-{id}")
+}
+
+/// Where the simulated clock starts (2027-01-15, UTC).
+pub const EPOCH: UnixMillis = UnixMillis(1_800_000_000_000);
+
+/// This crate's error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// A daemon failed to open.
+    #[error(transparent)]
+    Server(#[from] maat_server::ServerError),
+    /// A client call failed.
+    #[error(transparent)]
+    Client(#[from] maat_client::ClientError),
+    /// Setting the cluster up failed.
+    #[error("setting up the simulated cluster: {0}")]
+    Setup(String),
+}
+
+fn setup(what: impl std::fmt::Display) -> SimError {
+    SimError::Setup(what.to_string())
+}
+
+/// A cluster of one MDS, one KDS and some OSDs in this process.
+pub struct SimCluster {
+    net: MemoryNet,
+    clock: Arc<AtomicU64>,
+    seed: u64,
+    clients_made: AtomicU64,
+    mds: Arc<Mds<RedbStore>>,
+    mds_env: Env,
+    osds: Vec<(OsdNode, Env)>,
+    kds: Arc<Kds>,
+    kds_env: Env,
+    cluster: ClusterFile,
+    admin_key: [u8; 32],
+    transcript: Arc<Mutex<blake3::Hasher>>,
+    /// Holds every file the daemons keep (dropped last).
+    _dir: tempfile::TempDir,
+}
+
+/// The frame handler of a daemon as a peer of the in-process network (every peer
+/// connects from 127.0.0.1).
+fn peer(handler: Arc<Handler>) -> Peer {
+    Arc::new(move |frame_type, payload| {
+        let answer = handler(&[127, 0, 0, 1], frame_type, payload);
+        (answer.frame_type, answer.parts.concat())
+    })
+}
+
+fn write(path: &Path, text: &str) -> Result<(), SimError> {
+    std::fs::write(path, text).map_err(|e| setup(format!("{}: {e}", path.display())))
+}
+
+fn config<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, SimError> {
+    toml::from_str(text).map_err(setup)
+}
+
+fn path_text(path: &Path) -> String {
+    // TOML basic strings: a temporary directory's path needs no escapes but backslashes
+    // and quotes, which are escaped anyway.
+    path.display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+}
+
+impl SimCluster {
+    /// Starts a cluster of `osds` OSDs (ids 1..=osds), everything seeded from `seed`,
+    /// the clock at [`EPOCH`]. Files are encrypted by default, as in `maat up`.
+    pub fn start(seed: u64, osds: u64) -> Result<Self, SimError> {
+        let dir = tempfile::tempdir().map_err(setup)?;
+        let root = dir.path();
+        let net = MemoryNet::new();
+        let clock = Arc::new(AtomicU64::new(EPOCH.0));
+        let time = clock.clone();
+        let clock_fn: maat_server::Clock =
+            Arc::new(move || UnixMillis(time.load(Ordering::SeqCst)));
+        // Each daemon draws from its own generator, seeded from `seed` and its place.
+        let env = |n: u64| Env::simulated(net.clone(), clock_fn.clone(), mix(seed, n));
+        let transcript = Arc::new(Mutex::new(blake3::Hasher::new()));
+        {
+            let t = transcript.clone();
+            net.observe(Arc::new(move |x: &maat_net::memory::Exchange<'_>| {
+                let mut h = t.lock().unwrap_or_else(PoisonError::into_inner);
+                for part in [x.to.as_bytes(), x.request, x.answer] {
+                    h.update(&(part.len() as u64).to_le_bytes());
+                    h.update(part);
+                }
+            }));
+        }
+
+        // The KDS key comes first: the MDS config names its public keys.
+        let kds_env = env(1);
+        let kds_dir = root.join("kds");
+        std::fs::create_dir(&kds_dir).map_err(setup)?;
+        let kds_key = kds_dir.join("kds.key");
+        maat_server::write_key_file(&kds_key, &kds_env.random32())?;
+
+        let mds_env = env(0);
+        let mds_config: maat_server::MdsFileConfig = config(&format!(
+            "listen = \"{MDS}\"\n\
+             data_dir = \"{data}\"\n\
+             admin_key_file = \"{admin}\"\n\
+             join_key_file = \"{join}\"\n\
+             public_keys_file = \"{public}\"\n\
+             kds = [\"{KDS}\"]\n\
+             kds_public_keys_file = \"{kds_public}\"\n",
+            data = path_text(&root.join("mds")),
+            admin = path_text(&root.join("admin.key")),
+            join = path_text(&root.join("join.key")),
+            public = path_text(&root.join("mds.pub")),
+            kds_public = path_text(&root.join("kds.pub")),
+        ))?;
+        let kds_config: maat_server::KdsFileConfig = config(&format!(
+            "listen = \"{KDS}\"\n\
+             key_file = \"{key}\"\n\
+             public_keys_file = \"{public}\"\n\
+             mds_public_keys_file = \"{mds_public}\"\n\
+             run_dir = \"{run}\"\n\
+             mds = \"{MDS}\"\n",
+            key = path_text(&kds_key),
+            public = path_text(&root.join("kds.pub")),
+            mds_public = path_text(&root.join("mds.pub")),
+            run = path_text(&kds_dir),
+        ))?;
+        let seed_bytes = maat_server::read_key_file(&kds_key)?;
+        write(
+            &root.join("kds.pub"),
+            &maat_server::kds_public_keys_text(&seed_bytes)?,
+        )?;
+
+        let mds = maat_server::open_mds(&mds_config, &mds_env)?;
+        let latencies = Arc::new(maat_server::metrics::Latencies::default());
+        net.attach(
+            MDS,
+            peer(maat_server::mds_handler(
+                mds.clone(),
+                mds_env.clone(),
+                latencies.clone(),
+            )),
+        );
+        let kds = maat_server::open_kds(&kds_config, &kds_env)?;
+        net.attach(
+            KDS,
+            peer(maat_server::kds_handler(
+                kds.clone(),
+                kds_env.clone(),
+                latencies.clone(),
+            )),
+        );
+        let mut nodes = Vec::new();
+        for id in 1..=osds {
+            let osd_config: maat_server::OsdFileConfig = config(&format!(
+                "id = {id}\n\
+                 listen = \"{address}\"\n\
+                 data_dir = \"{data}\"\n\
+                 mds = \"{MDS}\"\n\
+                 join_key_file = \"{join}\"\n",
+                address = osd_address(id),
+                data = path_text(&root.join(osd_address(id))),
+                join = path_text(&root.join("join.key")),
+            ))?;
+            let osd_env = env(1 + id);
+            let node = maat_server::open_osd(&osd_config, &osd_address(id), &osd_env)?;
+            net.attach(
+                osd_address(id),
+                peer(node.handler(osd_env.clone(), latencies.clone())),
+            );
+            nodes.push((node, osd_env));
+        }
+        let cluster = ClusterFile {
+            mds: MDS.into(),
+            mds_verifying_key: hex::encode(mds.verifying_key()),
+            mds_sealing_key: hex::encode(mds.sealing_public_key()),
+            mds_opaque_key: Some(hex::encode(mds.opaque_public_key())),
+        };
+        let admin_key = maat_server::read_key_file(&root.join("admin.key"))?;
+        let sim = SimCluster {
+            net,
+            clock,
+            seed,
+            clients_made: AtomicU64::new(0),
+            mds,
+            mds_env,
+            osds: nodes,
+            kds,
+            kds_env,
+            cluster,
+            admin_key,
+            transcript,
+            _dir: dir,
+        };
+        // A daemon refuses requests dated inside its first 500 ms (SPEC T7).
+        sim.advance_quietly(1_000);
+        for (node, env) in &sim.osds {
+            node.register(env).map_err(setup)?;
+        }
+        sim.tick()?;
+        Ok(sim)
+    }
+
+    /// The periodic work of every daemon, once: each OSD and the KDS catch up on the
+    /// revocations in force, and the MDS brings the OSDs' T10 keys up to its policy.
+    pub fn tick(&self) -> Result<(), SimError> {
+        for (node, env) in &self.osds {
+            node.sync_revocations(env).map_err(setup)?;
+        }
+        maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
+        let now = self.mds_env.now();
+        let problems = self
+            .mds_env
+            .with_rng(|mut rng| self.mds.t10_maintain(now, &mut rng));
+        match problems.as_slice() {
+            [] => Ok(()),
+            _ => Err(setup(problems.join("; "))),
+        }
+    }
+
+    /// The simulated time now.
+    pub fn now(&self) -> UnixMillis {
+        UnixMillis(self.clock.load(Ordering::SeqCst))
+    }
+
+    /// Moves the clock on by `millis`, then runs the daemons' periodic work once (as
+    /// their threads would have done by then: each task is a catch-up, so once at the end
+    /// is what any number in between would leave).
+    pub fn advance(&self, millis: u64) -> Result<(), SimError> {
+        self.advance_quietly(millis);
+        self.tick()
+    }
+
+    /// Moves the clock on by `millis` and nothing else (a daemon's periodic work is then
+    /// overdue, as if its thread had stalled).
+    pub fn advance_quietly(&self, millis: u64) {
+        self.clock.fetch_add(millis, Ordering::SeqCst);
+    }
+
+    /// The in-process network (for faults: a peer down, answers lost).
+    pub fn net(&self) -> &MemoryNet {
+        &self.net
+    }
+
+    /// The MDS.
+    pub fn mds(&self) -> &Mds<RedbStore> {
+        &self.mds
+    }
+
+    /// OSD `id`.
+    pub fn osd(&self, id: u64) -> Option<&OsdNode> {
+        self.osds
+            .get(usize::try_from(id).ok()?.checked_sub(1)?)
+            .map(|(n, _)| n)
+    }
+
+    /// A new client, not logged in, on the simulated clock and network, its generator
+    /// seeded from the cluster's seed and how many clients came before it.
+    pub fn client(&self) -> Result<Client, SimError> {
+        let n = self.clients_made.fetch_add(1, Ordering::SeqCst);
+        let time = self.clock.clone();
+        Ok(Client::new(self.cluster.clone(), None)?
+            .with_network(Network::Memory(self.net.clone()))
+            .simulated(
+                Arc::new(move || time.load(Ordering::SeqCst)),
+                mix(self.seed, 1_000 + n),
+            ))
+    }
+
+    /// A new client logged in as the administrator.
+    pub fn admin(&self) -> Result<Client, SimError> {
+        let mut c = self.client()?;
+        c.login("admin", Credential::Key(self.admin_key))?;
+        Ok(c)
+    }
+
+    /// A digest of every frame exchanged so far (address, request, answer, in order).
+    pub fn transcript(&self) -> [u8; 32] {
+        *self
+            .transcript
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .finalize()
+            .as_bytes()
+    }
+}
+
+/// A generator seed for part `n` of the cluster seeded with `seed`.
+fn mix(seed: u64, n: u64) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(&seed.to_le_bytes());
+    h.update(&n.to_le_bytes());
+    let mut out = [0u8; 8];
+    for (o, b) in out.iter_mut().zip(h.finalize().as_bytes()) {
+        *o = *b;
+    }
+    u64::from_le_bytes(out)
+}
