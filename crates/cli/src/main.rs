@@ -44,13 +44,15 @@ struct Cli {
 enum Command {
     /// Start a whole local cluster (MDS + N OSDs) in the foreground.
     Up(up::UpArgs),
-    /// Run the metadata server from a TOML config.
+    /// Run the metadata server from a TOML config. Logs go to stderr, one line each,
+    /// filtered by MAAT_LOG (`info`, the default; `warn`; `debug`; or per module, as
+    /// `info,maat_server::serve=warn`).
     Mds {
         /// Config file.
         #[arg(long)]
         config: PathBuf,
     },
-    /// Run an object storage daemon from a TOML config.
+    /// Run an object storage daemon from a TOML config (logs as for `maat mds`).
     Osd {
         /// Config file.
         #[arg(long)]
@@ -58,7 +60,7 @@ enum Command {
     },
     /// Run a key distribution server from a TOML config (SPEC H4). It keeps no state:
     /// instances sharing its key file are interchangeable, and one restarted serves at
-    /// once.
+    /// once. Logs as for `maat mds`.
     Kds {
         /// Config file.
         #[arg(long)]

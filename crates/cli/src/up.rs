@@ -610,8 +610,17 @@ fn announce(kind: &str, addr: &str) {
     let _ = out.flush();
 }
 
+/// Installs the daemon's log writer (`MAAT_LOG`), saying so when the filter given was
+/// not understood.
+fn logging(daemon: &str) {
+    if let Err(problem) = maat_server::init_logging(daemon) {
+        eprintln!("{daemon}: {problem}");
+    }
+}
+
 /// `maat mds --config FILE`.
 pub fn run_mds_daemon(config: &Path) -> Result<()> {
+    logging("mds");
     maat_server::adopt_handed_down_listener()?;
     let c = MdsFileConfig::load(config)?;
     let shutdown = Shutdown::new();
@@ -622,6 +631,7 @@ pub fn run_mds_daemon(config: &Path) -> Result<()> {
 
 /// `maat kds --config FILE`.
 pub fn run_kds_daemon(config: &Path) -> Result<()> {
+    logging("kds");
     maat_server::adopt_handed_down_listener()?;
     let c = KdsFileConfig::load(config)?;
     let shutdown = Shutdown::new();
@@ -634,9 +644,10 @@ pub fn run_kds_daemon(config: &Path) -> Result<()> {
 pub fn run_osd_daemon(config: &Path) -> Result<()> {
     maat_server::adopt_handed_down_listener()?;
     let c = OsdFileConfig::load(config)?;
+    let kind = format!("osd {}", c.id);
+    logging(&kind);
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;
-    let kind = format!("osd {}", c.id);
     maat_server::run_osd(&c, &shutdown, |addr| announce(&kind, addr))?;
     Ok(())
 }

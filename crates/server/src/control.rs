@@ -69,7 +69,7 @@ pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
         let problems = env.with_rng(|mut rng| mds.t10_maintain(env.now(), &mut rng));
         for p in &problems {
             if !last.contains(p) {
-                eprintln!("mds: T10 keys: {p}");
+                tracing::warn!(problem = %p, "T10 keys");
             }
         }
         last = problems;
@@ -84,19 +84,26 @@ pub(crate) fn push_revocation(env: &Env, notice: &[u8], osds: &[OsdEntry], kds: 
     for osd in osds {
         match osd_plain_call(env, osd, &OsdPlainRequest::Revoke(notice.to_vec())) {
             Ok(OsdPlainResponse::Applied) => applied += 1,
-            Ok(other) => eprintln!("mds: osd {} answered a revocation with {other:?}", osd.id),
-            Err(e) => eprintln!(
-                "mds: could not push a revocation to osd {} ({e}); it learns at its next check",
-                osd.id
+            Ok(other) => {
+                tracing::warn!(osd = osd.id, answer = ?other, "unexpected answer to a revocation push")
+            }
+            Err(e) => tracing::warn!(
+                osd = osd.id,
+                error = %e,
+                "could not push a revocation; the OSD learns at its next check"
             ),
         }
     }
     for address in kds {
         match plain_call(env, address, &KdsRequest::Revoke(notice.to_vec())) {
             Ok(KdsResponse::Applied) => {}
-            Ok(other) => eprintln!("mds: the KDS at {address} answered a revocation with {other:?}"),
-            Err(e) => eprintln!(
-                "mds: could not push a revocation to the KDS at {address} ({e}); it learns at its next check"
+            Ok(other) => {
+                tracing::warn!(kds = %address, answer = ?other, "unexpected answer to a revocation push")
+            }
+            Err(e) => tracing::warn!(
+                kds = %address,
+                error = %e,
+                "could not push a revocation; the KDS learns at its next check"
             ),
         }
     }
@@ -154,7 +161,6 @@ pub(crate) fn sync_kds_revocations(
 /// then checks again every `REVOCATION_POLL` until shutdown; `who` names the daemon in
 /// its log, `sync` is one catch-up.
 pub(crate) fn revocation_loop(
-    who: &str,
     mds_address: &str,
     shutdown: &crate::Shutdown,
     sync: impl Fn() -> Result<(), String>,
@@ -164,14 +170,16 @@ pub(crate) fn revocation_loop(
         match sync() {
             Ok(()) => {
                 if failing {
-                    eprintln!("{who}: revocations checked with the MDS again");
+                    tracing::info!(mds = %mds_address, "revocations checked with the MDS again");
                 }
                 failing = false;
             }
             Err(e) => {
                 if !failing {
-                    eprintln!(
-                        "{who}: cannot check revocations with the MDS at {mds_address} ({e}); retrying"
+                    tracing::warn!(
+                        mds = %mds_address,
+                        error = %e,
+                        "cannot check revocations with the MDS; retrying"
                     );
                 }
                 failing = true;

@@ -39,10 +39,10 @@ fn revocations(
     shutdown: &Shutdown,
 ) -> Result<(), ServerError> {
     let Some(mds) = mds else {
-        eprintln!(
-            "kds: warning: the config names no `mds` address, so this KDS cannot learn \
-             revocations (SPEC M9): revoked users and capabilities get keys until their \
-             capabilities expire. Add `mds = \"HOST:PORT\"` to the config."
+        tracing::warn!(
+            "the config names no `mds` address, so this KDS cannot learn revocations \
+             (SPEC M9): revoked users and capabilities get keys until their capabilities \
+             expire. Add `mds = \"HOST:PORT\"` to the config."
         );
         return kds
             .serve_without_revocations(env.now())
@@ -60,7 +60,7 @@ fn revocations(
     let stop = shutdown.clone();
     let env = env.clone();
     std::thread::spawn(move || {
-        control::revocation_loop("kds", &mds, &stop, || {
+        control::revocation_loop(&mds, &stop, || {
             control::sync_kds_revocations(&env, &kds, &mds).map(|_| ())
         })
     });
@@ -132,7 +132,7 @@ pub fn run_kds(
     if let Some(listen) = &config.metrics {
         let source = kds.clone();
         let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
-        announce_metrics(&config.run_dir, "kds", served)?;
+        announce_metrics(&config.run_dir, served)?;
     }
     ready(&local);
     serve::serve(listener, kds_handler(kds, env, latencies), shutdown, "kds");

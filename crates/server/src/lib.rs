@@ -12,6 +12,7 @@ mod env;
 mod group_commit;
 mod kds;
 mod listen;
+mod log;
 mod mds_daemon;
 pub mod meta_store;
 pub mod metrics;
@@ -26,6 +27,7 @@ pub use env::{Clock, Env};
 pub use kds::{kds_handler, kds_public_keys_text, open_kds, run_kds, sync_kds_revocations};
 pub use listen::adopt_handed_down_listener;
 use listen::bind;
+pub use log::{init_logging, LOG_ENV};
 pub use mds_daemon::{mds_handler, open_mds, run_mds, MDS_KEY_FILES};
 pub use osd_daemon::{open_osd, run_osd, OsdNode, T10_KEY_FILE};
 pub use serve::{Answer, Handler, Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
@@ -175,18 +177,17 @@ impl Drop for LatencyTimer<'_> {
 /// cannot be bound says why and serves without them.
 pub(crate) fn announce_metrics(
     data_dir: &Path,
-    name: &str,
     served: Result<String, ServerError>,
 ) -> Result<(), ServerError> {
     let path = data_dir.join("metrics.addr");
     match served {
         Ok(addr) => {
             private::replace_file(&path, addr.as_bytes())?;
-            eprintln!("maat {name}: metrics on http://{addr}/metrics");
+            tracing::info!("metrics on http://{addr}/metrics");
         }
         Err(e) => {
             let _ = std::fs::remove_file(&path);
-            eprintln!("maat {name}: serving without metrics: {e}");
+            tracing::warn!(error = %e, "serving without metrics");
         }
     }
     Ok(())

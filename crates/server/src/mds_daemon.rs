@@ -93,10 +93,10 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
         store.commit(batch)?;
         store = store.rewrite_fresh(&db_path)?;
         store.set_group_commit(config.group_commit);
-        eprintln!(
-            "mds: moved the MDS secrets out of {} into {}",
-            db_path.display(),
-            key_dir.display()
+        tracing::info!(
+            from = %db_path.display(),
+            to = %key_dir.display(),
+            "moved the MDS secrets out of the database into key files"
         );
     }
     let admin_key = key_file_or_create_in(&config.admin_key_file, env)?;
@@ -210,7 +210,7 @@ pub fn run_mds(
     if let Some(listen) = &config.metrics {
         let source = mds.clone();
         let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
-        announce_metrics(&config.data_dir, "mds", served)?;
+        announce_metrics(&config.data_dir, served)?;
     }
     ready(&local);
     serve::serve(listener, mds_handler(mds, env, latencies), shutdown, "mds");

@@ -154,9 +154,9 @@ impl RedbStore {
                 t.remove(id.as_slice()).map_err(err)?;
             }
             if !ids.is_empty() {
-                eprintln!(
-                    "mds: dropped {} sessions of the format-0 store (their keys were stored in clear); those users log in again",
-                    ids.len()
+                tracing::warn!(
+                    sessions = ids.len(),
+                    "dropped the sessions of the format-0 store (their keys were stored in clear); those users log in again"
                 );
             }
         }
@@ -167,8 +167,9 @@ impl RedbStore {
         }
         tx.commit().map_err(err)?;
         if records > 0 {
-            eprintln!(
-                "mds: metadata store migrated from format 0 to {STORE_FORMAT} ({records} records)"
+            tracing::info!(
+                records,
+                "metadata store migrated from format 0 to {STORE_FORMAT}"
             );
         }
         Ok(())

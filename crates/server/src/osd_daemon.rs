@@ -89,7 +89,7 @@ impl OsdNode {
         if read_key_file(&self.mds_key_path).ok() != Some(key) {
             let _ = std::fs::remove_file(&self.mds_key_path);
             if let Err(e) = write_key_file(&self.mds_key_path, &key) {
-                eprintln!("osd {}: cannot record the MDS key: {e}", self.id);
+                tracing::error!(error = %e, "cannot record the MDS key");
             }
         }
         Ok(())
@@ -173,7 +173,7 @@ pub fn run_osd(
     if let Some(listen) = &config.metrics {
         let source = node.core.clone();
         let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
-        announce_metrics(&config.data_dir, &format!("osd {}", config.id), served)?;
+        announce_metrics(&config.data_dir, served)?;
     }
     // The address clients reach it at (what it registered), which is what `maat up`
     // waits to see in the map.
@@ -228,12 +228,9 @@ fn register_loop(node: &OsdNode, env: &Env, shutdown: &Shutdown) {
     while !shutdown.is_set() {
         match node.register_failing(env) {
             Ok(()) => {
-                control::revocation_loop(
-                    &format!("osd {}", node.id),
-                    &node.mds_address,
-                    shutdown,
-                    || node.sync_revocations(env),
-                );
+                control::revocation_loop(&node.mds_address, shutdown, || {
+                    node.sync_revocations(env)
+                });
                 return;
             }
             Err(e) => {
@@ -244,9 +241,10 @@ fn register_loop(node: &OsdNode, env: &Env, shutdown: &Shutdown) {
                     Some(msg::ErrorCode::NotReady | msg::ErrorCode::StaleRequest)
                 );
                 if !warned && !expected {
-                    eprintln!(
-                        "osd {}: registration with MDS at {} failed ({}); retrying",
-                        node.id, node.mds_address, e.reason
+                    tracing::warn!(
+                        mds = %node.mds_address,
+                        error = %e.reason,
+                        "registration with the MDS failed; retrying"
                     );
                     warned = true;
                 }

@@ -112,9 +112,8 @@ fn serve_at_most(
         let handler = handler.clone();
         let active = active.clone();
         let shutdown = shutdown.clone();
-        let name = name.to_string();
         std::thread::spawn(move || {
-            connection(stream, handler.as_ref(), &shutdown, &name);
+            connection(stream, handler.as_ref(), &shutdown);
             active.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -127,14 +126,14 @@ fn serve_at_most(
     }
 }
 
-fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, name: &str) {
+fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
     if configure(&stream).is_err() {
         return;
     }
-    let peer: Vec<u8> = match stream.peer_addr().map(|a| a.ip()) {
-        Ok(std::net::IpAddr::V4(ip)) => ip.octets().to_vec(),
-        Ok(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
-        Err(_) => return,
+    let Ok(from) = stream.peer_addr() else { return };
+    let peer: Vec<u8> = match from.ip() {
+        std::net::IpAddr::V4(ip) => ip.octets().to_vec(),
+        std::net::IpAddr::V6(ip) => ip.octets().to_vec(),
     };
     let mut idle_seconds = 0u32;
     loop {
@@ -174,7 +173,7 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
                         .first()
                         .map(|p| maat_proto::msg::decode::<WireError>(p))
                     {
-                        eprintln!("{name}: refused: {e}");
+                        tracing::info!(peer = %from, code = ?e.code, detail = %e.detail, "refused");
                     }
                 }
                 let parts: Vec<&[u8]> = answer.parts.iter().map(Vec::as_slice).collect();
@@ -185,14 +184,13 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown, nam
             Err(NetError::Frame(e)) => {
                 // A bad header leaves the stream unsynchronized: answer, then close.
                 let refusal = WireError::from(e);
-                eprintln!("{name}: refused frame: {refusal}");
+                tracing::warn!(peer = %from, code = ?refusal.code, detail = %refusal.detail, "refused a frame");
                 let (t, answer) = crate::refusal_frame(&refusal);
                 let _ = write_frame(&mut stream, t, &answer);
                 return;
             }
             Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                let refusal = WireError::new(ErrorCode::Malformed, "truncated frame");
-                eprintln!("{name}: refused frame: {refusal}");
+                tracing::warn!(peer = %from, "refused a truncated frame");
                 return;
             }
             Err(_) => return,
