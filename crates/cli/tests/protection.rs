@@ -62,17 +62,26 @@ fn flip(payload: &mut [u8], request: bool, part: Part) {
     payload[at] ^= 0x01;
 }
 
+/// One frame as it came: its header bytes (either version) and its payload.
+fn read_raw_frame(
+    from: &mut impl Read,
+) -> Option<(Vec<u8>, maat_proto::wire::FrameHeader, Vec<u8>)> {
+    use maat_proto::wire;
+    let mut header = vec![0u8; wire::FRAME_HEADER_START_BYTES];
+    from.read_exact(&mut header).ok()?;
+    let rest = wire::header_rest_bytes(header.as_slice().try_into().ok()?).ok()?;
+    header.resize(wire::FRAME_HEADER_START_BYTES + rest, 0);
+    from.read_exact(&mut header[wire::FRAME_HEADER_START_BYTES..])
+        .ok()?;
+    let decoded = wire::decode_header(&header).ok()?;
+    let mut payload = vec![0u8; decoded.payload_bytes];
+    from.read_exact(&mut payload).ok()?;
+    Some((header, decoded, payload))
+}
+
 fn pump(mut from: TcpStream, mut to: TcpStream, to_server: bool, state: Arc<Mutex<ProxyState>>) {
-    loop {
-        let mut header = [0u8; 8];
-        if from.read_exact(&mut header).is_err() {
-            break;
-        }
-        let len = u32::from_be_bytes(header[4..8].try_into().unwrap()) as usize;
-        let mut payload = vec![0u8; len];
-        if from.read_exact(&mut payload).is_err() {
-            break;
-        }
+    while let Some((header, decoded, mut payload)) = read_raw_frame(&mut from) {
+        let len = payload.len();
         {
             let mut s = state.lock().unwrap();
             let kind = if to_server {
@@ -81,7 +90,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, to_server: bool, state: Arc<Mute
                 FrameType::SecResponse as u8
             };
             if let Some(t) = s.tamper {
-                if t.to_server == to_server && header[3] == kind && len > t.min_len {
+                if t.to_server == to_server
+                    && decoded.head.frame_type as u8 == kind
+                    && len > t.min_len
+                {
                     flip(&mut payload, to_server, t.part);
                     s.tamper = None;
                     s.tampered += 1;
@@ -314,11 +326,8 @@ fn replayed_requests_and_downgrades_are_refused() {
     {
         let mut s = TcpStream::connect(&osd).unwrap();
         s.write_all(frame).unwrap();
-        let mut header = [0u8; 8];
-        s.read_exact(&mut header).unwrap();
-        let mut payload = vec![0u8; u32::from_be_bytes(header[4..8].try_into().unwrap()) as usize];
-        s.read_exact(&mut payload).unwrap();
-        assert_eq!(header[3], FrameType::Refusal as u8);
+        let (_, header, payload) = read_raw_frame(&mut s).unwrap();
+        assert_eq!(header.head.frame_type, FrameType::Refusal);
         let e: maat_proto::msg::WireError = maat_proto::msg::decode(&payload).unwrap();
         assert_eq!(e.code, ErrorCode::ReplayedRequest, "{e:?}");
         replayed += 1;

@@ -5,7 +5,8 @@
 pub mod memory;
 pub use memory::{MemoryNet, Network};
 
-use maat_proto::wire::{self, FrameType, FRAME_HEADER_BYTES};
+use maat_proto::wire::{self, FrameHead, FrameType, FRAME_HEADER_BYTES, FRAME_HEADER_START_BYTES};
+use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -33,12 +34,14 @@ pub enum NetError {
     Resolve(String),
 }
 
-/// Reads one frame. `Closed` means the peer hung up cleanly before a new frame began.
-pub fn read_frame(stream: &mut impl Read) -> Result<(FrameType, Vec<u8>), NetError> {
+/// Reads one frame (either version). `Closed` means the peer hung up cleanly before a new
+/// frame began.
+pub fn read_frame(stream: &mut impl Read) -> Result<(FrameHead, Vec<u8>), NetError> {
     let mut header = [0u8; FRAME_HEADER_BYTES];
     let mut filled = 0;
-    while filled < FRAME_HEADER_BYTES {
-        let rest = header.get_mut(filled..).unwrap_or_default();
+    let mut wanted = FRAME_HEADER_START_BYTES;
+    while filled < wanted {
+        let rest = header.get_mut(filled..wanted).unwrap_or_default();
         match stream.read(rest) {
             Ok(0) if filled == 0 => return Err(NetError::Closed),
             Ok(0) => {
@@ -51,10 +54,16 @@ pub fn read_frame(stream: &mut impl Read) -> Result<(FrameType, Vec<u8>), NetErr
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
         }
+        if filled == FRAME_HEADER_START_BYTES && wanted == FRAME_HEADER_START_BYTES {
+            // The version says how long the rest of the header is.
+            if let Some(start) = header.first_chunk::<FRAME_HEADER_START_BYTES>() {
+                wanted += wire::header_rest_bytes(start)?;
+            }
+        }
     }
     // The length is checked against the limit before anything is allocated; the buffer is
     // filled straight from the socket, never zeroed first.
-    let header = wire::decode_header(&header)?;
+    let header = wire::decode_header(header.get(..wanted).unwrap_or_default())?;
     let mut payload = Vec::with_capacity(header.payload_bytes);
     stream
         .take(header.payload_bytes as u64)
@@ -65,27 +74,27 @@ pub fn read_frame(stream: &mut impl Read) -> Result<(FrameType, Vec<u8>), NetErr
             "truncated frame payload",
         )));
     }
-    Ok((header.frame_type, payload))
+    Ok((header.head, payload))
 }
 
 /// Writes one frame: header and payload in one vectored write (no copy of the payload,
 /// one segment train with `TCP_NODELAY`).
 pub fn write_frame(
     stream: &mut impl Write,
-    frame_type: FrameType,
+    head: FrameHead,
     payload: &[u8],
 ) -> Result<(), NetError> {
-    write_frame_parts(stream, frame_type, &[payload])
+    write_frame_parts(stream, head, &[payload])
 }
 
 /// Writes one frame whose payload is the concatenation of `parts`, without assembling it.
 pub fn write_frame_parts(
     stream: &mut impl Write,
-    frame_type: FrameType,
+    head: FrameHead,
     parts: &[&[u8]],
 ) -> Result<(), NetError> {
     let len = parts.iter().map(|p| p.len()).sum();
-    let header = wire::encode_header(frame_type, len)?;
+    let header = wire::encode_header(head, len)?;
     let mut slices: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&header))
         .chain(parts.iter().map(|p| IoSlice::new(p)))
         .collect();
@@ -129,22 +138,33 @@ fn idle_and_open(stream: &TcpStream) -> bool {
 }
 
 /// A client connection, connected lazily and replaced when the peer closed it while idle.
+/// Requests carry ids (frame version 2): several may be in flight ([`Connection::send`]
+/// and [`Connection::receive`]), and each answer is checked to be its request's.
 #[derive(Debug)]
 pub struct Connection {
     address: String,
     stream: Option<TcpStream>,
-    /// A frame was sent and its answer not read: the stream is not idle, and a new
-    /// request must not go on it (its answer would be the old one's).
-    answer_due: bool,
-    /// On an in-process network: the network, and the answer to the frame sent.
+    /// The id the next request gets.
+    next_id: u32,
+    /// Ids of the requests sent whose answers are not read, oldest first (the peer
+    /// answers in order).
+    pending: VecDeque<u32>,
+    /// On an in-process network: the network, and the answers to the frames sent.
     memory: Option<MemoryLink>,
 }
 
 #[derive(Debug)]
 struct MemoryLink {
     net: MemoryNet,
-    /// The encoded answer (`None` after a lost answer).
-    answer: Option<Vec<u8>>,
+    /// The encoded answers, oldest first (`None`: a lost answer).
+    answers: VecDeque<Option<Vec<u8>>>,
+}
+
+fn mismatched(what: &'static str) -> NetError {
+    NetError::Frame(maat_proto::ProtoError::Malformed {
+        what: "answer frame",
+        reason: what,
+    })
 }
 
 impl Connection {
@@ -153,7 +173,8 @@ impl Connection {
         Self {
             address: address.into(),
             stream: None,
-            answer_due: false,
+            next_id: 0,
+            pending: VecDeque::new(),
             memory: None,
         }
     }
@@ -163,8 +184,12 @@ impl Connection {
         Self {
             address: address.into(),
             stream: None,
-            answer_due: false,
-            memory: Some(MemoryLink { net, answer: None }),
+            next_id: 0,
+            pending: VecDeque::new(),
+            memory: Some(MemoryLink {
+                net,
+                answers: VecDeque::new(),
+            }),
         }
     }
 
@@ -208,75 +233,122 @@ impl Connection {
         self.call_parts(frame_type, &[payload])
     }
 
-    /// [`Connection::call`] with the payload in parts (sent without assembling it).
+    /// [`Connection::call`] with the payload in parts (sent without assembling it). The
+    /// answers to requests sent before it and not read are read and dropped on the way.
     pub fn call_parts(
         &mut self,
         frame_type: FrameType,
         parts: &[&[u8]],
     ) -> Result<(FrameType, Vec<u8>), NetError> {
-        self.send_parts(frame_type, parts)?;
-        self.receive()
+        let id = self.send_parts(frame_type, parts)?;
+        loop {
+            let (answered, answer) = self.receive_with_id()?;
+            if answered == id {
+                return Ok(answer);
+            }
+        }
     }
 
     /// The first half of [`Connection::call`]: sends a frame (on a fresh connection if
     /// the idle one was closed by the peer) without waiting for the answer, so that
-    /// requests to several peers can be in flight from one thread. [`Connection::receive`]
-    /// reads the answer; nothing else may be sent on this connection in between.
+    /// requests to several peers, or several to one peer, can be in flight from one
+    /// thread. [`Connection::receive`] reads the answers, oldest first.
     pub fn send(&mut self, frame_type: FrameType, payload: &[u8]) -> Result<(), NetError> {
-        self.send_parts(frame_type, &[payload])
+        self.send_parts(frame_type, &[payload]).map(|_| ())
     }
 
-    fn send_parts(&mut self, frame_type: FrameType, parts: &[&[u8]]) -> Result<(), NetError> {
+    /// Requests sent whose answers are not read yet.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Sends one frame with the next request id; returns the id.
+    fn send_parts(&mut self, frame_type: FrameType, parts: &[&[u8]]) -> Result<u32, NetError> {
+        let id = self.next_id;
+        let head = FrameHead::new(frame_type, id);
         if let Some(link) = self.memory.as_mut() {
-            self.answer_due = false;
             let mut frame = Vec::new();
-            write_frame_parts(&mut frame, frame_type, parts)?;
-            link.answer = link.net.deliver(&self.address, &frame)?;
-            self.answer_due = true;
-            return Ok(());
+            write_frame_parts(&mut frame, head, parts)?;
+            link.answers
+                .push_back(link.net.deliver(&self.address, &frame)?);
+        } else {
+            // Only an idle connection can be checked for a close by the peer (with answers
+            // due, there is data to read) and replaced without losing anything.
+            if self.pending.is_empty() && self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
+                self.stream = None;
+            }
+            if self.stream.is_none() {
+                self.pending.clear();
+                self.stream = Some(self.connect()?);
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                return Err(NetError::Closed);
+            };
+            if let Err(e) = write_frame_parts(stream, head, parts) {
+                self.drop_stream();
+                return Err(e);
+            }
         }
-        if self.answer_due || self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
-            self.stream = None;
-            self.answer_due = false;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.pending.push_back(id);
+        Ok(id)
+    }
+
+    fn drop_stream(&mut self) {
+        self.stream = None;
+        self.pending.clear();
+        if let Some(link) = self.memory.as_mut() {
+            link.answers.clear();
         }
-        if self.stream.is_none() {
-            self.stream = Some(self.connect()?);
-        }
-        let Some(stream) = self.stream.as_mut() else {
+    }
+
+    /// The second half of [`Connection::call`]: reads the answer to the oldest request
+    /// [`Connection::send`] sent and not yet answered.
+    pub fn receive(&mut self) -> Result<(FrameType, Vec<u8>), NetError> {
+        self.receive_with_id().map(|(_, answer)| answer)
+    }
+
+    /// Reads the next answer and checks it answers the oldest pending request (a
+    /// version-1 refusal, which a daemon sends when it cannot read a request's header or
+    /// takes no more connections, answers whatever is pending; the daemon then closes).
+    fn receive_with_id(&mut self) -> Result<(u32, (FrameType, Vec<u8>)), NetError> {
+        let Some(&expected) = self.pending.front() else {
             return Err(NetError::Closed);
         };
-        let result = write_frame_parts(stream, frame_type, parts);
-        match result {
-            Ok(()) => self.answer_due = true,
-            Err(_) => self.stream = None,
-        }
-        result
-    }
-
-    /// The second half of [`Connection::call`]: reads the answer to the frame
-    /// [`Connection::send`] sent.
-    pub fn receive(&mut self) -> Result<(FrameType, Vec<u8>), NetError> {
-        if let Some(link) = self.memory.as_mut() {
-            if !std::mem::take(&mut self.answer_due) {
-                return Err(NetError::Closed);
-            }
-            let Some(answer) = link.answer.take() else {
-                return Err(NetError::Io(std::io::Error::new(
+        let read = match self.memory.as_mut() {
+            Some(link) => match link.answers.pop_front().flatten() {
+                Some(answer) => read_frame(&mut std::io::Cursor::new(answer)),
+                None => Err(NetError::Io(std::io::Error::new(
                     std::io::ErrorKind::ConnectionReset,
                     format!("{}: answer lost (in-memory network)", self.address),
-                )));
-            };
-            return read_frame(&mut std::io::Cursor::new(answer));
-        }
-        let Some(stream) = self.stream.as_mut().filter(|_| self.answer_due) else {
-            return Err(NetError::Closed);
+                ))),
+            },
+            None => match self.stream.as_mut() {
+                Some(stream) => read_frame(stream),
+                None => Err(NetError::Closed),
+            },
         };
-        self.answer_due = false;
-        let result = read_frame(stream);
-        if result.is_err() {
-            self.stream = None;
+        let (head, payload) = match read {
+            Ok(frame) => frame,
+            Err(e) => {
+                self.drop_stream();
+                return Err(e);
+            }
+        };
+        match head.request_id {
+            Some(id) if id == expected => {
+                self.pending.pop_front();
+                Ok((id, (head.frame_type, payload)))
+            }
+            None if head.frame_type == FrameType::Refusal => {
+                self.drop_stream();
+                Ok((expected, (head.frame_type, payload)))
+            }
+            _ => {
+                self.drop_stream();
+                Err(mismatched("not the answer to the oldest request in flight"))
+            }
         }
-        result
     }
 
     /// Sends raw bytes and reads one frame (tests use this to send malformed frames).
@@ -286,7 +358,7 @@ impl Connection {
                 .net
                 .deliver(&self.address, bytes)?
                 .ok_or(NetError::Closed)?;
-            return read_frame(&mut std::io::Cursor::new(answer));
+            return read_frame(&mut std::io::Cursor::new(answer)).map(|(h, p)| (h.frame_type, p));
         }
         if self.stream.is_none() {
             self.stream = Some(self.connect()?);
@@ -295,9 +367,9 @@ impl Connection {
             return Err(NetError::Closed);
         };
         stream.write_all(bytes)?;
-        let result = read_frame(stream);
+        let result = read_frame(stream).map(|(h, p)| (h.frame_type, p));
         if result.is_err() {
-            self.stream = None;
+            self.drop_stream();
         }
         result
     }
@@ -313,7 +385,8 @@ mod tests {
 
     /// A server that echoes frames: `answer_once` closes after the first answer on each
     /// connection, `drop_second` reads the second frame of a connection and closes without
-    /// answering it, `slow` answers each after 100 ms, `serve` keeps serving. Counts the frames it received.
+    /// answering it, `slow` answers each after 100 ms, `wrong_id` answers with another
+    /// request's id, `serve` keeps serving. Counts the frames it received.
     fn server(mode: &'static str) -> (String, Arc<AtomicU32>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
@@ -332,7 +405,11 @@ mod tests {
                     if mode == "slow" {
                         std::thread::sleep(std::time::Duration::from_millis(100));
                     }
-                    write_frame(&mut conn, t, &p).unwrap();
+                    let head = match (mode, t.request_id) {
+                        ("wrong_id", Some(id)) => FrameHead::new(t.frame_type, id + 1),
+                        _ => t,
+                    };
+                    write_frame(&mut conn, head, &p).unwrap();
                     if mode == "answer_once" {
                         break;
                     }
@@ -404,6 +481,50 @@ mod tests {
         let mut c = Connection::new(addr);
         c.send(FrameType::Plain, b"abandoned").unwrap();
         assert_eq!(c.call(FrameType::Plain, b"next").unwrap().1, b"next");
+    }
+
+    #[test]
+    fn requests_pipelined_on_one_connection_get_their_own_answers_in_order() {
+        let (addr, seen) = server("slow");
+        let mut c = Connection::new(addr);
+        for i in 0..3u8 {
+            c.send(FrameType::Plain, &[i; 3]).unwrap();
+        }
+        assert_eq!(c.in_flight(), 3);
+        for i in 0..3u8 {
+            assert_eq!(c.receive().unwrap().1, [i; 3]);
+        }
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            3,
+            "one connection, three requests"
+        );
+        assert_eq!(c.in_flight(), 0);
+    }
+
+    #[test]
+    fn an_answer_with_another_requests_id_is_refused() {
+        let (addr, _) = server("wrong_id");
+        let mut c = Connection::new(addr);
+        let e = c.call(FrameType::Plain, b"x").unwrap_err();
+        assert!(matches!(e, NetError::Frame(_)), "{e}");
+        assert_eq!(c.in_flight(), 0);
+    }
+
+    #[test]
+    fn version_1_frames_still_read() {
+        let mut bytes = wire::encode_frame(FrameHead::v1(FrameType::Plain), b"old").unwrap();
+        bytes.extend(wire::encode_frame(FrameHead::new(FrameType::Plain, 5), b"new").unwrap());
+        let mut r = std::io::Cursor::new(bytes);
+        assert_eq!(
+            read_frame(&mut r).unwrap(),
+            (FrameHead::v1(FrameType::Plain), b"old".to_vec())
+        );
+        assert_eq!(
+            read_frame(&mut r).unwrap(),
+            (FrameHead::new(FrameType::Plain, 5), b"new".to_vec())
+        );
+        assert!(matches!(read_frame(&mut r), Err(NetError::Closed)));
     }
 
     #[test]

@@ -109,10 +109,10 @@ impl MemoryNet {
         };
         // The peer side: the frame is read exactly as a daemon reads it from a socket, and
         // the handler runs without the network's lock (it may call other peers).
-        let (frame_type, payload) = read_frame(&mut Cursor::new(frame))?;
-        let (answer_type, answer_payload) = peer(frame_type, &payload);
-        let mut answer = Vec::with_capacity(answer_payload.len() + 8);
-        write_frame_parts(&mut answer, answer_type, &[&answer_payload])?;
+        let (head, payload) = read_frame(&mut Cursor::new(frame))?;
+        let (answer_type, answer_payload) = peer(head.frame_type, &payload);
+        let mut answer = Vec::with_capacity(answer_payload.len() + 12);
+        write_frame_parts(&mut answer, head.answer(answer_type), &[&answer_payload])?;
         let (observer, lost) = {
             let mut s = self.state();
             s.delivered += 1;
@@ -203,8 +203,8 @@ mod tests {
         let mut c = Network::Memory(net.clone()).connect("a");
         let (t, answer) = c.call_parts(FrameType::Plain, &[b"ab", b"c"]).unwrap();
         assert_eq!((t, answer.as_slice()), (FrameType::Plain, &b"cba"[..]));
-        // Header (8 bytes) and payload, both ways.
-        assert_eq!(*seen.lock().unwrap(), vec![("a".to_string(), 11, 11)]);
+        // Header (12 bytes, version 2) and payload, both ways.
+        assert_eq!(*seen.lock().unwrap(), vec![("a".to_string(), 15, 15)]);
         assert_eq!((calls.load(Ordering::SeqCst), net.delivered()), (1, 1));
     }
 

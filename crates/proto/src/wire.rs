@@ -3,10 +3,15 @@
 //! Every message on a Maat connection is one frame:
 //!
 //! ```text
-//! magic "MT" ‖ version u8 (=1) ‖ frame type u8 ‖ payload length u32 BE ‖ payload
+//! version 2: magic "MT" ‖ 0x02 ‖ frame type u8 ‖ request id u32 BE ‖ payload length u32 BE ‖ payload
+//! version 1: magic "MT" ‖ 0x01 ‖ frame type u8 ‖ payload length u32 BE ‖ payload
 //! ```
 //!
-//! The length is checked against [`FRAME_PAYLOAD_BYTES_MAX`] before anything is allocated.
+//! An answer carries its request's version and id, so a client can have many requests in
+//! flight on one connection and match each answer to its request; daemons still take
+//! version 1 (no id, one request at a time). The id is transport bookkeeping, not
+//! security: envelopes bind an answer to its request by the request's nonce. The length
+//! is checked against [`FRAME_PAYLOAD_BYTES_MAX`] before anything is allocated.
 //! Authenticated requests ([`FrameType::Request`]) carry
 //!
 //! ```text
@@ -36,10 +41,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 /// First two bytes of every frame.
 pub const FRAME_MAGIC: [u8; 2] = *b"MT";
-/// Frame format version.
-pub const FRAME_VERSION: u8 = 1;
-/// Length of the frame header.
-pub const FRAME_HEADER_BYTES: usize = 8;
+/// Frame format version senders use (with request ids).
+pub const FRAME_VERSION: u8 = 2;
+/// The first frame format (no request id), still read and answered.
+pub const FRAME_VERSION_1: u8 = 1;
+/// Length of the frame header (version 2).
+pub const FRAME_HEADER_BYTES: usize = 12;
+/// The first bytes of every header, which say how long the rest is.
+pub const FRAME_HEADER_START_BYTES: usize = 8;
 /// Largest payload a frame may carry: one stripe unit of data plus room for headers.
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// How far a request's timestamp may be from the receiver's clock (SPEC T7).
@@ -104,17 +113,49 @@ impl FrameType {
     }
 }
 
+/// What a frame is, apart from its payload: its type and, from version 2, the request id
+/// (an answer carries its request's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHead {
+    /// The frame type.
+    pub frame_type: FrameType,
+    /// The request id (`None`: a version-1 frame).
+    pub request_id: Option<u32>,
+}
+
+impl FrameHead {
+    /// A version-2 frame of `frame_type` for request `request_id`.
+    pub fn new(frame_type: FrameType, request_id: u32) -> Self {
+        FrameHead {
+            frame_type,
+            request_id: Some(request_id),
+        }
+    }
+
+    /// A version-1 frame of `frame_type` (no request id).
+    pub fn v1(frame_type: FrameType) -> Self {
+        FrameHead {
+            frame_type,
+            request_id: None,
+        }
+    }
+
+    /// The head of the answer to a frame with this head: same version and id.
+    pub fn answer(self, frame_type: FrameType) -> Self {
+        FrameHead { frame_type, ..self }
+    }
+}
+
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
-    /// The frame type.
-    pub frame_type: FrameType,
+    /// Type and request id.
+    pub head: FrameHead,
     /// Payload length in bytes (already checked against the limit).
     pub payload_bytes: usize,
 }
 
-/// Encodes a frame header for a payload of `payload_bytes`.
-pub fn encode_header(frame_type: FrameType, payload_bytes: usize) -> Result<[u8; 8]> {
+fn check_length(payload_bytes: usize) -> Result<()> {
     if payload_bytes > FRAME_PAYLOAD_BYTES_MAX {
         return Err(ProtoError::TooLarge {
             what: "frame payload",
@@ -122,62 +163,96 @@ pub fn encode_header(frame_type: FrameType, payload_bytes: usize) -> Result<[u8;
             limit: FRAME_PAYLOAD_BYTES_MAX,
         });
     }
-    let len = (payload_bytes as u32).to_be_bytes();
-    Ok([
-        FRAME_MAGIC[0],
-        FRAME_MAGIC[1],
-        FRAME_VERSION,
-        frame_type as u8,
-        len[0],
-        len[1],
-        len[2],
-        len[3],
-    ])
+    Ok(())
 }
 
-/// Decodes and checks a frame header (magic, version, type, length limit).
-pub fn decode_header(header: &[u8; FRAME_HEADER_BYTES]) -> Result<FrameHeader> {
-    let [m0, m1, version, kind, l0, l1, l2, l3] = *header;
+/// Encodes a frame header for a payload of `payload_bytes`: the header bytes (their
+/// number depends on the version).
+pub fn encode_header(head: FrameHead, payload_bytes: usize) -> Result<Vec<u8>> {
+    check_length(payload_bytes)?;
+    let len = (payload_bytes as u32).to_be_bytes();
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES);
+    out.extend_from_slice(&FRAME_MAGIC);
+    match head.request_id {
+        Some(id) => {
+            out.extend_from_slice(&[FRAME_VERSION, head.frame_type as u8]);
+            out.extend_from_slice(&id.to_be_bytes());
+        }
+        None => out.extend_from_slice(&[FRAME_VERSION_1, head.frame_type as u8]),
+    }
+    out.extend_from_slice(&len);
+    Ok(out)
+}
+
+/// How many header bytes follow the first [`FRAME_HEADER_START_BYTES`] (checked: magic
+/// and a known version).
+pub fn header_rest_bytes(start: &[u8; FRAME_HEADER_START_BYTES]) -> Result<usize> {
+    let [m0, m1, version, ..] = *start;
     if [m0, m1] != FRAME_MAGIC {
         return Err(ProtoError::Malformed {
             what: "frame",
             reason: "bad magic",
         });
     }
-    if version != FRAME_VERSION {
-        return Err(ProtoError::UnsupportedVersion { found: version });
+    match version {
+        FRAME_VERSION_1 => Ok(0),
+        FRAME_VERSION => Ok(FRAME_HEADER_BYTES - FRAME_HEADER_START_BYTES),
+        found => Err(ProtoError::UnsupportedVersion { found }),
     }
+}
+
+/// Decodes and checks a whole frame header (magic, version, type, length limit): the
+/// first [`FRAME_HEADER_START_BYTES`] and the [`header_rest_bytes`] after them.
+pub fn decode_header(header: &[u8]) -> Result<FrameHeader> {
+    let start = header
+        .first_chunk::<FRAME_HEADER_START_BYTES>()
+        .ok_or(ProtoError::Truncated { what: "frame" })?;
+    let rest = header_rest_bytes(start)?;
+    if header.len() != FRAME_HEADER_START_BYTES + rest {
+        return Err(ProtoError::Truncated { what: "frame" });
+    }
+    let [_, _, _, kind, ..] = *start;
     let frame_type = FrameType::from_u8(kind).ok_or(ProtoError::Malformed {
         what: "frame",
         reason: "unknown frame type",
     })?;
-    let payload_bytes = u32::from_be_bytes([l0, l1, l2, l3]) as usize;
-    if payload_bytes > FRAME_PAYLOAD_BYTES_MAX {
-        return Err(ProtoError::TooLarge {
-            what: "frame payload",
-            len: payload_bytes,
-            limit: FRAME_PAYLOAD_BYTES_MAX,
-        });
-    }
+    let be32 = |at: usize| -> Result<u32> {
+        header
+            .get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_be_bytes)
+            .ok_or(ProtoError::Truncated { what: "frame" })
+    };
+    let (request_id, length_at) = match rest {
+        0 => (None, 4),
+        _ => (Some(be32(4)?), 8),
+    };
+    let payload_bytes = be32(length_at)? as usize;
+    check_length(payload_bytes)?;
     Ok(FrameHeader {
-        frame_type,
+        head: FrameHead {
+            frame_type,
+            request_id,
+        },
         payload_bytes,
     })
 }
 
 /// Encodes a whole frame.
-pub fn encode_frame(frame_type: FrameType, payload: &[u8]) -> Result<Vec<u8>> {
-    let header = encode_header(frame_type, payload.len())?;
-    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
-    out.extend_from_slice(&header);
+pub fn encode_frame(head: FrameHead, payload: &[u8]) -> Result<Vec<u8>> {
+    let mut out = encode_header(head, payload.len())?;
     out.extend_from_slice(payload);
     Ok(out)
 }
 
 /// Decodes one whole frame from `bytes` (which must hold exactly one frame).
-pub fn decode_frame(bytes: &[u8]) -> Result<(FrameType, &[u8])> {
+pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHead, &[u8])> {
+    let start = bytes
+        .first_chunk::<FRAME_HEADER_START_BYTES>()
+        .ok_or(ProtoError::Truncated { what: "frame" })?;
+    let header_bytes = FRAME_HEADER_START_BYTES + header_rest_bytes(start)?;
     let (header, payload) = bytes
-        .split_first_chunk::<FRAME_HEADER_BYTES>()
+        .split_at_checked(header_bytes)
         .ok_or(ProtoError::Truncated { what: "frame" })?;
     let header = decode_header(header)?;
     if payload.len() < header.payload_bytes {
@@ -189,7 +264,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<(FrameType, &[u8])> {
             count: payload.len() - header.payload_bytes,
         });
     }
-    Ok((header.frame_type, payload))
+    Ok((header.head, payload))
 }
 
 /// A request envelope whose MAC has not been checked.
@@ -612,29 +687,51 @@ mod tests {
             &[8u8; 16],
             b"hello",
         );
-        let frame = encode_frame(FrameType::Request, &payload).unwrap_or_default();
+        let frame = encode_frame(FrameHead::v1(FrameType::Request), &payload).unwrap_or_default();
         let expected = "4d5401020000004d09090909090909090909090909090909000001a2008d74000808080808080808080808080808080868656c6c6f7049b4dc6d2820fe9d8a558daf1edfbaba8ccd66b13e36a4cb015791dedd8a7f";
         assert_eq!(hex::encode(&frame), expected);
         let doc = include_str!("../../../docs/PROTOCOL.md");
         assert!(doc.contains(expected), "vector missing from PROTOCOL.md");
+        // The same envelope in a version-2 frame, request id 0x01020304.
+        let frame = encode_frame(FrameHead::new(FrameType::Request, 0x0102_0304), &payload)
+            .unwrap_or_default();
+        let expected_v2 = format!("4d540202010203040000004d{}", &expected[16..]);
+        assert_eq!(hex::encode(&frame), expected_v2);
+        assert!(
+            doc.contains(&expected_v2),
+            "version-2 vector missing from PROTOCOL.md"
+        );
     }
 
     #[test]
     fn frame_limits() {
-        assert!(encode_header(FrameType::Plain, FRAME_PAYLOAD_BYTES_MAX + 1).is_err());
-        let mut h = [0u8; 8];
-        h.copy_from_slice(b"MT\x01\x02\xff\xff\xff\xff");
-        assert!(matches!(
-            decode_header(&h),
-            Err(ProtoError::TooLarge { .. })
-        ));
-        h.copy_from_slice(b"MT\x02\x02\x00\x00\x00\x00");
+        let plain = FrameHead::new(FrameType::Plain, 1);
+        assert!(encode_header(plain, FRAME_PAYLOAD_BYTES_MAX + 1).is_err());
+        for h in [
+            &b"MT\x01\x02\xff\xff\xff\xff"[..],
+            &b"MT\x02\x02\x00\x00\x00\x07\xff\xff\xff\xff"[..],
+        ] {
+            assert!(matches!(decode_header(h), Err(ProtoError::TooLarge { .. })));
+        }
         assert_eq!(
-            decode_header(&h),
-            Err(ProtoError::UnsupportedVersion { found: 2 })
+            decode_header(b"MT\x03\x02\x00\x00\x00\x00"),
+            Err(ProtoError::UnsupportedVersion { found: 3 })
         );
-        let frame = encode_frame(FrameType::Request, b"abc").unwrap_or_default();
-        assert_eq!(decode_frame(&frame), Ok((FrameType::Request, &b"abc"[..])));
-        assert!(decode_frame(&frame[..frame.len() - 1]).is_err());
+        // A version-2 header cut to version 1's length is short.
+        assert!(decode_header(b"MT\x02\x02\x00\x00\x00\x00").is_err());
+        for head in [
+            FrameHead::v1(FrameType::Request),
+            FrameHead::new(FrameType::Request, 0),
+            FrameHead::new(FrameType::SecResponse, u32::MAX),
+        ] {
+            let frame = encode_frame(head, b"abc").unwrap_or_default();
+            assert_eq!(decode_frame(&frame), Ok((head, &b"abc"[..])));
+            assert!(decode_frame(&frame[..frame.len() - 1]).is_err());
+            let mut longer = frame.clone();
+            longer.push(0);
+            assert!(decode_frame(&longer).is_err());
+        }
+        let answer = FrameHead::new(FrameType::SecRequest, 9).answer(FrameType::SecResponse);
+        assert_eq!(answer, FrameHead::new(FrameType::SecResponse, 9));
     }
 }

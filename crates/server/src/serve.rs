@@ -2,7 +2,7 @@
 
 use maat_net::{configure, read_frame, write_frame, write_frame_parts, NetError};
 use maat_proto::msg::{ErrorCode, WireError};
-use maat_proto::wire::FrameType;
+use maat_proto::wire::{FrameHead, FrameType};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -105,7 +105,7 @@ fn serve_at_most(
                 ErrorCode::Busy,
                 format!("{name}: {connections_max} connections open; try again later"),
             ));
-            let _ = write_frame(&mut stream, t, &answer);
+            let _ = write_frame(&mut stream, FrameHead::v1(t), &answer);
             continue;
         }
         active.fetch_add(1, Ordering::SeqCst);
@@ -165,8 +165,8 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
         idle_seconds = 0;
         let _ = stream.set_read_timeout(Some(maat_net::IO_TIMEOUT));
         match read_frame(&mut stream) {
-            Ok((frame_type, payload)) => {
-                let answer = handler(&peer, frame_type, &payload);
+            Ok((head, payload)) => {
+                let answer = handler(&peer, head.frame_type, &payload);
                 if answer.frame_type == FrameType::Refusal {
                     if let Some(Ok(e)) = answer
                         .parts
@@ -177,7 +177,8 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
                     }
                 }
                 let parts: Vec<&[u8]> = answer.parts.iter().map(Vec::as_slice).collect();
-                if write_frame_parts(&mut stream, answer.frame_type, &parts).is_err() {
+                // The answer goes back in its request's version, with its id.
+                if write_frame_parts(&mut stream, head.answer(answer.frame_type), &parts).is_err() {
                     return;
                 }
             }
@@ -186,7 +187,7 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
                 let refusal = WireError::from(e);
                 tracing::warn!(peer = %from, code = ?refusal.code, detail = %refusal.detail, "refused a frame");
                 let (t, answer) = crate::refusal_frame(&refusal);
-                let _ = write_frame(&mut stream, t, &answer);
+                let _ = write_frame(&mut stream, FrameHead::v1(t), &answer);
                 return;
             }
             Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
