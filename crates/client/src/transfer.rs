@@ -191,6 +191,13 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
+        // Stripes past both ends exist only where a write failed after some of its
+        // stripes were stored (its answer lost, its client gone). A read looks past the
+        // recorded size only when that size ends on a stripe boundary (0 included), so
+        // then they must go, or the file would read as more than this put wrote.
+        if size % STRIPE_UNIT_BYTES == 0 {
+            self.remove_stripes_from(&opened, stripes.max(old_stripes))?;
+        }
         Ok(written)
     }
 
