@@ -1,6 +1,8 @@
 //! Random workloads under faults, each from a seed (a failure names its seed, and the same
-//! seed replays it exactly): puts, gets, renames and removals by two users, while OSDs go
-//! down and come back, answers are lost after the daemon acted, and time jumps. Checked
+//! seed replays it exactly): puts, gets, removals and edits through file handles (writes
+//! at offsets, truncates, reads of what the handle wrote, flushes: what FUSE and the
+//! Python package do) by two users, while OSDs go down and come back, answers are lost
+//! after the daemon acted, and time jumps. Checked
 //! against a model of what was acknowledged:
 //!
 //! * a get never returns bytes other than the file's acknowledged content;
@@ -17,10 +19,11 @@
     clippy::indexing_slicing
 )]
 
-use maat_client::{Client, ClientError};
+use maat_client::{Client, ClientError, OpenFlags};
 use maat_crypto::kdf::PassphraseParams;
 use maat_proto::msg::ErrorCode;
-use maat_sim::{osd_address, SimCluster, MDS};
+use maat_proto::msg::STRIPE_UNIT_BYTES;
+use maat_sim::{osd_address, SimCluster, KDS, MDS};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -47,6 +50,8 @@ struct World {
     down: Option<u64>,
     rng: ChaCha8Rng,
     log: Vec<String>,
+    /// Per operation kind: (succeeded, failed).
+    outcomes: BTreeMap<&'static str, (u32, u32)>,
 }
 
 fn get(c: &mut Client, path: &str) -> Result<Vec<u8>, ClientError> {
@@ -81,6 +86,16 @@ impl World {
             down: None,
             rng: ChaCha8Rng::seed_from_u64(seed),
             log: Vec::new(),
+            outcomes: BTreeMap::new(),
+        }
+    }
+
+    fn count(&mut self, kind: &'static str, ok: bool) {
+        let e = self.outcomes.entry(kind).or_default();
+        if ok {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
         }
     }
 
@@ -98,7 +113,8 @@ impl World {
         let who = (self.rng.next_u32() % 2) as usize;
         let path = self.path(who);
         let state = self.model[who][&path].clone();
-        match self.rng.next_u32() % 4 {
+        match self.rng.next_u32() % 5 {
+            4 => self.edit(who, path, state, faulty),
             0 | 1 => {
                 let size = self.pick(&SIZES);
                 let mut data = vec![0u8; size];
@@ -109,6 +125,7 @@ impl World {
                     "put {path} {size} faulty={faulty}: {:?}",
                     r.as_ref().err()
                 ));
+                self.count("put", r.is_ok());
                 let next = match r {
                     Ok(_) => State::Known(data),
                     Err(e) => {
@@ -120,6 +137,7 @@ impl World {
             }
             2 => {
                 let r = get(&mut self.clients[who], &path);
+                self.count("get", r.is_ok());
                 self.log.push(format!(
                     "get {path} faulty={faulty}: {:?}",
                     r.as_ref().map(Vec::len).map_err(ToString::to_string)
@@ -143,6 +161,7 @@ impl World {
             }
             _ => {
                 let r = self.clients[who].unlink(&path);
+                self.count("rm", r.is_ok());
                 self.log.push(format!(
                     "rm {path} faulty={faulty}: {:?}",
                     r.as_ref().err().map(ToString::to_string)
@@ -165,6 +184,73 @@ impl World {
         }
     }
 
+    /// An offset for an edit of a file of `len` bytes: inside it, just past it, or at a
+    /// stripe boundary.
+    fn offset(&mut self, len: usize) -> usize {
+        match self.rng.next_u32() % 4 {
+            0 => len,
+            1 => STRIPE_UNIT_BYTES as usize - 100,
+            _ => self.rng.next_u32() as usize % (len + 1),
+        }
+    }
+
+    /// Opens `path` for writing (created if absent), makes one to three writes and
+    /// truncates, reads back through the handle, and flushes.
+    fn edit(&mut self, who: usize, path: String, state: State, faulty: bool) {
+        let mut content = match state {
+            State::Known(c) => c,
+            State::Absent => Vec::new(),
+            State::Unknown => return,
+        };
+        let flags = OpenFlags {
+            write: true,
+            create: Some(0o644),
+            ..OpenFlags::READ
+        };
+        let mut steps = Vec::new();
+        let result = (|| -> Result<(), ClientError> {
+            let mut h = self.clients[who].open_file(&path, flags)?;
+            for _ in 0..1 + self.rng.next_u32() % 3 {
+                if self.rng.next_u32() % 3 == 0 {
+                    let size = self.offset(content.len());
+                    steps.push(format!("truncate {size}"));
+                    self.clients[who].truncate_file(&mut h, size as u64)?;
+                    content.resize(size, 0);
+                } else {
+                    let at = self.offset(content.len());
+                    let mut data = vec![0u8; 1 + self.rng.next_u32() as usize % 9_000];
+                    self.rng.fill_bytes(&mut data);
+                    steps.push(format!("write {}..{}", at, at + data.len()));
+                    self.clients[who].write_file_at(&mut h, at as u64, &data)?;
+                    if content.len() < at + data.len() {
+                        content.resize(at + data.len(), 0);
+                    }
+                    content[at..at + data.len()].copy_from_slice(&data);
+                }
+                let back = self.clients[who].read_file_at(&h, 0, content.len())?;
+                assert!(
+                    back == content,
+                    "edit {path}: the handle reads back other bytes"
+                );
+            }
+            self.clients[who].flush_file(&mut h)
+        })();
+        self.count("edit", result.is_ok());
+        self.log.push(format!(
+            "edit {path} [{}] faulty={faulty}: {:?}",
+            steps.join(", "),
+            result.as_ref().err().map(ToString::to_string)
+        ));
+        let next = match result {
+            Ok(()) => State::Known(content),
+            Err(e) => {
+                assert!(faulty, "edit {path} failed with no fault: {e}");
+                State::Unknown
+            }
+        };
+        self.model[who].insert(path, next);
+    }
+
     fn run(&mut self) {
         for _ in 0..STEPS {
             match self.rng.next_u32() % 10 {
@@ -181,11 +267,12 @@ impl World {
                         self.log.push(format!("osd {id} down"));
                     }
                 },
-                // One answer of the MDS or an OSD lost, during the next operation.
+                // One answer of the MDS, the KDS or an OSD lost, during the next operation.
                 1 => {
-                    let to = match self.rng.next_u32() as u64 % (OSDS + 1) {
+                    let to = match self.rng.next_u32() as u64 % (OSDS + 2) {
                         0 => MDS.to_string(),
-                        id => osd_address(id),
+                        1 => KDS.to_string(),
+                        n => osd_address(n - 1),
                     };
                     self.sim.net().lose_answers(&to, 1);
                     self.log.push(format!("lose an answer of {to}"));
@@ -234,6 +321,8 @@ fn random_workloads_under_faults_keep_what_was_acknowledged() {
         // put of 0 bytes kept (now removed by every put ending on a stripe boundary).
         Err(_) => (1..=24).chain([55]).collect(),
     };
+    let mut outcomes: BTreeMap<&'static str, (u32, u32)> = BTreeMap::new();
+    let all = seeds.len() > 1;
     for seed in seeds {
         let mut world = World::new(seed);
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.run()));
@@ -249,6 +338,23 @@ fn random_workloads_under_faults_keep_what_was_acknowledged() {
                 eprintln!("  {line}");
             }
             std::panic::resume_unwind(panic);
+        }
+        for (kind, (ok, failed)) in &world.outcomes {
+            let e = outcomes.entry(kind).or_default();
+            e.0 += ok;
+            e.1 += failed;
+        }
+    }
+    eprintln!("outcomes (succeeded, failed): {outcomes:?}");
+    if all {
+        // The run did what it claims: every kind of operation both went through and met
+        // a fault.
+        for kind in ["put", "get", "rm", "edit"] {
+            let (ok, failed) = outcomes.get(kind).copied().unwrap_or_default();
+            assert!(
+                ok > 10 && failed > 0,
+                "{kind}: {ok} succeeded, {failed} failed"
+            );
         }
     }
 }
