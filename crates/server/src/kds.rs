@@ -4,9 +4,10 @@
 
 use crate::config::{public_key_from_file, KdsFileConfig};
 use crate::serve::Handler;
+use crate::shell::Shell;
 use crate::{
-    announce_metrics, bind, control, io, key_file_or_create_in, metrics, private, refusal_frame,
-    serve, Answer, Env, LatencyTimer, ServerError, Shutdown,
+    control, key_file_or_create_in, metrics, private, refusal_frame, Answer, Env, LatencyTimer,
+    ServerError, Shutdown,
 };
 use maat_kds::{Kds, KdsSecrets};
 use maat_proto::msg::{ErrorCode, WireError};
@@ -123,18 +124,17 @@ pub fn run_kds(
     let env = Env::system();
     let kds = open_kds(config, &env)?;
     revocations(&kds, config.mds.as_deref(), &env, shutdown)?;
-    let listener = bind(&config.listen)?;
-    let local = listener
-        .local_addr()
-        .map_err(io("local address"))?
-        .to_string();
-    let latencies = Arc::new(metrics::Latencies::default());
-    if let Some(listen) = &config.metrics {
-        let source = kds.clone();
-        let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
-        announce_metrics(&config.run_dir, served)?;
-    }
-    ready(&local);
-    serve::serve(listener, kds_handler(kds, env, latencies), shutdown, "kds");
-    Ok(())
+    let shell = Shell::bind(&config.listen)?;
+    let local = shell.local.clone();
+    let source = kds.clone();
+    shell.serve(
+        "kds",
+        config.metrics.as_deref(),
+        &config.run_dir,
+        Arc::new(move || source.stats()),
+        |latencies| kds_handler(kds, env, latencies),
+        shutdown,
+        &local,
+        ready,
+    )
 }

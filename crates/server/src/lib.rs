@@ -21,6 +21,7 @@ mod osd_daemon;
 mod overlay;
 pub mod private;
 mod serve;
+mod shell;
 
 pub use config::{KdsFileConfig, MdsFileConfig, OsdFileConfig};
 pub use env::{Clock, Env};

@@ -3,10 +3,10 @@
 
 use crate::meta_store::RedbStore;
 use crate::serve::Handler;
+use crate::shell::Shell;
 use crate::{
-    announce_metrics, bind, control, io, key_file_or_create_in, metrics, private, read_key_file,
-    refusal_frame, serve, write_key_file, Answer, Env, LatencyTimer, MdsFileConfig, ServerError,
-    Shutdown,
+    control, key_file_or_create_in, metrics, private, read_key_file, refusal_frame, write_key_file,
+    Answer, Env, LatencyTimer, MdsFileConfig, ServerError, Shutdown,
 };
 use maat_crypto::Secret32;
 use maat_mds::{Mds, MdsConfig, MdsSecrets, MetaStore};
@@ -195,24 +195,23 @@ pub fn run_mds(
 ) -> Result<(), ServerError> {
     let env = Env::system();
     let mds = open_mds(config, &env)?;
-    let listener = bind(&config.listen)?;
-    let local = listener
-        .local_addr()
-        .map_err(io("local address"))?
-        .to_string();
+    let shell = Shell::bind(&config.listen)?;
     {
         let mds = mds.clone();
         let stop = shutdown.clone();
         let env = env.clone();
         std::thread::spawn(move || control::t10_maintenance(mds.as_ref(), &env, &stop));
     }
-    let latencies = Arc::new(metrics::Latencies::default());
-    if let Some(listen) = &config.metrics {
-        let source = mds.clone();
-        let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
-        announce_metrics(&config.data_dir, served)?;
-    }
-    ready(&local);
-    serve::serve(listener, mds_handler(mds, env, latencies), shutdown, "mds");
-    Ok(())
+    let local = shell.local.clone();
+    let source = mds.clone();
+    shell.serve(
+        "mds",
+        config.metrics.as_deref(),
+        &config.data_dir,
+        Arc::new(move || source.stats()),
+        |latencies| mds_handler(mds, env, latencies),
+        shutdown,
+        &local,
+        ready,
+    )
 }

@@ -3,10 +3,10 @@
 
 use crate::object_store::FileObjectStore;
 use crate::serve::Handler;
+use crate::shell::Shell;
 use crate::{
-    announce_metrics, bind, control, io, key_file_or_create_in, metrics, private, read_key_file,
-    refusal_frame, serve, write_key_file, Answer, Env, LatencyTimer, OsdFileConfig, ServerError,
-    Shutdown,
+    control, key_file_or_create_in, metrics, private, read_key_file, refusal_frame, write_key_file,
+    Answer, Env, LatencyTimer, OsdFileConfig, ServerError, Shutdown,
 };
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
@@ -156,12 +156,11 @@ pub fn run_osd(
     ready: impl FnOnce(&str),
 ) -> Result<(), ServerError> {
     let env = Env::system();
-    let listener = bind(&config.listen)?;
-    let local = listener
-        .local_addr()
-        .map_err(io("local address"))?
-        .to_string();
-    let advertise = config.advertise.clone().unwrap_or_else(|| local.clone());
+    let shell = Shell::bind(&config.listen)?;
+    let advertise = config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| shell.local.clone());
     let node = Arc::new(open_osd(config, &advertise, &env)?);
     {
         let node = node.clone();
@@ -169,17 +168,19 @@ pub fn run_osd(
         let env = env.clone();
         std::thread::spawn(move || register_loop(&node, &env, &stop));
     }
-    let latencies = Arc::new(metrics::Latencies::default());
-    if let Some(listen) = &config.metrics {
-        let source = node.core.clone();
-        let served = metrics::serve(listen, Arc::new(move || source.stats()), latencies.clone());
-        announce_metrics(&config.data_dir, served)?;
-    }
-    // The address clients reach it at (what it registered), which is what `maat up`
-    // waits to see in the map.
-    ready(&advertise);
-    let name = format!("osd {}", config.id);
-    serve::serve(listener, node.handler(env, latencies), shutdown, &name);
+    let source = node.core.clone();
+    // Ready at the address clients reach it at (what it registered), which is what
+    // `maat up` waits to see in the map.
+    shell.serve(
+        &format!("osd {}", config.id),
+        config.metrics.as_deref(),
+        &config.data_dir,
+        Arc::new(move || source.stats()),
+        |latencies| node.handler(env, latencies),
+        shutdown,
+        &advertise,
+        ready,
+    )?;
     Ok(())
 }
 
