@@ -81,10 +81,27 @@ fn migrate_table<T: Record>(
     Ok(rewritten.len())
 }
 
+/// Opens the database at `path`, creating it readable and writable by its owner only
+/// (mode 0600, whatever the process umask) when it does not exist: redb would create it
+/// with the umask's mode, and the MDS refuses at its next start a database that group or
+/// others can read.
+fn create_private(path: &Path) -> Result<Database, StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !path.exists() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+    }
+    Database::create(path).map_err(err)
+}
+
 impl RedbStore {
     /// Opens (or creates) the database at `path` and makes sure every table exists.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = Database::create(path).map_err(err)?;
+        let db = create_private(path)?;
         let tx = db.begin_write().map_err(err)?;
         {
             tx.open_table(INODES).map_err(err)?;
@@ -185,7 +202,7 @@ impl RedbStore {
         let temp = path.with_extension("redb.rewrite");
         let _ = std::fs::remove_file(&temp);
         {
-            let fresh = Database::create(&temp).map_err(err)?;
+            let fresh = create_private(&temp)?;
             let from = self.db.begin_read().map_err(err)?;
             let to = fresh.begin_write().map_err(err)?;
             copy_table(&from, &to, INODES)?;
