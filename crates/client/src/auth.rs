@@ -82,11 +82,11 @@ impl Client {
     pub fn login(&mut self, name: &str, credential: Credential<'_>) -> Result<()> {
         let address = self.cluster.mds.clone();
         let (password, fixed) = password(&credential);
-        let keys = LoginKeys::generate(&mut self.rng);
+        let keys = LoginKeys::generate(&mut self.key_rng);
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
         let (state, ke1) =
-            pake::client_login_start(&password, &mut self.rng).map_err(login_crypto)?;
+            pake::client_login_start(&password, &mut self.key_rng).map_err(login_crypto)?;
         // SPEC T6: the first KE1 comes back with a cookie for this address; the second,
         // carrying it, gets the MDS's KE2.
         let mut cookie = None;
@@ -130,7 +130,7 @@ impl Client {
                 &context,
                 params,
                 maat_crypto::counters::global(),
-                &mut self.rng,
+                &mut self.key_rng,
             )
             .map_err(|_| {
                 // The same answer for a wrong passphrase, an unknown user and an MDS that
@@ -185,7 +185,7 @@ impl Client {
         // forged one can only make the login fail). The session's comes from the ticket.
         let local = self.clock.now();
         let timestamp = local.saturating_add_signed(offset_to(mds_time, local));
-        let keys = LoginKeys::generate(&mut self.rng);
+        let keys = LoginKeys::generate(&mut self.key_rng);
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
         let parts =
@@ -282,7 +282,7 @@ impl Client {
         params: kdf::PassphraseParams,
     ) -> Result<Vec<u8>> {
         let (state, request) =
-            pake::client_registration_start(password, &mut self.rng).map_err(login_crypto)?;
+            pake::client_registration_start(password, &mut self.key_rng).map_err(login_crypto)?;
         let response = match self.mds_call(MdsRequest::RegisterStart {
             name: name.into(),
             request,
@@ -299,14 +299,14 @@ impl Client {
                 &response,
                 params,
                 maat_crypto::counters::global(),
-                &mut self.rng,
+                &mut self.key_rng,
             )
             .map_err(login_crypto)?;
         login::seal_registration_upload(
             &self.cluster.mds_sealing_key()?,
             name,
             &upload,
-            &mut self.rng,
+            &mut self.key_rng,
         )
         .map_err(|source| ClientError::Crypto {
             what: "registration upload",

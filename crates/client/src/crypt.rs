@@ -312,7 +312,7 @@ impl Client {
     ) -> Result<(Vec<u8>, Secret32)> {
         let keys = self.lockbox_keys(&kds.sealing_key)?;
         let mut root = [0u8; 32];
-        self.rng.fill_bytes(&mut root);
+        self.key_rng.fill_bytes(&mut root);
         let root = Secret32::from_bytes(root);
         let lockbox = Lockbox::seal_keyed(
             maat_proto::FileId(file),
@@ -320,7 +320,7 @@ impl Client {
             shape.clone(),
             &root,
             &keys,
-            &mut self.rng,
+            &mut self.key_rng,
         )
         .map_err(local_token)?
         .encode();

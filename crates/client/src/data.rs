@@ -45,12 +45,13 @@ impl Client {
 
     /// [`Client::osd_call`] without supplying trees.
     pub(crate) fn osd_call_fresh(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
-        match retry_stale(|| self.osd_call_once(osd, request)) {
+        let clock = self.clock.clone();
+        match retry_stale(&clock, || self.osd_call_once(osd, request)) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
                 if let Some(s) = &mut self.session {
                     s.osd_sessions.retain(|o| o.osd != osd);
                 }
-                retry_stale(|| self.osd_call_once(osd, request))
+                retry_stale(&clock, || self.osd_call_once(osd, request))
             }
             other => other,
         }

@@ -9,8 +9,9 @@
 mod auth;
 mod clock;
 mod error;
+mod rng;
 pub(crate) use clock::LocalClock;
-pub use clock::{local_now, ClockFn};
+pub use clock::{local_now, ClockFn, SleepFn};
 pub use error::ClientError;
 mod crypt;
 mod crypt_files;
@@ -134,6 +135,8 @@ pub struct Client {
     t10: HashMap<(u64, u64), T10Credential>,
     /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
     rng: rand_chacha::ChaCha20Rng,
+    /// Long-lived secrets come from the OS each time (`rng.rs`).
+    key_rng: rng::KeyRng,
     /// Merkle tree messages fetched from the MDS, by root (SPEC M4).
     trees: HashMap<[u8; 32], Vec<u8>>,
     /// Capabilities in use and the renewal tokens that extend them, by id (SPEC M8).
@@ -209,6 +212,7 @@ impl Client {
             t10: HashMap::new(),
             rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
                 .map_err(|e| ClientError::Internal(format!("seeding the random generator: {e}")))?,
+            key_rng: rng::KeyRng::Os,
             trees: HashMap::new(),
             held: HashMap::new(),
             jobs: HashMap::new(),
@@ -232,13 +236,16 @@ impl Client {
         self
     }
 
-    /// This client on a simulation's `clock`, its random generator seeded with `seed`, so
-    /// that a whole-cluster test repeats exactly. Never for real data: the seed gives
-    /// away every key this client makes.
+    /// This client on a simulation's `clock` (waits go through `sleep`, which moves it),
+    /// its random generator seeded with `seed`, so that a whole-cluster test repeats
+    /// exactly. Never for real data: the seed gives away every key this client makes.
     #[cfg(feature = "sim")]
-    pub fn simulated(mut self, clock: ClockFn, seed: u64) -> Self {
-        self.clock = LocalClock::simulated(clock);
+    pub fn simulated(mut self, clock: ClockFn, sleep: SleepFn, seed: u64) -> Self {
+        self.clock = LocalClock::simulated(clock, sleep);
         self.rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+        self.key_rng = rng::KeyRng::Seeded(Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(
+            seed ^ 0x6b65_7973, // "keys"
+        )));
         self
     }
 
@@ -371,7 +378,8 @@ impl Client {
     /// the MDS lost or expired the session).
     pub fn mds_call(&mut self, request: MdsRequest) -> Result<MdsResponse> {
         self.ensure_session()?;
-        match retry_stale(|| self.mds_call_once(&request)) {
+        let clock = self.clock.clone();
+        match retry_stale(&clock, || self.mds_call_once(&request)) {
             Err(ClientError::Refused(e))
                 if matches!(
                     e.code,
@@ -708,7 +716,7 @@ fn offset_to(server_now: u64, local_now: u64) -> i64 {
 /// The clock offset measured at login or session setup lags the server by the answer's
 /// one-way delay (large on a loaded machine), so a fresh timestamp can still fall inside
 /// that first stretch: up to [`STALE_RETRIES`] retries, each after the same wait.
-fn retry_stale<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
+fn retry_stale<T>(clock: &LocalClock, mut call: impl FnMut() -> Result<T>) -> Result<T> {
     let mut retries = 0;
     loop {
         match call() {
@@ -717,9 +725,7 @@ fn retry_stale<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
                     && matches!(e.code, ErrorCode::StaleRequest | ErrorCode::NotReady) =>
             {
                 retries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(
-                    wire::FUTURE_SKEW_MILLIS + 50,
-                ));
+                clock.sleep(wire::FUTURE_SKEW_MILLIS + 50);
             }
             other => return other,
         }

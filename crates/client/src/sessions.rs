@@ -30,7 +30,7 @@ impl Client {
             OsdId(osd),
             &maat_crypto::seal::SealingPublicKey(entry.sealing_key),
             UnixMillis(now),
-            &mut self.rng,
+            &mut self.key_rng,
         )
         .map_err(|source| ClientError::Token {
             what: "session offer",
@@ -118,7 +118,10 @@ impl Client {
         match live {
             Some(l) => Ok(l),
             None => {
-                self.negotiate(osd)?;
+                // An OSD that just started refuses offers dated inside its first moments
+                // (SPEC T7) and says to retry; so does a session's first contact.
+                let clock = self.clock.clone();
+                retry_stale(&clock, || self.negotiate(osd))?;
                 self.session
                     .as_ref()
                     .and_then(|s| s.osd_sessions.iter().find(|o| o.osd == osd))

@@ -125,6 +125,14 @@ impl Client {
     ) -> Result<Vec<(u32, u32, u64)>> {
         let opened = opened.clone();
         let stripes = stripes_for(size);
+        if let (Some(old_size), 0) = (old_size, size % STRIPE_UNIT_BYTES) {
+            // Stripes past both ends exist only where a write failed after some of its
+            // stripes were stored (its answer lost, its client gone). A read looks past
+            // the recorded size only when that size ends on a stripe boundary (0
+            // included), so then they must go, or the file would read as more than this
+            // put wrote. First, so that a failure here changes nothing.
+            self.remove_stripes_from(&opened, stripes.max(stripes_for(old_size)))?;
+        }
         let window = self.stripes_in_flight()?;
         let mut crypt = match opened.stat.crypt {
             Some(_) => Some(self.stripe_crypt(&opened, 0..window.min(stripes))?),
@@ -190,13 +198,6 @@ impl Client {
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {}
                 Err(e) => return Err(e),
             }
-        }
-        // Stripes past both ends exist only where a write failed after some of its
-        // stripes were stored (its answer lost, its client gone). A read looks past the
-        // recorded size only when that size ends on a stripe boundary (0 included), so
-        // then they must go, or the file would read as more than this put wrote.
-        if size % STRIPE_UNIT_BYTES == 0 {
-            self.remove_stripes_from(&opened, stripes.max(old_stripes))?;
         }
         Ok(written)
     }

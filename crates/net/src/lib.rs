@@ -243,7 +243,9 @@ impl Connection {
         let id = self.send_parts(frame_type, parts)?;
         loop {
             let (answered, answer) = self.receive_with_id()?;
-            if answered == id {
+            // A refusal without an id is the daemon's word on the whole connection (it
+            // closes it): this request's answer too.
+            if answered.is_none_or(|a| a == id) {
                 return Ok(answer);
             }
         }
@@ -284,9 +286,14 @@ impl Connection {
             let Some(stream) = self.stream.as_mut() else {
                 return Err(NetError::Closed);
             };
-            if let Err(e) = write_frame_parts(stream, head, parts) {
-                self.drop_stream();
-                return Err(e);
+            match write_frame_parts(stream, head, parts) {
+                Ok(()) => {}
+                // Refused before a byte was written (too large): the stream is intact.
+                Err(e @ NetError::Frame(_)) => return Err(e),
+                Err(e) => {
+                    self.drop_stream();
+                    return Err(e);
+                }
             }
         }
         self.next_id = self.next_id.wrapping_add(1);
@@ -308,10 +315,12 @@ impl Connection {
         self.receive_with_id().map(|(_, answer)| answer)
     }
 
-    /// Reads the next answer and checks it answers the oldest pending request (a
-    /// version-1 refusal, which a daemon sends when it cannot read a request's header or
-    /// takes no more connections, answers whatever is pending; the daemon then closes).
-    fn receive_with_id(&mut self) -> Result<(u32, (FrameType, Vec<u8>)), NetError> {
+    /// Reads the next answer and checks it answers the oldest pending request: returns
+    /// its id, or `None` for a version-1 refusal, which a daemon sends when it cannot read
+    /// a request's header or takes no more connections; it answers everything pending,
+    /// and the daemon closes the connection.
+    #[allow(clippy::type_complexity)]
+    fn receive_with_id(&mut self) -> Result<(Option<u32>, (FrameType, Vec<u8>)), NetError> {
         let Some(&expected) = self.pending.front() else {
             return Err(NetError::Closed);
         };
@@ -338,11 +347,11 @@ impl Connection {
         match head.request_id {
             Some(id) if id == expected => {
                 self.pending.pop_front();
-                Ok((id, (head.frame_type, payload)))
+                Ok((Some(id), (head.frame_type, payload)))
             }
             None if head.frame_type == FrameType::Refusal => {
                 self.drop_stream();
-                Ok((expected, (head.frame_type, payload)))
+                Ok((None, (head.frame_type, payload)))
             }
             _ => {
                 self.drop_stream();
@@ -400,6 +409,11 @@ mod tests {
                     s.fetch_add(1, Ordering::SeqCst);
                     on_this += 1;
                     if mode == "drop_second" && on_this == 2 {
+                        break;
+                    }
+                    if mode == "busy_second" && on_this == 2 {
+                        // A connection-level refusal (version 1, no id), then close.
+                        write_frame(&mut conn, FrameHead::v1(FrameType::Refusal), b"busy").unwrap();
                         break;
                     }
                     if mode == "slow" {
@@ -509,6 +523,34 @@ mod tests {
         let e = c.call(FrameType::Plain, b"x").unwrap_err();
         assert!(matches!(e, NetError::Frame(_)), "{e}");
         assert_eq!(c.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_refusal_without_an_id_answers_the_call_even_with_older_requests_pending() {
+        let (addr, _) = server("busy_second");
+        let mut c = Connection::new(addr);
+        c.send(FrameType::Plain, b"older").unwrap();
+        let (t, answer) = c.call(FrameType::Plain, b"this").unwrap();
+        assert_eq!((t, answer.as_slice()), (FrameType::Refusal, &b"busy"[..]));
+    }
+
+    #[test]
+    fn a_request_too_large_to_send_leaves_the_connection_and_its_answers_due() {
+        let (addr, seen) = server("serve");
+        let mut c = Connection::new(addr);
+        c.send(FrameType::Plain, b"first").unwrap();
+        let big = vec![0u8; maat_proto::wire::FRAME_PAYLOAD_BYTES_MAX + 1];
+        assert!(matches!(
+            c.send(FrameType::Plain, &big),
+            Err(NetError::Frame(_))
+        ));
+        assert_eq!(c.receive().unwrap().1, b"first");
+        assert_eq!(c.call(FrameType::Plain, b"next").unwrap().1, b"next");
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            2,
+            "one connection, nothing resent"
+        );
     }
 
     #[test]

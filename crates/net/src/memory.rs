@@ -67,6 +67,12 @@ impl MemoryNet {
         self.state().peers.insert(address.into(), peer);
     }
 
+    /// Stops serving `address` (connections to it are refused until it is attached
+    /// again).
+    pub fn detach(&self, address: &str) {
+        self.state().peers.remove(address);
+    }
+
     /// Takes `address` down (connections refused before delivery) or brings it back.
     pub fn set_down(&self, address: &str, down: bool) {
         let mut s = self.state();

@@ -4,9 +4,8 @@
 //! generator and an in-process network ([`Env::simulated`]), so that a run is repeatable.
 
 use maat_crypto::{CryptoRngCore, OsRng};
-use maat_net::{Connection, MemoryNet, Network};
+use maat_net::{Connection, Network};
 use maat_proto::UnixMillis;
-use rand_chacha::rand_core::SeedableRng;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A clock in protocol time.
@@ -29,8 +28,11 @@ impl Env {
     }
 
     /// `clock`, a generator seeded with `seed`, and the in-process network `net`. Never
-    /// for a daemon that guards real data: anyone who knows the seed knows every key.
-    pub fn simulated(net: MemoryNet, clock: Clock, seed: u64) -> Self {
+    /// for a daemon that guards real data: anyone who knows the seed knows every key
+    /// (feature `sim`, which only `maat-sim` turns on).
+    #[cfg(feature = "sim")]
+    pub fn simulated(net: maat_net::MemoryNet, clock: Clock, seed: u64) -> Self {
+        use rand_chacha::rand_core::SeedableRng;
         Self {
             network: Network::Memory(net),
             clock: Some(clock),

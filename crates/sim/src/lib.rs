@@ -62,9 +62,12 @@ pub struct SimCluster {
     clock: Arc<AtomicU64>,
     seed: u64,
     clients_made: AtomicU64,
-    mds: Arc<Mds<RedbStore>>,
+    /// `None` only while it restarts.
+    mds: Option<Arc<Mds<RedbStore>>>,
     mds_env: Env,
+    mds_config: maat_server::MdsFileConfig,
     osds: Vec<(OsdNode, Env)>,
+    osd_configs: Vec<maat_server::OsdFileConfig>,
     kds: Arc<Kds>,
     kds_env: Env,
     cluster: ClusterFile,
@@ -185,6 +188,7 @@ impl SimCluster {
             )),
         );
         let mut nodes = Vec::new();
+        let mut osd_configs = Vec::new();
         for id in 1..=osds {
             let osd_config: maat_server::OsdFileConfig = config(&format!(
                 "id = {id}\n\
@@ -203,6 +207,7 @@ impl SimCluster {
                 peer(node.handler(osd_env.clone(), latencies.clone())),
             );
             nodes.push((node, osd_env));
+            osd_configs.push(osd_config);
         }
         let cluster = ClusterFile {
             mds: MDS.into(),
@@ -216,9 +221,11 @@ impl SimCluster {
             clock,
             seed,
             clients_made: AtomicU64::new(0),
-            mds,
+            mds: Some(mds),
             mds_env,
+            mds_config,
             osds: nodes,
+            osd_configs,
             kds,
             kds_env,
             cluster,
@@ -243,9 +250,10 @@ impl SimCluster {
         }
         maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
         let now = self.mds_env.now();
+        let mds = self.mds_arc()?;
         let problems = self
             .mds_env
-            .with_rng(|mut rng| self.mds.t10_maintain(now, &mut rng));
+            .with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
         match problems.as_slice() {
             [] => Ok(()),
             _ => Err(setup(problems.join("; "))),
@@ -276,9 +284,67 @@ impl SimCluster {
         &self.net
     }
 
+    fn mds_arc(&self) -> Result<&Arc<Mds<RedbStore>>, SimError> {
+        self.mds
+            .as_ref()
+            .ok_or_else(|| setup("the MDS is restarting"))
+    }
+
     /// The MDS.
-    pub fn mds(&self) -> &Mds<RedbStore> {
-        &self.mds
+    pub fn mds(&self) -> Result<&Mds<RedbStore>, SimError> {
+        self.mds_arc().map(|m| m.as_ref())
+    }
+
+    /// Stops the MDS (its database closed, everything not on disk gone) and opens it
+    /// again from its files, as a restart of the daemon does; then lets its restart
+    /// grace (SPEC T7) pass.
+    pub fn restart_mds(&mut self) -> Result<(), SimError> {
+        self.net.detach(MDS);
+        // The old MDS closes its database before the new one opens it.
+        self.mds = None;
+        let mds = maat_server::open_mds(&self.mds_config, &self.mds_env)?;
+        self.net.attach(
+            MDS,
+            peer(maat_server::mds_handler(
+                mds.clone(),
+                self.mds_env.clone(),
+                Arc::new(maat_server::metrics::Latencies::default()),
+            )),
+        );
+        self.mds = Some(mds);
+        self.advance_quietly(1_000);
+        Ok(())
+    }
+
+    /// Stops OSD `id` (its sessions, caches and revocations in memory gone) and opens it
+    /// again from its files; it registers and catches up before it serves, as the
+    /// daemon does.
+    pub fn restart_osd(&mut self, id: u64) -> Result<(), SimError> {
+        let at = usize::try_from(id)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .filter(|&i| i < self.osds.len())
+            .ok_or_else(|| setup(format!("no osd {id}")))?;
+        let address = osd_address(id);
+        self.net.detach(&address);
+        let (config, env) = match (self.osd_configs.get(at), self.osds.get(at)) {
+            (Some(c), Some((_, env))) => (c.clone(), env.clone()),
+            _ => return Err(setup(format!("no osd {id}"))),
+        };
+        let node = maat_server::open_osd(&config, &address, &env)?;
+        node.register(&env).map_err(setup)?;
+        node.sync_revocations(&env).map_err(setup)?;
+        self.net.attach(
+            address,
+            peer(node.handler(
+                env.clone(),
+                Arc::new(maat_server::metrics::Latencies::default()),
+            )),
+        );
+        if let Some(slot) = self.osds.get_mut(at) {
+            *slot = (node, env);
+        }
+        Ok(())
     }
 
     /// OSD `id`.
@@ -293,10 +359,15 @@ impl SimCluster {
     pub fn client(&self) -> Result<Client, SimError> {
         let n = self.clients_made.fetch_add(1, Ordering::SeqCst);
         let time = self.clock.clone();
+        let waited = self.clock.clone();
         Ok(Client::new(self.cluster.clone(), None)?
             .with_network(Network::Memory(self.net.clone()))
             .simulated(
                 Arc::new(move || time.load(Ordering::SeqCst)),
+                // A client that waits lets simulated time pass (nothing else runs).
+                Arc::new(move |millis| {
+                    waited.fetch_add(millis, Ordering::SeqCst);
+                }),
                 mix(self.seed, 1_000 + n),
             ))
     }

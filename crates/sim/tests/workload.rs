@@ -2,7 +2,7 @@
 //! seed replays it exactly): puts, gets, removals and edits through file handles (writes
 //! at offsets, truncates, reads of what the handle wrote, flushes: what FUSE and the
 //! Python package do) by two users, while OSDs go down and come back, answers are lost
-//! after the daemon acted, and time jumps. Checked
+//! after the daemon acted, daemons restart, and time jumps. Checked
 //! against a model of what was acknowledged:
 //!
 //! * a get never returns bytes other than the file's acknowledged content;
@@ -279,6 +279,18 @@ impl World {
                     self.step(true);
                     self.sim.net().lose_answers(&to, 0);
                 }
+                // A daemon restarts: the MDS (from its database) or an OSD (from its
+                // files, its sessions and caches gone).
+                3 => match self.rng.next_u32() as u64 % (OSDS + 1) {
+                    0 => {
+                        self.sim.restart_mds().unwrap();
+                        self.log.push("mds restarted".into());
+                    }
+                    id => {
+                        self.sim.restart_osd(id).unwrap();
+                        self.log.push(format!("osd {id} restarted"));
+                    }
+                },
                 // Time jumps by up to six minutes (past a capability's lifetime).
                 2 => {
                     let millis = u64::from(self.rng.next_u32()) % 360_000;
