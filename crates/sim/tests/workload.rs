@@ -1,5 +1,5 @@
 //! Random workloads under faults, each from a seed (a failure names its seed, and the same
-//! seed replays it exactly): puts, gets, removals and edits through file handles (writes
+//! seed replays it exactly): puts, gets, removals, renames and edits through file handles (writes
 //! at offsets, truncates, reads of what the handle wrote, flushes: what FUSE and the
 //! Python package do) by two users, while OSDs go down and come back, answers are lost
 //! after the daemon acted, daemons restart, and time jumps. Checked
@@ -113,8 +113,9 @@ impl World {
         let who = (self.rng.next_u32() % 2) as usize;
         let path = self.path(who);
         let state = self.model[who][&path].clone();
-        match self.rng.next_u32() % 5 {
+        match self.rng.next_u32() % 6 {
             4 => self.edit(who, path, state, faulty),
+            5 => self.rename(who, path, state, faulty),
             0 | 1 => {
                 let size = self.pick(&SIZES);
                 let mut data = vec![0u8; size];
@@ -180,6 +181,41 @@ impl World {
                     _ => State::Unknown,
                 };
                 self.model[who].insert(path, next);
+            }
+        }
+    }
+
+    /// Renames `path` to another of the same user's paths (refused when that exists).
+    fn rename(&mut self, who: usize, from: String, state: State, faulty: bool) {
+        let to = self.path(who);
+        if to == from {
+            return;
+        }
+        let target = self.model[who][&to].clone();
+        let r = self.clients[who].rename(&from, &to);
+        self.count("mv", r.is_ok());
+        self.log.push(format!(
+            "mv {from} {to} faulty={faulty}: {:?}",
+            r.as_ref().err().map(ToString::to_string)
+        ));
+        let code = r.as_ref().err().and_then(ClientError::code);
+        match (&state, &target, r) {
+            (State::Absent, _, Ok(())) => panic!("mv {from}: a removed file moved"),
+            (State::Known(_), State::Known(_), Ok(())) => {
+                panic!("mv {from} {to}: replaced an existing file")
+            }
+            (_, _, Ok(())) => {
+                self.model[who].insert(to, state);
+                self.model[who].insert(from, State::Absent);
+            }
+            (State::Absent, _, Err(_)) if code == Some(ErrorCode::NoSuchFile) => {}
+            (State::Known(_), State::Known(_) | State::Unknown, Err(_))
+                if code == Some(ErrorCode::AlreadyExists) => {}
+            (State::Unknown, _, Err(_)) if !faulty => {}
+            (_, _, Err(e)) => {
+                assert!(faulty, "mv {from} {to} failed with no fault: {e}");
+                self.model[who].insert(to, State::Unknown);
+                self.model[who].insert(from, State::Unknown);
             }
         }
     }
@@ -361,7 +397,7 @@ fn random_workloads_under_faults_keep_what_was_acknowledged() {
     if all {
         // The run did what it claims: every kind of operation both went through and met
         // a fault.
-        for kind in ["put", "get", "rm", "edit"] {
+        for kind in ["put", "get", "rm", "edit", "mv"] {
             let (ok, failed) = outcomes.get(kind).copied().unwrap_or_default();
             assert!(
                 ok > 10 && failed > 0,
