@@ -144,12 +144,9 @@ struct Stats {
     t10_policy_tags_set: AtomicU64,
 }
 
-struct Volatile {
-    replay: ReplayWindow,
-    /// Sessions read from the store, so a request costs no database read (a cache: the
-    /// store stays the truth).
-    sessions: HashMap<[u8; 16], (SessionRecord, Blake3Mac)>,
-}
+/// Sessions read from the store, so a request costs no database read (a cache: the
+/// store stays the truth).
+type SessionCache = HashMap<[u8; 16], (SessionRecord, Blake3Mac)>;
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone)]
@@ -180,7 +177,11 @@ pub struct Mds<S: MetaStore> {
     pake: maat_crypto::pake::ServerSetup,
     counters: Counters,
     stats: Stats,
-    volatile: Mutex<Volatile>,
+    /// Nonces seen inside the window (SPEC T7).
+    replay: Mutex<ReplayWindow>,
+    /// Read by every request, written at login and on a miss: apart from the replay
+    /// window, so that neither waits on the other.
+    sessions: std::sync::RwLock<SessionCache>,
     /// Capabilities, their caches and grouping (SPEC M3–M6).
     issuer: capabilities::Issuer,
     /// Revocation notices in force (SPEC M9).
@@ -200,6 +201,14 @@ pub struct Mds<S: MetaStore> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub(crate) fn read_lock<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn write_lock<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 fn meta_array<S: MetaStore>(store: &S, key: &str) -> Result<Option<[u8; 32]>> {
@@ -333,10 +342,8 @@ impl<S: MetaStore> Mds<S> {
             pake,
             counters,
             stats: Stats::default(),
-            volatile: Mutex::new(Volatile {
-                replay: ReplayWindow::new(boot),
-                sessions: HashMap::new(),
-            }),
+            replay: Mutex::new(ReplayWindow::new(boot)),
+            sessions: std::sync::RwLock::new(HashMap::new()),
             issuer: capabilities::Issuer::new(config.grouping),
             revocations: revocations::Revocations::default(),
             jobs: jobs::Jobs::default(),
@@ -585,8 +592,7 @@ impl<S: MetaStore> Mds<S> {
         ts: UnixMillis,
         now: UnixMillis,
     ) -> Result<()> {
-        lock(&self.volatile)
-            .replay
+        lock(&self.replay)
             .check_and_record(sid, nonce, ts, now)
             .map_err(freshness_error)
     }

@@ -56,8 +56,7 @@ impl<S: MetaStore> Mds<S> {
         if session.expiry <= now.0 {
             return Err(MdsError::refused(ErrorCode::SessionExpired, "log in again"));
         }
-        lock(&self.volatile)
-            .replay
+        lock(&self.replay)
             .check_time(request.timestamp, now)
             .map_err(freshness_error)?;
         let request = request.verify(&key)?;
@@ -83,15 +82,13 @@ impl<S: MetaStore> Mds<S> {
         if !batch.0.is_empty() {
             self.store.commit(batch)?;
         }
-        lock(&self.volatile)
-            .sessions
-            .retain(|_, (s, _)| s.expiry > now.0);
+        crate::write_lock(&self.sessions).retain(|_, (s, _)| s.expiry > now.0);
         Ok(())
     }
 
     /// A session and its envelope key, from memory or (after a restart) from the store.
     fn session(&self, id: &[u8; 16]) -> Result<(SessionRecord, Blake3Mac)> {
-        if let Some(s) = lock(&self.volatile).sessions.get(id) {
+        if let Some(s) = crate::read_lock(&self.sessions).get(id) {
             return Ok(s.clone());
         }
         let session = self
@@ -139,11 +136,11 @@ impl<S: MetaStore> Mds<S> {
     ) -> (SessionRecord, Blake3Mac) {
         let key = wire::envelope_key(key.expose()).with_counters(self.counters.clone());
         let entry = (session, key);
-        let mut v = lock(&self.volatile);
-        if v.sessions.len() >= SESSIONS_CACHED_MAX {
-            v.sessions.clear();
+        let mut sessions = crate::write_lock(&self.sessions);
+        if sessions.len() >= SESSIONS_CACHED_MAX {
+            sessions.clear();
         }
-        v.sessions.insert(id, entry.clone());
+        sessions.insert(id, entry.clone());
         entry
     }
 
@@ -391,7 +388,7 @@ impl<S: MetaStore> Mds<S> {
                     let mut batch = Batch::default();
                     batch.push(Op::DeleteSession(*sid));
                     self.store.commit(batch)?;
-                    lock(&self.volatile).sessions.remove(sid);
+                    crate::write_lock(&self.sessions).remove(sid);
                 }
                 Ok(MdsResponse::Ok)
             }

@@ -105,12 +105,7 @@ struct Plan {
     revoke: bool,
 }
 
-fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}
+use crate::{read_lock, write_lock};
 
 fn not_ready(osd: u64, why: impl std::fmt::Display) -> MdsError {
     MdsError::refused(ErrorCode::NotReady, format!("T10 keys of osd {osd}: {why}"))

@@ -300,8 +300,7 @@ impl<S: MetaStore> Mds<S> {
     ) -> Result<MdsPlainResponse> {
         // Same checks, same order and one error for known and unknown users: time, then a
         // MAC check (against a decoy key when the user has no legacy record).
-        lock(&self.volatile)
-            .replay
+        lock(&self.replay)
             .check_time(UnixMillis(timestamp), now)
             .map_err(freshness_error)?;
         let user = self.store.user_by_name(name)?;
