@@ -379,6 +379,25 @@ impl SimCluster {
         Ok(c)
     }
 
+    /// Adds the user `name` with `passphrase` (as `admin`, the administrator) and returns
+    /// a new client logged in as them.
+    pub fn user(
+        &self,
+        admin: &mut Client,
+        name: &str,
+        passphrase: &[u8],
+    ) -> Result<Client, SimError> {
+        admin.user_add(
+            name,
+            &[],
+            passphrase,
+            maat_crypto::kdf::PassphraseParams::DEFAULT,
+        )?;
+        let mut c = self.client()?;
+        c.login(name, Credential::Passphrase(passphrase))?;
+        Ok(c)
+    }
+
     /// A digest of every frame exchanged so far (address, request, answer, in order).
     pub fn transcript(&self) -> [u8; 32] {
         *self

@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use maat_client::{Client, ClientError};
-use maat_crypto::kdf::PassphraseParams;
 use maat_proto::msg::{Access, ErrorCode};
 use maat_sim::{osd_address, SimCluster};
 
@@ -74,12 +73,7 @@ fn a_striped_encrypted_file_goes_through_every_daemon_without_a_socket() {
 fn scenario(seed: u64) -> [u8; 32] {
     let sim = SimCluster::start(seed, 2).unwrap();
     let mut admin = sim.admin().unwrap();
-    admin
-        .user_add("ada", &[], b"correct horse", PassphraseParams::DEFAULT)
-        .unwrap();
-    let mut ada = sim.client().unwrap();
-    ada.login("ada", maat_client::Credential::Passphrase(b"correct horse"))
-        .unwrap();
+    let mut ada = sim.user(&mut admin, "ada", b"correct horse").unwrap();
     put(&mut ada, "/home/ada/notes", &content(300_000));
     sim.advance(60_000).unwrap();
     assert_eq!(get(&mut ada, "/home/ada/notes").unwrap().len(), 300_000);
@@ -98,12 +92,7 @@ fn one_seed_gives_the_same_bytes_on_the_wire_and_another_does_not() {
 fn a_revocation_reaches_every_osd_through_the_mds_channel_at_once() {
     let sim = SimCluster::start(3, 3).unwrap();
     let mut admin = sim.admin().unwrap();
-    admin
-        .user_add("bob", &[], b"pw", PassphraseParams::DEFAULT)
-        .unwrap();
-    let mut bob = sim.client().unwrap();
-    bob.login("bob", maat_client::Credential::Passphrase(b"pw"))
-        .unwrap();
+    let mut bob = sim.user(&mut admin, "bob", b"pw").unwrap();
     put(&mut bob, "/home/bob/f", &content(1000));
     let revocation = admin.revoke(&["bob".into()], &[]).unwrap();
     assert_eq!((revocation.osds_told, revocation.osds), (3, 3));
@@ -122,12 +111,7 @@ fn a_revocation_reaches_every_osd_through_the_mds_channel_at_once() {
 fn an_osd_that_missed_a_revocation_refuses_after_its_catch_up() {
     let sim = SimCluster::start(4, 2).unwrap();
     let mut admin = sim.admin().unwrap();
-    admin
-        .user_add("cy", &[], b"pw", PassphraseParams::DEFAULT)
-        .unwrap();
-    let mut cy = sim.client().unwrap();
-    cy.login("cy", maat_client::Credential::Passphrase(b"pw"))
-        .unwrap();
+    let mut cy = sim.user(&mut admin, "cy", b"pw").unwrap();
     // Four stripes over the two OSDs, opened (capability in hand) before the revocation.
     let stripe = maat_proto::msg::STRIPE_UNIT_BYTES;
     put(&mut cy, "/home/cy/f", &content(4 * stripe as usize));

@@ -20,7 +20,6 @@
 )]
 
 use maat_client::{Client, ClientError, OpenFlags};
-use maat_crypto::kdf::PassphraseParams;
 use maat_proto::msg::ErrorCode;
 use maat_proto::msg::STRIPE_UNIT_BYTES;
 use maat_sim::{osd_address, SimCluster, KDS, MDS};
@@ -64,12 +63,7 @@ impl World {
     fn new(seed: u64) -> World {
         let sim = SimCluster::start(seed, OSDS).unwrap();
         let mut admin = sim.admin().unwrap();
-        admin
-            .user_add("ada", &[], b"pw", PassphraseParams::DEFAULT)
-            .unwrap();
-        let mut ada = sim.client().unwrap();
-        ada.login("ada", maat_client::Credential::Passphrase(b"pw"))
-            .unwrap();
+        let ada = sim.user(&mut admin, "ada", b"pw").unwrap();
         let dirs = ["/", "/home/ada/"];
         let model = dirs
             .iter()
