@@ -62,6 +62,7 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
             .collect();
         rows.push(("client".into(), client_counters));
         let mut reasons = Vec::new();
+        let mut waits = Vec::new();
         let mut grouping = Vec::new();
         for (name, counters) in rows {
             let get = |k: &str| {
@@ -87,14 +88,25 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                     format!("{:.1}%", r * 100.0)
                 }
             );
-            reasons.extend(counters.iter().filter_map(|(k, v)| {
-                k.strip_prefix("refused:")
-                    .map(|code| format!("{name}: {code} {v}"))
-            }));
+            for (k, v) in &counters {
+                match k.strip_prefix("refused:") {
+                    // A daemon's first 500 ms: requests wait and are sent again; not
+                    // counted as refusals (SPEC T7).
+                    Some("NotReady") => waits.push(format!("{name} {v}")),
+                    Some(code) => reasons.push(format!("{name}: {code} {v}")),
+                    None => {}
+                }
+            }
             grouping.extend(grouping_lines(&counters));
         }
         if !reasons.is_empty() {
             println!("refused, by reason: {}", reasons.join(", "));
+        }
+        if !waits.is_empty() {
+            println!(
+                "asked to wait just after a start, then sent again (not refusals): {}",
+                waits.join(", ")
+            );
         }
         for line in grouping {
             println!("{line}");

@@ -305,4 +305,8 @@ fn a_first_put_on_a_new_cluster_shows_no_refusals() {
     }
     let text = String::from_utf8(cluster.ok(&admin, &["stats"], None)).unwrap();
     assert!(text.contains("refused"), "{text}");
+    // The waits are not listed among the refusals either, but on a line of their own.
+    for line in text.lines().filter(|l| l.starts_with("refused, by reason")) {
+        assert!(!line.contains("NotReady"), "{text}");
+    }
 }
