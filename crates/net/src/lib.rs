@@ -95,7 +95,7 @@ pub fn write_frame_parts(
 ) -> Result<(), NetError> {
     let len = parts.iter().map(|p| p.len()).sum();
     let header = wire::encode_header(head, len)?;
-    let mut slices: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&header))
+    let mut slices: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(header.as_bytes()))
         .chain(parts.iter().map(|p| IoSlice::new(p)))
         .collect();
     let mut rest: &mut [IoSlice<'_>] = &mut slices;
@@ -182,14 +182,11 @@ impl Connection {
     /// A connection to `address` on the in-process network `net`.
     pub fn in_memory(address: impl Into<String>, net: MemoryNet) -> Self {
         Self {
-            address: address.into(),
-            stream: None,
-            next_id: 0,
-            pending: VecDeque::new(),
             memory: Some(MemoryLink {
                 net,
                 answers: VecDeque::new(),
             }),
+            ..Self::new(address)
         }
     }
 

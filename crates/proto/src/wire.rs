@@ -166,22 +166,39 @@ fn check_length(payload_bytes: usize) -> Result<()> {
     Ok(())
 }
 
-/// Encodes a frame header for a payload of `payload_bytes`: the header bytes (their
-/// number depends on the version).
-pub fn encode_header(head: FrameHead, payload_bytes: usize) -> Result<Vec<u8>> {
-    check_length(payload_bytes)?;
-    let len = (payload_bytes as u32).to_be_bytes();
-    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES);
-    out.extend_from_slice(&FRAME_MAGIC);
-    match head.request_id {
-        Some(id) => {
-            out.extend_from_slice(&[FRAME_VERSION, head.frame_type as u8]);
-            out.extend_from_slice(&id.to_be_bytes());
-        }
-        None => out.extend_from_slice(&[FRAME_VERSION_1, head.frame_type as u8]),
+/// An encoded frame header, on the stack (one is written before every frame).
+#[derive(Debug, Clone, Copy)]
+pub struct EncodedHeader {
+    bytes: [u8; FRAME_HEADER_BYTES],
+    len: usize,
+}
+
+impl EncodedHeader {
+    /// The header's bytes (their number depends on the version).
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or(&self.bytes)
     }
-    out.extend_from_slice(&len);
-    Ok(out)
+}
+
+/// Encodes a frame header for a payload of `payload_bytes`.
+pub fn encode_header(head: FrameHead, payload_bytes: usize) -> Result<EncodedHeader> {
+    check_length(payload_bytes)?;
+    let [l0, l1, l2, l3] = (payload_bytes as u32).to_be_bytes();
+    let [m0, m1] = FRAME_MAGIC;
+    let kind = head.frame_type as u8;
+    Ok(match head.request_id {
+        Some(id) => {
+            let [i0, i1, i2, i3] = id.to_be_bytes();
+            EncodedHeader {
+                bytes: [m0, m1, FRAME_VERSION, kind, i0, i1, i2, i3, l0, l1, l2, l3],
+                len: FRAME_HEADER_BYTES,
+            }
+        }
+        None => EncodedHeader {
+            bytes: [m0, m1, FRAME_VERSION_1, kind, l0, l1, l2, l3, 0, 0, 0, 0],
+            len: FRAME_HEADER_START_BYTES,
+        },
+    })
 }
 
 /// How many header bytes follow the first [`FRAME_HEADER_START_BYTES`] (checked: magic
@@ -240,7 +257,9 @@ pub fn decode_header(header: &[u8]) -> Result<FrameHeader> {
 
 /// Encodes a whole frame.
 pub fn encode_frame(head: FrameHead, payload: &[u8]) -> Result<Vec<u8>> {
-    let mut out = encode_header(head, payload.len())?;
+    let header = encode_header(head, payload.len())?;
+    let mut out = Vec::with_capacity(header.as_bytes().len() + payload.len());
+    out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(payload);
     Ok(out)
 }
