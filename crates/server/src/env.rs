@@ -69,10 +69,4 @@ impl Env {
     pub fn connect(&self, address: &str) -> Connection {
         self.network.connect(address)
     }
-
-    /// Whether this is a simulated environment (no threads are started for it: the test
-    /// drives every periodic task).
-    pub fn is_simulated(&self) -> bool {
-        self.clock.is_some()
-    }
 }

@@ -66,8 +66,7 @@ pub struct SimCluster {
     mds: Option<Arc<Mds<RedbStore>>>,
     mds_env: Env,
     mds_config: maat_server::MdsFileConfig,
-    osds: Vec<(OsdNode, Env)>,
-    osd_configs: Vec<maat_server::OsdFileConfig>,
+    osds: Vec<SimOsd>,
     kds: Arc<Kds>,
     kds_env: Env,
     cluster: ClusterFile,
@@ -75,6 +74,49 @@ pub struct SimCluster {
     transcript: Arc<Mutex<blake3::Hasher>>,
     /// Holds every file the daemons keep (dropped last).
     _dir: tempfile::TempDir,
+}
+
+/// An OSD of the simulation: the daemon, its environment, and the config it reopens from.
+struct SimOsd {
+    node: OsdNode,
+    env: Env,
+    config: maat_server::OsdFileConfig,
+}
+
+/// Opens the MDS of `config` as the daemon does and serves it at [`MDS`] on `net`.
+fn serve_mds(
+    net: &MemoryNet,
+    config: &maat_server::MdsFileConfig,
+    env: &Env,
+) -> Result<Arc<Mds<RedbStore>>, SimError> {
+    let mds = maat_server::open_mds(config, env)?;
+    net.attach(
+        MDS,
+        peer(maat_server::mds_handler(
+            mds.clone(),
+            env.clone(),
+            Arc::new(maat_server::metrics::Latencies::default()),
+        )),
+    );
+    Ok(mds)
+}
+
+/// Opens the OSD of `config` as the daemon does and serves it at its address on `net`.
+fn serve_osd(
+    net: &MemoryNet,
+    config: maat_server::OsdFileConfig,
+    env: Env,
+) -> Result<SimOsd, SimError> {
+    let address = osd_address(config.id);
+    let node = maat_server::open_osd(&config, &address, &env)?;
+    net.attach(
+        address,
+        peer(node.handler(
+            env.clone(),
+            Arc::new(maat_server::metrics::Latencies::default()),
+        )),
+    );
+    Ok(SimOsd { node, env, config })
 }
 
 /// The frame handler of a daemon as a peer of the in-process network (every peer
@@ -168,27 +210,17 @@ impl SimCluster {
             &maat_server::kds_public_keys_text(&seed_bytes)?,
         )?;
 
-        let mds = maat_server::open_mds(&mds_config, &mds_env)?;
-        let latencies = Arc::new(maat_server::metrics::Latencies::default());
-        net.attach(
-            MDS,
-            peer(maat_server::mds_handler(
-                mds.clone(),
-                mds_env.clone(),
-                latencies.clone(),
-            )),
-        );
+        let mds = serve_mds(&net, &mds_config, &mds_env)?;
         let kds = maat_server::open_kds(&kds_config, &kds_env)?;
         net.attach(
             KDS,
             peer(maat_server::kds_handler(
                 kds.clone(),
                 kds_env.clone(),
-                latencies.clone(),
+                Arc::new(maat_server::metrics::Latencies::default()),
             )),
         );
         let mut nodes = Vec::new();
-        let mut osd_configs = Vec::new();
         for id in 1..=osds {
             let osd_config: maat_server::OsdFileConfig = config(&format!(
                 "id = {id}\n\
@@ -200,14 +232,7 @@ impl SimCluster {
                 data = path_text(&root.join(osd_address(id))),
                 join = path_text(&root.join("join.key")),
             ))?;
-            let osd_env = env(1 + id);
-            let node = maat_server::open_osd(&osd_config, &osd_address(id), &osd_env)?;
-            net.attach(
-                osd_address(id),
-                peer(node.handler(osd_env.clone(), latencies.clone())),
-            );
-            nodes.push((node, osd_env));
-            osd_configs.push(osd_config);
+            nodes.push(serve_osd(&net, osd_config, env(1 + id))?);
         }
         let cluster = ClusterFile {
             mds: MDS.into(),
@@ -225,7 +250,6 @@ impl SimCluster {
             mds_env,
             mds_config,
             osds: nodes,
-            osd_configs,
             kds,
             kds_env,
             cluster,
@@ -235,8 +259,8 @@ impl SimCluster {
         };
         // A daemon refuses requests dated inside its first 500 ms (SPEC T7).
         sim.advance_quietly(1_000);
-        for (node, env) in &sim.osds {
-            node.register(env).map_err(setup)?;
+        for osd in &sim.osds {
+            osd.node.register(&osd.env).map_err(setup)?;
         }
         sim.tick()?;
         Ok(sim)
@@ -245,8 +269,8 @@ impl SimCluster {
     /// The periodic work of every daemon, once: each OSD and the KDS catch up on the
     /// revocations in force, and the MDS brings the OSDs' T10 keys up to its policy.
     pub fn tick(&self) -> Result<(), SimError> {
-        for (node, env) in &self.osds {
-            node.sync_revocations(env).map_err(setup)?;
+        for osd in &self.osds {
+            osd.node.sync_revocations(&osd.env).map_err(setup)?;
         }
         maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
         let now = self.mds_env.now();
@@ -302,16 +326,7 @@ impl SimCluster {
         self.net.detach(MDS);
         // The old MDS closes its database before the new one opens it.
         self.mds = None;
-        let mds = maat_server::open_mds(&self.mds_config, &self.mds_env)?;
-        self.net.attach(
-            MDS,
-            peer(maat_server::mds_handler(
-                mds.clone(),
-                self.mds_env.clone(),
-                Arc::new(maat_server::metrics::Latencies::default()),
-            )),
-        );
-        self.mds = Some(mds);
+        self.mds = Some(serve_mds(&self.net, &self.mds_config, &self.mds_env)?);
         self.advance_quietly(1_000);
         Ok(())
     }
@@ -320,30 +335,16 @@ impl SimCluster {
     /// again from its files; it registers and catches up before it serves, as the
     /// daemon does.
     pub fn restart_osd(&mut self, id: u64) -> Result<(), SimError> {
-        let at = usize::try_from(id)
+        let slot = usize::try_from(id)
             .ok()
             .and_then(|i| i.checked_sub(1))
-            .filter(|&i| i < self.osds.len())
+            .and_then(|i| self.osds.get_mut(i))
             .ok_or_else(|| setup(format!("no osd {id}")))?;
-        let address = osd_address(id);
-        self.net.detach(&address);
-        let (config, env) = match (self.osd_configs.get(at), self.osds.get(at)) {
-            (Some(c), Some((_, env))) => (c.clone(), env.clone()),
-            _ => return Err(setup(format!("no osd {id}"))),
-        };
-        let node = maat_server::open_osd(&config, &address, &env)?;
-        node.register(&env).map_err(setup)?;
-        node.sync_revocations(&env).map_err(setup)?;
-        self.net.attach(
-            address,
-            peer(node.handler(
-                env.clone(),
-                Arc::new(maat_server::metrics::Latencies::default()),
-            )),
-        );
-        if let Some(slot) = self.osds.get_mut(at) {
-            *slot = (node, env);
-        }
+        self.net.detach(&osd_address(id));
+        let osd = serve_osd(&self.net, slot.config.clone(), slot.env.clone())?;
+        osd.node.register(&osd.env).map_err(setup)?;
+        osd.node.sync_revocations(&osd.env).map_err(setup)?;
+        *slot = osd;
         Ok(())
     }
 
@@ -351,7 +352,7 @@ impl SimCluster {
     pub fn osd(&self, id: u64) -> Option<&OsdNode> {
         self.osds
             .get(usize::try_from(id).ok()?.checked_sub(1)?)
-            .map(|(n, _)| n)
+            .map(|o| &o.node)
     }
 
     /// A new client, not logged in, on the simulated clock and network, its generator
