@@ -96,18 +96,14 @@ impl Client {
                 .and_then(|(object, _)| self.t10.get(&(object.file, osd)));
             if let Some(c) = credential {
                 let id = maat_proto::t10::credential_id(&c.capability);
+                let held = |source| ClientError::Token {
+                    what: "held T10 capability",
+                    source,
+                };
                 let method = maat_proto::t10::decode_capability(&c.capability)
-                    .map_err(|source| ClientError::Token {
-                        what: "held T10 capability",
-                        source,
-                    })?
+                    .map_err(held)?
                     .security_method;
-                let prefix = maat_proto::t10::request_prefix(&c.capability).map_err(|source| {
-                    ClientError::Token {
-                        what: "held T10 capability",
-                        source,
-                    }
-                })?;
+                let prefix = maat_proto::t10::request_prefix(&c.capability).map_err(held)?;
                 let capability = c.capability.clone();
                 let keys = self.envelope_keys.get(&id, c.key.expose());
                 let offset = self.session.as_ref().map_or(0, |s| s.clock_offset);

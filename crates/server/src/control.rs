@@ -26,6 +26,14 @@ pub const REVOCATION_POLL: Duration = Duration::from_secs(1);
 /// How often the MDS brings every OSD's T10 keys up to its policy.
 pub const T10_MAINTENANCE: Duration = Duration::from_secs(1);
 
+/// One plain frame to a daemon at `address` and the payload of its answer.
+fn plain_bytes(env: &Env, address: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+    env.connect(address)
+        .call(FrameType::Plain, payload)
+        .map(|(_, answer)| answer)
+        .map_err(|e| format!("{address} unreachable: {e}"))
+}
+
 /// One plain message to a daemon at `address` and its answer (`Result<A, WireError>`
 /// decoded; a refusal becomes the error).
 fn plain_call<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
@@ -34,10 +42,7 @@ fn plain_call<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
     request: &Q,
 ) -> Result<A, String> {
     let payload = msg::encode(request).map_err(|e| e.to_string())?;
-    let (_, answer) = env
-        .connect(address)
-        .call(FrameType::Plain, &payload)
-        .map_err(|e| format!("{address} unreachable: {e}"))?;
+    let answer = plain_bytes(env, address, &payload)?;
     msg::decode::<Result<A, WireError>>(&answer)
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("refused: {e}"))
@@ -149,10 +154,7 @@ pub(crate) fn sync_kds_revocations(
     let ask = env
         .with_rng(|mut rng| kds.revocations_request(env.now(), &mut rng))
         .map_err(|e| e.to_string())?;
-    let (_, answer) = env
-        .connect(mds_address)
-        .call(FrameType::Plain, &ask.payload)
-        .map_err(|e| format!("{mds_address} unreachable: {e}"))?;
+    let answer = plain_bytes(env, mds_address, &ask.payload)?;
     kds.accept_revocations(&ask, &answer, env.now())
         .map_err(|e| e.to_string())
 }
