@@ -102,7 +102,7 @@ pub fn parse_range(s: &str) -> Result<(u64, u64)> {
 }
 
 pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
-    let mut c = crate::client(cluster)?;
+    let c = crate::client(cluster)?;
     match command {
         KeysCommand::Grant {
             path,

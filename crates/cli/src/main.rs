@@ -460,7 +460,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Job { command } => job::run(&cli.cluster, command),
         Command::Keys { command } => keys::run(&cli.cluster, command),
         Command::Fileset { command } => {
-            let mut c = client(&cli.cluster)?;
+            let c = client(&cli.cluster)?;
             match command {
                 FilesetCommand::Define { name, paths } => {
                     c.fileset_define(&name, &paths)?;
@@ -501,7 +501,7 @@ fn run(cli: Cli) -> Result<()> {
             name,
             passphrase_stdin,
         } => {
-            let mut c = client(&cli.cluster)?;
+            let c = client(&cli.cluster)?;
             let pass = read_passphrase(passphrase_stdin, &format!("passphrase for {name}: "))?;
             c.login(&name, Credential::Passphrase(&pass))?;
             eprintln!("logged in as {name}");
@@ -525,7 +525,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Logout => {
-            let mut c = client(&cli.cluster)?;
+            let c = client(&cli.cluster)?;
             c.logout()?;
             eprintln!("logged out");
             Ok(())
@@ -537,7 +537,7 @@ fn run(cli: Cli) -> Result<()> {
             no_encrypt,
             encrypt,
         } => {
-            let mut c = client(&cli.cluster)?;
+            let c = client(&cli.cluster)?;
             let encrypt = match (no_encrypt, encrypt) {
                 (true, _) => Some(false),
                 (_, true) => Some(true),
@@ -589,7 +589,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Get { path, local } => {
-            let mut c = client(&cli.cluster)?;
+            let c = client(&cli.cluster)?;
             if local == Path::new("-") {
                 let stdout = std::io::stdout();
                 let mut lock = stdout.lock();
@@ -665,7 +665,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Ls { long, epoch, path } => {
-            let mut c = client(&cli.cluster)?;
+            let c = client(&cli.cluster)?;
             let mut out = std::io::stdout().lock();
             for (name, s) in c.readdir(&path)? {
                 if long {

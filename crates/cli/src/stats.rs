@@ -5,9 +5,9 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
-    let mut c = crate::client(cluster)?;
+    let c = crate::client(cluster)?;
     let daemons = c.daemon_stats()?;
-    let cs = c.stats.clone();
+    let cs = c.client_stats();
     let client_counters = vec![
         ("requests".to_string(), cs.requests),
         (

@@ -556,7 +556,7 @@ fn wait_for_osds(data: &Path, addresses: &[String]) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = String::new();
     while Instant::now() < deadline {
-        let mut c = maat_client::Client::new(
+        let c = maat_client::Client::new(
             file.clone(),
             Some(maat_client::Home::new(data.join("admin"))),
         )?;

@@ -125,7 +125,7 @@ fn a_copy_of_the_mds_database_logs_nobody_in() {
             guesses.push(Credential::Key(w.try_into().unwrap()));
         }
         for guess in guesses {
-            let mut c = Client::new(file.clone(), None).unwrap();
+            let c = Client::new(file.clone(), None).unwrap();
             let err = c.login(name, guess).unwrap_err().to_string();
             // The administrator's record is for a random key, stretched lightly; a client
             // refuses such parameters for a passphrase before trying.
@@ -139,7 +139,7 @@ fn a_copy_of_the_mds_database_logs_nobody_in() {
     }
     assert!(tried > 10);
     // The real passphrase works (the test can fail).
-    let mut c = Client::new(file, None).unwrap();
+    let c = Client::new(file, None).unwrap();
     c.login("frank", Credential::Passphrase(b"frank passphrase"))
         .unwrap();
 }

@@ -213,7 +213,7 @@ fn a_read_capability_cannot_write() {
     let Fx {
         cluster: _cluster,
         mut alice,
-        mut bob,
+        bob,
         a,
         osd_a,
         ..

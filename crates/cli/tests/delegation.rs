@@ -85,7 +85,7 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
     admin.mkdir("/lab", 0o777, false).unwrap();
     let mut alice = cluster.user_client("alice", "alice passphrase");
     let mut bob = cluster.user_client("bob", "bob passphrase");
-    let mut carol = cluster.user_client("carol", "carol passphrase");
+    let carol = cluster.user_client("carol", "carol passphrase");
     // Two stripes, so both OSDs serve the job.
     let data: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
     alice
@@ -284,7 +284,7 @@ fn one_file_job(extra: &[&str], content: &[u8]) -> OneFileJob {
     for name in ["alice", "bob"] {
         cluster.add_user(name, &format!("{name} passphrase"), None);
     }
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin.mkdir("/lab", 0o777, false).unwrap();
     let mut alice = cluster.user_client("alice", "alice passphrase");
     let mut bob = cluster.user_client("bob", "bob passphrase");
@@ -316,7 +316,7 @@ fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
     let OneFileJob {
         cluster: _cluster,
         mut admin,
-        mut alice,
+        alice,
         mut bob,
         key,
         lifetime,
@@ -345,8 +345,8 @@ fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
 fn jobs_survive_an_mds_restart_keys_are_never_taken_over_and_revoking_the_lead_ends_them() {
     let OneFileJob {
         mut cluster,
-        mut admin,
-        mut alice,
+        admin,
+        alice,
         mut bob,
         key,
         opened,

@@ -42,7 +42,7 @@ fn random_writes_truncates_and_reads_of_an_encrypted_file_match_a_local_model() 
 }
 
 fn model_sequence(cluster: Cluster, encrypted: bool) {
-    let mut c = cluster.admin_client();
+    let c = cluster.admin_client();
     let stripe = STRIPE_UNIT_BYTES;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut model: Vec<u8> = Vec::new();
@@ -112,7 +112,7 @@ fn cat_into_a_pipe_closed_early_succeeds_and_local_errors_name_the_file() {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let cluster = Cluster::start(1, &[]);
-    let mut c = cluster.admin_client();
+    let c = cluster.admin_client();
     // Bigger than a pipe's buffer, so that `cat` is still writing when the pipe closes.
     let data = vec![7u8; 4 << 20];
     c.put(&mut data.as_slice(), data.len() as u64, "/big", &mut |_| {})
@@ -146,7 +146,7 @@ fn cat_into_a_pipe_closed_early_succeeds_and_local_errors_name_the_file() {
 #[test]
 fn handles_refuse_what_their_flags_do_not_allow() {
     let cluster = Cluster::start(1, &[]);
-    let mut c = cluster.admin_client();
+    let c = cluster.admin_client();
     let mut w = c.open_file("/f", WRITE).unwrap();
     c.write_file_at(&mut w, 0, b"hello").unwrap();
     c.flush_file(&mut w).unwrap();
@@ -191,7 +191,7 @@ fn handles_refuse_what_their_flags_do_not_allow() {
 #[test]
 fn truncation_removes_stripes_a_handle_never_saw() {
     let cluster = Cluster::start(2, &[]);
-    let mut c = cluster.admin_client();
+    let c = cluster.admin_client();
     // A writer that sent three stripes and never recorded its size (it failed): the MDS
     // says 0 bytes, the OSDs hold 1.5 MiB.
     let mut lost = c.open_file("/f", WRITE).unwrap();

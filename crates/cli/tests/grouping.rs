@@ -29,7 +29,7 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
     let mut admin = cluster.admin_client();
     admin.mkdir("/proj", 0o777, false).unwrap();
 
-    let mut alice = cluster.user_client("alice", "alice passphrase");
+    let alice = cluster.user_client("alice", "alice passphrase");
     let data = vec![7u8; 100_000];
     alice
         .put(&mut &data[..], data.len() as u64, "/proj/data", &mut |_| {})
@@ -40,7 +40,7 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
     // Bob (group) reads: his capability names owner and group by one Merkle root; the
     // OSDs have not seen it, ask for the tree, and bob's client supplies it.
     let supplied_before = counter(&mut admin, "osd", "trees_supplied");
-    let mut bob = cluster.user_client("bob", "bob passphrase");
+    let bob = cluster.user_client("bob", "bob passphrase");
     let mut out = Vec::new();
     bob.get("/proj/data", &mut out, &mut |_| {}).unwrap();
     assert_eq!(out, data);
@@ -59,7 +59,7 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
 
     // Dave (group) gets the same capability from the MDS cache: no new signature.
     let signed = counter(&mut admin, "mds", "signatures_made");
-    let mut dave = cluster.user_client("dave", "dave passphrase");
+    let dave = cluster.user_client("dave", "dave passphrase");
     let daves = dave.open("/proj/data", Access::Read, None).unwrap();
     assert!(daves.mds_cached);
     assert_eq!(daves.capability, bobs.capability);
@@ -82,7 +82,7 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
 
     // Carol (other) may not open it, may not fetch the tree, and bob's capability is
     // useless to her: the OSD checks that the authenticated user is in the set.
-    let mut carol = cluster.user_client("carol", "carol passphrase");
+    let carol = cluster.user_client("carol", "carol passphrase");
     assert_eq!(
         code(carol.open("/proj/data", Access::Read, None)),
         ErrorCode::PermissionDenied

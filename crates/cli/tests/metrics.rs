@@ -58,14 +58,14 @@ fn every_daemon_serves_parseable_prometheus_metrics_of_its_work() {
         .admin_client()
         .mkdir("/shared", 0o777, false)
         .unwrap();
-    let mut alice = cluster.user_client("alice", "alice passphrase");
+    let alice = cluster.user_client("alice", "alice passphrase");
     let data = vec![9u8; 200_000];
     alice
         .put(&mut &data[..], data.len() as u64, "/shared/m", &mut |_| {})
         .unwrap();
     let opened = alice.open("/shared/m", Access::Read, None).unwrap();
     // A refusal with a reason: bob presents alice's capability.
-    let mut bob = cluster.user_client("bob", "bob passphrase");
+    let bob = cluster.user_client("bob", "bob passphrase");
     match bob.read_object(&opened, 0) {
         Err(ClientError::Refused(e)) => assert_eq!(e.code, ErrorCode::WrongUser),
         other => panic!("{other:?}"),

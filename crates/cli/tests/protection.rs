@@ -159,7 +159,7 @@ impl Mitm {
         });
         let state = Arc::new(Mutex::new(ProxyState::default()));
         proxy(listener, upstream, state.clone());
-        let mut admin = cluster.admin_client();
+        let admin = cluster.admin_client();
         for m in [
             Protection::CapKey,
             Protection::CmdRsp,

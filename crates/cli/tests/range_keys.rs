@@ -53,7 +53,7 @@ fn setup() -> (Cluster, Client, Client, Client, Vec<u8>) {
 
 #[test]
 fn a_user_granted_the_first_mib_reads_it_and_decrypts_nothing_else() {
-    let (cluster, mut alice, mut bob, mut carol, data) = setup();
+    let (cluster, alice, mut bob, mut carol, data) = setup();
     let f = "/home/alice/f";
     assert_eq!(code(read(&mut bob, f, 0, 10)), ErrorCode::PermissionDenied);
 
@@ -182,7 +182,7 @@ fn a_user_granted_the_first_mib_reads_it_and_decrypts_nothing_else() {
     alice.chmod(f, 0o600).unwrap();
 
     // An administrator's revocation of Bob (SPEC M9) stops his range opens too.
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin.revoke(&users(&["bob"]), &[]).unwrap();
     assert_eq!(code(bob.open_file(f, OpenFlags::READ)), ErrorCode::Revoked);
 

@@ -291,7 +291,7 @@ fn an_interrupted_rekey_leaves_a_file_of_two_trees_that_reads_writes_and_resumes
 
 #[test]
 fn the_mds_refuses_rekeys_by_others_and_lockboxes_that_are_not_the_next_tree() {
-    let (cluster, mut alice, mut bob, _carol, data) = setup(MIB as usize);
+    let (cluster, mut alice, bob, _carol, data) = setup(MIB as usize);
     // Bob may write the file, but it is not his: his new tree is refused.
     alice.chmod(F, 0o666).unwrap();
     assert_eq!(
@@ -314,7 +314,7 @@ fn the_mds_refuses_rekeys_by_others_and_lockboxes_that_are_not_the_next_tree() {
         .unwrap()
         .encode()
     };
-    let mut rekey = |lockbox: Vec<u8>| {
+    let rekey = |lockbox: Vec<u8>| {
         alice.mds_call(MdsRequest::Rekey {
             path: F.into(),
             file: id,

@@ -48,7 +48,7 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
     cluster.add_user("carol", "carol passphrase", None);
     let mut admin = cluster.admin_client();
     admin.mkdir("/shared", 0o777, false).unwrap();
-    let mut alice = cluster.user_client("alice", "alice passphrase");
+    let alice = cluster.user_client("alice", "alice passphrase");
     let data = vec![5u8; 100_000];
     alice
         .put(
@@ -78,7 +78,7 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
             "read {:?} into the capability's life: {read:?}",
             started.elapsed()
         );
-        if first_token.is_none() && bob.stats.renewals > 0 {
+        if first_token.is_none() && bob.client_stats().renewals > 0 {
             first_token = Some(renewal_token(&mut bob, id));
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -86,13 +86,16 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
     // Renewed at 80 % of each lifetime: about four times in three lifetimes of reads
     // every 250 ms, not at every read.
     assert!(
-        (2..=6).contains(&bob.stats.renewals),
+        (2..=6).contains(&bob.client_stats().renewals),
         "renewed {} times in three lifetimes",
-        bob.stats.renewals
+        bob.client_stats().renewals
     );
     assert!(counter(&mut admin, "osd", "renewal_tokens_verified") >= 2);
     let signed = counter(&mut admin, "mds", "renewal:tokens_signed") - signed_before;
-    assert!(signed >= 1 && signed <= bob.stats.renewals + 1, "{signed}");
+    assert!(
+        signed >= 1 && signed <= bob.client_stats().renewals + 1,
+        "{signed}"
+    );
 
     // Attacks on the OSD, from carol's own session.
     let mut carol = cluster.user_client("carol", "carol passphrase");

@@ -27,7 +27,7 @@ use maat_proto::UnixMillis;
 /// `/fast` in it, once every OSD has its keys.
 fn t10_cluster(osds: u32, security: &str, extra: &[&str]) -> (Cluster, Client) {
     let cluster = Cluster::start(osds, extra);
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin
         .partition_create("fast", Protection::parse(security).unwrap())
         .unwrap();
@@ -282,7 +282,7 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
     // A user who may not read the file gets no credential for it.
     cluster.add_user("mallory", "mallory pass", None);
     admin.chmod("/fast/small0", 0o600).unwrap();
-    let mut mallory = cluster.user_client("mallory", "mallory pass");
+    let mallory = cluster.user_client("mallory", "mallory pass");
     assert_eq!(
         common::code(mallory.open("/fast/small0", Access::Read, None)),
         ErrorCode::PermissionDenied
@@ -299,7 +299,7 @@ fn t10_attacks_are_refused_with_their_reasons() {
     // administrator's) opens it; the administrator, who may write, would be given the
     // read-write credential of its put again.
     cluster.add_user("reader", "reader pass", None);
-    let mut reader = cluster.user_client("reader", "reader pass");
+    let reader = cluster.user_client("reader", "reader pass");
     let opened = reader.open("/fast/a", Access::Read, None).unwrap();
     let a = opened.stat.id;
     let osd = reader.place(a, 0).unwrap();
@@ -625,7 +625,7 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
 
     // Only the administrator revokes, and only in partitions with T10 credentials.
     cluster.add_user("eve", "eve-pass", None);
-    let mut eve = cluster.user_client("eve", "eve-pass");
+    let eve = cluster.user_client("eve", "eve-pass");
     assert_eq!(
         common::code(eve.t10_revoke_object("/fast/a")),
         ErrorCode::PermissionDenied

@@ -204,7 +204,7 @@ fn restart_resumes_with_data_users_and_keys() {
         Some(b"kept across restarts"),
     );
     // Capture a sealed request that the MDS accepted, to replay it after the restart.
-    let mut c = cluster.user_client("dave", "dave passphrase");
+    let c = cluster.user_client("dave", "dave passphrase");
     let (sid, key) = c.mds_session().unwrap();
     let key = maat_proto::wire::envelope_key(&key);
     let body = maat_proto::msg::encode(&maat_proto::msg::MdsRequest::Stat {
@@ -268,7 +268,7 @@ fn a_read_reuses_a_cached_read_write_capability_only_while_the_user_may_write() 
     };
     let cluster = Cluster::start(1, &[]);
     cluster.add_user("erin", "erin passphrase", None);
-    let mut erin = cluster.user_client("erin", "erin passphrase");
+    let erin = cluster.user_client("erin", "erin passphrase");
     let data = b"reuse me".to_vec();
     erin.put(
         &mut data.as_slice(),

@@ -79,14 +79,14 @@ impl LoginKeys {
 
 impl Client {
     /// SPEC M1, T6: logs in as `name` with OPAQUE.
-    pub fn login(&mut self, name: &str, credential: Credential<'_>) -> Result<()> {
+    pub fn login(&self, name: &str, credential: Credential<'_>) -> Result<()> {
         let address = self.cluster.mds.clone();
         let (password, fixed) = password(&credential);
-        let keys = LoginKeys::generate(&mut self.key_rng);
+        let keys = LoginKeys::generate(&mut self.key_rng());
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
         let (state, ke1) =
-            pake::client_login_start(&password, &mut self.key_rng).map_err(login_crypto)?;
+            pake::client_login_start(&password, &mut self.key_rng()).map_err(login_crypto)?;
         // SPEC T6: the first KE1 comes back with a cookie for this address; the second,
         // carrying it, gets the MDS's KE2.
         let mut cookie = None;
@@ -130,7 +130,7 @@ impl Client {
                 &context,
                 params,
                 maat_crypto::counters::global(),
-                &mut self.key_rng,
+                &mut self.key_rng(),
             )
             .map_err(|_| {
                 // The same answer for a wrong passphrase, an unknown user and an MDS that
@@ -163,7 +163,7 @@ impl Client {
     /// The login from before OPAQUE (a MAC under the Argon2id key), for a user whose
     /// record is still of that kind; then the record is replaced by an OPAQUE one.
     fn legacy_login_and_migrate(
-        &mut self,
+        &self,
         name: &str,
         credential: &Credential<'_>,
         mds_time: u64,
@@ -185,7 +185,7 @@ impl Client {
         // forged one can only make the login fail). The session's comes from the ticket.
         let local = self.clock.now();
         let timestamp = local.saturating_add_signed(offset_to(mds_time, local));
-        let keys = LoginKeys::generate(&mut self.key_rng);
+        let keys = LoginKeys::generate(&mut self.key_rng());
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
         let parts =
@@ -217,7 +217,7 @@ impl Client {
     /// Checks the ticket (MDS signature, our keys in it) and the answer's MAC under the
     /// new session key (derived from `secret`), then keeps the session.
     fn start_session(
-        &mut self,
+        &self,
         name: &str,
         keys: LoginKeys,
         ticket: &[u8],
@@ -253,7 +253,7 @@ impl Client {
         if !maat_crypto::ct_eq(&expected, &mac) {
             return Err(self.bad(&address, "login answer MAC (wrong MDS?)"));
         }
-        self.session = Some(SessionState {
+        *self.session.lock() = Some(SessionState {
             version: home::SESSION_FORMAT,
             user: name.into(),
             uid: verified.user.0,
@@ -267,22 +267,22 @@ impl Client {
             clock_offset,
             osd_sessions: Vec::new(),
             opened: Vec::new(),
-            stats: self.stats.clone(),
+            stats: self.client_stats(),
         });
-        self.osds.clear();
+        self.connections.clear();
         self.save()
     }
 
     /// Runs OPAQUE registration for `name` with the MDS (over the authenticated channel)
     /// and returns the upload sealed to the MDS. The key stretching runs here.
     fn registration_upload(
-        &mut self,
+        &self,
         name: &str,
         password: &[u8],
         params: kdf::PassphraseParams,
     ) -> Result<Vec<u8>> {
         let (state, request) =
-            pake::client_registration_start(password, &mut self.key_rng).map_err(login_crypto)?;
+            pake::client_registration_start(password, &mut self.key_rng()).map_err(login_crypto)?;
         let response = match self.mds_call(MdsRequest::RegisterStart {
             name: name.into(),
             request,
@@ -299,14 +299,14 @@ impl Client {
                 &response,
                 params,
                 maat_crypto::counters::global(),
-                &mut self.key_rng,
+                &mut self.key_rng(),
             )
             .map_err(login_crypto)?;
         login::seal_registration_upload(
             &self.cluster.mds_sealing_key()?,
             name,
             &upload,
-            &mut self.key_rng,
+            &mut self.key_rng(),
         )
         .map_err(|source| ClientError::Crypto {
             what: "registration upload",
@@ -317,7 +317,7 @@ impl Client {
     /// Administrator: adds a user registered here with `passphrase` (OPAQUE: the MDS
     /// learns neither the passphrase nor anything that logs in).
     pub fn user_add(
-        &mut self,
+        &self,
         name: &str,
         groups: &[String],
         passphrase: &[u8],
@@ -333,15 +333,8 @@ impl Client {
     }
 
     /// Replaces the logged-in user's passphrase.
-    pub fn set_passphrase(
-        &mut self,
-        passphrase: &[u8],
-        params: kdf::PassphraseParams,
-    ) -> Result<()> {
-        let name = self
-            .user_name()
-            .map(str::to_string)
-            .ok_or(ClientError::NotLoggedIn)?;
+    pub fn set_passphrase(&self, passphrase: &[u8], params: kdf::PassphraseParams) -> Result<()> {
+        let name = self.user_name().ok_or(ClientError::NotLoggedIn)?;
         let sealed = self.registration_upload(&name, passphrase, params)?;
         self.expect_ok(MdsRequest::SetCredential {
             params: params.into(),

@@ -174,7 +174,7 @@ pub(crate) fn new_generation(rng: &mut impl RngCore) -> u64 {
 
 impl Client {
     /// Whether new files are encrypted by default in this cluster (SPEC H3).
-    pub fn encrypts_new_files(&mut self) -> Result<bool> {
+    pub fn encrypts_new_files(&self) -> Result<bool> {
         Ok(self.cluster_map()?.encrypt_new_files)
     }
 
@@ -194,7 +194,7 @@ impl Client {
     /// Whether a put with this choice (`None`: the cluster's default) creates files
     /// encrypted (SPEC H3); asking for encryption where the cluster has no KDS is an
     /// error.
-    pub(crate) fn seals_new_files(&mut self, encrypt: Option<bool>) -> Result<bool> {
+    pub(crate) fn seals_new_files(&self, encrypt: Option<bool>) -> Result<bool> {
         if self.insecure_user.is_some() || encrypt == Some(false) {
             return Ok(false);
         }
@@ -210,8 +210,8 @@ impl Client {
     /// encrypted with its lockbox to come (`OpenSealed`, SPEC H5) if it does not exist;
     /// an MDS from before `OpenSealed` gets a plain `Open` (the caller's `SetLockbox`
     /// then makes the file encrypted).
-    pub(crate) fn open_sealed(&mut self, path: &str, mode: u16) -> Result<Opened> {
-        self.stats.capability_cache_misses += 1;
+    pub(crate) fn open_sealed(&self, path: &str, mode: u16) -> Result<Opened> {
+        self.stats.lock().capability_cache_misses += 1;
         let response = self.mds_call(MdsRequest::OpenSealed {
             path: path.into(),
             access: Access::ReadWrite,
@@ -230,7 +230,7 @@ impl Client {
     /// the lockbox are dropped: the root key is nobody's unless its lockbox was recorded
     /// (another writer's may have been), so they must not seal a later write.
     pub(crate) fn set_size_lockbox(
-        &mut self,
+        &self,
         path: &str,
         opened: &Opened,
         size: u64,
@@ -245,7 +245,7 @@ impl Client {
             lockbox,
         });
         if recorded.is_err() {
-            self.file_keys.remove(&(opened.stat.id, 1));
+            self.file_keys.lock().remove(&(opened.stat.id, 1));
         }
         recorded
     }
@@ -254,9 +254,9 @@ impl Client {
     /// to come, a fresh root key and its lockbox (sealed to the KDS and to the owner),
     /// which `opened` then shows and the writer sends with the size
     /// (`SetSizeLockbox`); `None` for any other file.
-    pub(crate) fn seal_pending(&mut self, opened: &mut Opened) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn seal_pending(&self, opened: &mut Opened) -> Result<Option<Vec<u8>>> {
         let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
-        if !pending || self.user_name() != Some(opened.stat.owner.as_str()) {
+        if !pending || self.user_name().as_deref() != Some(opened.stat.owner.as_str()) {
             return Ok(None);
         }
         let (lockbox, root, shape) = self.first_tree(opened.stat.id)?;
@@ -270,7 +270,7 @@ impl Client {
     /// SPEC H5: makes `opened` (an empty file without a lockbox, owned by this user) an
     /// encrypted file: a fresh root key, sealed to the KDS and to the owner, stored at
     /// the MDS. Updates `opened` to match.
-    pub fn make_encrypted(&mut self, path: &str, opened: &mut Opened) -> Result<()> {
+    pub fn make_encrypted(&self, path: &str, opened: &mut Opened) -> Result<()> {
         let (lockbox, root, shape) = self.first_tree(opened.stat.id)?;
         // The answer is a new read-write open: the file's protection method changed with
         // the lockbox (CMDRSP instead of ALLDATA), and so does the capability.
@@ -290,7 +290,7 @@ impl Client {
     }
 
     /// The lockbox, root key and shape of a new encrypted file's first key tree.
-    fn first_tree(&mut self, file: u64) -> Result<(Vec<u8>, Secret32, KhtShape)> {
+    fn first_tree(&self, file: u64) -> Result<(Vec<u8>, Secret32, KhtShape)> {
         let kds = self
             .cluster_map()?
             .kds_keys
@@ -304,7 +304,7 @@ impl Client {
     /// for the KDS and for this user (the owner), encoded: a keyed lockbox (PROTOCOL.md
     /// 0x14), with no public-key operation once this login's lockbox keys are made.
     pub(crate) fn new_tree(
-        &mut self,
+        &self,
         file: u64,
         version: u32,
         shape: &KhtShape,
@@ -312,7 +312,7 @@ impl Client {
     ) -> Result<(Vec<u8>, Secret32)> {
         let keys = self.lockbox_keys(&kds.sealing_key)?;
         let mut root = [0u8; 32];
-        self.key_rng.fill_bytes(&mut root);
+        self.key_rng().fill_bytes(&mut root);
         let root = Secret32::from_bytes(root);
         let lockbox = Lockbox::seal_keyed(
             maat_proto::FileId(file),
@@ -320,7 +320,7 @@ impl Client {
             shape.clone(),
             &root,
             &keys,
-            &mut self.key_rng,
+            &mut self.key_rng(),
         )
         .map_err(local_token)?
         .encode();
@@ -329,12 +329,12 @@ impl Client {
 
     /// The owner's keys for keyed lockboxes under KDS key `kds` (one X25519 agreement
     /// per login and KDS key, then kept).
-    fn lockbox_keys(&mut self, kds: &[u8; 32]) -> Result<LockboxKeys> {
+    fn lockbox_keys(&self, kds: &[u8; 32]) -> Result<LockboxKeys> {
         let owner = self.owner_secret()?;
         // (Named by a hash of the owner's secret: its public key would cost an X25519
         // operation to compute.)
         let mine = maat_crypto::hash::blake3(&[b"maat/lockbox-keys-owner", &owner.to_bytes()[..]]);
-        if let Some((k, m, keys)) = &self.lockbox_keys {
+        if let Some((k, m, keys)) = &*self.lockbox_keys.lock() {
             if k == kds && *m == mine {
                 return Ok(keys.clone());
             }
@@ -346,7 +346,7 @@ impl Client {
                     source: e,
                 }
             })?;
-        self.lockbox_keys = Some((*kds, mine, keys.clone()));
+        *self.lockbox_keys.lock() = Some((*kds, mine, keys.clone()));
         Ok(keys)
     }
 
@@ -354,7 +354,7 @@ impl Client {
     /// long as `opened`'s capability lasts, as a grant would be), so writing costs no key
     /// request whatever level it would ask a KDS for.
     pub(crate) fn hold_root_keys(
-        &mut self,
+        &self,
         opened: &Opened,
         version: u32,
         shape: KhtShape,
@@ -391,8 +391,8 @@ impl Client {
     /// The owner key lockboxes are sealed to: derived from the OPAQUE export key of the
     /// user's passphrase, so the same on every machine and never known to the MDS.
     fn owner_secret(&self) -> Result<maat_crypto::seal::SealingSecretKey> {
-        let s = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let seed = s.owner_secret.ok_or_else(|| {
+        let owner = self.session.lock().as_ref().map(|s| s.owner_secret);
+        let seed = owner.ok_or(ClientError::NotLoggedIn)?.ok_or_else(|| {
             ClientError::Config(
                 "this session predates encryption: log in again (`maat login`)".into(),
             )
@@ -417,7 +417,7 @@ impl Client {
     /// sealed under (SPEC H7), asking a KDS when the held ones do not cover those stripes
     /// (of what this user may read) or expired; keys fetched are added to those held.
     pub(crate) fn stripe_crypt(
-        &mut self,
+        &self,
         opened: &Opened,
         stripes: std::ops::Range<u32>,
     ) -> Result<StripeCrypt> {
@@ -456,7 +456,7 @@ impl Client {
     /// [`Client::stripe_crypt_end`] finishes it. Only for stripes all under the current
     /// key tree (a rekey in progress asks the usual way).
     pub(crate) fn stripe_crypt_begin(
-        &mut self,
+        &self,
         opened: &Opened,
         stripes: std::ops::Range<u32>,
     ) -> Result<FirstKeys> {
@@ -482,7 +482,7 @@ impl Client {
     /// The [`StripeCrypt`] [`Client::stripe_crypt_begin`] began: the answer of its key
     /// request read and checked, the keys added to those held.
     pub(crate) fn stripe_crypt_end(
-        &mut self,
+        &self,
         opened: &Opened,
         begun: FirstKeys,
     ) -> Result<StripeCrypt> {
@@ -521,6 +521,7 @@ impl Client {
     fn held_now(&self, file: u64, version: u32) -> Option<HeldKeys> {
         let now = self.clock.now();
         self.file_keys
+            .lock()
             .get(&(file, version))
             .filter(|h| h.expiry > now + 1000)
             .cloned()
@@ -528,7 +529,7 @@ impl Client {
 
     /// Keys just `fetched` for `file`, added to those of the same tree still held
     /// (`valid`), kept, and returned.
-    fn hold_fetched(&mut self, file: u64, valid: Option<HeldKeys>, fetched: HeldKeys) -> HeldKeys {
+    fn hold_fetched(&self, file: u64, valid: Option<HeldKeys>, fetched: HeldKeys) -> HeldKeys {
         let held = match valid {
             Some(mut h) => {
                 h.absorb(fetched);
@@ -544,7 +545,7 @@ impl Client {
     /// of which this user may read the parts inside its `permit` ranges (all without
     /// one): held ones if they cover those, else fetched.
     fn tree_keys(
-        &mut self,
+        &self,
         opened: &Opened,
         lockbox_bytes: &[u8],
         lockbox: &Lockbox,

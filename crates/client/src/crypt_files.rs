@@ -22,7 +22,7 @@ impl Client {
     /// with the bytes of it the caller needs: a reader granted part of a file (SPEC H6)
     /// gets zeros for blocks it has no key for outside those bytes.
     fn fetch_plain(
-        &mut self,
+        &self,
         handle: &FileHandle,
         stripes: &[(u32, Range<u64>)],
     ) -> Result<Vec<Vec<u8>>> {
@@ -76,12 +76,7 @@ impl Client {
     }
 
     /// Reads `offset..end` of an encrypted file through `handle`.
-    pub(crate) fn crypt_read(
-        &mut self,
-        handle: &FileHandle,
-        offset: u64,
-        end: u64,
-    ) -> Result<Vec<u8>> {
+    pub(crate) fn crypt_read(&self, handle: &FileHandle, offset: u64, end: u64) -> Result<Vec<u8>> {
         let parts = pieces(offset, end);
         let missing: Vec<(u32, Range<u64>)> = parts
             .iter()
@@ -111,7 +106,7 @@ impl Client {
     /// Writes `data` at `offset` of an encrypted file through `handle` (kept until sent;
     /// a gap before it is filled with zeros).
     pub(crate) fn crypt_write(
-        &mut self,
+        &self,
         handle: &mut FileHandle,
         offset: u64,
         data: &[u8],
@@ -166,12 +161,12 @@ impl Client {
 
     /// Seals and sends the stripes `handle` keeps, under one fresh generation, which the
     /// handle records (for its own reads) and reports at its next flush.
-    pub(crate) fn send_pending(&mut self, handle: &mut FileHandle) -> Result<()> {
+    pub(crate) fn send_pending(&self, handle: &mut FileHandle) -> Result<()> {
         if handle.pending.is_empty() {
             return Ok(());
         }
         let opened = handle.opened.clone();
-        let generation = new_generation(&mut self.rng);
+        let generation = new_generation(&mut self.nonce_rng());
         let pending = std::mem::take(&mut handle.pending);
         let mut calls = Vec::with_capacity(pending.len());
         let mut crypt: Option<(std::ops::Range<u32>, StripeCrypt)> = None;
@@ -194,7 +189,7 @@ impl Client {
             let Some((_, crypt)) = &crypt else {
                 return Err(ClientError::Internal("no keys for a pending stripe".into()));
             };
-            let sealed = crypt.seal(*stripe, generation, plain, &mut self.rng)?;
+            let sealed = crypt.seal(*stripe, generation, plain, &mut self.nonce_rng())?;
             let (osd, object) = self.stripe_target(&opened, *stripe)?;
             calls.push((osd, crate::data::write_request(&opened, object, sealed)));
         }
@@ -223,7 +218,7 @@ impl Client {
 
     /// Truncates an encrypted file through `handle` to `size`: the last kept stripe is
     /// cut and resealed, the stripes past it removed.
-    pub(crate) fn crypt_truncate(&mut self, handle: &mut FileHandle, size: u64) -> Result<()> {
+    pub(crate) fn crypt_truncate(&self, handle: &mut FileHandle, size: u64) -> Result<()> {
         if size > handle.size {
             // Zeros up to the new size (a write of nothing at `size` fills the gap).
             return self.crypt_write(handle, size, &[]);
@@ -253,7 +248,7 @@ impl Client {
     }
 
     /// Sends what `handle` keeps and records the size and generations at the MDS.
-    pub(crate) fn crypt_flush(&mut self, handle: &mut FileHandle) -> Result<()> {
+    pub(crate) fn crypt_flush(&self, handle: &mut FileHandle) -> Result<()> {
         self.send_pending(handle)?;
         let stripes = crate::stripes_for(handle.size);
         let mut written: Vec<(u32, u32, u64)> = Vec::new();

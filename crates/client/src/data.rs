@@ -9,7 +9,7 @@ impl Client {
     /// One request to an OSD; renegotiates the session once if the OSD forgot it,
     /// supplies the capability's Merkle trees once if the OSD lacks them (SPEC M4), and
     /// renews the capability when due, giving the OSD the token (SPEC M8).
-    pub fn osd_call(&mut self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
+    pub fn osd_call(&self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
         self.prepare_capability(osd, &request.capability)?;
         match self.osd_call_fresh(osd, &request) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownTree => {
@@ -44,11 +44,11 @@ impl Client {
     }
 
     /// [`Client::osd_call`] without supplying trees.
-    pub(crate) fn osd_call_fresh(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+    pub(crate) fn osd_call_fresh(&self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
         let clock = self.clock.clone();
         match retry_stale(&clock, || self.osd_call_once(osd, request)) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
-                if let Some(s) = &mut self.session {
+                if let Some(s) = self.session.lock().as_mut() {
                     s.osd_sessions.retain(|o| o.osd != osd);
                 }
                 retry_stale(&clock, || self.osd_call_once(osd, request))
@@ -57,7 +57,7 @@ impl Client {
         }
     }
 
-    pub(crate) fn osd_call_once(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+    pub(crate) fn osd_call_once(&self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
         let auth = self.auth_for(osd, request, self.insecure_user)?;
         let answer = self.call_with(osd, &auth, request);
         self.after_t10_refusal(&auth, request, &answer);
@@ -65,12 +65,7 @@ impl Client {
     }
 
     /// Forgets a file's T10 credentials when one was refused as revoked.
-    fn after_t10_refusal(
-        &mut self,
-        auth: &Auth,
-        request: &OsdRequest,
-        answer: &Result<OsdResponse>,
-    ) {
+    fn after_t10_refusal(&self, auth: &Auth, request: &OsdRequest, answer: &Result<OsdResponse>) {
         if let (Auth::T10 { .. }, Err(ClientError::Refused(e))) = (auth, answer) {
             if e.code == ErrorCode::Revoked {
                 if let Some((object, _)) = request.command.object_access() {
@@ -83,17 +78,12 @@ impl Client {
     /// How `request` to `osd` is authenticated: under the T10 credential of its file for
     /// that OSD (SPEC T2) when it carries no Maat capability and one is held, else as
     /// [`Client::osd_auth`] says.
-    fn auth_for(
-        &mut self,
-        osd: u64,
-        request: &OsdRequest,
-        insecure_user: Option<u64>,
-    ) -> Result<Auth> {
+    fn auth_for(&self, osd: u64, request: &OsdRequest, insecure_user: Option<u64>) -> Result<Auth> {
         if insecure_user.is_none() && request.capability.is_empty() {
             let credential = request
                 .command
                 .object_access()
-                .and_then(|(object, _)| self.t10.get(&(object.file, osd)));
+                .and_then(|(object, _)| self.t10.lock().get(&(object.file, osd)).cloned());
             if let Some(c) = credential {
                 let id = maat_proto::t10::credential_id(&c.capability);
                 let held = |source| ClientError::Token {
@@ -105,8 +95,8 @@ impl Client {
                     .security_method;
                 let prefix = maat_proto::t10::request_prefix(&c.capability).map_err(held)?;
                 let capability = c.capability.clone();
-                let keys = self.envelope_keys.get(&id, c.key.expose());
-                let offset = self.session.as_ref().map_or(0, |s| s.clock_offset);
+                let keys = self.envelope_keys.lock().get(&id, c.key.expose());
+                let offset = self.session.lock().as_ref().map_or(0, |s| s.clock_offset);
                 return Ok(Auth::T10 {
                     keys,
                     id,
@@ -121,25 +111,31 @@ impl Client {
     }
 
     /// One request to `osd` on this client's connection to it, authenticated by `auth`.
-    fn call_with(&mut self, osd: u64, auth: &Auth, request: &OsdRequest) -> Result<OsdResponse> {
-        self.stats.requests += 1;
+    fn call_with(&self, osd: u64, auth: &Auth, request: &OsdRequest) -> Result<OsdResponse> {
+        self.stats.lock().requests += 1;
         let address = self.osd_entry(osd)?.address;
-        let conn = self
-            .osds
-            .entry(osd)
-            .or_insert_with(|| self.network.connect(address.clone()));
-        call_on(conn, &address, auth, request, &self.clock, &mut self.rng)
+        let mut conn = self.connections.take(&self.network, &address);
+        let answer = call_on(
+            &mut conn,
+            &address,
+            auth,
+            request,
+            &self.clock,
+            &mut self.nonce_rng(),
+        );
+        self.connections.give_back(conn);
+        answer
     }
 
     /// How requests to `osd` are authenticated: the session's envelope keys, or NOSEC as
     /// `insecure_user`.
-    fn osd_auth(&mut self, osd: u64, insecure_user: Option<u64>) -> Result<Auth> {
+    fn osd_auth(&self, osd: u64, insecure_user: Option<u64>) -> Result<Auth> {
         if let Some(user) = insecure_user {
             return Ok(Auth::Insecure { user });
         }
         let (sid, key, offset) = self.osd_session_with_offset(osd)?;
         Ok(Auth::Sealed {
-            keys: self.envelope_keys.get(&sid, &key),
+            keys: self.envelope_keys.lock().get(&sid, &key),
             sid,
             offset,
         })
@@ -152,6 +148,7 @@ impl Client {
             return Ok(self.insecure_user);
         }
         self.session
+            .lock()
             .as_ref()
             .map(|s| Some(s.uid))
             .ok_or(ClientError::NotLoggedIn)
@@ -159,7 +156,7 @@ impl Client {
 
     /// How many stripes of one file are in flight at once: two per OSD (one being
     /// served, one queued), at most [`STRIPES_IN_FLIGHT_MAX`].
-    pub fn stripes_in_flight(&mut self) -> Result<u32> {
+    pub fn stripes_in_flight(&self) -> Result<u32> {
         let osds = self.cluster_map()?.osds.len() as u32;
         Ok((2 * osds).clamp(1, STRIPES_IN_FLIGHT_MAX))
     }
@@ -169,7 +166,7 @@ impl Client {
     /// A request refused at the envelope (unknown session, stale timestamp) was not
     /// applied: it is retried alone through [`Client::osd_call`], which renegotiates.
     pub(crate) fn parallel(
-        &mut self,
+        &self,
         opened: &Opened,
         calls: Vec<(u64, OsdRequest)>,
     ) -> Result<Vec<Result<OsdResponse>>> {
@@ -185,18 +182,13 @@ impl Client {
             }
             let auth = self.auth_for(osd, &request, insecure)?;
             let address = self.osd_entry(osd)?.address;
-            let conn = self
-                .osds
-                .remove(&osd)
-                .unwrap_or_else(|| self.connect(&address));
-            let mut seed = [0u8; 32];
-            self.rng.fill_bytes(&mut seed);
+            let conn = self.connections.take(&self.network, &address);
             lanes.push(Lane {
                 osd,
                 address,
                 auth,
                 conn,
-                rng: rand_chacha::ChaCha20Rng::from_seed(seed),
+                rng: self.nonce_rng(),
                 calls: vec![(index, request)],
                 answers: Vec::new(),
             });
@@ -228,8 +220,8 @@ impl Client {
         }
         let mut answers = Vec::new();
         for lane in lanes {
-            self.stats.requests += lane.calls.len() as u64;
-            self.osds.insert(lane.osd, lane.conn);
+            self.stats.lock().requests += lane.calls.len() as u64;
+            self.connections.give_back(lane.conn);
             for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {
                 self.after_t10_refusal(&lane.auth, &request, &answer);
                 let answer = match answer {
@@ -248,7 +240,7 @@ impl Client {
                         // request is simply sent again (`osd_call` waits as needed,
                         // supplies Merkle trees the OSD lacks and renewal tokens).
                         if e.code == ErrorCode::UnknownSession {
-                            if let Some(s) = &mut self.session {
+                            if let Some(s) = self.session.lock().as_mut() {
                                 s.osd_sessions.retain(|o| o.osd != lane.osd);
                             }
                         }
@@ -264,17 +256,13 @@ impl Client {
     }
 
     /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
-    pub fn place(&mut self, file: u64, stripe: u32) -> Result<u64> {
+    pub fn place(&self, file: u64, stripe: u32) -> Result<u64> {
         let map = self.cluster_map()?;
         placement::place(&map, file, stripe).ok_or(ClientError::NoOsds)
     }
 
     /// The object holding stripe `stripe` of an opened file, and the OSD it lives on.
-    pub(crate) fn stripe_target(
-        &mut self,
-        opened: &Opened,
-        stripe: u32,
-    ) -> Result<(u64, ObjectId)> {
+    pub(crate) fn stripe_target(&self, opened: &Opened, stripe: u32) -> Result<(u64, ObjectId)> {
         let object = ObjectId {
             partition: DATA_PARTITION,
             file: opened.stat.id,
@@ -286,7 +274,7 @@ impl Client {
     /// A data request for an opened file: protected as its partition requires, or NOSEC
     /// for a NOSEC partition (which only a cluster with the danger flag has).
     pub(crate) fn data_call(
-        &mut self,
+        &self,
         opened: &Opened,
         osd: u64,
         request: OsdRequest,
@@ -300,14 +288,14 @@ impl Client {
     }
 
     /// Writes one object of a file.
-    pub fn write_object(&mut self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
+    pub fn write_object(&self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
         self.data_call(opened, osd, write_request(opened, object, data))
             .map(|_| ())
     }
 
     /// Reads one object of a file (`None` when it does not exist).
-    pub fn read_object(&mut self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
+    pub fn read_object(&self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
         match self.data_call(opened, osd, read_request(opened, object, STRIPE_UNIT_BYTES)) {
             Ok(OsdResponse::Data(d)) => Ok(Some(d)),
@@ -319,7 +307,7 @@ impl Client {
 
     /// Reads one stripe object whole (`length` bytes at most); empty when missing.
     pub(crate) fn read_object_sealed(
-        &mut self,
+        &self,
         opened: &Opened,
         stripe: u32,
         length: u64,
@@ -336,7 +324,7 @@ impl Client {
     /// Writes `data` at byte `offset` of an opened file, inside one stripe (a range that
     /// crosses a stripe boundary is refused here). Record the size with
     /// [`Client::set_size`] when done, as `put` does.
-    pub fn write_at(&mut self, opened: &Opened, offset: u64, data: Vec<u8>) -> Result<()> {
+    pub fn write_at(&self, opened: &Opened, offset: u64, data: Vec<u8>) -> Result<()> {
         let (stripe, within) = within_stripe(offset, data.len() as u64)?;
         let (osd, object) = self.stripe_target(opened, stripe)?;
         let request = OsdRequest {
@@ -353,7 +341,7 @@ impl Client {
 
     /// Reads up to `length` bytes at byte `offset` of an opened file, inside one stripe
     /// (short or empty past the end of what was written).
-    pub fn read_at(&mut self, opened: &Opened, offset: u64, length: u32) -> Result<Vec<u8>> {
+    pub fn read_at(&self, opened: &Opened, offset: u64, length: u32) -> Result<Vec<u8>> {
         let (stripe, within) = within_stripe(offset, u64::from(length))?;
         let (osd, object) = self.stripe_target(opened, stripe)?;
         let request = OsdRequest {
@@ -374,7 +362,7 @@ impl Client {
 
     /// Records the size of a file written with [`Client::write_at`] (the writer's
     /// "close").
-    pub fn set_size(&mut self, path: &str, opened: &Opened, size: u64) -> Result<()> {
+    pub fn set_size(&self, path: &str, opened: &Opened, size: u64) -> Result<()> {
         self.expect_ok(MdsRequest::SetSize {
             path: path.into(),
             file: opened.stat.id,
@@ -382,14 +370,14 @@ impl Client {
         })
     }
 
-    pub(crate) fn remove_object(&mut self, opened: &Opened, stripe: u32) -> Result<()> {
+    pub(crate) fn remove_object(&self, opened: &Opened, stripe: u32) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
         self.data_call(opened, osd, remove_request(opened, object))
             .map(|_| ())
     }
 
     /// Removes a file and its objects.
-    pub fn unlink(&mut self, path: &str) -> Result<()> {
+    pub fn unlink(&self, path: &str) -> Result<()> {
         self.forget_opened();
         let response = self.mds_call(MdsRequest::Unlink { path: path.into() })?;
         let opened = self.opened_from(response)?;

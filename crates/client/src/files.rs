@@ -97,7 +97,7 @@ const ZERO_FILL_CHUNK: u64 = 4 * STRIPE_UNIT_BYTES;
 
 impl Client {
     /// Opens `path` for byte-range I/O.
-    pub fn open_file(&mut self, path: &str, flags: OpenFlags) -> Result<FileHandle> {
+    pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<FileHandle> {
         if flags.exclusive && flags.create.is_some() {
             match self.stat(path) {
                 Ok(_) => {
@@ -160,12 +160,7 @@ impl Client {
     }
 
     /// Reads up to `len` bytes at `offset` (short at the end of the file, empty past it).
-    pub fn read_file_at(
-        &mut self,
-        handle: &FileHandle,
-        offset: u64,
-        len: usize,
-    ) -> Result<Vec<u8>> {
+    pub fn read_file_at(&self, handle: &FileHandle, offset: u64, len: usize) -> Result<Vec<u8>> {
         let len = len.min(FILE_IO_BYTES_MAX) as u64;
         let end = handle.size.min(offset.saturating_add(len));
         if offset >= end {
@@ -224,12 +219,7 @@ impl Client {
 
     /// Writes `data` at `offset` (a gap past the end is filled with zeros first). The
     /// size is recorded at the MDS by [`Client::flush_file`].
-    pub fn write_file_at(
-        &mut self,
-        handle: &mut FileHandle,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<()> {
+    pub fn write_file_at(&self, handle: &mut FileHandle, offset: u64, data: &[u8]) -> Result<()> {
         if !handle.writable {
             return Err(ClientError::NotOpenForWriting(handle.path.clone()));
         }
@@ -259,7 +249,7 @@ impl Client {
 
     /// Sets the size to `size`: stripes past it are removed and the last one cut, or the
     /// file grows with zeros. Recorded at the MDS at once.
-    pub fn truncate_file(&mut self, handle: &mut FileHandle, size: u64) -> Result<()> {
+    pub fn truncate_file(&self, handle: &mut FileHandle, size: u64) -> Result<()> {
         if !handle.writable {
             return Err(ClientError::NotOpenForWriting(handle.path.clone()));
         }
@@ -310,7 +300,7 @@ impl Client {
     }
 
     /// Records the handle's size at the MDS if it wrote since the last record.
-    pub fn flush_file(&mut self, handle: &mut FileHandle) -> Result<()> {
+    pub fn flush_file(&self, handle: &mut FileHandle) -> Result<()> {
         if !handle.dirty {
             return Ok(());
         }
@@ -325,7 +315,7 @@ impl Client {
         Ok(())
     }
 
-    fn zero_fill(&mut self, handle: &mut FileHandle, to: u64) -> Result<()> {
+    fn zero_fill(&self, handle: &mut FileHandle, to: u64) -> Result<()> {
         let mut at = handle.size;
         while at < to {
             let n = (to - at).min(ZERO_FILL_CHUNK - at % STRIPE_UNIT_BYTES);
@@ -337,7 +327,7 @@ impl Client {
         Ok(())
     }
 
-    fn write_pieces(&mut self, handle: &FileHandle, offset: u64, data: &[u8]) -> Result<()> {
+    fn write_pieces(&self, handle: &FileHandle, offset: u64, data: &[u8]) -> Result<()> {
         let end = offset + data.len() as u64;
         let mut calls = Vec::new();
         let mut at = 0usize;
@@ -370,7 +360,7 @@ impl Client {
     /// (another writer, or one that failed before recording its size, may have left
     /// stripes past what a handle saw: a truncated byte must never be readable again).
     pub(crate) fn remove_stripes_range(
-        &mut self,
+        &self,
         opened: &Opened,
         keep: u32,
         known: u32,
@@ -392,7 +382,7 @@ impl Client {
     }
 
     pub(crate) fn windowed(
-        &mut self,
+        &self,
         opened: &Opened,
         mut calls: Vec<(u64, OsdRequest)>,
     ) -> Result<Vec<Result<OsdResponse>>> {

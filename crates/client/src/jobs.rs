@@ -76,12 +76,12 @@ impl Client {
     }
 
     /// Holds a job key for I/O under its handles (lead and participants alike).
-    pub fn use_job(&mut self, key: SigningKey, lifetime: &[u8]) -> Result<()> {
+    pub fn use_job(&self, key: SigningKey, lifetime: &[u8]) -> Result<()> {
         let public = key.verifying_key().to_bytes();
         let token = self.verify_lifetime(lifetime, &public)?;
         let hash = computation_key_hash(&public);
         let body = token.body();
-        self.jobs.insert(
+        self.jobs.lock().insert(
             hash,
             HeldJob {
                 key,
@@ -97,12 +97,12 @@ impl Client {
 
     /// The lifetime token held for a job key (the newest this client has seen).
     pub fn job_lifetime_held(&self, key_hash: &[u8; 32]) -> Option<Vec<u8>> {
-        self.jobs.get(key_hash).map(|j| j.lifetime.clone())
+        self.jobs.lock().get(key_hash).map(|j| j.lifetime.clone())
     }
 
     /// Starts a job led by this user: a fresh computation key and its lifetime token.
-    pub fn job_create(&mut self) -> Result<(SigningKey, Vec<u8>)> {
-        let key = SigningKey::generate(&mut self.rng);
+    pub fn job_create(&self) -> Result<(SigningKey, Vec<u8>)> {
+        let key = SigningKey::generate(&mut self.nonce_rng());
         let public = key.verifying_key().to_bytes();
         let lifetime = match self.mds_call(MdsRequest::JobCreate {
             computation_key: public,
@@ -118,7 +118,7 @@ impl Client {
     /// `openg`: opens `path` for the job of `key` (lead only); the handle's capability
     /// is bound to the key.
     pub fn openg(
-        &mut self,
+        &self,
         key: &SigningKey,
         path: &str,
         access: Access,
@@ -156,9 +156,9 @@ impl Client {
     /// `openfh`: an open file from a job's handle (no MDS request). The client must hold
     /// the job's key ([`Client::use_job`]). The size is not known here: reads go on
     /// until a stripe is short.
-    pub fn openfh(&mut self, handle: &JobHandle) -> Result<Opened> {
+    pub fn openfh(&self, handle: &JobHandle) -> Result<Opened> {
         let hash = computation_key_hash(&handle.handle.computation_key);
-        if !self.jobs.contains_key(&hash) {
+        if !self.jobs.lock().contains_key(&hash) {
             return Err(ClientError::NotInJob(
                 "this handle belongs to a job whose key this client does not hold \
                  (maat job join)"
@@ -191,12 +191,12 @@ impl Client {
 
     /// Lead: a new lifetime for the job's key (refused to anyone else, and once the lead
     /// lost access to one of the job's files).
-    pub fn job_renew(&mut self, key: &SigningKey) -> Result<Vec<u8>> {
+    pub fn job_renew(&self, key: &SigningKey) -> Result<Vec<u8>> {
         self.job_renew_inner(key).map(|(lifetime, _)| lifetime)
     }
 
     /// [`Client::job_renew`], and whether the token is newer than the one held.
-    fn job_renew_inner(&mut self, key: &SigningKey) -> Result<(Vec<u8>, bool)> {
+    fn job_renew_inner(&self, key: &SigningKey) -> Result<(Vec<u8>, bool)> {
         let public = key.verifying_key().to_bytes();
         let lifetime = match self.mds_call(MdsRequest::JobRenew {
             computation_key: public,
@@ -210,7 +210,7 @@ impl Client {
 
     /// Anyone: the newest lifetime token of a job key (a participant learns the lead's
     /// renewals).
-    pub fn job_lifetime(&mut self, key_hash: &[u8; 32]) -> Result<Vec<u8>> {
+    pub fn job_lifetime(&self, key_hash: &[u8; 32]) -> Result<Vec<u8>> {
         match self.mds_call(MdsRequest::JobLifetime {
             key_hash: *key_hash,
         })? {
@@ -220,10 +220,11 @@ impl Client {
     }
 
     /// Keeps a newer lifetime token for a held key; OSDs get it with the next proof.
-    fn take_lifetime(&mut self, public: &[u8; 32], lifetime: &[u8]) -> Result<bool> {
+    fn take_lifetime(&self, public: &[u8; 32], lifetime: &[u8]) -> Result<bool> {
         let token = self.verify_lifetime(lifetime, public)?;
         let hash = computation_key_hash(public);
-        let Some(job) = self.jobs.get_mut(&hash) else {
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(&hash) else {
             return Ok(false);
         };
         if token.body().expiry.0 <= job.expiry {
@@ -237,7 +238,7 @@ impl Client {
     }
 
     /// Lead or administrator: every OSD refuses the job's key from now on.
-    pub fn job_end(&mut self, key_hash: &[u8; 32]) -> Result<Revocation> {
+    pub fn job_end(&self, key_hash: &[u8; 32]) -> Result<Revocation> {
         let response = self.mds_call(MdsRequest::JobEnd {
             key_hash: *key_hash,
         })?;
@@ -247,7 +248,7 @@ impl Client {
     /// Lead: the bundle for participant `to` (sealed to the key of their newest login,
     /// signed with this login's key).
     pub fn job_export(
-        &mut self,
+        &self,
         name: &str,
         key: &SigningKey,
         lifetime: &[u8],
@@ -262,33 +263,34 @@ impl Client {
         let participant = Unverified::<LoginTicket>::decode(&ticket)
             .and_then(|t| t.verify(&self.mds_key, now))
             .map_err(token_error("participant's login ticket"))?;
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
+        let (signing_seed, own_ticket) =
+            self.with_session(|s| (s.signing_seed, s.ticket.clone()))?;
         let grant = JobGrant {
             name: name.into(),
             computation_seed: key.to_seed(),
             lifetime: lifetime.to_vec(),
             handles: handles.iter().map(|h| h.bytes.clone()).collect(),
         };
-        let signing = SigningKey::from_seed(&session.signing_seed);
+        let signing = SigningKey::from_seed(&signing_seed);
         job_bundle::seal_bundle(
             &grant,
-            &session.ticket,
+            &own_ticket,
             &signing,
             participant.body(),
-            &mut self.rng,
+            &mut self.nonce_rng(),
         )
         .map_err(token_error("job bundle"))
     }
 
     /// Participant: opens a bundle sealed to this login; returns the grant and the lead.
-    pub fn job_join(&mut self, bundle: &[u8]) -> Result<(JobGrant, UserId)> {
+    pub fn job_join(&self, bundle: &[u8]) -> Result<(JobGrant, UserId)> {
         self.ensure_session()?;
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let sealing = SealingSecretKey::from_bytes(session.sealing_secret);
+        let (sealing_secret, uid) = self.with_session(|s| (s.sealing_secret, s.uid))?;
+        let sealing = SealingSecretKey::from_bytes(sealing_secret);
         let opened = job_bundle::open_bundle(
             bundle,
             &self.mds_key,
-            UserId(session.uid),
+            UserId(uid),
             &sealing,
             UnixMillis(self.now()),
         )
@@ -302,17 +304,23 @@ impl Client {
     }
 
     /// Records the size of a file written through a job's write handle.
-    pub fn set_size_by_handle(&mut self, handle: &JobHandle, size: u64) -> Result<()> {
+    pub fn set_size_by_handle(&self, handle: &JobHandle, size: u64) -> Result<()> {
         self.ensure_session()?;
         let session_id = self
             .session
+            .lock()
             .as_ref()
             .map(|s| s.session_id)
             .ok_or(ClientError::NotLoggedIn)?;
         let hash = computation_key_hash(&handle.handle.computation_key);
-        let key = self.jobs.get(&hash).map(|j| j.key.clone()).ok_or_else(|| {
-            ClientError::NotInJob("this client does not hold the job's key".into())
-        })?;
+        let key = self
+            .jobs
+            .lock()
+            .get(&hash)
+            .map(|j| j.key.clone())
+            .ok_or_else(|| {
+                ClientError::NotInJob("this client does not hold the job's key".into())
+            })?;
         let proof = key
             .sign(&delegation::set_size_message(
                 &session_id,
@@ -330,21 +338,22 @@ impl Client {
 
     /// Before a request under a capability delegated to `hash`: refreshes the key's
     /// lifetime when it runs low, and proves the key to `osd` on this session once.
-    pub(crate) fn prepare_delegated(&mut self, osd: u64, hash: &[u8; 32]) -> Result<()> {
+    pub(crate) fn prepare_delegated(&self, osd: u64, hash: &[u8; 32]) -> Result<()> {
         let now = self.now();
-        let Some(job) = self.jobs.get(hash) else {
+        let Some((start, expiry)) = self.jobs.lock().get(hash).map(|j| (j.start, j.expiry)) else {
             return Err(ClientError::NotInJob(
                 "a capability delegated to a job key this client does not hold".into(),
             ));
         };
-        let life = job.expiry.saturating_sub(job.start);
-        if now.saturating_add(life * JOB_REFRESH_AT_PERCENT_LEFT / 100) >= job.expiry {
+        let life = expiry.saturating_sub(start);
+        if now.saturating_add(life * JOB_REFRESH_AT_PERCENT_LEFT / 100) >= expiry {
             // A refresh that fails leaves the key valid until its expiry.
             let _ = self.refresh_lifetime(hash);
         }
         let (sid, _, _) = self.osd_session_with_offset(osd)?;
         if self
             .jobs
+            .lock()
             .get(hash)
             .is_some_and(|j| !j.proven.contains(&(osd, sid)))
         {
@@ -354,8 +363,8 @@ impl Client {
     }
 
     /// The lead renews; a participant fetches the newest token. True when it is newer.
-    fn refresh_lifetime(&mut self, hash: &[u8; 32]) -> Result<bool> {
-        let (key, lead) = match self.jobs.get(hash) {
+    fn refresh_lifetime(&self, hash: &[u8; 32]) -> Result<bool> {
+        let (key, lead) = match self.jobs.lock().get(hash) {
             Some(j) => (j.key.clone(), j.lead),
             None => return Ok(false),
         };
@@ -368,10 +377,10 @@ impl Client {
     }
 
     /// Proves possession of the job key to `osd` on the current session.
-    fn supply_proof(&mut self, osd: u64, hash: &[u8; 32]) -> Result<()> {
+    fn supply_proof(&self, osd: u64, hash: &[u8; 32]) -> Result<()> {
         let (sid, secret, _) = self.osd_session_with_offset(osd)?;
         let uid = self.uid().ok_or(ClientError::NotLoggedIn)?;
-        let (key, lifetime) = match self.jobs.get(hash) {
+        let (key, lifetime) = match self.jobs.lock().get(hash) {
             Some(j) => (j.key.clone(), j.lifetime.clone()),
             None => return Err(ClientError::NotInJob("job key not held".into())),
         };
@@ -382,7 +391,7 @@ impl Client {
             expiry: UnixMillis(u64::MAX),
             key: Secret32::from_bytes(secret),
         };
-        let proof = delegation::make_proof(&key, &session, &mut self.rng)
+        let proof = delegation::make_proof(&key, &session, &mut self.nonce_rng())
             .map_err(token_error("proof token"))?;
         self.osd_call_once(
             osd,
@@ -391,7 +400,7 @@ impl Client {
                 command: OsdCommand::SupplyProof { lifetime, proof },
             },
         )?;
-        if let Some(j) = self.jobs.get_mut(hash) {
+        if let Some(j) = self.jobs.lock().get_mut(hash) {
             j.proven.insert((osd, sid));
         }
         Ok(())
@@ -401,7 +410,7 @@ impl Client {
     /// key's lifetime over (`CapabilityExpired`): refreshes the lifetime if needed and
     /// proves again. True when the request is worth sending again.
     pub(crate) fn recover_delegated(
-        &mut self,
+        &self,
         osd: u64,
         hash: &[u8; 32],
         code: ErrorCode,
@@ -409,7 +418,7 @@ impl Client {
         if code == ErrorCode::CapabilityExpired && !self.refresh_lifetime(hash)? {
             return Ok(false);
         }
-        if let Some(j) = self.jobs.get_mut(hash) {
+        if let Some(j) = self.jobs.lock().get_mut(hash) {
             j.proven.retain(|(o, _)| *o != osd);
         }
         self.supply_proof(osd, hash)?;
@@ -421,7 +430,7 @@ impl Client {
     /// Sends a request to an OSD without preparing its capability (no proof, no
     /// renewal): attack tests present delegated capabilities they hold no key for.
     #[cfg(feature = "test-hooks")]
-    pub fn osd_call_unprepared(&mut self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+    pub fn osd_call_unprepared(&self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
         self.osd_call_fresh(osd, request)
     }
 }

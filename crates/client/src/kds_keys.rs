@@ -152,7 +152,7 @@ fn range_nodes_upto(
 
 impl Client {
     pub(crate) fn fetch_keys(
-        &mut self,
+        &self,
         opened: &Opened,
         lockbox_bytes: &[u8],
         lockbox: &Lockbox,
@@ -167,7 +167,7 @@ impl Client {
     /// [`Client::finish_key_request`] reads it. (Sent nowhere when no KDS takes it now:
     /// the finish then asks as [`Client::fetch_keys`] does.)
     pub(crate) fn send_key_request(
-        &mut self,
+        &self,
         opened: &Opened,
         lockbox_bytes: &[u8],
         nodes: Vec<(u8, u64)>,
@@ -180,10 +180,7 @@ impl Client {
             // The connection travels with the request: one dropped unanswered (the read
             // failed first) is closed, never reused with its answer unread.
             let address = entry.address.clone();
-            let mut conn = self
-                .kds_connections
-                .remove(&address)
-                .unwrap_or_else(|| self.connect(&address));
+            let mut conn = self.connections.take(&self.network, &address);
             if conn.send(FrameType::Plain, &payload).is_ok() {
                 sent = Some(conn);
             }
@@ -200,7 +197,7 @@ impl Client {
     /// (a KDS not ready, gone, or older than keyed grants), the request is made again the
     /// usual way (key requests change nothing, so asking twice is safe).
     pub(crate) fn finish_key_request(
-        &mut self,
+        &self,
         opened: &Opened,
         lockbox_bytes: &[u8],
         lockbox: &Lockbox,
@@ -214,7 +211,7 @@ impl Client {
             let address = conn.address().to_string();
             match conn.receive() {
                 Ok((FrameType::Plain, answer)) => {
-                    self.kds_connections.insert(address.clone(), conn);
+                    self.connections.give_back(conn);
                     match decode_answer::<KdsResponse>(&address, &answer) {
                         Ok(KdsResponse::Grants(grants)) => answered = Some(grants),
                         Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
@@ -225,7 +222,7 @@ impl Client {
                     }
                 }
                 Ok((_, answer)) => {
-                    self.kds_connections.insert(address.clone(), conn);
+                    self.connections.give_back(conn);
                     return Err(refusal(&address, &answer));
                 }
                 Err(_) => {}
@@ -260,14 +257,14 @@ impl Client {
     /// The key this login shares with the KDS for keyed grants (one X25519 agreement per
     /// login and KDS key, then kept).
     fn grant_key(
-        &mut self,
+        &self,
         sealing: &maat_crypto::seal::SealingSecretKey,
         kds: &[u8; 32],
     ) -> Result<GrantKey> {
         // (Named by a hash of the login's secret: its public key would cost an X25519
         // operation to compute.)
         let mine = maat_crypto::hash::blake3(&[b"maat/grant-key-login", &sealing.to_bytes()[..]]);
-        if let Some((k, m, key)) = &self.grant_key {
+        if let Some((k, m, key)) = &*self.grant_key.lock() {
             if k == kds && *m == mine {
                 return Ok(key.clone());
             }
@@ -277,22 +274,21 @@ impl Client {
                 what: "KDS key in the cluster map",
                 source: e,
             })?;
-        self.grant_key = Some((*kds, mine, key.clone()));
+        *self.grant_key.lock() = Some((*kds, mine, key.clone()));
         Ok(key)
     }
 
     /// One key request to a KDS for several files, each with the nodes wanted; one
     /// answer per file (the keys, checked: sealed to this login and signed by the KDS,
     /// for that file, or the KDS's refusal).
-    fn key_request(&mut self, files: &[KeyAsk<'_>]) -> Result<Vec<Result<HeldKeys>>> {
+    fn key_request(&self, files: &[KeyAsk<'_>]) -> Result<Vec<Result<HeldKeys>>> {
         let request = self.keyed_request(files)?;
         self.key_grants(files, request, None, 0)
     }
 
     /// The keyed key request for `files`.
-    fn keyed_request(&mut self, files: &[KeyAsk<'_>]) -> Result<KdsRequest> {
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let ticket = session.ticket.clone();
+    fn keyed_request(&self, files: &[KeyAsk<'_>]) -> Result<KdsRequest> {
+        let ticket = self.with_session(|s| s.ticket.clone())?;
         let mut wanted = Vec::with_capacity(files.len());
         for (opened, lockbox, nodes) in files {
             wanted.push(FileKeysRequest {
@@ -314,7 +310,7 @@ impl Client {
     /// instances in turn from the `skip`-th after the one picked by file (an instance a
     /// pipelined request found down or not ready is tried last).
     fn key_grants(
-        &mut self,
+        &self,
         files: &[KeyAsk<'_>],
         mut request: KdsRequest,
         answered: Option<Vec<std::result::Result<Vec<u8>, WireError>>>,
@@ -324,8 +320,9 @@ impl Client {
         let kds_keys = map.kds_keys.ok_or_else(|| {
             ClientError::NoKds("this cluster has no KDS: encrypted files cannot be read".into())
         })?;
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(session.sealing_secret);
+        let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(
+            self.with_session(|s| s.sealing_secret)?,
+        );
         let first = files
             .first()
             .map_or(0, |(o, _, _)| o.stat.id)
@@ -398,7 +395,7 @@ impl Client {
     /// level `level` (each file's nodes of that level up to the largest file size, as
     /// reads do); keeps nothing. Returns how many keys were granted, each grant checked.
     /// `maat bench kds` measures the KDS with it.
-    pub fn request_keys_batch(&mut self, files: &[Opened], level: u8) -> Result<usize> {
+    pub fn request_keys_batch(&self, files: &[Opened], level: u8) -> Result<usize> {
         let mut parts = Vec::with_capacity(files.len());
         for opened in files {
             let (crypt, lockbox) = lockbox_of(opened)?;
@@ -416,7 +413,7 @@ impl Client {
     }
 
     /// The Merkle tree messages a capability's sets need (SPEC M4), from the MDS.
-    fn capability_trees(&mut self, capability: &[u8]) -> Result<Vec<Vec<u8>>> {
+    fn capability_trees(&self, capability: &[u8]) -> Result<Vec<Vec<u8>>> {
         let Ok(body) =
             Unverified::<Capability>::decode(capability).map(|c| c.unverified_body().clone())
         else {
@@ -436,7 +433,7 @@ impl Client {
     /// load spreads over them), the next when one cannot be reached or is not ready.
     /// Returns the grants.
     fn kds_call(
-        &mut self,
+        &self,
         file: u64,
         payload: &[u8],
     ) -> Result<Vec<std::result::Result<Vec<u8>, WireError>>> {
@@ -451,11 +448,10 @@ impl Client {
                 continue;
             };
             let address = entry.address.clone();
-            let conn = self
-                .kds_connections
-                .entry(address.clone())
-                .or_insert_with(|| self.network.connect(address.clone()));
-            match conn.call(FrameType::Plain, payload) {
+            match self
+                .connections
+                .call(&self.network, &address, FrameType::Plain, payload)
+            {
                 Ok((FrameType::Plain, answer)) => {
                     match decode_answer::<KdsResponse>(&address, &answer) {
                         Ok(KdsResponse::Grants(grants)) => return Ok(grants),
@@ -467,10 +463,7 @@ impl Client {
                     }
                 }
                 Ok((_, answer)) => return Err(refusal(&address, &answer)),
-                Err(source) => {
-                    self.kds_connections.remove(&address);
-                    last = Some(ClientError::Net { address, source });
-                }
+                Err(source) => last = Some(ClientError::Net { address, source }),
             }
         }
         Err(last.unwrap_or_else(|| ClientError::NoKds("no KDS reachable".into())))
@@ -478,17 +471,13 @@ impl Client {
 
     /// Counters of every KDS in the cluster map (`daemon` is `kds N`, N its place in the
     /// map from 1; one that cannot be reached says so, with its address).
-    pub(crate) fn kds_stats(&mut self) -> Result<Vec<DaemonStats>> {
+    pub(crate) fn kds_stats(&self) -> Result<Vec<DaemonStats>> {
         let payload = crate::encode(&KdsRequest::Stats)?;
         let mut out = Vec::new();
         for (i, entry) in self.cluster_map()?.kds.into_iter().enumerate() {
             let name = format!("kds {}", i + 1);
             let address = entry.address.clone();
-            let conn = self
-                .kds_connections
-                .entry(address.clone())
-                .or_insert_with(|| self.network.connect(address.clone()));
-            let stats = match conn.call(FrameType::Plain, &payload) {
+            let stats = match self.call_at(&address, FrameType::Plain, &payload) {
                 Ok((FrameType::Plain, answer)) => {
                     match decode_answer::<KdsResponse>(&address, &answer) {
                         Ok(KdsResponse::Stats(mut s)) => {
@@ -503,13 +492,10 @@ impl Client {
                     }
                 }
                 Ok(_) => return Err(self.bad(&address, "unexpected KDS frame")),
-                Err(e) => {
-                    self.kds_connections.remove(&address);
-                    DaemonStats {
-                        daemon: format!("{name} at {address} (unreachable: {e})"),
-                        counters: vec![],
-                    }
-                }
+                Err(e) => DaemonStats {
+                    daemon: format!("{name} at {address} (unreachable: {e})"),
+                    counters: vec![],
+                },
             };
             out.push(stats);
         }
@@ -518,7 +504,7 @@ impl Client {
 
     /// Asks a KDS for `opened`'s range keys now (held ones are not used) and returns how
     /// many it granted; the keys are kept for the file's next reads and writes.
-    pub fn request_file_keys(&mut self, opened: &Opened) -> Result<usize> {
+    pub fn request_file_keys(&self, opened: &Opened) -> Result<usize> {
         let (crypt, lockbox) = lockbox_of(opened)?;
         let permit = Self::granted_ranges(opened)?;
         let size = opened.stat.size.max(1);
@@ -531,15 +517,16 @@ impl Client {
 
     /// Keeps `held` as `file`'s keys of its tree version (at most
     /// [`FILE_KEYS_CACHED_MAX`] trees' at once).
-    pub(crate) fn hold_keys(&mut self, file: u64, held: HeldKeys) {
-        if self.file_keys.len() >= FILE_KEYS_CACHED_MAX {
-            self.file_keys.clear();
+    pub(crate) fn hold_keys(&self, file: u64, held: HeldKeys) {
+        let mut file_keys = self.file_keys.lock();
+        if file_keys.len() >= FILE_KEYS_CACHED_MAX {
+            file_keys.clear();
         }
-        self.file_keys.insert((file, held.tree_version), held);
+        file_keys.insert((file, held.tree_version), held);
     }
 
     /// Forgets every held range key (tests and benchmarks measure fetching them).
-    pub fn forget_file_keys(&mut self) {
-        self.file_keys.clear();
+    pub fn forget_file_keys(&self) {
+        self.file_keys.lock().clear();
     }
 }

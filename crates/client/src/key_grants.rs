@@ -10,12 +10,7 @@ use maat_proto::msg::KeyGrantInfo;
 impl Client {
     /// Lets `users` read bytes `ranges` of the encrypted file `path` (whole blocks of its
     /// key tree: 64 KiB for files made now); adds to what they had.
-    pub fn keys_grant(
-        &mut self,
-        path: &str,
-        users: &[String],
-        ranges: &[(u64, u64)],
-    ) -> Result<()> {
+    pub fn keys_grant(&self, path: &str, users: &[String], ranges: &[(u64, u64)]) -> Result<()> {
         self.expect_ok(MdsRequest::KeysGrant {
             path: path.into(),
             users: users.to_vec(),
@@ -26,7 +21,7 @@ impl Client {
 
     /// The slice policy: user `i` of `users` reads the `i`-th of `users.len()` equal
     /// slices of `path` (replacing any slice policy it had).
-    pub fn keys_grant_slices(&mut self, path: &str, users: &[String]) -> Result<()> {
+    pub fn keys_grant_slices(&self, path: &str, users: &[String]) -> Result<()> {
         self.expect_ok(MdsRequest::KeysGrant {
             path: path.into(),
             users: users.to_vec(),
@@ -37,7 +32,7 @@ impl Client {
 
     /// Withdraws every range grant of `users` on `path`. What they opened before stays
     /// readable until its capability expires (SPEC M7); `maat keys rekey` is not built yet.
-    pub fn keys_revoke(&mut self, path: &str, users: &[String]) -> Result<()> {
+    pub fn keys_revoke(&self, path: &str, users: &[String]) -> Result<()> {
         self.expect_ok(MdsRequest::KeysRevoke {
             path: path.into(),
             users: users.to_vec(),
@@ -45,7 +40,7 @@ impl Client {
     }
 
     /// The range grants on `path` (its owner only).
-    pub fn keys_list(&mut self, path: &str) -> Result<Vec<KeyGrantInfo>> {
+    pub fn keys_list(&self, path: &str) -> Result<Vec<KeyGrantInfo>> {
         match self.mds_call(MdsRequest::KeysList { path: path.into() })? {
             MdsResponse::KeyGrants(list) => Ok(list),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -61,6 +56,7 @@ impl Client {
         tree_version: u32,
     ) -> Option<(KhtShape, Vec<RangeKey>)> {
         self.file_keys
+            .lock()
             .get(&(file, tree_version))
             .map(|h| (h.shape.clone(), h.keys.clone()))
     }

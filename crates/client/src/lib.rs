@@ -30,7 +30,10 @@ mod sessions;
 pub use jobs::{JobHandle, JOB_REFRESH_AT_PERCENT_LEFT};
 pub use maat_proto::placement;
 mod rekey;
+mod shared;
 pub use rekey::RekeyReport;
+pub use shared::IDLE_CONNECTIONS_PER_PEER_MAX;
+pub(crate) use shared::{Locked, Pool};
 mod renewal;
 mod transfer;
 mod trees;
@@ -114,7 +117,16 @@ pub struct Revocation {
 /// Progress callback: bytes done so far.
 pub type Progress<'a> = &'a mut dyn FnMut(u64);
 
+/// A key made once per login and KDS key: (KDS sealing key, a hash of the login's secret
+/// it was made from, the key).
+type PerKdsKey<K> = Option<([u8; 32], [u8; 32], K)>;
+
 /// A client of one cluster acting for one user.
+///
+/// Many threads may share one client (`&self`, e.g. in an `Arc`): its session, caches
+/// and counters sit behind short locks (`shared.rs`) and each call takes a connection of
+/// its own from a pool. Settings (`danger_insecure_as`, the key level) take `&self`:
+/// they are made before the client is shared.
 pub struct Client {
     cluster: ClusterFile,
     home: Option<Home>,
@@ -122,43 +134,47 @@ pub struct Client {
     network: Network,
     /// The local clock (the system's unless a simulation sets one).
     clock: LocalClock,
-    mds: Connection,
-    osds: HashMap<u64, Connection>,
-    map: Option<ClusterMap>,
-    session: Option<SessionState>,
+    /// Idle connections to the MDS, OSDs and KDS instances, by address.
+    connections: Pool,
+    map: Locked<Option<ClusterMap>>,
+    session: Locked<Option<SessionState>>,
     mds_key: VerifyingKey,
     insecure_user: Option<u64>,
     /// Envelope keys derived from session secrets, kept for the life of the client.
-    envelope_keys: EnvelopeKeys,
+    envelope_keys: Locked<EnvelopeKeys>,
     /// SPEC T2: the newest T10 credential per (file, OSD), from opens in partitions with
     /// T10 credentials.
-    t10: HashMap<(u64, u64), T10Credential>,
+    t10: Locked<HashMap<(u64, u64), T10Credential>>,
     /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
-    rng: rand_chacha::ChaCha20Rng,
+    rng: Locked<rand_chacha::ChaCha20Rng>,
     /// Long-lived secrets come from the OS each time (`rng.rs`).
-    key_rng: rng::KeyRng,
+    key_rng: Locked<rng::KeyRng>,
     /// Merkle tree messages fetched from the MDS, by root (SPEC M4).
-    trees: HashMap<[u8; 32], Vec<u8>>,
+    trees: Locked<HashMap<[u8; 32], Vec<u8>>>,
     /// Capabilities in use and the renewal tokens that extend them, by id (SPEC M8).
-    held: HashMap<u64, renewal::HeldCapability>,
+    held: Locked<HashMap<u64, renewal::HeldCapability>>,
     /// Job keys held, by key hash (SPEC M10).
-    jobs: HashMap<[u8; 32], jobs::HeldJob>,
+    jobs: Locked<HashMap<[u8; 32], jobs::HeldJob>>,
     /// Range keys of encrypted files, by file id (SPEC H4).
-    file_keys: HashMap<(u64, u32), crypt::HeldKeys>,
-    /// Connections to key distribution servers, by address.
-    kds_connections: HashMap<String, Connection>,
+    file_keys: Locked<HashMap<(u64, u32), crypt::HeldKeys>>,
     /// The key shared with the KDS for keyed grants: (KDS sealing key, a hash of this
     /// login's sealing secret, the key), made once per login.
-    grant_key: Option<([u8; 32], [u8; 32], maat_proto::horus::GrantKey)>,
+    grant_key: Locked<PerKdsKey<maat_proto::horus::GrantKey>>,
     /// The owner's keys for keyed lockboxes: (KDS sealing key, a hash of the owner's
     /// sealing secret, the keys), made once per login.
-    lockbox_keys: Option<([u8; 32], [u8; 32], maat_proto::horus::LockboxKeys)>,
+    lockbox_keys: Locked<PerKdsKey<maat_proto::horus::LockboxKeys>>,
     /// The key tree level key requests ask for (SPEC H8).
     key_level: u8,
     key_prefetch: u64,
     /// Counters.
-    pub stats: ClientStats,
+    stats: Locked<ClientStats>,
 }
+
+// Many threads share one client: it must stay `Send + Sync` (a compile-time check).
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Client>();
+};
 
 fn decode_answer<T: serde::de::DeserializeOwned>(address: &str, bytes: &[u8]) -> Result<T> {
     decode_answer_raw(address, bytes)?.map_err(ClientError::Refused)
@@ -198,40 +214,37 @@ impl Client {
             .map(|s| s.stats.clone())
             .unwrap_or_default();
         Ok(Self {
-            mds: Connection::new(cluster.mds.clone()),
             network: Network::Tcp,
             clock: LocalClock::default(),
             cluster,
             home,
-            osds: HashMap::new(),
-            map: None,
-            session,
+            connections: Pool::default(),
+            map: Locked::default(),
+            session: Locked::new(session),
             mds_key,
             insecure_user: None,
-            envelope_keys: EnvelopeKeys::default(),
-            t10: HashMap::new(),
-            rng: rand_chacha::ChaCha20Rng::from_rng(OsRng)
-                .map_err(|e| ClientError::Internal(format!("seeding the random generator: {e}")))?,
-            key_rng: rng::KeyRng::Os,
-            trees: HashMap::new(),
-            held: HashMap::new(),
-            jobs: HashMap::new(),
-            file_keys: HashMap::new(),
-            kds_connections: HashMap::new(),
-            grant_key: None,
-            lockbox_keys: None,
+            envelope_keys: Locked::default(),
+            t10: Locked::default(),
+            rng: Locked::new(rand_chacha::ChaCha20Rng::from_rng(OsRng).map_err(|e| {
+                ClientError::Internal(format!("seeding the random generator: {e}"))
+            })?),
+            key_rng: Locked::new(rng::KeyRng::Os),
+            trees: Locked::default(),
+            held: Locked::default(),
+            jobs: Locked::default(),
+            file_keys: Locked::default(),
+            grant_key: Locked::default(),
+            lockbox_keys: Locked::default(),
             key_level: 0,
             key_prefetch: 0,
-            stats,
+            stats: Locked::new(stats),
         })
     }
 
     /// This client with its connections on `network` (an in-process network runs a whole
     /// cluster in one process, for tests).
     pub fn with_network(mut self, network: Network) -> Self {
-        self.mds = network.connect(self.cluster.mds.clone());
-        self.osds.clear();
-        self.kds_connections.clear();
+        self.connections.clear();
         self.network = network;
         self
     }
@@ -242,16 +255,47 @@ impl Client {
     #[cfg(feature = "sim")]
     pub fn simulated(mut self, clock: ClockFn, sleep: SleepFn, seed: u64) -> Self {
         self.clock = LocalClock::simulated(clock, sleep);
-        self.rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
-        self.key_rng = rng::KeyRng::Seeded(Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(
-            seed ^ 0x6b65_7973, // "keys"
-        )));
+        *self.rng.get_mut() = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+        *self.key_rng.get_mut() = rng::KeyRng::Seeded(Box::new(
+            rand_chacha::ChaCha20Rng::seed_from_u64(seed ^ 0x6b65_7973), // "keys"
+        ));
         self
     }
 
-    /// A connection to `address` on this client's network.
-    pub(crate) fn connect(&self, address: &str) -> Connection {
-        self.network.connect(address)
+    /// Sends one frame to `address` on a connection of its own and reads the answer
+    /// (see [`Pool`]); a failure names the address.
+    pub(crate) fn call_at(
+        &self,
+        address: &str,
+        frame_type: FrameType,
+        payload: &[u8],
+    ) -> Result<(FrameType, Vec<u8>)> {
+        self.connections
+            .call(&self.network, address, frame_type, payload)
+            .map_err(|source| ClientError::Net {
+                address: address.to_string(),
+                source,
+            })
+    }
+
+    /// 16 fresh random bytes (nonces), from the client's generator.
+    pub(crate) fn nonce(&self) -> [u8; 16] {
+        let mut nonce = [0u8; 16];
+        self.rng.lock().fill_bytes(&mut nonce);
+        nonce
+    }
+
+    /// A nonce generator for one operation (many nonces, or a long one), seeded from the
+    /// client's, so that the shared generator is not held while it runs.
+    pub(crate) fn nonce_rng(&self) -> rand_chacha::ChaCha20Rng {
+        let mut seed = [0u8; 32];
+        self.rng.lock().fill_bytes(&mut seed);
+        rand_chacha::ChaCha20Rng::from_seed(seed)
+    }
+
+    /// The generator of long-lived secrets for one operation (`rng.rs`).
+    pub(crate) fn key_rng(&self) -> rng::KeyRng {
+        self.key_rng.lock().fork()
     }
 
     /// Switches to NOSEC mode acting as `user` (benchmarks; daemons must allow it).
@@ -266,58 +310,77 @@ impl Client {
 
     /// The logged-in user's id, if any.
     pub fn uid(&self) -> Option<u64> {
-        self.session.as_ref().map(|s| s.uid)
+        self.session.lock().as_ref().map(|s| s.uid)
     }
 
     /// The logged-in user's name.
-    pub fn user_name(&self) -> Option<&str> {
-        self.session.as_ref().map(|s| s.user.as_str())
+    pub fn user_name(&self) -> Option<String> {
+        self.session.lock().as_ref().map(|s| s.user.clone())
     }
 
     /// This client's counters: requests it sent to the MDS and OSDs, its capability
     /// cache's hits and misses, renewals.
-    pub fn client_stats(&self) -> &ClientStats {
-        &self.stats
+    pub fn client_stats(&self) -> ClientStats {
+        self.stats.lock().clone()
     }
 
     /// Saves session state (keys, clock offset, caches) to the home directory.
-    pub fn save(&mut self) -> Result<()> {
-        if let (Some(home), Some(s)) = (&self.home, &mut self.session) {
-            s.stats = self.stats.clone();
-            home.save_session(s)?;
-        }
-        Ok(())
+    pub fn save(&self) -> Result<()> {
+        let Some(home) = &self.home else {
+            return Ok(());
+        };
+        let stats = self.client_stats();
+        let session = {
+            let mut session = self.session.lock();
+            let Some(s) = session.as_mut() else {
+                return Ok(());
+            };
+            s.stats = stats;
+            s.clone()
+        };
+        home.save_session(&session)
     }
 
     fn now(&self) -> u64 {
-        let offset = self.session.as_ref().map(|s| s.clock_offset).unwrap_or(0);
+        let offset = self
+            .session
+            .lock()
+            .as_ref()
+            .map(|s| s.clock_offset)
+            .unwrap_or(0);
         self.clock.now().saturating_add_signed(offset)
     }
 
     // ------------------------------------------------------------------ login
 
     /// Logs in with the home's stored key if there is one and no live session.
-    pub fn ensure_session(&mut self) -> Result<()> {
+    pub fn ensure_session(&self) -> Result<()> {
         if self.insecure_user.is_some() {
             return Ok(());
         }
-        if let Some(s) = &self.session {
-            if s.expiry > self.now() + 60_000 {
-                return Ok(());
-            }
+        let now = self.now();
+        if self
+            .session
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.expiry > now + 60_000)
+        {
+            return Ok(());
         }
         self.relogin()
     }
 
-    fn relogin(&mut self) -> Result<()> {
+    fn relogin(&self) -> Result<()> {
         let identity = self.home.as_ref().and_then(|h| h.identity().ok().flatten());
         match identity {
             Some((name, key)) => self.login(&name, Credential::Key(key)),
             None => {
+                let now = self.now();
                 if self
                     .session
+                    .lock()
                     .as_ref()
-                    .is_some_and(|s| s.expiry <= self.now())
+                    .is_some_and(|s| s.expiry <= now)
                 {
                     Err(ClientError::Refused(WireError::new(
                         ErrorCode::SessionExpired,
@@ -333,12 +396,13 @@ impl Client {
     /// Ends the session at the MDS and forgets it locally.
     /// The local session is forgotten even when the MDS cannot be told; the error then
     /// says the session stays valid there until its ticket expires.
-    pub fn logout(&mut self) -> Result<()> {
-        let told = match &self.session {
-            Some(_) => self.mds_call(MdsRequest::Logout).map(|_| ()),
-            None => Ok(()),
+    pub fn logout(&self) -> Result<()> {
+        let logged_in = self.session.lock().is_some();
+        let told = match logged_in {
+            true => self.mds_call(MdsRequest::Logout).map(|_| ()),
+            false => Ok(()),
         };
-        self.session = None;
+        *self.session.lock() = None;
         if let Some(h) = &self.home {
             h.remove_session()?;
         }
@@ -356,19 +420,13 @@ impl Client {
         }
     }
 
-    fn plain_mds(&mut self, payload: &[u8]) -> Result<MdsPlainResponse> {
-        let address = self.cluster.mds.clone();
-        let (t, answer) =
-            self.mds
-                .call(FrameType::Plain, payload)
-                .map_err(|source| ClientError::Net {
-                    address: address.clone(),
-                    source,
-                })?;
+    fn plain_mds(&self, payload: &[u8]) -> Result<MdsPlainResponse> {
+        let address = &self.cluster.mds;
+        let (t, answer) = self.call_at(address, FrameType::Plain, payload)?;
         match t {
-            FrameType::Plain => decode_answer(&address, &answer),
-            FrameType::Refusal => Err(refusal(&address, &answer)),
-            _ => Err(self.bad(&address, "unexpected frame type")),
+            FrameType::Plain => decode_answer(address, &answer),
+            FrameType::Refusal => Err(refusal(address, &answer)),
+            _ => Err(self.bad(address, "unexpected frame type")),
         }
     }
 
@@ -376,7 +434,7 @@ impl Client {
 
     /// One authenticated request to the MDS (re-logging in once with a stored key when
     /// the MDS lost or expired the session).
-    pub fn mds_call(&mut self, request: MdsRequest) -> Result<MdsResponse> {
+    pub fn mds_call(&self, request: MdsRequest) -> Result<MdsResponse> {
         self.ensure_session()?;
         let clock = self.clock.clone();
         match retry_stale(&clock, || self.mds_call_once(&request)) {
@@ -418,48 +476,46 @@ impl Client {
         }
     }
 
-    fn mds_call_once(&mut self, request: &MdsRequest) -> Result<MdsResponse> {
-        self.stats.requests += 1;
-        let address = self.cluster.mds.clone();
+    fn mds_call_once(&self, request: &MdsRequest) -> Result<MdsResponse> {
+        self.stats.lock().requests += 1;
+        let address = &self.cluster.mds;
         let body = encode(request)?;
         if let Some(user) = self.insecure_user {
             let payload = encode(&InsecureRequest {
                 user,
                 request: request.clone(),
             })?;
-            let (t, answer) = self
-                .mds
-                .call(FrameType::Insecure, &payload)
-                .map_err(|source| ClientError::Net {
-                    address: address.clone(),
-                    source,
-                })?;
+            let (t, answer) = self.call_at(address, FrameType::Insecure, &payload)?;
             return match t {
-                FrameType::Plain => decode_answer(&address, &answer),
-                _ => Err(refusal(&address, &answer)),
+                FrameType::Plain => decode_answer(address, &answer),
+                _ => Err(refusal(address, &answer)),
             };
         }
         let now = self.now();
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let key = self
-            .envelope_keys
-            .get(&session.session_id, &session.key)
-            .mac;
-        let sid = session.session_id;
-        let mut nonce = [0u8; 16];
-        self.rng.fill_bytes(&mut nonce);
+        let (sid, key) = self.mds_session_key()?;
+        let nonce = self.nonce();
         let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
-        let (t, answer) = self
-            .mds
-            .call(FrameType::Request, &payload)
-            .map_err(|source| ClientError::Net {
-                address: address.clone(),
-                source,
-            })?;
-        self.open_answer(&address, &key, &sid, &nonce, t, &answer)
+        let (t, answer) = self.call_at(address, FrameType::Request, &payload)?;
+        self.open_answer(address, &key, &sid, &nonce, t, &answer)
     }
 
-    fn expect_ok(&mut self, request: MdsRequest) -> Result<()> {
+    /// `read` applied to the login's session (not logged in: an error). `read` runs under
+    /// the session's lock: it copies what it needs and calls nothing of the client.
+    pub(crate) fn with_session<T>(&self, read: impl FnOnce(&SessionState) -> T) -> Result<T> {
+        self.session
+            .lock()
+            .as_ref()
+            .map(read)
+            .ok_or(ClientError::NotLoggedIn)
+    }
+
+    /// The MDS session's id and request MAC key.
+    fn mds_session_key(&self) -> Result<([u8; 16], maat_crypto::mac::Blake3Mac)> {
+        let (sid, secret) = self.with_session(|s| (s.session_id, s.key))?;
+        Ok((sid, self.envelope_keys.lock().get(&sid, &secret).mac))
+    }
+
+    fn expect_ok(&self, request: MdsRequest) -> Result<()> {
         match self.mds_call(request)? {
             MdsResponse::Ok => Ok(()),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -468,7 +524,7 @@ impl Client {
 
     // ------------------------------------------------------------------ capabilities
 
-    fn opened_from(&mut self, response: MdsResponse) -> Result<Opened> {
+    fn opened_from(&self, response: MdsResponse) -> Result<Opened> {
         match response {
             MdsResponse::Opened {
                 stat,
@@ -492,14 +548,14 @@ impl Client {
     }
 
     /// Drops the cached read open of `path` (its size changed).
-    pub(crate) fn forget_opened_path(&mut self, path: &str) {
-        if let Some(s) = &mut self.session {
+    pub(crate) fn forget_opened_path(&self, path: &str) {
+        if let Some(s) = self.session.lock().as_mut() {
             s.opened.retain(|o| o.path != path);
         }
     }
 
-    fn forget_opened(&mut self) {
-        if let Some(s) = &mut self.session {
+    fn forget_opened(&self) {
+        if let Some(s) = self.session.lock().as_mut() {
             s.opened.clear();
         }
     }
@@ -507,7 +563,7 @@ impl Client {
     /// Opens a file; read opens are answered from the client cache while the cached
     /// capability (or, in a partition with T10 credentials, the credentials held for the
     /// file) has more than half its lifetime left (SPEC M5).
-    pub fn open(&mut self, path: &str, access: Access, create: Option<u16>) -> Result<Opened> {
+    pub fn open(&self, path: &str, access: Access, create: Option<u16>) -> Result<Opened> {
         self.open_predicting(path, access, create, &[])
     }
 
@@ -516,7 +572,7 @@ impl Client {
     /// grouping the capability may name them too, and the MDS then answers their opens
     /// from its cache.
     pub fn open_predicting(
-        &mut self,
+        &self,
         path: &str,
         access: Access,
         create: Option<u16>,
@@ -524,24 +580,28 @@ impl Client {
     ) -> Result<Opened> {
         let now = self.now();
         if access == Access::Read && self.insecure_user.is_none() {
-            if let Some(s) = &self.session {
-                if let Some(o) = s.opened.iter().find(|o| o.path == path) {
-                    // A T10 open (no capability) is good only with its credentials,
-                    // which live in this process, not in the session file.
-                    let usable = !o.capability.is_empty()
-                        || self.t10.keys().any(|(file, _)| *file == o.stat.id);
-                    if usable && o.expiry > now && o.expiry - now > o.lifetime / 2 {
-                        self.stats.capability_cache_hits += 1;
-                        return Ok(Opened {
-                            stat: o.stat.clone(),
-                            capability: o.capability.clone(),
-                            mds_cached: true,
-                        });
-                    }
+            let cached = self.session.lock().as_ref().and_then(|s| {
+                s.opened
+                    .iter()
+                    .find(|o| o.path == path && o.expiry > now && o.expiry - now > o.lifetime / 2)
+                    .cloned()
+            });
+            if let Some(o) = cached {
+                // A T10 open (no capability) is good only with its credentials, which
+                // live in this process, not in the session file.
+                let usable = !o.capability.is_empty()
+                    || self.t10.lock().keys().any(|(file, _)| *file == o.stat.id);
+                if usable {
+                    self.stats.lock().capability_cache_hits += 1;
+                    return Ok(Opened {
+                        stat: o.stat,
+                        capability: o.capability,
+                        mds_cached: true,
+                    });
                 }
             }
         }
-        self.stats.capability_cache_misses += 1;
+        self.stats.lock().capability_cache_misses += 1;
         let request = if predicted.is_empty() {
             MdsRequest::Open {
                 path: path.into(),
@@ -573,7 +633,7 @@ impl Client {
         // A file whose lockbox is still to come is about to change: not cached.
         let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
         if let (Access::Read, Some(expiry), false) = (access, expiry, pending) {
-            if let Some(s) = &mut self.session {
+            if let Some(s) = self.session.lock().as_mut() {
                 s.opened.retain(|o| o.path != path && o.expiry > now);
                 if s.opened.len() < 1024 {
                     s.opened.push(home::OpenedEntry {
@@ -592,6 +652,7 @@ impl Client {
     /// When the first of the T10 credentials held for `file` expires, if any are held.
     fn t10_expiry(&self, file: u64) -> Option<u64> {
         self.t10
+            .lock()
             .iter()
             .filter(|((f, _), _)| *f == file)
             .filter_map(|(_, c)| maat_proto::t10::decode_capability(&c.capability).ok())
@@ -601,9 +662,9 @@ impl Client {
 
     /// An OSD refused `file`'s T10 credential as revoked (SPEC T4): its credentials and
     /// cached opens are dropped, so the next open asks the MDS again.
-    pub(crate) fn forget_t10(&mut self, file: u64) {
-        self.t10.retain(|(f, _), _| *f != file);
-        if let Some(s) = &mut self.session {
+    pub(crate) fn forget_t10(&self, file: u64) {
+        self.t10.lock().retain(|(f, _), _| *f != file);
+        if let Some(s) = self.session.lock().as_mut() {
             s.opened.retain(|o| o.stat.id != file);
         }
     }
@@ -611,7 +672,7 @@ impl Client {
     // ------------------------------------------------------------------ files
 
     /// Counters of the MDS and every OSD.
-    pub fn daemon_stats(&mut self) -> Result<Vec<DaemonStats>> {
+    pub fn daemon_stats(&self) -> Result<Vec<DaemonStats>> {
         let mut out = Vec::new();
         match self.mds_call(MdsRequest::Stats)? {
             MdsResponse::Stats(s) => out.push(s),
@@ -673,33 +734,32 @@ const T10_CREDENTIALS_MAX: usize = 4096;
 impl Client {
     /// SPEC T2: opens each credential's key with this session's wrap key and keeps the
     /// credential as the newest for its (file, OSD).
-    fn hold_t10(&mut self, file: u64, grants: Vec<maat_proto::msg::T10Grant>) -> Result<()> {
+    fn hold_t10(&self, file: u64, grants: Vec<maat_proto::msg::T10Grant>) -> Result<()> {
         if grants.is_empty() {
             return Ok(());
         }
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let mac = self
-            .envelope_keys
-            .get(&session.session_id, &session.key)
-            .mac;
+        let (_, mac) = self.mds_session_key()?;
         let wrap = maat_proto::t10::capability_key_wrap(&mac);
-        // The new grants replace every held one of the file: an OSD the MDS gave none
-        // for now (its keys revoked and not yet replaced) must not get an old one.
-        self.t10.retain(|(f, _), _| *f != file);
-        if self.t10.len() + grants.len() > T10_CREDENTIALS_MAX {
-            self.t10.clear();
-        }
+        let mut opened = Vec::with_capacity(grants.len());
         for g in grants {
             let key = maat_proto::t10::open_capability_key(&wrap, &g.capability, &g.sealed_key)
                 .map_err(|e| self.bad("mds", &e.to_string()))?;
-            self.t10.insert(
+            opened.push((
                 (file, g.osd),
                 T10Credential {
                     capability: g.capability,
                     key,
                 },
-            );
+            ));
         }
+        let mut t10 = self.t10.lock();
+        // The new grants replace every held one of the file: an OSD the MDS gave none
+        // for now (its keys revoked and not yet replaced) must not get an old one.
+        t10.retain(|(f, _), _| *f != file);
+        if t10.len() + opened.len() > T10_CREDENTIALS_MAX {
+            t10.clear();
+        }
+        t10.extend(opened);
         Ok(())
     }
 }

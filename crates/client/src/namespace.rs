@@ -5,13 +5,13 @@ use super::*;
 
 impl Client {
     /// The cluster map (fetched once per client).
-    pub fn cluster_map(&mut self) -> Result<ClusterMap> {
-        if let Some(m) = &self.map {
+    pub fn cluster_map(&self) -> Result<ClusterMap> {
+        if let Some(m) = &*self.map.lock() {
             return Ok(m.clone());
         }
         match self.mds_call(MdsRequest::ClusterMap)? {
             MdsResponse::ClusterMap(m) => {
-                self.map = Some(m.clone());
+                *self.map.lock() = Some(m.clone());
                 Ok(m)
             }
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -19,7 +19,7 @@ impl Client {
     }
 
     /// Attributes of a path.
-    pub fn stat(&mut self, path: &str) -> Result<FileStat> {
+    pub fn stat(&self, path: &str) -> Result<FileStat> {
         match self.mds_call(MdsRequest::Stat { path: path.into() })? {
             MdsResponse::Stat(s) => Ok(s),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -27,7 +27,7 @@ impl Client {
     }
 
     /// Directory entries (or the file itself).
-    pub fn readdir(&mut self, path: &str) -> Result<Vec<(String, FileStat)>> {
+    pub fn readdir(&self, path: &str) -> Result<Vec<(String, FileStat)>> {
         match self.mds_call(MdsRequest::Readdir { path: path.into() })? {
             MdsResponse::Entries(e) => Ok(e),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -35,14 +35,14 @@ impl Client {
     }
 
     /// mkdir (with `parents`: mkdir -p).
-    pub fn mkdir(&mut self, path: &str, mode: u16, parents: bool) -> Result<()> {
+    pub fn mkdir(&self, path: &str, mode: u16, parents: bool) -> Result<()> {
         self.mkdir_in(path, mode, parents, None)
     }
 
     /// Creates a directory in `partition` (SPEC T1): files made below it inherit the
     /// partition, hence its protection method. `None` inherits the parent's.
     pub fn mkdir_in(
-        &mut self,
+        &self,
         path: &str,
         mode: u16,
         parents: bool,
@@ -57,7 +57,7 @@ impl Client {
     }
 
     /// Administrator: creates a partition with a protection method.
-    pub fn partition_create(&mut self, name: &str, protection: Protection) -> Result<()> {
+    pub fn partition_create(&self, name: &str, protection: Protection) -> Result<()> {
         self.mds_call(MdsRequest::PartitionCreate {
             name: name.into(),
             protection,
@@ -66,7 +66,7 @@ impl Client {
     }
 
     /// Administrator: changes a partition's protection method.
-    pub fn partition_set_security(&mut self, name: &str, protection: Protection) -> Result<()> {
+    pub fn partition_set_security(&self, name: &str, protection: Protection) -> Result<()> {
         self.mds_call(MdsRequest::PartitionSetSecurity {
             name: name.into(),
             protection,
@@ -76,7 +76,7 @@ impl Client {
 
     /// Administrator: the credential format of a partition's opens (SPEC T2).
     pub fn partition_set_credentials(
-        &mut self,
+        &self,
         name: &str,
         credentials: msg::Credentials,
     ) -> Result<()> {
@@ -88,7 +88,7 @@ impl Client {
     }
 
     /// Administrator: every OSD's T10 key generations (SPEC T3).
-    pub fn t10_keys(&mut self) -> Result<Vec<msg::T10KeyInfo>> {
+    pub fn t10_keys(&self) -> Result<Vec<msg::T10KeyInfo>> {
         match self.mds_call(MdsRequest::T10KeysShow)? {
             MdsResponse::T10Keys(k) => Ok(k),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -98,7 +98,7 @@ impl Client {
     /// Administrator: refreshes T10 keys now, or with `revoke` refills every working slot
     /// (SPEC T3, T4); answers once every OSD concerned acknowledged.
     pub fn t10_rotate(
-        &mut self,
+        &self,
         osd: Option<u64>,
         partition: Option<&str>,
         revoke: bool,
@@ -118,7 +118,7 @@ impl Client {
     /// Administrator: revokes every T10 credential of the file at `path` by raising its
     /// policy access tag (SPEC T4): the file, its new tag, and each OSD with why it does
     /// not hold the tag yet, if it does not.
-    pub fn t10_revoke_object(&mut self, path: &str) -> Result<msg::T10ObjectRevocation> {
+    pub fn t10_revoke_object(&self, path: &str) -> Result<msg::T10ObjectRevocation> {
         match self.mds_call(MdsRequest::T10RevokeObject { path: path.into() })? {
             MdsResponse::T10ObjectRevoked(r) => Ok(r),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -128,7 +128,7 @@ impl Client {
     /// SPEC M6: defines (or replaces) this user's file set `name`: files used together,
     /// which capabilities may then name at once (`defined` grouping). The
     /// administrator's sets apply to everyone's opens.
-    pub fn fileset_define(&mut self, name: &str, paths: &[String]) -> Result<()> {
+    pub fn fileset_define(&self, name: &str, paths: &[String]) -> Result<()> {
         self.expect_ok(MdsRequest::FileSetDefine {
             name: name.into(),
             paths: paths.to_vec(),
@@ -136,12 +136,12 @@ impl Client {
     }
 
     /// Removes this user's file set `name`.
-    pub fn fileset_remove(&mut self, name: &str) -> Result<()> {
+    pub fn fileset_remove(&self, name: &str) -> Result<()> {
         self.expect_ok(MdsRequest::FileSetRemove { name: name.into() })
     }
 
     /// This user's file sets and the administrator's.
-    pub fn fileset_list(&mut self) -> Result<Vec<maat_proto::msg::FileSetInfo>> {
+    pub fn fileset_list(&self) -> Result<Vec<maat_proto::msg::FileSetInfo>> {
         match self.mds_call(MdsRequest::FileSetList)? {
             MdsResponse::FileSets(list) => Ok(list),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -149,7 +149,7 @@ impl Client {
     }
 
     /// Administrator: the grouping strategies the MDS uses from now on (SPEC M6).
-    pub fn set_grouping(&mut self, strategies: &str) -> Result<()> {
+    pub fn set_grouping(&self, strategies: &str) -> Result<()> {
         self.expect_ok(MdsRequest::SetGrouping {
             strategies: strategies.into(),
         })
@@ -157,7 +157,7 @@ impl Client {
 
     /// SPEC M9 (administrator): every OSD refuses these users and capabilities from now
     /// until the capabilities would have expired anyway. Returns the verified notice.
-    pub fn revoke(&mut self, users: &[String], capabilities: &[u64]) -> Result<Revocation> {
+    pub fn revoke(&self, users: &[String], capabilities: &[u64]) -> Result<Revocation> {
         let response = self.mds_call(MdsRequest::Revoke {
             users: users.to_vec(),
             capabilities: capabilities.to_vec(),
@@ -188,7 +188,7 @@ impl Client {
     }
 
     /// The partitions.
-    pub fn partitions(&mut self) -> Result<Vec<msg::PartitionInfo>> {
+    pub fn partitions(&self) -> Result<Vec<msg::PartitionInfo>> {
         match self.mds_call(MdsRequest::PartitionList)? {
             MdsResponse::Partitions(p) => Ok(p),
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -196,12 +196,12 @@ impl Client {
     }
 
     /// rmdir.
-    pub fn rmdir(&mut self, path: &str) -> Result<()> {
+    pub fn rmdir(&self, path: &str) -> Result<()> {
         self.expect_ok(MdsRequest::Rmdir { path: path.into() })
     }
 
     /// rename.
-    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         self.forget_opened();
         self.expect_ok(MdsRequest::Rename {
             from: from.into(),
@@ -210,7 +210,7 @@ impl Client {
     }
 
     /// chmod.
-    pub fn chmod(&mut self, path: &str, mode: u16) -> Result<()> {
+    pub fn chmod(&self, path: &str, mode: u16) -> Result<()> {
         self.forget_opened();
         self.expect_ok(MdsRequest::Chmod {
             path: path.into(),
@@ -219,7 +219,7 @@ impl Client {
     }
 
     /// chown.
-    pub fn chown(&mut self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
+    pub fn chown(&self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
         self.forget_opened();
         self.expect_ok(MdsRequest::Chown {
             path: path.into(),
@@ -229,17 +229,17 @@ impl Client {
     }
 
     /// Administrator: removes a user.
-    pub fn user_rm(&mut self, name: &str) -> Result<()> {
+    pub fn user_rm(&self, name: &str) -> Result<()> {
         self.expect_ok(MdsRequest::UserRm { name: name.into() })
     }
 
     /// Administrator: adds a group.
-    pub fn group_add(&mut self, name: &str) -> Result<()> {
+    pub fn group_add(&self, name: &str) -> Result<()> {
         self.expect_ok(MdsRequest::GroupAdd { name: name.into() })
     }
 
     /// Administrator: adds a user to a group.
-    pub fn group_member_add(&mut self, group: &str, user: &str) -> Result<()> {
+    pub fn group_member_add(&self, group: &str, user: &str) -> Result<()> {
         self.expect_ok(MdsRequest::GroupMemberAdd {
             group: group.into(),
             user: user.into(),

@@ -43,7 +43,7 @@ impl Client {
     /// Writers of the same stripes at the same time race with it as two writers do:
     /// run it while the file is only read, or run it again after.
     pub fn rekey(
-        &mut self,
+        &self,
         path: &str,
         resume: bool,
         progress: &mut dyn FnMut(u32, u32) -> ControlFlow<()>,

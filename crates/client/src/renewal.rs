@@ -72,7 +72,7 @@ pub struct RenewalOutcome {
 impl Client {
     /// Tracks `capability` and, before a request to `osd`: renews every capability in
     /// use when this one is due, and gives `osd` the token that extends it.
-    pub(crate) fn prepare_capability(&mut self, osd: u64, capability: &[u8]) -> Result<()> {
+    pub(crate) fn prepare_capability(&self, osd: u64, capability: &[u8]) -> Result<()> {
         if capability.is_empty() || self.insecure_user.is_some() {
             return Ok(());
         }
@@ -84,12 +84,12 @@ impl Client {
         let Some(id) = self.hold(capability, now) else {
             return Ok(());
         };
-        if self.held.get(&id).is_some_and(|h| h.renew_due(now)) {
+        if self.held.lock().get(&id).is_some_and(|h| h.renew_due(now)) {
             // A renewal that fails leaves the capability valid until its own expiry; the
             // request goes ahead and the next one tries again.
             let _ = self.renew_capabilities();
         }
-        let token = match self.held.get(&id) {
+        let token = match self.held.lock().get(&id) {
             Some(h) if h.expiry > now && !h.supplied.contains(&osd) => h.token.clone(),
             _ => None,
         };
@@ -104,19 +104,20 @@ impl Client {
     /// After `osd` refused `capability` as expired: true when the client now holds a
     /// token that extends it (renewing first if it has none) and gave it to `osd`, so
     /// the request is worth sending again.
-    pub(crate) fn recover_expired(&mut self, osd: u64, capability: &[u8]) -> Result<bool> {
+    pub(crate) fn recover_expired(&self, osd: u64, capability: &[u8]) -> Result<bool> {
         let now = self.now();
         let Some(id) = self.hold(capability, now) else {
             return Ok(false);
         };
         let needs_token = self
             .held
+            .lock()
             .get(&id)
             .is_some_and(|h| !h.not_renewed && (h.token.is_none() || h.expiry <= now));
         if needs_token {
             self.renew_capabilities()?;
         }
-        let token = match self.held.get(&id) {
+        let token = match self.held.lock().get(&id) {
             Some(h) if h.expiry > now => h.token.clone(),
             _ => None,
         };
@@ -131,10 +132,11 @@ impl Client {
 
     /// SPEC M8: renews every capability this client used within its lifetime and has not
     /// seen refused, in one request; the MDS's token is verified before it is kept.
-    pub fn renew_capabilities(&mut self) -> Result<RenewalOutcome> {
+    pub fn renew_capabilities(&self) -> Result<RenewalOutcome> {
         let now = self.now();
         let mut ids: Vec<u64> = self
             .held
+            .lock()
             .iter()
             .filter(|(_, h)| {
                 !h.not_renewed && h.expiry > now && now.saturating_sub(h.last_used) < h.lifetime()
@@ -152,15 +154,16 @@ impl Client {
             .map_err(|e| self.bad("mds", &format!("renewal token: {e}")))?
             .body()
             .clone();
-        self.stats.renewals += 1;
+        self.stats.lock().renewals += 1;
         let shared = Arc::new(bytes);
         let mut outcome = RenewalOutcome {
             requested: ids.len(),
             renewed: 0,
             expiry: token.expiry.0,
         };
+        let mut held = self.held.lock();
         for id in &ids {
-            let Some(h) = self.held.get_mut(id) else {
+            let Some(h) = held.get_mut(id) else {
                 continue;
             };
             if token.renews(CapabilityId(*id)) {
@@ -178,20 +181,21 @@ impl Client {
     }
 
     /// Starts tracking `capability` (or notes its use); its id, unless it does not decode.
-    fn hold(&mut self, capability: &[u8], now: u64) -> Option<u64> {
+    fn hold(&self, capability: &[u8], now: u64) -> Option<u64> {
         let body = Unverified::<Capability>::decode(capability).ok()?;
         let body = body.unverified_body();
         let id = body.id.0;
-        if !self.held.contains_key(&id) && self.held.len() >= HELD_CAPABILITIES_MAX {
-            self.held.retain(|_, h| h.expiry > now);
-            if self.held.len() >= HELD_CAPABILITIES_MAX {
-                let oldest = self.held.iter().min_by_key(|(_, h)| h.last_used);
+        let mut held = self.held.lock();
+        if !held.contains_key(&id) && held.len() >= HELD_CAPABILITIES_MAX {
+            held.retain(|_, h| h.expiry > now);
+            if held.len() >= HELD_CAPABILITIES_MAX {
+                let oldest = held.iter().min_by_key(|(_, h)| h.last_used);
                 if let Some(oldest) = oldest.map(|(id, _)| *id) {
-                    self.held.remove(&oldest);
+                    held.remove(&oldest);
                 }
             }
         }
-        let h = self.held.entry(id).or_insert_with(|| HeldCapability {
+        let h = held.entry(id).or_insert_with(|| HeldCapability {
             start: body.start.0,
             own_expiry: body.expiry.0,
             expiry: body.expiry.0,
@@ -205,7 +209,7 @@ impl Client {
     }
 
     fn supply_renewal(
-        &mut self,
+        &self,
         osd: u64,
         capability: &[u8],
         id: u64,
@@ -220,7 +224,7 @@ impl Client {
                 },
             },
         )?;
-        if let Some(h) = self.held.get_mut(&id) {
+        if let Some(h) = self.held.lock().get_mut(&id) {
             h.supplied.insert(osd);
         }
         Ok(())

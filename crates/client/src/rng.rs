@@ -16,6 +16,27 @@ pub(crate) enum KeyRng {
     Seeded(Box<rand_chacha::ChaCha20Rng>),
 }
 
+impl KeyRng {
+    /// A generator for one operation, so that the shared one is not held while it runs:
+    /// the OS again, or (simulations) one seeded from this one.
+    pub(crate) fn fork(&mut self) -> KeyRng {
+        match self {
+            KeyRng::Os => KeyRng::Os,
+            #[cfg(feature = "sim")]
+            KeyRng::Seeded(r) => {
+                use rand_core::SeedableRng;
+                KeyRng::Seeded(Box::new(
+                    rand_chacha::ChaCha20Rng::from_rng(r.as_mut()).unwrap_or_else(|_| {
+                        // ChaCha20 never fails to produce bytes; a fixed fallback keeps the
+                        // simulation deterministic all the same.
+                        rand_chacha::ChaCha20Rng::seed_from_u64(0)
+                    }),
+                ))
+            }
+        }
+    }
+}
+
 impl RngCore for KeyRng {
     fn next_u32(&mut self) -> u32 {
         match self {

@@ -4,7 +4,7 @@
 use super::*;
 
 impl Client {
-    pub(crate) fn osd_entry(&mut self, osd: u64) -> Result<msg::OsdEntry> {
+    pub(crate) fn osd_entry(&self, osd: u64) -> Result<msg::OsdEntry> {
         self.cluster_map()?
             .osds
             .into_iter()
@@ -13,40 +13,31 @@ impl Client {
     }
 
     /// SPEC M2: negotiates a session key with `osd`.
-    pub(crate) fn negotiate(&mut self, osd: u64) -> Result<()> {
+    pub(crate) fn negotiate(&self, osd: u64) -> Result<()> {
         let entry = self.osd_entry(osd)?;
         let now = self.now();
-        let session = self.session.as_ref().ok_or(ClientError::NotLoggedIn)?;
-        let ticket = Unverified::<LoginTicket>::decode(&session.ticket)
+        let (ticket, signing_seed) = self.with_session(|s| (s.ticket.clone(), s.signing_seed))?;
+        let ticket = Unverified::<LoginTicket>::decode(&ticket)
             .and_then(|t| t.verify(&self.mds_key, UnixMillis(now)))
             .map_err(|source| ClientError::Token {
                 what: "stored ticket",
                 source,
             })?;
-        let signing = SigningKey::from_seed(&session.signing_seed);
+        let signing = SigningKey::from_seed(&signing_seed);
         let (offer, key) = session::make_offer(
             &ticket,
             &signing,
             OsdId(osd),
             &maat_crypto::seal::SealingPublicKey(entry.sealing_key),
             UnixMillis(now),
-            &mut self.key_rng,
+            &mut self.key_rng(),
         )
         .map_err(|source| ClientError::Token {
             what: "session offer",
             source,
         })?;
         let payload = crate::encode(&OsdPlainRequest::Offer(offer.encoded().to_vec()))?;
-        let conn = self
-            .osds
-            .entry(osd)
-            .or_insert_with(|| self.network.connect(entry.address.clone()));
-        let (t, answer) =
-            conn.call(FrameType::Plain, &payload)
-                .map_err(|source| ClientError::Net {
-                    address: entry.address.clone(),
-                    source,
-                })?;
+        let (t, answer) = self.call_at(&entry.address, FrameType::Plain, &payload)?;
         if t != FrameType::Plain {
             return Err(refusal(&entry.address, &answer));
         }
@@ -58,7 +49,7 @@ impl Client {
             .map_err(|e| self.bad(&entry.address, &format!("session confirmation: {e}")))?;
         // The confirmation is MACed under K_CD: its time is the OSD's clock (SPEC T7).
         let osd_offset = offset_to(confirm.timestamp.0, self.clock.now());
-        if let Some(s) = &mut self.session {
+        if let Some(s) = self.session.lock().as_mut() {
             s.osd_sessions.retain(|o| o.osd != osd);
             s.osd_sessions.push(home::OsdSession {
                 osd,
@@ -75,39 +66,29 @@ impl Client {
     /// `test-hooks`).
     #[cfg(feature = "test-hooks")]
     pub fn osd_raw(
-        &mut self,
+        &self,
         osd: u64,
         frame_type: FrameType,
         payload: &[u8],
     ) -> Result<(FrameType, Vec<u8>)> {
         let entry = self.osd_entry(osd)?;
-        let conn = self
-            .osds
-            .entry(osd)
-            .or_insert_with(|| self.network.connect(entry.address.clone()));
-        conn.call(frame_type, payload)
-            .map_err(|source| ClientError::Net {
-                address: entry.address.clone(),
-                source,
-            })
+        self.call_at(&entry.address, frame_type, payload)
     }
 
     /// The session this client holds with `osd` (negotiating it if needed): id and key
     /// (attack tests build raw requests with them; feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
-    pub fn osd_session(&mut self, osd: u64) -> Result<([u8; 16], [u8; 32])> {
+    pub fn osd_session(&self, osd: u64) -> Result<([u8; 16], [u8; 32])> {
         self.osd_session_with_offset(osd)
             .map(|(sid, key, _)| (sid, key))
     }
 
-    pub(crate) fn osd_session_with_offset(
-        &mut self,
-        osd: u64,
-    ) -> Result<([u8; 16], [u8; 32], i64)> {
+    pub(crate) fn osd_session_with_offset(&self, osd: u64) -> Result<([u8; 16], [u8; 32], i64)> {
         self.ensure_session()?;
         let now = self.now();
         let live = self
             .session
+            .lock()
             .as_ref()
             .and_then(|s| {
                 s.osd_sessions
@@ -123,6 +104,7 @@ impl Client {
                 let clock = self.clock.clone();
                 retry_stale(&clock, || self.negotiate(osd))?;
                 self.session
+                    .lock()
                     .as_ref()
                     .and_then(|s| s.osd_sessions.iter().find(|o| o.osd == osd))
                     .map(|o| (o.session_id, o.key, o.clock_offset))
@@ -133,7 +115,7 @@ impl Client {
 
     /// Negotiates a session with every OSD of the cluster map now (SPEC M2), so that a
     /// timed run that follows pays for none.
-    pub fn connect_osds(&mut self) -> Result<()> {
+    pub fn connect_osds(&self) -> Result<()> {
         for osd in self.cluster_map()?.osds {
             self.osd_session_with_offset(osd.id)?;
         }
@@ -143,9 +125,10 @@ impl Client {
     /// The client–MDS session id and key (attack tests build raw requests with them;
     /// feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
-    pub fn mds_session(&mut self) -> Result<([u8; 16], [u8; 32])> {
+    pub fn mds_session(&self) -> Result<([u8; 16], [u8; 32])> {
         self.ensure_session()?;
         self.session
+            .lock()
             .as_ref()
             .map(|s| (s.session_id, s.key))
             .ok_or(ClientError::NotLoggedIn)
@@ -156,6 +139,7 @@ impl Client {
     #[cfg(feature = "test-hooks")]
     pub fn t10_credential(&self, file: u64, osd: u64) -> Option<(Vec<u8>, [u8; 32])> {
         self.t10
+            .lock()
             .get(&(file, osd))
             .map(|c| (c.capability.clone(), *c.key.expose()))
     }

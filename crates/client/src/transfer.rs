@@ -11,7 +11,7 @@ impl Client {
     /// at least [`STRIPE_UNIT_BYTES`] over OSDs; every stripe is durable on its OSD before
     /// the size is recorded at the MDS.
     pub fn put(
-        &mut self,
+        &self,
         reader: &mut dyn Read,
         size: u64,
         path: &str,
@@ -23,7 +23,7 @@ impl Client {
     /// [`Client::put`], choosing whether a new file is encrypted (SPEC H3; `None`: the
     /// cluster's default). An existing file keeps what it is.
     pub fn put_with(
-        &mut self,
+        &self,
         reader: &mut dyn Read,
         size: u64,
         path: &str,
@@ -50,7 +50,7 @@ impl Client {
             });
         if stored.is_err() && sealing {
             // (As `set_size_lockbox` does when the MDS refuses.)
-            self.file_keys.remove(&(opened.stat.id, 1));
+            self.file_keys.lock().remove(&(opened.stat.id, 1));
         }
         stored?;
         let mut stat = opened.stat;
@@ -62,7 +62,7 @@ impl Client {
     /// Makes a just-opened empty file of this user encrypted when `encrypt` (or, for
     /// `None`, the cluster default) asks for it.
     pub(crate) fn encrypt_if_new(
-        &mut self,
+        &self,
         path: &str,
         opened: &mut Opened,
         encrypt: Option<bool>,
@@ -81,7 +81,7 @@ impl Client {
                 Some(w) => w,
                 None => self.encrypts_new_files()?,
             };
-        if wanted && self.user_name() == Some(opened.stat.owner.as_str()) {
+        if wanted && self.user_name().as_deref() == Some(opened.stat.owner.as_str()) {
             self.make_encrypted(path, opened)?;
         }
         Ok(())
@@ -91,7 +91,7 @@ impl Client {
     /// written (`written`, from [`Client::put_opened`]) and the key tree of `opened`
     /// they were sealed under (SPEC H7).
     pub fn set_size_written(
-        &mut self,
+        &self,
         path: &str,
         opened: &Opened,
         size: u64,
@@ -116,7 +116,7 @@ impl Client {
     /// missing. The caller records the size, with the stripe generations returned (an
     /// encrypted file's: `(first, end, generation)`; empty for a plaintext file).
     pub fn put_opened(
-        &mut self,
+        &self,
         opened: &Opened,
         reader: &mut dyn Read,
         size: u64,
@@ -138,7 +138,7 @@ impl Client {
             Some(_) => Some(self.stripe_crypt(&opened, 0..window.min(stripes))?),
             None => None,
         };
-        let generation = crypt::new_generation(&mut self.rng);
+        let generation = crypt::new_generation(&mut self.nonce_rng());
         let mut done = 0u64;
         let mut stripe = 0u32;
         while stripe < stripes {
@@ -164,7 +164,7 @@ impl Client {
                 lens.push(len);
             }
             let calls = match &crypt {
-                Some(c) => seal_all(c, generation, calls, &mut self.rng)?,
+                Some(c) => seal_all(c, generation, calls, &mut self.nonce_rng())?,
                 None => calls,
             };
             let calls = calls
@@ -203,7 +203,7 @@ impl Client {
     }
 
     /// Removes stripe `first` and each next one until one does not exist.
-    pub(crate) fn remove_stripes_from(&mut self, opened: &Opened, first: u32) -> Result<()> {
+    pub(crate) fn remove_stripes_from(&self, opened: &Opened, first: u32) -> Result<()> {
         for stripe in first.. {
             let (osd, object) = self.stripe_target(opened, stripe)?;
             let probe = OsdRequest {
@@ -227,12 +227,7 @@ impl Client {
     ///
     /// Stripes are read until one is short, so a cached (older) size never truncates the
     /// data; a missing stripe inside the recorded size is an error, never a hole.
-    pub fn get(
-        &mut self,
-        path: &str,
-        writer: &mut dyn Write,
-        progress: Progress<'_>,
-    ) -> Result<u64> {
+    pub fn get(&self, path: &str, writer: &mut dyn Write, progress: Progress<'_>) -> Result<u64> {
         let opened = self.open(path, Access::Read, None)?;
         let mut counted = Counted {
             inner: writer,
@@ -258,7 +253,7 @@ impl Client {
     /// Streams an opened file into `writer` (`path` names it in errors); returns the
     /// bytes written.
     pub fn get_opened(
-        &mut self,
+        &self,
         path: &str,
         opened: &Opened,
         writer: &mut dyn Write,

@@ -11,7 +11,7 @@ pub const TREES_CACHED_MAX: usize = 1024;
 
 impl Client {
     /// Gives `osd` the tree of every root `capability` names.
-    pub(crate) fn supply_trees(&mut self, osd: u64, capability: &[u8]) -> Result<()> {
+    pub(crate) fn supply_trees(&self, osd: u64, capability: &[u8]) -> Result<()> {
         let body = Unverified::<Capability>::decode(capability)
             .map_err(|source| ClientError::Token {
                 what: "capability",
@@ -46,8 +46,8 @@ impl Client {
     }
 
     /// The tree message for `root`, from this client's cache or the MDS (verified).
-    pub(crate) fn tree(&mut self, kind: SetKind, root: [u8; 32]) -> Result<Vec<u8>> {
-        if let Some(t) = self.trees.get(&root) {
+    pub(crate) fn tree(&self, kind: SetKind, root: [u8; 32]) -> Result<Vec<u8>> {
+        if let Some(t) = self.trees.lock().get(&root) {
             return Ok(t.clone());
         }
         let tree = match self.mds_call(MdsRequest::GetTree { root })? {
@@ -57,10 +57,11 @@ impl Client {
         MerkleTreeMessage::decode(&tree)
             .and_then(|m| m.verify(kind, &root))
             .map_err(|e| self.bad("mds", &format!("Merkle tree: {e}")))?;
-        if self.trees.len() >= TREES_CACHED_MAX {
-            self.trees.clear();
+        let mut trees = self.trees.lock();
+        if trees.len() >= TREES_CACHED_MAX {
+            trees.clear();
         }
-        self.trees.insert(root, tree.clone());
+        trees.insert(root, tree.clone());
         Ok(tree)
     }
 }

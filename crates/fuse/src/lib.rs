@@ -139,7 +139,7 @@ fn kind(s: &FileStat) -> FileType {
 
 impl MaatFs {
     /// A filesystem showing the Maat directory `root` through `client`.
-    pub fn new(mut client: Client, root: &str) -> Result<Self, FuseError> {
+    pub fn new(client: Client, root: &str) -> Result<Self, FuseError> {
         let stat = client.stat(root)?;
         if !stat.is_dir {
             return Err(FuseError::NotADirectory(root.to_string()));

@@ -16,7 +16,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 pyo3::create_exception!(
     _native,
@@ -174,39 +174,20 @@ fn stat_dict<'py>(py: Python<'py>, s: &FileStat) -> PyResult<Bound<'py, PyDict>>
     Ok(d)
 }
 
-/// One Maat client (one user's session), shared by the handles it opens.
+/// One Maat client (one user's session), shared by the handles it opens. Python threads
+/// use it at once: the client takes `&self` and each call runs without the GIL.
 #[pyclass(frozen, module = "maat._native")]
 struct NativeClient {
-    inner: Arc<Mutex<Client>>,
-}
-
-fn lock(inner: &Mutex<Client>) -> PyResult<MutexGuard<'_, Client>> {
-    inner.lock().map_err(|_| {
-        MaatError::new_err((
-            errno::EIO,
-            "client unusable after a panic in an earlier call",
-        ))
-    })
+    inner: Arc<Client>,
 }
 
 /// Runs `f` on the client without the GIL, mapping its error.
 fn with_client<T: Send>(
     py: Python<'_>,
-    inner: &Mutex<Client>,
-    f: impl FnOnce(&mut Client) -> Result<T, ClientError> + Send,
+    inner: &Client,
+    f: impl FnOnce(&Client) -> Result<T, ClientError> + Send,
 ) -> PyResult<T> {
-    let result = py.detach(|| match inner.lock() {
-        Ok(mut c) => Ok(f(&mut c)),
-        Err(_) => Err(()),
-    });
-    match result {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(py_err(py, e)),
-        Err(()) => Err(MaatError::new_err((
-            errno::EIO,
-            "client unusable after a panic in an earlier call",
-        ))),
-    }
+    py.detach(|| f(inner)).map_err(|e| py_err(py, e))
 }
 
 #[pymethods]
@@ -219,7 +200,7 @@ impl NativeClient {
         let file = ClusterFile::load(&cluster).map_err(|e| py_err(py, e))?;
         let client = Client::new(file, Some(Home::new(home))).map_err(|e| py_err(py, e))?;
         Ok(Self {
-            inner: Arc::new(Mutex::new(client)),
+            inner: Arc::new(client),
         })
     }
 
@@ -242,7 +223,7 @@ impl NativeClient {
 
     /// The logged-in user's name.
     fn whoami(&self) -> PyResult<Option<String>> {
-        Ok(lock(&self.inner)?.user_name().map(str::to_string))
+        Ok(self.inner.user_name())
     }
 
     /// Attributes of `path`.
@@ -374,7 +355,7 @@ impl NativeClient {
 /// `maat` keeps the position).
 #[pyclass(frozen, module = "maat._native")]
 struct NativeHandle {
-    client: Arc<Mutex<Client>>,
+    client: Arc<Client>,
     handle: Mutex<Option<FileHandle>>,
 }
 
@@ -382,17 +363,14 @@ impl NativeHandle {
     fn run<T: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut Client, &mut FileHandle) -> Result<T, ClientError> + Send,
+        f: impl FnOnce(&Client, &mut FileHandle) -> Result<T, ClientError> + Send,
     ) -> PyResult<T> {
         let client = &self.client;
         let handle = &self.handle;
         let result = py.detach(|| {
             let mut h = handle.lock().map_err(|_| "handle unusable after a panic")?;
             let h = h.as_mut().ok_or("I/O operation on closed file")?;
-            let mut c = client
-                .lock()
-                .map_err(|_| "client unusable after a panic in an earlier call")?;
-            Ok::<_, &'static str>(f(&mut c, h))
+            Ok::<_, &'static str>(f(client, h))
         });
         match result {
             Ok(Ok(v)) => Ok(v),

@@ -375,7 +375,7 @@ impl SimCluster {
 
     /// A new client logged in as the administrator.
     pub fn admin(&self) -> Result<Client, SimError> {
-        let mut c = self.client()?;
+        let c = self.client()?;
         c.login("admin", Credential::Key(self.admin_key))?;
         Ok(c)
     }
@@ -394,7 +394,7 @@ impl SimCluster {
             passphrase,
             maat_crypto::kdf::PassphraseParams::DEFAULT,
         )?;
-        let mut c = self.client()?;
+        let c = self.client()?;
         c.login(name, Credential::Passphrase(passphrase))?;
         Ok(c)
     }

@@ -196,7 +196,7 @@ pub(super) fn run_grouping(
     let mut names = Vec::with_capacity(largest);
     // The MDS reads a user's groups at every request: memberships added after the
     // logins apply at once.
-    for (name, mut c) in users {
+    for (name, c) in users {
         let uid = c.uid().ok_or_else(|| anyhow!("no uid after login"))?;
         // Sessions with every OSD first: no setting pays for them.
         c.connect_osds()?;

@@ -98,7 +98,7 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
         bail!("--seconds must be at least 1 and --batch-files from 1 to 256");
     }
     let cluster = LocalCluster::start_with(data, &["--kds", "2"])?;
-    let mut admin = cluster.admin()?;
+    let admin = cluster.admin()?;
     admin.mkdir("/bench-kds", 0o755, true)?;
     // Files whose requests go to KDS 1 (even ids) and to KDS 2 (odd ids): a client sends
     // its request to the instance its first file picks.

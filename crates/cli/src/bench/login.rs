@@ -71,7 +71,7 @@ fn timed_login(cluster: &LocalCluster) -> Result<Duration> {
     let (name, key) = home
         .identity()?
         .ok_or_else(|| anyhow!("no admin identity"))?;
-    let mut c = Client::new(cluster.file.clone(), None)?;
+    let c = Client::new(cluster.file.clone(), None)?;
     let t0 = Instant::now();
     c.login(&name, Credential::Key(key))?;
     Ok(t0.elapsed())

@@ -431,7 +431,7 @@ impl LocalCluster {
         range: std::ops::Range<usize>,
     ) -> Result<Vec<(String, Client)>> {
         let part = |range: std::ops::Range<usize>| -> Result<Vec<(String, Client)>> {
-            let mut admin = self.admin()?;
+            let admin = self.admin()?;
             let mut out = Vec::with_capacity(range.len());
             for i in range {
                 let name = format!("{prefix}{i}");
@@ -442,7 +442,7 @@ impl LocalCluster {
                     pass.as_bytes(),
                     maat_crypto::kdf::PassphraseParams::DEFAULT,
                 )?;
-                let mut client = Client::new(self.file.clone(), None)?;
+                let client = Client::new(self.file.clone(), None)?;
                 client.login(&name, Credential::Passphrase(pass.as_bytes()))?;
                 out.push((name, client));
             }
@@ -466,7 +466,7 @@ impl LocalCluster {
         let (name, key) = home
             .identity()?
             .ok_or_else(|| anyhow!("no admin identity"))?;
-        let mut c = Client::new(self.file.clone(), None)?;
+        let c = Client::new(self.file.clone(), None)?;
         c.login(&name, Credential::Key(key))?;
         Ok(c)
     }

@@ -136,7 +136,7 @@ fn objects_mode(
     let tag = mode.name().to_ascii_lowercase();
     let dir = format!("/bench-objects-{tag}");
     {
-        let mut admin = cluster.admin()?;
+        let admin = cluster.admin()?;
         let partition = match mode {
             Mode::Encrypted | Mode::Method(Protection::NoSec | Protection::AllData) => None,
             Mode::Method(m) => {
@@ -164,7 +164,7 @@ fn objects_mode(
     }
     let mut handles = Vec::new();
     let start = Instant::now();
-    for (t, mut c) in clients.into_iter().enumerate() {
+    for (t, c) in clients.into_iter().enumerate() {
         let payload = payload.clone();
         let dir = dir.clone();
         handles.push(std::thread::spawn(
@@ -204,7 +204,7 @@ fn objects_mode(
     let fsyncs = mds_fsyncs(cluster)?.saturating_sub(fsyncs_before);
     let start = Instant::now();
     let mut handles = Vec::new();
-    for (mut c, paths) in clients.into_iter().zip(written) {
+    for (c, paths) in clients.into_iter().zip(written) {
         // Readers ask the KDS for every encrypted object's keys, as a client that did not
         // write it would (the writer derived them from the root key it made).
         c.forget_file_keys();
@@ -238,7 +238,7 @@ fn objects_mode(
     // from the same empty store.
     let removers: Vec<_> = cleanup
         .into_iter()
-        .map(|(mut c, paths)| {
+        .map(|(c, paths)| {
             std::thread::spawn(move || -> Result<()> {
                 for p in paths {
                     c.unlink(&p)?;

@@ -116,7 +116,7 @@ pub(super) fn run_renewal(
         }
         let signatures = counter(&mut admin, "mds", "signatures_made")?;
         let micros = counter(&mut admin, "mds", "renewal:micros")?;
-        let renewals: u64 = group.iter().map(|s| s.client.stats.renewals).sum();
+        let renewals: u64 = group.iter().map(|s| s.client.client_stats().renewals).sum();
         // Every client's capability is due (80 % of its lifetime) once the last one
         // opened is.
         let mut start = Instant::now() + period + Duration::from_millis(50);
@@ -142,7 +142,11 @@ pub(super) fn run_renewal(
             start = began + period + Duration::from_millis(50);
         }
         let p = f64::from(periods);
-        let renewed: u64 = group.iter().map(|s| s.client.stats.renewals).sum::<u64>() - renewals;
+        let renewed: u64 = group
+            .iter()
+            .map(|s| s.client.client_stats().renewals)
+            .sum::<u64>()
+            - renewals;
         rows.push(Row {
             clients: n,
             renewals: renewed as f64 / p,

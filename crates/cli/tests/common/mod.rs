@@ -156,14 +156,14 @@ impl Cluster {
     pub fn admin_client(&self) -> Client {
         let home = Home::new(self.admin_home());
         let (name, key) = home.identity().unwrap().unwrap();
-        let mut c = Client::new(ClusterFile::load(&self.cluster_file()).unwrap(), None).unwrap();
+        let c = Client::new(ClusterFile::load(&self.cluster_file()).unwrap(), None).unwrap();
         c.login(&name, Credential::Key(key)).unwrap();
         c
     }
 
     /// An in-process client logged in with a passphrase.
     pub fn user_client(&self, name: &str, passphrase: &str) -> Client {
-        let mut c = Client::new(ClusterFile::load(&self.cluster_file()).unwrap(), None).unwrap();
+        let c = Client::new(ClusterFile::load(&self.cluster_file()).unwrap(), None).unwrap();
         c.login(name, Credential::Passphrase(passphrase.as_bytes()))
             .unwrap();
         c

@@ -1,0 +1,96 @@
+//! What lets many threads share one [`crate::Client`] (`&self`): its caches and session
+//! behind short locks, and its connections in a pool.
+//!
+//! Invariant: a lock is held only to read or update in-memory state, never across a
+//! network call, a file write or another lock of the client (so no lock order exists to
+//! get wrong, and no thread waits on another's round trip).
+
+use maat_net::{Connection, NetError, Network};
+use maat_proto::wire::FrameType;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Client state behind a mutex. A thread that panicked while holding it leaves state that
+/// is still consistent (every update is a single assignment or map operation), so a
+/// poisoned lock is taken over rather than propagated.
+#[derive(Debug, Default)]
+pub(crate) struct Locked<T>(Mutex<T>);
+
+impl<T> Locked<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(Mutex::new(value))
+    }
+
+    /// The state, for one short update (see the module's invariant).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The state when the client is not shared (`&self`): no lock taken.
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Most idle connections kept per peer: one per thread that used the client at once, up
+/// to this; more are closed when returned.
+pub const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 16;
+
+/// Idle connections by peer address. A call takes one (or opens one), uses it alone and
+/// returns it, so that threads sharing a client never wait on each other's requests.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    idle: Locked<HashMap<String, Vec<Connection>>>,
+}
+
+impl Pool {
+    /// An idle connection to `address`, or a new one on `network`.
+    pub(crate) fn take(&self, network: &Network, address: &str) -> Connection {
+        let idle = self.idle.lock().get_mut(address).and_then(Vec::pop);
+        idle.unwrap_or_else(|| network.connect(address))
+    }
+
+    /// Returns `connection` for reuse. One with answers still unread is closed instead:
+    /// the next user would read them as its own.
+    pub(crate) fn give_back(&self, connection: Connection) {
+        if connection.in_flight() > 0 {
+            return;
+        }
+        let mut idle = self.idle.lock();
+        let list = idle.entry(connection.address().to_string()).or_default();
+        if list.len() < IDLE_CONNECTIONS_PER_PEER_MAX {
+            list.push(connection);
+        }
+    }
+
+    /// Sends one frame to `address` and reads its answer, on a pooled connection. A
+    /// connection that failed is dropped, not returned.
+    pub(crate) fn call(
+        &self,
+        network: &Network,
+        address: &str,
+        frame_type: FrameType,
+        payload: &[u8],
+    ) -> Result<(FrameType, Vec<u8>), NetError> {
+        self.call_parts(network, address, frame_type, &[payload])
+    }
+
+    /// [`Pool::call`] with the payload in parts.
+    pub(crate) fn call_parts(
+        &self,
+        network: &Network,
+        address: &str,
+        frame_type: FrameType,
+        parts: &[&[u8]],
+    ) -> Result<(FrameType, Vec<u8>), NetError> {
+        let mut connection = self.take(network, address);
+        let answer = connection.call_parts(frame_type, parts)?;
+        self.give_back(connection);
+        Ok(answer)
+    }
+
+    /// Closes every idle connection (a new network, or a test's fresh start).
+    pub(crate) fn clear(&self) {
+        self.idle.lock().clear();
+    }
+}
