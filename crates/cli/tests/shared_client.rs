@@ -7,7 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
-use common::{content, Cluster};
+use common::{code, content, Cluster};
+use maat_client::Credential;
+use maat_proto::msg::ErrorCode;
 use std::sync::Arc;
 
 const THREADS: u64 = 8;
@@ -84,4 +86,58 @@ fn threads_share_one_client() {
 fn threads_share_one_client_on_encrypted_files() {
     let cluster = Cluster::start_encrypting(2, &[]);
     share(&cluster);
+}
+
+/// One client per user, sharing connections (`Client::for_another_user`), used from
+/// several threads at once: each acts as its own user only.
+#[test]
+fn users_share_connections_not_rights() {
+    let cluster = Cluster::start(2, &[]);
+    cluster.add_user("bob", "bob-pass-1", None);
+    let admin = cluster.admin_client();
+    let bob = admin.for_another_user(None).unwrap();
+    // Before logging in, the new client has none of the administrator's rights.
+    assert_eq!(bob.uid(), None);
+    assert!(matches!(
+        bob.stat("/"),
+        Err(maat_client::ClientError::NotLoggedIn)
+    ));
+    bob.login("bob", Credential::Passphrase(b"bob-pass-1"))
+        .unwrap();
+    assert_eq!(bob.user_name().as_deref(), Some("bob"));
+    assert_eq!(admin.user_name().as_deref(), Some("admin"));
+    admin.mkdir("/pub", 0o777, false).unwrap();
+    let secret = content(7, 600_000);
+    admin
+        .put(
+            &mut &secret[..],
+            secret.len() as u64,
+            "/secret",
+            &mut |_| {},
+        )
+        .unwrap();
+    admin.chmod("/secret", 0o600).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let (admin, bob, secret) = (&admin, &bob, &secret);
+            scope.spawn(move || {
+                let mine = content(100 + t, 700_000);
+                let path = format!("/pub/bob-{t}");
+                bob.put(&mut &mine[..], mine.len() as u64, &path, &mut |_| {})
+                    .unwrap();
+                // bob's file is bob's, the administrator's is not bob's to read.
+                assert_eq!(admin.stat(&path).unwrap().owner, "bob");
+                assert_eq!(
+                    code(bob.get("/secret", &mut Vec::new(), &mut |_| {})),
+                    ErrorCode::PermissionDenied
+                );
+                let mut back = Vec::new();
+                admin.get(&path, &mut back, &mut |_| {}).unwrap();
+                assert!(back == mine);
+                let mut back = Vec::new();
+                admin.get("/secret", &mut back, &mut |_| {}).unwrap();
+                assert!(&back == secret);
+            });
+        }
+    });
 }

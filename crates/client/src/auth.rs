@@ -269,7 +269,6 @@ impl Client {
             opened: Vec::new(),
             stats: self.client_stats(),
         });
-        self.connections.clear();
         self.save()
     }
 

@@ -245,4 +245,32 @@ impl Client {
             user: user.into(),
         })
     }
+
+    /// Counters of the MDS and every OSD.
+    pub fn daemon_stats(&self) -> Result<Vec<DaemonStats>> {
+        let mut out = Vec::new();
+        match self.mds_call(MdsRequest::Stats)? {
+            MdsResponse::Stats(s) => out.push(s),
+            _ => return Err(self.bad("mds", "unexpected answer")),
+        }
+        let map = self.cluster_map()?;
+        for osd in map.osds {
+            match self.osd_call(
+                osd.id,
+                OsdRequest {
+                    capability: vec![],
+                    command: OsdCommand::Stats,
+                },
+            ) {
+                Ok(OsdResponse::Stats(s)) => out.push(s),
+                Ok(_) => return Err(self.bad("osd", "unexpected answer")),
+                Err(e) => out.push(DaemonStats {
+                    daemon: format!("osd {} (unreachable: {e})", osd.id),
+                    counters: vec![],
+                }),
+            }
+        }
+        out.extend(self.kds_stats()?);
+        Ok(out)
+    }
 }

@@ -88,9 +88,4 @@ impl Pool {
         self.give_back(connection);
         Ok(answer)
     }
-
-    /// Closes every idle connection (a new network, or a test's fresh start).
-    pub(crate) fn clear(&self) {
-        self.idle.lock().clear();
-    }
 }

@@ -1,0 +1,261 @@
+//! Requests to the MDS: login upkeep, the authenticated envelope (T7) and its answers,
+//! the retry of requests a just-started daemon refused, and the keys and clock offsets
+//! they use.
+
+use super::*;
+
+pub(crate) fn decode_answer<T: serde::de::DeserializeOwned>(
+    address: &str,
+    bytes: &[u8],
+) -> Result<T> {
+    decode_answer_raw(address, bytes)?.map_err(ClientError::Refused)
+}
+
+pub(crate) fn decode_answer_raw<T: serde::de::DeserializeOwned>(
+    address: &str,
+    bytes: &[u8],
+) -> Result<std::result::Result<T, WireError>> {
+    msg::decode(bytes).map_err(|e| ClientError::BadAnswer {
+        address: address.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+pub(crate) fn refusal(address: &str, bytes: &[u8]) -> ClientError {
+    match msg::decode::<WireError>(bytes) {
+        Ok(e) => ClientError::Refused(e),
+        Err(e) => ClientError::BadAnswer {
+            address: address.to_string(),
+            reason: e.to_string(),
+        },
+    }
+}
+
+impl Client {
+    // ------------------------------------------------------------------ login
+
+    /// Logs in with the home's stored key if there is one and no live session.
+    pub fn ensure_session(&self) -> Result<()> {
+        if self.insecure_user.is_some() {
+            return Ok(());
+        }
+        let now = self.now();
+        if self
+            .session
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.expiry > now + 60_000)
+        {
+            return Ok(());
+        }
+        self.relogin()
+    }
+
+    pub(crate) fn relogin(&self) -> Result<()> {
+        let identity = self.home.as_ref().and_then(|h| h.identity().ok().flatten());
+        match identity {
+            Some((name, key)) => self.login(&name, Credential::Key(key)),
+            None => {
+                let now = self.now();
+                if self
+                    .session
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|s| s.expiry <= now)
+                {
+                    Err(ClientError::Refused(WireError::new(
+                        ErrorCode::SessionExpired,
+                        "run `maat login` again",
+                    )))
+                } else {
+                    Err(ClientError::NotLoggedIn)
+                }
+            }
+        }
+    }
+
+    /// Ends the session at the MDS and forgets it locally.
+    /// The local session is forgotten even when the MDS cannot be told; the error then
+    /// says the session stays valid there until its ticket expires.
+    pub fn logout(&self) -> Result<()> {
+        let logged_in = self.session.lock().is_some();
+        let told = match logged_in {
+            true => self.mds_call(MdsRequest::Logout).map(|_| ()),
+            false => Ok(()),
+        };
+        *self.session.lock() = None;
+        if let Some(h) = &self.home {
+            h.remove_session()?;
+        }
+        told.map_err(|e| {
+            ClientError::Internal(format!(
+                "forgot the local session, but the MDS was not told ({e}); the session stays valid there until it expires"
+            ))
+        })
+    }
+
+    pub(crate) fn bad(&self, address: &str, reason: &str) -> ClientError {
+        ClientError::BadAnswer {
+            address: address.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    pub(crate) fn plain_mds(&self, payload: &[u8]) -> Result<MdsPlainResponse> {
+        let address = &self.cluster.mds;
+        let (t, answer) = self.call_at(address, FrameType::Plain, payload)?;
+        match t {
+            FrameType::Plain => decode_answer(address, &answer),
+            FrameType::Refusal => Err(refusal(address, &answer)),
+            _ => Err(self.bad(address, "unexpected frame type")),
+        }
+    }
+
+    // ------------------------------------------------------------------ MDS calls
+
+    /// One authenticated request to the MDS (re-logging in once with a stored key when
+    /// the MDS lost or expired the session).
+    pub fn mds_call(&self, request: MdsRequest) -> Result<MdsResponse> {
+        self.ensure_session()?;
+        let clock = self.clock.clone();
+        match retry_stale(&clock, || self.mds_call_once(&request)) {
+            Err(ClientError::Refused(e))
+                if matches!(
+                    e.code,
+                    ErrorCode::UnknownSession | ErrorCode::SessionExpired
+                ) && self
+                    .home
+                    .as_ref()
+                    .is_some_and(|h| h.identity().ok().flatten().is_some()) =>
+            {
+                self.relogin()?;
+                self.mds_call_once(&request)
+            }
+            other => other,
+        }
+    }
+
+    /// Checks and decodes the answer to an authenticated request: a MACed response for
+    /// this request, or an (unauthenticated) refusal.
+    pub(crate) fn open_answer<T: serde::de::DeserializeOwned>(
+        &self,
+        address: &str,
+        key: &maat_crypto::mac::Blake3Mac,
+        sid: &[u8; 16],
+        nonce: &[u8; 16],
+        frame_type: FrameType,
+        answer: &[u8],
+    ) -> Result<T> {
+        match frame_type {
+            FrameType::Response => {
+                let (_, message) = wire::open_response(key, sid, nonce, answer)
+                    .map_err(|e| self.bad(address, &e.to_string()))?;
+                decode_answer(address, message)
+            }
+            FrameType::Refusal => Err(refusal(address, answer)),
+            _ => Err(self.bad(address, "unexpected frame type")),
+        }
+    }
+
+    pub(crate) fn mds_call_once(&self, request: &MdsRequest) -> Result<MdsResponse> {
+        self.stats.lock().requests += 1;
+        let address = &self.cluster.mds;
+        let body = encode(request)?;
+        if let Some(user) = self.insecure_user {
+            let payload = encode(&InsecureRequest {
+                user,
+                request: request.clone(),
+            })?;
+            let (t, answer) = self.call_at(address, FrameType::Insecure, &payload)?;
+            return match t {
+                FrameType::Plain => decode_answer(address, &answer),
+                _ => Err(refusal(address, &answer)),
+            };
+        }
+        let now = self.now();
+        let (sid, key) = self.mds_session_key()?;
+        let nonce = self.nonce();
+        let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
+        let (t, answer) = self.call_at(address, FrameType::Request, &payload)?;
+        self.open_answer(address, &key, &sid, &nonce, t, &answer)
+    }
+
+    /// `read` applied to the login's session (not logged in: an error). `read` runs under
+    /// the session's lock: it copies what it needs and calls nothing of the client.
+    pub(crate) fn with_session<T>(&self, read: impl FnOnce(&SessionState) -> T) -> Result<T> {
+        self.session
+            .lock()
+            .as_ref()
+            .map(read)
+            .ok_or(ClientError::NotLoggedIn)
+    }
+
+    /// The MDS session's id and request MAC key.
+    pub(crate) fn mds_session_key(&self) -> Result<([u8; 16], maat_crypto::mac::Blake3Mac)> {
+        let (sid, secret) = self.with_session(|s| (s.session_id, s.key))?;
+        Ok((sid, self.envelope_keys.lock().get(&sid, &secret).mac))
+    }
+
+    pub(crate) fn expect_ok(&self, request: MdsRequest) -> Result<()> {
+        match self.mds_call(request)? {
+            MdsResponse::Ok => Ok(()),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+}
+
+/// Envelope keys by session id (one key derivation per session, not per request).
+#[derive(Default)]
+pub(crate) struct EnvelopeKeys(HashMap<[u8; 16], protection::EnvelopeKeys>);
+
+impl EnvelopeKeys {
+    /// Most keys kept (one per MDS or OSD session).
+    const ENTRIES_MAX: usize = 1024;
+
+    pub(crate) fn get(
+        &mut self,
+        session_id: &[u8; 16],
+        secret: &[u8; 32],
+    ) -> protection::EnvelopeKeys {
+        if let Some(k) = self.0.get(session_id) {
+            return k.clone();
+        }
+        if self.0.len() >= Self::ENTRIES_MAX {
+            self.0.clear();
+        }
+        let k = protection::EnvelopeKeys::new(secret);
+        self.0.insert(*session_id, k.clone());
+        k
+    }
+}
+
+/// Offset from the local clock reading `local_now` to a server clock that reads
+/// `server_now` at that moment.
+pub(crate) fn offset_to(server_now: u64, local_now: u64) -> i64 {
+    let diff = i128::from(server_now) - i128::from(local_now);
+    diff.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// A daemon that just restarted refuses requests dated within its first
+/// `FUTURE_SKEW_MILLIS` (T7); a retry after that long succeeds with a fresh timestamp.
+/// The clock offset measured at login or session setup lags the server by the answer's
+/// one-way delay (large on a loaded machine), so a fresh timestamp can still fall inside
+/// that first stretch: up to [`STALE_RETRIES`] retries, each after the same wait.
+pub(crate) fn retry_stale<T>(clock: &LocalClock, mut call: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut retries = 0;
+    loop {
+        match call() {
+            Err(ClientError::Refused(e))
+                if retries < STALE_RETRIES
+                    && matches!(e.code, ErrorCode::StaleRequest | ErrorCode::NotReady) =>
+            {
+                retries += 1;
+                clock.sleep(wire::FUTURE_SKEW_MILLIS + 50);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How many times [`retry_stale`] sends a request again.
+pub(crate) const STALE_RETRIES: u32 = 3;

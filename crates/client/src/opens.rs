@@ -1,0 +1,194 @@
+//! Opens and the client capability cache (SPEC M5), and the T10 credentials opens in
+//! partitions with T10 credentials give (SPEC T2).
+
+use super::*;
+
+impl Client {
+    pub(crate) fn opened_from(&self, response: MdsResponse) -> Result<Opened> {
+        match response {
+            MdsResponse::Opened {
+                stat,
+                capability,
+                cached,
+                t10,
+            } => {
+                // An encrypted file's runs are searched by bisection: they must be sound.
+                if let Some(Err(e)) = stat.crypt.as_ref().map(|c| c.check()) {
+                    return Err(self.bad("mds", &format!("the file's crypt record: {e}")));
+                }
+                self.hold_t10(stat.id, t10)?;
+                Ok(Opened {
+                    stat,
+                    capability,
+                    mds_cached: cached,
+                })
+            }
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Drops the cached read open of `path` (its size changed).
+    pub(crate) fn forget_opened_path(&self, path: &str) {
+        if let Some(s) = self.session.lock().as_mut() {
+            s.opened.retain(|o| o.path != path);
+        }
+    }
+
+    pub(crate) fn forget_opened(&self) {
+        if let Some(s) = self.session.lock().as_mut() {
+            s.opened.clear();
+        }
+    }
+
+    /// Opens a file; read opens are answered from the client cache while the cached
+    /// capability (or, in a partition with T10 credentials, the credentials held for the
+    /// file) has more than half its lifetime left (SPEC M5).
+    pub fn open(&self, path: &str, access: Access, create: Option<u16>) -> Result<Opened> {
+        self.open_predicting(path, access, create, &[])
+    }
+
+    /// [`Client::open`] telling the MDS which files this client expects to open next
+    /// (SPEC M6; at most `maat_proto::msg::PREDICTED_PATHS_MAX`). Under prediction
+    /// grouping the capability may name them too, and the MDS then answers their opens
+    /// from its cache.
+    pub fn open_predicting(
+        &self,
+        path: &str,
+        access: Access,
+        create: Option<u16>,
+        predicted: &[String],
+    ) -> Result<Opened> {
+        let now = self.now();
+        if access == Access::Read && self.insecure_user.is_none() {
+            let cached = self.session.lock().as_ref().and_then(|s| {
+                s.opened
+                    .iter()
+                    .find(|o| o.path == path && o.expiry > now && o.expiry - now > o.lifetime / 2)
+                    .cloned()
+            });
+            if let Some(o) = cached {
+                // A T10 open (no capability) is good only with its credentials, which
+                // live in this process, not in the session file.
+                let usable = !o.capability.is_empty()
+                    || self.t10.lock().keys().any(|(file, _)| *file == o.stat.id);
+                if usable {
+                    self.stats.lock().capability_cache_hits += 1;
+                    return Ok(Opened {
+                        stat: o.stat,
+                        capability: o.capability,
+                        mds_cached: true,
+                    });
+                }
+            }
+        }
+        self.stats.lock().capability_cache_misses += 1;
+        let request = if predicted.is_empty() {
+            MdsRequest::Open {
+                path: path.into(),
+                access,
+                create,
+            }
+        } else {
+            MdsRequest::OpenPredicted {
+                path: path.into(),
+                access,
+                create,
+                // Hints beyond the MDS's limit are dropped, not a reason to refuse.
+                predicted: predicted
+                    .iter()
+                    .take(maat_proto::msg::PREDICTED_PATHS_MAX)
+                    .cloned()
+                    .collect(),
+            }
+        };
+        let response = self.mds_call(request)?;
+        let opened = self.opened_from(response)?;
+        let expiry = if opened.capability.is_empty() {
+            self.t10_expiry(opened.stat.id)
+        } else {
+            Unverified::<maat_proto::capability::Capability>::decode(&opened.capability)
+                .ok()
+                .map(|c| c.unverified_body().expiry.0)
+        };
+        // A file whose lockbox is still to come is about to change: not cached.
+        let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
+        if let (Access::Read, Some(expiry), false) = (access, expiry, pending) {
+            if let Some(s) = self.session.lock().as_mut() {
+                s.opened.retain(|o| o.path != path && o.expiry > now);
+                if s.opened.len() < 1024 {
+                    s.opened.push(home::OpenedEntry {
+                        path: path.into(),
+                        stat: opened.stat.clone(),
+                        capability: opened.capability.clone(),
+                        expiry,
+                        lifetime: expiry.saturating_sub(now),
+                    });
+                }
+            }
+        }
+        Ok(opened)
+    }
+
+    /// When the first of the T10 credentials held for `file` expires, if any are held.
+    pub(crate) fn t10_expiry(&self, file: u64) -> Option<u64> {
+        self.t10
+            .lock()
+            .iter()
+            .filter(|((f, _), _)| *f == file)
+            .filter_map(|(_, c)| maat_proto::t10::decode_capability(&c.capability).ok())
+            .map(|c| c.expiry.0)
+            .min()
+    }
+
+    /// An OSD refused `file`'s T10 credential as revoked (SPEC T4): its credentials and
+    /// cached opens are dropped, so the next open asks the MDS again.
+    pub(crate) fn forget_t10(&self, file: u64) {
+        self.t10.lock().retain(|(f, _), _| *f != file);
+        if let Some(s) = self.session.lock().as_mut() {
+            s.opened.retain(|o| o.stat.id != file);
+        }
+    }
+}
+
+/// A T10 credential (SPEC T2): the capability and its key, opened from the session.
+#[derive(Clone)]
+pub(crate) struct T10Credential {
+    pub(crate) capability: Vec<u8>,
+    pub(crate) key: maat_crypto::Secret32,
+}
+
+/// Most T10 credentials a client keeps.
+pub(crate) const T10_CREDENTIALS_MAX: usize = 4096;
+
+impl Client {
+    /// SPEC T2: opens each credential's key with this session's wrap key and keeps the
+    /// credential as the newest for its (file, OSD).
+    pub(crate) fn hold_t10(&self, file: u64, grants: Vec<maat_proto::msg::T10Grant>) -> Result<()> {
+        if grants.is_empty() {
+            return Ok(());
+        }
+        let (_, mac) = self.mds_session_key()?;
+        let wrap = maat_proto::t10::capability_key_wrap(&mac);
+        let mut opened = Vec::with_capacity(grants.len());
+        for g in grants {
+            let key = maat_proto::t10::open_capability_key(&wrap, &g.capability, &g.sealed_key)
+                .map_err(|e| self.bad("mds", &e.to_string()))?;
+            opened.push((
+                (file, g.osd),
+                T10Credential {
+                    capability: g.capability,
+                    key,
+                },
+            ));
+        }
+        let mut t10 = self.t10.lock();
+        // The new grants replace every held one of the file: an OSD the MDS gave none
+        // for now (its keys revoked and not yet replaced) must not get an old one.
+        t10.retain(|(f, _), _| *f != file);
+        if t10.len() + opened.len() > T10_CREDENTIALS_MAX {
+            t10.clear();
+        }
+        t10.extend(opened);
+        Ok(())
+    }
+}
