@@ -10,12 +10,9 @@ use super::*;
 use maat_crypto::pake;
 use zeroize::Zeroizing;
 
-/// Most Argon2id memory a login may ask for (1 GiB).
-pub const KDF_MEMORY_KIB_MAX: u32 = 1024 * 1024;
-/// Most Argon2id passes a login may ask for.
-pub const KDF_ITERATIONS_MAX: u32 = 16;
-/// Most Argon2id lanes a login may ask for.
-pub const KDF_LANES_MAX: u32 = 16;
+pub use crate::limits::KDF_ITERATIONS_MAX;
+pub use crate::limits::KDF_LANES_MAX;
+pub use crate::limits::KDF_MEMORY_KIB_MAX;
 
 /// Refuses key-stretching parameters a forged login answer could use to make passphrase
 /// guessing cheap (too weak) or to exhaust this machine (too strong).

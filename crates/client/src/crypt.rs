@@ -609,8 +609,6 @@ pub(crate) fn lockbox_of(opened: &Opened) -> Result<(&FileCrypt, Lockbox)> {
 /// Why a file cannot be made encrypted here.
 const NO_KDS: &str = "this cluster has no KDS: files cannot be encrypted";
 
-/// Most range keys held for one file (two requests' worth).
-pub const HELD_KEYS_PER_FILE_MAX: usize = 2 * maat_proto::limits::RANGE_GRANT_NODES_MAX;
+pub use crate::limits::HELD_KEYS_PER_FILE_MAX;
 
-/// Most files whose range keys a client holds at once.
-pub const FILE_KEYS_CACHED_MAX: usize = 4096;
+pub use crate::limits::FILE_KEYS_CACHED_MAX;

@@ -11,8 +11,7 @@ use maat_proto::msg::STRIPE_UNIT_BYTES;
 use maat_proto::msg::{ErrorCode, OsdResponse};
 use std::ops::Range;
 
-/// Most stripes a handle of an encrypted file keeps unsent (4 MiB of plaintext).
-pub const PENDING_STRIPES_MAX: usize = 8;
+pub use crate::limits::PENDING_STRIPES_MAX;
 
 /// Every byte of a stripe (what a writer, which reseals stripes whole, needs).
 const WHOLE: Range<u64> = 0..STRIPE_UNIT_BYTES;

@@ -390,9 +390,7 @@ impl Client {
     }
 }
 
-/// Most stripes of one file in flight at once (memory: this many stripe units per put or
-/// get).
-pub const STRIPES_IN_FLIGHT_MAX: u32 = 16;
+pub use crate::limits::STRIPES_IN_FLIGHT_MAX;
 
 /// How requests on one OSD connection are authenticated.
 #[derive(Clone)]

@@ -89,11 +89,9 @@ impl FileHandle {
     }
 }
 
-/// Largest single read or write call (bounds the memory one call holds).
-pub const FILE_IO_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub use crate::limits::FILE_IO_BYTES_MAX;
 
-/// Zeros written per call when filling a gap.
-const ZERO_FILL_CHUNK: u64 = 4 * STRIPE_UNIT_BYTES;
+use crate::limits::ZERO_FILL_CHUNK;
 
 impl Client {
     /// Opens `path` for byte-range I/O.

@@ -20,9 +20,7 @@ use maat_proto::signed::Verified;
 use maat_proto::UserId;
 use std::collections::HashSet;
 
-/// Renew (lead) or refetch (participant) a job key's lifetime once this share of it is
-/// left.
-pub const JOB_REFRESH_AT_PERCENT_LEFT: u64 = 20;
+pub use crate::limits::JOB_REFRESH_AT_PERCENT_LEFT;
 
 /// A job key this client holds, and the OSD sessions that have seen its proof.
 pub(crate) struct HeldJob {

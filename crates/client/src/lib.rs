@@ -6,6 +6,8 @@
 //! learned from the servers, computes object placement from the cluster map (T8), stripes
 //! large files, and caches opened capabilities (M5).
 
+pub mod limits;
+
 mod auth;
 mod clock;
 mod error;

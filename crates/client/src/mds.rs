@@ -209,9 +209,6 @@ impl Client {
 pub(crate) struct EnvelopeKeys(HashMap<[u8; 16], protection::EnvelopeKeys>);
 
 impl EnvelopeKeys {
-    /// Most keys kept (one per MDS or OSD session).
-    const ENTRIES_MAX: usize = 1024;
-
     pub(crate) fn get(
         &mut self,
         session_id: &[u8; 16],
@@ -220,7 +217,7 @@ impl EnvelopeKeys {
         if let Some(k) = self.0.get(session_id) {
             return k.clone();
         }
-        if self.0.len() >= Self::ENTRIES_MAX {
+        if self.0.len() >= crate::limits::ENVELOPE_KEYS_CACHED_MAX {
             self.0.clear();
         }
         let k = protection::EnvelopeKeys::new(secret);
@@ -257,5 +254,4 @@ pub(crate) fn retry_stale<T>(clock: &LocalClock, mut call: impl FnMut() -> Resul
     }
 }
 
-/// How many times [`retry_stale`] sends a request again.
-pub(crate) const STALE_RETRIES: u32 = 3;
+pub(crate) use crate::limits::STALE_RETRIES;

@@ -115,7 +115,7 @@ impl Client {
         if let (Access::Read, Some(expiry), false) = (access, expiry, pending) {
             if let Some(s) = self.session.lock().as_mut() {
                 s.opened.retain(|o| o.path != path && o.expiry > now);
-                if s.opened.len() < 1024 {
+                if s.opened.len() < crate::limits::OPENED_CACHED_MAX {
                     s.opened.push(home::OpenedEntry {
                         path: path.into(),
                         stat: opened.stat.clone(),
@@ -157,8 +157,7 @@ pub(crate) struct T10Credential {
     pub(crate) key: maat_crypto::Secret32,
 }
 
-/// Most T10 credentials a client keeps.
-pub(crate) const T10_CREDENTIALS_MAX: usize = 4096;
+pub(crate) use crate::limits::T10_CREDENTIALS_MAX;
 
 impl Client {
     /// SPEC T2: opens each credential's key with this session's wrap key and keeps the

@@ -19,10 +19,8 @@ use maat_proto::CapabilityId;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// Renew once this share of a capability's lifetime has passed (paper 000: 4 of 5 min).
-pub const RENEW_AT_PERCENT: u64 = 80;
-/// Most capabilities a client tracks for renewal (least recently used dropped first).
-pub const HELD_CAPABILITIES_MAX: usize = 4096;
+pub use crate::limits::HELD_CAPABILITIES_MAX;
+pub use crate::limits::RENEW_AT_PERCENT;
 
 /// A capability this client has used.
 #[derive(Debug, Clone)]

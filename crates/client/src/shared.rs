@@ -32,9 +32,7 @@ impl<T> Locked<T> {
     }
 }
 
-/// Most idle connections kept per peer: one per thread that used the client at once, up
-/// to this; more are closed when returned.
-pub const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 16;
+pub use crate::limits::IDLE_CONNECTIONS_PER_PEER_MAX;
 
 /// Idle connections by peer address. A call takes one (or opens one), uses it alone and
 /// returns it, so that threads sharing a client never wait on each other's requests.

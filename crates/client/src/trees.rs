@@ -6,8 +6,7 @@ use super::*;
 use maat_proto::capability::{Capability, Files, Principals};
 use maat_proto::merkle_msg::{MerkleTreeMessage, SetKind};
 
-/// Most tree messages a client keeps.
-pub const TREES_CACHED_MAX: usize = 1024;
+pub use crate::limits::TREES_CACHED_MAX;
 
 impl Client {
     /// Gives `osd` the tree of every root `capability` names.

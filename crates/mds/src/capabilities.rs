@@ -38,21 +38,13 @@ mod trees;
 use batches::Batches;
 use trees::{TreeCache, TreeEntry};
 
-/// Most capabilities the MDS keeps cached (SPEC M5).
-pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
-/// Most keys in the (user, file) index of cached capabilities over file sets.
-pub const COVER_INDEX_ENTRIES_MAX: usize = 262_144;
-/// Most cached capabilities over sets of users indexed per (file, mode): one per UNIX
-/// class, and one more.
-pub const COVERS_PER_FILE_MAX: usize = 4;
-/// Most users and files, summed over the capabilities the index holds (it is emptied
-/// beyond): bounds its memory whatever the sets' sizes.
-pub const COVER_INDEX_MEMBERS_MAX: usize = 4 << 20;
+pub use crate::limits::CAPABILITY_CACHE_ENTRIES_MAX;
+pub use crate::limits::COVERS_PER_FILE_MAX;
+pub use crate::limits::COVER_INDEX_ENTRIES_MAX;
+pub use crate::limits::COVER_INDEX_MEMBERS_MAX;
 
-/// Most computed grants kept (per requester, file, mode and access-control version).
-pub const GRANT_CACHE_ENTRIES_MAX: usize = 65_536;
-/// Most subtree roots remembered for composition.
-pub const SUBTREE_ROOTS_MAX: usize = 16_384;
+pub use crate::limits::GRANT_CACHE_ENTRIES_MAX;
+pub use crate::limits::SUBTREE_ROOTS_MAX;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum UserKey {

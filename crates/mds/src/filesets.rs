@@ -18,12 +18,9 @@ use std::sync::{Arc, Mutex};
 pub const FILESET_META_PREFIX: &str = "fileset/";
 /// Layout version of a file-set record.
 const FILESET_RECORD_FORMAT: u8 = 1;
-/// Most files in one set.
-pub const FILESET_FILES_MAX: usize = 256;
-/// Most sets one user may define.
-pub const FILESETS_PER_USER_MAX: usize = 64;
-/// Longest set name, bytes.
-pub const FILESET_NAME_MAX: usize = 64;
+pub use crate::limits::FILESETS_PER_USER_MAX;
+pub use crate::limits::FILESET_FILES_MAX;
+pub use crate::limits::FILESET_NAME_MAX;
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct FileSetRecord {

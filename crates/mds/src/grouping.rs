@@ -15,12 +15,8 @@ pub const READ: u16 = 4;
 /// Permission bit: write.
 pub const WRITE: u16 = 2;
 
-/// Most files one directory-grouped capability names (larger directories are grouped
-/// in their first this many entries that qualify).
-pub const DIRECTORY_GROUP_FILES_MAX: usize = 256;
-/// Most (user, file) pair checks one directory grouping may spend on files whose
-/// permissions differ from the opened file's; beyond it only same-permission files join.
-pub const DIRECTORY_GROUP_CHECKS_MAX: usize = 65_536;
+pub use crate::limits::DIRECTORY_GROUP_CHECKS_MAX;
+pub use crate::limits::DIRECTORY_GROUP_FILES_MAX;
 
 /// The strategies in use, any combination (SPEC M6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

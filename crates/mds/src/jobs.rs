@@ -36,20 +36,14 @@ use maat_proto::{CapabilityId, FileId, UnixMillis, UserId};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// How long a job's file handle (and its capability) is valid; the key lifetime token,
-/// renewed by the lead, is what bounds access within it.
-pub const JOB_HANDLE_LIFETIME_MILLIS: u64 = 12 * 60 * 60 * 1000;
-/// Most jobs the MDS keeps.
-pub const JOBS_MAX: usize = 65_536;
-/// Most jobs one lead may hold at once (ended ones count until their handles expire, so
-/// ending jobs cannot flood the revocation budget).
-pub const JOBS_PER_LEAD_MAX: usize = 64;
+pub use crate::limits::JOBS_MAX;
+pub use crate::limits::JOBS_PER_LEAD_MAX;
+pub use crate::limits::JOB_HANDLE_LIFETIME_MILLIS;
 /// Prefix of the `meta` records holding jobs.
 pub const JOB_META_PREFIX: &str = "job/";
 /// Layout version of a job record: `version(1) ‖ postcard(JobRecord)`.
 const JOB_RECORD_FORMAT: u8 = 1;
-/// Most files one job may open.
-pub const JOB_FILES_MAX: usize = 4096;
+pub use crate::limits::JOB_FILES_MAX;
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct Job {

@@ -13,8 +13,7 @@ use maat_proto::key_ranges::{KeyRanges, KEY_RANGES_MAX};
 use maat_proto::msg::{ErrorCode, FileStat, KeyGrantInfo, MdsResponse};
 use maat_proto::{signed, FileId, UnixMillis, UserId};
 
-/// Most users one grant request names (and most members of a slice policy).
-pub const KEY_GRANT_USERS_MAX: usize = 64;
+pub use crate::limits::KEY_GRANT_USERS_MAX;
 
 fn invalid(path: &str, why: impl std::fmt::Display) -> MdsError {
     MdsError::refused(ErrorCode::InvalidArgument, format!("{path}: {why}"))

@@ -6,6 +6,8 @@
 //! the time and a random generator as arguments and keeps its state in a [`MetaStore`]; it
 //! never touches a socket, a file or the clock.
 
+pub mod limits;
+
 mod capabilities;
 mod encryption;
 mod filesets;
@@ -56,15 +58,13 @@ pub const ADMIN_UID: u64 = msg::ADMIN_USER_ID;
 pub const ADMIN_GID: u64 = 1;
 /// The root directory's inode.
 pub const ROOT_INODE: u64 = 1;
-/// Default ticket (login session) lifetime.
-pub const TICKET_LIFETIME_MILLIS_DEFAULT: u64 = 10 * 60 * 60 * 1000;
+pub use crate::limits::TICKET_LIFETIME_MILLIS_DEFAULT;
 pub use capabilities::CAPABILITY_CACHE_ENTRIES_MAX;
 /// Expired sessions are deleted from the store every this many logins (and at start).
 pub const SESSION_SWEEP_LOGINS: u64 = 1024;
 /// Key-derivation context of the key that seals session keys in the store.
 const SESSION_WRAP_CONTEXT: &[u8] = b"maat/mds/session-at-rest/v1";
-/// Most sessions kept in memory (the store holds all of them).
-pub const SESSIONS_CACHED_MAX: usize = 65_536;
+pub use crate::limits::SESSIONS_CACHED_MAX;
 /// How far before now a capability's validity starts, to tolerate clock offsets (T7).
 pub const CLOCK_SKEW_MILLIS: u64 = maat_proto::login::TOKEN_BACKDATE_MILLIS;
 

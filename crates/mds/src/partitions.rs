@@ -10,8 +10,7 @@ use maat_proto::msg::{Credentials, PartitionInfo};
 use maat_proto::protection::Protection;
 use store::{PartitionRecord, DEFAULT_PARTITION};
 
-/// Longest partition name.
-pub const PARTITION_NAME_BYTES_MAX: usize = 64;
+pub use crate::limits::PARTITION_NAME_BYTES_MAX;
 
 fn info(p: &PartitionRecord) -> PartitionInfo {
     PartitionInfo {

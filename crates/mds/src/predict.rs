@@ -8,12 +8,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-/// Most files whose successors are kept (the table is cleared when full).
-pub const PREDICT_FILES_MAX: usize = 65_536;
-/// Most users whose last open is kept (cleared when full).
-pub const PREDICT_USERS_MAX: usize = 65_536;
-/// Longest chain of predictions followed from one file.
-pub const PREDICT_CHAIN_MAX: usize = 8;
+pub use crate::limits::PREDICT_CHAIN_MAX;
+pub use crate::limits::PREDICT_FILES_MAX;
+pub use crate::limits::PREDICT_USERS_MAX;
 
 /// Successor history and each user's last open.
 #[derive(Debug, Default)]

@@ -32,12 +32,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Most outstanding capabilities tracked; past it, a new capability is not renewable
-/// (its holder opens the file again when it expires).
-pub const OUTSTANDING_CAPABILITIES_MAX: usize = 1 << 20;
-/// Most users plus files named over all outstanding capabilities (the same bound in
-/// memory as the tree cache's members).
-pub const OUTSTANDING_MEMBERS_MAX: usize = 4 << 20;
+pub use crate::limits::OUTSTANDING_CAPABILITIES_MAX;
+pub use crate::limits::OUTSTANDING_MEMBERS_MAX;
 
 struct Outstanding {
     users: Arc<[u64]>,

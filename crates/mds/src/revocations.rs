@@ -32,9 +32,7 @@ use std::sync::{Arc, Mutex};
 pub const REVOCATIONS_META_KEY: &str = "revocations";
 /// Layout version of that record: `version(1) ‖ next_id(8) ‖ n(4) ‖ (len(4) ‖ notice)·n`.
 const REVOCATIONS_FORMAT: u8 = 1;
-/// Most revoked entries (capabilities plus users) in force at once; more is `Busy`, so
-/// that every OSD's table stays bounded too.
-pub const REVOKED_ENTRIES_IN_FORCE_MAX: usize = 65_536;
+pub use crate::limits::REVOKED_ENTRIES_IN_FORCE_MAX;
 
 #[derive(Clone)]
 struct Notice {

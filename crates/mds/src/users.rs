@@ -72,8 +72,7 @@ impl MdsSecrets {
 
 /// Key-derivation context of the login-cookie key.
 pub(crate) const COOKIE_KEY_CONTEXT: &[u8] = b"maat/mds/login-cookie-key/v1";
-/// A login cookie is made for a 30-second slot and accepted in that slot and the next.
-pub(crate) const COOKIE_SLOT_MILLIS: u64 = 30_000;
+pub(crate) use crate::limits::COOKIE_SLOT_MILLIS;
 
 /// SPEC T6: the anti-clogging cookie for `peer` at `now`: a keyed hash of the address and
 /// the time slot, so the MDS keeps nothing and checks one with one hash.

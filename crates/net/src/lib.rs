@@ -2,6 +2,8 @@
 //! and the same frames over an in-process network ([`memory`]) for whole-cluster tests.
 //! No protocol decisions live here; frames are checked by `maat_proto::wire`.
 
+pub mod limits;
+
 pub mod memory;
 pub use memory::{MemoryNet, Network};
 
@@ -9,12 +11,9 @@ use maat_proto::wire::{self, FrameHead, FrameType, FRAME_HEADER_BYTES, FRAME_HEA
 use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
 
-/// How long a connect may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a peer may stay silent in the middle of a call.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
+pub use crate::limits::CONNECT_TIMEOUT;
+pub use crate::limits::IO_TIMEOUT;
 
 /// This crate's error.
 #[derive(Debug, thiserror::Error)]

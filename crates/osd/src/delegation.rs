@@ -16,10 +16,8 @@ use maat_proto::UnixMillis;
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-/// Most job keys whose lifetime an OSD keeps.
-pub const LIFETIMES_MAX: usize = 65_536;
-/// Most job keys one session may prove.
-pub const KEYS_PER_SESSION_MAX: usize = 64;
+pub use crate::limits::KEYS_PER_SESSION_MAX;
+pub use crate::limits::LIFETIMES_MAX;
 
 struct Lifetime {
     token: Verified<KeyLifetimeToken>,

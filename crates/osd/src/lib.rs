@@ -8,6 +8,8 @@
 //! takes one for every data operation, so a store call without the checks does not compile.
 //! The real store (files with fsync) lives in `maat-server`.
 
+pub mod limits;
+
 mod authorize;
 mod delegation;
 mod plain;
@@ -37,15 +39,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
-/// Most client sessions an OSD keeps.
-pub const SESSIONS_MAX: usize = 65_536;
-/// Most sessions one user may hold at an OSD; a new one replaces that user's oldest, so one
-/// user cannot fill the table for everyone. Large enough for a job or a gateway that runs
-/// a thousand clients as one user (at 256, 1,000 such clients evicted each other's
-/// sessions faster than they could use them).
-pub const SESSIONS_PER_USER_MAX: usize = 4096;
-/// Most verified capabilities an OSD caches (SPEC M5).
-pub const CAPABILITY_CACHE_ENTRIES_MAX: usize = 65_536;
+pub use crate::limits::CAPABILITY_CACHE_ENTRIES_MAX;
+pub use crate::limits::SESSIONS_MAX;
+pub use crate::limits::SESSIONS_PER_USER_MAX;
 
 /// An object store failure (I/O); the daemon's fault.
 #[derive(Debug, thiserror::Error)]

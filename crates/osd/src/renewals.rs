@@ -8,10 +8,8 @@ use maat_proto::UnixMillis;
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-/// Most capability ids whose renewed expiry is kept (expired ones are dropped first).
-pub const RENEWED_CAPABILITIES_MAX: usize = 1 << 20;
-/// Most verified token digests remembered.
-pub const RENEWAL_TOKENS_KEPT_MAX: usize = 4096;
+pub use crate::limits::RENEWAL_TOKENS_KEPT_MAX;
+pub use crate::limits::RENEWED_CAPABILITIES_MAX;
 
 #[derive(Default)]
 struct Inner {

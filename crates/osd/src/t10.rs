@@ -20,8 +20,7 @@ use maat_proto::t10::{self, Permissions, SetKeyTarget, T10Access, T10Capability}
 use maat_proto::t10_keys::{self, KeyState};
 use std::sync::Arc;
 
-/// Most credentials whose capability keys an OSD caches.
-pub const T10_CREDENTIALS_CACHED_MAX: usize = 65_536;
+pub use crate::limits::T10_CREDENTIALS_CACHED_MAX;
 /// The user a T10 request runs as: none (credentials name objects, not users); never an
 /// account, and refused for every command but the object commands.
 pub const T10_NO_USER: UserId = UserId(u64::MAX);

@@ -8,10 +8,8 @@ use maat_proto::merkle_msg::MemberSet;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Most trees an OSD keeps (oldest dropped first).
-pub const TREE_CACHE_ENTRIES_MAX: usize = 4096;
-/// Most members over all kept trees.
-pub const TREE_CACHE_MEMBERS_MAX: usize = 1 << 20;
+pub use crate::limits::TREE_CACHE_ENTRIES_MAX;
+pub use crate::limits::TREE_CACHE_MEMBERS_MAX;
 
 /// Verified member sets by root, bounded in entries and in members.
 #[derive(Default)]

@@ -20,11 +20,9 @@ use maat_proto::msg::{KdsRequest, KdsResponse, OsdEntry, WireError};
 use maat_proto::wire::FrameType;
 use std::time::Duration;
 
-/// How often an OSD checks the notices in force with the MDS.
-pub const REVOCATION_POLL: Duration = Duration::from_secs(1);
+pub use crate::limits::REVOCATION_POLL;
 
-/// How often the MDS brings every OSD's T10 keys up to its policy.
-pub const T10_MAINTENANCE: Duration = Duration::from_secs(1);
+pub use crate::limits::T10_MAINTENANCE;
 
 /// One plain frame to a daemon at `address` and the payload of its answer.
 fn plain_bytes(env: &Env, address: &str, payload: &[u8]) -> Result<Vec<u8>, String> {

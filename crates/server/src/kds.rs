@@ -26,9 +26,7 @@ pub fn kds_public_keys_text(seed: &[u8; 32]) -> Result<String, ServerError> {
     ))
 }
 
-/// How long a starting KDS tries to learn the revocations in force before it announces
-/// itself anyway (it then refuses key requests, `NotReady`, until it has learned them).
-const FIRST_REVOCATIONS_CHECK: Duration = Duration::from_secs(3);
+use crate::limits::FIRST_REVOCATIONS_CHECK;
 
 /// SPEC M9: learns the revocations in force from the MDS at `mds` before the KDS is
 /// announced (for up to [`FIRST_REVOCATIONS_CHECK`]), then every second in a thread of

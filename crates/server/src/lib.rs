@@ -6,6 +6,8 @@
 //! crates are `Sync` and lock internally. See docs/ARCHITECTURE.md for why threads and not
 //! tokio here.
 
+pub mod limits;
+
 pub mod config;
 mod control;
 mod env;

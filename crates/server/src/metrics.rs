@@ -26,8 +26,7 @@ use std::time::Duration;
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5,
 ];
-/// Longest request line and headers read from a scraper.
-const REQUEST_BYTES_MAX: usize = 8192;
+use crate::limits::REQUEST_BYTES_MAX;
 
 /// Counters that are levels, not totals.
 const GAUGES: [&str; 5] = [

@@ -8,11 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Most connections served at once; more are refused (`Busy`, with the reason) and closed.
-pub const CONNECTIONS_MAX: usize = 1024;
-/// A connection that sends no frame for this long is closed, so idle sockets cannot hold
-/// every slot.
-pub const IDLE_SECONDS_MAX: u32 = 120;
+pub use crate::limits::CONNECTIONS_MAX;
+pub use crate::limits::IDLE_SECONDS_MAX;
 
 /// A shutdown signal shared by a daemon's threads.
 #[derive(Clone, Default)]

@@ -15,12 +15,10 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-/// Longest a request waits for a gathered batch before asking alone.
-pub const BATCH_WAIT_MILLIS_MAX: u64 = 2_000;
+pub use crate::limits::BATCH_WAIT_MILLIS_MAX;
 /// A gathering batch closes once it has not grown for this long (or at the gather window).
 pub const BATCH_QUIET_MICROS: u64 = 300;
-/// Most files and users whose recent opens are tracked for temporal batching.
-pub const BATCH_TRACKED_FILES_MAX: usize = 65_536;
+pub use crate::limits::BATCH_TRACKED_FILES_MAX;
 
 /// What a batch gathers around: the opens of one file (its members are users), or the
 /// opens by one user (its members are files).

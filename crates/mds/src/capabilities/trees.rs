@@ -7,10 +7,8 @@ use maat_proto::msg::{ErrorCode, MdsResponse};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-/// Most Merkle trees the MDS keeps for `GetTree` (oldest dropped first).
-pub const TREE_CACHE_ENTRIES_MAX: usize = 16_384;
-/// Most members over all kept trees.
-pub const TREE_CACHE_MEMBERS_MAX: usize = 4 << 20;
+pub use crate::limits::TREE_CACHE_ENTRIES_MAX;
+pub use crate::limits::TREE_CACHE_MEMBERS_MAX;
 
 pub(super) struct TreeEntry {
     pub(super) message: Vec<u8>,

@@ -15,8 +15,7 @@
 use super::*;
 use maat_proto::protection::Protection;
 
-/// Most credentials kept for reuse (all are dropped when full and none has expired).
-const ISSUED_MAX: usize = 65_536;
+use crate::limits::ISSUED_MAX;
 
 /// What a credential is for; a credential is reused only for the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,61 @@
+//! Every limit of the client in one place: cache bounds, requests in flight, retries and
+//! renewal points. Each module that applies one re-exports it under its old path.
+
+use maat_proto::msg::STRIPE_UNIT_BYTES;
+
+/// Most Argon2id memory a login may ask for (1 GiB).
+pub const KDF_MEMORY_KIB_MAX: u32 = 1024 * 1024;
+
+/// Most Argon2id passes a login may ask for.
+pub const KDF_ITERATIONS_MAX: u32 = 16;
+
+/// Most Argon2id lanes a login may ask for.
+pub const KDF_LANES_MAX: u32 = 16;
+
+/// Most range keys held for one file (two requests' worth).
+pub const HELD_KEYS_PER_FILE_MAX: usize = 2 * maat_proto::limits::RANGE_GRANT_NODES_MAX;
+
+/// Most files whose range keys a client holds at once.
+pub const FILE_KEYS_CACHED_MAX: usize = 4096;
+
+/// Most stripes a handle of an encrypted file keeps unsent (4 MiB of plaintext).
+pub const PENDING_STRIPES_MAX: usize = 8;
+
+/// Most stripes of one file in flight at once (memory: this many stripe units per put or
+/// get).
+pub const STRIPES_IN_FLIGHT_MAX: u32 = 16;
+
+/// Largest single read or write call (bounds the memory one call holds).
+pub const FILE_IO_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Zeros written per call when filling a gap.
+pub(crate) const ZERO_FILL_CHUNK: u64 = 4 * STRIPE_UNIT_BYTES;
+
+/// Renew (lead) or refetch (participant) a job key's lifetime once this share of it is
+/// left.
+pub const JOB_REFRESH_AT_PERCENT_LEFT: u64 = 20;
+
+/// How many times [`retry_stale`] sends a request again.
+pub(crate) const STALE_RETRIES: u32 = 3;
+
+/// Most T10 credentials a client keeps.
+pub(crate) const T10_CREDENTIALS_MAX: usize = 4096;
+
+/// Renew once this share of a capability's lifetime has passed (paper 000: 4 of 5 min).
+pub const RENEW_AT_PERCENT: u64 = 80;
+
+/// Most capabilities a client tracks for renewal (least recently used dropped first).
+pub const HELD_CAPABILITIES_MAX: usize = 4096;
+
+/// Most idle connections kept per peer: one per thread that used the client at once, up
+/// to this; more are closed when returned.
+pub const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 16;
+
+/// Most tree messages a client keeps.
+pub const TREES_CACHED_MAX: usize = 1024;
+
+/// Most read opens kept in the client capability cache (SPEC M5; saved with the session).
+pub const OPENED_CACHED_MAX: usize = 1024;
+
+/// Most envelope keys kept (one per MDS or OSD session or T10 credential).
+pub const ENVELOPE_KEYS_CACHED_MAX: usize = 1024;

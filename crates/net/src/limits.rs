@@ -1,0 +1,9 @@
+//! Every limit of the network layer in one place: connect and I/O timeouts.
+
+use std::time::Duration;
+
+/// How long a connect may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a peer may stay silent in the middle of a call.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
