@@ -252,6 +252,13 @@ impl Client {
             }
         }
         answers.sort_by_key(|(index, _)| *index);
+        assert!(
+            answers
+                .iter()
+                .enumerate()
+                .all(|(i, (index, _))| i == *index),
+            "one answer per request, in the requests' order"
+        );
         Ok(answers.into_iter().map(|(_, answer)| answer).collect())
     }
 

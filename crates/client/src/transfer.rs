@@ -178,6 +178,10 @@ impl Client {
             progress(done);
             stripe += n;
         }
+        assert_eq!(
+            done, size,
+            "a put stores exactly the bytes whose size it records"
+        );
         let written = match crypt {
             Some(_) if stripes > 0 => vec![(0, stripes, generation)],
             _ => Vec::new(),

@@ -671,6 +671,14 @@ impl<S: MetaStore> crate::Mds<S> {
             m.sort_unstable();
             m
         };
+        assert!(!readers.is_empty(), "a capability names at least one user");
+        if cfg!(debug_assertions) {
+            // The central invariant (SPEC M3, M6), checked again on what is about to be
+            // signed, whatever strategy shaped it: every user may do `mode` to every file
+            // at this access-control state. It costs users × files checks, so only
+            // debug builds (every test run) make it.
+            self.assert_grant_allowed(grant, acl, r.wanted)?;
+        }
         let mut trees = Vec::new();
         let users = match &grant.users {
             UserSel::One(u) => Principals::User(UserId(*u)),
@@ -699,6 +707,10 @@ impl<S: MetaStore> crate::Mds<S> {
             start: UnixMillis(r.now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
             expiry: r.now.plus_millis(self.config.capability_lifetime_millis),
         };
+        assert!(
+            capability.start < capability.expiry,
+            "a capability's window is not empty"
+        );
         let (id, expiry) = (capability.id, capability.expiry);
         let encoded = signed::sign(capability, &self.signing).encoded().to_vec();
         self.issuer.renewals.register(
@@ -771,6 +783,23 @@ impl<S: MetaStore> crate::Mds<S> {
 
     /// A write capability for `uid` on a file just removed (its objects are left to
     /// delete); not cached, since nobody opens a removed file again.
+    /// Panics when `grant` names a (user, file) the access-control state `acl` does not
+    /// allow `mode` (a bug in a grouping strategy: better a failed open than a signed
+    /// capability for access the MDS refuses).
+    fn assert_grant_allowed(&self, grant: &Grant, acl: &AclSnapshot, mode: Mode) -> Result<()> {
+        let users = grant.users.members();
+        for file in grant.files.members() {
+            let perm = self.current_perm(file)?;
+            for &user in &users {
+                assert!(
+                    acl.permits(user, perm, want_bits(mode)),
+                    "capability invariant: user {user} may not {mode:?} file {file}, yet a grant names them"
+                );
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn removal_capability(
         &self,
         uid: u64,

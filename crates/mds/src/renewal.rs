@@ -227,6 +227,11 @@ impl<S: MetaStore> crate::Mds<S> {
         if state.checked_all != Some(acl.version()) {
             self.recheck(&mut state, &acl)?;
         }
+        assert_eq!(
+            state.checked_all,
+            Some(acl.version()),
+            "renewal: every outstanding capability is checked against the current state"
+        );
 
         let mut requested: Vec<u64> = ids.to_vec();
         requested.sort_unstable();
@@ -270,6 +275,12 @@ impl<S: MetaStore> crate::Mds<S> {
             .take(RENEWAL_CAPABILITY_IDS_MAX - names.len())
             .collect();
         names.extend(others);
+        // SPEC M8 never revives revoked access: a token names only capabilities still
+        // outstanding, which the recheck above left only where the state still allows them.
+        assert!(
+            names.iter().all(|id| state.outstanding.contains_key(id)),
+            "renewal: a token names only outstanding capabilities"
+        );
         let expiry = now.plus_millis(lifetime);
         let token_id = state.next_token_id ^ rng.next_u64();
         state.next_token_id = state.next_token_id.wrapping_add(1);
