@@ -326,6 +326,45 @@ fn random_writes_truncates_and_reads_match_a_local_directory() {
     }
 }
 
+/// A sequential reader gets the next read-ahead window fetched on a thread of its own
+/// while the kernel copies the current one (`maat-fuse`). A write through the same file
+/// into the window being fetched must still be read back: the fetch is dropped.
+#[test]
+fn a_write_into_the_window_read_ahead_is_read_back() {
+    let cluster = Cluster::start_encrypting(2, &[]);
+    let test = "a_write_into_the_window_read_ahead_is_read_back";
+    let Some(m) = Mount::new(&cluster, &cluster.admin_home(), test) else {
+        return;
+    };
+    let mib = 1024 * 1024;
+    let mut want = common::content(9, 12 * mib);
+    std::fs::write(m.path("seq"), &want).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("seq"))
+        .unwrap();
+    // A sequential read of the first MiB: the mount reads 4 MiB ahead and starts
+    // fetching the 4 MiB after that; give the fetch time to finish.
+    let mut buf = vec![0u8; mib];
+    assert_eq!(read_full(&f, &mut buf, 0), mib);
+    assert!(buf[..] == want[..mib]);
+    std::thread::sleep(Duration::from_millis(500));
+    // A write into the prefetched window, then a read of that window.
+    let new: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    f.write_all_at(&new, 5 * mib as u64 + 123).unwrap();
+    want[5 * mib + 123..5 * mib + 123 + new.len()].copy_from_slice(&new);
+    let mut window = vec![0u8; 4 * mib];
+    assert_eq!(read_full(&f, &mut window, 4 * mib as u64), 4 * mib);
+    assert!(
+        window[..] == want[4 * mib..8 * mib],
+        "the window read back lacks the write"
+    );
+    // And the whole file, sequentially, through a new open.
+    drop(f);
+    assert!(std::fs::read(m.path("seq")).unwrap() == want);
+}
+
 fn read_full(f: &std::fs::File, buf: &mut [u8], offset: u64) -> usize {
     let mut done = 0;
     while done < buf.len() {

@@ -14,6 +14,8 @@
 //! sequential reads. An error of a buffered write is reported by `close`/`fsync`.
 
 mod inodes;
+mod state;
+use state::State;
 
 use fuser::{
     Errno, FileAttr, FileHandle as Fh, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -27,7 +29,7 @@ use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
 /// This crate's error.
@@ -61,42 +63,6 @@ pub const WRITE_BACK_BYTES: usize = 8 * STRIPE_UNIT_BYTES as usize;
 
 /// Largest read and write the kernel sends at once (it splits larger ones).
 const KERNEL_IO_BYTES: u32 = 1024 * 1024;
-
-/// One open file of the mount.
-struct Open {
-    ino: u64,
-    handle: FileHandle,
-    /// Contiguous writes not yet sent: (offset, bytes).
-    pending: Option<(u64, Vec<u8>)>,
-    /// Bytes read ahead: (offset, bytes).
-    ahead: Option<(u64, Vec<u8>)>,
-    /// Where the next sequential read would start.
-    next_read: u64,
-    /// A buffered write that failed, not yet reported to this file's writer: returned by
-    /// its next write, flush, fsync or close.
-    error: Option<Errno>,
-}
-
-impl Open {
-    /// The size including writes still in the buffer.
-    fn size(&self) -> u64 {
-        let pending_end = self
-            .pending
-            .as_ref()
-            .map(|(at, data)| at + data.len() as u64)
-            .unwrap_or(0);
-        self.handle.size().max(pending_end)
-    }
-}
-
-struct State {
-    client: Client,
-    inodes: Inodes,
-    open: HashMap<u64, Open>,
-    next_fh: u64,
-    uid: u32,
-    gid: u32,
-}
 
 /// The filesystem `maat mount` serves.
 pub struct MaatFs {
@@ -146,7 +112,7 @@ impl MaatFs {
         }
         Ok(Self {
             state: Mutex::new(State {
-                client,
+                client: Arc::new(client),
                 inodes: Inodes::new(root),
                 open: HashMap::new(),
                 next_fh: 1,
@@ -159,236 +125,6 @@ impl MaatFs {
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic in one operation must not stop the mount: the state stays usable.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl State {
-    fn attr(&self, ino: u64, s: &FileStat) -> FileAttr {
-        let size = self
-            .open
-            .values()
-            .filter(|o| o.ino == ino && o.handle.writable())
-            .map(Open::size)
-            .fold(s.size, u64::max);
-        let time = UNIX_EPOCH + Duration::from_millis(s.mtime);
-        FileAttr {
-            ino: INodeNo(ino),
-            size,
-            blocks: size.div_ceil(512),
-            atime: time,
-            mtime: time,
-            ctime: time,
-            crtime: time,
-            kind: kind(s),
-            perm: s.mode & 0o7777,
-            nlink: if s.is_dir { 2 } else { 1 },
-            // Maat owners are names, not numbers: the mounting user is shown as owner,
-            // and the MDS decides every access by the Maat identity.
-            uid: self.uid,
-            gid: self.gid,
-            rdev: 0,
-            flags: 0,
-            blksize: STRIPE_UNIT_BYTES as u32,
-        }
-    }
-
-    fn path(&self, ino: u64) -> Result<String, Errno> {
-        self.inodes
-            .path(ino)
-            .map(str::to_string)
-            .ok_or(Errno::ENOENT)
-    }
-
-    fn child(&self, parent: u64, name: &OsStr) -> Result<String, Errno> {
-        let name = name.to_str().ok_or(Errno::EINVAL)?;
-        self.inodes.child_path(parent, name).ok_or(Errno::ENOENT)
-    }
-
-    /// Attributes of a known inode, asked of the MDS now.
-    fn current_attr(&mut self, ino: u64) -> Result<FileAttr, Errno> {
-        let path = self.path(ino)?;
-        let s = self.client.stat(&path).map_err(|e| errno(&e))?;
-        Ok(self.attr(ino, &s))
-    }
-
-    /// Stat of `path` as an entry (numbering it).
-    fn entry(&mut self, path: &str) -> Result<FileAttr, Errno> {
-        let s = self.client.stat(path).map_err(|e| errno(&e))?;
-        let ino = self.inodes.ino(path);
-        Ok(self.attr(ino, &s))
-    }
-
-    /// Sends an open file's buffered writes.
-    fn send_pending(&mut self, fh: u64) -> Result<(), Errno> {
-        let Some(open) = self.open.get_mut(&fh) else {
-            return Err(Errno::EBADF);
-        };
-        if let Some(e) = open.error {
-            return Err(e);
-        }
-        if let Some((at, data)) = open.pending.take() {
-            open.ahead = None;
-            if let Err(e) = self.client.write_file_at(&mut open.handle, at, &data) {
-                // Kept for the writer: whoever triggered the send (a read, another
-                // process's truncate) is told too, but the writer must hear it at close.
-                let e = errno(&e);
-                open.error = Some(e);
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends buffered writes and records the size at the MDS.
-    fn flush(&mut self, fh: u64) -> Result<(), Errno> {
-        self.send_pending(fh)?;
-        let Some(open) = self.open.get_mut(&fh) else {
-            return Err(Errno::EBADF);
-        };
-        self.client
-            .flush_file(&mut open.handle)
-            .map_err(|e| errno(&e))
-    }
-
-    /// Sends and records every open file of `ino` (before its size is looked at or
-    /// changed by a path operation).
-    fn flush_ino(&mut self, ino: u64) -> Result<(), Errno> {
-        self.flush_where(|o| o.ino == ino)
-    }
-
-    /// Sends and records every open file at or below `path`.
-    fn flush_below(&mut self, path: &str) -> Result<(), Errno> {
-        let below = format!("{}/", path.trim_end_matches('/'));
-        self.flush_where(|o| o.handle.path() == path || o.handle.path().starts_with(&below))
-    }
-
-    fn flush_where(&mut self, which: impl Fn(&Open) -> bool) -> Result<(), Errno> {
-        let fhs: Vec<u64> = self
-            .open
-            .iter()
-            .filter(|(_, o)| which(o))
-            .map(|(&fh, _)| fh)
-            .collect();
-        for fh in fhs {
-            // Best effort for the others: a failure stays with that file (`error`) and
-            // is reported to its writer, not to whoever happened to trigger the send.
-            let _ = self.flush(fh);
-        }
-        Ok(())
-    }
-
-    fn add_open(&mut self, ino: u64, handle: FileHandle) -> u64 {
-        let fh = self.next_fh;
-        self.next_fh += 1;
-        self.open.insert(
-            fh,
-            Open {
-                ino,
-                handle,
-                pending: None,
-                ahead: None,
-                next_read: 0,
-                error: None,
-            },
-        );
-        fh
-    }
-
-    fn read(&mut self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
-        self.send_pending(fh)?;
-        let Some(open) = self.open.get_mut(&fh) else {
-            return Err(Errno::EBADF);
-        };
-        let want = u64::from(size);
-        if let Some((at, data)) = &open.ahead {
-            let end = at + data.len() as u64;
-            // Served from the read-ahead only in full, or up to the end of the file: a
-            // short answer means end of file to the kernel.
-            let covered = offset + want <= end || end >= open.handle.size();
-            if offset >= *at && offset <= end && covered {
-                let from = (offset - at) as usize;
-                let to = ((offset + want).min(end) - at) as usize;
-                open.next_read = offset + (to - from) as u64;
-                return Ok(data.get(from..to).unwrap_or_default().to_vec());
-            }
-        }
-        let sequential = offset == open.next_read;
-        let fetch = if sequential {
-            want.max(READ_AHEAD_BYTES)
-        } else {
-            want
-        };
-        let data = self
-            .client
-            .read_file_at(&open.handle, offset, fetch as usize)
-            .map_err(|e| errno(&e))?;
-        let n = (want as usize).min(data.len());
-        let out = data.get(..n).unwrap_or_default().to_vec();
-        open.next_read = offset + n as u64;
-        open.ahead = if data.len() > n {
-            Some((offset, data))
-        } else {
-            None
-        };
-        Ok(out)
-    }
-
-    fn write(&mut self, fh: u64, offset: u64, data: &[u8]) -> Result<(), Errno> {
-        let Some(open) = self.open.get_mut(&fh) else {
-            return Err(Errno::EBADF);
-        };
-        if !open.handle.writable() {
-            return Err(Errno::EBADF);
-        }
-        if let Some(e) = open.error {
-            return Err(e);
-        }
-        open.ahead = None;
-        if let Some((at, buf)) = &mut open.pending {
-            if *at + buf.len() as u64 == offset {
-                buf.extend_from_slice(data);
-                if buf.len() >= WRITE_BACK_BYTES {
-                    return self.send_pending(fh);
-                }
-                return Ok(());
-            }
-        }
-        self.send_pending(fh)?;
-        if let Some(open) = self.open.get_mut(&fh) {
-            open.pending = Some((offset, data.to_vec()));
-        }
-        Ok(())
-    }
-
-    fn truncate(&mut self, ino: u64, fh: Option<u64>, size: u64) -> Result<(), Errno> {
-        self.flush_ino(ino)?;
-        let path = self.path(ino)?;
-        match fh.filter(|fh| self.open.get(fh).is_some_and(|o| o.handle.writable())) {
-            Some(fh) => {
-                let Some(open) = self.open.get_mut(&fh) else {
-                    return Err(Errno::EBADF);
-                };
-                open.ahead = None;
-                self.client
-                    .truncate_file(&mut open.handle, size)
-                    .map_err(|e| errno(&e))?;
-            }
-            None => {
-                let flags = OpenFlags {
-                    write: true,
-                    ..OpenFlags::READ
-                };
-                let mut handle = self.client.open_file(&path, flags).map_err(|e| errno(&e))?;
-                self.client
-                    .truncate_file(&mut handle, size)
-                    .map_err(|e| errno(&e))?;
-            }
-        }
-        // Other open files of this inode now see the new size.
-        for open in self.open.values_mut().filter(|o| o.ino == ino) {
-            open.ahead = None;
-        }
-        Ok(())
     }
 }
 

@@ -1,0 +1,336 @@
+//! The mount's state: open files with their write-back buffers, read-ahead and
+//! prefetch, and the inode numbers; every operation on them as a client call.
+
+use super::*;
+
+/// One open file of the mount.
+pub(crate) struct Open {
+    pub(crate) ino: u64,
+    pub(crate) handle: FileHandle,
+    /// Contiguous writes not yet sent: (offset, bytes).
+    pub(crate) pending: Option<(u64, Vec<u8>)>,
+    /// Bytes read ahead: (offset, bytes).
+    pub(crate) ahead: Option<(u64, Vec<u8>)>,
+    /// The next read-ahead, being fetched on a thread of its own while the kernel copies
+    /// this one out (a sequential reader only).
+    pub(crate) prefetch: Option<Prefetch>,
+    /// Where the next sequential read would start.
+    pub(crate) next_read: u64,
+    /// A buffered write that failed, not yet reported to this file's writer: returned by
+    /// its next write, flush, fsync or close.
+    pub(crate) error: Option<Errno>,
+}
+
+/// A read-ahead window being fetched: where it starts, and the thread fetching it.
+pub(crate) struct Prefetch {
+    pub(crate) offset: u64,
+    pub(crate) thread: std::thread::JoinHandle<Result<Vec<u8>, ClientError>>,
+}
+
+impl Open {
+    /// Drops what was read ahead (the file changed, or the reader jumped). A prefetch
+    /// still running is left to finish on its own, its bytes unused.
+    pub(crate) fn forget_read_ahead(&mut self) {
+        self.ahead = None;
+        self.prefetch = None;
+    }
+
+    /// The size including writes still in the buffer.
+    pub(crate) fn size(&self) -> u64 {
+        let pending_end = self
+            .pending
+            .as_ref()
+            .map(|(at, data)| at + data.len() as u64)
+            .unwrap_or(0);
+        self.handle.size().max(pending_end)
+    }
+}
+
+pub(crate) struct State {
+    /// Shared with prefetch threads (the client takes `&self`).
+    pub(crate) client: Arc<Client>,
+    pub(crate) inodes: Inodes,
+    pub(crate) open: HashMap<u64, Open>,
+    pub(crate) next_fh: u64,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+impl State {
+    pub(crate) fn attr(&self, ino: u64, s: &FileStat) -> FileAttr {
+        let size = self
+            .open
+            .values()
+            .filter(|o| o.ino == ino && o.handle.writable())
+            .map(Open::size)
+            .fold(s.size, u64::max);
+        let time = UNIX_EPOCH + Duration::from_millis(s.mtime);
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            kind: kind(s),
+            perm: s.mode & 0o7777,
+            nlink: if s.is_dir { 2 } else { 1 },
+            // Maat owners are names, not numbers: the mounting user is shown as owner,
+            // and the MDS decides every access by the Maat identity.
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            flags: 0,
+            blksize: STRIPE_UNIT_BYTES as u32,
+        }
+    }
+
+    pub(crate) fn path(&self, ino: u64) -> Result<String, Errno> {
+        self.inodes
+            .path(ino)
+            .map(str::to_string)
+            .ok_or(Errno::ENOENT)
+    }
+
+    pub(crate) fn child(&self, parent: u64, name: &OsStr) -> Result<String, Errno> {
+        let name = name.to_str().ok_or(Errno::EINVAL)?;
+        self.inodes.child_path(parent, name).ok_or(Errno::ENOENT)
+    }
+
+    /// Attributes of a known inode, asked of the MDS now.
+    pub(crate) fn current_attr(&mut self, ino: u64) -> Result<FileAttr, Errno> {
+        let path = self.path(ino)?;
+        let s = self.client.stat(&path).map_err(|e| errno(&e))?;
+        Ok(self.attr(ino, &s))
+    }
+
+    /// Stat of `path` as an entry (numbering it).
+    pub(crate) fn entry(&mut self, path: &str) -> Result<FileAttr, Errno> {
+        let s = self.client.stat(path).map_err(|e| errno(&e))?;
+        let ino = self.inodes.ino(path);
+        Ok(self.attr(ino, &s))
+    }
+
+    /// Sends an open file's buffered writes.
+    pub(crate) fn send_pending(&mut self, fh: u64) -> Result<(), Errno> {
+        let Some(open) = self.open.get_mut(&fh) else {
+            return Err(Errno::EBADF);
+        };
+        if let Some(e) = open.error {
+            return Err(e);
+        }
+        if let Some((at, data)) = open.pending.take() {
+            open.forget_read_ahead();
+            if let Err(e) = self.client.write_file_at(&mut open.handle, at, &data) {
+                // Kept for the writer: whoever triggered the send (a read, another
+                // process's truncate) is told too, but the writer must hear it at close.
+                let e = errno(&e);
+                open.error = Some(e);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends buffered writes and records the size at the MDS.
+    pub(crate) fn flush(&mut self, fh: u64) -> Result<(), Errno> {
+        self.send_pending(fh)?;
+        let Some(open) = self.open.get_mut(&fh) else {
+            return Err(Errno::EBADF);
+        };
+        self.client
+            .flush_file(&mut open.handle)
+            .map_err(|e| errno(&e))
+    }
+
+    /// Sends and records every open file of `ino` (before its size is looked at or
+    /// changed by a path operation).
+    pub(crate) fn flush_ino(&mut self, ino: u64) -> Result<(), Errno> {
+        self.flush_where(|o| o.ino == ino)
+    }
+
+    /// Sends and records every open file at or below `path`.
+    pub(crate) fn flush_below(&mut self, path: &str) -> Result<(), Errno> {
+        let below = format!("{}/", path.trim_end_matches('/'));
+        self.flush_where(|o| o.handle.path() == path || o.handle.path().starts_with(&below))
+    }
+
+    pub(crate) fn flush_where(&mut self, which: impl Fn(&Open) -> bool) -> Result<(), Errno> {
+        let fhs: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(_, o)| which(o))
+            .map(|(&fh, _)| fh)
+            .collect();
+        for fh in fhs {
+            // Best effort for the others: a failure stays with that file (`error`) and
+            // is reported to its writer, not to whoever happened to trigger the send.
+            let _ = self.flush(fh);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn add_open(&mut self, ino: u64, handle: FileHandle) -> u64 {
+        let fh = self.next_fh;
+        self.next_fh += 1;
+        self.open.insert(
+            fh,
+            Open {
+                ino,
+                handle,
+                pending: None,
+                ahead: None,
+                prefetch: None,
+                next_read: 0,
+                error: None,
+            },
+        );
+        fh
+    }
+
+    pub(crate) fn read(&mut self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        self.send_pending(fh)?;
+        let client = Arc::clone(&self.client);
+        let Some(open) = self.open.get_mut(&fh) else {
+            return Err(Errno::EBADF);
+        };
+        let out = Self::read_open(&client, open, offset, size)?;
+        Self::start_prefetch(&client, open);
+        Ok(out)
+    }
+
+    /// Starts fetching the window after the read-ahead when the reader is sequential, the
+    /// file goes on past it, and no fetch is running.
+    pub(crate) fn start_prefetch(client: &Arc<Client>, open: &mut Open) {
+        let Some((at, data)) = &open.ahead else {
+            return;
+        };
+        let next = at + data.len() as u64;
+        if open.prefetch.is_some() || open.next_read < *at || next >= open.handle.size() {
+            return;
+        }
+        let client = Arc::clone(client);
+        let handle = open.handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name("maat-prefetch".into())
+            .spawn(move || client.read_file_at(&handle, next, READ_AHEAD_BYTES as usize));
+        // No thread to be had: the next window is read when it is asked for.
+        if let Ok(thread) = spawned {
+            open.prefetch = Some(Prefetch {
+                offset: next,
+                thread,
+            });
+        }
+    }
+
+    pub(crate) fn read_open(
+        client: &Client,
+        open: &mut Open,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        let want = u64::from(size);
+        let beyond_ahead = open
+            .ahead
+            .as_ref()
+            .is_none_or(|(at, data)| offset >= at + data.len() as u64);
+        if beyond_ahead && open.prefetch.as_ref().is_some_and(|p| p.offset == offset) {
+            // The reader reached the window being prefetched: it becomes the read-ahead
+            // (a failed fetch is simply read again below, where its error shows).
+            if let Some(Ok(Ok(data))) = open.prefetch.take().map(|p| p.thread.join()) {
+                open.ahead = Some((offset, data));
+            }
+        }
+        if let Some((at, data)) = &open.ahead {
+            let end = at + data.len() as u64;
+            // Served from the read-ahead only in full, or up to the end of the file: a
+            // short answer means end of file to the kernel.
+            let covered = offset + want <= end || end >= open.handle.size();
+            if offset >= *at && offset <= end && covered {
+                let from = (offset - at) as usize;
+                let to = ((offset + want).min(end) - at) as usize;
+                open.next_read = offset + (to - from) as u64;
+                return Ok(data.get(from..to).unwrap_or_default().to_vec());
+            }
+        }
+        let sequential = offset == open.next_read;
+        let fetch = if sequential {
+            want.max(READ_AHEAD_BYTES)
+        } else {
+            want
+        };
+        // A jump leaves the prefetch behind.
+        open.prefetch = None;
+        let data = client
+            .read_file_at(&open.handle, offset, fetch as usize)
+            .map_err(|e| errno(&e))?;
+        let n = (want as usize).min(data.len());
+        let out = data.get(..n).unwrap_or_default().to_vec();
+        open.next_read = offset + n as u64;
+        open.ahead = if data.len() > n {
+            Some((offset, data))
+        } else {
+            None
+        };
+        Ok(out)
+    }
+
+    pub(crate) fn write(&mut self, fh: u64, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        let Some(open) = self.open.get_mut(&fh) else {
+            return Err(Errno::EBADF);
+        };
+        if !open.handle.writable() {
+            return Err(Errno::EBADF);
+        }
+        if let Some(e) = open.error {
+            return Err(e);
+        }
+        open.forget_read_ahead();
+        if let Some((at, buf)) = &mut open.pending {
+            if *at + buf.len() as u64 == offset {
+                buf.extend_from_slice(data);
+                if buf.len() >= WRITE_BACK_BYTES {
+                    return self.send_pending(fh);
+                }
+                return Ok(());
+            }
+        }
+        self.send_pending(fh)?;
+        if let Some(open) = self.open.get_mut(&fh) {
+            open.pending = Some((offset, data.to_vec()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn truncate(&mut self, ino: u64, fh: Option<u64>, size: u64) -> Result<(), Errno> {
+        self.flush_ino(ino)?;
+        let path = self.path(ino)?;
+        match fh.filter(|fh| self.open.get(fh).is_some_and(|o| o.handle.writable())) {
+            Some(fh) => {
+                let Some(open) = self.open.get_mut(&fh) else {
+                    return Err(Errno::EBADF);
+                };
+                open.forget_read_ahead();
+                self.client
+                    .truncate_file(&mut open.handle, size)
+                    .map_err(|e| errno(&e))?;
+            }
+            None => {
+                let flags = OpenFlags {
+                    write: true,
+                    ..OpenFlags::READ
+                };
+                let mut handle = self.client.open_file(&path, flags).map_err(|e| errno(&e))?;
+                self.client
+                    .truncate_file(&mut handle, size)
+                    .map_err(|e| errno(&e))?;
+            }
+        }
+        // Other open files of this inode now see the new size.
+        for open in self.open.values_mut().filter(|o| o.ino == ino) {
+            open.forget_read_ahead();
+        }
+        Ok(())
+    }
+}
