@@ -21,8 +21,7 @@ pub const BLOCK_SALT_BYTES: usize = 24;
 pub const BLOCK_TAG_BYTES: usize = 16;
 /// Bytes a sealed block adds to its plaintext.
 pub const BLOCK_OVERHEAD_BYTES: usize = BLOCK_TAG_BYTES + BLOCK_SALT_BYTES;
-/// Largest plaintext block accepted.
-pub const BLOCK_PLAINTEXT_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub use crate::limits::BLOCK_PLAINTEXT_BYTES_MAX;
 const BLOCK_DOMAIN: &[u8] = b"maat-block-v1";
 
 /// A key for encrypting blocks (for example a Horus leaf key). Zeroized on drop.

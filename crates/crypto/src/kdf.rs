@@ -24,8 +24,7 @@ pub fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[&[u8]]) -> Result<Secret32> 
 
 /// Length of the salt stored with each passphrase-derived key.
 pub const PASSPHRASE_SALT_BYTES: usize = 16;
-/// Longest passphrase accepted, in bytes.
-pub const PASSPHRASE_BYTES_MAX: usize = 1024;
+pub use crate::limits::PASSPHRASE_BYTES_MAX;
 
 /// Argon2id cost parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

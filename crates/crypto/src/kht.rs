@@ -20,22 +20,16 @@
 use crate::counters::{bump, global};
 use crate::{hash, mac, CryptoError, Result, Secret32};
 
-/// Deepest tree accepted (levels 0..d-1).
-pub const KHT_DEPTH_MAX: usize = 16;
+pub use crate::limits::KHT_DEPTH_MAX;
 /// Smallest leaf (block) size, log2 bytes: 512 B.
 pub const KHT_LEAF_SIZE_LOG2_MIN: u8 = 9;
-/// Largest leaf (block) size, log2 bytes: 1 GiB.
-pub const KHT_LEAF_SIZE_LOG2_MAX: u8 = 30;
-/// Largest level-0 region, log2 bytes.
-pub const KHT_REGION_SIZE_LOG2_MAX: u8 = 62;
-/// Largest branching per level, log2 (a nibble holds 1..=16).
-pub const KHT_BRANCHING_LOG2_MAX: u8 = 16;
-/// Most nodes one cover may hold.
-pub const KHT_COVER_NODES_MAX: usize = 65_536;
+pub use crate::limits::KHT_BRANCHING_LOG2_MAX;
+pub use crate::limits::KHT_COVER_NODES_MAX;
+pub use crate::limits::KHT_LEAF_SIZE_LOG2_MAX;
+pub use crate::limits::KHT_REGION_SIZE_LOG2_MAX;
 /// Version byte of the compact shape encoding.
 pub const KHT_SHAPE_VERSION: u8 = 1;
-/// Longest compact shape encoding.
-pub const KHT_SHAPE_BYTES_MAX: usize = 4 + KHT_DEPTH_MAX / 2;
+pub use crate::limits::KHT_SHAPE_BYTES_MAX;
 
 /// A keyed hash usable as the tree's KH.
 pub trait KeyedHash {

@@ -17,6 +17,8 @@
 //! reads the clock, performs I/O or uses an ambient random generator: randomness is a
 //! parameter ([`rand_core::CryptoRngCore`]).
 
+pub mod limits;
+
 pub mod aead;
 pub mod counters;
 mod error;

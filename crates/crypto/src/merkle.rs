@@ -15,10 +15,8 @@ use crate::counters::{bump, global};
 use crate::hash::Digest;
 use crate::{CryptoError, Result};
 
-/// Longest proof (and deepest composed tree) accepted.
-pub const MERKLE_DEPTH_MAX: usize = 64;
-/// Most leaves in one tree.
-pub const MERKLE_LEAVES_MAX: usize = 1 << 24;
+pub use crate::limits::MERKLE_DEPTH_MAX;
+pub use crate::limits::MERKLE_LEAVES_MAX;
 const LEAF_TAG: u8 = 0x00;
 const INNER_TAG: u8 = 0x01;
 

@@ -12,8 +12,7 @@ use ed25519_dalek::Signer as _;
 pub const PUBLIC_KEY_BYTES: usize = 32;
 /// Length of an encoded signature.
 pub const SIGNATURE_BYTES: usize = 64;
-/// Largest batch handed to [`verify_batch`] at once.
-pub const BATCH_SIGNATURES_MAX: usize = 4096;
+pub use crate::limits::BATCH_SIGNATURES_MAX;
 
 /// An Ed25519 signature.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,8 @@
 //! read or size change through that file) and a read-ahead of eight stripes for
 //! sequential reads. An error of a buffered write is reported by `close`/`fsync`.
 
+pub mod limits;
+
 mod inodes;
 mod state;
 use state::State;
@@ -52,17 +54,13 @@ pub enum FuseError {
     NotADirectory(String),
 }
 
-/// How long the kernel may keep attributes and names before asking again.
-const TTL: Duration = Duration::from_secs(1);
+use crate::limits::TTL;
 
-/// Read-ahead of a sequential reader: eight stripes, fetched from the OSDs at once.
-pub const READ_AHEAD_BYTES: u64 = 8 * STRIPE_UNIT_BYTES;
+pub use crate::limits::READ_AHEAD_BYTES;
 
-/// A file's write-back buffer is sent when it holds this much.
-pub const WRITE_BACK_BYTES: usize = 8 * STRIPE_UNIT_BYTES as usize;
+pub use crate::limits::WRITE_BACK_BYTES;
 
-/// Largest read and write the kernel sends at once (it splits larger ones).
-const KERNEL_IO_BYTES: u32 = 1024 * 1024;
+use crate::limits::KERNEL_IO_BYTES;
 
 /// The filesystem `maat mount` serves.
 pub struct MaatFs {

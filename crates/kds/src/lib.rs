@@ -27,6 +27,8 @@
 //! lockbox keys are cached (bounded), so repeated keyed requests cost no public-key
 //! operation at all, and a first request for a file only the capability's verification.
 
+pub mod limits;
+
 use maat_crypto::hash::{self, Digest};
 use maat_crypto::kht::{Node, RangeKey};
 use maat_crypto::seal::{SealingPublicKey, SealingSecretKey};
@@ -49,15 +51,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// How old the KDS's last catch-up with the MDS's revocations (SPEC M9) may be before it
-/// refuses keys (`NotReady`): it checks every second, so this is several missed checks.
-/// A KDS cut off from the MDS stops handing out keys rather than ignore what was revoked
-/// meanwhile.
-pub const REVOCATIONS_STALE_MILLIS: u64 = 10_000;
+pub use crate::limits::REVOCATIONS_STALE_MILLIS;
 
-/// Most entries of each cache (tickets, capabilities, trees, lockboxes); a full cache is
-/// emptied of what expired, then cleared.
-pub const KDS_CACHE_ENTRIES_MAX: usize = 16_384;
+pub use crate::limits::KDS_CACHE_ENTRIES_MAX;
 
 /// This crate's error.
 #[derive(Debug, thiserror::Error)]

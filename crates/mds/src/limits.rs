@@ -103,3 +103,6 @@ pub(crate) const ISSUED_MAX: usize = 65_536;
 
 /// A login cookie is made for a 30-second slot and accepted in that slot and the next.
 pub(crate) const COOKIE_SLOT_MILLIS: u64 = 30_000;
+
+/// A gathering batch closes once it has not grown for this long (or at the gather window).
+pub const BATCH_QUIET_MICROS: u64 = 300;

@@ -26,11 +26,8 @@ use maat_crypto::{CryptoRngCore, Secret32};
 
 /// Smallest leaf an encrypted file may use (log2 bytes): 4 KiB keeps the overhead at 1 %.
 pub const ENCRYPTED_LEAF_LOG2_MIN: u8 = 12;
-/// Largest leaf an encrypted file may use (log2 bytes): one stripe unit.
-pub const ENCRYPTED_LEAF_LOG2_MAX: u8 = 19;
-/// Largest stripe object an encrypted file can have: a full stripe of the smallest leaves.
-pub const ENCRYPTED_OBJECT_BYTES_MAX: u64 = STRIPE_UNIT_BYTES
-    + (STRIPE_UNIT_BYTES >> ENCRYPTED_LEAF_LOG2_MIN) * BLOCK_OVERHEAD_BYTES as u64;
+pub use crate::limits::ENCRYPTED_LEAF_LOG2_MAX;
+pub use crate::limits::ENCRYPTED_OBJECT_BYTES_MAX;
 
 /// The leaf size of new encrypted files (log2 bytes): 64 KiB. Each leaf costs a key
 /// derivation, a block subkey and an AES key schedule; measured (`cargo bench -p

@@ -16,13 +16,9 @@
 use crate::{ProtoError, Result};
 use serde::{Deserialize, Serialize};
 
-/// Most generation runs one file may have (a file rewritten piecemeal in more separate
-/// places than this must be rewritten whole).
-pub const GENERATION_RUNS_MAX: usize = 65_536;
+pub use crate::limits::GENERATION_RUNS_MAX;
 
-/// Most earlier key trees one file may keep while a rekey is in progress (SPEC H7): a
-/// new rekey past this must wait until a running one has rewritten the file.
-pub const EARLIER_TREES_MAX: usize = 4;
+pub use crate::limits::EARLIER_TREES_MAX;
 
 /// What the MDS keeps for an encrypted file, and hands to whoever opens it: the lockbox
 /// of its current key tree (sealed to the KDS and the owner; the MDS cannot open it), the

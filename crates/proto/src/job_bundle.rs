@@ -17,7 +17,6 @@
 //! `var name | [32] computation seed | var lifetime token | u32 n, n × var handle`.
 
 use crate::codec::{Reader, Writer};
-use crate::limits::PATH_BYTES_MAX;
 use crate::signed::{Unverified, Verified};
 use crate::ticket::{LoginTicket, LOGIN_TICKET_BYTES};
 use crate::{ProtoError, Result, UnixMillis, UserId};
@@ -28,13 +27,11 @@ use zeroize::Zeroizing;
 
 /// The bundle layout this code writes.
 pub const BUNDLE_VERSION: u8 = 1;
-/// Most file handles one bundle carries.
-pub const BUNDLE_HANDLES_MAX: usize = 4096;
-/// Longest job name.
-pub const JOB_NAME_BYTES_MAX: usize = 255;
-const HANDLE_BYTES_MAX: usize = PATH_BYTES_MAX + 1024;
-const LIFETIME_BYTES_MAX: usize = 1024;
-const SEALED_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub use crate::limits::BUNDLE_HANDLES_MAX;
+use crate::limits::HANDLE_BYTES_MAX;
+pub use crate::limits::JOB_NAME_BYTES_MAX;
+use crate::limits::LIFETIME_BYTES_MAX;
+use crate::limits::SEALED_BYTES_MAX;
 const BUNDLE_CONTEXT: &[u8] = b"maat/m10/bundle/v1\0";
 const SEAL_CONTEXT: &[u8] = b"maat/m10/bundle-seal/v1\0";
 

@@ -16,8 +16,7 @@ use crate::signed::{Body, Kind};
 use crate::{CapabilityId, FileId, ProtoError, Result, UnixMillis, UserId};
 use maat_crypto::kht::{KhtShape, Node};
 
-/// Most ranges one permit names.
-pub const KEY_RANGES_MAX: usize = 64;
+pub use crate::limits::KEY_RANGES_MAX;
 
 /// Set in the range count word when a tree version follows it (permits from before tree
 /// versions have the bit clear and name none).

@@ -1,6 +1,10 @@
 //! Named limits. Every length read from the wire is checked against one of these before
 //! anything is allocated.
 
+use crate::encrypted::ENCRYPTED_LEAF_LOG2_MIN;
+use crate::msg::STRIPE_UNIT_BYTES;
+use maat_crypto::aead::BLOCK_OVERHEAD_BYTES;
+
 /// Largest encoded token accepted by any decoder.
 pub const TOKEN_BYTES_MAX: usize = 1024 * 1024;
 /// Default capability lifetime (SPEC M7: short lifetimes make revocation automatic).
@@ -28,3 +32,63 @@ pub const T10_WORKING_KEYS_PER_PARTITION: usize = 16;
 pub const NONCE_BYTES: usize = 16;
 /// Length of a session id.
 pub const SESSION_ID_BYTES: usize = 16;
+
+/// Largest leaf an encrypted file may use (log2 bytes): one stripe unit.
+pub const ENCRYPTED_LEAF_LOG2_MAX: u8 = 19;
+
+/// Largest stripe object an encrypted file can have: a full stripe of the smallest leaves.
+pub const ENCRYPTED_OBJECT_BYTES_MAX: u64 = STRIPE_UNIT_BYTES
+    + (STRIPE_UNIT_BYTES >> ENCRYPTED_LEAF_LOG2_MIN) * BLOCK_OVERHEAD_BYTES as u64;
+
+/// Most generation runs one file may have (a file rewritten piecemeal in more separate
+/// places than this must be rewritten whole).
+pub const GENERATION_RUNS_MAX: usize = 65_536;
+
+/// Most earlier key trees one file may keep while a rekey is in progress (SPEC H7): a
+/// new rekey past this must wait until a running one has rewritten the file.
+pub const EARLIER_TREES_MAX: usize = 4;
+
+/// Most file handles one bundle carries.
+pub const BUNDLE_HANDLES_MAX: usize = 4096;
+
+/// Longest job name.
+pub const JOB_NAME_BYTES_MAX: usize = 255;
+
+pub(crate) const HANDLE_BYTES_MAX: usize = PATH_BYTES_MAX + 1024;
+
+pub(crate) const LIFETIME_BYTES_MAX: usize = 1024;
+
+pub(crate) const SEALED_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Most ranges one permit names.
+pub const KEY_RANGES_MAX: usize = 64;
+
+/// Most files one key request may name.
+pub const KDS_FILES_PER_REQUEST_MAX: usize = 256;
+
+/// Most stripe ranges one `SetSizeWritten` may carry.
+pub const WRITTEN_RANGES_MAX: usize = 4096;
+
+/// Most predicted paths one `OpenPredicted` may carry.
+pub const PREDICTED_PATHS_MAX: usize = 64;
+
+/// Longest user, group or path component name.
+pub const NAME_BYTES_MAX: usize = 255;
+
+/// Most partitions one OSD's key state holds.
+pub const T10_PARTITIONS_MAX: usize = 4096;
+
+/// Most objects with a policy access tag other than 0 one OSD's key state holds (across
+/// partitions): each is a revocation of one file's credentials (SPEC T4).
+pub const T10_POLICY_TAGS_MAX: usize = 65_536;
+
+/// Largest payload a frame may carry: one stripe unit of data plus room for headers.
+pub const FRAME_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// Most (session, nonce) pairs a receiver remembers; beyond this it refuses new requests
+/// as busy rather than forget one inside the window.
+pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
+
+/// Most nonces one session may have in the window (about 2,000 requests a second), so a
+/// single session cannot fill the window for everyone.
+pub const REPLAY_ENTRIES_PER_SESSION_MAX: u32 = 1 << 16;

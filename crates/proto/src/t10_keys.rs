@@ -44,11 +44,8 @@ const ACK_CONTEXT: &[u8] = b"maat/t10/set-key-ack/v1\0";
 const TAG_ACK_CONTEXT: &[u8] = b"maat/t10/set-policy-tag-ack/v1\0";
 /// Version 2 adds each partition's policy access tags (SPEC T4); version 1 still loads.
 const STATE_VERSION: u8 = 2;
-/// Most partitions one OSD's key state holds.
-pub const T10_PARTITIONS_MAX: usize = 4096;
-/// Most objects with a policy access tag other than 0 one OSD's key state holds (across
-/// partitions): each is a revocation of one file's credentials (SPEC T4).
-pub const T10_POLICY_TAGS_MAX: usize = 65_536;
+pub use crate::limits::T10_PARTITIONS_MAX;
+pub use crate::limits::T10_POLICY_TAGS_MAX;
 
 /// A key and the generation it was installed at.
 #[derive(Debug, Clone, PartialEq, Eq)]

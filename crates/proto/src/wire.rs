@@ -49,20 +49,15 @@ pub const FRAME_VERSION_1: u8 = 1;
 pub const FRAME_HEADER_BYTES: usize = 12;
 /// The first bytes of every header, which say how long the rest is.
 pub const FRAME_HEADER_START_BYTES: usize = 8;
-/// Largest payload a frame may carry: one stripe unit of data plus room for headers.
-pub const FRAME_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
+pub use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
 /// How far a request's timestamp may be from the receiver's clock (SPEC T7).
 pub const REPLAY_WINDOW_MILLIS: u64 = 30_000;
 /// How far a request's timestamp may run ahead of the receiver's clock. Small, because a
 /// receiver refuses timestamps before `boot + FUTURE_SKEW_MILLIS`: together the two rules
 /// make a request captured before a restart unusable after it (see [`ReplayWindow`]).
 pub const FUTURE_SKEW_MILLIS: u64 = 500;
-/// Most (session, nonce) pairs a receiver remembers; beyond this it refuses new requests
-/// as busy rather than forget one inside the window.
-pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
-/// Most nonces one session may have in the window (about 2,000 requests a second), so a
-/// single session cannot fill the window for everyone.
-pub const REPLAY_ENTRIES_PER_SESSION_MAX: u32 = 1 << 16;
+pub use crate::limits::REPLAY_ENTRIES_MAX;
+pub use crate::limits::REPLAY_ENTRIES_PER_SESSION_MAX;
 
 /// BLAKE3 key-derivation context of envelope keys.
 pub const ENVELOPE_KEY_CONTEXT: &str = "maat envelope v1";

@@ -15,10 +15,9 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-pub use crate::limits::BATCH_WAIT_MILLIS_MAX;
-/// A gathering batch closes once it has not grown for this long (or at the gather window).
-pub const BATCH_QUIET_MICROS: u64 = 300;
+pub use crate::limits::BATCH_QUIET_MICROS;
 pub use crate::limits::BATCH_TRACKED_FILES_MAX;
+pub use crate::limits::BATCH_WAIT_MILLIS_MAX;
 
 /// What a batch gathers around: the opens of one file (its members are users), or the
 /// opens by one user (its members are files).

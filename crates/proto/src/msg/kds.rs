@@ -6,8 +6,7 @@
 use super::WireError;
 use serde::{Deserialize, Serialize};
 
-/// Most files one key request may name.
-pub const KDS_FILES_PER_REQUEST_MAX: usize = 256;
+pub use crate::limits::KDS_FILES_PER_REQUEST_MAX;
 
 /// One file's part of a key request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -653,11 +653,9 @@ pub struct T10KeyInfo {
     pub problem: Option<String>,
 }
 
-/// Most stripe ranges one `SetSizeWritten` may carry.
-pub const WRITTEN_RANGES_MAX: usize = 4096;
+pub use crate::limits::WRITTEN_RANGES_MAX;
 
-/// Most predicted paths one `OpenPredicted` may carry.
-pub const PREDICTED_PATHS_MAX: usize = 64;
+pub use crate::limits::PREDICTED_PATHS_MAX;
 
 impl MdsRequest {
     /// The request's name in metrics (`maat_request_duration_seconds{request=…}`).

@@ -26,8 +26,7 @@ pub const STRIPE_UNIT_BYTES: u64 = 512 * 1024;
 /// The administrator's user id (superuser at the MDS; the only user allowed OSD
 /// partition commands).
 pub const ADMIN_USER_ID: u64 = 1;
-/// Longest user, group or path component name.
-pub const NAME_BYTES_MAX: usize = 255;
+pub use crate::limits::NAME_BYTES_MAX;
 
 /// Encodes a message.
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>> {
