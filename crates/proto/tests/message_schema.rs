@@ -11,7 +11,8 @@
 //! `test-vectors/message-schema.txt` records every type's definition as the source gives
 //! it (comments dropped, whitespace collapsed). This test fails when the source is not
 //! an append-only extension of it, and, separately, when a compatible change has not been
-//! recorded. Record one with `MAAT_BLESS=1 cargo test -p maat-proto --test message_schema`.
+//! recorded. Record one with `MAAT_BLESS=1 cargo test -p maat-proto --test message_schema`;
+//! an incompatible one (with a new frame version) only with `MAAT_BLESS=incompatible`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -31,6 +32,12 @@ const SOURCES: &[&str] = &[
     "crates/proto/src/protection.rs",
     "crates/proto/src/file_crypt.rs",
 ];
+
+/// Files of `crates/proto/src` that derive `Serialize` but hold no message type, and why.
+const NOT_MESSAGES: &[(&str, &str)] = &[(
+    "ids.rs",
+    "the id newtypes, each a transparent u64 made by one macro",
+)];
 
 #[derive(Debug, Clone, PartialEq)]
 enum Shape {
@@ -52,27 +59,40 @@ fn collapse(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Source lines without comments (whole-line and trailing) and blank lines.
-fn code_lines(text: &str) -> Vec<&str> {
-    text.lines()
-        .map(|l| l.split(" //").next().unwrap_or(l).trim_end())
-        .filter(|l| {
-            let t = l.trim_start();
-            !t.is_empty() && !t.starts_with("//")
-        })
-        .collect()
+/// Source lines without comments (whole-line and trailing) and blank lines, with an
+/// attribute that rustfmt wrapped over several lines joined into one.
+fn code_lines(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open_attribute = false;
+    for l in text.lines() {
+        let l = l.split(" //").next().unwrap_or(l).trim_end();
+        let t = l.trim_start();
+        if t.is_empty() || t.starts_with("//") {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if open_attribute => {
+                last.push(' ');
+                last.push_str(t);
+            }
+            _ => out.push(l.to_string()),
+        }
+        let last = out.last().map(String::as_str).unwrap_or_default();
+        open_attribute = last.starts_with("#[") && !last.ends_with(']');
+    }
+    out
 }
 
 /// The types of `file` that derive `Serialize`: name → shape.
 fn types_of(file: &Path) -> BTreeMap<String, Shape> {
     let text = std::fs::read_to_string(file).unwrap();
-    // Test modules define no wire types.
-    let text = text.split("#[cfg(test)]").next().unwrap();
+    // Test modules (at the end of a file) define no wire types.
+    let text = text.split("#[cfg(test)]\nmod ").next().unwrap();
     let lines = code_lines(text);
     let mut out = BTreeMap::new();
     let mut i = 0;
     while i < lines.len() {
-        let line = lines[i];
+        let line = lines[i].as_str();
         if !(line.starts_with("#[derive(") && line.contains("Serialize")) {
             i += 1;
             continue;
@@ -82,11 +102,11 @@ fn types_of(file: &Path) -> BTreeMap<String, Shape> {
         i += 1;
         while lines[i].starts_with("#[") {
             if !lines[i].starts_with("#[derive(") && lines[i] != "#[non_exhaustive]" {
-                attrs.push(lines[i]);
+                attrs.push(lines[i].as_str());
             }
             i += 1;
         }
-        let header = lines[i];
+        let header = lines[i].as_str();
         let (kind, rest) = if let Some(r) = header.strip_prefix("pub struct ") {
             ("struct", r)
         } else if let Some(r) = header.strip_prefix("pub enum ") {
@@ -98,13 +118,18 @@ fn types_of(file: &Path) -> BTreeMap<String, Shape> {
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect();
-        // One-line items (`pub struct X(u64);`) end on their line; others at `}`.
-        let mut body = Vec::new();
+        // One-line items (`pub struct X(u64);`) end on their line, braced ones at `}`,
+        // tuple structs spread over lines at `);`.
+        let mut body: Vec<&str> = Vec::new();
         if !header.ends_with(';') && !header.ends_with('}') {
+            let end = if header.ends_with('(') { ");" } else { "}" };
             i += 1;
-            while lines[i] != "}" {
-                body.push(lines[i]);
+            while lines[i] != end {
+                body.push(lines[i].as_str());
                 i += 1;
+            }
+            if end == ");" {
+                body.push(end);
             }
         }
         let shape = match kind {
@@ -228,13 +253,20 @@ fn incompatibilities(
 #[test]
 fn message_types_change_only_by_appended_variants() {
     let now = current();
-    if std::env::var_os("MAAT_BLESS").is_some() {
-        std::fs::write(schema_path(), render(&now)).unwrap();
-    }
     let committed =
         std::fs::read_to_string(schema_path()).expect("test-vectors/message-schema.txt");
     let before = parse(&committed);
     let broken = incompatibilities(&before, &now);
+    match std::env::var("MAAT_BLESS").as_deref() {
+        Ok("incompatible") => return std::fs::write(schema_path(), render(&now)).unwrap(),
+        Ok(_) if broken.is_empty() => return std::fs::write(schema_path(), render(&now)).unwrap(),
+        Ok(_) => panic!(
+            "not recording an incompatible change (MAAT_BLESS=incompatible does, with a new \
+             frame version):\n{}",
+            broken.join("\n")
+        ),
+        Err(_) => {}
+    }
     assert!(
         broken.is_empty(),
         "message types changed so that peers of the previous version can no longer decode \
@@ -249,9 +281,35 @@ fn message_types_change_only_by_appended_variants() {
     );
 }
 
-/// The lock sees the types it must: the request and answer enums of every daemon.
+/// The lock sees the types it must: every file of `maat-proto` that derives `Serialize`
+/// is read (or named as holding no message), and the request and answer enums of every
+/// daemon are found.
 #[test]
 fn the_schema_covers_every_message_enum() {
+    let src = root().join("crates/proto/src");
+    let mut files = vec![src.clone()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let relative = path
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let exempt = NOT_MESSAGES.iter().any(|(name, _)| {
+            path.strip_prefix(&src)
+                .is_ok_and(|p| p.to_string_lossy() == *name)
+        });
+        if text.contains("Serialize,") || text.contains("Serialize)") {
+            assert!(
+                exempt || SOURCES.contains(&relative.as_str()),
+                "{relative} derives Serialize: add it to SOURCES (or to NOT_MESSAGES, saying why)"
+            );
+        }
+    }
     let now = current();
     for name in [
         "MdsRequest",
