@@ -351,6 +351,9 @@ impl Filesystem for MaatFs {
             reply,
             s.client.open_file(&path, open_flags).map_err(|e| errno(&e))
         );
+        if open_flags.truncate {
+            s.resized(ino.0);
+        }
         let fh = s.add_open(ino.0, handle);
         reply.opened(Fh(fh), FopenFlags::empty());
     }

@@ -306,15 +306,12 @@ impl State {
     pub(crate) fn truncate(&mut self, ino: u64, fh: Option<u64>, size: u64) -> Result<(), Errno> {
         self.flush_ino(ino)?;
         let path = self.path(ino)?;
-        match fh.filter(|fh| self.open.get(fh).is_some_and(|o| o.handle.writable())) {
+        let cut = match fh.filter(|fh| self.open.get(fh).is_some_and(|o| o.handle.writable())) {
             Some(fh) => {
                 let Some(open) = self.open.get_mut(&fh) else {
                     return Err(Errno::EBADF);
                 };
-                open.forget_read_ahead();
-                self.client
-                    .truncate_file(&mut open.handle, size)
-                    .map_err(|e| errno(&e))?;
+                self.client.truncate_file(&mut open.handle, size)
             }
             None => {
                 let flags = OpenFlags {
@@ -322,15 +319,19 @@ impl State {
                     ..OpenFlags::READ
                 };
                 let mut handle = self.client.open_file(&path, flags).map_err(|e| errno(&e))?;
-                self.client
-                    .truncate_file(&mut handle, size)
-                    .map_err(|e| errno(&e))?;
+                self.client.truncate_file(&mut handle, size)
             }
-        }
-        // Other open files of this inode now see the new size.
+        };
+        // Also after a failure: part of the file may be cut already.
+        self.resized(ino);
+        cut.map_err(|e| errno(&e))
+    }
+
+    /// `ino` was cut (a truncate, an `O_TRUNC` open): what its open files read ahead is
+    /// gone, so that they see the new size.
+    pub(crate) fn resized(&mut self, ino: u64) {
         for open in self.open.values_mut().filter(|o| o.ino == ino) {
             open.forget_read_ahead();
         }
-        Ok(())
     }
 }
