@@ -81,7 +81,7 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
     for name in ["alice", "bob", "carol"] {
         cluster.add_user(name, &format!("{name} passphrase"), None);
     }
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin.mkdir("/lab", 0o777, false).unwrap();
     let mut alice = cluster.user_client("alice", "alice passphrase");
     let mut bob = cluster.user_client("bob", "bob passphrase");
@@ -107,31 +107,25 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
         ErrorCode::PermissionDenied
     );
 
-    let signed = counter(&mut admin, "mds", "signatures_made");
+    let signed = counter(&admin, "mds", "signatures_made");
     let (key, lifetime, handle) = job_for_bob(&mut alice, &mut bob, "/lab/private", Access::Read);
     // JobCreate signs the key's lifetime, openg the capability and the handle.
-    assert_eq!(counter(&mut admin, "mds", "signatures_made") - signed, 3);
+    assert_eq!(counter(&admin, "mds", "signatures_made") - signed, 3);
     let opened = bob.openfh(&handle).unwrap();
     // Sessions first (their offers cost two verifications each, delegation or not).
     for osd in bob.cluster_map().unwrap().osds {
         bob.osd_session(osd.id).unwrap();
     }
-    let proofs_before = counter(&mut admin, "osd", "proofs_verified");
-    let verified = counter(&mut admin, "osd", "signatures_verified");
-    let signed = counter(&mut admin, "mds", "signatures_made");
+    let proofs_before = counter(&admin, "osd", "proofs_verified");
+    let verified = counter(&admin, "osd", "signatures_verified");
+    let signed = counter(&admin, "mds", "signatures_made");
     assert_eq!(read_all(&mut bob, &opened).unwrap(), data);
     assert_eq!(read_all(&mut bob, &opened).unwrap(), data);
     // One proof per OSD session, not per request; per OSD three verifications in all
     // (lifetime token, proof, capability) and nothing asked of the MDS.
-    assert_eq!(
-        counter(&mut admin, "osd", "proofs_verified") - proofs_before,
-        2
-    );
-    assert_eq!(
-        counter(&mut admin, "osd", "signatures_verified") - verified,
-        6
-    );
-    assert_eq!(counter(&mut admin, "mds", "signatures_made") - signed, 0);
+    assert_eq!(counter(&admin, "osd", "proofs_verified") - proofs_before, 2);
+    assert_eq!(counter(&admin, "osd", "signatures_verified") - verified, 6);
+    assert_eq!(counter(&admin, "mds", "signatures_made") - signed, 0);
     // Read-only: a write under the handle is refused by the OSD.
     let object = ObjectId {
         partition: DATA_PARTITION,
@@ -315,14 +309,14 @@ fn one_file_job(extra: &[&str], content: &[u8]) -> OneFileJob {
 fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
     let OneFileJob {
         cluster: _cluster,
-        mut admin,
+        admin,
         alice,
         mut bob,
         key,
         lifetime,
         opened,
     } = one_file_job(&["--capability-lifetime", "4"], b"secret");
-    let revocations = counter(&mut admin, "osd", "revocations_applied");
+    let revocations = counter(&admin, "osd", "revocations_applied");
     // The lead loses read access: the MDS renews nothing, and tells no OSD.
     alice.chmod("/lab/f", 0o200).unwrap();
     sleep_past(&alice, lifetime_expiry(&lifetime) - 1_500);
@@ -335,10 +329,7 @@ fn a_lead_who_loses_access_cannot_renew_and_the_job_ends_within_one_lifetime() {
         code(read_all(&mut bob, &opened)),
         ErrorCode::CapabilityExpired
     );
-    assert_eq!(
-        counter(&mut admin, "osd", "revocations_applied"),
-        revocations
-    );
+    assert_eq!(counter(&admin, "osd", "revocations_applied"), revocations);
 }
 
 #[test]

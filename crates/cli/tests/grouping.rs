@@ -26,7 +26,7 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
     cluster.add_user("bob", "bob passphrase", Some("team"));
     cluster.add_user("dave", "dave passphrase", Some("team"));
     cluster.add_user("carol", "carol passphrase", None);
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin.mkdir("/proj", 0o777, false).unwrap();
 
     let alice = cluster.user_client("alice", "alice passphrase");
@@ -39,12 +39,12 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
 
     // Bob (group) reads: his capability names owner and group by one Merkle root; the
     // OSDs have not seen it, ask for the tree, and bob's client supplies it.
-    let supplied_before = counter(&mut admin, "osd", "trees_supplied");
+    let supplied_before = counter(&admin, "osd", "trees_supplied");
     let bob = cluster.user_client("bob", "bob passphrase");
     let mut out = Vec::new();
     bob.get("/proj/data", &mut out, &mut |_| {}).unwrap();
     assert_eq!(out, data);
-    assert!(counter(&mut admin, "osd", "trees_supplied") > supplied_before);
+    assert!(counter(&admin, "osd", "trees_supplied") > supplied_before);
     let bobs: Opened = bob.open("/proj/data", Access::Read, None).unwrap();
     let body = Unverified::<Capability>::decode(&bobs.capability)
         .unwrap()
@@ -58,7 +58,7 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
     };
 
     // Dave (group) gets the same capability from the MDS cache: no new signature.
-    let signed = counter(&mut admin, "mds", "signatures_made");
+    let signed = counter(&admin, "mds", "signatures_made");
     let dave = cluster.user_client("dave", "dave passphrase");
     let daves = dave.open("/proj/data", Access::Read, None).unwrap();
     assert!(daves.mds_cached);
@@ -67,7 +67,7 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
     dave.get("/proj/data", &mut out, &mut |_| {}).unwrap();
     assert_eq!(out, data);
     // (logins sign tickets: count only what the open and read cost)
-    let after = counter(&mut admin, "mds", "signatures_made");
+    let after = counter(&admin, "mds", "signatures_made");
     assert!(
         after - signed <= 1,
         "dave's login may sign a ticket; his open signs nothing"

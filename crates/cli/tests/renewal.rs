@@ -46,7 +46,7 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
     cluster.add_user("alice", "alice passphrase", None);
     cluster.add_user("bob", "bob passphrase", None);
     cluster.add_user("carol", "carol passphrase", None);
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin.mkdir("/shared", 0o777, false).unwrap();
     let alice = cluster.user_client("alice", "alice passphrase");
     let data = vec![5u8; 100_000];
@@ -68,7 +68,7 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
         .id
         .0;
     let osd = bob.place(bobs.stat.id, 0).unwrap();
-    let signed_before = counter(&mut admin, "mds", "renewal:tokens_signed");
+    let signed_before = counter(&admin, "mds", "renewal:tokens_signed");
     let started = Instant::now();
     let mut first_token = None;
     while started.elapsed() < 3 * lifetime {
@@ -90,8 +90,8 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
         "renewed {} times in three lifetimes",
         bob.client_stats().renewals
     );
-    assert!(counter(&mut admin, "osd", "renewal_tokens_verified") >= 2);
-    let signed = counter(&mut admin, "mds", "renewal:tokens_signed") - signed_before;
+    assert!(counter(&admin, "osd", "renewal_tokens_verified") >= 2);
+    let signed = counter(&admin, "mds", "renewal:tokens_signed") - signed_before;
     assert!(
         signed >= 1 && signed <= bob.client_stats().renewals + 1,
         "{signed}"
@@ -171,5 +171,5 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
         after < lifetime + Duration::from_millis(1_500),
         "access lasted {after:?} after the change"
     );
-    assert!(counter(&mut admin, "mds", "renewal:capabilities_refused") >= 1);
+    assert!(counter(&admin, "mds", "renewal:capabilities_refused") >= 1);
 }

@@ -79,7 +79,7 @@ fn revocation_is_immediate_reaches_restarted_osds_and_lapses_with_the_capabiliti
     let cluster = Cluster::start(2, &["--capability-lifetime", "6", "--grouping", "none"]);
     cluster.add_user("alice", "alice passphrase", None);
     cluster.add_user("bob", "bob passphrase", None);
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin.mkdir("/shared", 0o777, false).unwrap();
     let mut alice = cluster.user_client("alice", "alice passphrase");
     let data = vec![3u8; 50_000];
@@ -109,13 +109,13 @@ fn revocation_is_immediate_reaches_restarted_osds_and_lapses_with_the_capabiliti
 
     // Revoking bob: when the answer arrives, every OSD refuses him, and the MDS gives him
     // no new capability; alice is untouched.
-    let pushed_before = counter(&mut admin, "osd", "revocations_applied");
+    let pushed_before = counter(&admin, "osd", "revocations_applied");
     let revocation = admin.revoke(&["bob".into()], &[]).unwrap();
     let revoked_at = Instant::now();
     assert_eq!(revocation.notice.users.len(), 1);
     assert_eq!((revocation.osds_told, revocation.osds), (2, 2));
     assert_eq!(
-        counter(&mut admin, "osd", "revocations_applied") - pushed_before,
+        counter(&admin, "osd", "revocations_applied") - pushed_before,
         2,
         "pushed to both OSDs before the answer"
     );
@@ -205,7 +205,7 @@ fn revocation_is_immediate_reaches_restarted_osds_and_lapses_with_the_capabiliti
         }
     }
     assert!(busy, "80,000 revocations in force were accepted");
-    let held = counter(&mut admin, "osd", "revoked_entries");
+    let held = counter(&admin, "osd", "revoked_entries");
     assert!(
         held > 2 * 60_000 && held <= 2 * 65_536,
         "{held} entries held over two OSDs"
@@ -215,7 +215,7 @@ fn revocation_is_immediate_reaches_restarted_osds_and_lapses_with_the_capabiliti
     // table empties, and bob may have capabilities again.
     let deadline = Instant::now() + lifetime + Duration::from_secs(6);
     loop {
-        let held = counter(&mut admin, "osd", "revoked_entries");
+        let held = counter(&admin, "osd", "revoked_entries");
         if held == 0 {
             break;
         }
@@ -237,7 +237,7 @@ fn the_kds_refuses_keys_to_revoked_users_and_capabilities_at_once_and_after_a_re
     for user in ["alice", "bob", "carol"] {
         cluster.add_user(user, &format!("{user} passphrase"), None);
     }
-    let mut admin = cluster.admin_client();
+    let admin = cluster.admin_client();
     admin.mkdir("/shared", 0o777, false).unwrap();
     let mut alice = cluster.user_client("alice", "alice passphrase");
     let data = vec![5u8; 50_000];
@@ -263,7 +263,7 @@ fn the_kds_refuses_keys_to_revoked_users_and_capabilities_at_once_and_after_a_re
         assert!(c.request_file_keys(opened).unwrap() >= 1);
     }
     assert!(
-        counter(&mut admin, "kds", "revocation_checks") >= 1,
+        counter(&admin, "kds", "revocation_checks") >= 1,
         "the KDS learned the revocations in force before it served"
     );
 
@@ -273,7 +273,7 @@ fn the_kds_refuses_keys_to_revoked_users_and_capabilities_at_once_and_after_a_re
     assert_eq!(code(bob.request_file_keys(&bobs)), ErrorCode::Revoked);
     admin.revoke(&["carol".into()], &[]).unwrap();
     assert_eq!(code(carol.request_file_keys(&carols)), ErrorCode::Revoked);
-    assert_eq!(counter(&mut admin, "kds", "revocations_applied"), 2);
+    assert_eq!(counter(&admin, "kds", "revocations_applied"), 2);
     assert!(alice.request_file_keys(&alices).unwrap() >= 1);
     // Bob's next open is a new capability, and it gets keys.
     let bobs_next = fresh_open(&mut bob, "/shared/data").unwrap();

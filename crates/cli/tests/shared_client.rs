@@ -141,3 +141,52 @@ fn users_share_connections_not_rights() {
         }
     });
 }
+
+/// Threads that find the session near its end log in again once between them, not once
+/// each (a login replaces the session the others are using).
+#[test]
+fn threads_finding_the_session_ending_log_in_once_between_them() {
+    let mut cluster = Cluster::start(1, &[]);
+    // Tickets of 62 s: a session counts as ending a minute before its expiry, so two
+    // seconds after a login the next call logs in again.
+    cluster.restart_with(|data| {
+        let path = data.join("mds/mds.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text: String = text
+            .lines()
+            .map(|l| match l.starts_with("ticket_lifetime_secs") {
+                true => "ticket_lifetime_secs = 62".to_string(),
+                false => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&path, text).unwrap();
+    });
+    let home = maat_client::Home::new(cluster.admin_home());
+    let (name, key) = home.identity().unwrap().unwrap();
+    let client = Arc::new(
+        maat_client::Client::new(
+            maat_client::ClusterFile::load(&cluster.cluster_file()).unwrap(),
+            Some(home),
+        )
+        .unwrap(),
+    );
+    // A login now: its ticket is one of 62 s.
+    client.login(&name, Credential::Key(key)).unwrap();
+    let logins = |c: &maat_client::Client| common::counter(c, "mds", "logins");
+    let before = logins(&client);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let start = std::sync::Barrier::new(8);
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            let (client, start) = (&client, &start);
+            scope.spawn(move || {
+                start.wait();
+                client.stat("/").unwrap();
+            });
+        }
+    });
+    let made = logins(&client) - before;
+    assert!(made >= 1, "the ending session was not replaced");
+    assert!(made <= 2, "{made} logins for one ending session");
+}

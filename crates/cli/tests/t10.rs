@@ -193,10 +193,10 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
     let data = content(1, 5 * 1024 * 1024 + 17);
     put(&mut admin, "/fast/big", &data);
     assert_eq!(get(&mut admin, "/fast/big"), data);
-    let signed_before = counter(&mut admin, "mds", "signatures_made");
-    let verified_before = counter(&mut admin, "osd", "signatures_verified");
-    let issued_before = counter(&mut admin, "mds", "t10_credentials_issued");
-    let reused_before = counter(&mut admin, "mds", "t10_credentials_reused");
+    let signed_before = counter(&admin, "mds", "signatures_made");
+    let verified_before = counter(&admin, "osd", "signatures_verified");
+    let issued_before = counter(&admin, "mds", "t10_credentials_issued");
+    let reused_before = counter(&admin, "mds", "t10_credentials_reused");
     for i in 0..5 {
         let path = format!("/fast/small{i}");
         put(&mut admin, &path, &content(i, 1000));
@@ -206,17 +206,17 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
     // open gets a new credential per OSD (two); a read open of a one-stripe file needs
     // one, for the OSD that holds the stripe, and is given the put's read-write one again
     // (the administrator may write), so none is made.
-    assert_eq!(counter(&mut admin, "mds", "signatures_made"), signed_before);
+    assert_eq!(counter(&admin, "mds", "signatures_made"), signed_before);
     assert_eq!(
-        counter(&mut admin, "osd", "signatures_verified"),
+        counter(&admin, "osd", "signatures_verified"),
         verified_before
     );
     assert_eq!(
-        counter(&mut admin, "mds", "t10_credentials_issued"),
+        counter(&admin, "mds", "t10_credentials_issued"),
         issued_before + 5 * 2
     );
     assert_eq!(
-        counter(&mut admin, "mds", "t10_credentials_reused"),
+        counter(&admin, "mds", "t10_credentials_reused"),
         reused_before + 5
     );
     // A user who may only read gets a read-only credential of its own, never the
@@ -241,16 +241,16 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
     // credentials for both OSDs again, and reads it all.
     let mut again = cluster.admin_client();
     let (issued_before, reused_before) = (
-        counter(&mut again, "mds", "t10_credentials_issued"),
-        counter(&mut again, "mds", "t10_credentials_reused"),
+        counter(&again, "mds", "t10_credentials_issued"),
+        counter(&again, "mds", "t10_credentials_reused"),
     );
     assert_eq!(get(&mut again, "/fast/big"), data);
     assert_eq!(
-        counter(&mut again, "mds", "t10_credentials_issued"),
+        counter(&again, "mds", "t10_credentials_issued"),
         issued_before
     );
     assert_eq!(
-        counter(&mut again, "mds", "t10_credentials_reused"),
+        counter(&again, "mds", "t10_credentials_reused"),
         reused_before + 2
     );
     // Removal signs nothing either: the unlink is answered with write credentials for
@@ -270,12 +270,12 @@ fn t10_opens_cost_no_signature_and_data_round_trips() {
         11,
         "the file's eleven stripes are stored"
     );
-    let signed_before = counter(&mut admin, "mds", "signatures_made");
-    let reused_before = counter(&mut admin, "mds", "t10_credentials_reused");
+    let signed_before = counter(&admin, "mds", "signatures_made");
+    let reused_before = counter(&admin, "mds", "t10_credentials_reused");
     admin.unlink("/fast/big").unwrap();
-    assert_eq!(counter(&mut admin, "mds", "signatures_made"), signed_before);
+    assert_eq!(counter(&admin, "mds", "signatures_made"), signed_before);
     assert_eq!(
-        counter(&mut admin, "mds", "t10_credentials_reused"),
+        counter(&admin, "mds", "t10_credentials_reused"),
         reused_before + 2
     );
     assert_eq!(objects(&cluster), 0, "the unlink removed every object");
@@ -643,16 +643,16 @@ fn t10_read_opens_are_cached_until_a_credential_is_revoked() {
     put(&mut admin, "/fast/a", b"file a");
     assert_eq!(get(&mut admin, "/fast/a"), b"file a");
     // Later read opens are answered from the client's cache: the MDS issues nothing.
-    let issued = counter(&mut admin, "mds", "t10_credentials_issued");
+    let issued = counter(&admin, "mds", "t10_credentials_issued");
     for _ in 0..5 {
         assert_eq!(get(&mut admin, "/fast/a"), b"file a");
     }
-    assert_eq!(counter(&mut admin, "mds", "t10_credentials_issued"), issued);
+    assert_eq!(counter(&admin, "mds", "t10_credentials_issued"), issued);
     // Revoked by tag: the cached open's credential is refused, dropped with the cached
     // open, and the get opens at the MDS again (which decides anew) and works.
     admin.t10_revoke_object("/fast/a").unwrap();
     assert_eq!(get(&mut admin, "/fast/a"), b"file a");
-    let reissued = counter(&mut admin, "mds", "t10_credentials_issued");
+    let reissued = counter(&admin, "mds", "t10_credentials_issued");
     assert!(reissued > issued);
     // A read through a cached open handle is refused once, then the file opens afresh.
     let opened = admin.open("/fast/a", Access::Read, None).unwrap();
@@ -663,5 +663,5 @@ fn t10_read_opens_are_cached_until_a_credential_is_revoked() {
     );
     let opened = admin.open("/fast/a", Access::Read, None).unwrap();
     assert_eq!(admin.read_at(&opened, 0, 6).unwrap(), b"file a");
-    assert!(counter(&mut admin, "mds", "t10_credentials_issued") > reissued);
+    assert!(counter(&admin, "mds", "t10_credentials_issued") > reissued);
 }

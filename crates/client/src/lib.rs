@@ -133,7 +133,7 @@ type PerKdsKey<K> = Option<([u8; 32], [u8; 32], K)>;
 ///
 /// Many threads may share one client (`&self`, e.g. in an `Arc`): its session, caches
 /// and counters sit behind short locks (`shared.rs`) and each call takes a connection of
-/// its own from a pool. Settings (`danger_insecure_as`, the key level) take `&self`:
+/// its own from a pool. Settings (`danger_insecure_as`, the key level) take `&mut self`:
 /// they are made before the client is shared.
 pub struct Client {
     cluster: ClusterFile,
@@ -178,6 +178,9 @@ pub struct Client {
     key_prefetch: u64,
     /// Counters.
     stats: Locked<ClientStats>,
+    /// Held while logging in again, so that threads finding the session gone or near its
+    /// end make one login between them (the one lock held across network calls).
+    login_turn: Locked<()>,
 }
 
 // Many threads share one client: it must stay `Send + Sync` (a compile-time check).
@@ -224,6 +227,7 @@ impl Client {
             key_level: 0,
             key_prefetch: 0,
             stats: Locked::new(stats),
+            login_turn: Locked::default(),
         })
     }
 

@@ -35,7 +35,8 @@ pub(crate) const ZERO_FILL_CHUNK: u64 = 4 * STRIPE_UNIT_BYTES;
 /// left.
 pub const JOB_REFRESH_AT_PERCENT_LEFT: u64 = 20;
 
-/// How many times [`retry_stale`] sends a request again.
+/// How many times a request refused as stale or sent too early (a daemon just started)
+/// is sent again (`mds.rs`, `retry_stale`).
 pub(crate) const STALE_RETRIES: u32 = 3;
 
 /// Most T10 credentials a client keeps.

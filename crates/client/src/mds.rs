@@ -39,13 +39,36 @@ impl Client {
         if self.insecure_user.is_some() {
             return Ok(());
         }
+        if self.session_live() {
+            return Ok(());
+        }
+        // One thread logs in; the others wait for it and find the session live.
+        let _turn = self.login_turn.lock();
+        if self.session_live() {
+            return Ok(());
+        }
+        self.relogin()
+    }
+
+    /// Whether the session has more than a minute left.
+    fn session_live(&self) -> bool {
         let now = self.now();
-        if self
-            .session
+        self.session
             .lock()
             .as_ref()
             .is_some_and(|s| s.expiry > now + 60_000)
-        {
+    }
+
+    /// The id of the current MDS session, if logged in.
+    pub(crate) fn session_id(&self) -> Option<[u8; 16]> {
+        self.session.lock().as_ref().map(|s| s.session_id)
+    }
+
+    /// Logs in again because the MDS refused session `used`, unless another thread has
+    /// already replaced it.
+    fn relogin_after(&self, used: Option<[u8; 16]>) -> Result<()> {
+        let _turn = self.login_turn.lock();
+        if self.session_id() != used {
             return Ok(());
         }
         self.relogin()
@@ -117,6 +140,7 @@ impl Client {
     /// the MDS lost or expired the session).
     pub fn mds_call(&self, request: MdsRequest) -> Result<MdsResponse> {
         self.ensure_session()?;
+        let used = self.session_id();
         let clock = self.clock.clone();
         match retry_stale(&clock, || self.mds_call_once(&request)) {
             Err(ClientError::Refused(e))
@@ -128,7 +152,7 @@ impl Client {
                     .as_ref()
                     .is_some_and(|h| h.identity().ok().flatten().is_some()) =>
             {
-                self.relogin()?;
+                self.relogin_after(used)?;
                 self.mds_call_once(&request)
             }
             other => other,

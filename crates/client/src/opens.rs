@@ -166,6 +166,10 @@ impl Client {
         if grants.is_empty() {
             return Ok(());
         }
+        // The new grants replace every held one of the file, also when one of them fails
+        // to open below: an OSD the MDS gave none for now (its keys revoked and not yet
+        // replaced) must not get an old one.
+        self.t10.lock().retain(|(f, _), _| *f != file);
         let (_, mac) = self.mds_session_key()?;
         let wrap = maat_proto::t10::capability_key_wrap(&mac);
         let mut opened = Vec::with_capacity(grants.len());
@@ -181,8 +185,6 @@ impl Client {
             ));
         }
         let mut t10 = self.t10.lock();
-        // The new grants replace every held one of the file: an OSD the MDS gave none
-        // for now (its keys revoked and not yet replaced) must not get an old one.
         t10.retain(|(f, _), _| *f != file);
         if t10.len() + opened.len() > T10_CREDENTIALS_MAX {
             t10.clear();

@@ -12,11 +12,26 @@ impl Client {
             .ok_or(ClientError::NoOsds)
     }
 
-    /// SPEC M2: negotiates a session key with `osd`.
+    /// SPEC M2: negotiates a session key with `osd`. Another thread may log in again
+    /// meanwhile: a session made under the replaced login is not kept, and one is made
+    /// again under the new one.
     pub(crate) fn negotiate(&self, osd: u64) -> Result<()> {
+        for _ in 0..2 {
+            if self.negotiate_once(osd)? {
+                return Ok(());
+            }
+        }
+        Err(ClientError::Internal(
+            "the login changed twice while an OSD session was negotiated".into(),
+        ))
+    }
+
+    /// One negotiation; false when the login it was made under was replaced meanwhile.
+    fn negotiate_once(&self, osd: u64) -> Result<bool> {
         let entry = self.osd_entry(osd)?;
         let now = self.now();
-        let (ticket, signing_seed) = self.with_session(|s| (s.ticket.clone(), s.signing_seed))?;
+        let (login, ticket, signing_seed) =
+            self.with_session(|s| (s.session_id, s.ticket.clone(), s.signing_seed))?;
         let ticket = Unverified::<LoginTicket>::decode(&ticket)
             .and_then(|t| t.verify(&self.mds_key, UnixMillis(now)))
             .map_err(|source| ClientError::Token {
@@ -49,17 +64,19 @@ impl Client {
             .map_err(|e| self.bad(&entry.address, &format!("session confirmation: {e}")))?;
         // The confirmation is MACed under K_CD: its time is the OSD's clock (SPEC T7).
         let osd_offset = offset_to(confirm.timestamp.0, self.clock.now());
-        if let Some(s) = self.session.lock().as_mut() {
-            s.osd_sessions.retain(|o| o.osd != osd);
-            s.osd_sessions.push(home::OsdSession {
-                osd,
-                session_id: key.session_id,
-                key: *key.key.expose(),
-                expiry: key.expiry.0,
-                clock_offset: osd_offset,
-            });
-        }
-        Ok(())
+        let mut session = self.session.lock();
+        let Some(s) = session.as_mut().filter(|s| s.session_id == login) else {
+            return Ok(false);
+        };
+        s.osd_sessions.retain(|o| o.osd != osd);
+        s.osd_sessions.push(home::OsdSession {
+            osd,
+            session_id: key.session_id,
+            key: *key.key.expose(),
+            expiry: key.expiry.0,
+            clock_offset: osd_offset,
+        });
+        Ok(true)
     }
 
     /// Sends pre-built bytes to an OSD and returns the raw answer (attack tests; feature

@@ -3,7 +3,8 @@
 //!
 //! Invariant: a lock is held only to read or update in-memory state, never across a
 //! network call, a file write or another lock of the client (so no lock order exists to
-//! get wrong, and no thread waits on another's round trip).
+//! get wrong, and no thread waits on another's round trip). The one exception is the
+//! client's `login_turn`, held across a login so that threads make one between them.
 
 use maat_net::{Connection, NetError, Network};
 use maat_proto::wire::FrameType;

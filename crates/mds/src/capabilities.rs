@@ -781,8 +781,6 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(encoded)
     }
 
-    /// A write capability for `uid` on a file just removed (its objects are left to
-    /// delete); not cached, since nobody opens a removed file again.
     /// Panics when `grant` names a (user, file) the access-control state `acl` does not
     /// allow `mode` (a bug in a grouping strategy: better a failed open than a signed
     /// capability for access the MDS refuses).
@@ -800,6 +798,8 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(())
     }
 
+    /// A write capability for `uid` on a file just removed (its objects are left to
+    /// delete); not cached, since nobody opens a removed file again.
     pub(crate) fn removal_capability(
         &self,
         uid: u64,

@@ -39,7 +39,7 @@ pub fn code<T>(r: Result<T, maat_client::ClientError>) -> maat_proto::msg::Error
 }
 
 /// The sum of counter `name` over the daemons whose name starts with `prefix`.
-pub fn counter(c: &mut Client, prefix: &str, name: &str) -> u64 {
+pub fn counter(c: &Client, prefix: &str, name: &str) -> u64 {
     c.daemon_stats()
         .unwrap()
         .iter()
