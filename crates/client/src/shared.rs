@@ -27,7 +27,7 @@ impl<T> Locked<T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The state when the client is not shared (`&self`): no lock taken.
+    /// The state when the client is not shared (`&mut self`): no lock taken.
     pub(crate) fn get_mut(&mut self) -> &mut T {
         self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
