@@ -391,8 +391,7 @@ impl Client {
     /// The owner key lockboxes are sealed to: derived from the OPAQUE export key of the
     /// user's passphrase, so the same on every machine and never known to the MDS.
     fn owner_secret(&self) -> Result<maat_crypto::seal::SealingSecretKey> {
-        let owner = self.session.lock().as_ref().map(|s| s.owner_secret);
-        let seed = owner.ok_or(ClientError::NotLoggedIn)?.ok_or_else(|| {
+        let seed = self.with_session(|s| s.owner_secret)?.ok_or_else(|| {
             ClientError::Config(
                 "this session predates encryption: log in again (`maat login`)".into(),
             )

@@ -147,11 +147,7 @@ impl Client {
         if self.insecure_user.is_some() || opened.stat.protection != Protection::NoSec {
             return Ok(self.insecure_user);
         }
-        self.session
-            .lock()
-            .as_ref()
-            .map(|s| Some(s.uid))
-            .ok_or(ClientError::NotLoggedIn)
+        self.with_session(|s| Some(s.uid))
     }
 
     /// How many stripes of one file are in flight at once: two per OSD (one being

@@ -304,12 +304,7 @@ impl Client {
     /// Records the size of a file written through a job's write handle.
     pub fn set_size_by_handle(&self, handle: &JobHandle, size: u64) -> Result<()> {
         self.ensure_session()?;
-        let session_id = self
-            .session
-            .lock()
-            .as_ref()
-            .map(|s| s.session_id)
-            .ok_or(ClientError::NotLoggedIn)?;
+        let session_id = self.with_session(|s| s.session_id)?;
         let hash = computation_key_hash(&handle.handle.computation_key);
         let key = self
             .jobs

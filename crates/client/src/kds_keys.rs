@@ -448,10 +448,7 @@ impl Client {
                 continue;
             };
             let address = entry.address.clone();
-            match self
-                .connections
-                .call(&self.network, &address, FrameType::Plain, payload)
-            {
+            match self.call_at(&address, FrameType::Plain, payload) {
                 Ok((FrameType::Plain, answer)) => {
                     match decode_answer::<KdsResponse>(&address, &answer) {
                         Ok(KdsResponse::Grants(grants)) => return Ok(grants),
@@ -463,7 +460,7 @@ impl Client {
                     }
                 }
                 Ok((_, answer)) => return Err(refusal(&address, &answer)),
-                Err(source) => last = Some(ClientError::Net { address, source }),
+                Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(|| ClientError::NoKds("no KDS reachable".into())))

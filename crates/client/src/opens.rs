@@ -185,6 +185,7 @@ impl Client {
             ));
         }
         let mut t10 = self.t10.lock();
+        // Again: a concurrent open of the file may have added grants meanwhile.
         t10.retain(|(f, _), _| *f != file);
         if t10.len() + opened.len() > T10_CREDENTIALS_MAX {
             t10.clear();

@@ -144,11 +144,7 @@ impl Client {
     #[cfg(feature = "test-hooks")]
     pub fn mds_session(&self) -> Result<([u8; 16], [u8; 32])> {
         self.ensure_session()?;
-        self.session
-            .lock()
-            .as_ref()
-            .map(|s| (s.session_id, s.key))
-            .ok_or(ClientError::NotLoggedIn)
+        self.with_session(|s| (s.session_id, s.key))
     }
 
     /// The T10 credential this client holds for `file` at `osd` (SPEC T2): capability and

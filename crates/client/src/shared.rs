@@ -71,19 +71,8 @@ impl Pool {
         frame_type: FrameType,
         payload: &[u8],
     ) -> Result<(FrameType, Vec<u8>), NetError> {
-        self.call_parts(network, address, frame_type, &[payload])
-    }
-
-    /// [`Pool::call`] with the payload in parts.
-    pub(crate) fn call_parts(
-        &self,
-        network: &Network,
-        address: &str,
-        frame_type: FrameType,
-        parts: &[&[u8]],
-    ) -> Result<(FrameType, Vec<u8>), NetError> {
         let mut connection = self.take(network, address);
-        let answer = connection.call_parts(frame_type, parts)?;
+        let answer = connection.call(frame_type, payload)?;
         self.give_back(connection);
         Ok(answer)
     }
