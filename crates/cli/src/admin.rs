@@ -234,9 +234,9 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                 );
             }
             PartitionCommand::List => {
-                println!("{:>4}  {:<24} {:<13} credentials", "id", "name", "security");
+                say!("{:>4}  {:<24} {:<13} credentials", "id", "name", "security");
                 for p in c.partitions()? {
-                    println!(
+                    say!(
                         "{:>4}  {:<24} {:<13} {}",
                         p.id,
                         p.name,
@@ -259,15 +259,15 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
             };
             let missed = keys.iter().filter(|k| k.problem.is_some()).count();
             for osd in keys {
-                println!("osd {}", osd.osd);
+                say!("osd {}", osd.osd);
                 if let Some(problem) = &osd.problem {
-                    println!("  warning: {problem}");
+                    say!("  warning: {problem}");
                 }
                 if osd.generations.is_empty() {
-                    println!("  (no keys yet: set within a second of the OSD registering)");
+                    say!("  (no keys yet: set within a second of the OSD registering)");
                 }
                 for (key, generation) in osd.generations {
-                    println!("  {key:<28} generation {generation}");
+                    say!("  {key:<28} generation {generation}");
                 }
             }
             if missed > 0 {

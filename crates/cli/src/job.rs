@@ -355,7 +355,7 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             names.sort();
             for name in names {
                 let file = JobFile::load(&name)?;
-                println!(
+                say!(
                     "{name}  {}  lead uid {}  {}  key hash {}",
                     file.role,
                     file.lead,
@@ -363,7 +363,7 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
                     hex::encode(file.key_hash()?)
                 );
                 for h in file.activate(&mut c)? {
-                    println!(
+                    say!(
                         "  {}  {}",
                         String::from_utf8_lossy(&h.handle.path),
                         mode_name(h.handle.mode)

@@ -143,9 +143,11 @@ pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
             } else {
                 "key tree (resumed)"
             };
-            println!(
+            say!(
                 "{path}: {tree} version {}; re-encrypted {} stripes ({} bytes)",
-                report.tree_version, report.stripes, report.bytes
+                report.tree_version,
+                report.stripes,
+                report.bytes
             );
             if report.remaining > 0 {
                 bail!(

@@ -1,5 +1,15 @@
 //! `maat`: run a local cluster or single daemons, use files, administer users, benchmark.
 
+/// `println!` for the output of a command, returning the error instead of panicking when
+/// standard output is gone (`maat stats | head`): [`main`] ends quietly on a closed pipe,
+/// as Unix tools do.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)?;
+    }};
+}
+
 mod admin;
 mod bench;
 mod job;
@@ -288,6 +298,12 @@ fn raise_open_file_limit() {
     }
 }
 
+/// Whether `e` is standard output closed under the command.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 fn main() -> ExitCode {
     // Everything maat writes (keys, databases, objects, sessions, configs) is for this
     // account only; files that are meant to be shared are handed over explicitly.
@@ -299,6 +315,8 @@ fn main() -> ExitCode {
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of the output went away (`maat stats | head`): not a failure.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // One line naming the reason.
             let mut text = format!("{e}");
@@ -464,17 +482,17 @@ fn run(cli: Cli) -> Result<()> {
             match command {
                 FilesetCommand::Define { name, paths } => {
                     c.fileset_define(&name, &paths)?;
-                    println!("file set {name}: {} files", paths.len());
+                    say!("file set {name}: {} files", paths.len());
                 }
                 FilesetCommand::Rm { name } => c.fileset_remove(&name)?,
                 FilesetCommand::Ls => {
                     let sets = c.fileset_list()?;
                     if sets.is_empty() {
-                        println!("no file sets (maat fileset define NAME PATH...)");
+                        say!("no file sets (maat fileset define NAME PATH...)");
                     }
                     for s in sets {
                         let whose = if s.everyone { "everyone" } else { "yours" };
-                        println!("{:<24} {:>5} files  ({whose})", s.name, s.files);
+                        say!("{:<24} {:>5} files  ({whose})", s.name, s.files);
                     }
                 }
             }
@@ -705,7 +723,7 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 String::new()
             };
-            println!(
+            say!(
                 "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
                 s.id,
                 if s.is_dir { "directory" } else { "file" },

@@ -169,10 +169,10 @@ pub fn run(w: Workload, json: bool) -> Result<()> {
             "crossover_bytes_paper_costs".into(),
             crossover_bytes(&w, &paper).into(),
         );
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
-    println!(
+    say!(
         "E6 cost model (paper 001 §4.6): {} opens of {} files in {} objects over {} OSDs, \
          {} files per extended capability",
         w.opens,
@@ -181,14 +181,19 @@ pub fn run(w: Workload, json: bool) -> Result<()> {
         w.osds,
         w.group_files
     );
-    println!(
+    say!(
         "costs: paper sign {PAPER_SIGNATURE_US} µs, MAC {PAPER_MAC_US} µs; this machine \
          sign {:.1} µs, verify {:.1} µs, MAC {:.3} µs",
-        here.sign_us, here.verify_us, here.mac_us
+        here.sign_us,
+        here.verify_us,
+        here.mac_us
     );
-    println!(
+    say!(
         "{:<22} {:>18} {:>18} {:>18}",
-        "scheme", "MDS s (paper C)", "MDS s (here)", "OSD s (here)"
+        "scheme",
+        "MDS s (paper C)",
+        "MDS s (here)",
+        "OSD s (here)"
     );
     let labels = [
         "extended capability",
@@ -196,12 +201,14 @@ pub fn run(w: Workload, json: bool) -> Result<()> {
         "per-object (T10)",
     ];
     for ((label, p), h) in labels.iter().zip(with_paper).zip(with_here) {
-        println!(
+        say!(
             "{label:<22} {:>18.1} {:>18.3} {:>18.3}",
-            p.mds_s, h.mds_s, h.osd_s
+            p.mds_s,
+            h.mds_s,
+            h.osd_s
         );
     }
-    println!(
+    say!(
         "extended capabilities cost the MDS less than per-object ones for files over {} \
          (paper's costs: {})",
         human_bytes(crossover_bytes(&w, &here)),

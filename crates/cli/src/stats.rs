@@ -35,7 +35,7 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         }
         m.insert("cache_hit_ratio".into(), ratio(&client_counters).into());
         obj.insert("client".into(), m.into());
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
     } else {
         let show = [
             "requests",
@@ -45,7 +45,7 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
             "macs_computed",
             "macs_verified",
         ];
-        println!(
+        say!(
             "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
             "daemon",
             "requests",
@@ -73,7 +73,7 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                     .unwrap_or_else(|| "-".into())
             };
             let r = ratio(&counters);
-            println!(
+            say!(
                 "{:<10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 name,
                 get(show[0]),
@@ -100,16 +100,16 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
             grouping.extend(grouping_lines(&counters));
         }
         if !reasons.is_empty() {
-            println!("refused, by reason: {}", reasons.join(", "));
+            say!("refused, by reason: {}", reasons.join(", "));
         }
         if !waits.is_empty() {
-            println!(
+            say!(
                 "asked to wait just after a start, then sent again (not refusals): {}",
                 waits.join(", ")
             );
         }
         for line in grouping {
-            println!("{line}");
+            say!("{line}");
         }
     }
     Ok(())

@@ -472,7 +472,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         }
     }
     wait_for_osds(&data, &osd_addresses)?;
-    println!(
+    say!(
         "maat: ready in {:.2}s: MDS at {mds_address}, {} OSDs, {} KDS, data in {}",
         started.elapsed().as_secs_f64(),
         osd_addresses.len(),
@@ -494,10 +494,10 @@ pub fn run(args: UpArgs) -> Result<()> {
         })
         .collect();
     if !endpoints.is_empty() {
-        println!("maat: Prometheus metrics: {}", endpoints.join(", "));
+        say!("maat: Prometheus metrics: {}", endpoints.join(", "));
     }
     let maat = exe.display();
-    println!(
+    say!(
         "maat: in another terminal (Ctrl-C here stops the cluster):\n  export MAAT_CLUSTER={0}/client.toml MAAT_HOME={0}/admin\n  {maat} put README.md /readme && {maat} cat /readme\n  {maat} ls -l / && {maat} stats\n  {maat} --help",
         data.display()
     );

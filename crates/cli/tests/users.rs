@@ -310,3 +310,33 @@ fn a_first_put_on_a_new_cluster_shows_no_refusals() {
         assert!(!line.contains("NotReady"), "{text}");
     }
 }
+
+/// Found trying the quick start: `maat stats | head -4` panicked ("failed printing to
+/// stdout: Broken pipe") once `head` had closed the pipe. A command whose reader goes
+/// away ends quietly and successfully, as Unix tools do.
+#[test]
+fn a_command_whose_reader_closes_the_pipe_ends_quietly() {
+    let cluster = Cluster::start(1, &[]);
+    for args in [&["stats"][..], &["ls", "-l", "/"][..]] {
+        let child = std::process::Command::new(common::MAAT)
+            .args(args)
+            .env("MAAT_CLUSTER", cluster.cluster_file())
+            .env("MAAT_HOME", cluster.admin_home())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes before the command has asked the daemons anything, so its
+        // first line meets a closed pipe.
+        let mut child = child;
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "maat {args:?}: {:?} {stderr}",
+            out.status
+        );
+        assert!(stderr.is_empty(), "maat {args:?}: {stderr}");
+    }
+}

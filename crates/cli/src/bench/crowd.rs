@@ -110,17 +110,25 @@ pub(super) fn run_flash_crowd(sizes: &[u32], data: Option<PathBuf>, json: bool) 
     // Back to the cluster's default.
     admin.set_grouping("unix,onthefly")?;
     if json {
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
-    println!("E3 flash crowd: N clients open one file at once (median open, signatures made)");
-    println!(
+    say!("E3 flash crowd: N clients open one file at once (median open, signatures made)");
+    say!(
         "{:>7} {:>10} | {:>10} {:>5} | {:>10} {:>5} {:>6} | {:>10} {:>5}",
-        "clients", "NOSEC µs", "none µs", "sigs", "batched µs", "sigs", "×NOSEC", "unix µs", "sigs"
+        "clients",
+        "NOSEC µs",
+        "none µs",
+        "sigs",
+        "batched µs",
+        "sigs",
+        "×NOSEC",
+        "unix µs",
+        "sigs"
     );
     for r in rows {
         if let [n, nosec, none, none_s, batched, batched_s, unix, unix_s] = r.as_slice() {
-            println!(
+            say!(
                 "{n:>7} {nosec:>10.0} | {none:>10.0} {none_s:>5} | {batched:>10.0} {batched_s:>5} {:>6.2} | {unix:>10.0} {unix_s:>5}",
                 batched / nosec.max(1.0)
             );

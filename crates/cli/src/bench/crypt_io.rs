@@ -172,25 +172,25 @@ pub(super) fn run_crypt_io(
         out.insert(format!("kds_keys_{}", mode.name()), (*keys).into());
     }
     if json {
-        println!("{}", serde_json::Value::Object(out));
+        say!("{}", serde_json::Value::Object(out));
         return Ok(());
     }
-    println!(
+    say!(
         "E9 crypt-io: one {size_mib} MiB encrypted file (64 KiB blocks), 4 OSDs, {rounds} round(s), MiB/s\n"
     );
-    println!("| op | MiB/s | × AEAD-only read | KDS requests per read | keys per read |");
-    println!("|---|---|---|---|---|");
-    println!(
+    say!("| op | MiB/s | × AEAD-only read | KDS requests per read | keys per read |");
+    say!("|---|---|---|---|---|");
+    say!(
         "| write (creator's keys) | {:.0} | | 0 | 0 |",
         mb_s(write_secs)
     );
     for (mode, rate, (requests, keys)) in &rows {
-        println!(
+        say!(
             "| read, {} | {rate:.0} | {:.2} | {requests} | {keys} |",
             mode.name(),
             rate / aead,
         );
     }
-    println!("\nTarget: aggregated ≥ 0.90 × AEAD-only (paper 004 Fig. 7 shape).");
+    say!("\nTarget: aggregated ≥ 0.90 × AEAD-only (paper 004 Fig. 7 shape).");
     Ok(())
 }

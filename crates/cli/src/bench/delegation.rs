@@ -189,16 +189,19 @@ pub(super) fn run_delegation(
     }
     admin.set_grouping("unix,onthefly")?;
     if json {
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
-    println!(
+    say!(
         "M10 delegation: P participants read the same {files} files of {file_kib} KiB \
          (MDS requests, MDS signatures, OSD verifications, seconds)"
     );
-    println!(
+    say!(
         "{:>5} | {:>26} | {:>26} | {:>26}",
-        "P", "each opens, no grouping", "each opens, UNIX grouping", "one job (openg + export)"
+        "P",
+        "each opens, no grouping",
+        "each opens, UNIX grouping",
+        "one job (openg + export)"
     );
     for r in rows {
         let cell = |i: usize| -> String {
@@ -207,7 +210,7 @@ pub(super) fn run_delegation(
                 _ => String::new(),
             }
         };
-        println!(
+        say!(
             "{:>5} | {:>26} | {:>26} | {:>26}",
             r.first().copied().unwrap_or(0.0),
             cell(1),

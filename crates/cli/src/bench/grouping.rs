@@ -260,17 +260,21 @@ pub(super) fn run_grouping(
     }
     admin.set_grouping("unix,onthefly")?;
     if json {
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
-    println!(
+    say!(
         "E2 mixed workload: per client {SHARED} group-shared + {PRIVATE} private files of \
          {file_kib} KiB in 128 KiB writes; groups of {GROUP}"
     );
-    println!("(mean open µs, mean write µs, total write MB/s, MDS signatures, OSD verifications)");
-    println!(
+    say!("(mean open µs, mean write µs, total write MB/s, MDS signatures, OSD verifications)");
+    say!(
         "{:>7} | {:>30} | {:>30} | {:>30} | {:>30}",
-        "clients", "NOSEC", "no grouping", "UNIX", "combined"
+        "clients",
+        "NOSEC",
+        "no grouping",
+        "UNIX",
+        "combined"
     );
     for r in rows {
         let cell = |i: usize| -> String {
@@ -279,7 +283,7 @@ pub(super) fn run_grouping(
                 _ => String::new(),
             }
         };
-        println!(
+        say!(
             "{:>7} | {:>30} | {:>30} | {:>30} | {:>30}",
             r.first().copied().unwrap_or(0.0),
             cell(1),

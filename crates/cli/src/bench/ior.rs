@@ -175,26 +175,29 @@ pub(super) fn run_ior(args: IorArgs, data: Option<PathBuf>, json: bool) -> Resul
             "signatures_none": sigs[1] as f64 / r,
             "signatures_grouped": sigs[2] as f64 / r,
         });
-        println!("{obj}");
+        say!("{obj}");
         return Ok(());
     }
     let opens = 2 * procs * files;
-    println!(
+    say!(
         "E5 IOR-like: {procs} processes × {files} files × {file_kib} KiB, 64 KiB writes then reads, \
          {opens} opens per run, {rounds} round(s), secure runs under {security}"
     );
-    println!(
+    say!(
         "{:<24} {:>9} {:>12} {:>16}",
-        "mode", "seconds", "over NOSEC", "MDS signatures"
+        "mode",
+        "seconds",
+        "over NOSEC",
+        "MDS signatures"
     );
-    println!("{:<24} {nosec:>9.2} {:>12} {:>16}", "NOSEC", "-", 0);
-    println!(
+    say!("{:<24} {nosec:>9.2} {:>12} {:>16}", "NOSEC", "-", 0);
+    say!(
         "{:<24} {none:>9.2} {:>11.1}% {:>16.0}",
         "secure, no grouping",
         100.0 * overhead(none),
         sigs[1] as f64 / r
     );
-    println!(
+    say!(
         "{:<24} {grouped:>9.2} {:>11.1}% {:>16.0}",
         "secure, grouped",
         100.0 * overhead(grouped),

@@ -182,26 +182,34 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
     if json {
         out.insert("batch_files".into(), batch_files.into());
         out.insert("batch_level".into(), batch_level.into());
-        println!("{}", serde_json::Value::Object(out));
+        say!("{}", serde_json::Value::Object(out));
         return Ok(());
     }
-    println!(
+    say!(
         "range keys per second; single: 1 file, its level-0 key per request; batched: {batch_files} files, every level-{batch_level} node of each, per request"
     );
-    println!(
+    say!(
         "{:>4} {:<8} {:>8} {:>14} {:>12} {:>13}",
-        "KDS", "requests", "threads", "keys/s", "requests/s", "keys/request"
+        "KDS",
+        "requests",
+        "threads",
+        "keys/s",
+        "requests/s",
+        "keys/request"
     );
     for (instances, kind, t, keys_s, req_s, per) in rows {
-        println!("{instances:>4} {kind:<8} {t:>8} {keys_s:>14.0} {req_s:>12.0} {per:>13}");
+        say!("{instances:>4} {kind:<8} {t:>8} {keys_s:>14.0} {req_s:>12.0} {per:>13}");
     }
-    println!("request level sweep (SPEC H8): one client, one file per request, one KDS");
-    println!(
+    say!("request level sweep (SPEC H8): one client, one file per request, one KDS");
+    say!(
         "{:>6} {:>13} {:>12} {:>12}",
-        "level", "keys/request", "µs/request", "keys/s"
+        "level",
+        "keys/request",
+        "µs/request",
+        "keys/s"
     );
     for (level, per, us, keys_s) in sweep {
-        println!("{level:>6} {per:>13} {us:>12.0} {keys_s:>12.0}");
+        say!("{level:>6} {per:>13} {us:>12.0} {keys_s:>12.0}");
     }
     Ok(())
 }

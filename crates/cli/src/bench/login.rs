@@ -164,7 +164,7 @@ pub fn run_login_flood(
     let forged_us = forged_cpu * 1e6 / n;
     let real_us = real_cpu * 1e6 / n;
     if json {
-        println!(
+        say!(
             "{}",
             serde_json::json!({
                 "messages": messages,
@@ -179,17 +179,17 @@ pub fn run_login_flood(
             })
         );
     } else {
-        println!("login first messages, {messages} of each kind, MDS CPU from /proc:");
-        println!(
+        say!("login first messages, {messages} of each kind, MDS CPU from /proc:");
+        say!(
             "  forged, no cookie:   {forged_us:8.1} µs of MDS CPU each ({:.0}/s over one connection)",
             n / forged_wall
         );
-        println!(
+        say!(
             "  with a valid cookie: {real_us:8.1} µs of MDS CPU each ({:.0}/s): OPRF + 3DH + seal",
             n / real_wall
         );
-        println!("  forged / real: {:.3}", forged_us / real_us);
-        println!(
+        say!("  forged / real: {:.3}", forged_us / real_us);
+        say!(
             "a real login: {:.1} ms alone, {:.1} ms during a flood from {flooders} senders ({} forged messages sent)",
             quiet.as_secs_f64() * 1e3,
             flooded.as_secs_f64() * 1e3,

@@ -364,12 +364,12 @@ pub(super) fn run_objects(
         obj.insert("size".into(), size.into());
         obj.insert("threads".into(), threads.into());
         obj.insert("seconds".into(), seconds.into());
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
     } else {
-        println!(
+        say!(
             "objects of {size} B, {threads} threads, {seconds} s of writes per method and round, means over {rounds} rounds in alternating order"
         );
-        println!(
+        say!(
             "{:<13} {:>10} {:>12} {:>10} {:>12} {:>8} {:>11} {:>11} {:>9} {:>9}",
             "method",
             "write MB/s",
@@ -390,7 +390,7 @@ pub(super) fn run_objects(
                 ),
                 None => ("-".into(), "-".into()),
             };
-            println!(
+            say!(
                 "{:<13} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>8} {:>11.2} {:>11.2} {:>9} {:>9}",
                 m.name(),
                 r.write_mb_s,

@@ -452,17 +452,23 @@ pub(super) fn run_ops(
         }
         obj.insert("iterations".into(), n.into());
         obj.insert("seq_mib".into(), seq_mib.into());
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
     } else {
-        println!("E1 (paper 000 Table 1 shape), {n} operations each, 4 OSDs on loopback");
-        println!("(crypto columns per operation: MDS signatures made, OSD signature verifications, MACs computed by the daemons)");
-        println!(
+        say!("E1 (paper 000 Table 1 shape), {n} operations each, 4 OSDs on loopback");
+        say!("(crypto columns per operation: MDS signatures made, OSD signature verifications, MACs computed by the daemons)");
+        say!(
             "{:<34} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8}",
-            "operation", "median µs", "mean µs", "× NOSEC", "MDS sig", "OSD verify", "daemon MAC"
+            "operation",
+            "median µs",
+            "mean µs",
+            "× NOSEC",
+            "MDS sig",
+            "OSD verify",
+            "daemon MAC"
         );
         for r in &rows {
             let kind = r.name.split(' ').next().unwrap_or("");
-            println!(
+            say!(
                 "{:<34} {:>10.1} {:>10.1} {:>8.2} {:>10.2} {:>10.2} {:>8.2}",
                 r.name,
                 r.micros,
@@ -473,17 +479,17 @@ pub(super) fn run_ops(
                 r.macs
             );
         }
-        println!(
+        say!(
             "sequential {seq_mib} MiB, medians of 6 rounds in alternating order (MB/s): put {put_secure:.0} / {put_nosec:.0}, get {get_secure:.0} / {get_nosec:.0}, put+get {seq_secure:.0} / {seq_nosec:.0} (ALLDATA / NOSEC)"
         );
         for (m, [p, g, b]) in &seq {
-            println!(
+            say!(
                 "  {:<13} put {p:7.0}  get {g:7.0}  put+get {b:7.0}  × NOSEC {:.3}",
                 m.name(),
                 b / seq_nosec
             );
         }
-        println!(
+        say!(
             "open_cached_over_nosec {open_cached_over_nosec:.3} (target ≤ 1.05), open_generated_over_nosec {open_generated_over_nosec:.3}, seq_throughput_secure_over_nosec {seq_ratio:.3} (ALLDATA, target ≥ 0.95; CMDRSP ≥ 0.98)"
         );
     }

@@ -168,19 +168,23 @@ pub(super) fn run_renewal(
                 (r.mds_us / r.renewals.max(1.0)).into(),
             );
         }
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
-    println!(
+    say!(
         "E4 renewal: clients renew every {:.1} s ({lifetime} s lifetime), {periods} periods",
         period.as_secs_f64()
     );
-    println!(
+    say!(
         "{:>7} {:>16} {:>19} {:>17} {:>16}",
-        "clients", "renewals/period", "signatures/period", "MDS µs/period", "MDS µs/renewal"
+        "clients",
+        "renewals/period",
+        "signatures/period",
+        "MDS µs/period",
+        "MDS µs/renewal"
     );
     for r in rows {
-        println!(
+        say!(
             "{:>7} {:>16.1} {:>19.2} {:>17.0} {:>16.1}",
             r.clients,
             r.renewals,

@@ -221,9 +221,9 @@ pub(super) fn run_t10(
         drop(cluster);
     }
     if json {
-        print_json(&rows);
+        print_json(&rows)?;
     } else {
-        print(&rows);
+        print(&rows)?;
     }
     Ok(())
 }
@@ -436,10 +436,17 @@ fn key_rows(c: &mut Client, table: &mut Table<'_>, mode: &Mode, runs: u32) -> Re
     Ok(())
 }
 
-fn print(rows: &[Row]) {
-    println!(
+fn print(rows: &[Row]) -> Result<()> {
+    say!(
         "{:>4}  {:<13} {:<5} {:<44} {:>10} {:>8} {:>8} {:>9}",
-        "osds", "method", "cred", "op", "µs/op", "×NOSEC", "sig/op", "MAC/op"
+        "osds",
+        "method",
+        "cred",
+        "op",
+        "µs/op",
+        "×NOSEC",
+        "sig/op",
+        "MAC/op"
     );
     let num = |v: f64, width: usize| {
         if v.is_nan() {
@@ -449,7 +456,7 @@ fn print(rows: &[Row]) {
         }
     };
     for r in rows {
-        println!(
+        say!(
             "{:>4}  {:<13} {:<5} {:<44} {:>10.1} {} {} {}",
             r.osds,
             r.method,
@@ -461,9 +468,10 @@ fn print(rows: &[Row]) {
             num(r.macs, 9)
         );
     }
+    Ok(())
 }
 
-fn print_json(rows: &[Row]) {
+fn print_json(rows: &[Row]) -> Result<()> {
     let finite = |v: f64| v.is_finite().then_some(v);
     let list: Vec<_> = rows
         .iter()
@@ -480,5 +488,6 @@ fn print_json(rows: &[Row]) {
             })
         })
         .collect();
-    println!("{}", serde_json::json!({ "rows": list }));
+    say!("{}", serde_json::json!({ "rows": list }));
+    Ok(())
 }

@@ -325,30 +325,36 @@ pub(super) fn run_trace(
         }
     }
     if json {
-        println!("{}", serde_json::Value::Object(obj));
+        say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
     let opens = outcomes.get(1).map_or(0, |o| o.opens);
-    println!(
+    say!(
         "E7 trace-shaped workload: {n} clients in teams of {GROUP}; each lists 3 directories, \
          reads {INPUTS} shared inputs and writes {OUTPUTS} team-shared outputs, {per_file} I/Os \
          of {io_bytes} B per file ({} per client); {opens} opens per setting",
         per_file * (INPUTS + OUTPUTS)
     );
-    println!(
+    say!(
         "{:>15} | {:>7} {:>8} | {:>6} {:>6} {:>6} {:>8} | {:>7} | hit ratio after 1/5/10/25/50/100 % of opens",
         "setting", "s", "/NOSEC", "sigs", "hits", "misses", "OSD ver", "hot ms"
     );
     for ((name, strategies, _), o) in SETTINGS.iter().zip(&outcomes) {
         let curve: Vec<String> = o.curve.iter().map(|r| format!("{:.3}", r)).collect();
         if strategies.is_none() {
-            println!(
+            say!(
                 "{name:>15} | {:>7.2} {:>8.2} | {:>6} {:>6} {:>6} {:>8} | {:>7.1} |",
-                o.seconds, 1.0, "-", "-", "-", "-", o.hot_aggregate_ms
+                o.seconds,
+                1.0,
+                "-",
+                "-",
+                "-",
+                "-",
+                o.hot_aggregate_ms
             );
             continue;
         }
-        println!(
+        say!(
             "{name:>15} | {:>7.2} {:>8.2} | {:>6} {:>6} {:>6} {:>8} | {:>7.1} | {}",
             o.seconds,
             o.seconds / nosec_s,
