@@ -366,23 +366,34 @@ fn nosec_is_refused_without_the_danger_flag() {
         osd_a,
         ..
     } = setup(&[]);
-    // 9. NOSEC requests are refused by a cluster not started for benchmarks.
+    // 9. NOSEC requests are refused by a cluster not started for benchmarks, in both
+    // frame types (the bulk data inside the message, or after it).
+    let read = OsdRequest {
+        capability: vec![],
+        command: OsdCommand::Read {
+            object: object(&a),
+            offset: 0,
+            length: 10,
+        },
+    };
     let insecure = msg::encode(&msg::InsecureRequest {
         user: 1,
-        request: OsdRequest {
-            capability: vec![],
-            command: OsdCommand::Read {
-                object: object(&a),
-                offset: 0,
-                length: 10,
-            },
-        },
+        request: read.clone(),
     })
     .unwrap();
     assert_eq!(
         refusal_code(
             alice
                 .osd_raw(osd_a, FrameType::Insecure, &insecure)
+                .unwrap()
+        ),
+        ErrorCode::InsecureRefused
+    );
+    let (head, _) = msg::insecure_bulk_request(1, &read).unwrap();
+    assert_eq!(
+        refusal_code(
+            alice
+                .osd_raw(osd_a, FrameType::InsecureBulk, &head)
                 .unwrap()
         ),
         ErrorCode::InsecureRefused
@@ -531,6 +542,21 @@ fn malformed_frames_get_typed_refusals_and_daemons_serve_on() {
             ),
             (
                 FrameType::SecResponse,
+                (FrameType::Refusal, ErrorCode::Malformed),
+            ),
+            (
+                FrameType::InsecureBulk,
+                (
+                    FrameType::Refusal,
+                    if is_mds {
+                        ErrorCode::Malformed
+                    } else {
+                        ErrorCode::InsecureRefused
+                    },
+                ),
+            ),
+            (
+                FrameType::PlainBulk,
                 (FrameType::Refusal, ErrorCode::Malformed),
             ),
         ] {

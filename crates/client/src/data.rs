@@ -480,13 +480,24 @@ fn call_on(
     // credential's method (the MAC covers that capability under CAPKEY).
     let (keys, sid, offset, method, mac_capability, frame_type, prefix) = match auth {
         Auth::Insecure { user } => {
-            let payload = crate::encode(&InsecureRequest {
-                user: *user,
-                request: request.clone(),
+            // The bulk data travels after the message, as in a protected envelope, so
+            // that NOSEC copies it no more than the protected methods do.
+            let (head, bulk) = msg::insecure_bulk_request(*user, request).map_err(|source| {
+                ClientError::Token {
+                    what: "NOSEC request",
+                    source,
+                }
             })?;
-            let (t, answer) = conn.call(FrameType::Insecure, &payload).map_err(net)?;
+            let (t, answer) = conn
+                .call_parts(FrameType::InsecureBulk, &[&head, bulk])
+                .map_err(net)?;
             return match t {
-                FrameType::Plain => decode_answer(address, &answer),
+                FrameType::PlainBulk => msg::open_plain_bulk_response(answer)
+                    .map_err(|e| ClientError::BadAnswer {
+                        address: address.to_string(),
+                        reason: e.to_string(),
+                    })?
+                    .map_err(ClientError::Refused),
                 _ => Err(refusal(address, &answer)),
             };
         }

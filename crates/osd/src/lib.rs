@@ -413,14 +413,29 @@ impl OsdCore {
         }
         let r: InsecureRequest<OsdRequest> =
             self.counted(msg::decode(message).map_err(Into::into))?;
-        Ok((
+        Ok(Self::insecure_caller(r))
+    }
+
+    /// A NOSEC request with its bulk data outside the message (`FrameType::InsecureBulk`),
+    /// refused as [`OsdCore::open_insecure`]'s are.
+    pub fn open_insecure_bulk(&self, payload: &[u8]) -> Result<(Caller, OsdRequest), WireError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        if !self.danger_allow_insecure {
+            return self.counted(Err(refuse(ErrorCode::InsecureRefused, "")));
+        }
+        let r = self.counted(msg::open_insecure_bulk_request(payload).map_err(Into::into))?;
+        Ok(Self::insecure_caller(r))
+    }
+
+    fn insecure_caller(r: InsecureRequest<OsdRequest>) -> (Caller, OsdRequest) {
+        (
             Caller {
                 user: UserId(r.user),
                 secure: None,
                 t10: None,
             },
             r.request,
-        ))
+        )
     }
 
     /// Runs a request end to end against `store`: authorization, then the command.

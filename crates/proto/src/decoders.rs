@@ -190,6 +190,8 @@ pub fn frame(data: &[u8]) {
         let _ = crate::wire::UnverifiedRequest::decode(payload);
         protected_envelopes(payload);
         t10_request(payload);
+        let _ = crate::msg::open_insecure_bulk_request(payload);
+        let _ = crate::msg::open_plain_bulk_response(payload.to_vec());
         crate::msg::fuzz_messages(payload);
     }
     crate::msg::fuzz_messages(data);

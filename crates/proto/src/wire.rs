@@ -90,6 +90,11 @@ pub enum FrameType {
     /// SPEC T2: a protected envelope under a T10 credential's capability key, preceded by
     /// the capability (`u16 length ‖ capability ‖ envelope`, see `t10::split_request`).
     T10Request = 8,
+    /// A NOSEC request to an OSD with its bulk data outside the message
+    /// (`msg::osd::insecure_bulk_request`); refused as [`FrameType::Insecure`] is.
+    InsecureBulk = 9,
+    /// The answer to a [`FrameType::InsecureBulk`] (`msg::osd::plain_bulk_response`).
+    PlainBulk = 10,
 }
 
 impl FrameType {
@@ -103,6 +108,8 @@ impl FrameType {
             6 => FrameType::SecRequest,
             7 => FrameType::SecResponse,
             8 => FrameType::T10Request,
+            9 => FrameType::InsecureBulk,
+            10 => FrameType::PlainBulk,
             _ => return None,
         })
     }

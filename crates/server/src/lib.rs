@@ -156,7 +156,7 @@ impl<'a> LatencyTimer<'a> {
             FrameType::Request => "request",
             FrameType::SecRequest => "sec_request",
             FrameType::T10Request => "t10_request",
-            FrameType::Insecure => "insecure",
+            FrameType::Insecure | FrameType::InsecureBulk => "insecure",
             _ => "other",
         };
         LatencyTimer {

@@ -173,13 +173,19 @@ pub fn mds_handler(
                     FrameType::Plain,
                     env.with_rng(|mut rng| mds.handle_insecure(payload, now, &mut rng)),
                 ),
-                FrameType::SecRequest | FrameType::T10Request => refusal_frame(&WireError::new(
+                FrameType::SecRequest | FrameType::T10Request | FrameType::InsecureBulk => {
+                    refusal_frame(&WireError::new(
+                        msg::ErrorCode::Malformed,
+                        "the MDS takes version-1 envelopes only",
+                    ))
+                }
+                FrameType::Response
+                | FrameType::SecResponse
+                | FrameType::Refusal
+                | FrameType::PlainBulk => refusal_frame(&WireError::new(
                     msg::ErrorCode::Malformed,
-                    "the MDS takes version-1 envelopes only",
+                    "unexpected frame type",
                 )),
-                FrameType::Response | FrameType::SecResponse | FrameType::Refusal => refusal_frame(
-                    &WireError::new(msg::ErrorCode::Malformed, "unexpected frame type"),
-                ),
             };
             answer.into()
         },

@@ -117,17 +117,25 @@ impl OsdNode {
                     FrameType::Request
                     | FrameType::SecRequest
                     | FrameType::T10Request
-                    | FrameType::Insecure => {
+                    | FrameType::Insecure
+                    | FrameType::InsecureBulk => {
                         let opened = match frame_type {
                             FrameType::Request => core.open_request(payload, now),
                             FrameType::SecRequest => core.open_sec_request(payload, now),
                             FrameType::T10Request => core.open_t10_request(payload, now),
+                            FrameType::InsecureBulk => core.open_insecure_bulk(payload),
                             _ => core.open_insecure(payload),
                         };
                         match opened {
                             Ok((caller, request)) => {
                                 timer.request = request.command.kind();
                                 let result = core.execute(store.as_ref(), &caller, &request, now);
+                                if frame_type == FrameType::InsecureBulk {
+                                    return Answer {
+                                        frame_type: FrameType::PlainBulk,
+                                        parts: msg::plain_bulk_response(result),
+                                    };
+                                }
                                 let (frame_type, parts) = env.with_rng(|mut rng| {
                                     core.seal_response(&caller, result, now, &mut rng)
                                 });
@@ -136,13 +144,14 @@ impl OsdNode {
                             Err(refusal) => refusal_frame(&refusal).into(),
                         }
                     }
-                    FrameType::Response | FrameType::SecResponse | FrameType::Refusal => {
-                        refusal_frame(&WireError::new(
-                            msg::ErrorCode::Malformed,
-                            "unexpected frame type",
-                        ))
-                        .into()
-                    }
+                    FrameType::Response
+                    | FrameType::SecResponse
+                    | FrameType::Refusal
+                    | FrameType::PlainBulk => refusal_frame(&WireError::new(
+                        msg::ErrorCode::Malformed,
+                        "unexpected frame type",
+                    ))
+                    .into(),
                 }
             },
         )

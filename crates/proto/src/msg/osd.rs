@@ -288,6 +288,80 @@ pub struct InsecureRequest<T> {
     pub request: T,
 }
 
+/// SPEC T1 NOSEC with the bulk data outside the message, as protected envelopes carry it
+/// (`FrameType::InsecureBulk`), so that neither side copies it into or out of postcard:
+/// `message length u32 BE ‖ postcard InsecureRequest { user, request without its bulk }
+/// ‖ bulk`. Returns the head and the bulk, to be sent together.
+pub fn insecure_bulk_request(user: u64, request: &OsdRequest) -> Result<(Vec<u8>, &[u8])> {
+    let (head, bulk) = request.split_bulk();
+    let head = with_length(&InsecureRequest {
+        user,
+        request: head,
+    })?;
+    Ok((head, bulk))
+}
+
+/// Reads an [`insecure_bulk_request`] payload.
+pub fn open_insecure_bulk_request(payload: &[u8]) -> Result<InsecureRequest<OsdRequest>> {
+    let (message, bulk) = split_length(payload, "NOSEC bulk request")?;
+    let mut r: InsecureRequest<OsdRequest> = super::decode(message)?;
+    r.request.put_bulk(bulk.to_vec())?;
+    Ok(r)
+}
+
+/// The answer to an [`insecure_bulk_request`] (`FrameType::PlainBulk`): `message length
+/// u32 BE ‖ postcard Result<OsdResponse, WireError> without its bulk ‖ bulk`. Returns the
+/// parts to send.
+pub fn plain_bulk_response(
+    mut result: std::result::Result<OsdResponse, WireError>,
+) -> Vec<Vec<u8>> {
+    let bulk = take_response_bulk(&mut result);
+    let body = super::encode_result(&result);
+    let mut head = Vec::with_capacity(4 + body.len());
+    // (An encoded result is far below 4 GiB: a frame's payload is bounded.)
+    head.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    head.extend_from_slice(&body);
+    vec![head, bulk]
+}
+
+/// Reads a [`plain_bulk_response`] payload, taking its bulk without copying it again.
+pub fn open_plain_bulk_response(
+    mut payload: Vec<u8>,
+) -> Result<std::result::Result<OsdResponse, WireError>> {
+    let (message, _) = split_length(&payload, "NOSEC bulk response")?;
+    let mut result: std::result::Result<OsdResponse, WireError> = super::decode(message)?;
+    let start = 4 + message.len();
+    payload.drain(..start);
+    put_response_bulk(&mut result, payload)?;
+    Ok(result)
+}
+
+fn with_length<T: Serialize>(message: &T) -> Result<Vec<u8>> {
+    let body = super::encode(message)?;
+    let len = u32::try_from(body.len()).map_err(|_| ProtoError::Malformed {
+        what: "message",
+        reason: "longer than 4 GiB",
+    })?;
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// `message length u32 BE ‖ message ‖ rest` into the message and the rest.
+fn split_length<'a>(payload: &'a [u8], what: &'static str) -> Result<(&'a [u8], &'a [u8])> {
+    let short = ProtoError::Malformed {
+        what,
+        reason: "shorter than its message length says",
+    };
+    let (len, rest) = payload.split_first_chunk::<4>().ok_or(short.clone())?;
+    let len = u32::from_be_bytes(*len) as usize;
+    if len > rest.len() {
+        return Err(short);
+    }
+    Ok(rest.split_at(len))
+}
+
 /// Answers to [`OsdCommand`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OsdResponse {
@@ -343,4 +417,70 @@ pub enum OsdPlainResponse {
         /// MAC under the partition's authentication key over the command.
         ack: [u8; 32],
     },
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+    use super::*;
+
+    fn write(data: &[u8]) -> OsdRequest {
+        OsdRequest {
+            capability: vec![7; 3],
+            command: OsdCommand::Write {
+                object: ObjectId {
+                    partition: DATA_PARTITION,
+                    file: 9,
+                    stripe: 2,
+                },
+                offset: 5,
+                data: data.to_vec(),
+                replace: true,
+            },
+        }
+    }
+
+    #[test]
+    fn nosec_bulk_frames_carry_the_data_after_the_message() {
+        let request = write(b"bulk bytes");
+        let (head, bulk) = insecure_bulk_request(3, &request).unwrap();
+        assert_eq!(bulk, b"bulk bytes");
+        let payload = [head.as_slice(), bulk].concat();
+        let opened = open_insecure_bulk_request(&payload).unwrap();
+        assert_eq!((opened.user, opened.request), (3, request));
+        // The data is not inside the message.
+        assert!(!head.windows(4).any(|w| w == b"bulk"));
+
+        let parts = plain_bulk_response(Ok(OsdResponse::Data(b"read back".to_vec())));
+        assert_eq!(parts[1], b"read back");
+        let answer = open_plain_bulk_response(parts.concat()).unwrap();
+        assert_eq!(answer, Ok(OsdResponse::Data(b"read back".to_vec())));
+        let refusal = WireError::new(super::super::ErrorCode::NoSuchObject, "gone");
+        let parts = plain_bulk_response(Err(refusal.clone()));
+        assert_eq!(
+            open_plain_bulk_response(parts.concat()).unwrap(),
+            Err(refusal)
+        );
+    }
+
+    #[test]
+    fn malformed_nosec_bulk_frames_are_refused() {
+        let request = write(b"data");
+        let (head, bulk) = insecure_bulk_request(3, &request).unwrap();
+        // Shorter than its length says, or than the length itself.
+        assert!(open_insecure_bulk_request(&head[..head.len() - 1]).is_err());
+        assert!(open_insecure_bulk_request(&head[..3]).is_err());
+        // Bulk data for a command that carries none.
+        let read = OsdRequest {
+            capability: vec![],
+            command: OsdCommand::Stats,
+        };
+        let (head, _) = insecure_bulk_request(3, &read).unwrap();
+        assert!(open_insecure_bulk_request(&[head.as_slice(), bulk].concat()).is_err());
+        // An answer with bulk data that is not `Data`.
+        let mut parts = plain_bulk_response(Ok(OsdResponse::Ok));
+        parts[1] = b"extra".to_vec();
+        assert!(open_plain_bulk_response(parts.concat()).is_err());
+        assert!(open_plain_bulk_response(vec![0, 0, 0, 9, 1]).is_err());
+    }
 }
