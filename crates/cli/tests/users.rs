@@ -290,6 +290,59 @@ fn a_read_reuses_a_cached_read_write_capability_only_while_the_user_may_write() 
     assert_ne!(read.capability, rw.capability);
 }
 
+/// SPEC M5 after a put: the put's open was read-write, so the client reads back what it
+/// just wrote without asking the MDS, and the OSD has already checked the capability.
+#[test]
+fn a_client_reads_back_what_it_wrote_without_asking_the_mds_again() {
+    let cluster = Cluster::start(2, &[]);
+    cluster.add_user("erin", "erin passphrase", None);
+    let erin = cluster.user_client("erin", "erin passphrase");
+    let put = |data: &[u8]| {
+        erin.put(
+            &mut &data[..],
+            data.len() as u64,
+            "/home/erin/f",
+            &mut |_| {},
+        )
+        .unwrap();
+    };
+    let get = || {
+        let mut out = Vec::new();
+        erin.get("/home/erin/f", &mut out, &mut |_| {}).unwrap();
+        out
+    };
+    let long: Vec<u8> = (0..1_100_000u32).map(|i| (i % 251) as u8).collect();
+    put(&long);
+    let signed = common::counter(&erin, "mds", "signatures_made");
+    let verified = common::counter(&erin, "osd", "signatures_verified");
+    let before = erin.client_stats();
+    assert_eq!(get(), long);
+    let after = erin.client_stats();
+    assert_eq!(
+        after.capability_cache_hits,
+        before.capability_cache_hits + 1
+    );
+    assert_eq!(
+        after.capability_cache_misses,
+        before.capability_cache_misses
+    );
+    assert_eq!(common::counter(&erin, "mds", "signatures_made"), signed);
+    assert_eq!(
+        common::counter(&erin, "osd", "signatures_verified"),
+        verified
+    );
+    // A shorter put replaces the kept open (its size with it): the read stops at the new
+    // end, in the first stripe.
+    put(b"short now");
+    assert_eq!(get(), b"short now");
+    // Another user's client keeps its own opens: bob may not read erin's 0600 file.
+    erin.chmod("/home/erin/f", 0o600).unwrap();
+    cluster.add_user("bob", "bob passphrase", None);
+    let bob = cluster.user_client("bob", "bob passphrase");
+    let mut out = Vec::new();
+    assert!(bob.get("/home/erin/f", &mut out, &mut |_| {}).is_err());
+}
+
 #[test]
 fn a_first_put_on_a_new_cluster_shows_no_refusals() {
     // Found trying Maat as a new user: `maat stats` after a first put showed a dozen MDS

@@ -266,6 +266,8 @@ impl Client {
             opened: Vec::new(),
             stats: self.client_stats(),
         });
+        // Opens were made under the previous login, perhaps as another user.
+        self.opened.lock().clear();
         self.save()
     }
 

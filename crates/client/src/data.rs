@@ -381,7 +381,7 @@ impl Client {
 
     /// Removes a file and its objects.
     pub fn unlink(&self, path: &str) -> Result<()> {
-        self.forget_opened();
+        self.forget_opened_path(path);
         let response = self.mds_call(MdsRequest::Unlink { path: path.into() })?;
         let opened = self.opened_from(response)?;
         for stripe in 0..stripes_for(opened.stat.size).max(1) {

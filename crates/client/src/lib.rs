@@ -29,6 +29,7 @@ mod kds_keys;
 mod key_grants;
 mod mds;
 mod namespace;
+mod open_cache;
 mod opens;
 use mds::EnvelopeKeys;
 pub(crate) use mds::{decode_answer, decode_answer_raw, offset_to, refusal, retry_stale};
@@ -148,6 +149,8 @@ pub struct Client {
     /// The cluster map, once fetched (shared as the connections are).
     map: Arc<Locked<Option<ClusterMap>>>,
     session: Locked<Option<SessionState>>,
+    /// Read opens (SPEC M5); the newest go into the session file with it.
+    opened: Locked<open_cache::OpenCache>,
     mds_key: VerifyingKey,
     insecure_user: Option<u64>,
     /// Envelope keys derived from session secrets, kept for the life of the client.
@@ -194,10 +197,18 @@ impl Client {
     pub fn new(cluster: ClusterFile, home: Option<Home>) -> Result<Self> {
         let mds_key = VerifyingKey::from_bytes(&cluster.mds_verifying_key()?)
             .map_err(|e| ClientError::Config(format!("cluster file: the MDS key: {e}")))?;
-        let session = match &home {
+        let mut session = match &home {
             Some(h) => h.load_session()?,
             None => None,
         };
+        let mut opened = open_cache::OpenCache::new(limits::OPENED_CACHED_MAX);
+        for entry in session
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.opened))
+            .unwrap_or_default()
+        {
+            opened.insert(entry);
+        }
         let stats = session
             .as_ref()
             .map(|s| s.stats.clone())
@@ -210,6 +221,7 @@ impl Client {
             connections: Arc::default(),
             map: Arc::default(),
             session: Locked::new(session),
+            opened: Locked::new(opened),
             mds_key,
             insecure_user: None,
             envelope_keys: Locked::default(),
@@ -347,6 +359,10 @@ impl Client {
             };
             s.stats = stats;
             s.clone()
+        };
+        let session = SessionState {
+            opened: self.opened.lock().newest(limits::OPENED_SAVED_MAX),
+            ..session
         };
         home.save_session(&session)
     }

@@ -55,8 +55,18 @@ pub const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 16;
 /// Most tree messages a client keeps.
 pub const TREES_CACHED_MAX: usize = 1024;
 
-/// Most read opens kept in the client capability cache (SPEC M5; saved with the session).
-pub const OPENED_CACHED_MAX: usize = 1024;
+/// Most read opens kept in the client capability cache (SPEC M5): enough for a client
+/// that writes and then reads back tens of thousands of files (an entry is a few hundred
+/// bytes).
+pub const OPENED_CACHED_MAX: usize = 65_536;
+
+/// Most read opens saved with the session (the newest), for the next command.
+pub const OPENED_SAVED_MAX: usize = 1024;
+
+/// How long an insecure (NOSEC) read open is kept in the client cache: as long as the
+/// MDS's default capability lifetime (paper 000: 5 min), so that NOSEC and the secure
+/// methods cache alike.
+pub const INSECURE_OPEN_CACHED_MS: u64 = 300_000;
 
 /// Most envelope keys kept (one per MDS or OSD session or T10 credential).
 pub const ENVELOPE_KEYS_CACHED_MAX: usize = 1024;

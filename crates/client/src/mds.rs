@@ -107,6 +107,7 @@ impl Client {
             false => Ok(()),
         };
         *self.session.lock() = None;
+        self.opened.lock().clear();
         if let Some(h) = &self.home {
             h.remove_session()?;
         }

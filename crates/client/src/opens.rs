@@ -29,15 +29,11 @@ impl Client {
 
     /// Drops the cached read open of `path` (its size changed).
     pub(crate) fn forget_opened_path(&self, path: &str) {
-        if let Some(s) = self.session.lock().as_mut() {
-            s.opened.retain(|o| o.path != path);
-        }
+        self.opened.lock().remove(path);
     }
 
     pub(crate) fn forget_opened(&self) {
-        if let Some(s) = self.session.lock().as_mut() {
-            s.opened.clear();
-        }
+        self.opened.lock().clear();
     }
 
     /// Opens a file; read opens are answered from the client cache while the cached
@@ -59,17 +55,13 @@ impl Client {
         predicted: &[String],
     ) -> Result<Opened> {
         let now = self.now();
-        if access == Access::Read && self.insecure_user.is_none() {
-            let cached = self.session.lock().as_ref().and_then(|s| {
-                s.opened
-                    .iter()
-                    .find(|o| o.path == path && o.expiry > now && o.expiry - now > o.lifetime / 2)
-                    .cloned()
-            });
+        if access == Access::Read {
+            let cached = self.opened.lock().fresh(path, now).cloned();
             if let Some(o) = cached {
                 // A T10 open (no capability) is good only with its credentials, which
                 // live in this process, not in the session file.
                 let usable = !o.capability.is_empty()
+                    || self.insecure_user.is_some()
                     || self.t10.lock().keys().any(|(file, _)| *file == o.stat.id);
                 if usable {
                     self.stats.lock().capability_cache_hits += 1;
@@ -103,7 +95,21 @@ impl Client {
         };
         let response = self.mds_call(request)?;
         let opened = self.opened_from(response)?;
-        let expiry = if opened.capability.is_empty() {
+        if access == Access::Read {
+            self.remember_read_open(path, &opened, now);
+        }
+        Ok(opened)
+    }
+
+    /// Keeps `opened` (a read open of `path`, or a read-write open whose stat now shows
+    /// what this client wrote) in the client capability cache, for as long as its
+    /// capability or T10 credentials last; an insecure (NOSEC) open, which has neither,
+    /// for as long as a capability would ([`crate::limits::INSECURE_OPEN_CACHED_MS`]).
+    /// When the cache is full, the entry stored longest ago goes.
+    pub(crate) fn remember_read_open(&self, path: &str, opened: &Opened, now: u64) {
+        let expiry = if self.insecure_user.is_some() {
+            Some(now + crate::limits::INSECURE_OPEN_CACHED_MS)
+        } else if opened.capability.is_empty() {
             self.t10_expiry(opened.stat.id)
         } else {
             Unverified::<maat_proto::capability::Capability>::decode(&opened.capability)
@@ -112,21 +118,21 @@ impl Client {
         };
         // A file whose lockbox is still to come is about to change: not cached.
         let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
-        if let (Access::Read, Some(expiry), false) = (access, expiry, pending) {
-            if let Some(s) = self.session.lock().as_mut() {
-                s.opened.retain(|o| o.path != path && o.expiry > now);
-                if s.opened.len() < crate::limits::OPENED_CACHED_MAX {
-                    s.opened.push(home::OpenedEntry {
-                        path: path.into(),
-                        stat: opened.stat.clone(),
-                        capability: opened.capability.clone(),
-                        expiry,
-                        lifetime: expiry.saturating_sub(now),
-                    });
-                }
-            }
+        let (Some(expiry), false) = (expiry, pending) else {
+            return;
+        };
+        // Only a logged-in client (or a NOSEC one) keeps opens: a session's end forgets
+        // them.
+        if self.session.lock().is_none() && self.insecure_user.is_none() {
+            return;
         }
-        Ok(opened)
+        self.opened.lock().insert(home::OpenedEntry {
+            path: path.into(),
+            stat: opened.stat.clone(),
+            capability: opened.capability.clone(),
+            expiry,
+            lifetime: expiry.saturating_sub(now),
+        });
     }
 
     /// When the first of the T10 credentials held for `file` expires, if any are held.

@@ -30,7 +30,7 @@ impl Client {
         encrypt: Option<bool>,
         progress: Progress<'_>,
     ) -> Result<FileStat> {
-        self.forget_opened();
+        self.forget_opened_path(path);
         // A file this put creates encrypted gets its lockbox with its size (SPEC H5).
         let mut opened = if self.seals_new_files(encrypt)? {
             self.open_sealed(path, 0o644)?
@@ -53,8 +53,15 @@ impl Client {
             self.file_keys.lock().remove(&(opened.stat.id, 1));
         }
         stored?;
+        let plain = opened.stat.crypt.is_none() && !opened.stat.encrypted;
+        opened.stat.size = size;
+        if plain {
+            // The open was read-write, so it serves this client's reads of what it just
+            // wrote (SPEC M5), as a read open would. (An encrypted file's crypt record
+            // changed with the size: it is opened again.)
+            self.remember_read_open(path, &opened, self.now());
+        }
         let mut stat = opened.stat;
-        stat.size = size;
         stat.crypt = None;
         Ok(stat)
     }
