@@ -80,6 +80,24 @@ fn bench_objects_reads_back_encrypted_objects() {
     assert!(j["encrypted_objects"].as_u64().unwrap() > 0);
     assert!(j["encrypted_read_mb_s"].as_f64().unwrap() > 0.0);
     assert!(j["cmdrsp_objects"].as_u64().unwrap() > 0);
+    assert_eq!(j["cold_readers"], false);
+    // Cold readers open every object at the MDS and ask the KDS for its keys.
+    let j = bench_json(&[
+        "objects",
+        "--size",
+        "600000",
+        "--threads",
+        "2",
+        "--seconds",
+        "1",
+        "--rounds",
+        "1",
+        "--security",
+        "ENCRYPTED",
+        "--cold-readers",
+    ]);
+    assert!(j["encrypted_objects"].as_u64().unwrap() > 0);
+    assert_eq!(j["cold_readers"], true);
 }
 
 #[test]

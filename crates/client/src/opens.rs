@@ -36,6 +36,12 @@ impl Client {
         self.opened.lock().clear();
     }
 
+    /// Forgets every kept read open (SPEC M5), so that the next opens ask the MDS (tests
+    /// and benchmarks measure that).
+    pub fn forget_opens(&self) {
+        self.forget_opened();
+    }
+
     /// Opens a file; read opens are answered from the client cache while the cached
     /// capability (or, in a partition with T10 credentials, the credentials held for the
     /// file) has more than half its lifetime left (SPEC M5).

@@ -324,6 +324,12 @@ pub enum BenchCommand {
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
+        /// Readers start cold: each forgets the opens and range keys it kept from writing,
+        /// so every get opens the file at the MDS and an encrypted one asks the KDS for
+        /// its keys, as a client that did not write the objects would. By default each
+        /// writer reads back what it wrote, as `rados bench` does.
+        #[arg(long)]
+        cold_readers: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -505,8 +511,18 @@ pub fn run(command: BenchCommand) -> Result<()> {
             security,
             rounds,
             data,
+            cold_readers,
             json,
-        } => objects::run_objects(size, threads, seconds, &security, rounds, data, json),
+        } => objects::run_objects(
+            size,
+            threads,
+            seconds,
+            &security,
+            rounds,
+            data,
+            cold_readers,
+            json,
+        ),
         BenchCommand::FlashCrowd {
             clients,
             data,
