@@ -282,7 +282,16 @@ fn each_method_detects_what_it_promises_under_a_tampering_proxy() {
                 assert_ne!(r.unwrap(), original, "{method}: data flip should land");
             }
         }
+        // CAPKEY and CMDRSP put no MAC over a read's data: the OSD sends it straight from
+        // the object's file. ALLDATA and CONFIDENTIAL read it to MAC or seal it.
+        let from_file = |c: &Client| common::counter(c, "osd", "bytes_read_from_file");
+        let before = from_file(&c);
         assert_eq!(get(&mut c, &format!("{dir}/clean")).unwrap(), original);
+        let expected = match method {
+            Protection::CapKey | Protection::CmdRsp => original.len() as u64,
+            _ => 0,
+        };
+        assert_eq!(from_file(&c) - before, expected, "{method}");
     }
 }
 

@@ -13,7 +13,7 @@
 //! object, never a mix. Size and modification time come from the file itself, so a write
 //! needs no second fsync for attributes.
 
-use maat_osd::{AdminAuthorized, Authorized, ObjectStore, StoreError};
+use maat_osd::{AdminAuthorized, Authorized, FileRange, ObjectStore, StoreError};
 use maat_proto::msg::{ObjectAttributes, ObjectId, DATA_PARTITION};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
@@ -192,18 +192,34 @@ impl ObjectStore for FileObjectStore {
     }
 
     fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError> {
+        let Some(range) = self.read_file(auth, offset, length)? else {
+            return Err(StoreError::NotFound);
+        };
+        // (At most `length`, a u32.)
+        let mut buf = vec![0u8; range.len as usize];
+        range.file.read_exact_at(&mut buf, range.offset)?;
+        Ok(buf)
+    }
+
+    fn read_file(
+        &self,
+        auth: &Authorized,
+        offset: u64,
+        length: u32,
+    ) -> Result<Option<FileRange>, StoreError> {
         let o = auth.object();
-        let f = match File::open(self.object_path(o)) {
+        let file = match File::open(self.object_path(o)) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound),
             Err(e) => return Err(e.into()),
         };
-        let size = f.metadata()?.len();
+        let size = file.metadata()?.len();
         let end = size.min(offset.saturating_add(u64::from(length)));
-        let len = end.saturating_sub(offset) as usize;
-        let mut buf = vec![0u8; len];
-        f.read_exact_at(&mut buf, offset)?;
-        Ok(buf)
+        Ok(Some(FileRange {
+            file,
+            offset,
+            len: end.saturating_sub(offset),
+        }))
     }
 
     fn write(

@@ -129,17 +129,39 @@ impl OsdNode {
                         match opened {
                             Ok((caller, request)) => {
                                 timer.request = request.command.kind();
-                                let result = core.execute(store.as_ref(), &caller, &request, now);
-                                if frame_type == FrameType::InsecureBulk {
-                                    return Answer {
-                                        frame_type: FrameType::PlainBulk,
-                                        parts: msg::plain_bulk_response(result),
-                                    };
+                                // Answers that carry bulk data apart from the message may
+                                // send a read's data straight from the object's file.
+                                let (result, file) = match frame_type {
+                                    FrameType::Request | FrameType::Insecure => {
+                                        (core.execute(store.as_ref(), &caller, &request, now), None)
+                                    }
+                                    _ => core.execute_zero_copy(
+                                        store.as_ref(),
+                                        &caller,
+                                        &request,
+                                        now,
+                                    ),
+                                };
+                                let mut answer = if frame_type == FrameType::InsecureBulk {
+                                    Answer::parts(
+                                        FrameType::PlainBulk,
+                                        msg::plain_bulk_response(result),
+                                    )
+                                } else {
+                                    let (frame_type, parts) = env.with_rng(|mut rng| {
+                                        core.seal_response(&caller, result, now, &mut rng)
+                                    });
+                                    Answer::parts(frame_type, parts)
+                                };
+                                // The data part is the second, after the message, in both
+                                // layouts; a sealing failure (a refusal) sends no file.
+                                if matches!(
+                                    answer.frame_type,
+                                    FrameType::PlainBulk | FrameType::SecResponse
+                                ) {
+                                    answer.file = file.map(|f| (1, f));
                                 }
-                                let (frame_type, parts) = env.with_rng(|mut rng| {
-                                    core.seal_response(&caller, result, now, &mut rng)
-                                });
-                                Answer { frame_type, parts }
+                                answer
                             }
                             Err(refusal) => refusal_frame(&refusal).into(),
                         }

@@ -1,6 +1,8 @@
 //! The accept loop: a thread per connection, bounded; frames in, frames out.
 
-use maat_net::{configure, read_frame, write_frame, write_frame_parts, NetError};
+use maat_net::{
+    configure, read_frame, write_frame, write_frame_from_file, write_frame_parts, NetError,
+};
 use maat_proto::msg::{ErrorCode, WireError};
 use maat_proto::wire::{FrameHead, FrameType};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -47,20 +49,44 @@ impl Shutdown {
 }
 
 /// An answer frame whose payload is the concatenation of `parts` (sent without
-/// assembling it, so bulk data is not copied into an envelope).
+/// assembling it, so bulk data is not copied into an envelope), with, when `file` is
+/// set, a range of a file in place of the data part.
 pub struct Answer {
     /// The frame type.
     pub frame_type: FrameType,
     /// The payload, in parts.
     pub parts: Vec<Vec<u8>>,
+    /// A range of an object's file sent before `parts[index]`, straight from the file
+    /// (`maat_osd::OsdCore::execute_zero_copy`).
+    pub file: Option<(usize, maat_osd::FileRange)>,
+}
+
+impl Answer {
+    /// The answer `parts`.
+    pub fn parts(frame_type: FrameType, parts: Vec<Vec<u8>>) -> Self {
+        Answer {
+            frame_type,
+            parts,
+            file: None,
+        }
+    }
+
+    /// The whole payload in memory, the file range read (for an in-process network,
+    /// which has no socket to send a file to).
+    pub fn payload(self) -> std::io::Result<Vec<u8>> {
+        let Some((index, range)) = self.file else {
+            return Ok(self.parts.concat());
+        };
+        let mut data = vec![0u8; usize::try_from(range.len).map_err(std::io::Error::other)?];
+        std::os::unix::fs::FileExt::read_exact_at(&range.file, &mut data, range.offset)?;
+        let (before, after) = self.parts.split_at(index.min(self.parts.len()));
+        Ok([before.concat(), data, after.concat()].concat())
+    }
 }
 
 impl From<(FrameType, Vec<u8>)> for Answer {
     fn from((frame_type, payload): (FrameType, Vec<u8>)) -> Self {
-        Answer {
-            frame_type,
-            parts: vec![payload],
-        }
+        Answer::parts(frame_type, vec![payload])
     }
 }
 
@@ -175,7 +201,21 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
                 }
                 let parts: Vec<&[u8]> = answer.parts.iter().map(Vec::as_slice).collect();
                 // The answer goes back in its request's version, with its id.
-                if write_frame_parts(&mut stream, head.answer(answer.frame_type), &parts).is_err() {
+                let head = head.answer(answer.frame_type);
+                let sent = match &answer.file {
+                    None => write_frame_parts(&mut stream, head, &parts),
+                    Some((index, r)) => {
+                        let (before, after) = parts.split_at((*index).min(parts.len()));
+                        write_frame_from_file(
+                            &mut stream,
+                            head,
+                            before,
+                            (&r.file, r.offset, r.len),
+                            after,
+                        )
+                    }
+                };
+                if sent.is_err() {
                     return;
                 }
             }

@@ -124,7 +124,14 @@ fn serve_osd(
 fn peer(handler: Arc<Handler>) -> Peer {
     Arc::new(move |frame_type, payload| {
         let answer = handler(&[127, 0, 0, 1], frame_type, payload);
-        (answer.frame_type, answer.parts.concat())
+        let frame_type = answer.frame_type;
+        match answer.payload() {
+            Ok(payload) => (frame_type, payload),
+            Err(e) => maat_server::refusal_frame(&maat_proto::msg::WireError::new(
+                maat_proto::msg::ErrorCode::Internal,
+                format!("reading the object: {e}"),
+            )),
+        }
     })
 }
 
