@@ -93,6 +93,16 @@ pub struct FileRange {
     pub len: u64,
 }
 
+/// What [`ObjectStore::read_file`] gives: a range of the object's file to send from, or,
+/// for a range shorter than asked for, the bytes themselves.
+#[derive(Debug)]
+pub enum ReadOut {
+    /// Send these bytes of the object's file.
+    File(FileRange),
+    /// The bytes, read.
+    Bytes(Vec<u8>),
+}
+
 /// Durable object storage (SPEC T5). Every data call takes the proof of its checks.
 pub trait ObjectStore: Send + Sync {
     /// Creates an empty object (no-op if it exists).
@@ -101,14 +111,16 @@ pub trait ObjectStore: Send + Sync {
     fn remove(&self, auth: &Authorized) -> Result<(), StoreError>;
     /// Reads up to `length` bytes at `offset`.
     fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError>;
-    /// What [`ObjectStore::read`] would read, as a range of the object's file, for a send
-    /// straight from the file; `None` when this store keeps no file per object.
+    /// What [`ObjectStore::read`] would read, as a range of the object's file for a send
+    /// straight from the file when it is at least `from_file_min` bytes long, else read;
+    /// `None` when this store keeps no file per object.
     fn read_file(
         &self,
         _auth: &Authorized,
         _offset: u64,
         _length: u32,
-    ) -> Result<Option<FileRange>, StoreError> {
+        _from_file_min: u64,
+    ) -> Result<Option<ReadOut>, StoreError> {
         Ok(None)
     }
     /// Writes at `offset` (`replace`: the object becomes exactly `data`, atomically); durable
@@ -498,8 +510,15 @@ impl OsdCore {
             Ok(auth) => auth,
             Err(e) => return (Err(e), None),
         };
-        match store.read_file(&auth, *offset, *length) {
-            Ok(Some(range)) => {
+        let min = crate::limits::ZERO_COPY_READ_BYTES_MIN;
+        match store.read_file(&auth, *offset, *length, min) {
+            Ok(Some(ReadOut::Bytes(d))) => {
+                self.stats
+                    .bytes_read
+                    .fetch_add(d.len() as u64, Ordering::Relaxed);
+                (Ok(OsdResponse::Data(d)), None)
+            }
+            Ok(Some(ReadOut::File(range))) => {
                 self.stats
                     .bytes_read
                     .fetch_add(range.len, Ordering::Relaxed);

@@ -13,7 +13,7 @@
 //! object, never a mix. Size and modification time come from the file itself, so a write
 //! needs no second fsync for attributes.
 
-use maat_osd::{AdminAuthorized, Authorized, FileRange, ObjectStore, StoreError};
+use maat_osd::{AdminAuthorized, Authorized, FileRange, ObjectStore, ReadOut, StoreError};
 use maat_proto::msg::{ObjectAttributes, ObjectId, DATA_PARTITION};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
@@ -192,13 +192,10 @@ impl ObjectStore for FileObjectStore {
     }
 
     fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError> {
-        let Some(range) = self.read_file(auth, offset, length)? else {
-            return Err(StoreError::NotFound);
-        };
-        // (At most `length`, a u32.)
-        let mut buf = vec![0u8; range.len as usize];
-        range.file.read_exact_at(&mut buf, range.offset)?;
-        Ok(buf)
+        match self.read_file(auth, offset, length, u64::MAX)? {
+            Some(ReadOut::Bytes(d)) => Ok(d),
+            _ => Err(StoreError::NotFound),
+        }
     }
 
     fn read_file(
@@ -206,7 +203,8 @@ impl ObjectStore for FileObjectStore {
         auth: &Authorized,
         offset: u64,
         length: u32,
-    ) -> Result<Option<FileRange>, StoreError> {
+        from_file_min: u64,
+    ) -> Result<Option<ReadOut>, StoreError> {
         let o = auth.object();
         let file = match File::open(self.object_path(o)) {
             Ok(f) => f,
@@ -215,11 +213,14 @@ impl ObjectStore for FileObjectStore {
         };
         let size = file.metadata()?.len();
         let end = size.min(offset.saturating_add(u64::from(length)));
-        Ok(Some(FileRange {
-            file,
-            offset,
-            len: end.saturating_sub(offset),
-        }))
+        let len = end.saturating_sub(offset);
+        if len >= from_file_min {
+            return Ok(Some(ReadOut::File(FileRange { file, offset, len })));
+        }
+        // (At most `length`, a u32.)
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, offset)?;
+        Ok(Some(ReadOut::Bytes(buf)))
     }
 
     fn write(

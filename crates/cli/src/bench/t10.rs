@@ -292,6 +292,9 @@ fn data_rows(
                 .map_err(Into::into)
         },
     )?;
+    // The puts' opens were kept (SPEC M5): each get below opens at the MDS, as a reader
+    // that did not write the file would.
+    c.forget_opens();
     interleaved(
         c,
         table,
