@@ -594,3 +594,40 @@ fn a_put_that_fails_before_recording_its_lockbox_leaves_no_key_to_seal_a_later_w
     second.forget_file_keys();
     assert_eq!(get(&mut second, "/f").unwrap(), b"from the first client");
 }
+
+/// SPEC M5 for a file a put creates encrypted: the put's open, with the crypt record the
+/// MDS recorded (first lockbox, the generations written) and the keys the writer made,
+/// serves its reads: no MDS open, no KDS request. Were the record the client keeps wrong,
+/// the read would fail its blocks and open again at the MDS, which the miss count shows.
+#[test]
+fn a_writer_reads_back_its_new_encrypted_file_without_the_mds_or_the_kds() {
+    let cluster = Cluster::start_encrypting(2, &[]);
+    cluster.add_user("alice", "alice-pass-1", None);
+    let mut alice = cluster.user_client("alice", "alice-pass-1");
+    let path = "/home/alice/e";
+    let data = content(7, 1_100_000);
+    put(&mut alice, path, &data, Some(true));
+    assert!(alice.stat(path).unwrap().encrypted);
+    let grants = kds_counter(&mut alice, "kds 1", "grants").unwrap();
+    let before = alice.client_stats();
+    assert_eq!(get(&mut alice, path).unwrap(), data);
+    let after = alice.client_stats();
+    assert_eq!(
+        after.capability_cache_hits,
+        before.capability_cache_hits + 1
+    );
+    assert_eq!(
+        after.capability_cache_misses,
+        before.capability_cache_misses
+    );
+    assert_eq!(kds_counter(&mut alice, "kds 1", "grants").unwrap(), grants);
+    // A rewrite of the now existing file is opened again at the MDS for reading.
+    let shorter = content(8, 5000);
+    put(&mut alice, path, &shorter, None);
+    let before = alice.client_stats();
+    assert_eq!(get(&mut alice, path).unwrap(), shorter);
+    assert_eq!(
+        alice.client_stats().capability_cache_misses,
+        before.capability_cache_misses + 1
+    );
+}

@@ -63,6 +63,8 @@ fn every_daemon_serves_parseable_prometheus_metrics_of_its_work() {
     alice
         .put(&mut &data[..], data.len() as u64, "/shared/m", &mut |_| {})
         .unwrap();
+    // (The put's open is kept for reading: forgotten, so that this one asks the MDS.)
+    alice.forget_opens();
     let opened = alice.open("/shared/m", Access::Read, None).unwrap();
     // A refusal with a reason: bob presents alice's capability.
     let bob = cluster.user_client("bob", "bob passphrase");

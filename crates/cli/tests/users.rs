@@ -335,6 +335,17 @@ fn a_client_reads_back_what_it_wrote_without_asking_the_mds_again() {
     // end, in the first stripe.
     put(b"short now");
     assert_eq!(get(), b"short now");
+    // Once erin may write but not read, her put's open carries a write-only capability:
+    // it is not kept for reading, and her get asks the MDS, which refuses it.
+    erin.chmod("/home/erin/f", 0o200).unwrap();
+    put(b"blind");
+    let before = erin.client_stats();
+    let mut out = Vec::new();
+    assert!(erin.get("/home/erin/f", &mut out, &mut |_| {}).is_err());
+    assert_eq!(
+        erin.client_stats().capability_cache_hits,
+        before.capability_cache_hits
+    );
     // Another user's client keeps its own opens: bob may not read erin's 0600 file.
     erin.chmod("/home/erin/f", 0o600).unwrap();
     cluster.add_user("bob", "bob passphrase", None);

@@ -66,6 +66,11 @@ impl OpenCache {
         self.entries.remove(path);
     }
 
+    /// Forgets the opens of file `id`, under any path.
+    pub(crate) fn remove_file(&mut self, id: u64) {
+        self.entries.retain(|_, (_, o)| o.stat.id != id);
+    }
+
     /// Forgets every open.
     pub(crate) fn clear(&mut self) {
         self.entries.clear();

@@ -156,9 +156,31 @@ impl Client {
     /// cached opens are dropped, so the next open asks the MDS again.
     pub(crate) fn forget_t10(&self, file: u64) {
         self.t10.lock().retain(|(f, _), _| *f != file);
-        if let Some(s) = self.session.lock().as_mut() {
-            s.opened.retain(|o| o.stat.id != file);
+        self.opened.lock().remove_file(file);
+    }
+
+    /// Whether `opened` lets this client read: its capability's mode, or, in a partition
+    /// with T10 credentials, every credential held for the file. A read-write open of a
+    /// file the user may not read carries a write-only capability. (NOSEC checks nothing:
+    /// its opens read whatever the OSD holds.)
+    pub(crate) fn open_reads(&self, opened: &Opened) -> bool {
+        use maat_proto::capability::{Capability, Mode};
+        if self.insecure_user.is_some() {
+            return true;
         }
+        if !opened.capability.is_empty() {
+            return Unverified::<Capability>::decode(&opened.capability)
+                .is_ok_and(|c| c.unverified_body().mode.allows(Mode::READ));
+        }
+        let held = self.t10.lock();
+        let mut credentials = held
+            .iter()
+            .filter(|((f, _), _)| *f == opened.stat.id)
+            .map(|(_, c)| maat_proto::t10::decode_capability(&c.capability))
+            .peekable();
+        credentials.peek().is_some()
+            && credentials
+                .all(|c| c.is_ok_and(|c| c.permissions.allows(maat_proto::t10::Permissions::READ)))
     }
 }
 

@@ -31,6 +31,9 @@ impl Client {
         progress: Progress<'_>,
     ) -> Result<FileStat> {
         self.forget_opened_path(path);
+        // The open's capability was issued about now: a kept open's lifetime counts from
+        // here, not from the end of a long put.
+        let began = self.now();
         // A file this put creates encrypted gets its lockbox with its size (SPEC H5).
         let mut opened = if self.seals_new_files(encrypt)? {
             self.open_sealed(path, 0o644)?
@@ -42,11 +45,15 @@ impl Client {
         if !sealing {
             self.encrypt_if_new(path, &mut opened, encrypt)?;
         }
+        let mut recorded = Vec::new();
         let stored = self
             .put_opened(&opened, reader, size, Some(opened.stat.size), progress)
-            .and_then(|written| match first_lockbox {
-                Some(lockbox) => self.set_size_lockbox(path, &opened, size, written, lockbox),
-                None => self.set_size_written(path, &opened, size, written),
+            .and_then(|written| {
+                recorded.clone_from(&written);
+                match first_lockbox {
+                    Some(lockbox) => self.set_size_lockbox(path, &opened, size, written, lockbox),
+                    None => self.set_size_written(path, &opened, size, written),
+                }
             });
         if stored.is_err() && sealing {
             // (As `set_size_lockbox` does when the MDS refuses.)
@@ -54,12 +61,22 @@ impl Client {
         }
         stored?;
         let plain = opened.stat.crypt.is_none() && !opened.stat.encrypted;
+        // A file this put made encrypted: its crypt record is now what the MDS recorded,
+        // the first lockbox (which `opened` shows) and the generations just written.
+        let first = sealing
+            && opened.stat.crypt.as_mut().is_some_and(|c| {
+                recorded
+                    .iter()
+                    .all(|&(first, end, generation)| c.record(first, end, generation).is_ok())
+                    && c.check().is_ok()
+            });
         opened.stat.size = size;
-        if plain {
+        if (plain || first) && self.open_reads(&opened) {
             // The open was read-write, so it serves this client's reads of what it just
-            // wrote (SPEC M5), as a read open would. (An encrypted file's crypt record
-            // changed with the size: it is opened again.)
-            self.remember_read_open(path, &opened, self.now());
+            // wrote (SPEC M5), as a read open would, with the keys it holds. (A write to
+            // an encrypted file that existed changes its record in ways kept at the MDS:
+            // it is opened again.)
+            self.remember_read_open(path, &opened, began);
         }
         let mut stat = opened.stat;
         stat.crypt = None;
@@ -276,7 +293,7 @@ impl Client {
             return Ok(0);
         }
         let mut opened = opened.clone();
-        let expected = opened.stat.size;
+        let mut expected = opened.stat.size;
         let known = stripes_for(expected);
         let window = self.stripes_in_flight()?;
         // The first window's keys are asked for while its stripes are read.
@@ -346,6 +363,9 @@ impl Client {
                             refreshed = true;
                             self.forget_opened_path(path);
                             opened = self.open(path, Access::Read, None)?;
+                            // (The size may have changed too, as with a kept open.)
+                            expected = opened.stat.size;
+                            let within = expected.saturating_sub(u64::from(k) * STRIPE_UNIT_BYTES);
                             let fresh = self.stripe_crypt(&opened, k..k + 1)?;
                             let again = self.read_object_sealed(&opened, k, full)?;
                             let plain = fresh.open(k, again, within, 0..STRIPE_UNIT_BYTES)?;
@@ -377,7 +397,7 @@ impl Client {
 }
 
 /// Seals each `(osd, object, plaintext)` stripe of an encrypted file, the two halves of
-/// the batch on two threads.
+/// the batch on two threads (one stripe on this one).
 fn seal_all(
     crypt: &crypt::StripeCrypt,
     generation: u64,
@@ -401,6 +421,10 @@ fn seal_all(
             .collect::<Result<Vec<_>>>()
     };
     let [a, b] = seeds;
+    if second.is_empty() {
+        // One stripe (a small object): a thread would cost more than it saves.
+        return seal(calls, a);
+    }
     let (first, second) = std::thread::scope(|scope| {
         let handle = scope.spawn(|| seal(second, b));
         let first = seal(calls, a);

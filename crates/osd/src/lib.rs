@@ -84,8 +84,11 @@ pub struct AdminAuthorized(());
 /// (zero-copy) instead of reading it into memory first.
 #[derive(Debug)]
 pub struct FileRange {
-    /// The object's file, opened for reading (a later replacing write renames a new file
-    /// into place, so this one keeps the object as it was when opened).
+    /// The object's file, opened for reading. A whole-object write renames a new file into
+    /// place, so this one keeps the object as it was; a write in place (a byte range, a
+    /// truncation) during the send may show in it, as it may in a read into memory,
+    /// over a longer window. Under CMDRSP nothing checks data; encrypted files' blocks
+    /// check themselves.
     pub file: std::fs::File,
     /// Where the range starts in the file.
     pub offset: u64,

@@ -194,7 +194,10 @@ impl ObjectStore for FileObjectStore {
     fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError> {
         match self.read_file(auth, offset, length, u64::MAX)? {
             Some(ReadOut::Bytes(d)) => Ok(d),
-            _ => Err(StoreError::NotFound),
+            // (Never: no file range is as long as `u64::MAX`.)
+            _ => Err(StoreError::Io(std::io::Error::other(
+                "the store gave a file range for a read into memory",
+            ))),
         }
     }
 

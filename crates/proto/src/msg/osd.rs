@@ -324,7 +324,8 @@ pub fn plain_bulk_response(
     vec![head, bulk]
 }
 
-/// Reads a [`plain_bulk_response`] payload, taking its bulk without copying it again.
+/// Reads a [`plain_bulk_response`] payload; its bulk moves to the front of the payload's
+/// buffer (one move in memory, as a protected envelope's does), no new buffer.
 pub fn open_plain_bulk_response(
     mut payload: Vec<u8>,
 ) -> Result<std::result::Result<OsdResponse, WireError>> {
