@@ -202,7 +202,7 @@ impl Client {
 
     /// rename.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        self.forget_opened();
+        self.forget_opens();
         self.expect_ok(MdsRequest::Rename {
             from: from.into(),
             to: to.into(),
@@ -211,7 +211,7 @@ impl Client {
 
     /// chmod.
     pub fn chmod(&self, path: &str, mode: u16) -> Result<()> {
-        self.forget_opened();
+        self.forget_opens();
         self.expect_ok(MdsRequest::Chmod {
             path: path.into(),
             mode,
@@ -220,7 +220,7 @@ impl Client {
 
     /// chown.
     pub fn chown(&self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
-        self.forget_opened();
+        self.forget_opens();
         self.expect_ok(MdsRequest::Chown {
             path: path.into(),
             owner: owner.map(Into::into),

@@ -32,14 +32,10 @@ impl Client {
         self.opened.lock().remove(path);
     }
 
-    pub(crate) fn forget_opened(&self) {
-        self.opened.lock().clear();
-    }
-
-    /// Forgets every kept read open (SPEC M5), so that the next opens ask the MDS (tests
-    /// and benchmarks measure that).
+    /// Forgets every kept read open (SPEC M5), so that the next opens ask the MDS (after
+    /// a rename or a permission change; tests and benchmarks measure that).
     pub fn forget_opens(&self) {
-        self.forget_opened();
+        self.opened.lock().clear();
     }
 
     /// Opens a file; read opens are answered from the client cache while the cached
@@ -111,15 +107,20 @@ impl Client {
     /// what this client wrote) in the client capability cache, for as long as its
     /// capability or T10 credentials last; an insecure (NOSEC) open, which has neither,
     /// for as long as a capability would ([`crate::limits::INSECURE_OPEN_CACHED_MS`]).
-    /// When the cache is full, the entry stored longest ago goes.
+    /// An open that does not let this client read is not kept: a read-write open of a
+    /// file the user may not read carries a write-only capability. (NOSEC checks
+    /// nothing: its opens read whatever the OSD holds.) When the cache is full, the entry
+    /// stored longest ago goes.
     pub(crate) fn remember_read_open(&self, path: &str, opened: &Opened, now: u64) {
+        use maat_proto::capability::{Capability, Mode};
         let expiry = if self.insecure_user.is_some() {
             Some(now + crate::limits::INSECURE_OPEN_CACHED_MS)
         } else if opened.capability.is_empty() {
-            self.t10_expiry(opened.stat.id)
+            self.t10_read_expiry(opened.stat.id)
         } else {
-            Unverified::<maat_proto::capability::Capability>::decode(&opened.capability)
+            Unverified::<Capability>::decode(&opened.capability)
                 .ok()
+                .filter(|c| c.unverified_body().mode.allows(Mode::READ))
                 .map(|c| c.unverified_body().expiry.0)
         };
         // A file whose lockbox is still to come is about to change: not cached.
@@ -141,15 +142,19 @@ impl Client {
         });
     }
 
-    /// When the first of the T10 credentials held for `file` expires, if any are held.
-    pub(crate) fn t10_expiry(&self, file: u64) -> Option<u64> {
-        self.t10
-            .lock()
-            .iter()
-            .filter(|((f, _), _)| *f == file)
-            .filter_map(|(_, c)| maat_proto::t10::decode_capability(&c.capability).ok())
-            .map(|c| c.expiry.0)
-            .min()
+    /// When the first of the T10 credentials held for `file` expires, if any are held and
+    /// every one allows reading.
+    fn t10_read_expiry(&self, file: u64) -> Option<u64> {
+        let held = self.t10.lock();
+        let mut first = None::<u64>;
+        for (_, c) in held.iter().filter(|((f, _), _)| *f == file) {
+            let c = maat_proto::t10::decode_capability(&c.capability).ok()?;
+            if !c.permissions.allows(maat_proto::t10::Permissions::READ) {
+                return None;
+            }
+            first = Some(first.map_or(c.expiry.0, |e| e.min(c.expiry.0)));
+        }
+        first
     }
 
     /// An OSD refused `file`'s T10 credential as revoked (SPEC T4): its credentials and
@@ -157,30 +162,6 @@ impl Client {
     pub(crate) fn forget_t10(&self, file: u64) {
         self.t10.lock().retain(|(f, _), _| *f != file);
         self.opened.lock().remove_file(file);
-    }
-
-    /// Whether `opened` lets this client read: its capability's mode, or, in a partition
-    /// with T10 credentials, every credential held for the file. A read-write open of a
-    /// file the user may not read carries a write-only capability. (NOSEC checks nothing:
-    /// its opens read whatever the OSD holds.)
-    pub(crate) fn open_reads(&self, opened: &Opened) -> bool {
-        use maat_proto::capability::{Capability, Mode};
-        if self.insecure_user.is_some() {
-            return true;
-        }
-        if !opened.capability.is_empty() {
-            return Unverified::<Capability>::decode(&opened.capability)
-                .is_ok_and(|c| c.unverified_body().mode.allows(Mode::READ));
-        }
-        let held = self.t10.lock();
-        let mut credentials = held
-            .iter()
-            .filter(|((f, _), _)| *f == opened.stat.id)
-            .map(|(_, c)| maat_proto::t10::decode_capability(&c.capability))
-            .peekable();
-        credentials.peek().is_some()
-            && credentials
-                .all(|c| c.is_ok_and(|c| c.permissions.allows(maat_proto::t10::Permissions::READ)))
     }
 }
 

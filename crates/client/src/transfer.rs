@@ -71,9 +71,10 @@ impl Client {
                     && c.check().is_ok()
             });
         opened.stat.size = size;
-        if (plain || first) && self.open_reads(&opened) {
+        if plain || first {
             // The open was read-write, so it serves this client's reads of what it just
-            // wrote (SPEC M5), as a read open would, with the keys it holds. (A write to
+            // wrote (SPEC M5), as a read open would, with the keys it holds (if its
+            // capability allows reading: `remember_read_open` checks). (A write to
             // an encrypted file that existed changes its record in ways kept at the MDS:
             // it is opened again.)
             self.remember_read_open(path, &opened, began);
