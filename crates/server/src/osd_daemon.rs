@@ -143,10 +143,10 @@ impl OsdNode {
                                     ),
                                 };
                                 let mut answer = if frame_type == FrameType::InsecureBulk {
-                                    Answer::parts(
-                                        FrameType::PlainBulk,
-                                        msg::plain_bulk_response(result),
-                                    )
+                                    match msg::plain_bulk_response(result) {
+                                        Ok(parts) => Answer::parts(FrameType::PlainBulk, parts),
+                                        Err(e) => refusal_frame(&WireError::from(e)).into(),
+                                    }
                                 } else {
                                     let (frame_type, parts) = env.with_rng(|mut rng| {
                                         core.seal_response(&caller, result, now, &mut rng)

@@ -314,14 +314,9 @@ pub fn open_insecure_bulk_request(payload: &[u8]) -> Result<InsecureRequest<OsdR
 /// parts to send.
 pub fn plain_bulk_response(
     mut result: std::result::Result<OsdResponse, WireError>,
-) -> Vec<Vec<u8>> {
+) -> Result<Vec<Vec<u8>>> {
     let bulk = take_response_bulk(&mut result);
-    let body = super::encode_result(&result);
-    let mut head = Vec::with_capacity(4 + body.len());
-    // (An encoded result is far below 4 GiB: a frame's payload is bounded.)
-    head.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    head.extend_from_slice(&body);
-    vec![head, bulk]
+    Ok(vec![length_prefixed(&super::encode_result(&result))?, bulk])
 }
 
 /// Reads a [`plain_bulk_response`] payload; its bulk moves to the front of the payload's
@@ -338,14 +333,18 @@ pub fn open_plain_bulk_response(
 }
 
 fn with_length<T: Serialize>(message: &T) -> Result<Vec<u8>> {
-    let body = super::encode(message)?;
+    length_prefixed(&super::encode(message)?)
+}
+
+/// `body length u32 BE ‖ body`.
+fn length_prefixed(body: &[u8]) -> Result<Vec<u8>> {
     let len = u32::try_from(body.len()).map_err(|_| ProtoError::Malformed {
         what: "message",
         reason: "longer than 4 GiB",
     })?;
     let mut out = Vec::with_capacity(4 + body.len());
     out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
     Ok(out)
 }
 
@@ -452,12 +451,12 @@ mod tests {
         // The data is not inside the message.
         assert!(!head.windows(4).any(|w| w == b"bulk"));
 
-        let parts = plain_bulk_response(Ok(OsdResponse::Data(b"read back".to_vec())));
+        let parts = plain_bulk_response(Ok(OsdResponse::Data(b"read back".to_vec()))).unwrap();
         assert_eq!(parts[1], b"read back");
         let answer = open_plain_bulk_response(parts.concat()).unwrap();
         assert_eq!(answer, Ok(OsdResponse::Data(b"read back".to_vec())));
         let refusal = WireError::new(super::super::ErrorCode::NoSuchObject, "gone");
-        let parts = plain_bulk_response(Err(refusal.clone()));
+        let parts = plain_bulk_response(Err(refusal.clone())).unwrap();
         assert_eq!(
             open_plain_bulk_response(parts.concat()).unwrap(),
             Err(refusal)
@@ -479,7 +478,7 @@ mod tests {
         let (head, _) = insecure_bulk_request(3, &read).unwrap();
         assert!(open_insecure_bulk_request(&[head.as_slice(), bulk].concat()).is_err());
         // An answer with bulk data that is not `Data`.
-        let mut parts = plain_bulk_response(Ok(OsdResponse::Ok));
+        let mut parts = plain_bulk_response(Ok(OsdResponse::Ok)).unwrap();
         parts[1] = b"extra".to_vec();
         assert!(open_plain_bulk_response(parts.concat()).is_err());
         assert!(open_plain_bulk_response(vec![0, 0, 0, 9, 1]).is_err());
