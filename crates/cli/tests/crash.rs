@@ -94,10 +94,14 @@ fn stream(
                 },
             );
             assert!(killed);
-            assert!(
-                r.is_err(),
-                "the write interrupted by the kill cannot have been acknowledged"
-            );
+            // Usually the write fails. It may also be acknowledged: when the victim's
+            // close reaches the client before its next request, the client connects
+            // again, the connection waits in the listening socket `maat up` holds, and
+            // the restarted daemon serves it (the OSD after a new session). Then it is
+            // durable like any other, and read back below with the rest.
+            if let Ok(stat) = &r {
+                eprintln!("{victim}: the interrupted write recovered after the restart: {stat:?}");
+            }
             r
         } else {
             c.put(&mut data.as_slice(), data.len() as u64, &path, &mut |_| {})
@@ -121,8 +125,8 @@ fn stream(
         "{victim}: {} acknowledged, {failures} failed while it was down",
         acknowledged.len()
     );
-    // Every write before the kill was acknowledged (checked above as each returned), the
-    // interrupted one was not, and the restarted cluster acknowledges writes again.
+    // Every write before the kill was acknowledged (checked above as each returned), and
+    // the restarted cluster acknowledges writes again.
     let path = format!("/crash-{}-after", if kill_mds { "mds" } else { "osd" });
     let data = payload(writes);
     let deadline = Instant::now() + Duration::from_secs(20);
