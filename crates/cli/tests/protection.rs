@@ -282,14 +282,15 @@ fn each_method_detects_what_it_promises_under_a_tampering_proxy() {
                 assert_ne!(r.unwrap(), original, "{method}: data flip should land");
             }
         }
-        // CAPKEY and CMDRSP put no MAC over a read's data: the OSD sends it straight from
-        // the object's file. ALLDATA and CONFIDENTIAL read it to MAC or seal it.
+        // CAPKEY and CMDRSP put no MAC over a read's data, and ALLDATA's MAC covers the
+        // digest the OSD kept when it checked the write: the OSD sends the data straight
+        // from the object's file. CONFIDENTIAL reads it to seal it.
         let from_file = |c: &Client| common::counter(c, "osd", "bytes_read_from_file");
         let before = from_file(&c);
         assert_eq!(get(&mut c, &format!("{dir}/clean")).unwrap(), original);
         let expected = match method {
-            Protection::CapKey | Protection::CmdRsp => original.len() as u64,
-            _ => 0,
+            Protection::Confidential => 0,
+            _ => original.len() as u64,
         };
         assert_eq!(from_file(&c) - before, expected, "{method}");
     }
@@ -362,6 +363,7 @@ fn replayed_requests_and_downgrades_are_refused() {
     for weaker in [Protection::CapKey, Protection::CmdRsp, Protection::AllData] {
         let header = RequestHeader {
             method: weaker,
+            data_digest: protection::Sealing::current(weaker).data_digest,
             session_id: sid,
             timestamp: UnixMillis(c.protocol_now()),
             nonce: [weaker.byte(); 16],
@@ -378,7 +380,8 @@ fn replayed_requests_and_downgrades_are_refused() {
         let (t, answer) = c.osd_raw(1, FrameType::SecRequest, &payload).unwrap();
         let message = if t == FrameType::SecResponse {
             let (_, message, _) =
-                protection::open_response(&keys, weaker, &sid, &header.nonce, &answer).unwrap();
+                protection::open_response(&keys, header.sealing(), &sid, &header.nonce, &answer)
+                    .unwrap();
             message
         } else {
             answer

@@ -18,7 +18,7 @@ use maat_proto::msg::{
     self, Access, ErrorCode, ObjectId, OsdCommand, OsdRequest, OsdResponse, WireError,
     DATA_PARTITION,
 };
-use maat_proto::protection::{self, EnvelopeKeys, Protection, RequestHeader};
+use maat_proto::protection::{self, EnvelopeKeys, Protection, RequestHeader, Sealing};
 use maat_proto::t10;
 use maat_proto::wire::FrameType;
 use maat_proto::UnixMillis;
@@ -74,6 +74,7 @@ fn raw(
     nonce.copy_from_slice(&maat_crypto::Secret32::random(&mut OsRng).expose()[..16]);
     let header = RequestHeader {
         method,
+        data_digest: protection::Sealing::current(method).data_digest,
         session_id: id,
         timestamp: UnixMillis(now),
         nonce,
@@ -118,9 +119,14 @@ fn send_if_up(c: &mut Client, osd: u64, r: &Raw) -> Option<Result<OsdResponse, E
 fn answer_of(r: &Raw, t: FrameType, answer: Vec<u8>) -> Result<OsdResponse, ErrorCode> {
     match t {
         FrameType::SecResponse => {
-            let (_, message, data) =
-                protection::open_response_owned(&r.keys, r.method, &r.id, &r.nonce, answer)
-                    .unwrap();
+            let (_, message, data) = protection::open_response_owned(
+                &r.keys,
+                Sealing::current(r.method),
+                &r.id,
+                &r.nonce,
+                answer,
+            )
+            .unwrap();
             let mut result: Result<OsdResponse, WireError> = msg::decode(&message).unwrap();
             msg::put_response_bulk(&mut result, data).unwrap();
             result.map_err(|e| e.code)

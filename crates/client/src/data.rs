@@ -531,8 +531,10 @@ fn call_on(
     let message = crate::encode(&head)?;
     let mut nonce = [0u8; 16];
     rng.fill_bytes(&mut nonce);
+    let sealing = protection::Sealing::current(method);
     let header = protection::RequestHeader {
         method,
+        data_digest: sealing.data_digest,
         session_id: *sid,
         timestamp: UnixMillis(clock.now().saturating_add_signed(*offset)),
         nonce,
@@ -547,15 +549,15 @@ fn call_on(
         .chain(parts.iter().map(|p| p.as_ref()))
         .collect();
     let (t, answer) = conn.call_parts(frame_type, &frame).map_err(net)?;
-    sec_answer(address, keys, method, sid, &nonce, t, answer)
+    sec_answer(address, keys, sealing, sid, &nonce, t, answer)
 }
 
-/// Checks and decodes the answer to a protected request (sealed with `method` and `keys`
+/// Checks and decodes the answer to a protected request (sealed as `sealing` with `keys`
 /// for the request `sid`, `nonce`), or the refusal it is.
 fn sec_answer(
     address: &str,
     keys: &protection::EnvelopeKeys,
-    method: Protection,
+    sealing: protection::Sealing,
     sid: &[u8; 16],
     nonce: &[u8; 16],
     frame_type: FrameType,
@@ -568,7 +570,7 @@ fn sec_answer(
     match frame_type {
         FrameType::SecResponse => {
             let (_, message, data) =
-                protection::open_response_owned(keys, method, sid, nonce, answer)
+                protection::open_response_owned(keys, sealing, sid, nonce, answer)
                     .map_err(|e| bad(e.to_string()))?;
             let mut result: std::result::Result<OsdResponse, WireError> =
                 decode_answer_raw(address, &message)?;

@@ -29,7 +29,7 @@ use maat_proto::msg::{
     OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, ADMIN_USER_ID,
     DATA_PARTITION,
 };
-use maat_proto::protection::{self, EnvelopeKeys, Protection};
+use maat_proto::protection::{self, DataDigest, EnvelopeKeys, Protection, Sealing};
 use maat_proto::renewal::RenewalToken;
 use maat_proto::session::{self, SessionOffer};
 use maat_proto::signed::Unverified;
@@ -96,14 +96,36 @@ pub struct FileRange {
     pub len: u64,
 }
 
-/// What [`ObjectStore::read_file`] gives: a range of the object's file to send from, or,
-/// for a range shorter than asked for, the bytes themselves.
+/// A range of an object's file to send from, or, for a range shorter than asked for, the
+/// bytes themselves.
 #[derive(Debug)]
 pub enum ReadOut {
     /// Send these bytes of the object's file.
     File(FileRange),
     /// The bytes, read.
     Bytes(Vec<u8>),
+}
+
+/// What [`ObjectStore::read_file`] gives.
+#[derive(Debug)]
+pub struct ObjectRead {
+    /// The data, or the file range to send it from.
+    pub out: ReadOut,
+    /// The [`protection::data_digest`] of exactly these bytes, when the store kept it from
+    /// the write that made them (the write's envelope check computed it). The store
+    /// guarantees the bytes cannot change while the range is sent: a file with a kept
+    /// digest is never written in place.
+    pub digest: Option<DataDigest>,
+}
+
+/// What a read answer sends beside its message: the file range its data comes from, and
+/// the kept digest of that data (SPEC T1 ALLDATA), each when there is one.
+#[derive(Debug, Default)]
+pub struct ReadAside {
+    /// Send the data straight from this range of the object's file.
+    pub file: Option<FileRange>,
+    /// The data's digest, so that sealing need not read it.
+    pub digest: Option<DataDigest>,
 }
 
 /// Durable object storage (SPEC T5). Every data call takes the proof of its checks.
@@ -115,25 +137,28 @@ pub trait ObjectStore: Send + Sync {
     /// Reads up to `length` bytes at `offset`.
     fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError>;
     /// What [`ObjectStore::read`] would read, as a range of the object's file for a send
-    /// straight from the file when it is at least `from_file_min` bytes long, else read;
-    /// `None` when this store keeps no file per object.
+    /// straight from the file when it is at least `from_file_min` bytes long, else read,
+    /// with the kept digest of the bytes when there is one; `None` when this store keeps
+    /// no file per object.
     fn read_file(
         &self,
         _auth: &Authorized,
         _offset: u64,
         _length: u32,
         _from_file_min: u64,
-    ) -> Result<Option<ReadOut>, StoreError> {
+    ) -> Result<Option<ObjectRead>, StoreError> {
         Ok(None)
     }
     /// Writes at `offset` (`replace`: the object becomes exactly `data`, atomically); durable
-    /// before it returns.
+    /// before it returns. `digest` is `data`'s [`protection::data_digest`] when the
+    /// request's check computed it; a store may keep it for reads of exactly these bytes.
     fn write(
         &self,
         auth: &Authorized,
         offset: u64,
         data: &[u8],
         replace: bool,
+        digest: Option<&DataDigest>,
     ) -> Result<(), StoreError>;
     /// Appends; durable before it returns.
     fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError>;
@@ -187,6 +212,9 @@ struct Stats {
     bytes_read: AtomicU64,
     /// Of `bytes_read`, those sent straight from the object's file (no MAC over them).
     bytes_read_from_file: AtomicU64,
+    /// Of `bytes_read`, those answered under ALLDATA with the digest kept from their
+    /// write (no pass over them to seal the answer).
+    bytes_read_digest_kept: AtomicU64,
     bytes_written: AtomicU64,
 }
 
@@ -196,15 +224,17 @@ struct SecureContext {
     session_id: [u8; 16],
     nonce: [u8; 16],
     keys: EnvelopeKeys,
-    /// The protection method of a `SecRequest` envelope; `None` for the version-1
+    /// How a `SecRequest` (or T10) envelope was sealed; `None` for the version-1
     /// envelope, which MACs everything (as ALLDATA) and encrypts nothing.
-    method: Option<Protection>,
+    method: Option<Sealing>,
+    /// The digest of the request's bulk data, when its check computed one (ALLDATA).
+    request_digest: Option<DataDigest>,
 }
 
 impl SecureContext {
     /// The method the request was protected with.
     fn protection(&self) -> Protection {
-        self.method.unwrap_or(Protection::AllData)
+        self.method.map_or(Protection::AllData, |s| s.method)
     }
 }
 
@@ -394,6 +424,7 @@ impl OsdCore {
                     nonce: request.nonce,
                     keys: key,
                     method: None,
+                    request_digest: None,
                 }),
                 t10: None,
             },
@@ -430,15 +461,15 @@ impl OsdCore {
             _ => None,
         };
         let capability = peeked.as_ref().map_or(&[][..], |r| r.capability.as_slice());
-        let (message, data) = envelope.open(&keys, capability)?;
+        let opened = envelope.open_digested(&keys, capability)?;
         lock(&self.replay)
             .check_and_record(&header.session_id, &header.nonce, header.timestamp, now)
             .map_err(freshness)?;
         let mut decoded: OsdRequest = match peeked {
             Some(request) => request,
-            None => msg::decode(&message)?,
+            None => msg::decode(&opened.message)?,
         };
-        decoded.put_bulk(data)?;
+        decoded.put_bulk(opened.data)?;
         Ok((
             Caller {
                 user,
@@ -446,7 +477,8 @@ impl OsdCore {
                     session_id: header.session_id,
                     nonce: header.nonce,
                     keys,
-                    method: Some(header.method),
+                    method: Some(header.sealing()),
+                    request_digest: opened.digest,
                 }),
                 t10: None,
             },
@@ -489,8 +521,10 @@ impl OsdCore {
 
     /// [`OsdCore::execute`], except that a read whose answer may carry its data without
     /// a MAC over it (NOSEC, CAPKEY, CMDRSP: SPEC T1) is answered `Data` with no bytes and
-    /// the range of the object's file to send in their place, straight from the file. The
-    /// caller uses this only for frames whose answer carries bulk data apart from the
+    /// the range of the object's file to send in their place, straight from the file. So
+    /// is an ALLDATA read (sealed over a digest) of bytes whose digest the store kept from
+    /// their write: the answer is sealed from that digest, without a pass over the data.
+    /// The caller uses this only for frames whose answer carries bulk data apart from the
     /// message (`SecRequest`, `T10Request`, `InsecureBulk`).
     pub fn execute_zero_copy(
         &self,
@@ -498,40 +532,69 @@ impl OsdCore {
         caller: &Caller,
         request: &OsdRequest,
         now: UnixMillis,
-    ) -> (Result<OsdResponse, WireError>, Option<FileRange>) {
+    ) -> (Result<OsdResponse, WireError>, ReadAside) {
         let OsdCommand::Read { offset, length, .. } = &request.command else {
-            return (self.execute(store, caller, request, now), None);
+            return (
+                self.execute(store, caller, request, now),
+                ReadAside::default(),
+            );
         };
-        let unmaced = match &caller.secure {
+        let sealing = caller.secure.as_ref().map(|c| c.method);
+        let unmaced = match sealing {
             None => true,
-            Some(c) => matches!(c.method, Some(Protection::CapKey | Protection::CmdRsp)),
+            Some(s) => matches!(
+                s.map(|s| s.method),
+                Some(Protection::CapKey | Protection::CmdRsp)
+            ),
         };
-        if !unmaced {
-            return (self.execute(store, caller, request, now), None);
+        let digested = sealing.flatten().is_some_and(|s| s.data_digest);
+        if !unmaced && !digested {
+            return (
+                self.execute(store, caller, request, now),
+                ReadAside::default(),
+            );
         }
         let auth = match self.authorize(caller, request, now) {
             Ok(auth) => auth,
-            Err(e) => return (Err(e), None),
+            Err(e) => return (Err(e), ReadAside::default()),
         };
         let min = crate::limits::ZERO_COPY_READ_BYTES_MIN;
-        match store.read_file(&auth, *offset, *length, min) {
-            Ok(Some(ReadOut::Bytes(d))) => {
-                self.stats
-                    .bytes_read
-                    .fetch_add(d.len() as u64, Ordering::Relaxed);
-                (Ok(OsdResponse::Data(d)), None)
+        let read = match store.read_file(&auth, *offset, *length, min) {
+            Ok(Some(read)) => read,
+            Ok(None) => {
+                let r = self.read_authorized(store, &auth, *offset, *length);
+                return (r, ReadAside::default());
             }
-            Ok(Some(ReadOut::File(range))) => {
-                self.stats
-                    .bytes_read
-                    .fetch_add(range.len, Ordering::Relaxed);
+            Err(e) => return (self.counted(Err(store_refusal(e))), ReadAside::default()),
+        };
+        let digest = if digested { read.digest } else { None };
+        if digested && digest.is_none() && matches!(read.out, ReadOut::File(_)) {
+            // No kept digest: sealing must read the bytes.
+            let r = self.read_authorized(store, &auth, *offset, *length);
+            return (r, ReadAside::default());
+        }
+        let len = match &read.out {
+            ReadOut::Bytes(d) => d.len() as u64,
+            ReadOut::File(range) => range.len,
+        };
+        self.stats.bytes_read.fetch_add(len, Ordering::Relaxed);
+        if digest.is_some() {
+            self.stats
+                .bytes_read_digest_kept
+                .fetch_add(len, Ordering::Relaxed);
+        }
+        match read.out {
+            ReadOut::Bytes(d) => (Ok(OsdResponse::Data(d)), ReadAside { file: None, digest }),
+            ReadOut::File(range) => {
                 self.stats
                     .bytes_read_from_file
                     .fetch_add(range.len, Ordering::Relaxed);
-                (Ok(OsdResponse::Data(Vec::new())), Some(range))
+                let aside = ReadAside {
+                    file: Some(range),
+                    digest,
+                };
+                (Ok(OsdResponse::Data(Vec::new())), aside)
             }
-            Ok(None) => (self.read_authorized(store, &auth, *offset, *length), None),
-            Err(e) => (self.counted(Err(store_refusal(e))), None),
         }
     }
 
@@ -604,7 +667,16 @@ impl OsdCore {
                 data,
                 replace,
                 ..
-            } => store.write(&auth, *offset, data, *replace).map(|()| {
+            } => {
+                // The digest the envelope check computed is of the bulk data, which is
+                // exactly this command's data.
+                let digest = caller
+                    .secure
+                    .as_ref()
+                    .and_then(|c| c.request_digest.as_ref());
+                store.write(&auth, *offset, data, *replace, digest)
+            }
+            .map(|()| {
                 self.stats
                     .bytes_written
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -645,13 +717,16 @@ impl OsdCore {
         self.counted(result.map_err(store_refusal))
     }
 
-    /// Seals the answer for `caller`: a protected response with the request's method, an
+    /// Seals the answer for `caller`: a protected response sealed as the request was, an
     /// authenticated version-1 response, or (NOSEC) a plain encoded result. The payload
     /// comes in parts so that bulk data is sent as read, never copied into an envelope.
+    /// `digest` is the kept digest of the answer's data ([`ReadAside::digest`]), which
+    /// may then be sent apart.
     pub fn seal_response(
         &self,
         caller: &Caller,
         mut result: Result<OsdResponse, WireError>,
+        digest: Option<&DataDigest>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> (wire::FrameType, Vec<Vec<u8>>) {
@@ -681,6 +756,7 @@ impl OsdCore {
             now,
             &body,
             data,
+            digest,
             rng,
         ) {
             Ok(parts) => (wire::FrameType::SecResponse, parts.to_vec()),
@@ -708,6 +784,7 @@ impl OsdCore {
             ("revocations_applied", &s.revocations_applied),
             ("bytes_read", &s.bytes_read),
             ("bytes_read_from_file", &s.bytes_read_from_file),
+            ("bytes_read_digest_kept", &s.bytes_read_digest_kept),
             ("bytes_written", &s.bytes_written),
         ]);
         counters.push(("trees_cached".into(), self.trees.len() as u64));

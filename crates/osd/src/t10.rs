@@ -196,7 +196,7 @@ impl OsdCore {
                 ),
             ));
         }
-        let (message, data) = match envelope.clone().open(&credential.keys, capability) {
+        let opened = match envelope.clone().open_digested(&credential.keys, capability) {
             Ok(opened) => opened,
             Err(e) => return Err(self.classify_t10_failure(capability, envelope, e)),
         };
@@ -210,8 +210,8 @@ impl OsdCore {
         lock(&self.replay)
             .check_and_record(&id, &header.nonce, header.timestamp, now)
             .map_err(freshness)?;
-        let mut decoded: OsdRequest = msg::decode(&message)?;
-        decoded.put_bulk(data)?;
+        let mut decoded: OsdRequest = msg::decode(&opened.message)?;
+        decoded.put_bulk(opened.data)?;
         Ok((
             Caller {
                 user: T10_NO_USER,
@@ -219,7 +219,8 @@ impl OsdCore {
                     session_id: id,
                     nonce: header.nonce,
                     keys: credential.keys,
-                    method: Some(header.method),
+                    method: Some(header.sealing()),
+                    request_digest: opened.digest,
                 }),
                 t10: Some(credential.capability),
             },

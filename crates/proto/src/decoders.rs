@@ -171,14 +171,20 @@ fn t10_request(payload: &[u8]) {
 
 /// The protected envelopes (SPEC T1): split, peek and open under a fixed key, every method.
 fn protected_envelopes(payload: &[u8]) {
-    use crate::protection::{self, EnvelopeKeys, Protection};
+    use crate::protection::{self, EnvelopeKeys, Protection, Sealing};
     let keys = EnvelopeKeys::new(&[7; 32]);
     if let Ok(request) = protection::UnverifiedRequest::decode(payload) {
         let _ = request.peek_message();
-        let _ = request.open(&keys, b"capability");
+        let _ = request.open_digested(&keys, b"capability");
     }
     for method in Protection::ALL {
-        let _ = protection::open_response(&keys, method, &[1; 16], &[2; 16], payload);
+        let legacy = Sealing {
+            method,
+            data_digest: false,
+        };
+        for sealing in [legacy, Sealing::current(method)] {
+            let _ = protection::open_response(&keys, sealing, &[1; 16], &[2; 16], payload);
+        }
     }
 }
 

@@ -26,10 +26,19 @@
 //! For the MAC methods `body = message ‖ data` and `trailer` is the 32-byte keyed-BLAKE3
 //! tag (envelope key of the session) over the context string, every header field (the
 //! session id included, also in responses) and, per method: the capability (CAPKEY
-//! requests), nothing more (CAPKEY responses), the message (CMDRSP), message and data
-//! (ALLDATA). For CONFIDENTIAL `body` is `AEAD(message ‖ data)` with the session's AEAD key
-//! (`BlockKey`, ChaCha20-Poly1305 under a per-message subkey; block index 0 for requests,
-//! 1 for responses), the context and header as associated data, and no trailer.
+//! requests), nothing more (CAPKEY responses), the message (CMDRSP), message and the
+//! data's digest (ALLDATA). For CONFIDENTIAL `body` is `AEAD(message ‖ data)` with the
+//! session's AEAD key (`BlockKey`, ChaCha20-Poly1305 under a per-message subkey; block
+//! index 0 for requests, 1 for responses), the context and header as associated data, and
+//! no trailer.
+//!
+//! ALLDATA's method byte is `0x83` ([`DATA_DIGEST_BIT`] set): its MAC covers
+//! [`data_digest`] (BLAKE3) of the data instead of running over the data itself. Both are
+//! one pass over the data for whoever seals or checks it, but a digest can be kept: an OSD
+//! keeps the digest of an object it checked on write and answers a read of the whole
+//! object with it, sending the data straight from the file without touching it again.
+//! The byte `0x03` is the layout before digests (the MAC runs over the data); receivers
+//! still take it and answer in kind.
 
 use crate::codec::Reader;
 use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
@@ -108,6 +117,58 @@ impl std::fmt::Display for Protection {
     }
 }
 
+/// Set in an ALLDATA envelope's method byte: the MAC covers the data's [`data_digest`].
+pub const DATA_DIGEST_BIT: u8 = 0x80;
+
+/// BLAKE3 of bulk data: what an ALLDATA MAC covers in its place.
+pub type DataDigest = [u8; 32];
+
+/// The digest an ALLDATA envelope's MAC covers in place of `data`.
+pub fn data_digest(data: &[u8]) -> DataDigest {
+    maat_crypto::hash::blake3(&[data])
+}
+
+/// How an envelope is sealed: its method and, for ALLDATA, whether the MAC covers the
+/// data's digest (what this version sends) or the data itself (the layout before digests,
+/// still accepted). A response is sealed as its request was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealing {
+    /// The protection method.
+    pub method: Protection,
+    /// ALLDATA only: the MAC covers [`data_digest`] of the data.
+    pub data_digest: bool,
+}
+
+impl Sealing {
+    /// How this version seals `method`: ALLDATA over the data's digest.
+    pub fn current(method: Protection) -> Self {
+        Self {
+            method,
+            data_digest: method == Protection::AllData,
+        }
+    }
+
+    /// The envelope's method byte.
+    pub fn byte(self) -> u8 {
+        let bit = if self.data_digest { DATA_DIGEST_BIT } else { 0 };
+        self.method.byte() | bit
+    }
+
+    /// The sealing of a method byte; `None` for an unknown byte, NOSEC, or the digest bit
+    /// on a method that does not cover data.
+    pub fn from_byte(b: u8) -> Option<Self> {
+        let data_digest = b & DATA_DIGEST_BIT != 0;
+        let method = Protection::from_byte(b & !DATA_DIGEST_BIT)?;
+        if data_digest && method != Protection::AllData {
+            return None;
+        }
+        Some(Self {
+            method,
+            data_digest,
+        })
+    }
+}
+
 const REQUEST_CONTEXT: &[u8] = b"maat/req/v2\0";
 const RESPONSE_CONTEXT: &[u8] = b"maat/resp/v2\0";
 /// BLAKE3 key-derivation context of a session's envelope AEAD key.
@@ -155,10 +216,22 @@ pub struct RequestHeader {
     pub method: Protection,
     /// The sender's session.
     pub session_id: [u8; SESSION_ID_BYTES],
+    /// ALLDATA only: the MAC covers the data's digest (see [`Sealing`]).
+    pub data_digest: bool,
     /// The sender's clock (corrected by its offset to the receiver's).
     pub timestamp: UnixMillis,
     /// Fresh per request.
     pub nonce: [u8; NONCE_BYTES],
+}
+
+impl RequestHeader {
+    /// How the envelope is sealed (its answer is sealed the same way).
+    pub fn sealing(&self) -> Sealing {
+        Sealing {
+            method: self.method,
+            data_digest: self.data_digest,
+        }
+    }
 }
 
 fn u32_len(len: usize, what: &'static str) -> Result<[u8; 4]> {
@@ -173,7 +246,7 @@ fn u32_len(len: usize, what: &'static str) -> Result<[u8; 4]> {
 
 fn request_head(h: &RequestHeader, message_len: [u8; 4]) -> Vec<u8> {
     let mut out = Vec::with_capacity(REQUEST_HEADER_BYTES);
-    out.push(h.method.byte());
+    out.push(h.sealing().byte());
     out.extend_from_slice(&h.session_id);
     out.extend_from_slice(&h.timestamp.0.to_be_bytes());
     out.extend_from_slice(&h.nonce);
@@ -247,6 +320,12 @@ pub fn seal_request_parts<'d>(
     rng: &mut impl rand_core::CryptoRngCore,
 ) -> Result<[std::borrow::Cow<'d, [u8]>; 3]> {
     use std::borrow::Cow;
+    if header.data_digest && header.method != Protection::AllData {
+        return Err(ProtoError::Malformed {
+            what: "request envelope",
+            reason: "a data digest under a method that does not cover data",
+        });
+    }
     let head = request_head(header, u32_len(message.len(), "request message")?);
     let tag = match header.method {
         Protection::NoSec => {
@@ -257,6 +336,10 @@ pub fn seal_request_parts<'d>(
         }
         Protection::CapKey => keys.mac.tag(&[REQUEST_CONTEXT, &head, capability]),
         Protection::CmdRsp => keys.mac.tag(&[REQUEST_CONTEXT, &head, message]),
+        Protection::AllData if header.data_digest => {
+            keys.mac
+                .tag(&[REQUEST_CONTEXT, &head, message, &data_digest(data)])
+        }
         Protection::AllData => keys.mac.tag(&[REQUEST_CONTEXT, &head, message, data]),
         Protection::Confidential => {
             let aad = [REQUEST_CONTEXT, &head].concat();
@@ -295,10 +378,11 @@ impl<'a> UnverifiedRequest<'a> {
         }
         let (head, rest) = payload.split_at(REQUEST_HEADER_BYTES);
         let mut r = Reader::new(head, "request envelope");
-        let method = Protection::from_byte(r.u8()?).ok_or(ProtoError::Malformed {
+        let sealing = Sealing::from_byte(r.u8()?).ok_or(ProtoError::Malformed {
             what: "request envelope",
             reason: "unknown protection method",
         })?;
+        let method = sealing.method;
         let session_id = r.array()?;
         let timestamp = UnixMillis(r.u64()?);
         let nonce = r.array()?;
@@ -315,6 +399,7 @@ impl<'a> UnverifiedRequest<'a> {
         Ok(Self {
             header: RequestHeader {
                 method,
+                data_digest: sealing.data_digest,
                 session_id,
                 timestamp,
                 nonce,
@@ -339,9 +424,16 @@ impl<'a> UnverifiedRequest<'a> {
     /// Checks the envelope under `keys`; returns message and data. `capability` is what the
     /// decoded message carries (used by CAPKEY only).
     pub fn open(self, keys: &EnvelopeKeys, capability: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+        self.open_digested(keys, capability)
+            .map(|opened| (opened.message, opened.data))
+    }
+
+    /// [`UnverifiedRequest::open`], also giving the data's digest when the check computed
+    /// it (ALLDATA over a digest), for the receiver to keep.
+    pub fn open_digested(self, keys: &EnvelopeKeys, capability: &[u8]) -> Result<Opened> {
         if self.header.method == Protection::Confidential {
             let aad = [REQUEST_CONTEXT, self.head].concat();
-            return open_body(
+            let (message, data) = open_body(
                 keys,
                 REQUEST_BLOCK,
                 &aad,
@@ -349,7 +441,12 @@ impl<'a> UnverifiedRequest<'a> {
                 self.message_len,
                 "request",
                 "request envelope",
-            );
+            )?;
+            return Ok(Opened {
+                message,
+                data,
+                digest: None,
+            });
         }
         // `decode` checked that a MAC method's body holds the whole message.
         let (message, data) =
@@ -358,40 +455,57 @@ impl<'a> UnverifiedRequest<'a> {
                 .ok_or(ProtoError::Truncated {
                     what: "request envelope",
                 })?;
-        let covered: &[&[u8]] = match self.header.method {
-            Protection::CapKey => &[REQUEST_CONTEXT, self.head, capability],
-            Protection::CmdRsp => &[REQUEST_CONTEXT, self.head, message],
-            Protection::AllData => &[REQUEST_CONTEXT, self.head, message, data],
-            Protection::NoSec | Protection::Confidential => {
+        let digest = self.header.data_digest.then(|| data_digest(data));
+        let covered: &[&[u8]] = match (self.header.method, &digest) {
+            (Protection::CapKey, _) => &[REQUEST_CONTEXT, self.head, capability],
+            (Protection::CmdRsp, _) => &[REQUEST_CONTEXT, self.head, message],
+            (Protection::AllData, Some(digest)) => &[REQUEST_CONTEXT, self.head, message, digest],
+            (Protection::AllData, None) => &[REQUEST_CONTEXT, self.head, message, data],
+            (Protection::NoSec | Protection::Confidential, _) => {
                 return Err(ProtoError::BadMac { token: "request" })
             }
         };
         keys.mac
             .verify(covered, self.trailer)
             .map_err(|_| ProtoError::BadMac { token: "request" })?;
-        Ok((message.to_vec(), data.to_vec()))
+        Ok(Opened {
+            message: message.to_vec(),
+            data: data.to_vec(),
+            digest,
+        })
     }
 }
 
+/// A checked request envelope's contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opened {
+    /// The command message.
+    pub message: Vec<u8>,
+    /// The bulk data.
+    pub data: Vec<u8>,
+    /// The data's [`data_digest`], when the check computed it (ALLDATA over a digest).
+    pub digest: Option<DataDigest>,
+}
+
 fn response_head(
-    method: Protection,
+    sealing: Sealing,
     nonce: &[u8; NONCE_BYTES],
     timestamp: UnixMillis,
     message_len: [u8; 4],
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(RESPONSE_HEADER_BYTES);
-    out.push(method.byte());
+    out.push(sealing.byte());
     out.extend_from_slice(nonce);
     out.extend_from_slice(&timestamp.0.to_be_bytes());
     out.extend_from_slice(&message_len);
     out
 }
 
-/// Seals the response to the request with `nonce`, with the method the request used.
+/// Seals the response to the request with `nonce`, sealed as the request was.
 #[allow(clippy::too_many_arguments)]
 pub fn seal_response(
     keys: &EnvelopeKeys,
-    method: Protection,
+    sealing: Sealing,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
     timestamp: UnixMillis,
@@ -401,12 +515,13 @@ pub fn seal_response(
 ) -> Result<Vec<u8>> {
     let parts = seal_response_parts(
         keys,
-        method,
+        sealing,
         session_id,
         nonce,
         timestamp,
         message,
         data.to_vec(),
+        None,
         rng,
     )?;
     Ok(parts.concat())
@@ -414,26 +529,35 @@ pub fn seal_response(
 
 /// [`seal_response`] as three parts whose concatenation is the payload: header and
 /// message, data (or the encrypted body), trailer. The data is moved, not copied, for
-/// the MAC methods.
+/// the MAC methods. `known_digest` is the [`data_digest`] of the data the answer
+/// carries, when the sender kept it: an ALLDATA answer over a digest then skips the pass
+/// over `data`, which may be empty here and sent apart (straight from a file).
 #[allow(clippy::too_many_arguments)]
 pub fn seal_response_parts(
     keys: &EnvelopeKeys,
-    method: Protection,
+    sealing: Sealing,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
     timestamp: UnixMillis,
     message: &[u8],
     data: Vec<u8>,
+    known_digest: Option<&DataDigest>,
     rng: &mut impl rand_core::CryptoRngCore,
 ) -> Result<[Vec<u8>; 3]> {
+    if sealing.data_digest && sealing.method != Protection::AllData {
+        return Err(ProtoError::Malformed {
+            what: "response envelope",
+            reason: "a data digest under a method that does not cover data",
+        });
+    }
     let head = response_head(
-        method,
+        sealing,
         nonce,
         timestamp,
         u32_len(message.len(), "response message")?,
     );
     let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
-    let trailer = match method {
+    let trailer = match sealing.method {
         Protection::NoSec => {
             return Err(ProtoError::Malformed {
                 what: "response envelope",
@@ -442,6 +566,10 @@ pub fn seal_response_parts(
         }
         Protection::CapKey => keys.mac.tag(&[&ctx, &head]).to_vec(),
         Protection::CmdRsp => keys.mac.tag(&[&ctx, &head, message]).to_vec(),
+        Protection::AllData if sealing.data_digest => {
+            let digest = known_digest.copied().unwrap_or_else(|| data_digest(&data));
+            keys.mac.tag(&[&ctx, &head, message, &digest]).to_vec()
+        }
         Protection::AllData => keys.mac.tag(&[&ctx, &head, message, &data]).to_vec(),
         Protection::Confidential => {
             let aad = [ctx.as_slice(), &head].concat();
@@ -458,18 +586,18 @@ pub fn seal_response_parts(
 /// data is cut out of it in place (no new buffer for bulk data).
 pub fn open_response_owned(
     keys: &EnvelopeKeys,
-    method: Protection,
+    sealing: Sealing,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
     mut payload: Vec<u8>,
 ) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
-    if method == Protection::Confidential {
-        return open_response(keys, method, session_id, nonce, &payload);
+    if sealing.method == Protection::Confidential {
+        return open_response(keys, sealing, session_id, nonce, &payload);
     }
     // Checks everything on the borrowed payload, data included, without copying it.
     let (timestamp, message_len) = {
         let (timestamp, message, _) =
-            open_response_slices(keys, method, session_id, nonce, &payload)?;
+            open_response_slices(keys, sealing, session_id, nonce, &payload)?;
         (timestamp, message.len())
     };
     let start = RESPONSE_HEADER_BYTES + message_len;
@@ -483,21 +611,21 @@ pub fn open_response_owned(
     Ok((timestamp, message, payload))
 }
 
-/// Checks a response to the request with `nonce` sent with `method`; returns the
-/// server's timestamp, the message and the data. A response sealed with another method
-/// than the request's is refused.
+/// Checks a response to the request with `nonce` sealed as `sealing`; returns the
+/// server's timestamp, the message and the data. A response sealed otherwise than the
+/// request is refused.
 pub fn open_response(
     keys: &EnvelopeKeys,
-    method: Protection,
+    sealing: Sealing,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
     payload: &[u8],
 ) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
-    if method != Protection::Confidential {
-        let (t, m, d) = open_response_slices(keys, method, session_id, nonce, payload)?;
+    if sealing.method != Protection::Confidential {
+        let (t, m, d) = open_response_slices(keys, sealing, session_id, nonce, payload)?;
         return Ok((t, m.to_vec(), d.to_vec()));
     }
-    let (head, rest, timestamp, message_len, echoed) = split_response(method, payload)?;
+    let (head, rest, timestamp, message_len, echoed) = split_response(sealing, payload)?;
     let aad = [RESPONSE_CONTEXT, session_id.as_slice(), head].concat();
     let (body, data) = open_body(
         keys,
@@ -514,8 +642,8 @@ pub fn open_response(
 
 type SplitResponse<'a> = (&'a [u8], &'a [u8], UnixMillis, usize, [u8; NONCE_BYTES]);
 
-/// Header fields of a response payload, refusing one sealed with another method.
-fn split_response(method: Protection, payload: &[u8]) -> Result<SplitResponse<'_>> {
+/// Header fields of a response payload, refusing one sealed otherwise than `sealing`.
+fn split_response(sealing: Sealing, payload: &[u8]) -> Result<SplitResponse<'_>> {
     if payload.len() < RESPONSE_HEADER_BYTES {
         return Err(ProtoError::Truncated {
             what: "response envelope",
@@ -527,7 +655,7 @@ fn split_response(method: Protection, payload: &[u8]) -> Result<SplitResponse<'_
     let echoed: [u8; NONCE_BYTES] = r.array()?;
     let timestamp = UnixMillis(r.u64()?);
     let message_len = r.u32()? as usize;
-    if found != method.byte() {
+    if found != sealing.byte() {
         return Err(ProtoError::Malformed {
             what: "response envelope",
             reason: "sealed with another protection method than the request",
@@ -549,7 +677,7 @@ fn check_echo(echoed: &[u8; NONCE_BYTES], nonce: &[u8; NONCE_BYTES]) -> Result<(
 /// The MAC methods' check, on borrowed slices.
 fn open_response_slices<'a>(
     keys: &EnvelopeKeys,
-    method: Protection,
+    sealing: Sealing,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
     payload: &'a [u8],
@@ -557,7 +685,7 @@ fn open_response_slices<'a>(
     let truncated = ProtoError::Truncated {
         what: "response envelope",
     };
-    let (head, rest, timestamp, message_len, echoed) = split_response(method, payload)?;
+    let (head, rest, timestamp, message_len, echoed) = split_response(sealing, payload)?;
     let ctx = [RESPONSE_CONTEXT, session_id.as_slice()].concat();
     let at = rest.len().checked_sub(TAG_BYTES).ok_or(truncated.clone())?;
     let (body, tag) = rest.split_at(at);
@@ -565,9 +693,14 @@ fn open_response_slices<'a>(
         return Err(truncated);
     }
     let (message, data) = body.split_at(message_len);
-    let parts: Vec<&[u8]> = match method {
+    let digest;
+    let parts: Vec<&[u8]> = match sealing.method {
         Protection::CapKey => vec![&ctx, head],
         Protection::CmdRsp => vec![&ctx, head, message],
+        Protection::AllData if sealing.data_digest => {
+            digest = data_digest(data);
+            vec![&ctx, head, message, &digest]
+        }
         Protection::AllData => vec![&ctx, head, message, data],
         _ => {
             return Err(ProtoError::Malformed {
@@ -592,11 +725,37 @@ mod tests {
     const SID: [u8; 16] = [5; 16];
     const NONCE: [u8; 16] = [6; 16];
 
-    fn sealed(method: Protection) -> (EnvelopeKeys, Vec<u8>) {
+    /// Every sealing a receiver takes: each method as sent now, and ALLDATA over the data
+    /// itself (the layout before digests).
+    const SEALINGS: [Sealing; 5] = [
+        Sealing {
+            method: Protection::CapKey,
+            data_digest: false,
+        },
+        Sealing {
+            method: Protection::CmdRsp,
+            data_digest: false,
+        },
+        Sealing {
+            method: Protection::AllData,
+            data_digest: true,
+        },
+        Sealing {
+            method: Protection::AllData,
+            data_digest: false,
+        },
+        Sealing {
+            method: Protection::Confidential,
+            data_digest: false,
+        },
+    ];
+
+    fn sealed(sealing: Sealing) -> (EnvelopeKeys, Vec<u8>) {
         let keys = EnvelopeKeys::new(&[9; 32]);
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
         let h = RequestHeader {
-            method,
+            method: sealing.method,
+            data_digest: sealing.data_digest,
             session_id: SID,
             timestamp: UnixMillis(1000),
             nonce: NONCE,
@@ -609,21 +768,20 @@ mod tests {
     /// detected at (header, message, data).
     #[test]
     fn each_method_protects_exactly_what_it_promises() {
-        for method in [
-            Protection::CapKey,
-            Protection::CmdRsp,
-            Protection::AllData,
-            Protection::Confidential,
-        ] {
-            let (keys, p) = sealed(method);
-            let (m, d) = UnverifiedRequest::decode(&p)
+        for sealing in SEALINGS {
+            let method = sealing.method;
+            let (keys, p) = sealed(sealing);
+            assert_eq!(p[0], sealing.byte());
+            let opened = UnverifiedRequest::decode(&p)
                 .unwrap()
-                .open(&keys, b"CAP")
+                .open_digested(&keys, b"CAP")
                 .unwrap();
             assert_eq!(
-                (m.as_slice(), d.as_slice()),
+                (opened.message.as_slice(), opened.data.as_slice()),
                 (&b"CAP+command"[..], &b"bulk data"[..])
             );
+            let digest = sealing.data_digest.then(|| data_digest(b"bulk data"));
+            assert_eq!(opened.digest, digest, "{sealing:?}");
             let message_at = REQUEST_HEADER_BYTES + 5; // inside "command"
             let data_at = REQUEST_HEADER_BYTES + 11 + 2;
             for (at, what) in [
@@ -642,7 +800,20 @@ mod tests {
                     (Protection::CmdRsp, "data") => false,
                     _ => true,
                 };
-                assert_eq!(accepted, !protected, "{method} {what}");
+                assert_eq!(accepted, !protected, "{sealing:?} {what}");
+            }
+            // The method byte is covered: a digest envelope read as the legacy layout (or
+            // the reverse), or turned into another method, is refused.
+            for other in [0x03, 0x83, 0x02, 0x82, 0x84] {
+                if other == p[0] {
+                    continue;
+                }
+                let mut t = p.clone();
+                t[0] = other;
+                let accepted = UnverifiedRequest::decode(&t)
+                    .and_then(|r| r.open(&keys, b"CAP"))
+                    .is_ok();
+                assert!(!accepted, "{sealing:?} as byte {other:#x}");
             }
             if method == Protection::Confidential {
                 assert!(!p.windows(9).any(|w| w == b"bulk data"));
@@ -654,12 +825,7 @@ mod tests {
     fn responses_are_bound_to_method_session_and_request() {
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
         let keys = EnvelopeKeys::new(&[9; 32]);
-        for method in [
-            Protection::CapKey,
-            Protection::CmdRsp,
-            Protection::AllData,
-            Protection::Confidential,
-        ] {
+        for method in SEALINGS {
             let p = seal_response(
                 &keys,
                 method,
@@ -682,20 +848,17 @@ mod tests {
             );
             assert!(open_response(&keys, method, &[1; 16], &NONCE, &p).is_err());
             assert!(open_response(&keys, method, &SID, &[1; 16], &p).is_err());
-            let other = if method == Protection::AllData {
-                Protection::CmdRsp
-            } else {
-                Protection::AllData
-            };
-            assert!(
-                open_response(&keys, other, &SID, &NONCE, &p).is_err(),
-                "{method}"
-            );
+            for other in SEALINGS.into_iter().filter(|s| *s != method) {
+                assert!(
+                    open_response(&keys, other, &SID, &NONCE, &p).is_err(),
+                    "{method:?} opened as {other:?}"
+                );
+            }
             let mut t = p.clone();
             t[RESPONSE_HEADER_BYTES + 3] ^= 1; // inside the data (or the AEAD body)
             let detected = open_response(&keys, method, &SID, &NONCE, &t).is_err();
-            let data_protected = method >= Protection::AllData;
-            assert_eq!(detected, data_protected, "{method}");
+            let data_protected = method.method >= Protection::AllData;
+            assert_eq!(detected, data_protected, "{method:?}");
             assert_eq!(
                 open_response_owned(&keys, method, &SID, &NONCE, t.clone()).is_err(),
                 detected
@@ -703,11 +866,111 @@ mod tests {
         }
     }
 
+    /// An ALLDATA answer sealed from a kept digest, its data sent apart, opens like one
+    /// sealed over the data; a kept digest that does not match the data sent (a stale
+    /// one, or data changed on the way) fails the receiver's check.
+    #[test]
+    fn answers_sealed_from_a_kept_digest_check_the_data_sent() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let keys = EnvelopeKeys::new(&[9; 32]);
+        let sealing = Sealing::current(Protection::AllData);
+        let seal = |digest: &DataDigest, rng: &mut rand_chacha::ChaCha20Rng| {
+            seal_response_parts(
+                &keys,
+                sealing,
+                &SID,
+                &NONCE,
+                UnixMillis(7),
+                b"ok",
+                Vec::new(),
+                Some(digest),
+                rng,
+            )
+            .unwrap()
+        };
+        let [first, empty, trailer] = seal(&data_digest(b"DATA"), &mut rng);
+        assert!(empty.is_empty());
+        let sent = [first.as_slice(), b"DATA", &trailer].concat();
+        let (_, m, d) = open_response(&keys, sealing, &SID, &NONCE, &sent).unwrap();
+        assert_eq!((m.as_slice(), d.as_slice()), (&b"ok"[..], &b"DATA"[..]));
+        let [first, _, trailer] = seal(&data_digest(b"OLD!"), &mut rng);
+        let stale = [first.as_slice(), b"DATA", &trailer].concat();
+        assert!(matches!(
+            open_response(&keys, sealing, &SID, &NONCE, &stale),
+            Err(ProtoError::BadMac { .. })
+        ));
+        let legacy = Sealing {
+            method: Protection::AllData,
+            data_digest: false,
+        };
+        assert!(open_response(&keys, legacy, &SID, &NONCE, &sent).is_err());
+    }
+
+    /// ALLDATA over a digest, computed independently with Python's `blake3` package
+    /// (docs/PROTOCOL.md gives the inputs).
+    #[test]
+    fn digest_envelope_vectors() {
+        let keys = EnvelopeKeys::new(&[7; 32]);
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(0);
+        let sealing = Sealing::current(Protection::AllData);
+        let header = RequestHeader {
+            method: sealing.method,
+            data_digest: sealing.data_digest,
+            session_id: [9; 16],
+            timestamp: UnixMillis(1_795_305_600_000),
+            nonce: [8; 16],
+        };
+        let request = seal_request(&keys, &header, b"hello", b"bulk data", b"", &mut rng).unwrap();
+        assert_eq!(
+            hex::encode(&request),
+            "8309090909090909090909090909090909000001a2008d740008080808080808080808080808080808\
+             0000000568656c6c6f62756c6b20646174610ba40a80d6ba8944173f89b77aea44fc0cb477f8eec6\
+             5c00cbfbdd377b4a86c1"
+        );
+        let response = seal_response(
+            &keys,
+            sealing,
+            &[9; 16],
+            &[8; 16],
+            UnixMillis(1_795_305_600_000),
+            b"ok",
+            b"bulk data",
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(
+            hex::encode(&response),
+            "8308080808080808080808080808080808000001a2008d7400000000026f6b62756c6b2064617461\
+             6c82b8ea26445339fdce46ee8fc8b51628e17dad3add2bcc0a0186a934c7c5b9"
+        );
+    }
+
+    #[test]
+    fn the_digest_bit_is_refused_on_methods_that_do_not_cover_data() {
+        for b in [0x81u8, 0x82, 0x84, 0x80] {
+            assert_eq!(Sealing::from_byte(b), None, "{b:#x}");
+        }
+        assert_eq!(
+            Sealing::from_byte(0x83),
+            Some(Sealing::current(Protection::AllData))
+        );
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(4);
+        let keys = EnvelopeKeys::new(&[9; 32]);
+        let header = RequestHeader {
+            method: Protection::CmdRsp,
+            data_digest: true,
+            session_id: SID,
+            timestamp: UnixMillis(1),
+            nonce: NONCE,
+        };
+        assert!(seal_request(&keys, &header, b"m", b"d", b"", &mut rng).is_err());
+    }
+
     proptest::proptest! {
         /// Arbitrary bytes never panic the envelope decoders, under every method byte.
         #[test]
         fn arbitrary_envelopes_are_refused_without_panicking(
-            method in 0u8..6,
+            method in proptest::prop_oneof![0u8..6, 0x80u8..0x86],
             body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
         ) {
             let keys = EnvelopeKeys::new(&[3; 32]);
@@ -718,7 +981,10 @@ mod tests {
                 proptest::prop_assert!(r.open(&keys, b"").is_err());
             }
             for m in Protection::ALL {
-                proptest::prop_assert!(open_response(&keys, m, &SID, &NONCE, &payload).is_err());
+                let sealing = Sealing { method: m, data_digest: false };
+                proptest::prop_assert!(open_response(&keys, sealing, &SID, &NONCE, &payload).is_err());
+                let current = Sealing::current(m);
+                proptest::prop_assert!(open_response(&keys, current, &SID, &NONCE, &payload).is_err());
             }
         }
     }

@@ -23,3 +23,11 @@ pub const CONNECTIONS_MAX: usize = 1024;
 /// A connection that sends no frame for this long is closed, so idle sockets cannot hold
 /// every slot.
 pub const IDLE_SECONDS_MAX: u32 = 120;
+
+/// Most object digests an OSD keeps in memory (SPEC T1 ALLDATA: answers to reads of whole
+/// objects sealed without a pass over their data); about 100 bytes each.
+pub const DIGESTS_KEPT_MAX: usize = 65_536;
+
+/// Locks an OSD's object store stripes its objects over (held briefly, to rename a file
+/// over an object or to copy a sealed file before a write in place).
+pub const OBJECT_LOCKS: usize = 64;

@@ -12,21 +12,51 @@
 //! that is fsynced and then renamed over the object, so a reader sees the old or the new
 //! object, never a mix. Size and modification time come from the file itself, so a write
 //! needs no second fsync for attributes.
+//!
+//! Kept digests (SPEC T1 ALLDATA): a whole-object write whose envelope check computed the
+//! data's digest leaves a *sealed* file (mode 0400 instead of 0600) and keeps the digest in
+//! memory, by object and inode. A read of that whole file is answered with the digest, its
+//! data sent straight from the file. What makes this safe: **a sealed file is never
+//! written in place.** A write in place (a byte range, an append, a truncation) that meets
+//! a sealed file copies it, changes the copy and renames the copy into place
+//! (copy-on-write) under the object's lock, so a reader holding the sealed file sends
+//! exactly the bytes its digest is of. Digests live in memory only (bounded); after a
+//! restart, answers about sealed files are sealed from their data, as before.
 
-use maat_osd::{AdminAuthorized, Authorized, FileRange, ObjectStore, ReadOut, StoreError};
+use crate::limits::{DIGESTS_KEPT_MAX, OBJECT_LOCKS};
+use maat_osd::{
+    AdminAuthorized, Authorized, FileRange, ObjectRead, ObjectStore, ReadOut, StoreError,
+};
 use maat_proto::msg::{ObjectAttributes, ObjectId, DATA_PARTITION};
+use maat_proto::protection::DataDigest;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
+use std::hash::{Hash, Hasher};
 use std::io::{ErrorKind, Write};
-use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 /// Objects in a directory tree with fsync before every acknowledgement.
 pub struct FileObjectStore {
     root: PathBuf,
     temp_counter: AtomicU64,
+    /// Digests kept from whole-object writes, by object, with the sealed file they are of.
+    kept: Mutex<HashMap<ObjectId, Kept>>,
+    /// Per-object locks (striped): held to rename a new file over an object, and to decide
+    /// whether a write in place must copy a sealed file first.
+    locks: [Mutex<()>; OBJECT_LOCKS],
+}
+
+/// The digest of a sealed object file.
+#[derive(Clone, Copy)]
+struct Kept {
+    inode: u64,
+    len: u64,
+    digest: DataDigest,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -73,6 +103,16 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Objects and attribute files: readable by the OSD's account only.
 const OBJECT_FILE_MODE: u32 = 0o600;
+/// A sealed object file (its digest may be kept): never written in place.
+const SEALED_FILE_MODE: u32 = 0o400;
+
+fn is_sealed(meta: &fs::Metadata) -> bool {
+    meta.mode() & 0o777 == SEALED_FILE_MODE
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Creates `dir` and its missing parents readable by the OSD's account only.
 fn private_dirs(dir: &Path) -> std::io::Result<()> {
@@ -90,6 +130,8 @@ impl FileObjectStore {
         let store = Self {
             root,
             temp_counter: AtomicU64::new(0),
+            kept: Mutex::new(HashMap::new()),
+            locks: std::array::from_fn(|_| Mutex::new(())),
         };
         private_dirs(&store.partition_dir(DATA_PARTITION))?;
         // Make the directory chain itself durable on first start.
@@ -138,20 +180,151 @@ impl FileObjectStore {
         }
     }
 
-    /// Writes `data` to a temporary file, fsyncs it, renames it to `target` and fsyncs
-    /// the directory.
-    fn replace_file(&self, dir: &Path, target: &Path, data: &[u8]) -> Result<(), StoreError> {
+    fn temp_path(&self, dir: &Path) -> PathBuf {
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-        let temp = dir.join(format!(".tmp-{}-{n}", std::process::id()));
+        dir.join(format!(".tmp-{}-{n}", std::process::id()))
+    }
+
+    /// The lock of object `o` (shared with the other objects of its stripe).
+    fn object_lock(&self, o: ObjectId) -> MutexGuard<'_, ()> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        o.hash(&mut h);
+        let i = (h.finish() % OBJECT_LOCKS as u64) as usize;
+        #[allow(clippy::indexing_slicing)] // i < OBJECT_LOCKS, the array's length
+        lock(&self.locks[i])
+    }
+
+    /// Writes `data` to a temporary file, fsyncs it, renames it to `target` and fsyncs
+    /// the directory. With `seal`, the new file is sealed and its digest kept for the
+    /// object (before the rename, so that no reader meets the file without it).
+    fn replace_file(
+        &self,
+        dir: &Path,
+        target: &Path,
+        data: &[u8],
+        seal: Option<(ObjectId, &DataDigest)>,
+    ) -> Result<(), StoreError> {
+        let temp = self.temp_path(dir);
+        let mode = match seal {
+            Some(_) => SEALED_FILE_MODE,
+            None => OBJECT_FILE_MODE,
+        };
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(OBJECT_FILE_MODE)
+            .mode(mode)
             .open(&temp)?;
         f.write_all(data)?;
         f.sync_all()?;
+        let inode = f.metadata()?.ino();
         drop(f);
-        fs::rename(&temp, target)?;
+        match seal {
+            None => fs::rename(&temp, target)?,
+            Some((o, digest)) => {
+                let _object = self.object_lock(o);
+                let len = data.len() as u64;
+                let digest = *digest;
+                self.keep(o, Kept { inode, len, digest });
+                if let Err(e) = fs::rename(&temp, target) {
+                    self.forget(o);
+                    return Err(e.into());
+                }
+            }
+        }
+        sync_dir(dir)?;
+        Ok(())
+    }
+
+    fn keep(&self, o: ObjectId, k: Kept) {
+        let mut kept = lock(&self.kept);
+        if kept.len() >= DIGESTS_KEPT_MAX && !kept.contains_key(&o) {
+            // Any entry may go: its file stays sealed, and reads of it then seal their
+            // answers from the data.
+            if let Some(victim) = kept.keys().next().copied() {
+                kept.remove(&victim);
+            }
+        }
+        kept.insert(o, k);
+    }
+
+    fn forget(&self, o: ObjectId) {
+        lock(&self.kept).remove(&o);
+    }
+
+    /// The kept digest of the file `meta` describes, if it is object `o`'s sealed file.
+    fn kept_digest(&self, o: ObjectId, meta: &fs::Metadata) -> Option<DataDigest> {
+        if !is_sealed(meta) {
+            return None;
+        }
+        let k = lock(&self.kept).get(&o).copied()?;
+        (k.inode == meta.ino() && k.len == meta.len()).then_some(k.digest)
+    }
+
+    /// Changes object `o`'s file in place with `edit`, unless it is sealed: then `edit`
+    /// changes a copy, which replaces it. Durable before it returns.
+    fn write_in_place(
+        &self,
+        o: ObjectId,
+        dir: &Path,
+        append: bool,
+        edit: impl FnOnce(&File) -> std::io::Result<()>,
+    ) -> Result<(), StoreError> {
+        let path = self.object_path(o);
+        let file = {
+            let _object = self.object_lock(o);
+            let opened = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .append(append)
+                .mode(OBJECT_FILE_MODE)
+                .open(&path);
+            let sealed = match &opened {
+                // The OSD's account may not open its sealed files for writing...
+                Err(e) => e.kind() == ErrorKind::PermissionDenied,
+                // ... but root may.
+                Ok(f) => is_sealed(&f.metadata()?),
+            };
+            if sealed {
+                return self.copy_on_write(o, dir, &path, edit);
+            }
+            opened?
+        };
+        edit(&file)?;
+        file.sync_data()?;
+        // Always: whoever created the file may not have made its entry durable yet, and
+        // this write must not be acknowledged before it is.
+        sync_dir(dir)?;
+        Ok(())
+    }
+
+    /// Copies the sealed file `path`, applies `edit` to the copy and renames it into
+    /// place. Called under the object's lock.
+    fn copy_on_write(
+        &self,
+        o: ObjectId,
+        dir: &Path,
+        path: &Path,
+        edit: impl FnOnce(&File) -> std::io::Result<()>,
+    ) -> Result<(), StoreError> {
+        let temp = self.temp_path(dir);
+        let copied = (|| {
+            let mut source = File::open(path)?;
+            let mut copy = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(OBJECT_FILE_MODE)
+                .open(&temp)?;
+            std::io::copy(&mut source, &mut copy)?;
+            edit(&copy)?;
+            copy.sync_all()?;
+            fs::rename(&temp, path)
+        })();
+        if let Err(e) = copied {
+            let _ = fs::remove_file(&temp);
+            return Err(e.into());
+        }
+        self.forget(o);
         sync_dir(dir)?;
         Ok(())
     }
@@ -180,12 +353,16 @@ impl ObjectStore for FileObjectStore {
     fn remove(&self, auth: &Authorized) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
-        for p in [self.object_path(o), self.attr_path(o)] {
-            match fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
+        {
+            let _object = self.object_lock(o);
+            for p in [self.object_path(o), self.attr_path(o)] {
+                match fs::remove_file(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
+            self.forget(o);
         }
         sync_dir(&dir)?;
         Ok(())
@@ -193,7 +370,10 @@ impl ObjectStore for FileObjectStore {
 
     fn read(&self, auth: &Authorized, offset: u64, length: u32) -> Result<Vec<u8>, StoreError> {
         match self.read_file(auth, offset, length, u64::MAX)? {
-            Some(ReadOut::Bytes(d)) => Ok(d),
+            Some(ObjectRead {
+                out: ReadOut::Bytes(d),
+                ..
+            }) => Ok(d),
             // (Never: no file range is as long as `u64::MAX`.)
             _ => Err(StoreError::Io(std::io::Error::other(
                 "the store gave a file range for a read into memory",
@@ -207,23 +387,32 @@ impl ObjectStore for FileObjectStore {
         offset: u64,
         length: u32,
         from_file_min: u64,
-    ) -> Result<Option<ReadOut>, StoreError> {
+    ) -> Result<Option<ObjectRead>, StoreError> {
         let o = auth.object();
         let file = match File::open(self.object_path(o)) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound),
             Err(e) => return Err(e.into()),
         };
-        let size = file.metadata()?.len();
+        let meta = file.metadata()?;
+        let size = meta.len();
         let end = size.min(offset.saturating_add(u64::from(length)));
         let len = end.saturating_sub(offset);
+        // Only of the whole file: a digest is of what one write wrote.
+        let digest = if offset == 0 && len == size {
+            self.kept_digest(o, &meta)
+        } else {
+            None
+        };
         if len >= from_file_min {
-            return Ok(Some(ReadOut::File(FileRange { file, offset, len })));
+            let out = ReadOut::File(FileRange { file, offset, len });
+            return Ok(Some(ObjectRead { out, digest }));
         }
         // (At most `length`, a u32.)
         let mut buf = vec![0u8; len as usize];
         file.read_exact_at(&mut buf, offset)?;
-        Ok(Some(ReadOut::Bytes(buf)))
+        let out = ReadOut::Bytes(buf);
+        Ok(Some(ObjectRead { out, digest }))
     }
 
     fn write(
@@ -232,43 +421,31 @@ impl ObjectStore for FileObjectStore {
         offset: u64,
         data: &[u8],
         replace: bool,
+        digest: Option<&DataDigest>,
     ) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
-        let path = self.object_path(o);
         if replace && offset == 0 {
-            return self.replace_file(&dir, &path, data);
+            let path = self.object_path(o);
+            return self.replace_file(&dir, &path, data, digest.map(|d| (o, d)));
         }
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(OBJECT_FILE_MODE)
-            .open(&path)?;
-        f.write_all_at(data, offset)?;
-        if replace {
-            f.set_len(offset.saturating_add(data.len() as u64))?;
-        }
-        f.sync_data()?;
-        // Always: whoever created the file may not have made its entry durable yet, and
-        // this write must not be acknowledged before it is.
-        sync_dir(&dir)?;
-        Ok(())
+        self.write_in_place(o, &dir, false, |f| {
+            f.write_all_at(data, offset)?;
+            if replace {
+                f.set_len(offset.saturating_add(data.len() as u64))?;
+            }
+            Ok(())
+        })
     }
 
     fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
-        let path = self.object_path(o);
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(OBJECT_FILE_MODE)
-            .open(&path)?;
-        f.write_all(data)?;
-        f.sync_data()?;
-        sync_dir(&dir)?;
-        Ok(())
+        self.write_in_place(o, &dir, true, |f| {
+            // At the end, also of a copy (opened without `append`).
+            let end = f.metadata()?.len();
+            f.write_all_at(data, end)
+        })
     }
 
     fn attributes(&self, auth: &Authorized) -> Result<ObjectAttributes, StoreError> {
@@ -312,7 +489,7 @@ impl ObjectStore for FileObjectStore {
             user: user.to_vec(),
         }
         .encode()?;
-        self.replace_file(&dir, &self.attr_path(o), &bytes)
+        self.replace_file(&dir, &self.attr_path(o), &bytes, None)
     }
 
     fn list(&self, _auth: &AdminAuthorized, partition: u64) -> Result<Vec<ObjectId>, StoreError> {
@@ -362,6 +539,7 @@ impl ObjectStore for FileObjectStore {
     }
 
     fn format(&self, _auth: &AdminAuthorized) -> Result<(), StoreError> {
+        lock(&self.kept).clear();
         fs::remove_dir_all(&self.root)?;
         private_dirs(&self.partition_dir(DATA_PARTITION))?;
         sync_dir(&self.root)?;

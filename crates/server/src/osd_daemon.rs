@@ -11,7 +11,7 @@ use crate::{
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::Secret32;
-use maat_osd::OsdCore;
+use maat_osd::{OsdCore, ReadAside};
 use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, WireError};
 use maat_proto::wire::FrameType;
 use maat_proto::OsdId;
@@ -131,10 +131,11 @@ impl OsdNode {
                                 timer.request = request.command.kind();
                                 // Answers that carry bulk data apart from the message may
                                 // send a read's data straight from the object's file.
-                                let (result, file) = match frame_type {
-                                    FrameType::Request | FrameType::Insecure => {
-                                        (core.execute(store.as_ref(), &caller, &request, now), None)
-                                    }
+                                let (result, aside) = match frame_type {
+                                    FrameType::Request | FrameType::Insecure => (
+                                        core.execute(store.as_ref(), &caller, &request, now),
+                                        ReadAside::default(),
+                                    ),
                                     _ => core.execute_zero_copy(
                                         store.as_ref(),
                                         &caller,
@@ -149,7 +150,8 @@ impl OsdNode {
                                     }
                                 } else {
                                     let (frame_type, parts) = env.with_rng(|mut rng| {
-                                        core.seal_response(&caller, result, now, &mut rng)
+                                        let digest = aside.digest.as_ref();
+                                        core.seal_response(&caller, result, digest, now, &mut rng)
                                     });
                                     Answer::parts(frame_type, parts)
                                 };
@@ -159,7 +161,7 @@ impl OsdNode {
                                     answer.frame_type,
                                     FrameType::PlainBulk | FrameType::SecResponse
                                 ) {
-                                    answer.file = file.map(|f| (1, f));
+                                    answer.file = aside.file.map(|f| (1, f));
                                 }
                                 answer
                             }

@@ -1,0 +1,220 @@
+//! SPEC T1 ALLDATA over a kept digest, against real daemons: an OSD answers a read of a
+//! whole object with the digest its write's check computed, sending the data straight
+//! from a *sealed* file, and never writes a sealed file in place (it copies it first), so
+//! the bytes a reader sends are always those its digest is of. Envelopes in the layout
+//! before digests (method byte 0x03) are still served, answered in kind.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::{content, counter, object_file, Cluster};
+use maat_client::Client;
+use maat_proto::msg::{Access, ObjectId, OsdCommand, OsdRequest, OsdResponse, DATA_PARTITION};
+use maat_proto::protection::{self, Protection, RequestHeader, Sealing};
+use maat_proto::wire::FrameType;
+use maat_proto::UnixMillis;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+
+const KEPT: &str = "bytes_read_digest_kept";
+
+fn call(c: &Client, capability: &[u8], command: OsdCommand) -> OsdResponse {
+    c.osd_call(
+        1,
+        OsdRequest {
+            capability: capability.to_vec(),
+            command,
+        },
+    )
+    .unwrap()
+}
+
+fn read_all(c: &Client, capability: &[u8], object: ObjectId) -> Vec<u8> {
+    let command = OsdCommand::Read {
+        object,
+        offset: 0,
+        length: 512 * 1024,
+    };
+    match call(c, capability, command) {
+        OsdResponse::Data(d) => d,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn write(c: &Client, capability: &[u8], object: ObjectId, offset: u64, data: &[u8], replace: bool) {
+    let command = OsdCommand::Write {
+        object,
+        offset,
+        data: data.to_vec(),
+        replace,
+    };
+    assert_eq!(call(c, capability, command), OsdResponse::Ok);
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().mode() & 0o777
+}
+
+#[test]
+fn whole_objects_are_read_from_their_kept_digest_and_sealed_files_are_never_written_in_place() {
+    let mut cluster = Cluster::start(1, &[]);
+    cluster.add_user("erin", "erin pass", None);
+    let erin = cluster.user_client("erin", "erin pass");
+    let opened = erin
+        .open("/home/erin/obj", Access::ReadWrite, Some(0o600))
+        .unwrap();
+    let cap = opened.capability.clone();
+    let object = ObjectId {
+        partition: DATA_PARTITION,
+        file: opened.stat.id,
+        stripe: 0,
+    };
+    // `maat up`'s default method, over a digest.
+    let method = maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(&cap)
+        .unwrap()
+        .unverified_body()
+        .protection;
+    assert_eq!(method, Protection::AllData);
+
+    // A whole-object write leaves a sealed file; a read of all of it (large: sent from
+    // the file) is answered from the kept digest, a read of part of it is not.
+    let a = content(1, 300 * 1024);
+    write(&erin, &cap, object, 0, &a, true);
+    let path = object_file(&cluster.data(), object.file, 0);
+    assert_eq!(mode(&path), 0o400);
+    let before = counter(&erin, "osd", KEPT);
+    assert_eq!(read_all(&erin, &cap, object), a);
+    assert_eq!(counter(&erin, "osd", KEPT) - before, a.len() as u64);
+    let part = OsdCommand::Read {
+        object,
+        offset: 10,
+        length: 100,
+    };
+    assert_eq!(
+        call(&erin, &cap, part),
+        OsdResponse::Data(a[10..110].to_vec())
+    );
+    assert_eq!(counter(&erin, "osd", KEPT) - before, a.len() as u64);
+
+    // A reader holding the sealed file (as a send in flight does) keeps exactly the bytes
+    // of its digest across a write in place: the write went to a copy.
+    let mut held = std::fs::File::open(&path).unwrap();
+    let sealed_inode = std::fs::metadata(&path).unwrap().ino();
+    write(&erin, &cap, object, 5, b"XYZ", false);
+    let mut expected = a.clone();
+    expected[5..8].copy_from_slice(b"XYZ");
+    assert_ne!(std::fs::metadata(&path).unwrap().ino(), sealed_inode);
+    assert_eq!(mode(&path), 0o600);
+    let mut kept = Vec::new();
+    held.read_to_end(&mut kept).unwrap();
+    assert_eq!(kept, a, "the sealed file was written in place");
+    let counted = counter(&erin, "osd", KEPT);
+    assert_eq!(read_all(&erin, &cap, object), expected);
+    assert_eq!(
+        counter(&erin, "osd", KEPT),
+        counted,
+        "a digest outlived its file"
+    );
+    // Unsealed files are written in place as before.
+    let unsealed_inode = std::fs::metadata(&path).unwrap().ino();
+    write(&erin, &cap, object, 0, b"Q", false);
+    expected[0] = b'Q';
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), unsealed_inode);
+    assert_eq!(read_all(&erin, &cap, object), expected);
+
+    // Append and a truncating write at an offset copy a sealed file too; small objects
+    // (read into memory, not sent from the file) are answered from their digest as well.
+    let b = content(2, 1000);
+    write(&erin, &cap, object, 0, &b, true);
+    assert_eq!(mode(&path), 0o400);
+    let counted = counter(&erin, "osd", KEPT);
+    assert_eq!(read_all(&erin, &cap, object), b);
+    assert_eq!(counter(&erin, "osd", KEPT) - counted, b.len() as u64);
+    let append = OsdCommand::Append {
+        object,
+        data: b"tail".to_vec(),
+    };
+    assert_eq!(call(&erin, &cap, append), OsdResponse::Ok);
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(read_all(&erin, &cap, object), [&b[..], b"tail"].concat());
+    write(&erin, &cap, object, 0, &b, true);
+    write(&erin, &cap, object, 10, b"end", true);
+    assert_eq!(read_all(&erin, &cap, object), [&b[..10], b"end"].concat());
+
+    // Digests live in memory only: after a restart a sealed file is read and its answer
+    // sealed from the data.
+    write(&erin, &cap, object, 0, &a, true);
+    assert_eq!(mode(&path), 0o400);
+    cluster.restart();
+    let erin = cluster.user_client("erin", "erin pass");
+    let opened = erin
+        .open("/home/erin/obj", Access::ReadWrite, None)
+        .unwrap();
+    assert_eq!(read_all(&erin, &opened.capability, object), a);
+    assert_eq!(counter(&erin, "osd", KEPT), 0);
+    write(&erin, &opened.capability, object, 1, b"!", false);
+    let mut expected = a.clone();
+    expected[1] = b'!';
+    assert_eq!(read_all(&erin, &opened.capability, object), expected);
+}
+
+/// A client of the layout before digests (ALLDATA's MAC over the data itself, method byte
+/// 0x03) is still served, and answered in that layout.
+#[test]
+fn alldata_envelopes_without_a_digest_are_still_served() {
+    let cluster = Cluster::start(1, &[]);
+    let c = cluster.admin_client();
+    let data = content(3, 2000);
+    c.put(&mut &data[..], data.len() as u64, "/old", &mut |_| {})
+        .unwrap();
+    let opened = c.open("/old", Access::Read, None).unwrap();
+    let (sid, secret) = c.osd_session(1).unwrap();
+    let keys = protection::EnvelopeKeys::new(&secret);
+    let request = OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Read {
+            object: ObjectId {
+                partition: DATA_PARTITION,
+                file: opened.stat.id,
+                stripe: 0,
+            },
+            offset: 0,
+            length: 4096,
+        },
+    };
+    let legacy = Sealing {
+        method: Protection::AllData,
+        data_digest: false,
+    };
+    let header = RequestHeader {
+        method: legacy.method,
+        data_digest: legacy.data_digest,
+        session_id: sid,
+        timestamp: UnixMillis(c.protocol_now()),
+        nonce: [7; 16],
+    };
+    let payload = protection::seal_request(
+        &keys,
+        &header,
+        &maat_proto::msg::encode(&request).unwrap(),
+        &[],
+        &request.capability,
+        &mut maat_crypto::OsRng,
+    )
+    .unwrap();
+    assert_eq!(payload[0], 0x03);
+    let (t, answer) = c.osd_raw(1, FrameType::SecRequest, &payload).unwrap();
+    assert_eq!(t, FrameType::SecResponse);
+    let current = Sealing::current(Protection::AllData);
+    assert!(protection::open_response(&keys, current, &sid, &header.nonce, &answer).is_err());
+    let (_, message, data) =
+        protection::open_response(&keys, legacy, &sid, &header.nonce, &answer).unwrap();
+    let r: Result<OsdResponse, maat_proto::msg::WireError> =
+        maat_proto::msg::decode(&message).unwrap();
+    assert_eq!(r.unwrap(), OsdResponse::Data(Vec::new()));
+    assert_eq!(data, content(3, 2000));
+}
