@@ -142,7 +142,10 @@ fn whole_objects_are_read_from_their_kept_digest_and_sealed_files_are_never_writ
     assert_eq!(mode(&path), 0o600);
     assert_eq!(read_all(&erin, &cap, object), [&b[..], b"tail"].concat());
     write(&erin, &cap, object, 0, &b, true);
+    let sealed_inode = std::fs::metadata(&path).unwrap().ino();
     write(&erin, &cap, object, 10, b"end", true);
+    assert_ne!(std::fs::metadata(&path).unwrap().ino(), sealed_inode);
+    assert_eq!(mode(&path), 0o600);
     assert_eq!(read_all(&erin, &cap, object), [&b[..10], b"end"].concat());
 
     // Digests live in memory only: after a restart a sealed file is read and its answer
@@ -162,59 +165,113 @@ fn whole_objects_are_read_from_their_kept_digest_and_sealed_files_are_never_writ
     assert_eq!(read_all(&erin, &opened.capability, object), expected);
 }
 
-/// A client of the layout before digests (ALLDATA's MAC over the data itself, method byte
-/// 0x03) is still served, and answered in that layout.
-#[test]
-fn alldata_envelopes_without_a_digest_are_still_served() {
-    let cluster = Cluster::start(1, &[]);
-    let c = cluster.admin_client();
-    let data = content(3, 2000);
-    c.put(&mut &data[..], data.len() as u64, "/old", &mut |_| {})
-        .unwrap();
-    let opened = c.open("/old", Access::Read, None).unwrap();
+/// Sends `request` sealed as `sealing` on the client's own session with OSD 1, its bulk
+/// data apart unless `data_in_message`; the answer opened and the data put back.
+fn raw(c: &Client, request: &OsdRequest, sealing: Sealing, data_in_message: bool) -> OsdResponse {
     let (sid, secret) = c.osd_session(1).unwrap();
     let keys = protection::EnvelopeKeys::new(&secret);
-    let request = OsdRequest {
+    let (head, bulk) = if data_in_message {
+        (request.clone(), &[][..])
+    } else {
+        request.split_bulk()
+    };
+    static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let mut nonce = [0; 16];
+    let n = SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    nonce[..8].copy_from_slice(&n.to_be_bytes());
+    let header = RequestHeader {
+        method: sealing.method,
+        data_digest: sealing.data_digest,
+        session_id: sid,
+        timestamp: UnixMillis(c.protocol_now()),
+        nonce,
+    };
+    let payload = protection::seal_request(
+        &keys,
+        &header,
+        &maat_proto::msg::encode(&head).unwrap(),
+        bulk,
+        &request.capability,
+        &mut maat_crypto::OsRng,
+    )
+    .unwrap();
+    assert_eq!(payload[0], sealing.byte());
+    let (t, answer) = c.osd_raw(1, FrameType::SecRequest, &payload).unwrap();
+    assert_eq!(t, FrameType::SecResponse);
+    // Answered as asked: not in the other layout.
+    let other = Sealing {
+        data_digest: !sealing.data_digest,
+        ..sealing
+    };
+    assert!(protection::open_response(&keys, other, &sid, &nonce, &answer).is_err());
+    let (_, message, data) =
+        protection::open_response(&keys, sealing, &sid, &nonce, &answer).unwrap();
+    let mut r: Result<OsdResponse, maat_proto::msg::WireError> =
+        maat_proto::msg::decode(&message).unwrap();
+    maat_proto::msg::put_response_bulk(&mut r, data).unwrap();
+    r.unwrap()
+}
+
+/// A client of the layout before digests (ALLDATA's MAC over the data itself, method byte
+/// 0x03) is still served, answered in that layout, and its whole-object writes leave
+/// unsealed files (no digest was computed). A write whose data travels inside the message
+/// (no bulk) under 0x83 keeps no digest either: the envelope's digest is of the empty
+/// bulk, not of the data written.
+#[test]
+fn alldata_without_a_digest_is_still_served_and_keeps_no_digest() {
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("erin", "erin pass", None);
+    let c = cluster.user_client("erin", "erin pass");
+    let opened = c
+        .open("/home/erin/obj", Access::ReadWrite, Some(0o600))
+        .unwrap();
+    let object = ObjectId {
+        partition: DATA_PARTITION,
+        file: opened.stat.id,
+        stripe: 0,
+    };
+    let command = |data: &[u8]| OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Write {
+            object,
+            offset: 0,
+            data: data.to_vec(),
+            replace: true,
+        },
+    };
+    let read = OsdRequest {
         capability: opened.capability.clone(),
         command: OsdCommand::Read {
-            object: ObjectId {
-                partition: DATA_PARTITION,
-                file: opened.stat.id,
-                stripe: 0,
-            },
+            object,
             offset: 0,
-            length: 4096,
+            length: 512 * 1024,
         },
     };
     let legacy = Sealing {
         method: Protection::AllData,
         data_digest: false,
     };
-    let header = RequestHeader {
-        method: legacy.method,
-        data_digest: legacy.data_digest,
-        session_id: sid,
-        timestamp: UnixMillis(c.protocol_now()),
-        nonce: [7; 16],
-    };
-    let payload = protection::seal_request(
-        &keys,
-        &header,
-        &maat_proto::msg::encode(&request).unwrap(),
-        &[],
-        &request.capability,
-        &mut maat_crypto::OsRng,
-    )
-    .unwrap();
-    assert_eq!(payload[0], 0x03);
-    let (t, answer) = c.osd_raw(1, FrameType::SecRequest, &payload).unwrap();
-    assert_eq!(t, FrameType::SecResponse);
     let current = Sealing::current(Protection::AllData);
-    assert!(protection::open_response(&keys, current, &sid, &header.nonce, &answer).is_err());
-    let (_, message, data) =
-        protection::open_response(&keys, legacy, &sid, &header.nonce, &answer).unwrap();
-    let r: Result<OsdResponse, maat_proto::msg::WireError> =
-        maat_proto::msg::decode(&message).unwrap();
-    assert_eq!(r.unwrap(), OsdResponse::Data(Vec::new()));
-    assert_eq!(data, content(3, 2000));
+    let path = || object_file(&cluster.data(), object.file, 0);
+
+    let a = content(3, 200 * 1024);
+    assert_eq!(raw(&c, &command(&a), legacy, false), OsdResponse::Ok);
+    assert_eq!(mode(&path()), 0o600);
+    assert_eq!(raw(&c, &read, legacy, false), OsdResponse::Data(a.clone()));
+    assert_eq!(raw(&c, &read, current, false), OsdResponse::Data(a.clone()));
+    assert_eq!(counter(&c, "osd", KEPT), 0);
+
+    let b = content(4, 200 * 1024);
+    assert_eq!(raw(&c, &command(&b), current, true), OsdResponse::Ok);
+    assert_eq!(mode(&path()), 0o600);
+    assert_eq!(read_all(&c, &opened.capability, object), b);
+    assert_eq!(counter(&c, "osd", KEPT), 0);
+
+    // The same write with its data as bulk is sealed, and read under its digest, in
+    // either layout of the read.
+    assert_eq!(raw(&c, &command(&b), current, false), OsdResponse::Ok);
+    assert_eq!(mode(&path()), 0o400);
+    assert_eq!(raw(&c, &read, current, false), OsdResponse::Data(b.clone()));
+    assert_eq!(counter(&c, "osd", KEPT), b.len() as u64);
+    assert_eq!(raw(&c, &read, legacy, false), OsdResponse::Data(b.clone()));
 }

@@ -159,8 +159,8 @@ impl OsdCore {
                 replace,
                 ..
             } => {
-                // The digest the envelope check computed is of the bulk data, which is
-                // exactly this command's data.
+                // The digest the envelope check computed, when the bulk data it is of
+                // became this command's data (`put_bulk_digested`).
                 let digest = caller
                     .secure
                     .as_ref()

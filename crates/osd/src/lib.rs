@@ -470,7 +470,7 @@ impl OsdCore {
             Some(request) => request,
             None => msg::decode(&opened.message)?,
         };
-        decoded.put_bulk(opened.data)?;
+        let request_digest = decoded.put_bulk_digested(opened.data, opened.digest)?;
         Ok((
             Caller {
                 user,
@@ -479,7 +479,7 @@ impl OsdCore {
                     nonce: header.nonce,
                     keys,
                     method: Some(header.sealing()),
-                    request_digest: opened.digest,
+                    request_digest,
                 }),
                 t10: None,
             },

@@ -211,7 +211,7 @@ impl OsdCore {
             .check_and_record(&id, &header.nonce, header.timestamp, now)
             .map_err(freshness)?;
         let mut decoded: OsdRequest = msg::decode(&opened.message)?;
-        decoded.put_bulk(opened.data)?;
+        let request_digest = decoded.put_bulk_digested(opened.data, opened.digest)?;
         Ok((
             Caller {
                 user: T10_NO_USER,
@@ -220,7 +220,7 @@ impl OsdCore {
                     nonce: header.nonce,
                     keys: credential.keys,
                     method: Some(header.sealing()),
-                    request_digest: opened.digest,
+                    request_digest,
                 }),
                 t10: Some(credential.capability),
             },

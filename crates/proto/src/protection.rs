@@ -28,7 +28,7 @@
 //! session id included, also in responses) and, per method: the capability (CAPKEY
 //! requests), nothing more (CAPKEY responses), the message (CMDRSP), message and the
 //! data's digest (ALLDATA). For CONFIDENTIAL `body` is `AEAD(message ‖ data)` with the
-//! session's AEAD key (`BlockKey`, ChaCha20-Poly1305 under a per-message subkey; block
+//! session's AEAD key (`BlockKey`, AES-256-GCM under a per-message subkey; block
 //! index 0 for requests, 1 for responses), the context and header as associated data, and
 //! no trailer.
 //!

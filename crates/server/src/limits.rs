@@ -28,6 +28,8 @@ pub const IDLE_SECONDS_MAX: u32 = 120;
 /// objects sealed without a pass over their data); about 100 bytes each.
 pub const DIGESTS_KEPT_MAX: usize = 65_536;
 
-/// Locks an OSD's object store stripes its objects over (held briefly, to rename a file
-/// over an object or to copy a sealed file before a write in place).
+/// Locks an OSD's object store stripes its objects over. One is held to rename a file over
+/// an object and to decide whether a write in place must copy a sealed file, and for the
+/// whole copy-on-write of one (a copy and an fsync of up to a stripe), which then delays
+/// the other objects of its stripe of locks.
 pub const OBJECT_LOCKS: usize = 64;

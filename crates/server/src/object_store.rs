@@ -195,41 +195,54 @@ impl FileObjectStore {
     }
 
     /// Writes `data` to a temporary file, fsyncs it, renames it to `target` and fsyncs
-    /// the directory. With `seal`, the new file is sealed and its digest kept for the
-    /// object (before the rename, so that no reader meets the file without it).
+    /// the directory. `object`: `target` is that object's file, renamed under its lock
+    /// (so that a copy-on-write in flight cannot put an older copy back over it), with,
+    /// when its digest is given, the new file sealed and the digest kept (before the
+    /// rename, so that no reader meets the file without it).
     fn replace_file(
         &self,
         dir: &Path,
         target: &Path,
         data: &[u8],
-        seal: Option<(ObjectId, &DataDigest)>,
+        object: Option<(ObjectId, Option<&DataDigest>)>,
     ) -> Result<(), StoreError> {
         let temp = self.temp_path(dir);
-        let mode = match seal {
+        let digest = object.and_then(|(_, d)| d.copied());
+        let mode = match digest {
             Some(_) => SEALED_FILE_MODE,
             None => OBJECT_FILE_MODE,
         };
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&temp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        let inode = f.metadata()?.ino();
-        drop(f);
-        match seal {
-            None => fs::rename(&temp, target)?,
-            Some((o, digest)) => {
-                let _object = self.object_lock(o);
-                let len = data.len() as u64;
-                let digest = *digest;
-                self.keep(o, Kept { inode, len, digest });
-                if let Err(e) = fs::rename(&temp, target) {
-                    self.forget(o);
-                    return Err(e.into());
+        let written = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(&temp)?;
+            f.write_all(data)?;
+            f.sync_all()?;
+            Ok::<_, std::io::Error>(f.metadata()?.ino())
+        })();
+        let renamed = written.and_then(|inode| {
+            let Some((o, _)) = object else {
+                return fs::rename(&temp, target);
+            };
+            let _object = self.object_lock(o);
+            match digest {
+                Some(digest) => {
+                    let len = data.len() as u64;
+                    self.keep(o, Kept { inode, len, digest });
                 }
+                None => self.forget(o),
             }
+            let renamed = fs::rename(&temp, target);
+            if renamed.is_err() {
+                self.forget(o);
+            }
+            renamed
+        });
+        if let Err(e) = renamed {
+            let _ = fs::remove_file(&temp);
+            return Err(e.into());
         }
         sync_dir(dir)?;
         Ok(())
@@ -427,7 +440,7 @@ impl ObjectStore for FileObjectStore {
         let dir = self.check_partition(o)?;
         if replace && offset == 0 {
             let path = self.object_path(o);
-            return self.replace_file(&dir, &path, data, digest.map(|d| (o, d)));
+            return self.replace_file(&dir, &path, data, Some((o, digest)));
         }
         self.write_in_place(o, &dir, false, |f| {
             f.write_all_at(data, offset)?;
@@ -441,11 +454,9 @@ impl ObjectStore for FileObjectStore {
     fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
-        self.write_in_place(o, &dir, true, |f| {
-            // At the end, also of a copy (opened without `append`).
-            let end = f.metadata()?.len();
-            f.write_all_at(data, end)
-        })
+        // In place the file is open for appending; a copy's cursor is at its end, after
+        // the copy.
+        self.write_in_place(o, &dir, true, |mut f| f.write_all(data))
     }
 
     fn attributes(&self, auth: &Authorized) -> Result<ObjectAttributes, StoreError> {

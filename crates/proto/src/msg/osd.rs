@@ -236,6 +236,18 @@ impl OsdRequest {
         )
     }
 
+    /// [`OsdRequest::put_bulk`], passing on `digest` (of `bulk`) only when the bulk became
+    /// the command's data. A command may carry its data in the message instead (then the
+    /// bulk is empty and its digest is of other bytes than the data).
+    pub fn put_bulk_digested<D>(&mut self, bulk: Vec<u8>, digest: Option<D>) -> Result<Option<D>> {
+        let in_message = matches!(
+            &self.command,
+            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } if !data.is_empty()
+        );
+        self.put_bulk(bulk)?;
+        Ok(if in_message { None } else { digest })
+    }
+
     /// Puts bulk data taken by [`OsdRequest::take_bulk`] back; refuses data for a command
     /// that carries none.
     pub fn put_bulk(&mut self, bulk: Vec<u8>) -> Result<()> {

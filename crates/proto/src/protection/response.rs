@@ -167,6 +167,13 @@ type SplitResponse<'a> = (&'a [u8], &'a [u8], UnixMillis, usize, [u8; NONCE_BYTE
 
 /// Header fields of a response payload, refusing one sealed otherwise than `sealing`.
 fn split_response(sealing: Sealing, payload: &[u8]) -> Result<SplitResponse<'_>> {
+    // (A sealing no envelope can carry, such as a digest under CMDRSP, matches nothing.)
+    if Sealing::from_byte(sealing.byte()) != Some(sealing) {
+        return Err(ProtoError::Malformed {
+            what: "response envelope",
+            reason: "no envelope is sealed so",
+        });
+    }
     if payload.len() < RESPONSE_HEADER_BYTES {
         return Err(ProtoError::Truncated {
             what: "response envelope",

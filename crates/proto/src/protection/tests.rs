@@ -247,6 +247,19 @@ fn the_digest_bit_is_refused_on_methods_that_do_not_cover_data() {
         nonce: NONCE,
     };
     assert!(seal_request(&keys, &header, b"m", b"d", b"", &mut rng).is_err());
+    // Nor is a response opened so, even one MACed with the byte 0x82.
+    let mut head = vec![0x82];
+    head.extend_from_slice(&NONCE);
+    head.extend_from_slice(&1u64.to_be_bytes());
+    head.extend_from_slice(&2u32.to_be_bytes());
+    let ctx = [RESPONSE_CONTEXT, &SID[..]].concat();
+    let tag = keys.mac.tag(&[&ctx, &head, b"ok"]);
+    let p = [&head[..], b"ok", &tag].concat();
+    let bad = Sealing {
+        method: Protection::CmdRsp,
+        data_digest: true,
+    };
+    assert!(open_response(&keys, bad, &SID, &NONCE, &p).is_err());
 }
 
 proptest::proptest! {
