@@ -40,3 +40,9 @@ pub const TREE_CACHE_ENTRIES_MAX: usize = 4096;
 
 /// Most members over all kept trees.
 pub const TREE_CACHE_MEMBERS_MAX: usize = 1 << 20;
+
+/// Room a store leaves after the data it reads into memory, so that an answer's envelope
+/// can be sealed in the data's own buffer (CONFIDENTIAL puts the message before the data
+/// and tag and salt after it) without a new allocation of the data's size. Only speed
+/// depends on it.
+pub const READ_BUFFER_SLACK_BYTES: usize = 1024;

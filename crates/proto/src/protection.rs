@@ -296,8 +296,14 @@ fn open_body(
     if body.len() < message_len {
         return Err(ProtoError::Truncated { what });
     }
-    let data = body.split_off(message_len);
-    Ok((body, data))
+    // The data keeps the decrypted buffer (moved down over the message), rather than be
+    // copied into a new allocation of its size.
+    let message = body
+        .get(..message_len)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    body.drain(..message_len);
+    Ok((message, body))
 }
 
 /// Seals a request: `message` is the command without its bulk data, `data` the bulk data,

@@ -24,6 +24,7 @@
 //! restart, answers about sealed files are sealed from their data, as before.
 
 use crate::limits::{DIGESTS_KEPT_MAX, OBJECT_LOCKS};
+use maat_osd::limits::READ_BUFFER_SLACK_BYTES;
 use maat_osd::{
     AdminAuthorized, Authorized, FileRange, ObjectRead, ObjectStore, ReadOut, StoreError,
 };
@@ -33,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::hash::{Hash, Hasher};
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -421,9 +422,15 @@ impl ObjectStore for FileObjectStore {
             let out = ReadOut::File(FileRange { file, offset, len });
             return Ok(Some(ObjectRead { out, digest }));
         }
-        // (At most `length`, a u32.)
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, offset)?;
+        // Into fresh capacity, not zeroed first (the file is this read's own, so its
+        // cursor may move). At most `length`, a u32.
+        let mut buf = Vec::with_capacity(len as usize + READ_BUFFER_SLACK_BYTES);
+        (&file).seek(SeekFrom::Start(offset))?;
+        (&file).take(len).read_to_end(&mut buf)?;
+        if buf.len() as u64 != len {
+            // Cut shorter since its size was read: as a read past the end would.
+            return Err(std::io::Error::from(ErrorKind::UnexpectedEof).into());
+        }
         let out = ReadOut::Bytes(buf);
         Ok(Some(ObjectRead { out, digest }))
     }

@@ -2,12 +2,13 @@
 //! module for the layout).
 
 use super::{
-    data_digest, open_body, seal_body, u32_len, DataDigest, EnvelopeKeys, Protection, Sealing,
-    RESPONSE_BLOCK, RESPONSE_CONTEXT, RESPONSE_HEADER_BYTES,
+    data_digest, open_body, u32_len, DataDigest, EnvelopeKeys, Protection, Sealing, RESPONSE_BLOCK,
+    RESPONSE_CONTEXT, RESPONSE_HEADER_BYTES,
 };
 use crate::codec::Reader;
 use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
 use crate::{ProtoError, Result, UnixMillis};
+use maat_crypto::aead::BLOCK_OVERHEAD_BYTES;
 use maat_crypto::mac::TAG_BYTES;
 
 fn response_head(
@@ -95,8 +96,15 @@ pub fn seal_response_parts(
         }
         Protection::AllData => keys.mac.tag(&[&ctx, &head, message, &data]).to_vec(),
         Protection::Confidential => {
+            // Sealed in the data's own buffer: the message moved in before it, the tag
+            // and salt after (no new allocation of the data's size when it has room).
             let aad = [ctx.as_slice(), &head].concat();
-            let body = seal_body(keys, RESPONSE_BLOCK, &aad, message, &data, rng)?;
+            let mut body = data;
+            body.reserve(message.len() + BLOCK_OVERHEAD_BYTES);
+            body.splice(0..0, message.iter().copied());
+            keys.aead
+                .seal_in_place(RESPONSE_BLOCK, &aad, &mut body, rng)
+                .map_err(ProtoError::Crypto)?;
             return Ok([head, body, Vec::new()]);
         }
     };
@@ -115,7 +123,7 @@ pub fn open_response_owned(
     mut payload: Vec<u8>,
 ) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
     if sealing.method == Protection::Confidential {
-        return open_response(keys, sealing, session_id, nonce, &payload);
+        return open_confidential_owned(keys, sealing, session_id, nonce, payload);
     }
     // Checks everything on the borrowed payload, data included, without copying it.
     let (timestamp, message_len) = {
@@ -131,6 +139,46 @@ pub fn open_response_owned(
         .unwrap_or_default();
     payload.truncate(end);
     payload.drain(..start.min(end));
+    Ok((timestamp, message, payload))
+}
+
+/// CONFIDENTIAL's [`open_response_owned`]: the body is decrypted where it lies in the
+/// payload, and the data cut out of it there.
+fn open_confidential_owned(
+    keys: &EnvelopeKeys,
+    sealing: Sealing,
+    session_id: &[u8; SESSION_ID_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+    mut payload: Vec<u8>,
+) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
+    let (aad, timestamp, message_len, echoed) = {
+        let (head, _, timestamp, message_len, echoed) = split_response(sealing, &payload)?;
+        let aad = [RESPONSE_CONTEXT, session_id.as_slice(), head].concat();
+        (aad, timestamp, message_len, echoed)
+    };
+    let body = payload
+        .get_mut(RESPONSE_HEADER_BYTES..)
+        .ok_or(ProtoError::Truncated {
+            what: "response envelope",
+        })?;
+    let plain_len = keys
+        .aead
+        .open_in_place(RESPONSE_BLOCK, &aad, body)
+        .map_err(|_| ProtoError::DecryptionFailed { token: "response" })?
+        .len();
+    check_echo(&echoed, nonce)?;
+    if plain_len < message_len {
+        return Err(ProtoError::Truncated {
+            what: "response envelope",
+        });
+    }
+    let start = RESPONSE_HEADER_BYTES + message_len;
+    let message = payload
+        .get(RESPONSE_HEADER_BYTES..start)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    payload.truncate(RESPONSE_HEADER_BYTES + plain_len);
+    payload.drain(..start);
     Ok((timestamp, message, payload))
 }
 
