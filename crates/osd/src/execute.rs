@@ -30,15 +30,17 @@ impl OsdCore {
                 ReadAside::default(),
             );
         };
-        let sealing = caller.secure.as_ref().map(|c| c.method);
-        let unmaced = match sealing {
-            None => true,
-            Some(s) => matches!(
-                s.map(|s| s.method),
-                Some(Protection::CapKey | Protection::CmdRsp)
+        // Whether the answer puts no MAC over its data, and whether its MAC covers the
+        // data's digest.
+        let (unmaced, digested) = match caller.secure.as_ref().map(|c| c.method) {
+            None => (true, false),
+            Some(Some(s)) => (
+                matches!(s.method, Protection::CapKey | Protection::CmdRsp),
+                s.data_digest,
             ),
+            // The version-1 envelope MACs everything.
+            Some(None) => (false, false),
         };
-        let digested = sealing.flatten().is_some_and(|s| s.data_digest);
         if !unmaced && !digested {
             return (
                 self.execute(store, caller, request, now),

@@ -161,15 +161,16 @@ impl Sealing {
     /// The sealing of a method byte; `None` for an unknown byte, NOSEC, or the digest bit
     /// on a method that does not cover data.
     pub fn from_byte(b: u8) -> Option<Self> {
-        let data_digest = b & DATA_DIGEST_BIT != 0;
-        let method = Protection::from_byte(b & !DATA_DIGEST_BIT)?;
-        if data_digest && method != Protection::AllData {
-            return None;
-        }
-        Some(Self {
-            method,
-            data_digest,
-        })
+        let sealing = Self {
+            method: Protection::from_byte(b & !DATA_DIGEST_BIT)?,
+            data_digest: b & DATA_DIGEST_BIT != 0,
+        };
+        (!sealing.misplaced_digest()).then_some(sealing)
+    }
+
+    /// A digest asked of a method that does not cover data: no envelope is sealed so.
+    fn misplaced_digest(self) -> bool {
+        self.data_digest && self.method != Protection::AllData
     }
 }
 
@@ -276,7 +277,7 @@ fn seal_body(
     Ok(body)
 }
 
-/// Opens a [`seal_body`] body into message and data.
+/// Opens a [`seal_body`] body (borrowed: copied once) into message and data.
 fn open_body(
     keys: &EnvelopeKeys,
     block: u64,
@@ -292,18 +293,26 @@ fn open_body(
         .open_in_place(block, aad, &mut body)
         .map_err(|_| ProtoError::DecryptionFailed { token })?
         .len();
-    body.truncate(len);
-    if body.len() < message_len {
+    if len < message_len {
         return Err(ProtoError::Truncated { what });
     }
-    // The data keeps the decrypted buffer (moved down over the message), rather than be
-    // copied into a new allocation of its size.
-    let message = body
-        .get(..message_len)
-        .map(<[u8]>::to_vec)
-        .unwrap_or_default();
-    body.drain(..message_len);
-    Ok((message, body))
+    Ok(cut_message_and_data(body, 0, message_len, len))
+}
+
+/// Cuts `buf[at .. at + message_len]` out as the message and keeps the data up to `end`
+/// in `buf`'s own allocation (moved down over what precedes it), rather than copy it into
+/// a new one of its size. Callers checked `at + message_len <= end <= buf.len()`.
+fn cut_message_and_data(
+    mut buf: Vec<u8>,
+    at: usize,
+    message_len: usize,
+    end: usize,
+) -> (Vec<u8>, Vec<u8>) {
+    let start = at.saturating_add(message_len).min(end);
+    let message = buf.get(at..start).map(<[u8]>::to_vec).unwrap_or_default();
+    buf.truncate(end);
+    buf.drain(..start);
+    (message, buf)
 }
 
 /// Seals a request: `message` is the command without its bulk data, `data` the bulk data,
@@ -330,7 +339,7 @@ pub fn seal_request_parts<'d>(
     rng: &mut impl rand_core::CryptoRngCore,
 ) -> Result<[std::borrow::Cow<'d, [u8]>; 3]> {
     use std::borrow::Cow;
-    if header.data_digest && header.method != Protection::AllData {
+    if header.sealing().misplaced_digest() {
         return Err(ProtoError::Malformed {
             what: "request envelope",
             reason: "a data digest under a method that does not cover data",

@@ -2,8 +2,8 @@
 //! module for the layout).
 
 use super::{
-    data_digest, open_body, u32_len, DataDigest, EnvelopeKeys, Protection, Sealing, RESPONSE_BLOCK,
-    RESPONSE_CONTEXT, RESPONSE_HEADER_BYTES,
+    cut_message_and_data, data_digest, u32_len, DataDigest, EnvelopeKeys, Protection, Sealing,
+    RESPONSE_BLOCK, RESPONSE_CONTEXT, RESPONSE_HEADER_BYTES,
 };
 use crate::codec::Reader;
 use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
@@ -68,7 +68,7 @@ pub fn seal_response_parts(
     known_digest: Option<&DataDigest>,
     rng: &mut impl rand_core::CryptoRngCore,
 ) -> Result<[Vec<u8>; 3]> {
-    if sealing.data_digest && sealing.method != Protection::AllData {
+    if sealing.misplaced_digest() {
         return Err(ProtoError::Malformed {
             what: "response envelope",
             reason: "a data digest under a method that does not cover data",
@@ -120,7 +120,7 @@ pub fn open_response_owned(
     sealing: Sealing,
     session_id: &[u8; SESSION_ID_BYTES],
     nonce: &[u8; NONCE_BYTES],
-    mut payload: Vec<u8>,
+    payload: Vec<u8>,
 ) -> Result<(UnixMillis, Vec<u8>, Vec<u8>)> {
     if sealing.method == Protection::Confidential {
         return open_confidential_owned(keys, sealing, session_id, nonce, payload);
@@ -131,15 +131,9 @@ pub fn open_response_owned(
             open_response_slices(keys, sealing, session_id, nonce, &payload)?;
         (timestamp, message.len())
     };
-    let start = RESPONSE_HEADER_BYTES + message_len;
     let end = payload.len().saturating_sub(TAG_BYTES);
-    let message = payload
-        .get(RESPONSE_HEADER_BYTES..start)
-        .map(<[u8]>::to_vec)
-        .unwrap_or_default();
-    payload.truncate(end);
-    payload.drain(..start.min(end));
-    Ok((timestamp, message, payload))
+    let (message, data) = cut_message_and_data(payload, RESPONSE_HEADER_BYTES, message_len, end);
+    Ok((timestamp, message, data))
 }
 
 /// CONFIDENTIAL's [`open_response_owned`]: the body is decrypted where it lies in the
@@ -166,20 +160,15 @@ fn open_confidential_owned(
         .open_in_place(RESPONSE_BLOCK, &aad, body)
         .map_err(|_| ProtoError::DecryptionFailed { token: "response" })?
         .len();
-    check_echo(&echoed, nonce)?;
     if plain_len < message_len {
         return Err(ProtoError::Truncated {
             what: "response envelope",
         });
     }
-    let start = RESPONSE_HEADER_BYTES + message_len;
-    let message = payload
-        .get(RESPONSE_HEADER_BYTES..start)
-        .map(<[u8]>::to_vec)
-        .unwrap_or_default();
-    payload.truncate(RESPONSE_HEADER_BYTES + plain_len);
-    payload.drain(..start);
-    Ok((timestamp, message, payload))
+    check_echo(&echoed, nonce)?;
+    let end = RESPONSE_HEADER_BYTES + plain_len;
+    let (message, data) = cut_message_and_data(payload, RESPONSE_HEADER_BYTES, message_len, end);
+    Ok((timestamp, message, data))
 }
 
 /// Checks a response to the request with `nonce` sealed as `sealing`; returns the
@@ -196,19 +185,8 @@ pub fn open_response(
         let (t, m, d) = open_response_slices(keys, sealing, session_id, nonce, payload)?;
         return Ok((t, m.to_vec(), d.to_vec()));
     }
-    let (head, rest, timestamp, message_len, echoed) = split_response(sealing, payload)?;
-    let aad = [RESPONSE_CONTEXT, session_id.as_slice(), head].concat();
-    let (body, data) = open_body(
-        keys,
-        RESPONSE_BLOCK,
-        &aad,
-        rest,
-        message_len,
-        "response",
-        "response envelope",
-    )?;
-    check_echo(&echoed, nonce)?;
-    Ok((timestamp, body, data))
+    // (One copy: the payload is borrowed.)
+    open_confidential_owned(keys, sealing, session_id, nonce, payload.to_vec())
 }
 
 type SplitResponse<'a> = (&'a [u8], &'a [u8], UnixMillis, usize, [u8; NONCE_BYTES]);
