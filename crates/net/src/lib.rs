@@ -176,16 +176,19 @@ pub fn configure(stream: &TcpStream) -> Result<(), NetError> {
 }
 
 /// True when an idle connection is still open: nothing to read and no end of stream or
-/// error pending (a peer that closed it shows as a readable end of stream).
+/// error pending (a peer that closed it shows as a readable end of stream). One
+/// non-blocking peek (`MSG_DONTWAIT`), where switching the socket to non-blocking and
+/// back cost two more system calls per request.
 fn idle_and_open(stream: &TcpStream) -> bool {
-    if stream.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let open = matches!(
-        stream.peek(&mut [0u8; 1]),
-        Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock
-    );
-    stream.set_nonblocking(false).is_ok() && open
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::net::recv(
+            stream,
+            &mut byte[..],
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+        ),
+        Err(rustix::io::Errno::AGAIN)
+    )
 }
 
 /// A client connection, connected lazily and replaced when the peer closed it while idle.

@@ -5,10 +5,11 @@ use maat_net::{
 };
 use maat_proto::msg::{ErrorCode, WireError};
 use maat_proto::wire::{FrameHead, FrameType};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use crate::limits::CONNECTIONS_MAX;
 pub use crate::limits::IDLE_SECONDS_MAX;
@@ -149,6 +150,32 @@ fn serve_at_most(
     }
 }
 
+/// How long an idle connection's read waits before shutdown is checked again.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Reads a frame that has begun on a socket whose reads time out after [`IDLE_CHECK`]:
+/// waits out those timeouts until `until`, so a frame has the whole I/O timeout to
+/// arrive.
+struct Patient<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl Read for Patient<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match (&mut &*self.stream).read(buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) && Instant::now() < self.until => {}
+                other => return other,
+            }
+        }
+    }
+}
+
 fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
     if configure(&stream).is_err() {
         return;
@@ -159,13 +186,16 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
         std::net::IpAddr::V6(ip) => ip.octets().to_vec(),
     };
     let mut idle_seconds = 0u32;
+    // Idle connections are checked for shutdown once a second; once a frame has begun it
+    // must arrive within the normal I/O timeout ([`Patient`]). One setting for the
+    // socket's life, where switching it per frame cost two system calls a request.
+    if stream.set_read_timeout(Some(IDLE_CHECK)).is_err() {
+        return;
+    }
     loop {
-        // Idle connections are checked for shutdown once a second; once a frame has begun
-        // it must arrive within the normal I/O timeout.
         if shutdown.is_set() {
             return;
         }
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
         match stream.peek(&mut [0u8; 1]) {
             Ok(0) => return,
             Ok(_) => {}
@@ -186,8 +216,11 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
             Err(_) => return,
         }
         idle_seconds = 0;
-        let _ = stream.set_read_timeout(Some(maat_net::IO_TIMEOUT));
-        match read_frame(&mut stream) {
+        let mut begun = Patient {
+            stream: &stream,
+            until: Instant::now() + maat_net::IO_TIMEOUT,
+        };
+        match read_frame(&mut begun) {
             Ok((head, payload)) => {
                 let answer = handler(&peer, head.frame_type, &payload);
                 if answer.frame_type == FrameType::Refusal {
@@ -280,6 +313,35 @@ mod tests {
         assert_eq!(e.code, ErrorCode::Busy);
         assert!(e.detail.contains("2 connections open"), "{e:?}");
         drop(held);
+        shutdown.trigger();
+    }
+
+    /// A connection's reads time out every second (to check for shutdown); a frame that
+    /// has begun still has the whole I/O timeout to arrive.
+    #[test]
+    fn a_frame_that_pauses_longer_than_the_idle_check_is_still_served() {
+        use std::io::Write;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let s = shutdown.clone();
+        let handler: Arc<Handler> = Arc::new(|_: &[u8], t, p: &[u8]| (t, p.to_vec()).into());
+        std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
+        let mut frame = Vec::new();
+        write_frame(
+            &mut frame,
+            FrameHead::v1(FrameType::Plain),
+            b"slow but whole",
+        )
+        .unwrap();
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let (first, rest) = frame.split_at(3);
+        stream.write_all(first).unwrap();
+        std::thread::sleep(IDLE_CHECK + Duration::from_millis(500));
+        stream.write_all(rest).unwrap();
+        let (head, answer) = read_frame(&mut stream).unwrap();
+        assert_eq!(head.frame_type, FrameType::Plain);
+        assert_eq!(answer, b"slow but whole");
         shutdown.trigger();
     }
 }
