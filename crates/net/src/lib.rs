@@ -9,11 +9,12 @@ pub use memory::{MemoryNet, Network};
 
 use maat_proto::wire::{self, FrameHead, FrameType, FRAME_HEADER_BYTES, FRAME_HEADER_START_BYTES};
 use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
+use std::io::{BufReader, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 
 pub use crate::limits::CONNECT_TIMEOUT;
 pub use crate::limits::IO_TIMEOUT;
+pub use crate::limits::READ_AHEAD_BYTES;
 
 /// This crate's error.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,53 @@ pub enum NetError {
 /// Reads one frame (either version). `Closed` means the peer hung up cleanly before a new
 /// frame began.
 pub fn read_frame(stream: &mut impl Read) -> Result<(FrameHead, Vec<u8>), NetError> {
+    let header = read_header(stream)?;
+    // The buffer is filled straight from the socket, never zeroed first.
+    let mut payload = Vec::with_capacity(header.payload_bytes);
+    read_payload_rest(stream, &mut payload, header.payload_bytes)?;
+    Ok((header.head, payload))
+}
+
+/// [`read_frame`] through read-ahead: the header and as much of the payload as was read
+/// ahead come from the buffer (a small frame: one `recv` in all), the rest of a larger
+/// payload straight from the socket into its own buffer, past the read-ahead.
+pub fn read_frame_buffered<R: Read>(
+    reader: &mut BufReader<R>,
+) -> Result<(FrameHead, Vec<u8>), NetError> {
+    let header = read_header(reader)?;
+    let mut payload = Vec::with_capacity(header.payload_bytes);
+    let ahead = reader.buffer();
+    let from_ahead = ahead.len().min(header.payload_bytes);
+    payload.extend_from_slice(ahead.get(..from_ahead).unwrap_or_default());
+    std::io::BufRead::consume(reader, from_ahead);
+    // Either the payload is complete or the read-ahead is empty: reading past it loses
+    // nothing.
+    read_payload_rest(reader.get_mut(), &mut payload, header.payload_bytes)?;
+    Ok((header.head, payload))
+}
+
+/// Reads into `payload` until it holds `total` bytes.
+fn read_payload_rest(
+    stream: &mut impl Read,
+    payload: &mut Vec<u8>,
+    total: usize,
+) -> Result<(), NetError> {
+    let rest = total.saturating_sub(payload.len());
+    if rest > 0 {
+        stream.take(rest as u64).read_to_end(payload)?;
+    }
+    if payload.len() != total {
+        return Err(NetError::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "truncated frame payload",
+        )));
+    }
+    Ok(())
+}
+
+/// Reads and checks a frame header; its length is checked against the limit before
+/// anything is allocated for the payload.
+fn read_header(stream: &mut impl Read) -> Result<wire::FrameHeader, NetError> {
     let mut header = [0u8; FRAME_HEADER_BYTES];
     let mut filled = 0;
     let mut wanted = FRAME_HEADER_START_BYTES;
@@ -60,20 +108,9 @@ pub fn read_frame(stream: &mut impl Read) -> Result<(FrameHead, Vec<u8>), NetErr
             }
         }
     }
-    // The length is checked against the limit before anything is allocated; the buffer is
-    // filled straight from the socket, never zeroed first.
-    let header = wire::decode_header(header.get(..wanted).unwrap_or_default())?;
-    let mut payload = Vec::with_capacity(header.payload_bytes);
-    stream
-        .take(header.payload_bytes as u64)
-        .read_to_end(&mut payload)?;
-    if payload.len() != header.payload_bytes {
-        return Err(NetError::Io(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "truncated frame payload",
-        )));
-    }
-    Ok((header.head, payload))
+    Ok(wire::decode_header(
+        header.get(..wanted).unwrap_or_default(),
+    )?)
 }
 
 /// Writes one frame: header and payload in one vectored write (no copy of the payload,
@@ -106,7 +143,7 @@ pub fn write_frame_parts(
 /// The file's bytes go from the file to the socket in the kernel (sendfile(2)), never
 /// read into memory here: how an OSD answers a read whose data carries no MAC.
 pub fn write_frame_from_file(
-    stream: &mut TcpStream,
+    stream: &TcpStream,
     head: FrameHead,
     before: &[&[u8]],
     file: (&std::fs::File, u64, u64),
@@ -122,11 +159,12 @@ pub fn write_frame_from_file(
     let slices: Vec<&[u8]> = std::iter::once(header.as_bytes())
         .chain(before.iter().copied())
         .collect();
-    write_all_vectored(stream, &slices)?;
+    let mut writer = stream;
+    write_all_vectored(&mut writer, &slices)?;
     let mut left = len;
     while left > 0 {
         let chunk = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
-        match rustix::fs::sendfile(&*stream, file, Some(&mut offset), chunk) {
+        match rustix::fs::sendfile(stream, file, Some(&mut offset), chunk) {
             // The file ended early: the frame cannot be completed.
             Ok(0) => {
                 return Err(NetError::Io(std::io::Error::new(
@@ -139,7 +177,7 @@ pub fn write_frame_from_file(
             Err(e) => return Err(NetError::Io(e.into())),
         }
     }
-    write_all_vectored(stream, after)
+    write_all_vectored(&mut writer, after)
 }
 
 /// Writes every byte of `parts` in vectored writes.
@@ -197,7 +235,8 @@ fn idle_and_open(stream: &TcpStream) -> bool {
 #[derive(Debug)]
 pub struct Connection {
     address: String,
-    stream: Option<TcpStream>,
+    /// The socket, read through [`READ_AHEAD_BYTES`] of read-ahead (written directly).
+    stream: Option<BufReader<TcpStream>>,
     /// The id the next request gets.
     next_id: u32,
     /// Ids of the requests sent whose answers are not read, oldest first (the peer
@@ -249,7 +288,7 @@ impl Connection {
         &self.address
     }
 
-    fn connect(&self) -> Result<TcpStream, NetError> {
+    fn connect(&self) -> Result<BufReader<TcpStream>, NetError> {
         let addrs: Vec<SocketAddr> = self
             .address
             .to_socket_addrs()
@@ -260,7 +299,7 @@ impl Connection {
             match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
                 Ok(s) => {
                     configure(&s)?;
-                    return Ok(s);
+                    return Ok(BufReader::with_capacity(READ_AHEAD_BYTES, s));
                 }
                 Err(e) => last = Some(e),
             }
@@ -327,7 +366,14 @@ impl Connection {
         } else {
             // Only an idle connection can be checked for a close by the peer (with answers
             // due, there is data to read) and replaced without losing anything.
-            if self.pending.is_empty() && self.stream.as_ref().is_some_and(|s| !idle_and_open(s)) {
+            // Bytes read ahead with nothing in flight are not an answer to anything: such
+            // a connection is replaced too.
+            if self.pending.is_empty()
+                && self
+                    .stream
+                    .as_ref()
+                    .is_some_and(|s| !s.buffer().is_empty() || !idle_and_open(s.get_ref()))
+            {
                 self.stream = None;
             }
             if self.stream.is_none() {
@@ -337,7 +383,7 @@ impl Connection {
             let Some(stream) = self.stream.as_mut() else {
                 return Err(NetError::Closed);
             };
-            match write_frame_parts(stream, head, parts) {
+            match write_frame_parts(stream.get_mut(), head, parts) {
                 Ok(()) => {}
                 // Refused before a byte was written (too large): the stream is intact.
                 Err(e @ NetError::Frame(_)) => return Err(e),
@@ -384,7 +430,7 @@ impl Connection {
                 ))),
             },
             None => match self.stream.as_mut() {
-                Some(stream) => read_frame(stream),
+                Some(stream) => read_frame_buffered(stream),
                 None => Err(NetError::Closed),
             },
         };
@@ -426,8 +472,8 @@ impl Connection {
         let Some(stream) = self.stream.as_mut() else {
             return Err(NetError::Closed);
         };
-        stream.write_all(bytes)?;
-        let result = read_frame(stream).map(|(h, p)| (h.frame_type, p));
+        stream.get_mut().write_all(bytes)?;
+        let result = read_frame_buffered(stream).map(|(h, p)| (h.frame_type, p));
         if result.is_err() {
             self.drop_stream();
         }
@@ -437,7 +483,7 @@ impl Connection {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
     use super::*;
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -451,12 +497,12 @@ mod tests {
         std::fs::write(&path, &content).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut receiver, _) = listener.accept().unwrap();
         let head = FrameHead::v1(FrameType::PlainBulk);
         let reader = std::thread::spawn(move || read_frame(&mut receiver).unwrap());
         write_frame_from_file(
-            &mut sender,
+            &sender,
             head,
             &[b"before", b""],
             (&file, 1000, 250_000),
@@ -469,7 +515,7 @@ mod tests {
         assert_eq!(payload, expected);
         // A range past the file's end cannot be sent whole: the send fails (the daemon
         // then closes the connection) instead of leaving the frame short.
-        let r = write_frame_from_file(&mut sender, head, &[], (&file, 290_000, 20_000), &[]);
+        let r = write_frame_from_file(&sender, head, &[], (&file, 290_000, 20_000), &[]);
         assert!(r.is_err());
     }
 
@@ -661,5 +707,98 @@ mod tests {
         assert_eq!(answer.len(), 4 + big.len() + 4);
         assert_eq!(&answer[..4], b"head");
         assert_eq!(&answer[answer.len() - 4..], b"tail");
+    }
+
+    /// Gives at most `step` bytes a read, as a socket may.
+    struct Trickle {
+        bytes: std::io::Cursor<Vec<u8>>,
+        step: usize,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.step);
+            self.bytes.read(&mut buf[..n])
+        }
+    }
+
+    /// Back-to-back frames of every size around the read-ahead, however the bytes arrive,
+    /// are read whole and in order through read-ahead: none loses bytes of the next.
+    #[test]
+    fn frames_read_through_read_ahead_arrive_whole_and_in_order() {
+        let sizes = [
+            0,
+            1,
+            100,
+            READ_AHEAD_BYTES - 20,
+            READ_AHEAD_BYTES,
+            READ_AHEAD_BYTES + 1,
+            3 * READ_AHEAD_BYTES + 7,
+            2,
+        ];
+        let mut bytes = Vec::new();
+        for (i, len) in sizes.iter().enumerate() {
+            let payload: Vec<u8> = (0..*len).map(|k| (k + i) as u8).collect();
+            bytes.extend(
+                wire::encode_frame(FrameHead::new(FrameType::Plain, i as u32), &payload).unwrap(),
+            );
+        }
+        for step in [1, 7, 4096, READ_AHEAD_BYTES, usize::MAX] {
+            let mut r = BufReader::with_capacity(
+                READ_AHEAD_BYTES,
+                Trickle {
+                    bytes: std::io::Cursor::new(bytes.clone()),
+                    step,
+                },
+            );
+            for (i, len) in sizes.iter().enumerate() {
+                let (head, payload) = read_frame_buffered(&mut r).unwrap();
+                assert_eq!(
+                    head,
+                    FrameHead::new(FrameType::Plain, i as u32),
+                    "step {step}"
+                );
+                let expected: Vec<u8> = (0..*len).map(|k| (k + i) as u8).collect();
+                assert_eq!(payload, expected, "frame {i}, step {step}");
+            }
+            assert!(matches!(read_frame_buffered(&mut r), Err(NetError::Closed)));
+        }
+        // A payload cut short is refused, not returned short.
+        let cut = &bytes[..bytes.len() - 1];
+        let mut r = BufReader::with_capacity(READ_AHEAD_BYTES, cut);
+        for _ in 0..sizes.len() - 1 {
+            read_frame_buffered(&mut r).unwrap();
+        }
+        assert!(matches!(read_frame_buffered(&mut r), Err(NetError::Io(_))));
+    }
+
+    /// The frame fuzz corpus (fuzz/corpus/frame), each file read as a stream of frames
+    /// with and without read-ahead: both read the same frames and fail at the same one.
+    #[test]
+    fn the_frame_corpus_reads_alike_with_and_without_read_ahead() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/frame");
+        let mut files = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            let mut plain = std::io::Cursor::new(bytes.clone());
+            let mut ahead = BufReader::with_capacity(64, &bytes[..]);
+            for _ in 0..64 {
+                let (a, b) = (read_frame(&mut plain), read_frame_buffered(&mut ahead));
+                match (a, b) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b),
+                    (Err(a), Err(b)) => {
+                        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+                        break;
+                    }
+                    (a, b) => panic!("{a:?} against {b:?}"),
+                }
+            }
+            files += 1;
+        }
+        assert!(
+            files > 10,
+            "the corpus at {} has {files} files",
+            dir.display()
+        );
     }
 }

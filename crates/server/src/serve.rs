@@ -1,11 +1,11 @@
 //! The accept loop: a thread per connection, bounded; frames in, frames out.
 
 use maat_net::{
-    configure, read_frame, write_frame, write_frame_from_file, write_frame_parts, NetError,
+    configure, read_frame_buffered, write_frame, write_frame_from_file, write_frame_parts, NetError,
 };
 use maat_proto::msg::{ErrorCode, WireError};
 use maat_proto::wire::{FrameHead, FrameType};
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -153,12 +153,13 @@ fn serve_at_most(
 /// How long an idle connection's read waits before shutdown is checked again.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
-/// Reads a frame that has begun on a socket whose reads time out after [`IDLE_CHECK`]:
-/// waits out those timeouts until `until`, so a frame has the whole I/O timeout to
-/// arrive.
+/// Reads a socket whose reads time out after [`IDLE_CHECK`]. Between frames (`until`
+/// unset) a timeout is returned, so that the loop can check for shutdown; once a frame
+/// has begun, timeouts are waited out until `until`, so a frame has the whole I/O timeout
+/// to arrive.
 struct Patient<'a> {
     stream: &'a TcpStream,
-    until: Instant,
+    until: Option<Instant>,
 }
 
 impl Read for Patient<'_> {
@@ -169,14 +170,14 @@ impl Read for Patient<'_> {
                     if matches!(
                         e.kind(),
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) && Instant::now() < self.until => {}
+                    ) && self.until.is_some_and(|t| Instant::now() < t) => {}
                 other => return other,
             }
         }
     }
 }
 
-fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
+fn connection(stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
     if configure(&stream).is_err() {
         return;
     }
@@ -192,12 +193,23 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
     if stream.set_read_timeout(Some(IDLE_CHECK)).is_err() {
         return;
     }
+    // Frames are read through read-ahead (a small one in one `recv`); answers are
+    // written to the socket directly.
+    let mut reader = BufReader::with_capacity(
+        maat_net::READ_AHEAD_BYTES,
+        Patient {
+            stream: &stream,
+            until: None,
+        },
+    );
+    let mut writer = &stream;
     loop {
         if shutdown.is_set() {
             return;
         }
-        match stream.peek(&mut [0u8; 1]) {
-            Ok(0) => return,
+        reader.get_mut().until = None;
+        match reader.fill_buf() {
+            Ok([]) => return,
             Ok(_) => {}
             Err(e)
                 if matches!(
@@ -216,11 +228,8 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
             Err(_) => return,
         }
         idle_seconds = 0;
-        let mut begun = Patient {
-            stream: &stream,
-            until: Instant::now() + maat_net::IO_TIMEOUT,
-        };
-        match read_frame(&mut begun) {
+        reader.get_mut().until = Some(Instant::now() + maat_net::IO_TIMEOUT);
+        match read_frame_buffered(&mut reader) {
             Ok((head, payload)) => {
                 let answer = handler(&peer, head.frame_type, &payload);
                 if answer.frame_type == FrameType::Refusal {
@@ -236,11 +245,11 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
                 // The answer goes back in its request's version, with its id.
                 let head = head.answer(answer.frame_type);
                 let sent = match &answer.file {
-                    None => write_frame_parts(&mut stream, head, &parts),
+                    None => write_frame_parts(&mut writer, head, &parts),
                     Some((index, r)) => {
                         let (before, after) = parts.split_at((*index).min(parts.len()));
                         write_frame_from_file(
-                            &mut stream,
+                            &stream,
                             head,
                             before,
                             (&r.file, r.offset, r.len),
@@ -257,7 +266,7 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
                 let refusal = WireError::from(e);
                 tracing::warn!(peer = %from, code = ?refusal.code, detail = %refusal.detail, "refused a frame");
                 let (t, answer) = crate::refusal_frame(&refusal);
-                let _ = write_frame(&mut stream, FrameHead::v1(t), &answer);
+                let _ = write_frame(&mut writer, FrameHead::v1(t), &answer);
                 return;
             }
             Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -273,7 +282,7 @@ fn connection(mut stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use maat_net::Connection;
+    use maat_net::{read_frame, Connection};
 
     #[test]
     fn a_shutdown_before_serving_began_ends_the_serving() {
