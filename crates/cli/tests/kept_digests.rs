@@ -302,6 +302,14 @@ fn concurrent_replacements_writes_in_place_and_reads_always_verify() {
     };
     write(&replacer, &cap, object, 0, &content(100, LEN), true);
     let done = std::sync::atomic::AtomicBool::new(false);
+    /// Stops the reader however the writers end (a failed write must fail the test,
+    /// not leave the reader looping and the scope waiting for it).
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
     let reads = std::thread::scope(|s| {
         let readers = s.spawn(|| {
             let mut reads = 0u64;
@@ -318,11 +326,13 @@ fn concurrent_replacements_writes_in_place_and_reads_always_verify() {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         });
-        for v in 0..ROUNDS {
-            write(&replacer, &cap, object, 0, &content(v, LEN), true);
+        {
+            let _stop = Stop(&done);
+            for v in 0..ROUNDS {
+                write(&replacer, &cap, object, 0, &content(v, LEN), true);
+            }
+            patches.join().unwrap();
         }
-        patches.join().unwrap();
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
         readers.join().unwrap()
     });
     assert!(reads > 0);

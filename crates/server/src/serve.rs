@@ -155,8 +155,9 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// Reads a socket whose reads time out after [`IDLE_CHECK`]. Between frames (`until`
 /// unset) a timeout is returned, so that the loop can check for shutdown; once a frame
-/// has begun, timeouts are waited out until `until`, so a frame has the whole I/O timeout
-/// to arrive.
+/// has begun, timeouts are waited out until `until`, which every read that brings bytes
+/// moves to the I/O timeout from then: a frame may fall silent for up to the I/O timeout
+/// at a time, as with the socket's own timeout, however long it takes in all.
 struct Patient<'a> {
     stream: &'a TcpStream,
     until: Option<Instant>,
@@ -171,6 +172,12 @@ impl Read for Patient<'_> {
                         e.kind(),
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) && self.until.is_some_and(|t| Instant::now() < t) => {}
+                Ok(n) => {
+                    if n > 0 && self.until.is_some() {
+                        self.until = Some(Instant::now() + maat_net::IO_TIMEOUT);
+                    }
+                    return Ok(n);
+                }
                 other => return other,
             }
         }
