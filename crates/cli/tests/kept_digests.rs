@@ -55,6 +55,19 @@ fn write(c: &Client, capability: &[u8], object: ObjectId, offset: u64, data: &[u
     assert_eq!(call(c, capability, command), OsdResponse::Ok);
 }
 
+/// Creates /home/erin/obj (one stripe) as `c`: its read-write capability and object.
+fn open_object(c: &Client) -> (Vec<u8>, ObjectId) {
+    let opened = c
+        .open("/home/erin/obj", Access::ReadWrite, Some(0o600))
+        .unwrap();
+    let object = ObjectId {
+        partition: DATA_PARTITION,
+        file: opened.stat.id,
+        stripe: 0,
+    };
+    (opened.capability, object)
+}
+
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().mode() & 0o777
 }
@@ -64,15 +77,7 @@ fn whole_objects_are_read_from_their_kept_digest_and_sealed_files_are_never_writ
     let mut cluster = Cluster::start(1, &[]);
     cluster.add_user("erin", "erin pass", None);
     let erin = cluster.user_client("erin", "erin pass");
-    let opened = erin
-        .open("/home/erin/obj", Access::ReadWrite, Some(0o600))
-        .unwrap();
-    let cap = opened.capability.clone();
-    let object = ObjectId {
-        partition: DATA_PARTITION,
-        file: opened.stat.id,
-        stripe: 0,
-    };
+    let (cap, object) = open_object(&erin);
     // `maat up`'s default method, over a digest.
     let method = maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(&cap)
         .unwrap()
@@ -222,16 +227,9 @@ fn alldata_without_a_digest_is_still_served_and_keeps_no_digest() {
     let cluster = Cluster::start(1, &[]);
     cluster.add_user("erin", "erin pass", None);
     let c = cluster.user_client("erin", "erin pass");
-    let opened = c
-        .open("/home/erin/obj", Access::ReadWrite, Some(0o600))
-        .unwrap();
-    let object = ObjectId {
-        partition: DATA_PARTITION,
-        file: opened.stat.id,
-        stripe: 0,
-    };
+    let (cap, object) = open_object(&c);
     let command = |data: &[u8]| OsdRequest {
-        capability: opened.capability.clone(),
+        capability: cap.clone(),
         command: OsdCommand::Write {
             object,
             offset: 0,
@@ -240,7 +238,7 @@ fn alldata_without_a_digest_is_still_served_and_keeps_no_digest() {
         },
     };
     let read = OsdRequest {
-        capability: opened.capability.clone(),
+        capability: cap.clone(),
         command: OsdCommand::Read {
             object,
             offset: 0,
@@ -264,7 +262,7 @@ fn alldata_without_a_digest_is_still_served_and_keeps_no_digest() {
     let b = content(4, 200 * 1024);
     assert_eq!(raw(&c, &command(&b), current, true), OsdResponse::Ok);
     assert_eq!(mode(&path()), 0o600);
-    assert_eq!(read_all(&c, &opened.capability, object), b);
+    assert_eq!(read_all(&c, &cap, object), b);
     assert_eq!(counter(&c, "osd", KEPT), 0);
 
     // The same write with its data as bulk is sealed, and read under its digest, in
@@ -291,15 +289,7 @@ fn concurrent_replacements_writes_in_place_and_reads_always_verify() {
     let replacer = cluster.user_client("erin", "erin pass");
     let patcher = cluster.user_client("erin", "erin pass");
     let reader = cluster.user_client("erin", "erin pass");
-    let opened = replacer
-        .open("/home/erin/obj", Access::ReadWrite, Some(0o600))
-        .unwrap();
-    let cap = opened.capability.clone();
-    let object = ObjectId {
-        partition: DATA_PARTITION,
-        file: opened.stat.id,
-        stripe: 0,
-    };
+    let (cap, object) = open_object(&replacer);
     write(&replacer, &cap, object, 0, &content(100, LEN), true);
     let done = std::sync::atomic::AtomicBool::new(false);
     /// Stops the reader however the writers end (a failed write must fail the test,
