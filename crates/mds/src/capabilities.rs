@@ -799,7 +799,11 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// A write capability for `uid` on a file just removed (its objects are left to
-    /// delete); not cached, since nobody opens a removed file again.
+    /// delete), and whether it came from the cache: the one cached for this user alone
+    /// on this file alone (usually from the write open that made the file, so its OSDs
+    /// verified it already) while half its lifetime is left, else one signed now and not
+    /// cached, since nobody opens a removed file again. Handing this user back a
+    /// capability it was itself issued authorizes nothing it does not hold already.
     pub(crate) fn removal_capability(
         &self,
         uid: u64,
@@ -807,10 +811,29 @@ impl<S: MetaStore> crate::Mds<S> {
         protection: Protection,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
-    ) -> Result<Vec<u8>> {
-        Ok(self
-            .single_capability(uid, file, Mode::WRITE, protection, now, rng)?
-            .0)
+    ) -> Result<(Vec<u8>, bool)> {
+        let lifetime = self.config.capability_lifetime_millis;
+        let found = {
+            let cache = lock(&self.issuer.capabilities);
+            [Mode::WRITE, Mode::READ_WRITE]
+                .into_iter()
+                .flat_map(|m| [m, m.with(Mode::RANGE_KEYS)])
+                .filter_map(|m| {
+                    cache.get(&(
+                        UserKey::One(uid),
+                        FileKey::One(file),
+                        key_byte(m, protection),
+                    ))
+                })
+                .find(|c| c.expiry.0.saturating_sub(now.0) >= lifetime / 2)
+                .cloned()
+        };
+        if let Some(found) = found {
+            self.hand_out(&found);
+            return Ok((found.encoded, true));
+        }
+        let signed = self.single_capability(uid, file, Mode::WRITE, protection, now, rng)?;
+        Ok((signed.0, false))
     }
 
     /// A capability for one user and one file in `mode`, signed now (never cached or

@@ -318,7 +318,7 @@ impl<S: MetaStore> crate::Mds<S> {
         // The objects of a removed file are the remover's to delete (the unlink was the
         // permission check): in a partition with T10 credentials, write credentials for
         // the OSDs that hold them (SPEC T2: no signature), else a write capability for
-        // this user and file alone.
+        // this user and file alone (the one it was issued for this file, when cached).
         if let Some(t10) = self.removal_credentials(session, who.uid, &inode, now, rng)? {
             return Ok(MdsResponse::Opened {
                 stat,
@@ -328,11 +328,10 @@ impl<S: MetaStore> crate::Mds<S> {
             });
         }
         // NOSEC requests carry no capability: none is signed for them.
-        let capability = match session {
+        let (capability, cached) = match session {
             Some(_) => self.removal_capability(who.uid, inode.id, stat.protection, now, rng)?,
-            None => Vec::new(),
+            None => (Vec::new(), false),
         };
-        let cached = false;
         Ok(MdsResponse::Opened {
             stat,
             capability,

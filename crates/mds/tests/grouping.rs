@@ -1310,3 +1310,61 @@ fn files_of_another_partition_never_join_a_capability() {
     let (_, capability, _) = open_as(&mds, 100, "/hi/b", None, now, &mut rng);
     assert_eq!(authorizations(&mds, &capability, now).1, vec![b]);
 }
+
+/// The capability an unlink answers with (for the file's objects) and whether it came
+/// from the MDS's cache.
+fn unlink_as(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    path: &str,
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> (Vec<u8>, bool) {
+    let request = MdsRequest::Unlink { path: path.into() };
+    match mds.dispatch_as(uid, request, UnixMillis(now), rng).unwrap() {
+        MdsResponse::Opened {
+            capability, cached, ..
+        } => (capability, cached),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_removal_hands_back_the_removers_own_write_capability_and_signs_only_without_one() {
+    let store = MemStore::default();
+    let mds = mds(&store, Strategies::default(), 300_000);
+    seed_users(&store, &[(10, vec![]), (10, vec![])]);
+    let mut rng = ChaCha20Rng::seed_from_u64(62);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+
+    // The put that made the file left its write capability in the cache: the removal
+    // gets that one back, and nothing is signed.
+    let (_, put, _) = open_as(&mds, 100, "/d/a", Some(0o644), now, &mut rng);
+    let before = signatures(&mds);
+    let (removal, cached) = unlink_as(&mds, 100, "/d/a", now + 1, &mut rng);
+    assert!(cached);
+    assert_eq!(removal, put);
+    assert_eq!(signatures(&mds), before);
+
+    // Another user, who may unlink (the directory is writable) but not write the file,
+    // never gets the owner's capability: a fresh one naming it alone, signed now.
+    let (b, put, _) = open_as(&mds, 100, "/d/b", Some(0o644), now, &mut rng);
+    let before = signatures(&mds);
+    let (removal, cached) = unlink_as(&mds, 101, "/d/b", now + 1, &mut rng);
+    assert!(!cached);
+    assert_ne!(removal, put);
+    assert_eq!(signatures(&mds), before + 1);
+    assert_eq!(
+        authorizations(&mds, &removal, now + 1),
+        (vec![101], vec![b], Mode::WRITE)
+    );
+
+    // A cached capability past half its lifetime is not handed out again.
+    let (_, put, _) = open_as(&mds, 100, "/d/c", Some(0o644), now, &mut rng);
+    let before = signatures(&mds);
+    let (removal, cached) = unlink_as(&mds, 100, "/d/c", now + 200_000, &mut rng);
+    assert!(!cached);
+    assert_ne!(removal, put);
+    assert_eq!(signatures(&mds), before + 1);
+}
