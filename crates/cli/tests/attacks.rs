@@ -89,6 +89,7 @@ fn setup(extra: &[&str]) -> Fx {
         .put(&mut &b"file B"[..], 6, "/home/alice/b", &mut |_| {})
         .unwrap();
     alice.chmod("/home/alice/a", 0o644).unwrap();
+    alice.chmod("/home/alice/b", 0o600).unwrap();
     let a = alice.open("/home/alice/a", Access::Read, None).unwrap();
     let b = alice.open("/home/alice/b", Access::Read, None).unwrap();
     let osd_a = alice.place(a.stat.id, 0).unwrap();
@@ -176,13 +177,15 @@ fn a_stolen_capability_is_refused_for_another_user() {
     let Fx {
         cluster: _cluster,
         mut bob,
-        a,
-        osd_a,
+        b,
+        osd_b,
         ..
     } = setup(&[]);
     // 2. A valid capability presented by another user (stolen): bob is not named in it.
+    // (Alice's capability for her private file: one for `a`, which all may read, names
+    // every user under UNIX grouping.)
     assert_eq!(
-        read_with(&mut bob, osd_a, a.capability.clone(), object(&a)).unwrap_err(),
+        read_with(&mut bob, osd_b, b.capability.clone(), object(&b)).unwrap_err(),
         ErrorCode::WrongUser
     );
 
@@ -599,8 +602,9 @@ fn an_expired_capability_is_refused_even_when_cached() {
 }
 
 fn alice_uid(c: &mut Client) -> u64 {
-    // The capability a client holds names its user; read it back from a fresh open.
-    let o = c.open("/home/alice/a", Access::Read, None).unwrap();
+    // The capability a client holds for its private file names its user alone; read it
+    // back from a fresh open.
+    let o = c.open("/home/alice/b", Access::Read, None).unwrap();
     let cap = maat_proto::Unverified::<Capability>::decode(&o.capability).unwrap();
     match cap.unverified_body().users {
         Principals::User(u) => u.0,
@@ -620,4 +624,93 @@ fn osd_address(c: &mut Client, osd: u64) -> String {
 
 fn serde_session(_cluster: &Cluster, c: &mut Client) -> ([u8; 16], [u8; 32]) {
     c.mds_session().unwrap()
+}
+
+/// Alice's reservation in her home: the first id, how many, and the capability.
+fn reserve(c: &mut Client) -> (u64, u64, Vec<u8>) {
+    match c
+        .mds_call(MdsRequest::Reserve {
+            dir: "/home/alice".into(),
+        })
+        .unwrap()
+    {
+        msg::MdsResponse::Reserved {
+            first,
+            count,
+            capability,
+            ..
+        } => (first, u64::from(count), capability),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn write_with(
+    c: &mut Client,
+    capability: &[u8],
+    file: u64,
+    data: &[u8],
+) -> Result<OsdResponse, ErrorCode> {
+    let osd = c.place(file, 0).unwrap();
+    c.osd_call(
+        osd,
+        OsdRequest {
+            capability: capability.to_vec(),
+            command: OsdCommand::Write {
+                object: ObjectId {
+                    partition: DATA_PARTITION,
+                    file,
+                    stripe: 0,
+                },
+                offset: 0,
+                data: data.to_vec(),
+                replace: true,
+            },
+        },
+    )
+    .map_err(|e| e.code().unwrap_or_else(|| panic!("not a refusal: {e}")))
+}
+
+#[test]
+fn a_capability_over_reserved_ids_reaches_them_alone_and_only_its_user_links_them() {
+    let Fx {
+        cluster: _cluster,
+        mut alice,
+        mut bob,
+        a,
+        ..
+    } = setup(&[]);
+    let (first, count, range) = reserve(&mut alice);
+    assert!(write_with(&mut alice, &range, first, b"reserved").is_ok());
+    // Not alice's existing file, nor an id past the block, nor in bob's hands.
+    for outside in [a.stat.id, first + count] {
+        assert_eq!(
+            write_with(&mut alice, &range, outside, b"x"),
+            Err(ErrorCode::WrongFile)
+        );
+    }
+    assert_eq!(
+        write_with(&mut bob, &range, first + 1, b"x"),
+        Err(ErrorCode::WrongUser)
+    );
+    // Only alice links her ids, each once; bob cannot put his name on her data.
+    let link = |c: &mut Client, path: &str, file: u64| {
+        c.mds_call(MdsRequest::Link {
+            path: path.into(),
+            file,
+            size: 8,
+            mode: 0o644,
+        })
+        .map_err(|e| e.code().unwrap_or_else(|| panic!("not a refusal: {e}")))
+    };
+    assert_eq!(
+        link(&mut bob, "/home/bob/stolen", first).unwrap_err(),
+        ErrorCode::PermissionDenied
+    );
+    link(&mut alice, "/home/alice/linked", first).unwrap();
+    assert_eq!(
+        link(&mut alice, "/home/alice/again", first).unwrap_err(),
+        ErrorCode::AlreadyExists
+    );
+    still_serves(&mut alice, "/home/alice/linked", b"reserved");
+    still_serves(&mut alice, "/home/alice/a", b"file A");
 }

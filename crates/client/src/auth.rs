@@ -266,8 +266,10 @@ impl Client {
             opened: Vec::new(),
             stats: self.client_stats(),
         });
-        // Opens were made under the previous login, perhaps as another user.
+        // Opens and reservations were made under the previous login, perhaps as
+        // another user.
         self.opened.lock().clear();
+        self.forget_reserved();
         self.save()
     }
 

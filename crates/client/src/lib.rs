@@ -43,6 +43,7 @@ pub use rekey::RekeyReport;
 pub use shared::IDLE_CONNECTIONS_PER_PEER_MAX;
 pub(crate) use shared::{Locked, Pool};
 mod renewal;
+mod reserved;
 mod transfer;
 mod trees;
 
@@ -184,6 +185,8 @@ pub struct Client {
     /// Held while logging in again, so that threads finding the session gone or near its
     /// end make one login between them (the one lock held across network calls).
     login_turn: Locked<()>,
+    /// File ids reserved for puts, per directory (`reserved`).
+    reserved: Locked<HashMap<String, reserved::Reserved>>,
 }
 
 // Many threads share one client: it must stay `Send + Sync` (a compile-time check).
@@ -240,6 +243,7 @@ impl Client {
             key_prefetch: 0,
             stats: Locked::new(stats),
             login_turn: Locked::default(),
+            reserved: Locked::default(),
         })
     }
 

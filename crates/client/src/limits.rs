@@ -70,3 +70,11 @@ pub const INSECURE_OPEN_CACHED_MS: u64 = 300_000;
 
 /// Most envelope keys kept (one per MDS or OSD session or T10 credential).
 pub const ENVELOPE_KEYS_CACHED_MAX: usize = 1024;
+
+/// Most directories whose reserved file ids a client holds at once (all are forgotten
+/// beyond).
+pub const RESERVED_DIRECTORIES_MAX: usize = 256;
+
+/// How long a client does not ask again for file ids in a directory where the MDS
+/// reserved none.
+pub const RESERVE_RETRY_MILLIS: u64 = 60_000;

@@ -108,6 +108,7 @@ impl Client {
         };
         *self.session.lock() = None;
         self.opened.lock().clear();
+        self.forget_reserved();
         if let Some(h) = &self.home {
             h.remove_session()?;
         }

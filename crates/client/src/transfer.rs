@@ -21,8 +21,35 @@ impl Client {
     }
 
     /// [`Client::put`], choosing whether a new file is encrypted (SPEC H3; `None`: the
-    /// cluster's default). An existing file keeps what it is.
+    /// cluster's default). An existing file keeps what it is. A small new plaintext
+    /// file is stored under a reserved id and then linked (`reserved`).
     pub fn put_with(
+        &self,
+        reader: &mut dyn Read,
+        size: u64,
+        path: &str,
+        encrypt: Option<bool>,
+        progress: Progress<'_>,
+    ) -> Result<FileStat> {
+        if self.may_put_reserved(size, path, encrypt)? {
+            let mut data = vec![0u8; size as usize];
+            reader
+                .read_exact(&mut data)
+                .map_err(|source| ClientError::Io {
+                    what: "reading input".into(),
+                    source,
+                })?;
+            if let Some(stat) = self.put_reserved(&data, path, &mut *progress)? {
+                return Ok(stat);
+            }
+            return self.put_usual(&mut &data[..], size, path, encrypt, progress);
+        }
+        self.put_usual(reader, size, path, encrypt, progress)
+    }
+
+    /// [`Client::put_with`] through an open: the file is created (if new) before its
+    /// data is stored, and its size recorded after.
+    fn put_usual(
         &self,
         reader: &mut dyn Read,
         size: u64,

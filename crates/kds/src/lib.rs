@@ -476,6 +476,14 @@ impl Kds {
         let files = match &capability.files {
             Files::FileTree(root) => Some(self.tree(SetKind::Files, root, &request.trees)?),
             Files::File(_) => None,
+            // Reserved ids are for plaintext puts (`MdsRequest::Reserve`): no file of
+            // them has keys to give under it.
+            Files::Range { .. } => {
+                return Err(refuse(
+                    ErrorCode::WrongFile,
+                    "a capability over reserved file ids gets no keys: open the file",
+                ))
+            }
         };
         capability
             .check_file(sealed.file, files.as_ref())

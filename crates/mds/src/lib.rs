@@ -19,6 +19,7 @@ mod partitions;
 pub mod predict;
 mod renewal;
 mod requests;
+mod reservations;
 mod revocations;
 pub mod store;
 mod t10;
@@ -189,6 +190,8 @@ pub struct Mds<S: MetaStore> {
     /// Jobs and their computation keys (SPEC M10).
     jobs: jobs::Jobs,
     filesets: filesets::FileSets,
+    /// File ids reserved for puts, per user (`MdsRequest::Reserve`).
+    reservations: Mutex<reservations::Reservations>,
     /// Each user's newest login ticket (job leads seal keys to it).
     tickets: Mutex<HashMap<u64, Vec<u8>>>,
     /// SPEC T2, T3: each OSD's T10 keys and the channel key commands travel on.
@@ -348,6 +351,7 @@ impl<S: MetaStore> Mds<S> {
             revocations: revocations::Revocations::default(),
             jobs: jobs::Jobs::default(),
             filesets: filesets::FileSets::default(),
+            reservations: Mutex::default(),
             tickets: Mutex::new(HashMap::new()),
             write: Mutex::new(()),
             store,
@@ -378,6 +382,12 @@ impl<S: MetaStore> Mds<S> {
     /// Allocates the next id of counter `name`, counting allocations already pending in
     /// `batch` (one batch may allocate several ids, e.g. `mkdir -p`).
     fn next_id(&self, name: &str, batch: &mut Batch) -> Result<u64> {
+        self.next_ids(name, 1, batch)
+    }
+
+    /// Allocates `count` consecutive ids of counter `name` (see [`Self::next_id`]); the
+    /// first of them.
+    fn next_ids(&self, name: &str, count: u64, batch: &mut Batch) -> Result<u64> {
         let pending = batch.0.iter().rev().find_map(|op| match op {
             Op::PutMeta(k, v) if k == name => Some(v.clone()),
             _ => None,
@@ -393,10 +403,10 @@ impl<S: MetaStore> Mds<S> {
             ),
             None => 2,
         };
-        batch.push(Op::PutMeta(
-            name.into(),
-            (current + 1).to_be_bytes().to_vec(),
-        ));
+        let next = current
+            .checked_add(count)
+            .ok_or_else(|| StoreError(format!("meta {name} would overflow")))?;
+        batch.push(Op::PutMeta(name.into(), next.to_be_bytes().to_vec()));
         Ok(current)
     }
 

@@ -106,3 +106,13 @@ pub(crate) const COOKIE_SLOT_MILLIS: u64 = 30_000;
 
 /// A gathering batch closes once it has not grown for this long (or at the gather window).
 pub const BATCH_QUIET_MICROS: u64 = 300;
+
+/// File ids one `Reserve` hands out (one signature for this many puts of new files).
+pub const RESERVED_IDS_PER_REQUEST: u32 = 64;
+
+/// Most reservations kept per user (its oldest is forgotten beyond: links of its ids
+/// are then refused, and those puts go the usual way).
+pub const RESERVATIONS_PER_USER_MAX: usize = 16;
+
+/// Most reservations kept in all (expired ones are dropped first; beyond, `Busy`).
+pub const RESERVATIONS_MAX: usize = 65_536;

@@ -13,8 +13,8 @@ use maat_proto::UnixMillis;
 pub use maat_proto::limits::FILE_BYTES_MAX;
 
 const READ: u16 = 4;
-const WRITE: u16 = 2;
-const EXEC: u16 = 1;
+pub(crate) const WRITE: u16 = 2;
+pub(crate) const EXEC: u16 = 1;
 
 /// Checks a single name (user, group or path component).
 pub(crate) fn check_name(name: &str) -> Result<()> {
@@ -53,7 +53,34 @@ fn allowed(who: &Principal, inode: &Inode, want: u16) -> bool {
     crate::grouping::permits(who.uid, &who.gids, inode.into(), want)
 }
 
-fn require(who: &Principal, inode: &Inode, want: u16, what: &str) -> Result<()> {
+/// A new, empty entry `id` of `who` in `parent` (in `partition`, else the parent's).
+pub(crate) fn fresh_inode(
+    id: u64,
+    who: &Principal,
+    parent: &Inode,
+    is_dir: bool,
+    mode: u16,
+    partition: Option<u64>,
+    now: UnixMillis,
+) -> Inode {
+    // New entries take the caller's primary group (BSD semantics would take the
+    // parent's; we follow Linux without setgid).
+    let gid = who.gids.first().copied().unwrap_or(parent.gid);
+    Inode {
+        id,
+        is_dir,
+        mode: mode & 0o777,
+        uid: who.uid,
+        gid,
+        size: 0,
+        mtime: now.0,
+        partition: partition.unwrap_or(parent.partition),
+        crypt: None,
+        key_grants: Vec::new(),
+    }
+}
+
+pub(crate) fn require(who: &Principal, inode: &Inode, want: u16, what: &str) -> Result<()> {
     if allowed(who, inode, want) {
         Ok(())
     } else {
@@ -106,7 +133,7 @@ impl<S: MetaStore> crate::Mds<S> {
 
     /// Resolves the parent directory of `path` and the last name; requires the parent to
     /// be a directory the caller may search.
-    fn parent_of<'p>(&self, who: &Principal, path: &'p str) -> Result<(Inode, &'p str)> {
+    pub(crate) fn parent_of<'p>(&self, who: &Principal, path: &'p str) -> Result<(Inode, &'p str)> {
         let parts = components(path)?;
         let (last, init) = parts.split_last().ok_or_else(|| {
             MdsError::refused(ErrorCode::InvalidArgument, "the root has no parent")
@@ -186,21 +213,8 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         batch: &mut Batch,
     ) -> Result<Inode> {
-        // New entries take the caller's primary group (BSD semantics would take the
-        // parent's; we follow Linux without setgid).
-        let gid = who.gids.first().copied().unwrap_or(parent.gid);
-        Ok(Inode {
-            id: self.next_id("next_inode", batch)?,
-            is_dir,
-            mode: mode & 0o777,
-            uid: who.uid,
-            gid,
-            size: 0,
-            mtime: now.0,
-            partition: partition.unwrap_or(parent.partition),
-            crypt: None,
-            key_grants: Vec::new(),
-        })
+        let id = self.next_id("next_inode", batch)?;
+        Ok(fresh_inode(id, who, parent, is_dir, mode, partition, now))
     }
 
     pub(crate) fn mkdir(

@@ -217,6 +217,13 @@ impl<S: MetaStore> Mds<S> {
             } => self.mkdir(who, &path, mode, parents, partition.as_deref(), now),
             MdsRequest::Rmdir { path } => self.remove(who, &path, true, session, now, rng),
             MdsRequest::Unlink { path } => self.remove(who, &path, false, session, now, rng),
+            MdsRequest::Reserve { dir } => self.reserve(who, &dir, session, now, rng),
+            MdsRequest::Link {
+                path,
+                file,
+                size,
+                mode,
+            } => self.link(who, &path, file, size, mode, now),
             MdsRequest::Open {
                 path,
                 access,

@@ -214,6 +214,7 @@ fn authorizations(mds: &Mds<&MemStore>, capability: &[u8], now: u64) -> (Vec<u64
     let files = match cap.files {
         Files::File(f) => vec![f.0],
         Files::FileTree(root) => members(mds, SetKind::Files, root, now),
+        Files::Range { first, count } => (first.0..first.0 + u64::from(count)).collect(),
     };
     (users, files, cap.mode)
 }
@@ -1367,4 +1368,198 @@ fn a_removal_hands_back_the_removers_own_write_capability_and_signs_only_without
     assert!(!cached);
     assert_ne!(removal, put);
     assert_eq!(signatures(&mds), before + 1);
+}
+
+fn reserve_as(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    dir: &str,
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> Result<(u64, u32, Vec<u8>), ErrorCode> {
+    let request = MdsRequest::Reserve { dir: dir.into() };
+    match mds.dispatch_as(uid, request, UnixMillis(now), rng) {
+        Ok(MdsResponse::Reserved {
+            first,
+            count,
+            capability,
+            ..
+        }) => Ok((first, count, capability)),
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => Err(e.code),
+    }
+}
+
+fn link_as(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    path: &str,
+    file: u64,
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> Result<maat_proto::msg::FileStat, ErrorCode> {
+    let request = MdsRequest::Link {
+        path: path.into(),
+        file,
+        size: 10,
+        mode: 0o640,
+    };
+    match mds.dispatch_as(uid, request, UnixMillis(now), rng) {
+        Ok(MdsResponse::Stat(stat)) => Ok(stat),
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => Err(e.code),
+    }
+}
+
+#[test]
+fn reserved_ids_link_once_for_their_user_in_their_partition_before_expiry() {
+    let store = MemStore::default();
+    let lifetime = 300_000;
+    let mds = mds(&store, Strategies::default(), lifetime);
+    seed_users(&store, &[(10, vec![]), (10, vec![])]);
+    let mut rng = ChaCha20Rng::seed_from_u64(63);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+
+    // One signature for the block: a read-write capability naming this user and the
+    // reserved ids alone, in the partition's method, verified by the MDS's key.
+    let before = signatures(&mds);
+    let (first, count, capability) = reserve_as(&mds, 100, "/d", now, &mut rng).unwrap();
+    assert_eq!(signatures(&mds), before + 1);
+    assert_eq!(count, 64);
+    let cap = Unverified::<Capability>::decode(&capability)
+        .unwrap()
+        .verify(
+            &maat_crypto::sign::VerifyingKey::from_bytes(&mds.verifying_key()).unwrap(),
+            UnixMillis(now),
+        )
+        .unwrap()
+        .body()
+        .clone();
+    assert_eq!(cap.users, Principals::User(maat_proto::ids::UserId(100)));
+    assert_eq!(
+        cap.files,
+        Files::Range {
+            first: maat_proto::ids::FileId(first),
+            count
+        }
+    );
+    assert_eq!(cap.mode, Mode::READ_WRITE);
+    assert_eq!(cap.expiry, UnixMillis(now + lifetime));
+    // The counter moved past the block: nobody else gets these ids.
+    let (other, _, _) = open_as(&mds, 101, "/d/other", Some(0o644), now, &mut rng);
+    assert!(other >= first + u64::from(count));
+
+    // A link makes the file, with the reserved id and the size, and signs nothing.
+    let before = signatures(&mds);
+    let stat = link_as(&mds, 100, "/d/x", first, now + 1, &mut rng).unwrap();
+    assert_eq!((stat.id, stat.size, stat.mode), (first, 10, 0o640));
+    assert_eq!(stat.owner, "u0");
+    assert_eq!(signatures(&mds), before);
+    let at = |path: &str, rng: &mut ChaCha20Rng| match mds.dispatch_as(
+        100,
+        MdsRequest::Stat { path: path.into() },
+        UnixMillis(now + 1),
+        rng,
+    ) {
+        Ok(MdsResponse::Stat(s)) => s.id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(at("/d/x", &mut rng), first);
+
+    // Refused: the same id again (a replayed link), an existing path (the id stays
+    // linkable), another user's id, an id past the block, and after the expiry.
+    assert_eq!(
+        link_as(&mds, 100, "/d/y", first, now + 1, &mut rng),
+        Err(ErrorCode::AlreadyExists)
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/d/x", first + 1, now + 1, &mut rng),
+        Err(ErrorCode::AlreadyExists)
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/d/y", first + 1, now + 1, &mut rng)
+            .unwrap()
+            .id,
+        first + 1
+    );
+    assert_eq!(
+        link_as(&mds, 101, "/d/z", first + 2, now + 1, &mut rng),
+        Err(ErrorCode::PermissionDenied)
+    );
+    assert_eq!(
+        link_as(
+            &mds,
+            100,
+            "/d/z",
+            first + u64::from(count),
+            now + 1,
+            &mut rng
+        ),
+        Err(ErrorCode::PermissionDenied)
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/d/z", first + 2, now + lifetime, &mut rng),
+        Err(ErrorCode::PermissionDenied)
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/d/z", first + 2, now + 2, &mut rng)
+            .unwrap()
+            .id,
+        first + 2
+    );
+
+    // No reservation where the user may not create files, none in a partition with
+    // T10 credentials, and no link into a directory of another partition.
+    let admin = |r: MdsRequest, rng: &mut ChaCha20Rng| {
+        mds.dispatch_as(ADMIN_UID, r, UnixMillis(now), rng).unwrap()
+    };
+    let mkdir = |path: &str, mode: u16, partition: Option<&str>| MdsRequest::Mkdir {
+        path: path.into(),
+        mode,
+        parents: false,
+        partition: partition.map(Into::into),
+    };
+    admin(mkdir("/ro", 0o755, None), &mut rng);
+    assert_eq!(
+        reserve_as(&mds, 100, "/ro", now, &mut rng),
+        Err(ErrorCode::PermissionDenied)
+    );
+    admin(
+        MdsRequest::PartitionCreate {
+            name: "hi".into(),
+            protection: maat_proto::protection::Protection::Confidential,
+        },
+        &mut rng,
+    );
+    admin(mkdir("/hi", 0o777, Some("hi")), &mut rng);
+    assert_eq!(
+        link_as(&mds, 100, "/hi/z", first + 3, now + 2, &mut rng),
+        Err(ErrorCode::InvalidArgument)
+    );
+    let (hi, _, capability) = reserve_as(&mds, 100, "/hi", now, &mut rng).unwrap();
+    assert_eq!(
+        Unverified::<Capability>::decode(&capability)
+            .unwrap()
+            .unverified_body()
+            .protection,
+        maat_proto::protection::Protection::Confidential
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/hi/z", hi, now + 2, &mut rng)
+            .unwrap()
+            .id,
+        hi
+    );
+    admin(
+        MdsRequest::PartitionSetCredentials {
+            name: "hi".into(),
+            credentials: maat_proto::msg::Credentials::T10,
+        },
+        &mut rng,
+    );
+    assert_eq!(
+        reserve_as(&mds, 100, "/hi", now, &mut rng),
+        Err(ErrorCode::InvalidArgument)
+    );
 }

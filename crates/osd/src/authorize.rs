@@ -78,7 +78,7 @@ impl OsdCore {
         }
         let file_tree = match &capability.files {
             Files::FileTree(root) => Some(self.tree(root, "file")?),
-            Files::File(_) => None,
+            Files::File(_) | Files::Range { .. } => None,
         };
         capability
             .check_file(FileId(object.file), file_tree.as_deref())

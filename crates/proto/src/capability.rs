@@ -31,6 +31,15 @@ pub enum Files {
     File(FileId),
     /// The files of the Merkle tree with this root.
     FileTree(Digest),
+    /// The file ids `first .. first + count`, reserved for the user it names before any
+    /// of them is a file (`MdsRequest::Reserve`): its puts store their data under them
+    /// first and link a path to each after (`MdsRequest::Link`).
+    Range {
+        /// The first id.
+        first: FileId,
+        /// How many ids (at least one).
+        count: u32,
+    },
 }
 
 /// Access mode bits.
@@ -119,6 +128,30 @@ fn read_id(field: &[u8; 32]) -> Result<u64> {
     Ok(u64::from_be_bytes(id))
 }
 
+/// A range's 32-byte field: first id and count (8 bytes each, big-endian), 16 zero
+/// bytes. A count of zero, or a range past the last id, is refused.
+fn read_range(field: &[u8; 32]) -> Result<Files> {
+    let malformed = |reason| ProtoError::Malformed {
+        what: "capability",
+        reason,
+    };
+    let (first, rest) = field.split_at(8);
+    let (count, pad) = rest.split_at(8);
+    if pad.iter().any(|b| *b != 0) {
+        return Err(malformed("non-zero padding after file range"));
+    }
+    let first = u64::from_be_bytes(first.try_into().map_err(|_| malformed("file range"))?);
+    let count = u64::from_be_bytes(count.try_into().map_err(|_| malformed("file range"))?);
+    let count = u32::try_from(count)
+        .ok()
+        .filter(|c| *c > 0 && first.checked_add(u64::from(*c)).is_some())
+        .ok_or_else(|| malformed("empty or overflowing file range"))?;
+    Ok(Files::Range {
+        first: FileId(first),
+        count,
+    })
+}
+
 /// NOSEC never has a capability; the others in the mode byte's high nibble.
 fn protection_nibble(p: Protection) -> u8 {
     match p {
@@ -150,6 +183,12 @@ impl Body for Capability {
         match &self.files {
             Files::File(f) => write_id_or_digest(w, 1, Some(f.0), None),
             Files::FileTree(d) => write_id_or_digest(w, 2, None, Some(d)),
+            Files::Range { first, count } => {
+                w.u8(3)
+                    .u64(first.0)
+                    .u64(u64::from(*count))
+                    .bytes(&[0u8; 16]);
+            }
         }
         w.u64(self.id.0)
             .u8(self.mode.0 | (protection_nibble(self.protection) << 4))
@@ -175,6 +214,7 @@ impl Body for Capability {
         let files = match files_tag {
             1 => Files::File(FileId(read_id(&files_field)?)),
             2 => Files::FileTree(files_field),
+            3 => read_range(&files_field)?,
             _ => {
                 return Err(ProtoError::Malformed {
                     what: "capability",
@@ -240,6 +280,15 @@ impl Capability {
                 tree,
                 "file not in capability's file set",
             ),
+            Files::Range { first, count } => {
+                if file.0 >= first.0 && file.0 - first.0 < u64::from(*count) {
+                    Ok(())
+                } else {
+                    Err(ProtoError::PermissionDenied {
+                        reason: "object belongs to a file outside capability's id range",
+                    })
+                }
+            }
         }
     }
 

@@ -117,6 +117,52 @@ fn capability_names_user_and_file_confused_deputy_refused() {
 }
 
 #[test]
+fn a_range_capability_covers_its_ids_alone_and_malformed_ranges_do_not_decode() {
+    let k = keys();
+    let range = Files::Range {
+        first: FileId(1_000),
+        count: 64,
+    };
+    let token = signed::sign(capability(Principals::User(USER), range), &k.mds);
+    let cap = Unverified::<Capability>::decode(token.encoded())
+        .unwrap()
+        .verify(&mds_key(), NOW)
+        .unwrap();
+    cap.check_file(FileId(1_000), None).unwrap();
+    cap.check_file(FileId(1_063), None).unwrap();
+    for outside in [0, 999, 1_064, u64::MAX] {
+        assert!(matches!(
+            cap.check_file(FileId(outside), None),
+            Err(ProtoError::PermissionDenied { .. })
+        ));
+    }
+    // The files field: tag 3, first id, count, 16 zero bytes. A count of zero, one
+    // past the last id, and non-zero padding are refused before any signature check.
+    let at = 1 + 1 + 1 + 32; // version, kind, users tag and field
+    let field = "03 00000000000003e8 0000000000000040 00000000000000000000000000000000";
+    assert_eq!(
+        token.encoded()[at..at + 33]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        field.replace(' ', "")
+    );
+    let bad = |edit: &dyn Fn(&mut [u8])| {
+        let mut bytes = token.encoded().to_vec();
+        edit(&mut bytes[at + 1..at + 33]);
+        Unverified::<Capability>::decode(&bytes).unwrap_err()
+    };
+    for e in [
+        bad(&|f| f[8..16].copy_from_slice(&0u64.to_be_bytes())),
+        bad(&|f| f[0..8].copy_from_slice(&u64::MAX.to_be_bytes())),
+        bad(&|f| f[8..16].copy_from_slice(&(1u64 << 32).to_be_bytes())),
+        bad(&|f| f[31] = 1),
+    ] {
+        assert!(matches!(e, ProtoError::Malformed { .. }), "{e:?}");
+    }
+}
+
+#[test]
 fn merkle_capability_needs_the_matching_tree() {
     let cap = Unverified::<Capability>::decode(&fixture("capability_merkle"))
         .unwrap()

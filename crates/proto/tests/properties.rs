@@ -31,7 +31,11 @@ fn principals() -> impl Strategy<Value = Principals> {
 fn files() -> impl Strategy<Value = Files> {
     prop_oneof![
         any::<u64>().prop_map(|f| Files::File(FileId(f))),
-        any::<[u8; 32]>().prop_map(Files::FileTree)
+        any::<[u8; 32]>().prop_map(Files::FileTree),
+        (any::<u64>(), 1..=u32::MAX).prop_map(|(f, count)| Files::Range {
+            first: FileId(f.min(u64::MAX - u64::from(count))),
+            count
+        })
     ]
 }
 

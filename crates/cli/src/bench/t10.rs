@@ -5,8 +5,10 @@
 //!
 //! Per cluster (OSD count) and method, two partitions: one whose opens get MDS-signed
 //! capabilities (`maat`), one whose opens get a T10 credential per OSD (`t10`). Rows:
-//! * `open+write` / `open+read`: a put and a get of a new small file (an open each: the
-//!   MDS signs a capability for the first, or issues credentials);
+//! * `open+write` / `open+read`: a put and a get of a new small file (in a Maat
+//!   partition the put stores under a reserved id and links it, one signed capability per
+//!   64 puts, and the get's open is signed; in a T10 partition an open each, with
+//!   credentials);
 //! * `seq write` / `seq read` / `rand write` / `rand read`: I/Os of SIZE bytes inside one
 //!   open file (the per-I/O path: session MAC vs capability-key MAC);
 //! * `mkdir`, `readdir`, `rmdir`, `create` (an open that creates, no data), `rm`: the MDS

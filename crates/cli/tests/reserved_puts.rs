@@ -1,0 +1,123 @@
+//! Small new files stored under reserved ids, then linked (`MdsRequest::Reserve`,
+//! `Link`): one signature per 64 puts, the data reads back through other clients, and a
+//! put to an existing path goes through an open without leaving an object behind.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::{counter, Cluster};
+use maat_proto::capability::{Capability, Files};
+use maat_proto::msg::Access;
+use maat_proto::signed::Unverified;
+use std::path::Path;
+
+fn files_under(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| {
+                    let path = e.unwrap().path();
+                    if path.is_dir() {
+                        files_under(&path)
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn small_new_files_cost_one_signature_per_reservation_and_read_back() {
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("alice", "alice passphrase", None);
+    let admin = cluster.admin_client();
+    let alice = cluster.user_client("alice", "alice passphrase");
+    let files: Vec<Vec<u8>> = (0..100usize)
+        .map(|i| format!("file {i} ").repeat(i + 1).into_bytes())
+        .collect();
+    // The first put reserves 64 ids (and meets the OSD: a session, which the MDS may
+    // sign a ticket for); the next 100 use its other 63 and 37 of one more block.
+    alice
+        .put(&mut &b"first"[..], 5, "/home/alice/first", &mut |_| {})
+        .unwrap();
+    let signed = counter(&admin, "mds", "signatures_made");
+    let verified = counter(&admin, "osd", "signatures_verified");
+    for (i, data) in files.iter().enumerate() {
+        let stat = alice
+            .put(
+                &mut &data[..],
+                data.len() as u64,
+                &format!("/home/alice/f{i}"),
+                &mut |_| {},
+            )
+            .unwrap();
+        assert_eq!(stat.size, data.len() as u64);
+    }
+    // One more block: one signature, verified once. (Through opens, 100 puts cost 100
+    // signatures and 100 verifications.) The MDS also signs its answers to the
+    // daemons' revocation polls meanwhile, so its count is a bound; the capabilities
+    // alice holds for her files say exactly what was issued.
+    assert!(counter(&admin, "mds", "signatures_made") - signed <= 3);
+    assert_eq!(counter(&admin, "osd", "signatures_verified") - verified, 1);
+    let mut held = std::collections::BTreeMap::new();
+    for i in 0..files.len() {
+        let opened = alice
+            .open(&format!("/home/alice/f{i}"), Access::Read, None)
+            .unwrap();
+        let cap = Unverified::<Capability>::decode(&opened.capability)
+            .unwrap()
+            .unverified_body()
+            .clone();
+        let Files::Range { first, count } = cap.files else {
+            panic!("f{i}: {:?}", cap.files)
+        };
+        assert!(opened.stat.id >= first.0 && opened.stat.id < first.0 + u64::from(count));
+        *held.entry(cap.id).or_insert(0) += 1;
+    }
+    let mut shares: Vec<u32> = held.into_values().collect();
+    shares.sort_unstable();
+    assert_eq!(shares, [37, 63]);
+    // Another client of alice's (no kept opens) reads every file back.
+    let again = cluster.user_client("alice", "alice passphrase");
+    for (i, data) in files.iter().enumerate() {
+        let path = format!("/home/alice/f{i}");
+        assert_eq!(again.stat(&path).unwrap().size, data.len() as u64);
+        let mut out = Vec::new();
+        again.get(&path, &mut out, &mut |_| {}).unwrap();
+        assert_eq!(&out, data, "{path}");
+    }
+}
+
+#[test]
+fn a_put_to_an_existing_path_goes_through_an_open_and_leaves_no_object_behind() {
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("alice", "alice passphrase", None);
+    let alice = cluster.user_client("alice", "alice passphrase");
+    let first = alice
+        .put(&mut &b"first"[..], 5, "/home/alice/x", &mut |_| {})
+        .unwrap();
+    let objects = cluster.data().join("osd-1/objects");
+    assert_eq!(files_under(&objects), 1);
+    // A second client holds no open of x: it tries a reserved id, the link is refused,
+    // its object goes, and the put overwrites x through an open.
+    let other = cluster.user_client("alice", "alice passphrase");
+    let second = other
+        .put(&mut &b"second!"[..], 7, "/home/alice/x", &mut |_| {})
+        .unwrap();
+    assert_eq!(second.id, first.id);
+    let mut out = Vec::new();
+    alice.forget_opens();
+    alice.get("/home/alice/x", &mut out, &mut |_| {}).unwrap();
+    assert_eq!(out, b"second!");
+    assert_eq!(
+        files_under(&objects),
+        1,
+        "an object was left under a reserved id"
+    );
+}

@@ -1,0 +1,237 @@
+//! File ids reserved for puts: a user's client asks for a block of ids once
+//! (`MdsRequest::Reserve`, one signed capability over them all, `Files::Range`), stores
+//! each new file's data under one of them, then links a path to it with its size
+//! (`MdsRequest::Link`). A put of a new file is then one MDS round trip and one commit
+//! after its data is durable, and no signature, where an open that creates, the writes
+//! and a size cost two round trips, two commits and a signature. A file appears only
+//! once its data is stored.
+//!
+//! The capability names ids no file has yet, reserved to its one user: nobody else can
+//! be given them (the id counter moved past them, durably, before the answer), so it
+//! authorizes access to no file of anyone else. Reservations live in memory: one the MDS
+//! forgot (a restart, the bounds below) makes its links refused, and those puts go the
+//! usual way; its ids are never handed out again.
+
+use crate::namespace::{fresh_inode, require, EXEC, WRITE};
+use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result, CLOCK_SKEW_MILLIS};
+use maat_crypto::CryptoRngCore;
+use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::ids::{CapabilityId, FileId, UserId};
+use maat_proto::msg::{Credentials, ErrorCode, MdsResponse};
+use maat_proto::signed;
+use maat_proto::UnixMillis;
+use std::collections::HashMap;
+
+pub use crate::limits::{RESERVATIONS_MAX, RESERVATIONS_PER_USER_MAX, RESERVED_IDS_PER_REQUEST};
+
+/// One block of ids reserved to a user.
+struct Reservation {
+    first: u64,
+    count: u32,
+    /// The partition whose directories may link them (the capability carries its
+    /// method).
+    partition: u64,
+    expiry: UnixMillis,
+    /// Ids of the block linked already, one bit each.
+    linked: Vec<u64>,
+}
+
+impl Reservation {
+    fn holds(&self, id: u64) -> Option<usize> {
+        let offset = id.checked_sub(self.first)?;
+        (offset < u64::from(self.count)).then_some(offset as usize)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Reservations {
+    by_user: HashMap<u64, Vec<Reservation>>,
+    total: usize,
+}
+
+impl Reservations {
+    fn sweep(&mut self, now: UnixMillis) {
+        self.by_user.retain(|_, list| {
+            list.retain(|r| r.expiry > now);
+            !list.is_empty()
+        });
+        self.total = self.by_user.values().map(Vec::len).sum();
+    }
+
+    fn add(&mut self, uid: u64, r: Reservation, now: UnixMillis) -> Result<()> {
+        if self.total >= RESERVATIONS_MAX {
+            self.sweep(now);
+            if self.total >= RESERVATIONS_MAX {
+                return Err(MdsError::refused(
+                    ErrorCode::Busy,
+                    "too many file ids reserved: put files the usual way",
+                ));
+            }
+        }
+        let list = self.by_user.entry(uid).or_default();
+        list.retain(|r| r.expiry > now);
+        if list.len() >= RESERVATIONS_PER_USER_MAX {
+            list.remove(0);
+        }
+        list.push(r);
+        self.total = self.by_user.values().map(Vec::len).sum();
+        Ok(())
+    }
+}
+
+fn not_reserved(why: &str) -> MdsError {
+    MdsError::refused(
+        ErrorCode::PermissionDenied,
+        format!("file id not reserved to this user: {why}; put the file the usual way"),
+    )
+}
+
+impl<S: MetaStore> crate::Mds<S> {
+    /// `Reserve`: a block of ids for `who`'s puts in `dir`'s partition and, for a
+    /// session, one read-write capability over them in that partition's method.
+    pub(crate) fn reserve(
+        &self,
+        who: &Principal,
+        dir: &str,
+        session: Option<&[u8; 16]>,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let inode = self.resolve(who, dir)?;
+        if !inode.is_dir {
+            return Err(MdsError::refused(ErrorCode::NotADirectory, dir.to_string()));
+        }
+        require(who, &inode, WRITE | EXEC, dir)?;
+        let partition = self.partition(inode.partition)?;
+        if partition.credentials == Credentials::T10 {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "a partition with T10 credentials reserves no file ids: put files the usual way",
+            ));
+        }
+        if self.user_revoked(who.uid, now)? {
+            return Err(MdsError::refused(
+                ErrorCode::Revoked,
+                "this user's capabilities are revoked for now (maat admin revoke)",
+            ));
+        }
+        let count = RESERVED_IDS_PER_REQUEST;
+        let mut batch = Batch::default();
+        let first = self.next_ids("next_inode", u64::from(count), &mut batch)?;
+        let expiry = now.plus_millis(self.config.capability_lifetime_millis);
+        let capability = match session {
+            Some(_) => signed::sign(
+                Capability {
+                    users: Principals::User(UserId(who.uid)),
+                    files: Files::Range {
+                        first: FileId(first),
+                        count,
+                    },
+                    id: CapabilityId(rng.next_u64()),
+                    mode: Mode::READ_WRITE,
+                    protection: partition.protection,
+                    start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
+                    expiry,
+                },
+                &self.signing,
+            )
+            .encoded()
+            .to_vec(),
+            None => Vec::new(),
+        };
+        // The counter moves past the block (made durable before the answer) before
+        // anyone can link an id of it.
+        self.store.commit_deferred(batch)?;
+        lock(&self.reservations).add(
+            who.uid,
+            Reservation {
+                first,
+                count,
+                partition: inode.partition,
+                expiry,
+                linked: vec![0; (count as usize).div_ceil(64)],
+            },
+            now,
+        )?;
+        Ok(MdsResponse::Reserved {
+            first,
+            count,
+            protection: partition.protection,
+            capability,
+            expiry,
+        })
+    }
+
+    /// `Link`: the file `path` with reserved id `file` and `size`, once.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn link(
+        &self,
+        who: &Principal,
+        path: &str,
+        file: u64,
+        size: u64,
+        mode: u16,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        if size > crate::FILE_BYTES_MAX {
+            return Err(MdsError::refused(
+                ErrorCode::TooLarge,
+                format!("files hold at most {} bytes", crate::FILE_BYTES_MAX),
+            ));
+        }
+        let _guard = lock(&self.write);
+        let (parent, name) = self.parent_of(who, path)?;
+        require(who, &parent, WRITE | EXEC, path)?;
+        if self.store.lookup(parent.id, name)?.is_some() {
+            return Err(MdsError::refused(
+                ErrorCode::AlreadyExists,
+                path.to_string(),
+            ));
+        }
+        {
+            let mut table = lock(&self.reservations);
+            let list = table
+                .by_user
+                .get_mut(&who.uid)
+                .ok_or_else(|| not_reserved("this user holds no reservation"))?;
+            let r = list
+                .iter_mut()
+                .find(|r| r.holds(file).is_some())
+                .ok_or_else(|| not_reserved("in none of this user's reservations"))?;
+            if r.expiry <= now {
+                return Err(not_reserved("its reservation expired"));
+            }
+            if r.partition != parent.partition {
+                return Err(MdsError::refused(
+                    ErrorCode::InvalidArgument,
+                    "the file id was reserved for another partition: put the file the usual way",
+                ));
+            }
+            let offset = r.holds(file).unwrap_or_default();
+            let (word, bit) = (offset / 64, 1u64 << (offset % 64));
+            let slot = r
+                .linked
+                .get_mut(word)
+                .ok_or_else(|| not_reserved("out of its reservation"))?;
+            if *slot & bit != 0 {
+                return Err(MdsError::refused(
+                    ErrorCode::AlreadyExists,
+                    "this reserved file id is linked already",
+                ));
+            }
+            *slot |= bit;
+        }
+        let mut inode = fresh_inode(file, who, &parent, false, mode, None, now);
+        inode.size = size;
+        let mut batch = Batch::default();
+        batch.push(Op::PutEntry {
+            parent: parent.id,
+            name: name.to_string(),
+            child: inode.id,
+        });
+        batch.push(Op::PutInode(inode.clone()));
+        self.store.commit_deferred(batch)?;
+        Ok(MdsResponse::Stat(self.stat_of(&inode)?))
+    }
+}
