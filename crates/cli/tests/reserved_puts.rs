@@ -121,3 +121,57 @@ fn a_put_to_an_existing_path_goes_through_an_open_and_leaves_no_object_behind() 
         "an object was left under a reserved id"
     );
 }
+
+#[test]
+fn small_encrypted_files_link_with_their_lockbox_and_read_back_through_the_kds() {
+    let cluster = Cluster::start_encrypting(1, &[]);
+    cluster.add_user("alice", "alice passphrase", None);
+    let alice = cluster.user_client("alice", "alice passphrase");
+    let secret = b"a secret that never reaches an OSD in clear".repeat(10);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let path = format!("/home/alice/s{i}");
+        let stat = alice
+            .put(&mut &secret[..], secret.len() as u64, &path, &mut |_| {})
+            .unwrap();
+        assert!(stat.encrypted, "{path}");
+        ids.push(stat.id);
+        // Stored under a reserved id: the capability alice keeps names a range.
+        let opened = alice.open(&path, Access::Read, None).unwrap();
+        let cap = Unverified::<Capability>::decode(&opened.capability).unwrap();
+        assert!(matches!(cap.unverified_body().files, Files::Range { .. }));
+        // The method of encrypted files here (the partition has ALLDATA).
+        assert_eq!(
+            cap.unverified_body().protection,
+            maat_proto::protection::Protection::CmdRsp
+        );
+    }
+    assert_eq!(ids.windows(2).filter(|w| w[1] == w[0] + 1).count(), 2);
+    // Another client of alice's asks the MDS and the KDS, and decrypts.
+    let again = cluster.user_client("alice", "alice passphrase");
+    for i in 0..3 {
+        let mut out = Vec::new();
+        again
+            .get(&format!("/home/alice/s{i}"), &mut out, &mut |_| {})
+            .unwrap();
+        assert_eq!(out, secret);
+    }
+    // The OSD holds ciphertext only.
+    let mut clear = 0;
+    let mut stack = vec![cluster.data().join("osd-1/objects")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .unwrap()
+                .windows(16)
+                .any(|w| w == &secret[..16])
+            {
+                clear += 1;
+            }
+        }
+    }
+    assert_eq!(clear, 0);
+}

@@ -185,8 +185,9 @@ pub struct Client {
     /// Held while logging in again, so that threads finding the session gone or near its
     /// end make one login between them (the one lock held across network calls).
     login_turn: Locked<()>,
-    /// File ids reserved for puts, per directory (`reserved`).
-    reserved: Locked<HashMap<String, reserved::Reserved>>,
+    /// File ids reserved for puts, per directory and for plain or encrypted files
+    /// (`reserved`).
+    reserved: Locked<HashMap<(String, bool), reserved::Reserved>>,
 }
 
 // Many threads share one client: it must stay `Send + Sync` (a compile-time check).

@@ -4,8 +4,9 @@
 //! MDS round trip and no signature per put, where an open that creates and a size take
 //! two round trips and a signature; and the file appears only once its data is stored.
 //!
-//! Taken for a plaintext put of fewer bytes than a stripe to a path this client has no
-//! open of. When the path exists (`AlreadyExists`) or the MDS forgot the reservation,
+//! Taken for a put of fewer bytes than a stripe to a path this client has no open of; an
+//! encrypted one makes the file's first lockbox here and links with it (`LinkSealed`),
+//! as a put through `OpenSealed` records it with the size. When the path exists (`AlreadyExists`) or the MDS forgot the reservation,
 //! the object written is removed and the put goes the usual way; a directory where the
 //! MDS reserves nothing (a partition with T10 credentials, no right to create) is not
 //! asked again for [`RESERVE_RETRY_MILLIS`].
@@ -41,45 +42,45 @@ fn directory_of(path: &str) -> &str {
 }
 
 impl Client {
-    /// Whether a put of `size` bytes to `path` may store under a reserved id: a
-    /// plaintext file smaller than a stripe, which this client does not hold open.
+    /// Whether a put of `size` bytes to `path` may store under a reserved id (a file
+    /// smaller than a stripe, which this client does not hold open), and if so whether
+    /// the new file is encrypted (`Some(true)`: sealed under a lockbox made here, SPEC
+    /// H5).
     pub(crate) fn may_put_reserved(
         &self,
         size: u64,
         path: &str,
         encrypt: Option<bool>,
-    ) -> Result<bool> {
+    ) -> Result<Option<bool>> {
         if size == 0 || size >= STRIPE_UNIT_BYTES {
-            return Ok(false);
+            return Ok(None);
         }
         if self.insecure_user.is_none() && self.session.lock().is_none() {
-            return Ok(false);
+            return Ok(None);
         }
-        let plain = self.insecure_user.is_some()
-            || match encrypt {
-                Some(e) => !e,
-                None => !self.encrypts_new_files()? && !self.seals_new_files(None)?,
-            };
+        let sealed = self.seals_new_files(encrypt)?;
         let held = self.opened.lock().fresh(path, self.now()).is_some();
-        Ok(plain && !held)
+        Ok((!held).then_some(sealed))
     }
 
-    /// Stores `data` as the new file `path` under a reserved id and links it; `None`
-    /// when that cannot be done here (nothing reserved, the path exists): the caller
-    /// puts it the usual way. The caller checked [`Client::may_put_reserved`].
+    /// Stores `data` as the new file `path` under a reserved id (`sealed`: encrypted
+    /// under a first lockbox made here) and links it; `None` when that cannot be done
+    /// here (nothing reserved, the path exists): the caller puts it the usual way. The
+    /// caller checked [`Client::may_put_reserved`].
     pub(crate) fn put_reserved(
         &self,
         data: &[u8],
         path: &str,
+        sealed: bool,
         progress: Progress<'_>,
     ) -> Result<Option<FileStat>> {
         let began = self.now();
         let dir = directory_of(path);
-        let Some((id, capability, protection)) = self.reserved_id(dir)? else {
+        let Some((id, capability, protection)) = self.reserved_id(dir, sealed)? else {
             return Ok(None);
         };
         let size = data.len() as u64;
-        let opened = Opened {
+        let mut opened = Opened {
             stat: FileStat {
                 id,
                 is_dir: false,
@@ -90,54 +91,102 @@ impl Client {
                 mtime: 0,
                 partition: String::new(),
                 protection,
-                encrypted: false,
-                crypt: None,
+                encrypted: sealed,
+                crypt: sealed.then(maat_proto::file_crypt::FileCrypt::default),
                 key_ranges: None,
             },
             capability,
             mds_cached: true,
         };
-        self.put_opened(&opened, &mut &data[..], size, Some(0), progress)?;
-        let request = MdsRequest::Link {
-            path: path.into(),
-            file: id,
-            size,
-            mode: 0o644,
+        let lockbox = match sealed {
+            true => match self.seal_pending(&mut opened)? {
+                Some(lockbox) => Some(lockbox),
+                None => return Ok(None),
+            },
+            false => None,
         };
-        match self.mds_call(request) {
+        let stored = self.put_opened(&opened, &mut &data[..], size, Some(0), progress);
+        let request = match (&stored, lockbox) {
+            (Err(_), _) => None,
+            (Ok(written), Some(lockbox)) => Some(MdsRequest::LinkSealed {
+                path: path.into(),
+                file: id,
+                size,
+                mode: 0o644,
+                written: written.clone(),
+                lockbox,
+            }),
+            (Ok(_), None) => Some(MdsRequest::Link {
+                path: path.into(),
+                file: id,
+                size,
+                mode: 0o644,
+            }),
+        };
+        let answer = match request {
+            Some(request) => self.mds_call(request),
+            None => Err(ClientError::Internal("not linked".into())),
+        };
+        let refused = match answer {
             Ok(MdsResponse::Stat(stat)) => {
+                let written = stored.unwrap_or_default();
+                let mut crypt = opened.stat.crypt.take();
+                let recorded = crypt.as_mut().is_none_or(|c| {
+                    written
+                        .iter()
+                        .all(|&(first, end, generation)| c.record(first, end, generation).is_ok())
+                        && c.check().is_ok()
+                });
+                // The capability reads what it wrote, as a read-write open's would (with
+                // the keys made here and under the reservation's method).
                 let linked = Opened {
-                    stat: stat.clone(),
+                    stat: FileStat {
+                        crypt,
+                        protection,
+                        ..stat.clone()
+                    },
                     ..opened
                 };
-                // The capability reads what it wrote, as a read-write open's would.
-                self.remember_read_open(path, &linked, began);
-                Ok(Some(stat))
-            }
-            Ok(_) => Err(self.bad("mds", "unexpected answer to Link")),
-            Err(ClientError::Refused(e)) => {
-                // Nobody can reach this object: it goes, and the put goes the usual way.
-                let _ = self.remove_object(&opened, 0);
-                if e.code != ErrorCode::AlreadyExists {
-                    self.reserved.lock().remove(dir);
+                if recorded {
+                    self.remember_read_open(path, &linked, began);
                 }
+                return Ok(Some(stat));
+            }
+            Ok(_) => return Err(self.bad("mds", "unexpected answer to Link")),
+            Err(ClientError::Refused(e)) => Some(e.code),
+            // The link may have been made and its answer lost: what was stored stays.
+            Err(e) if stored.is_ok() => return Err(e),
+            Err(_) => None,
+        };
+        // Nobody can reach what was stored (the link was refused, or never sent): it
+        // goes, with its keys.
+        let _ = self.remove_object(&opened, 0);
+        self.file_keys.lock().remove(&(id, 1));
+        match (refused, stored) {
+            (_, Err(e)) => Err(e),
+            (code, Ok(_)) => {
+                if code != Some(ErrorCode::AlreadyExists) {
+                    self.reserved.lock().remove(&(dir.to_string(), sealed));
+                }
+                // The put goes the usual way.
                 Ok(None)
             }
-            Err(e) => Err(e),
         }
     }
 
-    /// The next reserved id for a put in `dir`, its capability and the partition's
-    /// method, reserving a new block when none is left or the held one is in the second
-    /// half of its lifetime; `None` when the MDS reserves nothing there.
+    /// The next reserved id for a put in `dir` (of an encrypted file when `sealed`), its
+    /// capability and method, reserving a new block when none is left or the held one
+    /// is in the second half of its lifetime; `None` when the MDS reserves nothing there.
     fn reserved_id(
         &self,
         dir: &str,
+        sealed: bool,
     ) -> Result<Option<(u64, Vec<u8>, maat_proto::protection::Protection)>> {
         let now = self.now();
+        let key = (dir.to_string(), sealed);
         {
             let mut table = self.reserved.lock();
-            match table.get_mut(dir) {
+            match table.get_mut(&key) {
                 Some(Reserved::Ids {
                     next,
                     end,
@@ -154,7 +203,11 @@ impl Client {
                 _ => {}
             }
         }
-        let held = match self.mds_call(MdsRequest::Reserve { dir: dir.into() }) {
+        let request = match sealed {
+            true => MdsRequest::ReserveSealed { dir: dir.into() },
+            false => MdsRequest::Reserve { dir: dir.into() },
+        };
+        let held = match self.mds_call(request) {
             Ok(MdsResponse::Reserved {
                 first,
                 count,
@@ -179,17 +232,17 @@ impl Client {
             Err(e) => return Err(e),
         };
         let mut table = self.reserved.lock();
-        if table.len() >= RESERVED_DIRECTORIES_MAX && !table.contains_key(dir) {
+        if table.len() >= RESERVED_DIRECTORIES_MAX && !table.contains_key(&key) {
             table.clear();
         }
         match held {
             Some((slot, got)) => {
-                table.insert(dir.to_string(), slot);
+                table.insert(key, slot);
                 Ok(Some(got))
             }
             None => {
                 let until = now.saturating_add(RESERVE_RETRY_MILLIS);
-                table.insert(dir.to_string(), Reserved::Refused { until });
+                table.insert(key, Reserved::Refused { until });
                 Ok(None)
             }
         }

@@ -31,7 +31,7 @@ impl Client {
         encrypt: Option<bool>,
         progress: Progress<'_>,
     ) -> Result<FileStat> {
-        if self.may_put_reserved(size, path, encrypt)? {
+        if let Some(sealed) = self.may_put_reserved(size, path, encrypt)? {
             let mut data = vec![0u8; size as usize];
             reader
                 .read_exact(&mut data)
@@ -39,7 +39,7 @@ impl Client {
                     what: "reading input".into(),
                     source,
                 })?;
-            if let Some(stat) = self.put_reserved(&data, path, &mut *progress)? {
+            if let Some(stat) = self.put_reserved(&data, path, sealed, &mut *progress)? {
                 return Ok(stat);
             }
             return self.put_usual(&mut &data[..], size, path, encrypt, progress);

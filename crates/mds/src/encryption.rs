@@ -114,7 +114,7 @@ impl<S: MetaStore> crate::Mds<S> {
 
 /// SPEC H5: `lockbox` becomes the lockbox of `inode`, an empty file without one; the box
 /// must name this file and the first tree version.
-fn first_lockbox(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
+pub(crate) fn first_lockbox(inode: &mut Inode, lockbox: &[u8], path: &str) -> Result<()> {
     if inode.crypt.as_ref().is_some_and(|c| !c.is_pending()) || inode.size != 0 {
         return Err(MdsError::refused(
             ErrorCode::AlreadyExists,

@@ -80,6 +80,17 @@ pub(crate) fn fresh_inode(
     }
 }
 
+/// The method the files of a partition with method `partition` travel under: SPEC H3,
+/// an encrypted file's blocks authenticate themselves, so ALLDATA's MAC over every data
+/// byte buys nothing more; CMDRSP still covers every command and response header.
+/// Stronger (CONFIDENTIAL) and weaker methods stay as chosen.
+pub(crate) fn method_of(partition: Protection, encrypted: bool) -> Protection {
+    match (encrypted, partition) {
+        (true, Protection::AllData) => Protection::CmdRsp,
+        (_, method) => method,
+    }
+}
+
 pub(crate) fn require(who: &Principal, inode: &Inode, want: u16, what: &str) -> Result<()> {
     if allowed(who, inode, want) {
         Ok(())
@@ -161,13 +172,7 @@ impl<S: MetaStore> crate::Mds<S> {
             .map(|g| g.name)
             .unwrap_or_else(|| inode.gid.to_string());
         let partition = self.partition(inode.partition)?;
-        // SPEC H3: an encrypted file's blocks authenticate themselves, so ALLDATA's MAC
-        // over every data byte buys nothing more; CMDRSP still covers every command and
-        // response header. Stronger (CONFIDENTIAL) and weaker methods stay as chosen.
-        let protection = match (&inode.crypt, partition.protection) {
-            (Some(_), Protection::AllData) => Protection::CmdRsp,
-            (_, method) => method,
-        };
+        let protection = method_of(partition.protection, inode.crypt.is_some());
         Ok(FileStat {
             id: inode.id,
             is_dir: inode.is_dir,

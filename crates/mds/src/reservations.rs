@@ -12,6 +12,7 @@
 //! forgot (a restart, the bounds below) makes its links refused, and those puts go the
 //! usual way; its ids are never handed out again.
 
+use crate::encryption::{first_lockbox, record_generations};
 use crate::namespace::{fresh_inode, require, EXEC, WRITE};
 use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result, CLOCK_SKEW_MILLIS};
 use maat_crypto::CryptoRngCore;
@@ -24,6 +25,10 @@ use std::collections::HashMap;
 
 pub use crate::limits::{RESERVATIONS_MAX, RESERVATIONS_PER_USER_MAX, RESERVED_IDS_PER_REQUEST};
 
+/// What `LinkSealed` adds to a link: the stripe ranges written with their generations,
+/// and the first lockbox.
+pub(crate) type SealedLink<'a> = (&'a [(u32, u32, u64)], &'a [u8]);
+
 /// One block of ids reserved to a user.
 struct Reservation {
     first: u64,
@@ -31,6 +36,9 @@ struct Reservation {
     /// The partition whose directories may link them (the capability carries its
     /// method).
     partition: u64,
+    /// For encrypted files (`ReserveSealed`): linked by `LinkSealed` only; else by
+    /// `Link` only.
+    sealed: bool,
     expiry: UnixMillis,
     /// Ids of the block linked already, one bit each.
     linked: Vec<u64>,
@@ -87,12 +95,14 @@ fn not_reserved(why: &str) -> MdsError {
 }
 
 impl<S: MetaStore> crate::Mds<S> {
-    /// `Reserve`: a block of ids for `who`'s puts in `dir`'s partition and, for a
-    /// session, one read-write capability over them in that partition's method.
+    /// `Reserve` (`ReserveSealed` when `sealed`): a block of ids for `who`'s puts in
+    /// `dir`'s partition and, for a session, one read-write capability over them in the
+    /// method files of that partition get (of encrypted ones when `sealed`).
     pub(crate) fn reserve(
         &self,
         who: &Principal,
         dir: &str,
+        sealed: bool,
         session: Option<&[u8; 16]>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
@@ -116,6 +126,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 "this user's capabilities are revoked for now (maat admin revoke)",
             ));
         }
+        let protection = crate::namespace::method_of(partition.protection, sealed);
         let count = RESERVED_IDS_PER_REQUEST;
         let mut batch = Batch::default();
         let first = self.next_ids("next_inode", u64::from(count), &mut batch)?;
@@ -130,7 +141,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     },
                     id: CapabilityId(rng.next_u64()),
                     mode: Mode::READ_WRITE,
-                    protection: partition.protection,
+                    protection,
                     start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
                     expiry,
                 },
@@ -149,6 +160,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 first,
                 count,
                 partition: inode.partition,
+                sealed,
                 expiry,
                 linked: vec![0; (count as usize).div_ceil(64)],
             },
@@ -157,13 +169,15 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(MdsResponse::Reserved {
             first,
             count,
-            protection: partition.protection,
+            protection,
             capability,
             expiry,
         })
     }
 
-    /// `Link`: the file `path` with reserved id `file` and `size`, once.
+    /// `Link`: the file `path` with reserved id `file` and `size`, once; `LinkSealed`
+    /// (`sealed`: the stripes written and the first lockbox) makes it encrypted, checked
+    /// as `SetSizeLockbox` checks them.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn link(
         &self,
@@ -172,6 +186,7 @@ impl<S: MetaStore> crate::Mds<S> {
         file: u64,
         size: u64,
         mode: u16,
+        sealed: Option<SealedLink<'_>>,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         if size > crate::FILE_BYTES_MAX {
@@ -189,6 +204,14 @@ impl<S: MetaStore> crate::Mds<S> {
                 path.to_string(),
             ));
         }
+        let mut inode = fresh_inode(file, who, &parent, false, mode, None, now);
+        if let Some((written, lockbox)) = sealed {
+            first_lockbox(&mut inode, lockbox, path)?;
+            if !written.is_empty() {
+                record_generations(&mut inode, size, written, 1, path)?;
+            }
+        }
+        inode.size = size;
         {
             let mut table = lock(&self.reservations);
             let list = table
@@ -201,6 +224,12 @@ impl<S: MetaStore> crate::Mds<S> {
                 .ok_or_else(|| not_reserved("in none of this user's reservations"))?;
             if r.expiry <= now {
                 return Err(not_reserved("its reservation expired"));
+            }
+            if r.sealed != sealed.is_some() {
+                return Err(MdsError::refused(
+                    ErrorCode::InvalidArgument,
+                    "ids reserved for encrypted files link with their lockbox, others without",
+                ));
             }
             if r.partition != parent.partition {
                 return Err(MdsError::refused(
@@ -222,8 +251,6 @@ impl<S: MetaStore> crate::Mds<S> {
             }
             *slot |= bit;
         }
-        let mut inode = fresh_inode(file, who, &parent, false, mode, None, now);
-        inode.size = size;
         let mut batch = Batch::default();
         batch.push(Op::PutEntry {
             parent: parent.id,

@@ -1508,6 +1508,43 @@ fn reserved_ids_link_once_for_their_user_in_their_partition_before_expiry() {
             .id,
         first + 2
     );
+    // Ids reserved for encrypted files travel under CMDRSP in this ALLDATA partition (the
+    // block AEAD protects the data), so they never link as plaintext files.
+    let request = MdsRequest::ReserveSealed { dir: "/d".into() };
+    let Ok(MdsResponse::Reserved {
+        first: sealed_first,
+        protection,
+        ..
+    }) = mds.dispatch_as(100, request, UnixMillis(now + 2), &mut rng)
+    else {
+        panic!("no sealed reservation")
+    };
+    assert_eq!(protection, maat_proto::protection::Protection::CmdRsp);
+    assert_eq!(
+        link_as(&mds, 100, "/d/p", sealed_first, now + 2, &mut rng),
+        Err(ErrorCode::InvalidArgument)
+    );
+    // A sealed link whose lockbox does not decode is refused before the id is used.
+    let sealed = MdsRequest::LinkSealed {
+        path: "/d/s".into(),
+        file: first + 3,
+        size: 10,
+        mode: 0o600,
+        written: vec![(0, 1, 7)],
+        lockbox: vec![1, 2, 3],
+    };
+    assert_eq!(
+        mds.dispatch_as(100, sealed, UnixMillis(now + 2), &mut rng)
+            .unwrap_err()
+            .code,
+        ErrorCode::Malformed
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/d/s", first + 3, now + 2, &mut rng)
+            .unwrap()
+            .id,
+        first + 3
+    );
 
     // No reservation where the user may not create files, none in a partition with
     // T10 credentials, and no link into a directory of another partition.

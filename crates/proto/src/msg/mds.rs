@@ -624,6 +624,32 @@ pub enum MdsRequest {
         /// Its permission bits.
         mode: u16,
     },
+    /// SPEC H3, H5: `Link` of a new encrypted file, with its first lockbox (its owner's,
+    /// naming this id and tree version 1) and the write generations of the stripes
+    /// stored, all recorded in the link's one commit. Answer `Stat`.
+    LinkSealed {
+        /// Path of the new file.
+        path: String,
+        /// The reserved id its data was stored under.
+        file: u64,
+        /// Its size.
+        size: u64,
+        /// Its permission bits.
+        mode: u16,
+        /// Stripe ranges written and their generations.
+        written: Vec<(u32, u32, u64)>,
+        /// The encoded lockbox.
+        #[serde(with = "serde_bytes")]
+        lockbox: Vec<u8>,
+    },
+    /// `Reserve` for new encrypted files: linked only by `LinkSealed` (and `Link` only
+    /// takes ids of a plain `Reserve`), so the capability may carry the method of
+    /// encrypted files in the partition (CMDRSP where the partition has ALLDATA: the
+    /// block AEAD protects the data). Answer `Reserved`.
+    ReserveSealed {
+        /// A directory the ids are for.
+        dir: String,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -737,6 +763,8 @@ impl MdsRequest {
             MdsRequest::SetSizeLockbox { .. } => "set_size_lockbox",
             MdsRequest::Reserve { .. } => "reserve",
             MdsRequest::Link { .. } => "link",
+            MdsRequest::LinkSealed { .. } => "link_sealed",
+            MdsRequest::ReserveSealed { .. } => "reserve_sealed",
         }
     }
 }
