@@ -9,7 +9,7 @@
 )]
 
 mod common;
-use common::{counter, Cluster};
+use common::{code, counter, Cluster};
 use maat_proto::capability::{Capability, Files};
 use maat_proto::msg::Access;
 use maat_proto::signed::Unverified;
@@ -147,6 +147,27 @@ fn small_encrypted_files_link_with_their_lockbox_and_read_back_through_the_kds()
         );
     }
     assert_eq!(ids.windows(2).filter(|w| w[1] == w[0] + 1).count(), 2);
+    // The KDS gives keys under the range capability for a lockbox of an id in its range,
+    // and not for bob's file's lockbox (an id outside it).
+    let kept = alice.open("/home/alice/s0", Access::Read, None).unwrap();
+    assert!(alice.request_file_keys(&kept).unwrap() >= 1);
+    cluster.add_user("bob", "bob passphrase", None);
+    let bob = cluster.user_client("bob", "bob passphrase");
+    bob.put(
+        &mut &secret[..],
+        secret.len() as u64,
+        "/home/bob/b",
+        &mut |_| {},
+    )
+    .unwrap();
+    bob.forget_opens();
+    let bobs = bob.open("/home/bob/b", Access::Read, None).unwrap();
+    let mut swapped = kept.clone();
+    swapped.stat.crypt = bobs.stat.crypt.clone();
+    assert_eq!(
+        code(alice.request_file_keys(&swapped)),
+        maat_proto::msg::ErrorCode::WrongFile
+    );
     // Another client of alice's asks the MDS and the KDS, and decrypts.
     let again = cluster.user_client("alice", "alice passphrase");
     for i in 0..3 {

@@ -475,15 +475,9 @@ impl Kds {
         let sealed = Lockbox::decode(&request.lockbox)?;
         let files = match &capability.files {
             Files::FileTree(root) => Some(self.tree(SetKind::Files, root, &request.trees)?),
-            Files::File(_) => None,
-            // Reserved ids are for plaintext puts (`MdsRequest::Reserve`): no file of
-            // them has keys to give under it.
-            Files::Range { .. } => {
-                return Err(refuse(
-                    ErrorCode::WrongFile,
-                    "a capability over reserved file ids gets no keys: open the file",
-                ))
-            }
+            // Ids reserved to the capability's one user: a lockbox of one of them is of a
+            // file that user linked (nobody else can), as good as a capability for it.
+            Files::File(_) | Files::Range { .. } => None,
         };
         capability
             .check_file(sealed.file, files.as_ref())
