@@ -106,30 +106,34 @@ impl Client {
             false => None,
         };
         let stored = self.put_opened(&opened, &mut &data[..], size, Some(0), progress);
-        let request = match (&stored, lockbox) {
-            (Err(_), _) => None,
-            (Ok(written), Some(lockbox)) => Some(MdsRequest::LinkSealed {
+        let written = match stored {
+            Ok(written) => written,
+            Err(e) => {
+                // Not sent again, nor removed: an OSD that did not answer may not answer
+                // a removal either (what it stored stays unreachable, like the data of a
+                // client gone before its link).
+                self.file_keys.lock().remove(&(id, 1));
+                return Err(e);
+            }
+        };
+        let request = match lockbox {
+            Some(lockbox) => MdsRequest::LinkSealed {
                 path: path.into(),
                 file: id,
                 size,
                 mode: 0o644,
                 written: written.clone(),
                 lockbox,
-            }),
-            (Ok(_), None) => Some(MdsRequest::Link {
+            },
+            None => MdsRequest::Link {
                 path: path.into(),
                 file: id,
                 size,
                 mode: 0o644,
-            }),
+            },
         };
-        let answer = match request {
-            Some(request) => self.mds_call(request),
-            None => Err(ClientError::Internal("not linked".into())),
-        };
-        let refused = match answer {
+        let code = match self.mds_call(request) {
             Ok(MdsResponse::Stat(stat)) => {
-                let written = stored.unwrap_or_default();
                 let mut crypt = opened.stat.crypt.take();
                 let recorded = crypt.as_mut().is_none_or(|c| {
                     written
@@ -153,25 +157,18 @@ impl Client {
                 return Ok(Some(stat));
             }
             Ok(_) => return Err(self.bad("mds", "unexpected answer to Link")),
-            Err(ClientError::Refused(e)) => Some(e.code),
+            Err(ClientError::Refused(e)) => e.code,
             // The link may have been made and its answer lost: what was stored stays.
-            Err(e) if stored.is_ok() => return Err(e),
-            Err(_) => None,
+            Err(e) => return Err(e),
         };
-        // Nobody can reach what was stored (the link was refused, or never sent): it
-        // goes, with its keys.
+        // The link was refused: nobody can reach what was stored, so it goes, with its
+        // keys, and the put goes the usual way.
         let _ = self.remove_object(&opened, 0);
         self.file_keys.lock().remove(&(id, 1));
-        match (refused, stored) {
-            (_, Err(e)) => Err(e),
-            (code, Ok(_)) => {
-                if code != Some(ErrorCode::AlreadyExists) {
-                    self.reserved.lock().remove(&(dir.to_string(), sealed));
-                }
-                // The put goes the usual way.
-                Ok(None)
-            }
+        if code != ErrorCode::AlreadyExists {
+            self.reserved.lock().remove(&(dir.to_string(), sealed));
         }
+        Ok(None)
     }
 
     /// The next reserved id for a put in `dir` (of an encrypted file when `sealed`), its
