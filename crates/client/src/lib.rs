@@ -328,14 +328,16 @@ impl Client {
     /// Switches to NOSEC mode acting as `user` (benchmarks; daemons must allow it).
     pub fn danger_insecure_as(&mut self, user: u64) {
         self.insecure_user = Some(user);
-        // Opens kept so far were made as someone else.
+        // Opens and reservations kept so far were made as someone else.
         self.opened.get_mut().clear();
+        self.reserved.get_mut().clear();
     }
 
     /// Leaves NOSEC mode.
     pub fn secure(&mut self) {
         self.insecure_user = None;
         self.opened.get_mut().clear();
+        self.reserved.get_mut().clear();
     }
 
     /// The logged-in user's id, if any.

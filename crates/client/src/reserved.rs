@@ -41,6 +41,23 @@ fn directory_of(path: &str) -> &str {
     }
 }
 
+/// Whether the MDS refuses a link with `code` only before making it (the checks that
+/// precede its commit); any other refusal may come after, so the data stays.
+fn refused_before_linking(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::AlreadyExists
+            | ErrorCode::PermissionDenied
+            | ErrorCode::InvalidArgument
+            | ErrorCode::NoSuchFile
+            | ErrorCode::NotADirectory
+            | ErrorCode::Malformed
+            | ErrorCode::WrongFile
+            | ErrorCode::TooLarge
+            | ErrorCode::Revoked
+    )
+}
+
 impl Client {
     /// Whether a put of `size` bytes to `path` may store under a reserved id (a file
     /// smaller than a stripe, which this client does not hold open), and if so whether
@@ -157,8 +174,9 @@ impl Client {
                 return Ok(Some(stat));
             }
             Ok(_) => return Err(self.bad("mds", "unexpected answer to Link")),
-            Err(ClientError::Refused(e)) => e.code,
-            // The link may have been made and its answer lost: what was stored stays.
+            Err(ClientError::Refused(e)) if refused_before_linking(e.code) => e.code,
+            // The link may have been made and its answer lost, or refused after it was
+            // made (a store failure): what was stored stays.
             Err(e) => return Err(e),
         };
         // The link was refused: nobody can reach what was stored, so it goes, with its
@@ -166,7 +184,14 @@ impl Client {
         let _ = self.remove_object(&opened, 0);
         self.file_keys.lock().remove(&(id, 1));
         if code != ErrorCode::AlreadyExists {
-            self.reserved.lock().remove(&(dir.to_string(), sealed));
+            // This block is no good any more (unless another thread replaced it).
+            let key = (dir.to_string(), sealed);
+            let mut table = self.reserved.lock();
+            if let Some(Reserved::Ids { capability, .. }) = table.get(&key) {
+                if *capability == opened.capability {
+                    table.remove(&key);
+                }
+            }
         }
         Ok(None)
     }

@@ -21,8 +21,8 @@ impl Client {
     }
 
     /// [`Client::put`], choosing whether a new file is encrypted (SPEC H3; `None`: the
-    /// cluster's default). An existing file keeps what it is. A small new plaintext
-    /// file is stored under a reserved id and then linked (`reserved`).
+    /// cluster's default). An existing file keeps what it is. A small new file is
+    /// stored under a reserved id and then linked (`reserved`).
     pub fn put_with(
         &self,
         reader: &mut dyn Read,

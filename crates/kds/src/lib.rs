@@ -449,7 +449,7 @@ impl Kds {
         // SPEC M9: a revoked capability or user gets no key, whatever its expiry says.
         self.revoked.check(capability.id, ticket.user, None, now)?;
         // Keys decrypt what the holder reads: a write-only capability (a write-only
-        // open, or the one the MDS hands a remover) gets none, so that a user granted
+        // open, or the one the MDS signs for a remover) gets none, so that a user granted
         // some ranges cannot get the rest with a capability of another kind.
         if !capability.mode.allows(Mode::READ) {
             return Err(refuse(

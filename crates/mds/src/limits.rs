@@ -110,9 +110,9 @@ pub const BATCH_QUIET_MICROS: u64 = 300;
 /// File ids one `Reserve` hands out (one signature for this many puts of new files).
 pub const RESERVED_IDS_PER_REQUEST: u32 = 64;
 
-/// Most reservations kept per user (its oldest is forgotten beyond: links of its ids
-/// are then refused, and those puts go the usual way).
-pub const RESERVATIONS_PER_USER_MAX: usize = 16;
+/// Most reservations in use kept per user (beyond, `Reserve` is refused `Busy` and puts
+/// go the usual way; a block expired or wholly linked makes room).
+pub const RESERVATIONS_PER_USER_MAX: usize = 64;
 
 /// Most reservations kept in all (expired ones are dropped first; beyond, `Busy`).
 pub const RESERVATIONS_MAX: usize = 65_536;

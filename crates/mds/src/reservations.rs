@@ -19,6 +19,7 @@ use maat_crypto::CryptoRngCore;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::ids::{CapabilityId, FileId, UserId};
 use maat_proto::msg::{Credentials, ErrorCode, MdsResponse};
+use maat_proto::protection::Protection;
 use maat_proto::signed;
 use maat_proto::UnixMillis;
 use std::collections::HashMap;
@@ -39,7 +40,12 @@ struct Reservation {
     /// For encrypted files (`ReserveSealed`): linked by `LinkSealed` only; else by
     /// `Link` only.
     sealed: bool,
+    /// The method its capability carries: a link is refused once the partition's
+    /// files would get another.
+    protection: Protection,
     expiry: UnixMillis,
+    /// How many of its ids are linked.
+    used: u32,
     /// Ids of the block linked already, one bit each.
     linked: Vec<u64>,
 }
@@ -77,9 +83,14 @@ impl Reservations {
             }
         }
         let list = self.by_user.entry(uid).or_default();
-        list.retain(|r| r.expiry > now);
+        // Spent blocks go (expired, or every id linked); one still in use is never
+        // forgotten for a new one, which would refuse the links of puts in flight.
+        list.retain(|r| r.expiry > now && r.used < r.count);
         if list.len() >= RESERVATIONS_PER_USER_MAX {
-            list.remove(0);
+            return Err(MdsError::refused(
+                ErrorCode::Busy,
+                "this user holds as many reserved blocks as allowed: put files the usual way",
+            ));
         }
         list.push(r);
         self.total = self.by_user.values().map(Vec::len).sum();
@@ -107,7 +118,7 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let guard = lock(&self.write);
         let inode = self.resolve(who, dir)?;
         if !inode.is_dir {
             return Err(MdsError::refused(ErrorCode::NotADirectory, dir.to_string()));
@@ -131,6 +142,25 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut batch = Batch::default();
         let first = self.next_ids("next_inode", u64::from(count), &mut batch)?;
         let expiry = now.plus_millis(self.config.capability_lifetime_millis);
+        // The counter moves past the block (made durable before the answer) before
+        // anyone can link an id of it.
+        self.store.commit_deferred(batch)?;
+        lock(&self.reservations).add(
+            who.uid,
+            Reservation {
+                first,
+                count,
+                partition: inode.partition,
+                sealed,
+                protection,
+                expiry,
+                used: 0,
+                linked: vec![0; (count as usize).div_ceil(64)],
+            },
+            now,
+        )?;
+        // Signed after the namespace lock: other requests need not wait for it.
+        drop(guard);
         let capability = match session {
             Some(_) => signed::sign(
                 Capability {
@@ -151,21 +181,6 @@ impl<S: MetaStore> crate::Mds<S> {
             .to_vec(),
             None => Vec::new(),
         };
-        // The counter moves past the block (made durable before the answer) before
-        // anyone can link an id of it.
-        self.store.commit_deferred(batch)?;
-        lock(&self.reservations).add(
-            who.uid,
-            Reservation {
-                first,
-                count,
-                partition: inode.partition,
-                sealed,
-                expiry,
-                linked: vec![0; (count as usize).div_ceil(64)],
-            },
-            now,
-        )?;
         Ok(MdsResponse::Reserved {
             first,
             count,
@@ -212,6 +227,25 @@ impl<S: MetaStore> crate::Mds<S> {
             }
         }
         inode.size = size;
+        // What a create would check now: the partition may have changed method or
+        // credentials since the reservation, and the user may have been revoked.
+        let partition = self.partition(parent.partition)?;
+        let method = crate::namespace::method_of(partition.protection, sealed.is_some());
+        if partition.credentials == Credentials::T10 {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "the partition gives T10 credentials now: put the file the usual way",
+            ));
+        }
+        if self.user_revoked(who.uid, now)? {
+            return Err(MdsError::refused(
+                ErrorCode::Revoked,
+                "this user's capabilities are revoked for now (maat admin revoke)",
+            ));
+        }
+        // Made before the commit: a failure after it would read as a refusal to a
+        // client that then removes the linked data.
+        let stat = self.stat_of(&inode)?;
         {
             let mut table = lock(&self.reservations);
             let list = table
@@ -237,6 +271,16 @@ impl<S: MetaStore> crate::Mds<S> {
                     "the file id was reserved for another partition: put the file the usual way",
                 ));
             }
+            if r.protection != method {
+                return Err(MdsError::refused(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "the file id was reserved under {}, the partition's files now get {method}: \
+                         put the file the usual way",
+                        r.protection
+                    ),
+                ));
+            }
             let offset = r.holds(file).unwrap_or_default();
             let (word, bit) = (offset / 64, 1u64 << (offset % 64));
             let slot = r
@@ -250,6 +294,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 ));
             }
             *slot |= bit;
+            r.used += 1;
         }
         let mut batch = Batch::default();
         batch.push(Op::PutEntry {
@@ -259,6 +304,6 @@ impl<S: MetaStore> crate::Mds<S> {
         });
         batch.push(Op::PutInode(inode.clone()));
         self.store.commit_deferred(batch)?;
-        Ok(MdsResponse::Stat(self.stat_of(&inode)?))
+        Ok(MdsResponse::Stat(stat))
     }
 }

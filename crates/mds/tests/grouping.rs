@@ -1571,8 +1571,14 @@ fn reserved_ids_link_once_for_their_user_in_their_partition_before_expiry() {
     );
     admin(mkdir("/hi", 0o777, Some("hi")), &mut rng);
     assert_eq!(
-        link_as(&mds, 100, "/hi/z", first + 3, now + 2, &mut rng),
+        link_as(&mds, 100, "/hi/z", first + 4, now + 2, &mut rng),
         Err(ErrorCode::InvalidArgument)
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/d/w", first + 4, now + 2, &mut rng)
+            .unwrap()
+            .id,
+        first + 4
     );
     let (hi, _, capability) = reserve_as(&mds, 100, "/hi", now, &mut rng).unwrap();
     assert_eq!(
@@ -1588,6 +1594,20 @@ fn reserved_ids_link_once_for_their_user_in_their_partition_before_expiry() {
             .id,
         hi
     );
+    // Ids reserved before the partition changed its method, or its credentials, do not
+    // link after: the new files would travel under the old method.
+    admin(
+        MdsRequest::PartitionSetSecurity {
+            name: "hi".into(),
+            protection: maat_proto::protection::Protection::CapKey,
+        },
+        &mut rng,
+    );
+    assert_eq!(
+        link_as(&mds, 100, "/hi/y", hi + 1, now + 2, &mut rng),
+        Err(ErrorCode::InvalidArgument)
+    );
+    let (capkey, _, _) = reserve_as(&mds, 100, "/hi", now, &mut rng).unwrap();
     admin(
         MdsRequest::PartitionSetCredentials {
             name: "hi".into(),
@@ -1596,7 +1616,22 @@ fn reserved_ids_link_once_for_their_user_in_their_partition_before_expiry() {
         &mut rng,
     );
     assert_eq!(
+        link_as(&mds, 100, "/hi/y", capkey, now + 2, &mut rng),
+        Err(ErrorCode::InvalidArgument)
+    );
+    assert_eq!(
         reserve_as(&mds, 100, "/hi", now, &mut rng),
         Err(ErrorCode::InvalidArgument)
     );
+
+    // A user holds at most 64 blocks in use: beyond, `Busy` (none in use is forgotten);
+    // expired ones make room.
+    for _ in 0..64 {
+        reserve_as(&mds, 101, "/d", now, &mut rng).unwrap();
+    }
+    assert_eq!(
+        reserve_as(&mds, 101, "/d", now, &mut rng),
+        Err(ErrorCode::Busy)
+    );
+    reserve_as(&mds, 101, "/d", now + lifetime, &mut rng).unwrap();
 }
