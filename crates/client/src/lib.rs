@@ -185,9 +185,9 @@ pub struct Client {
     /// Held while logging in again, so that threads finding the session gone or near its
     /// end make one login between them (the one lock held across network calls).
     login_turn: Locked<()>,
-    /// File ids reserved for puts, per directory and for plain or encrypted files
-    /// (`reserved`).
-    reserved: Locked<HashMap<(String, bool), reserved::Reserved>>,
+    /// File ids reserved for puts, per directory, for plain or encrypted files, and per
+    /// mode (the NOSEC user, or none for the session's) (`reserved`).
+    reserved: Locked<HashMap<reserved::Key, reserved::Reserved>>,
 }
 
 // Many threads share one client: it must stay `Send + Sync` (a compile-time check).
@@ -328,16 +328,14 @@ impl Client {
     /// Switches to NOSEC mode acting as `user` (benchmarks; daemons must allow it).
     pub fn danger_insecure_as(&mut self, user: u64) {
         self.insecure_user = Some(user);
-        // Opens and reservations kept so far were made as someone else.
+        // Opens kept so far were made as someone else. (Reservations are kept per mode.)
         self.opened.get_mut().clear();
-        self.reserved.get_mut().clear();
     }
 
     /// Leaves NOSEC mode.
     pub fn secure(&mut self) {
         self.insecure_user = None;
         self.opened.get_mut().clear();
-        self.reserved.get_mut().clear();
     }
 
     /// The logged-in user's id, if any.

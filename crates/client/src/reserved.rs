@@ -16,6 +16,10 @@ use maat_proto::msg::STRIPE_UNIT_BYTES;
 
 pub use crate::limits::{RESERVED_DIRECTORIES_MAX, RESERVE_RETRY_MILLIS};
 
+/// Whose reservations: a directory, for encrypted files or not, and the NOSEC user
+/// acting (none: the session's user), so that a switch of mode finds its own.
+pub(crate) type Key = (String, bool, Option<u64>);
+
 /// What this client holds for one directory.
 pub(crate) enum Reserved {
     /// Ids `next..end` to use, under `capability`, until `expiry` (protocol time, ms).
@@ -185,7 +189,7 @@ impl Client {
         self.file_keys.lock().remove(&(id, 1));
         if code != ErrorCode::AlreadyExists {
             // This block is no good any more (unless another thread replaced it).
-            let key = (dir.to_string(), sealed);
+            let key = (dir.to_string(), sealed, self.insecure_user);
             let mut table = self.reserved.lock();
             if let Some(Reserved::Ids { capability, .. }) = table.get(&key) {
                 if *capability == opened.capability {
@@ -205,7 +209,7 @@ impl Client {
         sealed: bool,
     ) -> Result<Option<(u64, Vec<u8>, maat_proto::protection::Protection)>> {
         let now = self.now();
-        let key = (dir.to_string(), sealed);
+        let key = (dir.to_string(), sealed, self.insecure_user);
         {
             let mut table = self.reserved.lock();
             match table.get_mut(&key) {
