@@ -6,6 +6,18 @@
 use super::*;
 use crate::data::{read_request, remove_request, write_request};
 
+/// The next `len` bytes of a put's input.
+fn read_input(reader: &mut dyn Read, len: u64) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    reader
+        .read_exact(&mut buf)
+        .map_err(|source| ClientError::Io {
+            what: "reading input".into(),
+            source,
+        })?;
+    Ok(buf)
+}
+
 impl Client {
     /// Stores `size` bytes from `reader` at `path` (creating it 0644), striping files of
     /// at least [`STRIPE_UNIT_BYTES`] over OSDs; every stripe is durable on its OSD before
@@ -32,13 +44,7 @@ impl Client {
         progress: Progress<'_>,
     ) -> Result<FileStat> {
         if let Some(sealed) = self.may_put_reserved(size, path, encrypt)? {
-            let mut data = vec![0u8; size as usize];
-            reader
-                .read_exact(&mut data)
-                .map_err(|source| ClientError::Io {
-                    what: "reading input".into(),
-                    source,
-                })?;
+            let data = read_input(reader, size)?;
             if let Some(stat) = self.put_reserved(&data, path, sealed, &mut *progress)? {
                 return Ok(stat);
             }
@@ -204,13 +210,7 @@ impl Client {
             let mut lens = Vec::with_capacity(n as usize);
             for k in stripe..stripe + n {
                 let len = (size - done - lens.iter().sum::<u64>()).min(STRIPE_UNIT_BYTES);
-                let mut buf = vec![0u8; len as usize];
-                reader
-                    .read_exact(&mut buf)
-                    .map_err(|source| ClientError::Io {
-                        what: "reading input".into(),
-                        source,
-                    })?;
+                let buf = read_input(reader, len)?;
                 let (osd, object) = self.stripe_target(&opened, k)?;
                 calls.push((osd, object, buf));
                 lens.push(len);

@@ -106,6 +106,33 @@ fn not_reserved(why: &str) -> MdsError {
 }
 
 impl<S: MetaStore> crate::Mds<S> {
+    /// The method files of `partition` get now (encrypted ones when `sealed`), which a
+    /// reservation's capability carries and a link must find unchanged; refused in a
+    /// partition with T10 credentials and for a revoked user.
+    fn reserved_method(
+        &self,
+        uid: u64,
+        partition: u64,
+        sealed: bool,
+        now: UnixMillis,
+    ) -> Result<Protection> {
+        let partition = self.partition(partition)?;
+        if partition.credentials == Credentials::T10 {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "a partition with T10 credentials takes no reserved file ids: put files the \
+                 usual way",
+            ));
+        }
+        if self.user_revoked(uid, now)? {
+            return Err(MdsError::refused(
+                ErrorCode::Revoked,
+                "this user's capabilities are revoked for now (maat admin revoke)",
+            ));
+        }
+        Ok(crate::namespace::method_of(partition.protection, sealed))
+    }
+
     /// `Reserve` (`ReserveSealed` when `sealed`): a block of ids for `who`'s puts in
     /// `dir`'s partition and, for a session, one read-write capability over them in the
     /// method files of that partition get (of encrypted ones when `sealed`).
@@ -124,20 +151,7 @@ impl<S: MetaStore> crate::Mds<S> {
             return Err(MdsError::refused(ErrorCode::NotADirectory, dir.to_string()));
         }
         require(who, &inode, WRITE | EXEC, dir)?;
-        let partition = self.partition(inode.partition)?;
-        if partition.credentials == Credentials::T10 {
-            return Err(MdsError::refused(
-                ErrorCode::InvalidArgument,
-                "a partition with T10 credentials reserves no file ids: put files the usual way",
-            ));
-        }
-        if self.user_revoked(who.uid, now)? {
-            return Err(MdsError::refused(
-                ErrorCode::Revoked,
-                "this user's capabilities are revoked for now (maat admin revoke)",
-            ));
-        }
-        let protection = crate::namespace::method_of(partition.protection, sealed);
+        let protection = self.reserved_method(who.uid, inode.partition, sealed, now)?;
         let count = RESERVED_IDS_PER_REQUEST;
         let mut batch = Batch::default();
         let first = self.next_ids("next_inode", u64::from(count), &mut batch)?;
@@ -227,22 +241,9 @@ impl<S: MetaStore> crate::Mds<S> {
             }
         }
         inode.size = size;
-        // What a create would check now: the partition may have changed method or
-        // credentials since the reservation, and the user may have been revoked.
-        let partition = self.partition(parent.partition)?;
-        let method = crate::namespace::method_of(partition.protection, sealed.is_some());
-        if partition.credentials == Credentials::T10 {
-            return Err(MdsError::refused(
-                ErrorCode::InvalidArgument,
-                "the partition gives T10 credentials now: put the file the usual way",
-            ));
-        }
-        if self.user_revoked(who.uid, now)? {
-            return Err(MdsError::refused(
-                ErrorCode::Revoked,
-                "this user's capabilities are revoked for now (maat admin revoke)",
-            ));
-        }
+        // Checked again now: the partition may have changed method or credentials since
+        // the reservation, and the user may have been revoked.
+        let method = self.reserved_method(who.uid, parent.partition, sealed.is_some(), now)?;
         // Made before the commit: a failure after it would read as a refusal to a
         // client that then removes the linked data.
         let stat = self.stat_of(&inode)?;
