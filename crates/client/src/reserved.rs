@@ -6,10 +6,11 @@
 //!
 //! Taken for a put of fewer bytes than a stripe to a path this client has no open of; an
 //! encrypted one makes the file's first lockbox here and links with it (`LinkSealed`),
-//! as a put through `OpenSealed` records it with the size. When the path exists (`AlreadyExists`) or the MDS forgot the reservation,
-//! the object written is removed and the put goes the usual way; a directory where the
-//! MDS reserves nothing (a partition with T10 credentials, no right to create) is not
-//! asked again for [`RESERVE_RETRY_MILLIS`].
+//! as a put through `OpenSealed` records it with the size. When the path exists
+//! (`AlreadyExists`) or the MDS forgot the reservation, the object written is removed
+//! and the put goes the usual way; a directory where the MDS reserves nothing (a
+//! partition with T10 credentials, no right to create) is not asked again for
+//! [`RESERVE_RETRY_MILLIS`].
 
 use super::*;
 use maat_proto::msg::STRIPE_UNIT_BYTES;
