@@ -570,11 +570,21 @@ impl<S: MetaStore> crate::Mds<S> {
         if matches!(grant.users, UserSel::One(_)) {
             keys.push((UserKey::Member(uid, acl.version()), files, byte));
         }
+        self.cached_under(keys, now)
+    }
+
+    /// The capability cached under the first of `keys` that still has half its lifetime,
+    /// counted as handed out.
+    fn cached_under(
+        &self,
+        keys: impl IntoIterator<Item = CapKey>,
+        now: UnixMillis,
+    ) -> Option<Vec<u8>> {
         let lifetime = self.config.capability_lifetime_millis;
         let found = {
             let cache = lock(&self.issuer.capabilities);
-            keys.iter()
-                .filter_map(|k| cache.get(k))
+            keys.into_iter()
+                .filter_map(|k| cache.get(&k))
                 .find(|c| c.expiry.0.saturating_sub(now.0) >= lifetime / 2)
                 .cloned()
         }?;
@@ -800,8 +810,8 @@ impl<S: MetaStore> crate::Mds<S> {
 
     /// A write capability for `uid` on a file just removed (its objects are left to
     /// delete), and whether it came from the cache: the one cached for this user alone
-    /// on this file alone (usually from the write open that made the file, so its OSDs
-    /// verified it already) while half its lifetime is left, else one signed now and not
+    /// on this file alone (from a write open of it, so its OSDs verified it already)
+    /// while half its lifetime is left, else one signed now and not
     /// cached, since nobody opens a removed file again. Handing this user back a
     /// capability it was itself issued authorizes nothing it does not hold already.
     pub(crate) fn removal_capability(
@@ -812,25 +822,18 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<(Vec<u8>, bool)> {
-        let lifetime = self.config.capability_lifetime_millis;
-        let found = {
-            let cache = lock(&self.issuer.capabilities);
-            [Mode::WRITE, Mode::READ_WRITE]
-                .into_iter()
-                .flat_map(|m| [m, m.with(Mode::RANGE_KEYS)])
-                .filter_map(|m| {
-                    cache.get(&(
-                        UserKey::One(uid),
-                        FileKey::One(file),
-                        key_byte(m, protection),
-                    ))
-                })
-                .find(|c| c.expiry.0.saturating_sub(now.0) >= lifetime / 2)
-                .cloned()
-        };
-        if let Some(found) = found {
-            self.hand_out(&found);
-            return Ok((found.encoded, true));
+        let writes = [Mode::WRITE, Mode::READ_WRITE]
+            .into_iter()
+            .flat_map(|m| [m, m.with(Mode::RANGE_KEYS)])
+            .map(|m| {
+                (
+                    UserKey::One(uid),
+                    FileKey::One(file),
+                    key_byte(m, protection),
+                )
+            });
+        if let Some(encoded) = self.cached_under(writes, now) {
+            return Ok((encoded, true));
         }
         let signed = self.single_capability(uid, file, Mode::WRITE, protection, now, rng)?;
         Ok((signed.0, false))

@@ -85,7 +85,9 @@ impl Reservations {
         let list = self.by_user.entry(uid).or_default();
         // Spent blocks go (expired, or every id linked); one still in use is never
         // forgotten for a new one, which would refuse the links of puts in flight.
+        let held = list.len();
         list.retain(|r| r.expiry > now && r.used < r.count);
+        self.total -= held - list.len();
         if list.len() >= RESERVATIONS_PER_USER_MAX {
             return Err(MdsError::refused(
                 ErrorCode::Busy,
@@ -93,7 +95,7 @@ impl Reservations {
             ));
         }
         list.push(r);
-        self.total = self.by_user.values().map(Vec::len).sum();
+        self.total += 1;
         Ok(())
     }
 }
