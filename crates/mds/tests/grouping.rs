@@ -2,7 +2,8 @@
 //! changes and opens, under every combination of grouping strategies, no capability the
 //! MDS hands out names a (user, file, mode) its access-control state does not allow at
 //! that moment, and no renewal token (M8) extends a capability that authorizes such an
-//! access or that had already expired. Also: gathered batches under concurrency, and M7
+//! access or that had already expired; reserved file ids (a capability over ids no file
+//! has) go to one user and link once, by that user alone. Also: gathered batches under concurrency, and M7
 //! (a permission change takes effect at the MDS at once).
 #![allow(
     clippy::unwrap_used,
@@ -262,6 +263,18 @@ enum Step {
         user: usize,
         files: Vec<usize>,
     },
+    /// A user reserves a block of file ids in `/d`.
+    Reserve {
+        user: usize,
+    },
+    /// A user (not always the one it was reserved to) links a new file to an id of a
+    /// block reserved earlier, or just past one.
+    Link {
+        user: usize,
+        block: usize,
+        offset: u32,
+        mode: u16,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -277,6 +290,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..200_000u64).prop_map(|millis| Step::Wait { millis }),
         2 => (0..8usize).prop_map(|user| Step::Renew { user }),
         1 => (0..8usize).prop_map(|file| Step::Unlink { file }),
+        1 => (0..8usize).prop_map(|user| Step::Reserve { user }),
+        3 => (0..8usize, 0..8usize, 0..66u32, 0..0o1000u16)
+            .prop_map(|(user, block, offset, mode)| Step::Link { user, block, offset, mode }),
     ]
 }
 
@@ -335,6 +351,13 @@ proptest! {
         let mut files: Vec<String> = Vec::new();
         // Every capability handed out, by id, with the latest expiry granted to it.
         let mut issued: std::collections::HashMap<u64, (Vec<u8>, u64)> = Default::default();
+        // Every block of ids reserved: its user, first id, count and expiry; and the
+        // reserved ids linked so far.
+        let mut blocks: Vec<(u64, u64, u32, u64)> = Vec::new();
+        let mut linked: std::collections::HashSet<u64> = Default::default();
+        let in_a_block = |blocks: &[(u64, u64, u32, u64)], id: u64| {
+            blocks.iter().find(|(_, first, count, _)| (*first..*first + u64::from(*count)).contains(&id)).copied()
+        };
         for (i, s) in steps.into_iter().enumerate() {
             now += 1;
             let opened = match s {
@@ -388,6 +411,42 @@ proptest! {
                     let _ = mds.dispatch_as(uid, MdsRequest::FileSetDefine { name: format!("s{user}"), paths }, UnixMillis(now), &mut rng);
                     continue;
                 }
+                Step::Reserve { user } => {
+                    let uid = FIRST_UID + (user % n) as u64;
+                    let Ok((first, count, capability)) = reserve_as(&mds, uid, "/d", now, &mut rng) else { continue };
+                    // The capability names this user alone, read-write, over exactly
+                    // the block; no file has any of its ids, nor does any block before.
+                    let body = Unverified::<Capability>::decode(&capability).unwrap().unverified_body().clone();
+                    prop_assert_eq!(&body.users, &Principals::User(maat_proto::ids::UserId(uid)));
+                    prop_assert_eq!(&body.files, &Files::Range { first: maat_proto::ids::FileId(first), count });
+                    prop_assert_eq!(body.mode, Mode::READ_WRITE);
+                    for id in first..first + u64::from(count) {
+                        prop_assert!(!store.0.lock().unwrap().inodes.contains_key(&id), "reserved id {id} is a file already");
+                        prop_assert!(in_a_block(&blocks, id).is_none(), "id {id} reserved twice");
+                    }
+                    blocks.push((uid, first, count, body.expiry.0));
+                    issued.entry(body.id.0).or_insert((capability, body.expiry.0));
+                    continue;
+                }
+                Step::Link { user, block, offset, mode } if !blocks.is_empty() => {
+                    let uid = FIRST_UID + (user % n) as u64;
+                    let (_, first, _, _) = blocks[block % blocks.len()];
+                    let id = first + u64::from(offset);
+                    let path = format!("/d/f{i}");
+                    let request = MdsRequest::Link { path: path.clone(), file: id, size: 1, mode };
+                    let Ok(MdsResponse::Stat(stat)) = mds.dispatch_as(uid, request, UnixMillis(now), &mut rng) else { continue };
+                    // Only the user the id was reserved to links it, once, before the
+                    // block expires, and the file is that user's.
+                    let Some((owner, _, _, expiry)) = in_a_block(&blocks, id) else {
+                        return Err(TestCaseError::fail(format!("id {id}, in no block, linked")));
+                    };
+                    prop_assert_eq!(owner, uid, "user {} linked id {} reserved to {}", uid, id, owner);
+                    prop_assert!(now < expiry, "id {id} linked after its block expired");
+                    prop_assert!(linked.insert(id), "id {id} linked twice");
+                    prop_assert_eq!(stat.id, id);
+                    files.push(path);
+                    continue;
+                }
                 Step::Renew { user } => {
                     let ids: Vec<u64> = issued.keys().copied().collect();
                     let r = mds.dispatch_as(FIRST_UID + (user % n) as u64, MdsRequest::Renew { ids }, UnixMillis(now), &mut rng);
@@ -417,7 +476,12 @@ proptest! {
                 }
                 _ => continue,
             };
-            let Ok(MdsResponse::Opened { capability, .. }) = opened else { continue };
+            let Ok(MdsResponse::Opened { capability, stat, .. }) = opened else { continue };
+            // A reserved id is a file only once its user links it.
+            prop_assert!(
+                in_a_block(&blocks, stat.id).is_none() || linked.contains(&stat.id),
+                "file {} got a reserved id without a link", stat.id
+            );
             let body = Unverified::<Capability>::decode(&capability).unwrap().unverified_body().clone();
             issued.entry(body.id.0).or_insert((capability.clone(), body.expiry.0));
             let (us, fs, mode) = authorizations(&mds, &capability, now);
