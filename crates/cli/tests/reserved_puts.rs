@@ -196,3 +196,47 @@ fn small_encrypted_files_link_with_their_lockbox_and_read_back_through_the_kds()
     }
     assert_eq!(clear, 0);
 }
+
+#[test]
+fn removing_a_file_put_here_signs_nothing_and_a_replaced_path_is_removed_the_usual_way() {
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("alice", "alice passphrase", None);
+    let admin = cluster.admin_client();
+    let alice = cluster.user_client("alice", "alice passphrase");
+    let objects = cluster.data().join("osd-1/objects");
+    for i in 0..10 {
+        alice
+            .put(
+                &mut &b"data"[..],
+                4,
+                &format!("/home/alice/r{i}"),
+                &mut |_| {},
+            )
+            .unwrap();
+    }
+    assert_eq!(files_under(&objects), 10);
+    // alice holds each file's write capability (the reservation's): the MDS unlinks
+    // and signs nothing, and her objects go under that capability.
+    let signed = counter(&admin, "mds", "signatures_made");
+    for i in 0..5 {
+        alice.unlink(&format!("/home/alice/r{i}")).unwrap();
+    }
+    assert_eq!(counter(&admin, "mds", "signatures_made"), signed);
+    assert_eq!(files_under(&objects), 5);
+
+    // Another client removes r5 and puts a new file there: alice's kept capability is
+    // for the old file, so the MDS refuses her held unlink (nothing removed) and she
+    // unlinks the usual way, removing the new file's object, not a stale one.
+    let other = cluster.user_client("alice", "alice passphrase");
+    other.unlink("/home/alice/r5").unwrap();
+    other
+        .put(&mut &b"new"[..], 3, "/home/alice/r5", &mut |_| {})
+        .unwrap();
+    assert_eq!(files_under(&objects), 5);
+    alice.unlink("/home/alice/r5").unwrap();
+    assert_eq!(
+        code(other.stat("/home/alice/r5")),
+        maat_proto::msg::ErrorCode::NoSuchFile
+    );
+    assert_eq!(files_under(&objects), 4);
+}

@@ -379,17 +379,65 @@ impl Client {
             .map(|_| ())
     }
 
-    /// Removes a file and its objects.
+    /// Removes a file and its objects. With a write capability for it kept from a put
+    /// (with more than half its lifetime left), the MDS is asked to unlink the path only
+    /// if it still names that file (`UnlinkHeld`) and the objects go under that
+    /// capability: no capability is signed for the removal.
     pub fn unlink(&self, path: &str) -> Result<()> {
+        let held = self.held_write_open(path);
         self.forget_opened_path(path);
+        if let Some(held) = held {
+            let request = MdsRequest::UnlinkHeld {
+                path: path.into(),
+                file: held.stat.id,
+            };
+            match self.mds_call(request) {
+                Ok(MdsResponse::Stat(stat)) => {
+                    let opened = Opened { stat, ..held };
+                    self.opened.lock().remove_file(opened.stat.id);
+                    return self.remove_objects(&opened);
+                }
+                Ok(_) => return Err(self.bad("mds", "unexpected answer to UnlinkHeld")),
+                // The path names another file now: unlinked the usual way.
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::WrongFile => {}
+                Err(e) => return Err(e),
+            }
+        }
         let response = self.mds_call(MdsRequest::Unlink { path: path.into() })?;
         let opened = self.opened_from(response)?;
-        for stripe in 0..stripes_for(opened.stat.size).max(1) {
-            self.remove_object(&opened, stripe)?;
-        }
+        self.remove_objects(&opened)?;
         // Credentials the MDS gave for the removal (SPEC T2) serve no further purpose.
         self.forget_t10(opened.stat.id);
         Ok(())
+    }
+
+    /// Removes the objects of an unlinked file.
+    fn remove_objects(&self, opened: &Opened) -> Result<()> {
+        for stripe in 0..stripes_for(opened.stat.size).max(1) {
+            self.remove_object(opened, stripe)?;
+        }
+        Ok(())
+    }
+
+    /// The kept open of `path` whose capability (a Maat one, not T10 credentials) lets
+    /// this session write the file, if any.
+    fn held_write_open(&self, path: &str) -> Option<Opened> {
+        use maat_proto::capability::{Capability, Mode};
+        if self.insecure_user.is_some() {
+            // NOSEC: the MDS signs nothing for a removal anyway.
+            return None;
+        }
+        let entry = self.opened.lock().fresh(path, self.now()).cloned()?;
+        let writes = Unverified::<Capability>::decode(&entry.capability)
+            .ok()?
+            .unverified_body()
+            .mode
+            .allows(Mode::WRITE);
+        writes.then_some(Opened {
+            stat: entry.stat,
+            capability: entry.capability,
+            mds_cached: true,
+        })
     }
 }
 

@@ -14,6 +14,8 @@ pub(crate) struct OpenCache {
     /// (when stored, path), oldest first; may name entries since replaced or dropped,
     /// which eviction skips.
     order: VecDeque<(u64, String)>,
+    /// File id → the paths of its entries (so that forgetting a file is no scan).
+    by_file: HashMap<u64, Vec<String>>,
     /// The next storing's number.
     next: u64,
     /// Most entries held.
@@ -43,13 +45,16 @@ impl OpenCache {
         let stamp = self.next;
         self.next += 1;
         self.order.push_back((stamp, entry.path.clone()));
+        self.remove(&entry.path);
+        let paths = self.by_file.entry(entry.stat.id).or_default();
+        paths.push(entry.path.clone());
         self.entries.insert(entry.path.clone(), (stamp, entry));
         while self.entries.len() > self.max {
             let Some((stamp, path)) = self.order.pop_front() else {
                 break;
             };
             if self.entries.get(&path).is_some_and(|(s, _)| *s == stamp) {
-                self.entries.remove(&path);
+                self.remove(&path);
             }
         }
         // Stale order entries (paths stored again or forgotten) never outnumber live ones
@@ -63,17 +68,28 @@ impl OpenCache {
 
     /// Forgets the open of `path`.
     pub(crate) fn remove(&mut self, path: &str) {
-        self.entries.remove(path);
+        let Some((_, gone)) = self.entries.remove(path) else {
+            return;
+        };
+        if let Some(paths) = self.by_file.get_mut(&gone.stat.id) {
+            paths.retain(|p| p != path);
+            if paths.is_empty() {
+                self.by_file.remove(&gone.stat.id);
+            }
+        }
     }
 
     /// Forgets the opens of file `id`, under any path.
     pub(crate) fn remove_file(&mut self, id: u64) {
-        self.entries.retain(|_, (_, o)| o.stat.id != id);
+        for path in self.by_file.remove(&id).unwrap_or_default() {
+            self.entries.remove(&path);
+        }
     }
 
     /// Forgets every open.
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
+        self.by_file.clear();
         self.order.clear();
     }
 
@@ -96,7 +112,11 @@ mod tests {
     use maat_proto::msg::FileStat;
 
     fn entry(path: &str, expiry: u64) -> OpenedEntry {
-        OpenedEntry {
+        entry_of(path, 4, expiry)
+    }
+
+    fn entry_of(path: &str, id: u64, expiry: u64) -> OpenedEntry {
+        let mut e = OpenedEntry {
             path: path.into(),
             stat: serde_json::from_str::<FileStat>(
                 r#"{"id":4,"is_dir":false,"mode":420,"owner":"a","group":"a","size":1,"mtime":1}"#,
@@ -105,7 +125,33 @@ mod tests {
             capability: vec![1],
             expiry,
             lifetime: 100,
+        };
+        e.stat.id = id;
+        e
+    }
+
+    #[test]
+    fn forgetting_a_file_forgets_each_of_its_paths_and_no_other() {
+        let mut c = OpenCache::new(3);
+        c.insert(entry_of("/a", 1, 1000));
+        c.insert(entry_of("/b", 1, 1000)); // the same file under another path
+        c.insert(entry_of("/c", 2, 1000));
+        c.insert(entry_of("/c", 1, 1000)); // /c now names file 1 too
+        c.insert(entry_of("/d", 3, 1000)); // /a goes (the oldest)
+        c.remove_file(2); // /c no longer names file 2: it stays
+        assert!(c.fresh("/c", 0).is_some());
+        c.remove_file(1);
+        for p in ["/a", "/b", "/c"] {
+            assert!(c.fresh(p, 0).is_none(), "{p}");
         }
+        assert!(c.fresh("/d", 0).is_some());
+        c.insert(entry_of("/e", 2, 1000));
+        c.remove_file(2);
+        assert!(c.fresh("/e", 0).is_none());
+        assert!(c.fresh("/d", 0).is_some());
+        // The index holds exactly the live entries.
+        let indexed: usize = c.by_file.values().map(Vec::len).sum();
+        assert_eq!(indexed, c.entries.len());
     }
 
     #[test]
@@ -147,5 +193,7 @@ mod tests {
         assert!(c.entries.len() <= 100);
         assert!(c.order.len() <= 2 * c.entries.len() + 64 + 1);
         assert!(c.fresh("/999", 0).is_some());
+        let indexed: usize = c.by_file.values().map(Vec::len).sum();
+        assert_eq!(indexed, c.entries.len());
     }
 }

@@ -42,6 +42,7 @@ use maat_proto::signed;
 use maat_proto::ticket::LoginTicket;
 use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
 use maat_proto::UnixMillis;
+use namespace::Removing;
 pub use namespace::FILE_BYTES_MAX;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

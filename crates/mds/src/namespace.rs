@@ -111,6 +111,18 @@ fn no_such(path: &str) -> MdsError {
     MdsError::refused(ErrorCode::NoSuchFile, path.to_string())
 }
 
+/// What a removal removes, and what it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Removing {
+    /// An empty directory (`Rmdir`): `Ok`.
+    Directory,
+    /// A file (`Unlink`): `Opened`, with what removes its objects.
+    File,
+    /// The file with this id, whose write capability the remover holds (`UnlinkHeld`):
+    /// `Stat`.
+    HeldFile(u64),
+}
+
 impl<S: MetaStore> crate::Mds<S> {
     fn load(&self, id: u64, path: &str) -> Result<Inode> {
         self.store.inode(id)?.ok_or_else(|| no_such(path))
@@ -286,22 +298,32 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// Unlink (files) or rmdir (empty directories). Unlinking answers with a write
-    /// capability so the client can remove the file's objects.
+    /// capability so the client can remove the file's objects, unless the client holds
+    /// one (`UnlinkHeld`, see [`Removing`]).
     pub(crate) fn remove(
         &self,
         who: &Principal,
         path: &str,
-        directory: bool,
+        what: Removing,
         session: Option<&[u8; 16]>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
+        let directory = what == Removing::Directory;
         let _guard = lock(&self.write);
         let (parent, name) = self.parent_of(who, path)?;
         let id = self
             .store
             .lookup(parent.id, name)?
             .ok_or_else(|| no_such(path))?;
+        if let Removing::HeldFile(held) = what {
+            if held != id {
+                return Err(MdsError::refused(
+                    ErrorCode::WrongFile,
+                    format!("{path} names another file than the one whose capability is held"),
+                ));
+            }
+        }
         let inode = self.load(id, path)?;
         require(who, &parent, WRITE | EXEC, path)?;
         if directory {
@@ -331,8 +353,11 @@ impl<S: MetaStore> crate::Mds<S> {
             self.acl_change(|| Ok(self.store.commit_deferred(batch)?))?;
         }
         let stat = self.stat_of(&inode)?;
-        if directory {
-            return Ok(MdsResponse::Ok);
+        match what {
+            Removing::Directory => return Ok(MdsResponse::Ok),
+            // The remover holds a write capability for the file: nothing to give.
+            Removing::HeldFile(_) => return Ok(MdsResponse::Stat(stat)),
+            Removing::File => {}
         }
         // The objects of a removed file are the remover's to delete (the unlink was the
         // permission check): in a partition with T10 credentials, write credentials for

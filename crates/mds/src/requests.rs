@@ -215,8 +215,15 @@ impl<S: MetaStore> Mds<S> {
                 parents,
                 partition,
             } => self.mkdir(who, &path, mode, parents, partition.as_deref(), now),
-            MdsRequest::Rmdir { path } => self.remove(who, &path, true, session, now, rng),
-            MdsRequest::Unlink { path } => self.remove(who, &path, false, session, now, rng),
+            MdsRequest::Rmdir { path } => {
+                self.remove(who, &path, Removing::Directory, session, now, rng)
+            }
+            MdsRequest::Unlink { path } => {
+                self.remove(who, &path, Removing::File, session, now, rng)
+            }
+            MdsRequest::UnlinkHeld { path, file } => {
+                self.remove(who, &path, Removing::HeldFile(file), session, now, rng)
+            }
             MdsRequest::Reserve { dir } => self.reserve(who, &dir, false, session, now, rng),
             MdsRequest::ReserveSealed { dir } => self.reserve(who, &dir, true, session, now, rng),
             MdsRequest::Link {

@@ -1434,6 +1434,71 @@ fn a_removal_hands_back_the_removers_own_write_capability_and_signs_only_without
     assert_eq!(signatures(&mds), before + 1);
 }
 
+/// `UnlinkHeld`: a remover that holds the file's write capability unlinks the path only
+/// while it names that file, is given nothing, and nothing is signed; the permission
+/// checks are `Unlink`'s.
+#[test]
+fn an_unlink_by_a_holder_removes_only_the_file_held_and_signs_nothing() {
+    let store = MemStore::default();
+    let mds = mds(&store, Strategies::default(), 300_000);
+    seed_users(&store, &[(10, vec![]), (11, vec![])]);
+    let mut rng = ChaCha20Rng::seed_from_u64(64);
+    let now = T0 + 1_000;
+    shared_dir(&mds, now, &mut rng);
+    let held = |uid: u64, path: &str, file: u64, rng: &mut ChaCha20Rng| {
+        let request = MdsRequest::UnlinkHeld {
+            path: path.into(),
+            file,
+        };
+        mds.dispatch_as(uid, request, UnixMillis(now + 1), rng)
+    };
+    let exists = |path: &str, rng: &mut ChaCha20Rng| {
+        let request = MdsRequest::Stat { path: path.into() };
+        mds.dispatch_as(ADMIN_UID, request, UnixMillis(now + 1), rng)
+            .is_ok()
+    };
+    let (a, _, _) = open_as(&mds, 100, "/d/a", Some(0o644), now, &mut rng);
+    let (other, _, _) = open_as(&mds, 100, "/d/other", Some(0o644), now, &mut rng);
+
+    // The path names another file than the one held: refused, nothing removed.
+    let e = held(100, "/d/a", other, &mut rng).unwrap_err();
+    assert_eq!(e.code, ErrorCode::WrongFile);
+    assert!(exists("/d/a", &mut rng));
+
+    // A user who may not write the directory may not unlink in it this way either.
+    mds.dispatch_as(
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/p".into(),
+            mode: 0o755,
+            parents: false,
+            partition: None,
+        },
+        UnixMillis(now),
+        &mut rng,
+    )
+    .unwrap();
+    let (p, _, _) = open_as(&mds, ADMIN_UID, "/p/f", Some(0o666), now, &mut rng);
+    let e = held(101, "/p/f", p, &mut rng).unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied);
+    assert!(exists("/p/f", &mut rng));
+    // Nor remove a directory.
+    let e = held(ADMIN_UID, "/p", 0, &mut rng).unwrap_err();
+    assert_eq!(e.code, ErrorCode::WrongFile);
+
+    // The path names the file held: removed; the answer is its stat, no capability, and
+    // nothing is signed.
+    let before = signatures(&mds);
+    match held(100, "/d/a", a, &mut rng).unwrap() {
+        MdsResponse::Stat(stat) => assert_eq!(stat.id, a),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(signatures(&mds), before);
+    assert!(!exists("/d/a", &mut rng));
+    let e = held(100, "/d/a", a, &mut rng).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoSuchFile);
+}
+
 fn reserve_as(
     mds: &Mds<&MemStore>,
     uid: u64,

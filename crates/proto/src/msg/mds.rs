@@ -650,6 +650,17 @@ pub enum MdsRequest {
         /// A directory the ids are for.
         dir: String,
     },
+    /// `Unlink` of `path` only if it names file `file`, by a client that holds a write
+    /// capability for that file already (a put's, kept): no capability is made or
+    /// handed out for the removal, so it costs no signature. `WrongFile` when `path`
+    /// names another file (nothing is removed; the client unlinks the usual way).
+    /// Answer `Stat`, of the file removed.
+    UnlinkHeld {
+        /// The file's path.
+        path: String,
+        /// The id the client holds a capability for.
+        file: u64,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -765,6 +776,7 @@ impl MdsRequest {
             MdsRequest::Link { .. } => "link",
             MdsRequest::LinkSealed { .. } => "link_sealed",
             MdsRequest::ReserveSealed { .. } => "reserve_sealed",
+            MdsRequest::UnlinkHeld { .. } => "unlink_held",
         }
     }
 }
