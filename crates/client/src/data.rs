@@ -1,6 +1,6 @@
 //! The data path: requests to OSDs under each protection method (SPEC T1), striping and
 //! placement (T8), objects read and written whole or in part, and batches of requests
-//! to several OSDs in flight at once, one connection per OSD (whole-file put and get
+//! to several OSDs in flight at once, two connections per OSD (whole-file put and get
 //! are in `transfer.rs`).
 
 use super::*;
@@ -150,15 +150,17 @@ impl Client {
         self.with_session(|s| Some(s.uid))
     }
 
-    /// How many stripes of one file are in flight at once: two per OSD (one being
-    /// served, one queued), at most [`STRIPES_IN_FLIGHT_MAX`].
+    /// How many stripes of one file are in flight at once: two per OSD (one on each of
+    /// its lanes), at most [`STRIPES_IN_FLIGHT_MAX`].
     pub fn stripes_in_flight(&self) -> Result<u32> {
         let osds = self.cluster_map()?.osds.len() as u32;
         Ok((2 * osds).clamp(1, STRIPES_IN_FLIGHT_MAX))
     }
 
-    /// Runs the data requests `calls` (OSD, request) for `opened` with one thread and one
-    /// connection per OSD, each OSD's requests in order; answers in the order of `calls`.
+    /// Runs the data requests `calls` (OSD, request) for `opened` with a thread and a
+    /// connection per lane, [`LANES_PER_OSD`] lanes per OSD, each lane's requests in
+    /// order (so requests to one object must not share a batch); answers in the order of
+    /// `calls`.
     /// A request refused at the envelope (unknown session, stale timestamp) was not
     /// applied: it is retried alone through [`Client::osd_call`], which renegotiates.
     pub(crate) fn parallel(
@@ -168,8 +170,20 @@ impl Client {
     ) -> Result<Vec<Result<OsdResponse>>> {
         let insecure = self.insecure_for(opened)?;
         let mut lanes: Vec<Lane> = Vec::new();
+        let mut per_osd: Vec<(u64, usize)> = Vec::new();
         for (index, (osd, request)) in calls.into_iter().enumerate() {
-            if let Some(lane) = lanes.iter_mut().find(|l| l.osd == osd) {
+            // The n-th request to an OSD goes on its lane n mod LANES_PER_OSD.
+            let slot = match per_osd.iter_mut().find(|(o, _)| *o == osd) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n % LANES_PER_OSD
+                }
+                None => {
+                    per_osd.push((osd, 0));
+                    0
+                }
+            };
+            if let Some(lane) = lanes.iter_mut().find(|l| l.osd == osd && l.slot == slot) {
                 lane.calls.push((index, request));
                 continue;
             }
@@ -181,6 +195,7 @@ impl Client {
             let conn = self.connections.take(&self.network, &address);
             lanes.push(Lane {
                 osd,
+                slot,
                 address,
                 auth,
                 conn,
@@ -443,6 +458,11 @@ impl Client {
 
 pub use crate::limits::STRIPES_IN_FLIGHT_MAX;
 
+/// Connections (and threads) one batch of requests uses per OSD: with two, one request
+/// is being served while the other is sealed, sent or checked, so hashing and the wire
+/// overlap the OSD's work instead of following it.
+const LANES_PER_OSD: usize = 2;
+
 /// How requests on one OSD connection are authenticated.
 #[derive(Clone)]
 enum Auth {
@@ -470,6 +490,8 @@ enum Auth {
 /// One OSD's share of a parallel batch.
 struct Lane {
     osd: u64,
+    /// Which of the OSD's lanes (each its own connection and thread).
+    slot: usize,
     address: String,
     auth: Auth,
     conn: Connection,
