@@ -230,6 +230,7 @@ impl Client {
             });
         }
         let mut answers = Vec::new();
+        let mut renewed: Vec<u64> = Vec::new();
         for lane in lanes {
             self.stats.lock().requests += lane.calls.len() as u64;
             self.connections.give_back(lane.conn);
@@ -250,7 +251,10 @@ impl Client {
                         // Only a forgotten session needs a new one; a stale or early
                         // request is simply sent again (`osd_call` waits as needed,
                         // supplies Merkle trees the OSD lacks and renewal tokens).
-                        if e.code == ErrorCode::UnknownSession {
+                        // (Once per OSD: its other lane's retry may have made the new
+                        // session already.)
+                        if e.code == ErrorCode::UnknownSession && !renewed.contains(&lane.osd) {
+                            renewed.push(lane.osd);
                             if let Some(s) = self.session.lock().as_mut() {
                                 s.osd_sessions.retain(|o| o.osd != lane.osd);
                             }
@@ -401,10 +405,12 @@ impl Client {
     pub fn unlink(&self, path: &str) -> Result<()> {
         let held = self.held_write_open(path);
         self.forget_opened_path(path);
-        if let Some(held) = held {
+        let mut response = None;
+        if let Some((held, capability)) = held {
             let request = MdsRequest::UnlinkHeld {
                 path: path.into(),
                 file: held.stat.id,
+                capability,
             };
             match self.mds_call(request) {
                 Ok(MdsResponse::Stat(stat)) => {
@@ -412,13 +418,18 @@ impl Client {
                     self.opened.lock().remove_file(opened.stat.id);
                     return self.remove_objects(&opened);
                 }
+                // Unlinked, but what is held would not serve: what the MDS gave instead.
+                Ok(opened @ MdsResponse::Opened { .. }) => response = Some(opened),
                 Ok(_) => return Err(self.bad("mds", "unexpected answer to UnlinkHeld")),
                 // The path names another file now: unlinked the usual way.
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::WrongFile => {}
                 Err(e) => return Err(e),
             }
         }
-        let response = self.mds_call(MdsRequest::Unlink { path: path.into() })?;
+        let response = match response {
+            Some(r) => r,
+            None => self.mds_call(MdsRequest::Unlink { path: path.into() })?,
+        };
         let opened = self.opened_from(response)?;
         self.remove_objects(&opened)?;
         // Credentials the MDS gave for the removal (SPEC T2) serve no further purpose.
@@ -435,24 +446,24 @@ impl Client {
     }
 
     /// The kept open of `path` whose capability (a Maat one, not T10 credentials) lets
-    /// this session write the file, if any.
-    fn held_write_open(&self, path: &str) -> Option<Opened> {
+    /// this session write the file, if any, and that capability's id.
+    fn held_write_open(&self, path: &str) -> Option<(Opened, u64)> {
         use maat_proto::capability::{Capability, Mode};
         if self.insecure_user.is_some() {
             // NOSEC: the MDS signs nothing for a removal anyway.
             return None;
         }
         let entry = self.opened.lock().fresh(path, self.now()).cloned()?;
-        let writes = Unverified::<Capability>::decode(&entry.capability)
+        let body = Unverified::<Capability>::decode(&entry.capability)
             .ok()?
             .unverified_body()
-            .mode
-            .allows(Mode::WRITE);
-        writes.then_some(Opened {
+            .clone();
+        let opened = Opened {
             stat: entry.stat,
             capability: entry.capability,
             mds_cached: true,
-        })
+        };
+        body.mode.allows(Mode::WRITE).then_some((opened, body.id.0))
     }
 }
 

@@ -1,7 +1,8 @@
 //! The client capability cache (SPEC M5): read opens by path, each good while its
 //! capability (or T10 credentials, or for NOSEC a fixed lifetime) has more than half its
 //! lifetime left. Bounded: when full, the entry stored longest ago goes first, so a
-//! client that writes and then reads back more files than fit keeps the newest.
+//! client that writes and then reads back more files than fit keeps the newest. A kept
+//! read-write capability (a put's) also serves the file's removal (`UnlinkHeld`).
 
 use crate::home::OpenedEntry;
 use std::collections::{HashMap, VecDeque};

@@ -118,9 +118,10 @@ pub(crate) enum Removing {
     Directory,
     /// A file (`Unlink`): `Opened`, with what removes its objects.
     File,
-    /// The file with this id, whose write capability the remover holds (`UnlinkHeld`):
-    /// `Stat`.
-    HeldFile(u64),
+    /// The file with this id, whose write capability (`capability`, an id) the remover
+    /// holds (`UnlinkHeld`): `Stat`, or `Opened` as for `File` when that capability
+    /// would not serve.
+    HeldFile { file: u64, capability: u64 },
 }
 
 impl<S: MetaStore> crate::Mds<S> {
@@ -316,7 +317,7 @@ impl<S: MetaStore> crate::Mds<S> {
             .store
             .lookup(parent.id, name)?
             .ok_or_else(|| no_such(path))?;
-        if let Removing::HeldFile(held) = what {
+        if let Removing::HeldFile { file: held, .. } = what {
             if held != id {
                 return Err(MdsError::refused(
                     ErrorCode::WrongFile,
@@ -355,8 +356,19 @@ impl<S: MetaStore> crate::Mds<S> {
         let stat = self.stat_of(&inode)?;
         match what {
             Removing::Directory => return Ok(MdsResponse::Ok),
-            // The remover holds a write capability for the file: nothing to give.
-            Removing::HeldFile(_) => return Ok(MdsResponse::Stat(stat)),
+            // The remover holds a write capability for the file: nothing to give, unless
+            // the OSDs would refuse it (revoked, or the partition now takes T10
+            // credentials), when the objects would stay for good.
+            Removing::HeldFile { capability, .. } => {
+                let serves = session.is_some()
+                    && self.partition(inode.partition)?.credentials
+                        != maat_proto::msg::Credentials::T10
+                    && !self.user_revoked(who.uid, now)?
+                    && !self.capability_revoked(capability, now)?;
+                if serves {
+                    return Ok(MdsResponse::Stat(stat));
+                }
+            }
             Removing::File => {}
         }
         // The objects of a removed file are the remover's to delete (the unlink was the

@@ -221,8 +221,13 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::Unlink { path } => {
                 self.remove(who, &path, Removing::File, session, now, rng)
             }
-            MdsRequest::UnlinkHeld { path, file } => {
-                self.remove(who, &path, Removing::HeldFile(file), session, now, rng)
+            MdsRequest::UnlinkHeld {
+                path,
+                file,
+                capability,
+            } => {
+                let what = Removing::HeldFile { file, capability };
+                self.remove(who, &path, what, session, now, rng)
             }
             MdsRequest::Reserve { dir } => self.reserve(who, &dir, false, session, now, rng),
             MdsRequest::ReserveSealed { dir } => self.reserve(who, &dir, true, session, now, rng),

@@ -257,6 +257,8 @@ enum Step {
     },
     Unlink {
         file: usize,
+        /// `UnlinkHeld` with the file's id (`Some(true)`) or another (`Some(false)`).
+        held: Option<bool>,
     },
     /// A user (or the administrator, `user` past the last) defines a file set.
     Define {
@@ -289,7 +291,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..8usize).prop_map(|user| Step::Remove { user }),
         1 => (0..200_000u64).prop_map(|millis| Step::Wait { millis }),
         2 => (0..8usize).prop_map(|user| Step::Renew { user }),
-        1 => (0..8usize).prop_map(|file| Step::Unlink { file }),
+        1 => (0..8usize, prop::option::of(any::<bool>())).prop_map(|(file, held)| Step::Unlink { file, held }),
         1 => (0..8usize).prop_map(|user| Step::Reserve { user }),
         3 => (0..8usize, 0..8usize, 0..66u32, 0..0o1000u16)
             .prop_map(|(user, block, offset, mode)| Step::Link { user, block, offset, mode }),
@@ -393,8 +395,25 @@ proptest! {
                     let _ = admin(&mds, MdsRequest::GroupMemberAdd { group: format!("g{}", GROUPS[group]), user: format!("u{}", user % n) }, now, &mut rng);
                     continue;
                 }
-                Step::Unlink { file } if !files.is_empty() => {
-                    let _ = admin(&mds, MdsRequest::Unlink { path: files[file % files.len()].clone() }, now, &mut rng);
+                Step::Unlink { file, held } if !files.is_empty() => {
+                    let path = files[file % files.len()].clone();
+                    let Some(right) = held else {
+                        let _ = admin(&mds, MdsRequest::Unlink { path }, now, &mut rng);
+                        continue;
+                    };
+                    let id = match admin(&mds, MdsRequest::Stat { path: path.clone() }, now, &mut rng) {
+                        Ok(MdsResponse::Stat(stat)) => stat.id,
+                        _ => continue,
+                    };
+                    let file = if right { id } else { id + 1_000_000 };
+                    let r = admin(&mds, MdsRequest::UnlinkHeld { path: path.clone(), file, capability: 0 }, now, &mut rng);
+                    // Only the file held goes; another is left in place.
+                    let there = admin(&mds, MdsRequest::Stat { path }, now, &mut rng).is_ok();
+                    match r {
+                        Ok(MdsResponse::Stat(stat)) => prop_assert!(right && stat.id == id && !there),
+                        Err(e) => prop_assert!(!right && e.code == ErrorCode::WrongFile && there),
+                        other => panic!("{other:?}"),
+                    }
                     continue;
                 }
                 Step::Remove { user } => {
@@ -441,6 +460,8 @@ proptest! {
                         return Err(TestCaseError::fail(format!("id {id}, in no block, linked")));
                     };
                     prop_assert_eq!(owner, uid, "user {} linked id {} reserved to {}", uid, id, owner);
+                    let made_by = store.0.lock().unwrap().inodes.get(&id).map(|i| i.uid);
+                    prop_assert_eq!(made_by, Some(uid), "the linked file is not its linker's");
                     prop_assert!(now < expiry, "id {id} linked after its block expired");
                     prop_assert!(linked.insert(id), "id {id} linked twice");
                     prop_assert_eq!(stat.id, id);
@@ -1449,6 +1470,7 @@ fn an_unlink_by_a_holder_removes_only_the_file_held_and_signs_nothing() {
         let request = MdsRequest::UnlinkHeld {
             path: path.into(),
             file,
+            capability: 7,
         };
         mds.dispatch_as(uid, request, UnixMillis(now + 1), rng)
     };
@@ -1483,8 +1505,20 @@ fn an_unlink_by_a_holder_removes_only_the_file_held_and_signs_nothing() {
     assert_eq!(e.code, ErrorCode::PermissionDenied);
     assert!(exists("/p/f", &mut rng));
     // Nor remove a directory.
-    let e = held(ADMIN_UID, "/p", 0, &mut rng).unwrap_err();
-    assert_eq!(e.code, ErrorCode::WrongFile);
+    let dir = match mds
+        .dispatch_as(
+            ADMIN_UID,
+            MdsRequest::Stat { path: "/p".into() },
+            UnixMillis(now),
+            &mut rng,
+        )
+        .unwrap()
+    {
+        MdsResponse::Stat(stat) => stat.id,
+        other => panic!("{other:?}"),
+    };
+    let e = held(ADMIN_UID, "/p", dir, &mut rng).unwrap_err();
+    assert_eq!(e.code, ErrorCode::IsADirectory);
 
     // The path names the file held: removed; the answer is its stat, no capability, and
     // nothing is signed.
@@ -1497,6 +1531,34 @@ fn an_unlink_by_a_holder_removes_only_the_file_held_and_signs_nothing() {
     assert!(!exists("/d/a", &mut rng));
     let e = held(100, "/d/a", a, &mut rng).unwrap_err();
     assert_eq!(e.code, ErrorCode::NoSuchFile);
+
+    // The capability held was revoked (M9): the OSDs would refuse it, so the answer is
+    // Unlink's, with a write capability for the removal.
+    let (b, _, _) = open_as(&mds, 100, "/d/b", Some(0o644), now, &mut rng);
+    mds.dispatch_as(
+        ADMIN_UID,
+        MdsRequest::Revoke {
+            users: vec![],
+            capabilities: vec![7],
+        },
+        UnixMillis(now),
+        &mut rng,
+    )
+    .unwrap();
+    match held(100, "/d/b", b, &mut rng).unwrap() {
+        MdsResponse::Opened {
+            stat, capability, ..
+        } => {
+            assert_eq!(stat.id, b);
+            assert_eq!(
+                authorizations(&mds, &capability, now + 1).1,
+                vec![b],
+                "a capability for the removed file"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!exists("/d/b", &mut rng));
 }
 
 fn reserve_as(

@@ -654,12 +654,15 @@ pub enum MdsRequest {
     /// capability for that file already (a put's, kept): no capability is made or
     /// handed out for the removal, so it costs no signature. `WrongFile` when `path`
     /// names another file (nothing is removed; the client unlinks the usual way).
-    /// Answer `Stat`, of the file removed.
+    /// Answer `Stat`, of the file removed; `Opened` as for `Unlink` when the held
+    /// capability would not serve (it or its user revoked, T10 credentials now).
     UnlinkHeld {
         /// The file's path.
         path: String,
         /// The id the client holds a capability for.
         file: u64,
+        /// That capability's id.
+        capability: u64,
     },
 }
 
