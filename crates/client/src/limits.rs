@@ -48,9 +48,9 @@ pub const RENEW_AT_PERCENT: u64 = 80;
 /// Most capabilities a client tracks for renewal (least recently used dropped first).
 pub const HELD_CAPABILITIES_MAX: usize = 4096;
 
-/// Most idle connections kept per peer: one per thread that used the client at once, up
-/// to this; more are closed when returned.
-pub const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 16;
+/// Most idle connections kept per peer: one per lane (two per OSD per batch) of each
+/// thread that used the client at once, up to this; more are closed when returned.
+pub const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 32;
 
 /// Most tree messages a client keeps.
 pub const TREES_CACHED_MAX: usize = 1024;
