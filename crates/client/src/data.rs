@@ -453,16 +453,11 @@ impl Client {
             // NOSEC: the MDS signs nothing for a removal anyway.
             return None;
         }
-        let entry = self.opened.lock().fresh(path, self.now()).cloned()?;
-        let body = Unverified::<Capability>::decode(&entry.capability)
+        let opened = self.kept_open(path, self.now())?;
+        let body = Unverified::<Capability>::decode(&opened.capability)
             .ok()?
             .unverified_body()
             .clone();
-        let opened = Opened {
-            stat: entry.stat,
-            capability: entry.capability,
-            mds_cached: true,
-        };
         body.mode.allows(Mode::WRITE).then_some((opened, body.id.0))
     }
 }

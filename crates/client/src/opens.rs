@@ -27,6 +27,17 @@ impl Client {
         }
     }
 
+    /// The open of `path` kept in the client capability cache with more than half its
+    /// lifetime left at `now`, if any.
+    pub(crate) fn kept_open(&self, path: &str, now: u64) -> Option<Opened> {
+        let o = self.opened.lock().fresh(path, now).cloned()?;
+        Some(Opened {
+            stat: o.stat,
+            capability: o.capability,
+            mds_cached: true,
+        })
+    }
+
     /// Drops the cached read open of `path` (its size changed).
     pub(crate) fn forget_opened_path(&self, path: &str) {
         self.opened.lock().remove(path);
@@ -58,8 +69,7 @@ impl Client {
     ) -> Result<Opened> {
         let now = self.now();
         if access == Access::Read {
-            let cached = self.opened.lock().fresh(path, now).cloned();
-            if let Some(o) = cached {
+            if let Some(o) = self.kept_open(path, now) {
                 // A T10 open (no capability) is good only with its credentials, which
                 // live in this process, not in the session file.
                 let usable = !o.capability.is_empty()
@@ -67,11 +77,7 @@ impl Client {
                     || self.t10.lock().keys().any(|(file, _)| *file == o.stat.id);
                 if usable {
                     self.stats.lock().capability_cache_hits += 1;
-                    return Ok(Opened {
-                        stat: o.stat,
-                        capability: o.capability,
-                        mds_cached: true,
-                    });
+                    return Ok(o);
                 }
             }
         }

@@ -361,9 +361,13 @@ impl<S: MetaStore> crate::Mds<S> {
             // credentials), when the objects would stay for good.
             Removing::HeldFile { capability, .. } => {
                 let serves = session.is_some()
-                    && self.partition(inode.partition)?.credentials
-                        != maat_proto::msg::Credentials::T10
-                    && !self.user_revoked(who.uid, now)?
+                    && self
+                        .earlier_capability_unserved(
+                            who.uid,
+                            &self.partition(inode.partition)?,
+                            now,
+                        )?
+                        .is_none()
                     && !self.capability_revoked(capability, now)?;
                 if serves {
                     return Ok(MdsResponse::Stat(stat));

@@ -14,6 +14,7 @@
 
 use crate::encryption::{first_lockbox, record_generations};
 use crate::namespace::{fresh_inode, require, EXEC, WRITE};
+use crate::store::PartitionRecord;
 use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result, CLOCK_SKEW_MILLIS};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
@@ -107,7 +108,32 @@ fn not_reserved(why: &str) -> MdsError {
     )
 }
 
+/// Why a Maat capability signed earlier for a user's files of a partition would not
+/// serve now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unserved {
+    /// The partition takes T10 credentials now.
+    T10,
+    /// The user's capabilities are revoked (SPEC M9).
+    Revoked,
+}
+
 impl<S: MetaStore> crate::Mds<S> {
+    /// Whether a Maat capability the MDS signed earlier for `uid` on files of
+    /// `partition` would serve now (reserved ids and the removal under a kept
+    /// capability, `UnlinkHeld`, rely on one).
+    pub(crate) fn earlier_capability_unserved(
+        &self,
+        uid: u64,
+        partition: &PartitionRecord,
+        now: UnixMillis,
+    ) -> Result<Option<Unserved>> {
+        if partition.credentials == Credentials::T10 {
+            return Ok(Some(Unserved::T10));
+        }
+        Ok(self.user_revoked(uid, now)?.then_some(Unserved::Revoked))
+    }
+
     /// The method files of `partition` get now (encrypted ones when `sealed`), which a
     /// reservation's capability carries and a link must find unchanged; refused in a
     /// partition with T10 credentials and for a revoked user.
@@ -119,20 +145,18 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<Protection> {
         let partition = self.partition(partition)?;
-        if partition.credentials == Credentials::T10 {
-            return Err(MdsError::refused(
+        match self.earlier_capability_unserved(uid, &partition, now)? {
+            Some(Unserved::T10) => Err(MdsError::refused(
                 ErrorCode::InvalidArgument,
                 "a partition with T10 credentials takes no reserved file ids: put files the \
                  usual way",
-            ));
-        }
-        if self.user_revoked(uid, now)? {
-            return Err(MdsError::refused(
+            )),
+            Some(Unserved::Revoked) => Err(MdsError::refused(
                 ErrorCode::Revoked,
                 "this user's capabilities are revoked for now (maat admin revoke)",
-            ));
+            )),
+            None => Ok(crate::namespace::method_of(partition.protection, sealed)),
         }
-        Ok(crate::namespace::method_of(partition.protection, sealed))
     }
 
     /// `Reserve` (`ReserveSealed` when `sealed`): a block of ids for `who`'s puts in
