@@ -605,8 +605,7 @@ fn call_on(
     };
     let (head, data) = request.split_bulk();
     let message = crate::encode(&head)?;
-    let mut nonce = [0u8; 16];
-    rng.fill_bytes(&mut nonce);
+    let nonce = conn.next_nonce(|| stream_name(rng));
     let sealing = protection::Sealing::current(method);
     let header = protection::RequestHeader {
         method,

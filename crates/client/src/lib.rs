@@ -305,11 +305,9 @@ impl Client {
             })
     }
 
-    /// 16 fresh random bytes (nonces), from the client's generator.
-    pub(crate) fn nonce(&self) -> [u8; 16] {
-        let mut nonce = [0u8; 16];
-        self.rng.lock().fill_bytes(&mut nonce);
-        nonce
+    /// A fresh random name for a connection's nonce stream (SPEC T7).
+    pub(crate) fn stream_name(&self) -> [u8; maat_proto::replay::STREAM_BYTES] {
+        stream_name(&mut *self.rng.lock())
     }
 
     /// A nonce generator for one operation (many nonces, or a long one), seeded from the
@@ -390,4 +388,12 @@ impl Drop for Client {
     fn drop(&mut self) {
         let _ = self.save();
     }
+}
+
+/// A random name for a connection's nonce stream (SPEC T7, `maat_proto::replay`): two
+/// connections of one session must never share one.
+pub(crate) fn stream_name(rng: &mut impl RngCore) -> [u8; maat_proto::replay::STREAM_BYTES] {
+    let mut name = [0u8; maat_proto::replay::STREAM_BYTES];
+    rng.fill_bytes(&mut name);
+    name
 }

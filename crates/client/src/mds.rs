@@ -200,9 +200,18 @@ impl Client {
         }
         let now = self.now();
         let (sid, key) = self.mds_session_key()?;
-        let nonce = self.nonce();
+        // Sealed with the nonce stream of the connection it goes on (one entry in the
+        // MDS's replay window per connection, not per request).
+        let mut conn = self.connections.take(&self.network, address);
+        let nonce = conn.next_nonce(|| self.stream_name());
         let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
-        let (t, answer) = self.call_at(address, FrameType::Request, &payload)?;
+        let (t, answer) =
+            conn.call(FrameType::Request, &payload)
+                .map_err(|source| ClientError::Net {
+                    address: address.to_string(),
+                    source,
+                })?;
+        self.connections.give_back(conn);
         self.open_answer(address, &key, &sid, &nonce, t, &answer)
     }
 

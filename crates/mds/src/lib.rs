@@ -621,13 +621,6 @@ fn require_admin(who: &Principal) -> Result<()> {
 }
 
 fn freshness_error(f: Freshness) -> MdsError {
-    match f {
-        Freshness::Stale => MdsError::refused(ErrorCode::StaleRequest, "check the clock"),
-        Freshness::Replayed => MdsError::refused(ErrorCode::ReplayedRequest, ""),
-        Freshness::Busy => MdsError::refused(ErrorCode::Busy, "replay window full"),
-        Freshness::JustStarted => MdsError::refused(
-            ErrorCode::NotReady,
-            "just started: requests dated before its start + 500 ms wait; retry",
-        ),
-    }
+    let (code, detail) = f.refusal();
+    MdsError::refused(code, detail)
 }

@@ -442,6 +442,8 @@ impl<S: MetaStore> Mds<S> {
         let mut counters: Vec<(String, u64)> = vec![
             ("requests".into(), s.requests.load(Ordering::Relaxed)),
             ("refusals".into(), s.refusals.load(Ordering::Relaxed)),
+            // Nonce streams in the replay window: about one per client connection.
+            ("replay_streams".into(), lock(&self.replay).len() as u64),
             ("logins".into(), s.logins.load(Ordering::Relaxed)),
             (
                 "login_cookies_sent".into(),

@@ -7,6 +7,7 @@ pub mod limits;
 pub mod memory;
 pub use memory::{MemoryNet, Network};
 
+use maat_proto::replay::{NonceStream, STREAM_BYTES};
 use maat_proto::wire::{self, FrameHead, FrameType, FRAME_HEADER_BYTES, FRAME_HEADER_START_BYTES};
 use std::collections::VecDeque;
 use std::io::{BufReader, IoSlice, Read, Write};
@@ -244,6 +245,8 @@ pub struct Connection {
     pending: VecDeque<u32>,
     /// On an in-process network: the network, and the answers to the frames sent.
     memory: Option<MemoryLink>,
+    /// The nonces of the requests sealed for this connection, once one was.
+    nonces: Option<NonceStream>,
 }
 
 #[derive(Debug)]
@@ -269,6 +272,7 @@ impl Connection {
             next_id: 0,
             pending: VecDeque::new(),
             memory: None,
+            nonces: None,
         }
     }
 
@@ -286,6 +290,17 @@ impl Connection {
     /// The peer address.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The nonce for the next request sealed to be sent on this connection: the next of
+    /// its own nonce stream (SPEC T7, `maat_proto::replay`), named by `stream` on first
+    /// use (random). Requests on one connection reach the peer in the order they are
+    /// sent, so a peer remembers one stream for all of them; seal each request just
+    /// before sending it.
+    pub fn next_nonce(&mut self, stream: impl FnOnce() -> [u8; STREAM_BYTES]) -> [u8; 16] {
+        self.nonces
+            .get_or_insert_with(|| NonceStream::new(stream()))
+            .next_nonce()
     }
 
     fn connect(&self) -> Result<BufReader<TcpStream>, NetError> {

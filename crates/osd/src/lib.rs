@@ -541,6 +541,8 @@ impl OsdCore {
             ("bytes_written", &s.bytes_written),
         ]);
         counters.push(("trees_cached".into(), self.trees.len() as u64));
+        // Nonce streams in the replay window: about one per client connection.
+        counters.push(("replay_streams".into(), lock(&self.replay).len() as u64));
         counters.push(("capabilities_renewed".into(), self.renewed.len() as u64));
         counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
         counters.push(("job_keys".into(), self.delegations.keys() as u64));
@@ -563,13 +565,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn freshness(f: Freshness) -> WireError {
-    match f {
-        Freshness::Stale => refuse(ErrorCode::StaleRequest, "check the clock"),
-        Freshness::Replayed => refuse(ErrorCode::ReplayedRequest, ""),
-        Freshness::Busy => refuse(ErrorCode::Busy, "replay window full"),
-        Freshness::JustStarted => refuse(
-            ErrorCode::NotReady,
-            "just started: requests dated before its start + 500 ms wait; retry",
-        ),
-    }
+    let (code, detail) = f.refusal();
+    refuse(code, detail)
 }

@@ -20,7 +20,8 @@
 //! | [`t10_keys`] | one OSD's key hierarchy as both sides keep it; the exchange steps; generations | T3 |
 //! | [`horus`] | lockbox, range-key grant | H4, H5 |
 //! | [`encrypted`] | an encrypted file's stripe layout and write generations | H3 |
-//! | [`wire`] | frames, MACed request/response envelopes, replay window | T7 |
+//! | [`wire`] | frames, MACed request/response envelopes | T7 |
+//! | [`replay`] | the receivers' replay window over nonce streams; a sender's sequenced nonces | T7 |
 //! | [`msg`] | MDS, OSD and KDS messages (postcard) | M1, M2, T5, T9, H4 |
 //!
 //! Byte layouts and test vectors: `docs/PROTOCOL.md`.
@@ -44,6 +45,7 @@ pub mod msg;
 pub mod placement;
 pub mod protection;
 pub mod renewal;
+pub mod replay;
 pub mod revocation;
 pub mod session;
 pub mod signed;

@@ -85,10 +85,13 @@ pub const T10_POLICY_TAGS_MAX: usize = 65_536;
 /// Largest payload a frame may carry: one stripe unit of data plus room for headers.
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
 
-/// Most (session, nonce) pairs a receiver remembers; beyond this it refuses new requests
-/// as busy rather than forget one inside the window.
+/// Most (session, nonce stream) pairs a receiver remembers (`replay.rs`); beyond this it
+/// refuses requests on new streams as busy rather than forget one inside the window. A
+/// client that sequences its nonces uses one stream per connection; one that draws them
+/// at random uses a stream per request.
 pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
 
-/// Most nonces one session may have in the window (about 2,000 requests a second), so a
-/// single session cannot fill the window for everyone.
+/// Most nonce streams one session may have in the window, so a single session cannot fill
+/// the window for everyone (connections opened within 30 s, or, with random nonces,
+/// about 2,000 requests a second).
 pub const REPLAY_ENTRIES_PER_SESSION_MAX: u32 = 1 << 16;

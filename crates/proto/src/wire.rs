@@ -37,7 +37,6 @@ use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
 use crate::{ProtoError, Result, UnixMillis};
 use maat_crypto::mac::{Blake3Mac, TAG_BYTES};
 use maat_crypto::Secret32;
-use std::collections::{HashMap, HashSet, VecDeque};
 
 /// First two bytes of every frame.
 pub const FRAME_MAGIC: [u8; 2] = *b"MT";
@@ -58,6 +57,7 @@ pub const REPLAY_WINDOW_MILLIS: u64 = 30_000;
 pub const FUTURE_SKEW_MILLIS: u64 = 500;
 pub use crate::limits::REPLAY_ENTRIES_MAX;
 pub use crate::limits::REPLAY_ENTRIES_PER_SESSION_MAX;
+pub use crate::replay::{Freshness, NonceStream, ReplayWindow};
 
 /// BLAKE3 key-derivation context of envelope keys.
 pub const ENVELOPE_KEY_CONTEXT: &str = "maat envelope v1";
@@ -458,220 +458,10 @@ pub fn open_response<'a>(
     Ok((timestamp, message))
 }
 
-/// Why the replay window refused a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Freshness {
-    /// Outside the window, or older than the receiver's boot.
-    Stale,
-    /// Seen before inside the window.
-    Replayed,
-    /// The window is full of live entries.
-    Busy,
-    /// Dated inside the receiver's first moments after start (see [`ReplayWindow`]):
-    /// refused as not ready, and worth retrying after [`FUTURE_SKEW_MILLIS`].
-    JustStarted,
-}
-
-/// SPEC T7: timestamps plus a nonce window.
-///
-/// A request is fresh when its timestamp is at most [`REPLAY_WINDOW_MILLIS`] old, at most
-/// [`FUTURE_SKEW_MILLIS`] ahead of `now`, not earlier than `boot + FUTURE_SKEW_MILLIS`,
-/// and its (session, nonce) pair is unseen. The last two rules make an in-memory window
-/// safe across restarts: a request captured at time `t` before a restart at `b > t` has a
-/// timestamp `≤ t + FUTURE_SKEW < b + FUTURE_SKEW`, so it is refused as stale afterwards
-/// and nothing needs to be persisted. Pruning uses the latest `now` seen, so a clock that
-/// steps back cannot make forgotten nonces acceptable again.
-#[derive(Debug)]
-pub struct ReplayWindow {
-    boot: UnixMillis,
-    window_millis: u64,
-    seen: HashSet<([u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
-    order: VecDeque<(UnixMillis, [u8; SESSION_ID_BYTES], [u8; NONCE_BYTES])>,
-    per_session: HashMap<[u8; SESSION_ID_BYTES], u32>,
-    latest_now: UnixMillis,
-}
-
-impl ReplayWindow {
-    /// A window for a receiver that booted at `boot`.
-    pub fn new(boot: UnixMillis) -> Self {
-        Self {
-            boot,
-            window_millis: REPLAY_WINDOW_MILLIS,
-            seen: HashSet::new(),
-            order: VecDeque::new(),
-            per_session: HashMap::new(),
-            latest_now: boot,
-        }
-    }
-
-    /// Checks only the timestamp (cheap; done before the MAC).
-    pub fn check_time(&self, timestamp: UnixMillis, now: UnixMillis) -> Result<(), Freshness> {
-        // "Old" is judged against the latest time seen, so a clock stepping back cannot
-        // bring a pruned nonce's timestamp back into the window.
-        let too_old = now.max(self.latest_now).0.saturating_sub(timestamp.0) > self.window_millis;
-        let too_new = timestamp.0 > now.0.saturating_add(FUTURE_SKEW_MILLIS);
-        let before_boot = timestamp.0 < self.boot.0.saturating_add(FUTURE_SKEW_MILLIS);
-        if too_old || too_new {
-            return Err(Freshness::Stale);
-        }
-        if before_boot {
-            // While the receiver is younger than FUTURE_SKEW_MILLIS even fresh requests
-            // fall here (it cannot tell them from replays captured before its restart):
-            // "not ready, retry". Later, such a timestamp can only be old: stale.
-            if now.0 < self.boot.0.saturating_add(FUTURE_SKEW_MILLIS) {
-                return Err(Freshness::JustStarted);
-            }
-            return Err(Freshness::Stale);
-        }
-        Ok(())
-    }
-
-    /// Checks the timestamp and records the nonce (done after the MAC verified, so
-    /// forged requests cannot fill the window).
-    pub fn check_and_record(
-        &mut self,
-        session_id: &[u8; SESSION_ID_BYTES],
-        nonce: &[u8; NONCE_BYTES],
-        timestamp: UnixMillis,
-        now: UnixMillis,
-    ) -> Result<(), Freshness> {
-        self.check_time(timestamp, now)?;
-        self.prune(now);
-        let key = (*session_id, *nonce);
-        if self.seen.contains(&key) {
-            return Err(Freshness::Replayed);
-        }
-        let mine = self.per_session.get(session_id).copied().unwrap_or(0);
-        if self.seen.len() >= REPLAY_ENTRIES_MAX || mine >= REPLAY_ENTRIES_PER_SESSION_MAX {
-            return Err(Freshness::Busy);
-        }
-        self.per_session.insert(*session_id, mine + 1);
-        self.seen.insert(key);
-        self.order.push_back((timestamp, *session_id, *nonce));
-        Ok(())
-    }
-
-    fn prune(&mut self, now: UnixMillis) {
-        // Entries are forgotten once their timestamp could no longer pass `check_time`.
-        // The queue is in arrival order, which is near timestamp order; an entry that
-        // arrived out of order is kept a little longer, never dropped early.
-        self.latest_now = self.latest_now.max(now);
-        let horizon = self.latest_now.0.saturating_sub(self.window_millis);
-        while let Some((ts, sid, nonce)) = self.order.front() {
-            if ts.0 >= horizon {
-                break;
-            }
-            self.seen.remove(&(*sid, *nonce));
-            if let Some(n) = self.per_session.get_mut(sid) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    self.per_session.remove(sid);
-                }
-            }
-            self.order.pop_front();
-        }
-    }
-
-    /// Number of remembered nonces.
-    pub fn len(&self) -> usize {
-        self.seen.len()
-    }
-
-    /// Whether no nonce is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::indexing_slicing)]
     use super::*;
-
-    #[test]
-    fn replay_window_refuses_replays_stale_and_pre_boot() {
-        let boot = UnixMillis(1_000_000);
-        let mut w = ReplayWindow::new(boot);
-        let sid = [1u8; 16];
-        let n = [2u8; 16];
-        let now = UnixMillis(1_010_000);
-        assert_eq!(w.check_and_record(&sid, &n, now, now), Ok(()));
-        assert_eq!(
-            w.check_and_record(&sid, &n, now, now),
-            Err(Freshness::Replayed)
-        );
-        assert_eq!(
-            w.check_and_record(&sid, &[3u8; 16], UnixMillis(999_999), now),
-            Err(Freshness::Stale)
-        );
-        let later = UnixMillis(now.0 + REPLAY_WINDOW_MILLIS + 1);
-        assert_eq!(
-            w.check_and_record(&sid, &[4u8; 16], now, later),
-            Err(Freshness::Stale)
-        );
-        // After the window passes the old nonce is forgotten, but it would be stale anyway.
-        assert_eq!(w.check_and_record(&sid, &[5u8; 16], later, later), Ok(()));
-        assert_eq!(w.len(), 1);
-        // Future-dated beyond the skew, and inside the boot grace: both stale.
-        let future = UnixMillis(later.0 + FUTURE_SKEW_MILLIS + 1);
-        assert_eq!(
-            w.check_and_record(&sid, &[6u8; 16], future, later),
-            Err(Freshness::Stale)
-        );
-        assert_eq!(
-            w.check_time(
-                UnixMillis(boot.0 + FUTURE_SKEW_MILLIS - 1),
-                UnixMillis(boot.0 + 1000)
-            ),
-            Err(Freshness::Stale)
-        );
-        // A fresh request to a receiver younger than the skew: not ready, retry.
-        assert_eq!(
-            ReplayWindow::new(boot).check_time(UnixMillis(boot.0 + 100), UnixMillis(boot.0 + 100)),
-            Err(Freshness::JustStarted)
-        );
-        // A request captured just before a restart cannot pass after it: its timestamp is
-        // at most capture + skew, below the new boot + skew.
-        let captured_at = UnixMillis(2_000_000);
-        let ts = UnixMillis(captured_at.0 + FUTURE_SKEW_MILLIS);
-        let restarted = ReplayWindow::new(UnixMillis(captured_at.0 + 1));
-        assert_eq!(
-            restarted.check_time(ts, UnixMillis(captured_at.0 + 5000)),
-            Err(Freshness::Stale)
-        );
-        // A clock stepping back does not resurrect forgotten nonces.
-        let mut w = ReplayWindow::new(boot);
-        let t1 = UnixMillis(1_100_000);
-        assert_eq!(w.check_and_record(&sid, &[7u8; 16], t1, t1), Ok(()));
-        let t2 = UnixMillis(t1.0 + REPLAY_WINDOW_MILLIS + 10);
-        assert_eq!(w.check_and_record(&sid, &[8u8; 16], t2, t2), Ok(()));
-        let back = UnixMillis(t1.0 + 10);
-        assert_eq!(
-            w.check_and_record(&sid, &[7u8; 16], t1, back),
-            Err(Freshness::Stale)
-        );
-    }
-
-    #[test]
-    fn one_session_cannot_fill_the_window() {
-        let boot = UnixMillis(1_000_000);
-        let now = UnixMillis(1_010_000);
-        let mut w = ReplayWindow::new(boot);
-        let mut nonce = [0u8; 16];
-        for i in 0..REPLAY_ENTRIES_PER_SESSION_MAX {
-            nonce[..4].copy_from_slice(&i.to_be_bytes());
-            assert_eq!(w.check_and_record(&[1; 16], &nonce, now, now), Ok(()));
-        }
-        nonce[..4].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert_eq!(
-            w.check_and_record(&[1; 16], &nonce, now, now),
-            Err(Freshness::Busy)
-        );
-        // Another session is unaffected, and the first recovers once its nonces age out.
-        assert_eq!(w.check_and_record(&[2; 16], &nonce, now, now), Ok(()));
-        let later = UnixMillis(now.0 + REPLAY_WINDOW_MILLIS + 1);
-        assert_eq!(w.check_and_record(&[1; 16], &nonce, later, later), Ok(()));
-    }
 
     #[test]
     fn envelope_round_trip_and_tamper() {

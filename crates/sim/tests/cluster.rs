@@ -213,3 +213,36 @@ fn a_first_contact_with_an_osd_that_just_restarted_waits_out_its_start() {
     );
     assert_eq!(get(&mut admin, "/f").unwrap(), content(10));
 }
+
+#[test]
+fn one_client_sends_more_requests_in_a_window_than_a_daemon_once_remembered() {
+    // SPEC T7. Before nonce streams a daemon remembered every (session, nonce) for the
+    // 30 s window, at most 65,536 per session: a client sending 10,000 requests a second
+    // to one OSD (or the MDS) was refused as busy after 6.5 s. Now each connection's
+    // requests are one stream, remembered once.
+    let sim = SimCluster::start(21, 1).unwrap();
+    let mut admin = sim.admin().unwrap();
+    put(&mut admin, "/small", &content(4096));
+    let opened = admin.open("/small", Access::Read, None).unwrap();
+    let requests = u64::from(maat_proto::limits::REPLAY_ENTRIES_PER_SESSION_MAX) + 1_000;
+    let mds_before = counter(&sim.mds().unwrap().stats(), "requests");
+    for i in 0..requests {
+        if i % 10 == 0 {
+            sim.advance_quietly(1);
+        }
+        if let Err(e) = admin.read_at(&opened, 0, 4096) {
+            panic!("read {i}, {} ms in: {e}", i / 10);
+        }
+        if let Err(e) = admin.stat("/small") {
+            panic!("stat {i}, {} ms in: {e}", i / 10);
+        }
+    }
+    let mds_requests = counter(&sim.mds().unwrap().stats(), "requests") - mds_before;
+    assert!(mds_requests >= requests, "{mds_requests} MDS requests");
+    // What they remember is a stream per connection, not a nonce per request.
+    let streams = |stats: &maat_proto::msg::DaemonStats| counter(stats, "replay_streams");
+    let osd = streams(&sim.osd(1).unwrap().core.stats());
+    let mds = streams(&sim.mds().unwrap().stats());
+    assert!(osd < 10, "the OSD remembers {osd} streams");
+    assert!(mds < 50, "the MDS remembers {mds} streams");
+}
