@@ -624,7 +624,20 @@ fn call_on(
         .chain(parts.iter().map(|p| p.as_ref()))
         .collect();
     let (t, answer) = conn.call_parts(frame_type, &frame).map_err(net)?;
-    sec_answer(address, keys, sealing, sid, &nonce, t, answer)
+    let answer = sec_answer(address, keys, sealing, sid, &nonce, t, answer);
+    renew_stream_if_refused(conn, &answer);
+    answer
+}
+
+/// After a refusal of a request's nonce (replayed, or stale: too far behind its stream),
+/// the connection's next request starts a new stream (`maat_proto::replay`), so the retry
+/// is not refused the same way.
+pub(crate) fn renew_stream_if_refused<T>(conn: &mut Connection, answer: &Result<T>) {
+    if let Err(ClientError::Refused(e)) = answer {
+        if matches!(e.code, ErrorCode::ReplayedRequest | ErrorCode::StaleRequest) {
+            conn.renew_nonce_stream();
+        }
+    }
 }
 
 /// Checks and decodes the answer to a protected request (sealed as `sealing` with `keys`

@@ -211,8 +211,10 @@ impl Client {
                     address: address.to_string(),
                     source,
                 })?;
+        let answer = self.open_answer(address, &key, &sid, &nonce, t, &answer);
+        crate::data::renew_stream_if_refused(&mut conn, &answer);
         self.connections.give_back(conn);
-        self.open_answer(address, &key, &sid, &nonce, t, &answer)
+        answer
     }
 
     /// `read` applied to the login's session (not logged in: an error). `read` runs under

@@ -303,6 +303,13 @@ impl Connection {
             .next_nonce()
     }
 
+    /// Starts a new nonce stream at the next request: after the peer refused one of this
+    /// connection's requests as replayed or too far behind, so that a stream pushed
+    /// ahead (by whoever else holds the session's key) cannot keep refusing it.
+    pub fn renew_nonce_stream(&mut self) {
+        self.nonces = None;
+    }
+
     fn connect(&self) -> Result<BufReader<TcpStream>, NetError> {
         let addrs: Vec<SocketAddr> = self
             .address
@@ -637,6 +644,22 @@ mod tests {
         let mut c = Connection::new(addr);
         c.send(FrameType::Plain, b"abandoned").unwrap();
         assert_eq!(c.call(FrameType::Plain, b"next").unwrap().1, b"next");
+    }
+
+    #[test]
+    fn a_connection_counts_its_nonces_on_one_stream_until_told_to_start_another() {
+        let mut c = Connection::new("127.0.0.1:1");
+        let mut names = [[1u8; 8], [2u8; 8]].into_iter();
+        let mut name = || names.next().unwrap_or([9; 8]);
+        let a = c.next_nonce(&mut name);
+        let b = c.next_nonce(&mut name);
+        assert_eq!((&a[..8], &b[..8]), (&[1u8; 8][..], &[1u8; 8][..]));
+        assert_eq!(a[8..], 1u64.to_be_bytes());
+        assert_eq!(b[8..], 2u64.to_be_bytes());
+        c.renew_nonce_stream();
+        let d = c.next_nonce(&mut name);
+        assert_eq!(d[..8], [2u8; 8]);
+        assert_eq!(d[8..], 1u64.to_be_bytes());
     }
 
     #[test]

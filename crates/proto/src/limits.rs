@@ -92,6 +92,6 @@ pub const FRAME_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
 pub const REPLAY_ENTRIES_MAX: usize = 1 << 20;
 
 /// Most nonce streams one session may have in the window, so a single session cannot fill
-/// the window for everyone (connections opened within 30 s, or, with random nonces,
+/// the window for everyone (connections used within the last 30 s, or, with random nonces,
 /// about 2,000 requests a second).
 pub const REPLAY_ENTRIES_PER_SESSION_MAX: u32 = 1 << 16;

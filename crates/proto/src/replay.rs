@@ -272,7 +272,8 @@ impl ReplayWindow {
     }
 
     /// Number of remembered streams (a stream per connection of a sender that sequences
-    /// its nonces, a stream per request of one that does not).
+    /// its nonces, a stream per request of one that does not), as of the last request:
+    /// streams are forgotten when a request comes, so an idle receiver's figure stays.
     pub fn len(&self) -> usize {
         self.streams.len()
     }

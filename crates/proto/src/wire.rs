@@ -31,7 +31,7 @@
 //! choice where no T10 compatibility is implied). Every field before the message has a
 //! fixed length, so the MAC input is unambiguous. Receivers check,
 //! in this order: session known, session not expired, timestamp inside the window and not
-//! before the receiver booted, MAC, nonce unseen ([`ReplayWindow`]); each refusal is typed.
+//! before the receiver booted, MAC, nonce not accepted before on its stream ([`ReplayWindow`]); each refusal is typed.
 
 use crate::limits::{NONCE_BYTES, SESSION_ID_BYTES};
 use crate::{ProtoError, Result, UnixMillis};

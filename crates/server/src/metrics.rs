@@ -29,8 +29,10 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
 use crate::limits::REQUEST_BYTES_MAX;
 
 /// Counters that are levels, not totals.
-const GAUGES: [&str; 5] = [
+const GAUGES: [&str; 7] = [
     "trees_cached",
+    "replay_streams",
+    "job_keys",
     "capabilities_renewed",
     "revoked_entries",
     "renewal:outstanding",

@@ -226,12 +226,14 @@ fn one_client_sends_more_requests_in_a_window_than_a_daemon_once_remembered() {
     let opened = admin.open("/small", Access::Read, None).unwrap();
     let requests = u64::from(maat_proto::limits::REPLAY_ENTRIES_PER_SESSION_MAX) + 1_000;
     let mds_before = counter(&sim.mds().unwrap().stats(), "requests");
+    let osd_before = counter(&sim.osd(1).unwrap().core.stats(), "requests");
     for i in 0..requests {
         if i % 10 == 0 {
             sim.advance_quietly(1);
         }
-        if let Err(e) = admin.read_at(&opened, 0, 4096) {
-            panic!("read {i}, {} ms in: {e}", i / 10);
+        match admin.read_at(&opened, 0, 4096) {
+            Ok(d) => assert_eq!(d.len(), 4096, "read {i}"),
+            Err(e) => panic!("read {i}, {} ms in: {e}", i / 10),
         }
         if let Err(e) = admin.stat("/small") {
             panic!("stat {i}, {} ms in: {e}", i / 10);
@@ -239,6 +241,8 @@ fn one_client_sends_more_requests_in_a_window_than_a_daemon_once_remembered() {
     }
     let mds_requests = counter(&sim.mds().unwrap().stats(), "requests") - mds_before;
     assert!(mds_requests >= requests, "{mds_requests} MDS requests");
+    let osd_requests = counter(&sim.osd(1).unwrap().core.stats(), "requests") - osd_before;
+    assert!(osd_requests >= requests, "{osd_requests} OSD requests");
     // What they remember is a stream per connection, not a nonce per request.
     let streams = |stats: &maat_proto::msg::DaemonStats| counter(stats, "replay_streams");
     let osd = streams(&sim.osd(1).unwrap().core.stats());

@@ -205,11 +205,48 @@ fn a_stream_in_use_is_kept_and_an_idle_one_is_forgotten_once_out_of_the_window()
     );
 }
 
+#[test]
+fn counters_at_the_edges_of_the_map_and_of_u64() {
+    let mut w = ReplayWindow::new(BOOT);
+    let sid = [1u8; 16];
+    // Counter 0 and a jump of exactly 63: the old highest sits in the map's last bit.
+    assert_eq!(w.check_and_record(&sid, &nonce(3, 0), NOW, NOW), Ok(()));
+    assert_eq!(w.check_and_record(&sid, &nonce(3, 63), NOW, NOW), Ok(()));
+    assert_eq!(
+        w.check_and_record(&sid, &nonce(3, 0), NOW, NOW),
+        Err(Freshness::Replayed)
+    );
+    // One more step pushes counter 0 out: too far behind.
+    assert_eq!(w.check_and_record(&sid, &nonce(3, 64), NOW, NOW), Ok(()));
+    assert_eq!(
+        w.check_and_record(&sid, &nonce(3, 0), NOW, NOW),
+        Err(Freshness::Behind)
+    );
+    assert_eq!(w.check_and_record(&sid, &nonce(3, 1), NOW, NOW), Ok(()));
+    // The largest counter once, then never again, and nothing overflows.
+    assert_eq!(
+        w.check_and_record(&sid, &nonce(3, u64::MAX), NOW, NOW),
+        Ok(())
+    );
+    assert_eq!(
+        w.check_and_record(&sid, &nonce(3, u64::MAX), NOW, NOW),
+        Err(Freshness::Replayed)
+    );
+    assert_eq!(
+        w.check_and_record(&sid, &nonce(3, u64::MAX - 63), NOW, NOW),
+        Ok(())
+    );
+    assert_eq!(
+        w.check_and_record(&sid, &nonce(3, 64), NOW, NOW),
+        Err(Freshness::Behind)
+    );
+}
+
 /// One step of the property below.
 #[derive(Debug, Clone)]
 enum Step {
-    /// A request dated now on (session, stream, counter).
-    Send(u8, u64, u64),
+    /// A request on (session, stream, counter), dated `now - age` (a negative age: ahead).
+    Send(u8, u64, u64, i64),
     /// An exact copy of the n-th accepted request (modulo their number).
     Replay(usize),
     /// The clock moves on.
@@ -220,7 +257,8 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0u8..2, 0u64..3, 0u64..200).prop_map(|(s, st, c)| Step::Send(s, st, c)),
+        6 => (0u8..2, 0u64..3, 0u64..200, -600i64..31_000)
+            .prop_map(|(s, st, c, age)| Step::Send(s, st, c, age)),
         3 => any::<usize>().prop_map(Step::Replay),
         2 => (0u64..12_000).prop_map(Step::Wait),
         1 => (0u64..40_000).prop_map(Step::ClockBack),
@@ -229,32 +267,33 @@ fn step() -> impl Strategy<Value = Step> {
 
 proptest! {
     /// Whatever senders do with their nonces (in order, reordered, repeated, streams
-    /// shared), no (session, nonce) is accepted twice while an earlier acceptance of it
-    /// is inside the window, and an exact copy of an accepted request is always refused.
+    /// shared, dated late or early), no (session, nonce) is accepted twice while an
+    /// earlier acceptance of it is inside the window, and an exact copy of an accepted
+    /// request is always refused.
     #[test]
     fn no_request_is_accepted_twice(steps in proptest::collection::vec(step(), 1..300)) {
         let mut w = ReplayWindow::new(BOOT);
         let mut now = NOW;
         let mut accepted: Vec<([u8; 16], [u8; NONCE_BYTES], UnixMillis)> = Vec::new();
-        // The latest time the window can have seen (it judges "old" against it).
-        let mut latest = now;
         for s in steps {
             match s {
-                Step::Send(session, stream, counter) => {
+                Step::Send(session, stream, counter, age) => {
                     let sid = [session; 16];
                     let n = nonce(stream, counter);
-                    latest = latest.max(now);
-                    let fresh = !accepted.iter().any(|(a, b, ts)| {
-                        *a == sid && *b == n && latest.0.saturating_sub(ts.0) <= REPLAY_WINDOW_MILLIS
+                    let ts = UnixMillis(now.0.saturating_add_signed(-age));
+                    let r = w.check_and_record(&sid, &n, ts, now);
+                    // Judged against the latest time the window itself has seen.
+                    let latest = w.latest_now;
+                    let earlier = accepted.iter().any(|(a, b, t)| {
+                        *a == sid && *b == n && latest.0.saturating_sub(t.0) <= REPLAY_WINDOW_MILLIS
                     });
-                    if w.check_and_record(&sid, &n, now, now).is_ok() {
-                        prop_assert!(fresh, "{n:?} accepted twice at {now:?}");
-                        accepted.push((sid, n, now));
+                    if r.is_ok() {
+                        prop_assert!(!earlier, "{n:?} accepted twice at {now:?}");
+                        accepted.push((sid, n, ts));
                     }
                 }
                 Step::Replay(i) if !accepted.is_empty() => {
                     let (sid, n, ts) = accepted[i % accepted.len()];
-                    latest = latest.max(now);
                     let r = w.check_and_record(&sid, &n, ts, now);
                     prop_assert!(r.is_err(), "replay of {n:?} (dated {ts:?}) accepted at {now:?}");
                 }
