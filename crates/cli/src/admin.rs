@@ -186,6 +186,15 @@ pub enum MemberCommand {
         /// User.
         name: String,
     },
+    /// Remove NAME from group G (not their primary group). The MDS issues and renews
+    /// nothing the membership gave from now on; capabilities already issued end with
+    /// their lifetime (`maat admin revoke --user NAME` ends them at once).
+    Rm {
+        /// Group.
+        group: String,
+        /// User.
+        name: String,
+    },
 }
 
 pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
@@ -216,6 +225,12 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
             GroupCommand::Member {
                 command: MemberCommand::Add { group, name },
             } => c.group_member_add(&group, &name)?,
+            GroupCommand::Member {
+                command: MemberCommand::Rm { group, name },
+            } => {
+                c.group_member_rm(&group, &name)?;
+                eprintln!("removed {name} from {group}; capabilities issued before end with their lifetime (`maat admin revoke --user {name}` ends them now)");
+            }
         },
         AdminCommand::Partition { command } => match command {
             PartitionCommand::Create { name, security } => {

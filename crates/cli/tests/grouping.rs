@@ -113,6 +113,39 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
         ErrorCode::InvalidArgument
     );
 
+    // M7 for membership: dave leaves the group (through the CLI). The MDS refuses him at
+    // once and still serves bob; no OSD is told. A primary group or a membership dave
+    // no longer has cannot be removed, and each refusal says why.
+    let ask = MdsRequest::Open {
+        path: "/proj/data".into(),
+        access: Access::Read,
+        create: None,
+    };
+    let pushes = counter(&admin, "osd", "revocations_applied");
+    cluster.ok(
+        &admin_home,
+        &["admin", "group", "member", "rm", "team", "dave"],
+        None,
+    );
+    assert_eq!(
+        code(dave.mds_call(ask.clone())),
+        ErrorCode::PermissionDenied
+    );
+    bob.mds_call(ask.clone()).unwrap();
+    assert_eq!(counter(&admin, "osd", "revocations_applied"), pushes);
+    let again = cluster.fails(
+        &admin_home,
+        &["admin", "group", "member", "rm", "team", "dave"],
+        None,
+    );
+    assert!(again.contains("dave is not a member of team"), "{again}");
+    let primary = cluster.fails(
+        &admin_home,
+        &["admin", "group", "member", "rm", "carol", "carol"],
+        None,
+    );
+    assert!(primary.contains("primary group"), "{primary}");
+
     // M7: alice takes the group's read away. The MDS refuses bob at once; the capability
     // bob holds keeps working until it expires (no message to any OSD), then is refused.
     assert!(
@@ -123,11 +156,6 @@ fn a_group_capability_is_checked_by_tree_and_a_chmod_ends_access_within_one_life
     let changed = std::time::Instant::now();
     // (asked of the MDS itself: the client's own cache would answer `open` until the
     // capability it holds is half spent)
-    let ask = MdsRequest::Open {
-        path: "/proj/data".into(),
-        access: Access::Read,
-        create: None,
-    };
     assert_eq!(code(bob.mds_call(ask)), ErrorCode::PermissionDenied);
     let mut expired = None;
     while changed.elapsed() < std::time::Duration::from_secs(8) {

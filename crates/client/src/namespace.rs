@@ -246,6 +246,15 @@ impl Client {
         })
     }
 
+    /// Administrator: removes a user from a group (not their primary group). The MDS
+    /// stops issuing and renewing what the membership gave at once (SPEC M7).
+    pub fn group_member_rm(&self, group: &str, user: &str) -> Result<()> {
+        self.expect_ok(MdsRequest::GroupMemberRm {
+            group: group.into(),
+            user: user.into(),
+        })
+    }
+
     /// Counters of the MDS and every OSD.
     pub fn daemon_stats(&self) -> Result<Vec<DaemonStats>> {
         let mut out = Vec::new();

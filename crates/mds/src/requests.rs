@@ -367,6 +367,7 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::UserRm { name } => self.user_rm(who, &name),
             MdsRequest::GroupAdd { name } => self.group_add(who, &name),
             MdsRequest::GroupMemberAdd { group, user } => self.group_member_add(who, &group, &user),
+            MdsRequest::GroupMemberRm { group, user } => self.group_member_rm(who, &group, &user),
             MdsRequest::Stats => Ok(MdsResponse::Stats(self.stats())),
             MdsRequest::PartitionCreate { name, protection } => {
                 self.partition_create(who, &name, protection)

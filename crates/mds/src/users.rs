@@ -612,4 +612,45 @@ impl<S: MetaStore> Mds<S> {
         }
         Ok(MdsResponse::Ok)
     }
+
+    /// Removes `user` from `group`: from the next request on, the MDS neither issues nor
+    /// renews what the membership gave (SPEC M7); no message goes to any OSD, and what
+    /// was issued before ends with its lifetime (or at once with `maat admin revoke`).
+    pub(crate) fn group_member_rm(
+        &self,
+        who: &Principal,
+        group: &str,
+        user: &str,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        let _guard = lock(&self.write);
+        let group = self
+            .store
+            .group_by_name(group)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, group.to_string()))?;
+        let mut record = self
+            .store
+            .user_by_name(user)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, user.to_string()))?;
+        if record.gid == group.id {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{} is {user}'s primary group; remove the user instead",
+                    group.name
+                ),
+            ));
+        }
+        if !record.groups.contains(&group.id) {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!("{user} is not a member of {}", group.name),
+            ));
+        }
+        record.groups.retain(|g| *g != group.id);
+        let mut batch = Batch::default();
+        batch.push(Op::PutUser(record));
+        self.acl_change(|| Ok(self.store.commit(batch)?))?;
+        Ok(MdsResponse::Ok)
+    }
 }

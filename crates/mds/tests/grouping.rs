@@ -246,6 +246,12 @@ enum Step {
         user: usize,
         group: usize,
     },
+    /// The administrator removes a user from a group (refused where it is the user's
+    /// primary group or not theirs).
+    Leave {
+        user: usize,
+        group: usize,
+    },
     Remove {
         user: usize,
     },
@@ -288,6 +294,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0..8usize, 0..0o1000u16).prop_map(|(file, mode)| Step::Chmod { file, mode }),
         1 => (0..8usize, 0..8usize, 0..3usize).prop_map(|(file, user, group)| Step::Chown { file, user, group }),
         1 => (0..8usize, 0..3usize).prop_map(|(user, group)| Step::Join { user, group }),
+        1 => (0..8usize, 0..3usize).prop_map(|(user, group)| Step::Leave { user, group }),
         1 => (0..8usize).prop_map(|user| Step::Remove { user }),
         1 => (0..200_000u64).prop_map(|millis| Step::Wait { millis }),
         2 => (0..8usize).prop_map(|user| Step::Renew { user }),
@@ -393,6 +400,10 @@ proptest! {
                 }
                 Step::Join { user, group } => {
                     let _ = admin(&mds, MdsRequest::GroupMemberAdd { group: format!("g{}", GROUPS[group]), user: format!("u{}", user % n) }, now, &mut rng);
+                    continue;
+                }
+                Step::Leave { user, group } => {
+                    let _ = admin(&mds, MdsRequest::GroupMemberRm { group: format!("g{}", GROUPS[group]), user: format!("u{}", user % n) }, now, &mut rng);
                     continue;
                 }
                 Step::Unlink { file, held } if !files.is_empty() => {

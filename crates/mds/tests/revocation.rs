@@ -415,6 +415,25 @@ fn membership_changes_and_user_removal_reach_the_next_request() {
     )
     .unwrap();
     run(alice, listing(), T0).unwrap();
+    // Leaving the group takes effect at the next request too; a membership alice does
+    // not have is refused by name (a primary group too: `cli/tests/grouping.rs`).
+    let leave = |group: &str| MdsRequest::GroupMemberRm {
+        group: group.into(),
+        user: "alice".into(),
+    };
+    run(ADMIN_UID, leave("team"), T0).unwrap();
+    assert_eq!(
+        run(alice, listing(), T0).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    let again = run(ADMIN_UID, leave("team"), T0).unwrap_err();
+    assert_eq!(again.code, ErrorCode::InvalidArgument);
+    assert!(again.detail.contains("not a member"), "{again:?}");
+    assert_eq!(
+        run(bob, leave("team"), T0).unwrap_err().code,
+        ErrorCode::PermissionDenied,
+        "only the administrator changes groups"
+    );
     run(bob, MdsRequest::Stat { path: "/".into() }, T0).unwrap();
     run(ADMIN_UID, MdsRequest::UserRm { name: "bob".into() }, T0).unwrap();
     assert_eq!(

@@ -664,6 +664,15 @@ pub enum MdsRequest {
         /// That capability's id.
         capability: u64,
     },
+    /// Administrator: remove a user from a group (not their primary group). Like every
+    /// access-control change it takes effect at the MDS at once (SPEC M7): no capability
+    /// or renewal is issued for the access the membership gave from then on.
+    GroupMemberRm {
+        /// Group.
+        group: String,
+        /// User.
+        user: String,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -780,6 +789,7 @@ impl MdsRequest {
             MdsRequest::LinkSealed { .. } => "link_sealed",
             MdsRequest::ReserveSealed { .. } => "reserve_sealed",
             MdsRequest::UnlinkHeld { .. } => "unlink_held",
+            MdsRequest::GroupMemberRm { .. } => "group_member_rm",
         }
     }
 }
