@@ -256,7 +256,9 @@ enum Command {
     /// opens with extended, whole-file and per-object (T10-style MAC) capabilities, and OSD
     /// time to check them, with the paper's crypto costs and with this machine's (measured
     /// now: Ed25519 sign and verify, HMAC-SHA256). Defaults are the paper's: a million
-    /// opens of 1 GiB files in 1 MiB objects, 10 files per extended capability.
+    /// opens of 1 GiB files in 1 MiB objects, 10 files per extended capability. A second
+    /// table gives the same per second for CLIENTS opening OPEN_RATE files a second among
+    /// FILES: MDS cores, checks per OSD, and renewal one by one against batched (M8).
     Model {
         /// open() calls.
         #[arg(long, default_value_t = 1_000_000)]
@@ -273,6 +275,18 @@ enum Command {
         /// OSDs.
         #[arg(long, default_value_t = 1000)]
         osds: u64,
+        /// Clients, for the per-second table.
+        #[arg(long, default_value_t = 10_000)]
+        clients: u64,
+        /// Distinct files opened within one capability lifetime, for the per-second table.
+        #[arg(long, default_value_t = 100_000)]
+        files: u64,
+        /// open() calls per client per second, for the per-second table.
+        #[arg(long, default_value_t = 1.0)]
+        open_rate: f64,
+        /// Capability lifetime, seconds (the MDS's default is 300).
+        #[arg(long, default_value_t = 300.0)]
+        lifetime: f64,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -504,6 +518,10 @@ fn run(cli: Cli) -> Result<()> {
             object_size_kib,
             group_files,
             osds,
+            clients,
+            files,
+            open_rate,
+            lifetime,
             json,
         } => model::run(
             model::Workload {
@@ -512,6 +530,12 @@ fn run(cli: Cli) -> Result<()> {
                 object_size: (object_size_kib as f64) * 1024.0,
                 group_files: group_files as f64,
                 osds: osds as f64,
+            },
+            model::Load {
+                clients: clients as f64,
+                files: files as f64,
+                open_rate,
+                lifetime_s: lifetime,
             },
             json,
         ),

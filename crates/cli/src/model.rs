@@ -11,6 +11,9 @@
 //! whole-file capability is verified once per OSD that caches it, a per-object credential
 //! per request. The costs are measured on this machine at start and printed beside the
 //! paper's (ESIGN 350 µs, HMAC 3 µs), which reproduce its figures (35 s, 350 s, 3,072 s).
+//! Then the same analysis per second for given numbers of clients, files in use and open
+//! rates ([`rates`]): MDS cores, checks per OSD, live capabilities and what renewing them
+//! costs one by one against one batched token per lifetime (SPEC M8).
 
 use anyhow::{bail, Result};
 use maat_crypto::mac::MacKey;
@@ -80,6 +83,73 @@ pub fn model(w: &Workload, c: &Costs) -> [SchemeCost; 3] {
     [extended, whole, per_object]
 }
 
+/// A load in steady state: the paper's analysis per second, for given numbers of clients,
+/// files and request rates.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Clients.
+    pub clients: f64,
+    /// Distinct files the clients open within one capability lifetime.
+    pub files: f64,
+    /// open() calls per client per second.
+    pub open_rate: f64,
+    /// Capability lifetime, seconds (SPEC M7; renewal at 80 % of it, M8).
+    pub lifetime_s: f64,
+}
+
+/// One scheme under a [`Load`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SchemeRate {
+    /// Signatures (or MACs, per-object) the MDS makes per second to authorize opens.
+    pub mds_ops_per_s: f64,
+    /// MDS cores those take.
+    pub mds_cores: f64,
+    /// Checks (verifications, or MACs) per second at each OSD.
+    pub osd_ops_per_s: f64,
+    /// Capabilities (credentials) alive at once, each renewed or reissued once a lifetime.
+    pub live: f64,
+    /// Signatures per second to renew them one by one.
+    pub renew_each_per_s: f64,
+}
+
+/// Extended, whole-file, per-object and extended with the MDS's capability cache
+/// (SPEC M5: under UNIX grouping at most three capabilities per file, owner, group,
+/// other, each signed again after half its lifetime) under `load`.
+pub fn rates(w: &Workload, load: &Load, c: &Costs) -> [SchemeRate; 4] {
+    let objects = (w.file_size / w.object_size).ceil().max(1.0);
+    let osds_per_file = objects.min(w.osds);
+    let opens = load.clients * load.open_rate;
+    let in_lifetime = opens * load.lifetime_s;
+    let scheme = |issued_per_s: f64, cost_us: f64, osd_ops_per_s: f64, live: f64| SchemeRate {
+        mds_ops_per_s: issued_per_s,
+        mds_cores: issued_per_s * cost_us / 1e6,
+        osd_ops_per_s: osd_ops_per_s / w.osds,
+        live,
+        renew_each_per_s: live / load.lifetime_s,
+    };
+    let extended_per_s = opens / w.group_files;
+    let reach = (w.group_files * osds_per_file).min(w.osds);
+    let extended = scheme(
+        extended_per_s,
+        c.sign_us,
+        extended_per_s * reach,
+        in_lifetime / w.group_files,
+    );
+    let whole = scheme(opens, c.sign_us, opens * osds_per_file, in_lifetime);
+    let per_object = scheme(
+        opens * objects,
+        c.mac_us,
+        opens * objects,
+        in_lifetime * objects,
+    );
+    // A cached capability is handed out again until half its lifetime is spent: at most
+    // 3 per file group per half lifetime are signed, however many clients open.
+    let cached_live = (3.0 * load.files / w.group_files).min(in_lifetime / w.group_files);
+    let cached_per_s = extended_per_s.min(cached_live / (load.lifetime_s / 2.0));
+    let cached = scheme(cached_per_s, c.sign_us, cached_per_s * reach, cached_live);
+    [extended, whole, per_object, cached]
+}
+
 /// The file size above which extended capabilities cost the MDS less than per-object ones.
 pub fn crossover_bytes(w: &Workload, c: &Costs) -> f64 {
     w.object_size * c.sign_us / (w.group_files * c.mac_us)
@@ -137,13 +207,17 @@ fn human_bytes(b: f64) -> String {
     format!("{v:.1} {}", UNITS.get(unit).unwrap_or(&"B"))
 }
 
-/// Prints the model for `w` with the paper's costs and this machine's.
-pub fn run(w: Workload, json: bool) -> Result<()> {
+/// Prints the model for `w` with the paper's costs and this machine's, then per second
+/// under `load`.
+pub fn run(w: Workload, load: Load, json: bool) -> Result<()> {
     if w.opens <= 0.0 || w.file_size <= 0.0 || w.object_size <= 0.0 || w.group_files < 1.0 {
         bail!("--opens, --file-size and --object-size must be positive, --group-files at least 1");
     }
     if w.osds < 1.0 {
         bail!("--osds must be at least 1");
+    }
+    if load.clients < 1.0 || load.files < 1.0 || load.open_rate <= 0.0 || load.lifetime_s <= 0.0 {
+        bail!("--clients and --files must be at least 1, --open-rate and --lifetime positive");
     }
     let paper = Costs {
         sign_us: PAPER_SIGNATURE_US,
@@ -169,6 +243,18 @@ pub fn run(w: Workload, json: bool) -> Result<()> {
             "crossover_bytes_paper_costs".into(),
             crossover_bytes(&w, &paper).into(),
         );
+        let rate_names = ["extended", "whole_file", "per_object", "extended_cached"];
+        for (name, r) in rate_names.iter().zip(rates(&w, &load, &here)) {
+            obj.insert(format!("{name}_mds_ops_per_s"), r.mds_ops_per_s.into());
+            obj.insert(format!("{name}_mds_cores"), r.mds_cores.into());
+            obj.insert(format!("{name}_osd_ops_per_s_each"), r.osd_ops_per_s.into());
+            obj.insert(format!("{name}_live"), r.live.into());
+            obj.insert(
+                format!("{name}_renew_each_per_s"),
+                r.renew_each_per_s.into(),
+            );
+        }
+        obj.insert("renew_batched_per_s".into(), (1.0 / load.lifetime_s).into());
         say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
@@ -214,6 +300,44 @@ pub fn run(w: Workload, json: bool) -> Result<()> {
         human_bytes(crossover_bytes(&w, &here)),
         human_bytes(crossover_bytes(&w, &paper))
     );
+    say!();
+    say!(
+        "per second: {} clients × {} opens/s, {} files in use, {} s lifetime (this machine's costs)",
+        load.clients,
+        load.open_rate,
+        load.files,
+        load.lifetime_s
+    );
+    say!(
+        "{:<22} {:>14} {:>10} {:>16} {:>14} {:>16}",
+        "scheme",
+        "MDS crypto/s",
+        "MDS cores",
+        "checks/s/OSD",
+        "live",
+        "renewals/s each"
+    );
+    let rate_labels = [
+        "extended capability",
+        "whole-file capability",
+        "per-object (T10)",
+        "extended + MDS cache",
+    ];
+    for (label, r) in rate_labels.iter().zip(rates(&w, &load, &here)) {
+        say!(
+            "{label:<22} {:>14.1} {:>10.3} {:>16.2} {:>14.0} {:>16.1}",
+            r.mds_ops_per_s,
+            r.mds_cores,
+            r.osd_ops_per_s,
+            r.live,
+            r.renew_each_per_s
+        );
+    }
+    say!(
+        "batched renewal (M8): one signed token per lifetime renews every live capability: \
+         {:.4} signatures/s, whatever the number of clients",
+        1.0 / load.lifetime_s
+    );
     Ok(())
 }
 
@@ -248,6 +372,56 @@ mod tests {
         // opening any file larger than 12 MB"
         let crossover = crossover_bytes(&paper_workload(), &PAPER) / (1u64 << 20) as f64;
         assert!((crossover - 11.67).abs() < 0.01, "{crossover}");
+    }
+
+    #[test]
+    fn rates_scale_with_clients_and_the_cache_bounds_signatures_by_files() {
+        let w = Workload {
+            opens: 1.0,
+            file_size: 4.0 * (1u64 << 20) as f64,
+            object_size: (1u64 << 20) as f64,
+            group_files: 10.0,
+            osds: 8.0,
+        };
+        let one = Costs {
+            sign_us: 100.0,
+            verify_us: 100.0,
+            mac_us: 1.0,
+        };
+        let load = |clients: f64| Load {
+            clients,
+            files: 1_000.0,
+            open_rate: 2.0,
+            lifetime_s: 300.0,
+        };
+        let [extended, whole, per_object, cached] = rates(&w, &load(1_000.0), &one);
+        // 2,000 opens/s: 200 extended capabilities/s (10 files each), 2,000 whole-file.
+        assert_eq!(extended.mds_ops_per_s, 200.0);
+        assert!((extended.mds_cores - 0.02).abs() < 1e-12);
+        assert_eq!(whole.mds_ops_per_s, 2_000.0);
+        // Each extended capability reaches all 8 OSDs, a whole-file one its file's 4.
+        assert_eq!(extended.osd_ops_per_s, 200.0);
+        assert_eq!(whole.osd_ops_per_s, 1_000.0);
+        // Per object: 4 MACs per open at the MDS, one per request at the OSDs.
+        assert_eq!(per_object.mds_ops_per_s, 8_000.0);
+        assert_eq!(per_object.osd_ops_per_s, 1_000.0);
+        assert_eq!(whole.renew_each_per_s, 2_000.0);
+        // The cache: 3 × 1,000 files / 10 = 300 capabilities per half lifetime (150 s).
+        assert_eq!(cached.live, 300.0);
+        assert_eq!(cached.mds_ops_per_s, 2.0);
+        // Ten times the clients: ten times the uncached work, the cached bound unchanged.
+        let [extended10, _, _, cached10] = rates(&w, &load(10_000.0), &one);
+        assert_eq!(extended10.mds_ops_per_s, 2_000.0);
+        assert_eq!(cached10.mds_ops_per_s, 2.0);
+        // A load too light to fill the cache signs what it opens.
+        let light = Load {
+            clients: 1.0,
+            files: 1_000.0,
+            open_rate: 0.01,
+            lifetime_s: 300.0,
+        };
+        let [extended, _, _, cached] = rates(&w, &light, &one);
+        assert_eq!(cached.mds_ops_per_s, extended.mds_ops_per_s);
     }
 
     #[test]
