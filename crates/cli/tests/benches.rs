@@ -2,7 +2,9 @@
 //! `maat bench kds` grants as many keys per request as the tree level asked for holds
 //! (checked by the client), `maat bench objects` reads back encrypted objects,
 //! `maat bench crypt-io` counts the KDS requests and keys of each way of reading, and
-//! `maat bench t10` counts no signature per T10 open where a Maat open costs two.
+//! `maat bench t10` counts no signature per T10 open where a Maat open costs two, and the
+//! issue-8 benchmarks (grouping, flash-crowd, renewal, ior, trace) print the JSON keys
+//! scripts read, with the exact signature and verification counts their shapes imply.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -191,4 +193,95 @@ fn bench_t10_counts_signatures_against_macs_and_times_every_row() {
     ] {
         assert!(row("t10", op)["us_per_op"].as_f64().unwrap() > 0.0, "{op}");
     }
+}
+
+/// `key` of `j` as a number, or a failure naming it (scripts read these keys).
+fn num(j: &serde_json::Value, key: &str) -> f64 {
+    j[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number under {key:?} in {j}"))
+}
+
+#[test]
+fn bench_grouping_counts_one_signature_per_fresh_open_without_grouping_and_fewer_with() {
+    let j = bench_json(&[
+        "grouping",
+        "--clients",
+        "10",
+        "--file-kib",
+        "64",
+        "--rounds",
+        "1",
+    ]);
+    // 10 clients each open 10 files they never opened: without grouping, one capability
+    // (one signature, one first verification at the file's OSD) per open.
+    assert_eq!(num(&j, "signatures_none_10"), 100.0);
+    assert_eq!(num(&j, "osd_verifications_none_10"), 100.0);
+    assert_eq!(num(&j, "signatures_nosec_10"), 0.0);
+    // UNIX grouping: the 6 shared files' capabilities name the group, once each.
+    assert!(num(&j, "signatures_unix_10") < 100.0);
+    assert!(num(&j, "signatures_combined_10") < 100.0);
+    for mode in ["nosec", "none", "unix", "predict", "combined"] {
+        assert!(num(&j, &format!("open_{mode}_us_10")) > 0.0, "{mode}");
+        assert!(num(&j, &format!("write_{mode}_mb_s_10")) > 0.0, "{mode}");
+    }
+    assert!(num(&j, "open_combined_over_nosec_10") > 0.0);
+}
+
+#[test]
+fn bench_flash_crowd_batches_a_crowd_into_few_signatures() {
+    let j = bench_json(&["flash-crowd", "--clients", "20"]);
+    assert_eq!(num(&j, "signatures_none_20"), 20.0);
+    assert!(num(&j, "signatures_unix_20") <= 2.0);
+    assert!(num(&j, "signatures_batched_20") < 20.0);
+    assert!(num(&j, "open_batched_over_nosec_20") > 0.0);
+    assert!(num(&j, "open_nosec_us_20") > 0.0);
+}
+
+#[test]
+fn bench_renewal_signs_about_one_token_per_period() {
+    let j = bench_json(&[
+        "renewal",
+        "--clients",
+        "10",
+        "--periods",
+        "1",
+        "--lifetime",
+        "2",
+    ]);
+    let signatures = num(&j, "signatures_per_period_10");
+    // One token per period, or two where a period's renewals straddle the MDS's switch
+    // to a fresh token; never one per client.
+    assert!((1.0..=2.0).contains(&signatures), "{signatures}");
+    assert_eq!(num(&j, "renewals_per_period_10"), 10.0);
+}
+
+#[test]
+fn bench_ior_reports_the_overhead_over_nosec() {
+    let j = bench_json(&[
+        "ior",
+        "--procs",
+        "2",
+        "--files",
+        "2",
+        "--file-kib",
+        "64",
+        "--rounds",
+        "1",
+    ]);
+    // Each process creates its 2 files by opens: one capability each.
+    assert_eq!(num(&j, "signatures_none"), 4.0);
+    assert!(num(&j, "overhead_grouped").is_finite());
+    assert!(num(&j, "time_nosec_s") > 0.0);
+}
+
+#[test]
+fn bench_trace_checks_far_fewer_signatures_with_every_strategy() {
+    let j = bench_json(&["trace", "--clients", "4", "--ios", "60"]);
+    // 4 clients × 60 files, each file's first open its own capability without grouping.
+    assert_eq!(num(&j, "osd_verifications_none"), 240.0);
+    let all = num(&j, "osd_verifications_all_strategies");
+    assert!(all < 24.0, "{all}");
+    let hits = num(&j, "mds_hit_ratio_all_strategies");
+    assert!((0.9..=1.0).contains(&hits), "{hits}");
 }

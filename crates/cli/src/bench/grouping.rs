@@ -3,10 +3,10 @@
 //! files of its own (0600), each `--file-kib` KiB (paper: 5 MB) in 128 KiB chunks. Per
 //! client count and grouping setting, on fresh files (a cold capability cache): the mean
 //! MDS open latency, the mean write latency, the total write throughput, the exact MDS
-//! signatures and OSD verifications, beside NOSEC. Settings: none, UNIX, and combined
-//! (UNIX, directory, temporal batching, on-the-fly). Prediction has no column: every
-//! file here is fresh, so there are no successors to learn (E7, `maat bench trace`,
-//! measures it).
+//! signatures and OSD verifications, beside NOSEC. Settings: none, UNIX, prediction
+//! (Recent Popularity, learnt during the run: the clients of a group open its shared
+//! files in the same order, so earlier opens teach the successors of later ones), and
+//! combined (UNIX, directory, temporal batching, on-the-fly and prediction).
 
 use super::{counter, LocalCluster};
 use anyhow::{anyhow, bail, Context, Result};
@@ -24,12 +24,15 @@ const SHARED: usize = 6;
 const PRIVATE: usize = 4;
 
 /// Settings compared: name, grouping strategies (`None`: NOSEC).
-const MODES: [(&str, Option<&str>); 4] = [
+const MODES: [(&str, Option<&str>); 5] = [
     ("nosec", None),
     ("none", Some("none")),
     ("unix", Some("unix")),
-    ("combined", Some("unix,directory,batch,onthefly")),
+    ("predict", Some("predict")),
+    ("combined", Some("unix,directory,batch,onthefly,predict")),
 ];
+/// Where the combined setting's figures start in a row (after the client count).
+const COMBINED_AT: usize = 1 + 5 * (MODES.len() - 1);
 
 /// What one client measured: open latencies and write latencies (µs), bytes written.
 #[derive(Default)]
@@ -250,7 +253,8 @@ pub(super) fn run_grouping(
             obj.insert(format!("osd_verifications_{mode}_{n}"), verifs.into());
             row.extend([open_us, write_us, mb_s, sigs, verifs]);
         }
-        if let (Some(nosec), Some(combined)) = (row.get(1).copied(), row.get(16).copied()) {
+        if let (Some(nosec), Some(combined)) = (row.get(1).copied(), row.get(COMBINED_AT).copied())
+        {
             obj.insert(
                 format!("open_combined_over_nosec_{n}"),
                 (combined / nosec.max(1e-9)).into(),
@@ -269,11 +273,12 @@ pub(super) fn run_grouping(
     );
     say!("(mean open µs, mean write µs, total write MB/s, MDS signatures, OSD verifications)");
     say!(
-        "{:>7} | {:>30} | {:>30} | {:>30} | {:>30}",
+        "{:>7} | {:>30} | {:>30} | {:>30} | {:>30} | {:>30}",
         "clients",
         "NOSEC",
         "no grouping",
         "UNIX",
+        "prediction",
         "combined"
     );
     for r in rows {
@@ -284,12 +289,13 @@ pub(super) fn run_grouping(
             }
         };
         say!(
-            "{:>7} | {:>30} | {:>30} | {:>30} | {:>30}",
+            "{:>7} | {:>30} | {:>30} | {:>30} | {:>30} | {:>30}",
             r.first().copied().unwrap_or(0.0),
             cell(1),
             cell(6),
             cell(11),
-            cell(16)
+            cell(16),
+            cell(21)
         );
     }
     Ok(())
