@@ -426,7 +426,7 @@ fn t10_attacks_are_refused_with_their_reasons() {
 
 #[test]
 fn t10_credentials_expire_and_key_exchange_revokes_them_at_once() {
-    let (_cluster, mut admin) = t10_cluster(1, "ALLDATA", &["--capability-lifetime", "3"]);
+    let (cluster, mut admin) = t10_cluster(1, "ALLDATA", &["--capability-lifetime", "3"]);
     put(&mut admin, "/fast/a", b"file a");
     let a = admin.open("/fast/a", Access::Read, None).unwrap().stat.id;
     let try_read = |c: &mut Client, cap: &[u8], key: &[u8; 32]| {
@@ -435,9 +435,37 @@ fn t10_credentials_expire_and_key_exchange_revokes_them_at_once() {
     };
     let (cap, key) = admin.t10_credential(a, 1).unwrap();
     try_read(&mut admin, &cap, &key).unwrap();
-    // A refresh (not a revocation) leaves credentials in flight valid.
-    admin.t10_rotate(None, Some("fast"), false, true).unwrap();
+    // A refresh (not a revocation) leaves credentials in flight valid: here with a new
+    // master (`keys rotate --master`, through the CLI), which brings a new root and new
+    // partition keys, while the working slots credentials use stay.
+    let generation = |keys: &[maat_proto::msg::T10KeyInfo], name: &str| {
+        keys[0]
+            .generations
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, g)| *g)
+            .unwrap_or_else(|| panic!("no {name} in {keys:?}"))
+    };
+    let before = admin.t10_keys().unwrap();
+    let home = cluster.admin_home();
+    cluster.ok(
+        &home,
+        &["admin", "keys", "rotate", "--partition", "fast", "--master"],
+        None,
+    );
+    let after = admin.t10_keys().unwrap();
+    for key in ["master", "root"] {
+        assert!(
+            generation(&after, key) > generation(&before, key),
+            "{key}: {before:?} -> {after:?}"
+        );
+    }
     try_read(&mut admin, &cap, &key).unwrap();
+    let shown = String::from_utf8(cluster.ok(&home, &["admin", "keys", "show"], None)).unwrap();
+    assert!(
+        shown.contains(&format!("generation {}", generation(&after, "root"))),
+        "{shown}"
+    );
     // Revocation by key exchange: refused at once, with its reason; a fresh open works.
     admin.t10_rotate(None, Some("fast"), true, false).unwrap();
     assert_eq!(

@@ -14,9 +14,11 @@
 //!   keys), one exchange at a time.
 //! * **Policy.** A working key is refreshed every [`working_refresh_millis`] into the next
 //!   of the 16 slots, so a slot is reused only after 16 periods (four credential
-//!   lifetimes), and a partition key every 16 periods; `maat admin keys rotate` runs a
-//!   refresh now, or with `--revoke` refills every slot, which refuses every credential of
-//!   the partition at once.
+//!   lifetimes), a partition key every 16 periods, the root every 64 and after every
+//!   master exchange (a new root brings new partition keys, which are set under it);
+//!   `maat admin keys rotate` runs a refresh now (`--master`: master and root too), or
+//!   with `--revoke` refills every slot, which refuses every credential of the partition
+//!   at once.
 //! * **Revocations that outlive a missed OSD** (SPEC T4). The MDS stores what every OSD
 //!   must come to hold (`meta` `t10/revocations`): per partition the time of its last
 //!   revocation by key exchange (a working key older than it is refilled), and per file
@@ -53,6 +55,13 @@ pub const T10_WRAP_CONTEXT: &[u8] = b"maat/mds/t10-state-wrap/v1";
 pub fn working_refresh_millis(credential_lifetime_millis: u64) -> u64 {
     (credential_lifetime_millis / 4).max(1000)
 }
+
+/// Partition pairs are refreshed every this many working-key periods (4 credential
+/// lifetimes).
+pub const PARTITION_REFRESH_PERIODS: u64 = 16;
+/// The root pair is refreshed every this many working-key periods (16 credential
+/// lifetimes), and whenever the master is exchanged.
+pub const ROOT_REFRESH_PERIODS: u64 = 64;
 
 #[derive(Default)]
 pub(crate) struct T10Keys {
@@ -246,10 +255,16 @@ impl<S: MetaStore> Mds<S> {
         };
         let period = working_refresh_millis(self.config.capability_lifetime_millis);
         let older = |generation: u64, age: u64| now.0.saturating_sub(generation) >= age;
-        if plan.master || state.master_generation() == 0 {
+        let new_master = plan.master || state.master_generation() == 0;
+        if new_master {
             self.t10_master(osd, &mut state, channel.as_ref(), now, rng)?;
         }
-        if state.root().is_none() {
+        // The root pair follows a new master at once (it is set under the master's
+        // authentication key), and is refreshed by policy every `ROOT_REFRESH_PERIODS`.
+        let root_age = state.root().map(|k| k.generation);
+        let new_root =
+            new_master || root_age.is_none_or(|g| older(g, ROOT_REFRESH_PERIODS * period));
+        if new_root {
             self.t10_set(
                 osd,
                 &mut state,
@@ -260,8 +275,13 @@ impl<S: MetaStore> Mds<S> {
             )?;
         }
         for p in partitions {
+            // Partition pairs are set under the root's authentication key: a new root
+            // brings new partition pairs (their working slots stay until refilled).
             let key_age = state.partition(p.id).map(|k| k.pair.generation);
-            if plan.refresh || key_age.is_none_or(|g| older(g, 16 * period)) {
+            if plan.refresh
+                || new_root
+                || key_age.is_none_or(|g| older(g, PARTITION_REFRESH_PERIODS * period))
+            {
                 self.t10_set(
                     osd,
                     &mut state,

@@ -1,7 +1,12 @@
 //! Whole-cluster tests in one process (MDS, OSDs, KDS and clients on an in-process
 //! network and a simulated clock): what the socket tests in `crates/cli/tests` show, here
 //! repeatable from a seed, with time moved by the test and faults placed exactly.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use maat_client::{Client, ClientError};
 use maat_proto::msg::{Access, ErrorCode};
@@ -249,4 +254,50 @@ fn one_client_sends_more_requests_in_a_window_than_a_daemon_once_remembered() {
     let mds = streams(&sim.mds().unwrap().stats());
     assert!(osd < 10, "the OSD remembers {osd} streams");
     assert!(mds < 50, "the MDS remembers {mds} streams");
+}
+
+/// SPEC T3's refresh policy on the simulated clock: a working key into the next slot every
+/// period (lifetime / 4 = 75 s), the partition pair every 16 periods, the root every 64,
+/// and a file in the T10 partition reads throughout (no refresh breaks a credential).
+#[test]
+fn t10_keys_refresh_by_policy_and_no_refresh_breaks_a_read() {
+    use maat_proto::msg::Credentials;
+    use maat_proto::protection::Protection;
+    let sim = SimCluster::start(9, 1).unwrap();
+    let mut admin = sim.admin().unwrap();
+    admin.partition_create("fast", Protection::CmdRsp).unwrap();
+    admin
+        .partition_set_credentials("fast", Credentials::T10)
+        .unwrap();
+    admin.mkdir_in("/fast", 0o777, false, Some("fast")).unwrap();
+    sim.tick().unwrap();
+    let data = content(3000);
+    put(&mut admin, "/fast/f", &data);
+    let generation = |admin: &Client, name: &str| {
+        let keys = admin.t10_keys().unwrap();
+        keys[0]
+            .generations
+            .iter()
+            .filter(|(k, _)| k == name || (name == "working" && k.contains("working")))
+            .map(|(_, g)| *g)
+            .max()
+            .unwrap_or_else(|| panic!("no {name} in {keys:?}"))
+    };
+    let (root, partition) = (
+        generation(&admin, "root"),
+        generation(&admin, "partition 2"),
+    );
+    let mut working = generation(&admin, "working");
+    let period = 75_000;
+    for step in 1..=64u64 {
+        sim.advance(period).unwrap();
+        let now = generation(&admin, "working");
+        assert!(now > working, "period {step}: no new working key");
+        working = now;
+        assert_eq!(get(&mut admin, "/fast/f").unwrap(), data, "period {step}");
+        let p = generation(&admin, "partition 2");
+        assert_eq!(p > partition, step >= 16, "partition pair at period {step}");
+        let r = generation(&admin, "root");
+        assert_eq!(r > root, step >= 64, "root at period {step}");
+    }
 }
