@@ -60,18 +60,45 @@ impl Client {
     pub(crate) fn osd_call_once(&self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
         let auth = self.auth_for(osd, request, self.insecure_user)?;
         let answer = self.call_with(osd, &auth, request);
-        self.after_t10_refusal(&auth, request, &answer);
+        self.after_t10_refusal(osd, &auth, request, &answer);
         answer
     }
 
-    /// Forgets a file's T10 credentials when one was refused as revoked.
-    fn after_t10_refusal(&self, auth: &Auth, request: &OsdRequest, answer: &Result<OsdResponse>) {
+    /// Forgets a file's T10 credentials when one was refused as revoked; after a stale
+    /// refusal, dates the next T10 requests to that OSD otherwise ([`T10Clock`]).
+    fn after_t10_refusal(
+        &self,
+        osd: u64,
+        auth: &Auth,
+        request: &OsdRequest,
+        answer: &Result<OsdResponse>,
+    ) {
         if let (Auth::T10 { .. }, Err(ClientError::Refused(e))) = (auth, answer) {
             if e.code == ErrorCode::Revoked {
                 if let Some((object, _)) = request.command.object_access() {
                     self.forget_t10(object.file);
                 }
             }
+            if e.code == ErrorCode::StaleRequest {
+                // (A refusal is not authenticated: it moves the date between the two
+                // guesses below, never to a time the refusal names.)
+                let mut clocks = self.t10_clock.lock();
+                match clocks.get(&osd) {
+                    Some(T10Clock::Probe) => {
+                        clocks.remove(&osd);
+                    }
+                    _ => {
+                        clocks.insert(osd, T10Clock::Probe);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps the offset to `osd`'s clock that an authenticated T10 answer showed.
+    fn learn_t10_clock(&self, osd: u64, learned: Option<i64>) {
+        if let Some(offset) = learned {
+            self.t10_clock.lock().insert(osd, T10Clock::Learned(offset));
         }
     }
 
@@ -96,7 +123,13 @@ impl Client {
                 let prefix = maat_proto::t10::request_prefix(&c.capability).map_err(held)?;
                 let capability = c.capability.clone();
                 let keys = self.envelope_keys.lock().get(&id, c.key.expose());
-                let offset = self.session.lock().as_ref().map_or(0, |s| s.clock_offset);
+                // SPEC T7: no session with the OSD measured its clock; its answers do.
+                let mds = self.session.lock().as_ref().map_or(0, |s| s.clock_offset);
+                let offset = match self.t10_clock.lock().get(&osd) {
+                    Some(T10Clock::Learned(offset)) => *offset,
+                    Some(T10Clock::Probe) => mds.saturating_sub(PROBE_BACKDATE_MILLIS),
+                    None => mds,
+                };
                 return Ok(Auth::T10 {
                     keys,
                     id,
@@ -115,6 +148,7 @@ impl Client {
         self.stats.lock().requests += 1;
         let address = self.osd_entry(osd)?.address;
         let mut conn = self.connections.take(&self.network, &address);
+        let mut learned = None;
         let answer = call_on(
             &mut conn,
             &address,
@@ -122,8 +156,10 @@ impl Client {
             request,
             &self.clock,
             &mut self.nonce_rng(),
+            &mut learned,
         );
         self.connections.give_back(conn);
+        self.learn_t10_clock(osd, learned);
         answer
     }
 
@@ -202,6 +238,7 @@ impl Client {
                 rng: self.nonce_rng(),
                 calls: vec![(index, request)],
                 answers: Vec::new(),
+                learned: None,
             });
         }
         let clock = &self.clock;
@@ -214,6 +251,7 @@ impl Client {
                     request,
                     clock,
                     &mut lane.rng,
+                    &mut lane.learned,
                 );
                 lane.answers.push((*index, answer));
             }
@@ -234,8 +272,9 @@ impl Client {
         for lane in lanes {
             self.stats.lock().requests += lane.calls.len() as u64;
             self.connections.give_back(lane.conn);
+            self.learn_t10_clock(lane.osd, lane.learned);
             for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {
-                self.after_t10_refusal(&lane.auth, &request, &answer);
+                self.after_t10_refusal(lane.osd, &lane.auth, &request, &answer);
                 let answer = match answer {
                     Err(ClientError::Refused(e))
                         if matches!(
@@ -462,6 +501,7 @@ impl Client {
     }
 }
 
+use crate::limits::PROBE_BACKDATE_MILLIS;
 pub use crate::limits::STRIPES_IN_FLIGHT_MAX;
 
 /// Connections (and threads) one batch of requests uses per OSD: with two, one request
@@ -504,6 +544,24 @@ struct Lane {
     rng: rand_chacha::ChaCha20Rng,
     calls: Vec<(usize, OsdRequest)>,
     answers: Vec<(usize, Result<OsdResponse>)>,
+    /// The OSD's clock offset an authenticated T10 answer showed (SPEC T7).
+    learned: Option<i64>,
+}
+
+/// What T10 requests to one OSD are dated by (SPEC T7). A T10 client holds no session
+/// with the OSD, whose confirmation would have shown its clock: at first the MDS's offset
+/// (the daemons' clocks agree within the capability backdate, which capabilities need
+/// anyway); then the offset each authenticated answer (CMDRSP and up) shows; and after a
+/// stale refusal with nothing learnt, a probe dated [`PROBE_BACKDATE_MILLIS`] back
+/// (an OSD behind the MDS by more than the future tolerance takes it: a request dated
+/// back is no more use to anyone replaying it). A second stale refusal returns to the
+/// MDS's offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum T10Clock {
+    /// Offset to the OSD's clock, from its last authenticated answer.
+    Learned(i64),
+    /// Date the next request half the replay window back from the MDS's time.
+    Probe,
 }
 
 pub(crate) fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest {
@@ -546,6 +604,7 @@ fn call_on(
     request: &OsdRequest,
     clock: &LocalClock,
     rng: &mut rand_chacha::ChaCha20Rng,
+    learned: &mut Option<i64>,
 ) -> Result<OsdResponse> {
     let net = |source| ClientError::Net {
         address: address.to_string(),
@@ -624,7 +683,21 @@ fn call_on(
         .chain(parts.iter().map(|p| p.as_ref()))
         .collect();
     let (t, answer) = conn.call_parts(frame_type, &frame).map_err(net)?;
-    let answer = sec_answer(address, keys, sealing, sid, &nonce, t, answer);
+    let mut answered_at = None;
+    let answer = sec_answer(
+        address,
+        keys,
+        sealing,
+        sid,
+        &nonce,
+        t,
+        answer,
+        &mut answered_at,
+    );
+    // The answer's time is the OSD's clock, under the MAC from CMDRSP up (SPEC T7).
+    if let (Auth::T10 { .. }, Some(at), true) = (auth, answered_at, method >= Protection::CmdRsp) {
+        *learned = Some(offset_to(at, clock.now()));
+    }
     renew_stream_if_refused(conn, &answer);
     answer
 }
@@ -641,7 +714,9 @@ pub(crate) fn renew_stream_if_refused<T>(conn: &mut Connection, answer: &Result<
 }
 
 /// Checks and decodes the answer to a protected request (sealed as `sealing` with `keys`
-/// for the request `sid`, `nonce`), or the refusal it is.
+/// for the request `sid`, `nonce`), or the refusal it is; `answered_at` gets the server's
+/// time from an envelope that opened.
+#[allow(clippy::too_many_arguments)]
 fn sec_answer(
     address: &str,
     keys: &protection::EnvelopeKeys,
@@ -650,6 +725,7 @@ fn sec_answer(
     nonce: &[u8; 16],
     frame_type: FrameType,
     answer: Vec<u8>,
+    answered_at: &mut Option<u64>,
 ) -> Result<OsdResponse> {
     let bad = |reason: String| ClientError::BadAnswer {
         address: address.to_string(),
@@ -657,9 +733,10 @@ fn sec_answer(
     };
     match frame_type {
         FrameType::SecResponse => {
-            let (_, message, data) =
+            let (at, message, data) =
                 protection::open_response_owned(keys, sealing, sid, nonce, answer)
                     .map_err(|e| bad(e.to_string()))?;
+            *answered_at = Some(at.0);
             let mut result: std::result::Result<OsdResponse, WireError> =
                 decode_answer_raw(address, &message)?;
             msg::put_response_bulk(&mut result, data).map_err(|e| bad(e.to_string()))?;

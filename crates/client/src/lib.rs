@@ -159,6 +159,8 @@ pub struct Client {
     /// SPEC T2: the newest T10 credential per (file, OSD), from opens in partitions with
     /// T10 credentials.
     t10: Locked<HashMap<(u64, u64), T10Credential>>,
+    /// SPEC T7: what T10 requests to each OSD are dated by (`data::T10Clock`).
+    t10_clock: Locked<HashMap<u64, data::T10Clock>>,
     /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
     rng: Locked<rand_chacha::ChaCha20Rng>,
     /// Long-lived secrets come from the OS each time (`rng.rs`).
@@ -230,6 +232,7 @@ impl Client {
             insecure_user: None,
             envelope_keys: Locked::default(),
             t10: Locked::default(),
+            t10_clock: Locked::default(),
             rng: Locked::new(rand_chacha::ChaCha20Rng::from_rng(OsRng).map_err(|e| {
                 ClientError::Internal(format!("seeding the random generator: {e}"))
             })?),

@@ -39,6 +39,12 @@ pub const JOB_REFRESH_AT_PERCENT_LEFT: u64 = 20;
 /// is sent again (`mds.rs`, `retry_stale`).
 pub(crate) const STALE_RETRIES: u32 = 3;
 
+/// How far back from the MDS's time a first message to an OSD is dated after a stale
+/// refusal, while nothing authenticated has shown that OSD's clock (a session offer,
+/// `sessions.rs`; a T10 request, `data::T10Clock`): half the replay window, so that an
+/// OSD up to this far behind the MDS, or as far ahead, takes it.
+pub(crate) const PROBE_BACKDATE_MILLIS: i64 = (maat_proto::wire::REPLAY_WINDOW_MILLIS / 2) as i64;
+
 /// Most T10 credentials a client keeps.
 pub(crate) const T10_CREDENTIALS_MAX: usize = 4096;
 

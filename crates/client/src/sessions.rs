@@ -2,6 +2,7 @@
 //! access attack tests use (feature `test-hooks`).
 
 use super::*;
+use crate::limits::PROBE_BACKDATE_MILLIS;
 
 impl Client {
     pub(crate) fn osd_entry(&self, osd: u64) -> Result<msg::OsdEntry> {
@@ -17,7 +18,17 @@ impl Client {
     /// again under the new one.
     pub(crate) fn negotiate(&self, osd: u64) -> Result<()> {
         for _ in 0..2 {
-            if self.negotiate_once(osd)? {
+            // SPEC T7: the offer is dated by the MDS's clock, the only one this client
+            // knows before the OSD confirms; an OSD whose clock runs behind by more than
+            // the future tolerance refuses it as stale, and takes it dated back (its
+            // confirmation then gives the session its own offset).
+            let made = match self.negotiate_once(osd, 0) {
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::StaleRequest => {
+                    self.negotiate_once(osd, PROBE_BACKDATE_MILLIS)?
+                }
+                other => other?,
+            };
+            if made {
                 return Ok(());
             }
         }
@@ -26,8 +37,9 @@ impl Client {
         ))
     }
 
-    /// One negotiation; false when the login it was made under was replaced meanwhile.
-    fn negotiate_once(&self, osd: u64) -> Result<bool> {
+    /// One negotiation, the offer dated `backdate` ms before the MDS's time; false when
+    /// the login it was made under was replaced meanwhile.
+    fn negotiate_once(&self, osd: u64, backdate: i64) -> Result<bool> {
         let entry = self.osd_entry(osd)?;
         let now = self.now();
         let (login, ticket, signing_seed) =
@@ -44,7 +56,7 @@ impl Client {
             &signing,
             OsdId(osd),
             &maat_crypto::seal::SealingPublicKey(entry.sealing_key),
-            UnixMillis(now),
+            UnixMillis(now.saturating_add_signed(-backdate)),
             &mut self.key_rng(),
         )
         .map_err(|source| ClientError::Token {

@@ -21,7 +21,7 @@ use maat_proto::UnixMillis;
 use maat_server::meta_store::RedbStore;
 use maat_server::{Env, Handler, OsdNode};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The MDS's address on the in-process network.
@@ -60,6 +60,8 @@ fn setup(what: impl std::fmt::Display) -> SimError {
 pub struct SimCluster {
     net: MemoryNet,
     clock: Arc<AtomicU64>,
+    /// How far every OSD's clock is from the MDS's, in ms (SPEC T7: hosts need not agree).
+    osd_skew: Arc<AtomicI64>,
     seed: u64,
     clients_made: AtomicU64,
     /// `None` only while it restarts.
@@ -165,6 +167,14 @@ impl SimCluster {
             Arc::new(move || UnixMillis(time.load(Ordering::SeqCst)));
         // Each daemon draws from its own generator, seeded from `seed` and its place.
         let env = |n: u64| Env::simulated(net.clone(), clock_fn.clone(), mix(seed, n));
+        // The OSDs' clock: the MDS's plus a skew the test may set (`set_osd_clock_skew`).
+        let osd_skew = Arc::new(AtomicI64::new(0));
+        let (time, skew) = (clock.clone(), osd_skew.clone());
+        let osd_clock_fn: maat_server::Clock = Arc::new(move || {
+            let t = time.load(Ordering::SeqCst);
+            UnixMillis(t.saturating_add_signed(skew.load(Ordering::SeqCst)))
+        });
+        let osd_env = |n: u64| Env::simulated(net.clone(), osd_clock_fn.clone(), mix(seed, n));
         let transcript = Arc::new(Mutex::new(blake3::Hasher::new()));
         {
             let t = transcript.clone();
@@ -239,7 +249,7 @@ impl SimCluster {
                 data = path_text(&root.join(osd_address(id))),
                 join = path_text(&root.join("join.key")),
             ))?;
-            nodes.push(serve_osd(&net, osd_config, env(1 + id))?);
+            nodes.push(serve_osd(&net, osd_config, osd_env(1 + id))?);
         }
         let cluster = ClusterFile {
             mds: MDS.into(),
@@ -251,6 +261,7 @@ impl SimCluster {
         let sim = SimCluster {
             net,
             clock,
+            osd_skew,
             seed,
             clients_made: AtomicU64::new(0),
             mds: Some(mds),
@@ -302,6 +313,11 @@ impl SimCluster {
     pub fn advance(&self, millis: u64) -> Result<(), SimError> {
         self.advance_quietly(millis);
         self.tick()
+    }
+
+    /// Sets every OSD's clock `millis` from the MDS's (negative: behind), from now on.
+    pub fn set_osd_clock_skew(&self, millis: i64) {
+        self.osd_skew.store(millis, Ordering::SeqCst);
     }
 
     /// Moves the clock on by `millis` and nothing else (a daemon's periodic work is then

@@ -301,3 +301,56 @@ fn t10_keys_refresh_by_policy_and_no_refresh_breaks_a_read() {
         assert_eq!(r > root, step >= 64, "root at period {step}");
     }
 }
+
+/// SPEC T7 with an OSD whose clock runs 5 s behind the MDS's (requests dated by the MDS's
+/// clock look 5 s early to it): a session offer is taken after one stale refusal (dated
+/// back), and the session keeps the OSD's offset from its confirmation. The T10 path
+/// holds no session with the OSD: it too is reached after one stale refusal, and from its
+/// first authenticated answer the client dates requests by the OSD's own clock: the OSD
+/// may drift on to 20 s behind (past what dating back covers) with no refusal. A step of
+/// the OSD's clock to 20 s ahead costs two refusals (too old, the probe too old) before
+/// the MDS's offset is tried again and relearnt.
+#[test]
+fn t10_requests_follow_an_osd_clock_that_the_mds_does_not_share() {
+    use maat_proto::msg::Credentials;
+    use maat_proto::protection::Protection;
+    let sim = SimCluster::start(10, 1).unwrap();
+    let mut admin = sim.admin().unwrap();
+    admin.partition_create("fast", Protection::CmdRsp).unwrap();
+    admin
+        .partition_set_credentials("fast", Credentials::T10)
+        .unwrap();
+    admin.mkdir_in("/fast", 0o777, false, Some("fast")).unwrap();
+    sim.tick().unwrap();
+    // (A clock set back is still past the OSD's start: a request dated before it would be
+    // refused as sent before a restart.)
+    sim.advance(60_000).unwrap();
+    sim.set_osd_clock_skew(-5_000);
+    let refused =
+        |sim: &SimCluster| counter(&sim.osd(1).unwrap().core.stats(), "refused:StaleRequest");
+    // Signed capabilities go over a session: its offer is refused once, taken dated
+    // back, and the confirmation gives the session the OSD's offset.
+    let data = content(3000);
+    put(&mut admin, "/sealed", &data);
+    assert_eq!(get(&mut admin, "/sealed").unwrap(), data);
+    assert_eq!(refused(&sim), 1, "one stale offer, then one dated back");
+    // T10 credentials have no session (a plain file: encrypted files keep signed
+    // capabilities).
+    admin
+        .put_with(&mut &data[..], 3000, "/fast/f", Some(false), &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        refused(&sim),
+        2,
+        "one stale T10 request, then one dated back"
+    );
+    for step in 1..=50i64 {
+        sim.set_osd_clock_skew(-5_000 - 300 * step);
+        assert_eq!(get(&mut admin, "/fast/f").unwrap(), data, "step {step}");
+        sim.advance_quietly(1_000);
+    }
+    assert_eq!(refused(&sim), 2, "a drifting clock is followed");
+    sim.set_osd_clock_skew(20_000);
+    assert_eq!(get(&mut admin, "/fast/f").unwrap(), data);
+    assert_eq!(refused(&sim), 4);
+}
