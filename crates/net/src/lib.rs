@@ -140,6 +140,51 @@ pub fn write_frame_parts(
     Ok(())
 }
 
+/// Whether `buf` begins with a whole frame, header and payload (a bad header: false; the
+/// reader finds it). A server answering pipelined requests holds its answer back while
+/// the next request is already here whole ([`append_frame`], [`write_frame_parts_after`]).
+pub fn starts_with_whole_frame(buf: &[u8]) -> bool {
+    let Some(start) = buf.first_chunk::<FRAME_HEADER_START_BYTES>() else {
+        return false;
+    };
+    let Ok(rest) = wire::header_rest_bytes(start) else {
+        return false;
+    };
+    let header_bytes = FRAME_HEADER_START_BYTES + rest;
+    buf.get(..header_bytes)
+        .and_then(|h| wire::decode_header(h).ok())
+        .is_some_and(|h| buf.len() >= header_bytes + h.payload_bytes)
+}
+
+/// Appends one frame (header, then the payload's parts) to `out`.
+pub fn append_frame(out: &mut Vec<u8>, head: FrameHead, parts: &[&[u8]]) -> Result<(), NetError> {
+    let len = parts.iter().map(|p| p.len()).sum();
+    out.extend_from_slice(wire::encode_header(head, len)?.as_bytes());
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+    Ok(())
+}
+
+/// Writes `pending` (whole frames made by [`append_frame`]) and then one frame, in one
+/// vectored write.
+pub fn write_frame_parts_after(
+    stream: &mut impl Write,
+    pending: &[u8],
+    head: FrameHead,
+    parts: &[&[u8]],
+) -> Result<(), NetError> {
+    let len = parts.iter().map(|p| p.len()).sum();
+    let header = wire::encode_header(head, len)?;
+    let slices: Vec<&[u8]> = [pending, header.as_bytes()]
+        .into_iter()
+        .chain(parts.iter().copied())
+        .collect();
+    write_all_vectored(stream, &slices)?;
+    stream.flush()?;
+    Ok(())
+}
+
 /// Writes one frame whose payload is `before ‖ len bytes of file from offset ‖ after`.
 /// The file's bytes go from the file to the socket in the kernel (sendfile(2)), never
 /// read into memory here: how an OSD answers a read whose data carries no MAC.

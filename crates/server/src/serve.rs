@@ -1,11 +1,12 @@
 //! The accept loop: a thread per connection, bounded; frames in, frames out.
 
 use maat_net::{
-    configure, read_frame_buffered, write_frame, write_frame_from_file, write_frame_parts, NetError,
+    configure, read_frame_buffered, write_frame, write_frame_from_file, write_frame_parts_after,
+    NetError,
 };
 use maat_proto::msg::{ErrorCode, WireError};
 use maat_proto::wire::{FrameHead, FrameType};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -150,6 +151,11 @@ fn serve_at_most(
     }
 }
 
+/// An answer this small may be held back for the next (see `connection`).
+const ANSWER_HELD_BYTES_MAX: usize = 16 * 1024;
+/// At most this much of answers is held back before they are written.
+const ANSWERS_HELD_BYTES_MAX: usize = 64 * 1024;
+
 /// How long an idle connection's read waits before shutdown is checked again.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
@@ -210,8 +216,12 @@ fn connection(stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
         },
     );
     let mut writer = &stream;
+    // Answers held back while the next request is already read whole (a pipelined
+    // sender): they go out together, one write and one wake-up of the peer for many.
+    let mut pending: Vec<u8> = Vec::new();
     loop {
         if shutdown.is_set() {
+            let _ = writer.write_all(&pending);
             return;
         }
         reader.get_mut().until = None;
@@ -251,17 +261,32 @@ fn connection(stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
                 let parts: Vec<&[u8]> = answer.parts.iter().map(Vec::as_slice).collect();
                 // The answer goes back in its request's version, with its id.
                 let head = head.answer(answer.frame_type);
+                let small = parts.iter().map(|p| p.len()).sum::<usize>() <= ANSWER_HELD_BYTES_MAX;
                 let sent = match &answer.file {
-                    None => write_frame_parts(&mut writer, head, &parts),
+                    None if small
+                        && pending.len() < ANSWERS_HELD_BYTES_MAX
+                        && maat_net::starts_with_whole_frame(reader.buffer()) =>
+                    {
+                        maat_net::append_frame(&mut pending, head, &parts)
+                    }
+                    None => {
+                        let sent = write_frame_parts_after(&mut writer, &pending, head, &parts);
+                        pending.clear();
+                        sent
+                    }
                     Some((index, r)) => {
                         let (before, after) = parts.split_at((*index).min(parts.len()));
-                        write_frame_from_file(
-                            &stream,
-                            head,
-                            before,
-                            (&r.file, r.offset, r.len),
-                            after,
-                        )
+                        let earlier = writer.write_all(&pending).map_err(NetError::from);
+                        pending.clear();
+                        earlier.and_then(|()| {
+                            write_frame_from_file(
+                                &stream,
+                                head,
+                                before,
+                                (&r.file, r.offset, r.len),
+                                after,
+                            )
+                        })
                     }
                 };
                 if sent.is_err() {
@@ -273,7 +298,8 @@ fn connection(stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
                 let refusal = WireError::from(e);
                 tracing::warn!(peer = %from, code = ?refusal.code, detail = %refusal.detail, "refused a frame");
                 let (t, answer) = crate::refusal_frame(&refusal);
-                let _ = write_frame(&mut writer, FrameHead::v1(t), &answer);
+                let _ =
+                    write_frame_parts_after(&mut writer, &pending, FrameHead::v1(t), &[&answer]);
                 return;
             }
             Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -287,7 +313,7 @@ fn connection(stream: TcpStream, handler: &Handler, shutdown: &Shutdown) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
     use maat_net::{read_frame, Connection};
 
@@ -359,5 +385,70 @@ mod tests {
         assert_eq!(head.frame_type, FrameType::Plain);
         assert_eq!(answer, b"slow but whole");
         shutdown.trigger();
+    }
+
+    /// Requests that arrive together are answered together, in order, each with its id;
+    /// an answer is held back only while the next request is here whole, never for one
+    /// still arriving (its sender may be waiting for that answer).
+    #[test]
+    fn pipelined_requests_are_answered_in_order_and_none_waits_for_a_frame_still_arriving() {
+        use std::io::Write;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let s = shutdown.clone();
+        let handler: Arc<Handler> = Arc::new(|_: &[u8], t, p: &[u8]| (t, p.to_vec()).into());
+        std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
+        let frame = |id: u32, payload: &[u8]| {
+            let mut f = Vec::new();
+            write_frame(&mut f, FrameHead::new(FrameType::Plain, id), payload).unwrap();
+            f
+        };
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        // 300 requests in one write (several read-aheads' worth), some answers large.
+        let mut burst = Vec::new();
+        for id in 0..300u32 {
+            let payload = vec![id as u8; if id % 50 == 7 { 20_000 } else { 40 }];
+            burst.extend(frame(id, &payload));
+        }
+        stream.write_all(&burst).unwrap();
+        for id in 0..300u32 {
+            let (head, answer) = read_frame(&mut stream).unwrap();
+            assert_eq!(head.request_id, Some(id));
+            let len = if id % 50 == 7 { 20_000 } else { 40 };
+            assert_eq!(answer, vec![id as u8; len], "answer {id}");
+        }
+        // A whole request and the start of the next: the first is answered now.
+        let (whole, next) = (frame(1000, b"now"), frame(1001, b"later"));
+        let (next_start, next_rest) = next.split_at(5);
+        stream
+            .write_all(&[&whole[..], next_start].concat())
+            .unwrap();
+        let (head, answer) = read_frame(&mut stream).unwrap();
+        assert_eq!((head.request_id, &answer[..]), (Some(1000), &b"now"[..]));
+        stream.write_all(next_rest).unwrap();
+        let (head, answer) = read_frame(&mut stream).unwrap();
+        assert_eq!((head.request_id, &answer[..]), (Some(1001), &b"later"[..]));
+        shutdown.trigger();
+    }
+
+    #[test]
+    fn a_whole_frame_is_told_from_a_part_of_one() {
+        let mut f = Vec::new();
+        write_frame(&mut f, FrameHead::new(FrameType::Plain, 9), &[1; 100]).unwrap();
+        assert!(maat_net::starts_with_whole_frame(&f));
+        assert!(maat_net::starts_with_whole_frame(
+            &[&f[..], b"more"].concat()
+        ));
+        for cut in 0..f.len() {
+            assert!(
+                !maat_net::starts_with_whole_frame(&f[..cut]),
+                "cut at {cut}"
+            );
+        }
+        assert!(!maat_net::starts_with_whole_frame(b"XX not a frame at all"));
     }
 }
