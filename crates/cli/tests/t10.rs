@@ -415,6 +415,61 @@ fn t10_attacks_are_refused_with_their_reasons() {
         .unwrap_err(),
         ErrorCode::PermissionDenied
     );
+    // SPEC T5 under credentials: the reader may get attributes, not append or set them.
+    let object = ObjectId {
+        partition: DATA_PARTITION,
+        file: a,
+        stripe: 0,
+    };
+    let append = || OsdCommand::Append {
+        object,
+        data: b" and more".to_vec(),
+    };
+    let set_attributes = |policy_tag| OsdCommand::SetAttributes {
+        object,
+        policy_tag,
+        user: vec![("color".into(), b"blue".to_vec())],
+    };
+    let get_attributes = OsdCommand::GetAttributes { object };
+    let as_reader = |command| raw(&cap, &key, Protection::CmdRsp, command, now);
+    assert!(matches!(
+        send(&mut admin, osd, &as_reader(get_attributes.clone())),
+        Ok(OsdResponse::Attributes(a)) if a.size == 6
+    ));
+    for command in [append(), set_attributes(0)] {
+        assert_eq!(
+            send(&mut admin, osd, &as_reader(command)).unwrap_err(),
+            ErrorCode::PermissionDenied
+        );
+    }
+    // The writer (its put's read-write credential) appends and sets user attributes;
+    // the policy access tag is the MDS's to move (SET POLICY TAG), not a writer's.
+    let (rw_cap, rw_key) = admin.t10_credential(a, osd).unwrap();
+    let as_writer = |command| raw(&rw_cap, &rw_key, Protection::CmdRsp, command, now);
+    assert_eq!(
+        send(&mut admin, osd, &as_writer(append())),
+        Ok(OsdResponse::Ok)
+    );
+    assert_eq!(
+        send(&mut admin, osd, &as_writer(set_attributes(0))),
+        Ok(OsdResponse::Ok)
+    );
+    assert_eq!(
+        send(&mut admin, osd, &as_writer(set_attributes(5))).unwrap_err(),
+        ErrorCode::PermissionDenied
+    );
+    match send(&mut admin, osd, &as_writer(get_attributes)) {
+        Ok(OsdResponse::Attributes(a)) => {
+            assert_eq!(a.size, 6 + 9);
+            assert_eq!(a.policy_tag, 0);
+            assert_eq!(a.user, vec![("color".to_string(), b"blue".to_vec())]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        send(&mut admin, osd, &as_writer(read(a))),
+        Ok(OsdResponse::Data(b"file a and more".to_vec()))
+    );
     // An envelope not bound to its capability (another credential's id).
     let mut unbound = raw(&cap, &key, Protection::CmdRsp, read(a), now);
     unbound.payload[2 + cap.len() + 1] ^= 1;
@@ -587,6 +642,24 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
     admin.open("/fast/a", Access::ReadWrite, None).unwrap();
     let tagged_a1 = cred(&admin, a, 1);
     assert!(authorized(try_read(&mut admin, 1, a, &tagged_a1)));
+    // GET ATTRIBUTES under a credential reports the tag in force.
+    let get_attributes = OsdCommand::GetAttributes {
+        object: ObjectId {
+            partition: DATA_PARTITION,
+            file: a,
+            stripe: 0,
+        },
+    };
+    let now = admin.protocol_now();
+    let (cap, key) = &tagged_a1;
+    match send(
+        &mut admin,
+        1,
+        &raw(cap, key, Protection::CmdRsp, get_attributes, now),
+    ) {
+        Ok(OsdResponse::Attributes(attributes)) => assert_eq!(attributes.policy_tag, 1),
+        other => panic!("{other:?}"),
+    }
 
     // Revocation by key exchange with OSD 2 down: OSD 1 is revoked and the answer names
     // OSD 2; until OSD 2 has new keys no credential is issued for it.

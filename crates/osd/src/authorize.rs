@@ -32,7 +32,11 @@ impl OsdCore {
             .ok_or_else(|| refuse(ErrorCode::InvalidArgument, "not a data command"))?;
         check_bounds(&request.command)?;
         if caller.secure.is_none() {
-            return Ok(Authorized { object, mode });
+            return Ok(Authorized {
+                object,
+                mode,
+                policy_tag: None,
+            });
         }
         if let Some(capability) = &caller.t10 {
             return self.authorize_t10(capability, request, object, mode, now);
@@ -98,7 +102,11 @@ impl OsdCore {
                 ));
             }
         }
-        Ok(Authorized { object, mode })
+        Ok(Authorized {
+            object,
+            mode,
+            policy_tag: None,
+        })
     }
 
     /// SPEC M4: the verified members of a root, or `UnknownTree` (the client supplies it).

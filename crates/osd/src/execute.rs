@@ -181,9 +181,13 @@ impl OsdCore {
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 OsdResponse::Ok
             }),
-            OsdCommand::GetAttributes { .. } => {
-                store.attributes(&auth).map(OsdResponse::Attributes)
-            }
+            OsdCommand::GetAttributes { .. } => store.attributes(&auth).map(|mut a| {
+                // Under a T10 credential, the tag in force (SPEC T4).
+                if let Some(tag) = auth.policy_tag {
+                    a.policy_tag = tag;
+                }
+                OsdResponse::Attributes(a)
+            }),
             OsdCommand::SetAttributes {
                 policy_tag, user, ..
             } => store

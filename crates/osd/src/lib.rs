@@ -64,6 +64,9 @@ pub enum StoreError {
 pub struct Authorized {
     object: ObjectId,
     mode: Mode,
+    /// Under a T10 credential: the object's policy access tag in force (SPEC T4), which
+    /// GET ATTRIBUTES reports and SET ATTRIBUTES may not change.
+    policy_tag: Option<u32>,
 }
 
 impl Authorized {

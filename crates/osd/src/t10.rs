@@ -335,6 +335,23 @@ impl OsdCore {
                 }
                 e => e.into(),
             })?;
-        Ok(Authorized { object, mode })
+        // The tag is the security manager's (SET POLICY TAG from the MDS): a holder of
+        // SET ATTRIBUTES may write the user attributes, not move the tag.
+        if let OsdCommand::SetAttributes { policy_tag, .. } = &request.command {
+            if *policy_tag != tag {
+                return Err(refuse(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "the policy access tag ({tag}) is set by the MDS only \
+                         (`maat admin keys revoke-object`); send it unchanged"
+                    ),
+                ));
+            }
+        }
+        Ok(Authorized {
+            object,
+            mode,
+            policy_tag: Some(tag),
+        })
     }
 }
