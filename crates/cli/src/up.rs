@@ -144,6 +144,11 @@ fn write_new(path: &Path, text: &str) -> Result<()> {
 /// Writes the configs for a new cluster under `data`, and answers with the listeners
 /// holding the ports it chose, which the daemons are then given (see [`Daemon::start`]).
 fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
+    // Checked before anything is written, so that a refused start leaves no half-made
+    // cluster behind for the next one to resume.
+    if args.security == maat_proto::protection::Protection::NoSec && !args.danger_allow_insecure {
+        bail!("--security NOSEC needs --danger-allow-insecure (anyone could then act as anyone)");
+    }
     if args.osds == 0 || args.osds > 64 {
         bail!("--osds must be between 1 and 64");
     }
@@ -231,9 +236,6 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
                 &toml::to_string(&kds)?,
             )?;
         }
-    }
-    if args.security == maat_proto::protection::Protection::NoSec && !args.danger_allow_insecure {
-        bail!("--security NOSEC needs --danger-allow-insecure (anyone could then act as anyone)");
     }
     for i in 1..=args.osds {
         let osd_port = if port == 0 {

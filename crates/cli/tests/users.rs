@@ -408,3 +408,76 @@ fn a_command_whose_reader_closes_the_pipe_ends_quietly() {
         assert!(stderr.is_empty(), "maat {args:?}: {stderr}");
     }
 }
+
+/// SPEC T1 through the CLI: the administrator makes a partition with a method, a user
+/// puts files in it by making a directory in it, `maat stat` shows partition and method,
+/// `set-security` changes it; NOSEC is refused without the danger flag, by the MDS for a
+/// partition and by `maat up` for a cluster (before it writes anything).
+#[test]
+fn partitions_are_made_and_chosen_through_the_cli_and_nosec_needs_the_danger_flag() {
+    let cluster = Cluster::start(1, &[]);
+    let admin = cluster.admin_home();
+    let text = |out: Vec<u8>| String::from_utf8(out).unwrap();
+    cluster.ok(
+        &admin,
+        &[
+            "admin",
+            "partition",
+            "create",
+            "fast",
+            "--security",
+            "CMDRSP",
+        ],
+        None,
+    );
+    let list = text(cluster.ok(&admin, &["admin", "partition", "list"], None));
+    assert!(
+        list.lines()
+            .any(|l| l.contains("fast") && l.contains("CMDRSP")),
+        "{list}"
+    );
+    cluster.ok(&admin, &["mkdir", "--partition", "fast", "/f"], None);
+    cluster.ok(&admin, &["put", "-", "/f/x"], Some(b"in fast"));
+    let stat = text(cluster.ok(&admin, &["stat", "/f/x"], None));
+    assert!(stat.contains("partition: fast"), "{stat}");
+    assert!(stat.contains("security: CMDRSP"), "{stat}");
+    // The cluster default is ALLDATA.
+    cluster.ok(&admin, &["put", "-", "/y"], Some(b"default"));
+    let stat = text(cluster.ok(&admin, &["stat", "/y"], None));
+    assert!(stat.contains("security: ALLDATA"), "{stat}");
+    cluster.ok(
+        &admin,
+        &["admin", "partition", "set-security", "fast", "CONFIDENTIAL"],
+        None,
+    );
+    let stat = text(cluster.ok(&admin, &["stat", "/f/x"], None));
+    assert!(stat.contains("security: CONFIDENTIAL"), "{stat}");
+    assert_eq!(cluster.ok(&admin, &["cat", "/f/x"], None), b"in fast");
+    for args in [
+        &[
+            "admin",
+            "partition",
+            "create",
+            "open",
+            "--security",
+            "NOSEC",
+        ][..],
+        &["admin", "partition", "set-security", "fast", "NOSEC"][..],
+    ] {
+        let e = cluster.fails(&admin, args, None);
+        assert!(e.contains("danger flag"), "{args:?}: {e}");
+    }
+    let data = cluster.dir.path().join("insecure");
+    let out = std::process::Command::new(common::MAAT)
+        .args(["up", "--security", "NOSEC", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--danger-allow-insecure"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(&data)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "a refused start left {left:?}");
+}
