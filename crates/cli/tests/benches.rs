@@ -45,6 +45,8 @@ fn bench_kds_counts_the_keys_each_level_holds() {
         "2",
         "--batch-level",
         "3",
+        "--sweep-mib",
+        "1",
     ]);
     // 64 KiB leaves, branching 8: level 1 regions are 1 TiB (the largest file), so level
     // L > 0 has 8^(L-1) nodes per file.
@@ -58,6 +60,28 @@ fn bench_kds_counts_the_keys_each_level_holds() {
     for kds in [1, 2] {
         assert!(j[format!("keys_s_batched_{kds}kds_1")].as_f64().unwrap() > 0.0);
         assert!(j[format!("keys_s_single_{kds}kds_1")].as_f64().unwrap() > 0.0);
+    }
+    // Paper 004 Table 1's counts for 1 MiB of 4 KiB leaves (256 leaf keys): asked of the
+    // KDS at a level, the rest derived by the client.
+    for (branch, depth, level, requested, calculated) in [
+        (2, 3, 2, 256, 0),  // the leaf level: every key from the KDS
+        (2, 3, 0, 64, 256), // level-0 regions of 16 KiB
+        (4, 11, 0, 1, 256), // one level-0 key covers 4 TiB
+        (8, 7, 4, 4, 256),  // level 4 nodes of 256 KiB (8 × 8 leaves)
+        (16, 5, 4, 256, 0), // level 4 is the leaf level
+    ] {
+        let tag = format!("shape_b{branch}_d{depth}_l{level}");
+        assert_eq!(
+            j[format!("{tag}_requested")].as_u64(),
+            Some(requested),
+            "{tag}"
+        );
+        assert_eq!(
+            j[format!("{tag}_calculated")].as_u64(),
+            Some(calculated),
+            "{tag}"
+        );
+        assert!(j[format!("{tag}_keys_s")].as_f64().unwrap() > 0.0, "{tag}");
     }
 }
 

@@ -412,6 +412,31 @@ impl Client {
         Ok(keys)
     }
 
+    /// Asks a KDS for the keys of `nodes` of `opened`'s file as if the file's key tree
+    /// had `shape`, under a lockbox for that shape made here; returns the keys granted,
+    /// each grant checked. The KDS derives them from a root this client made, so it
+    /// gives away nothing the client did not know: `maat bench kds` measures key tree
+    /// shapes no file has with it (SPEC E9, paper 004 Fig. 6 and Table 1). At most
+    /// `RANGE_GRANT_NODES_MAX` nodes per call.
+    pub fn request_keys_with_shape(
+        &self,
+        opened: &Opened,
+        shape: &KhtShape,
+        nodes: Vec<(u8, u64)>,
+    ) -> Result<Vec<maat_crypto::kht::RangeKey>> {
+        let kds = self
+            .cluster_map()?
+            .kds_keys
+            .ok_or_else(|| ClientError::NoKds("this cluster has no KDS".into()))?;
+        let (_, current) = lockbox_of(opened)?;
+        let (lockbox, _root) = self.new_tree(opened.stat.id, current.tree_version, shape, &kds)?;
+        let mut granted = self.key_request(&[(opened, &lockbox, nodes)])?;
+        match granted.pop() {
+            Some(held) => Ok(held?.keys),
+            None => Err(self.bad("kds", "no grant for the file asked")),
+        }
+    }
+
     /// The Merkle tree messages a capability's sets need (SPEC M4), from the MDS.
     fn capability_trees(&self, capability: &[u8]) -> Result<Vec<Vec<u8>>> {
         let Ok(body) =

@@ -2,7 +2,11 @@
 //! second, from one and from two instances, as client threads grow, with single requests
 //! (one file, one level-0 key) and batched ones (many files per request, every node of a
 //! deeper level per file); then the request-level sweep (SPEC H8): keys and time per
-//! request as the level asked for moves from the root towards the leaves.
+//! request as the level asked for moves from the root towards the leaves; then paper 004's
+//! branch and depth sweep (Fig. 6, Table 1): for key trees of 4 KiB leaves, branching 2
+//! to 16 and depth 3 to 11, every leaf key of a file's first `--sweep-mib` MiB obtained
+//! by asking a real KDS for the leaf level, level 0, or level 4 and deriving the rest here
+//! (the KDS is handed a lockbox made for that shape: `Client::request_keys_with_shape`).
 //!
 //! Every key counted was granted by a KDS and checked by the client (the grant opened
 //! with the login's X25519 key, its KDS signature verified, the file matched), so the
@@ -12,6 +16,7 @@
 use super::LocalCluster;
 use anyhow::{anyhow, bail, Result};
 use maat_client::{Client, Opened};
+use maat_crypto::kht::{KeyedHashAlg, KhtShape, Node, RangeKey};
 use maat_proto::msg::Access;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -82,6 +87,70 @@ pub(super) struct KdsArgs {
     pub seconds: u64,
     pub batch_files: u32,
     pub batch_level: u8,
+    /// Bytes of the file whose leaf keys the shape sweep obtains (0: no sweep).
+    pub sweep_bytes: u64,
+}
+
+/// Branching (log2) and depth of the key trees the shape sweep measures (4 KiB leaves,
+/// as the paper's).
+const SWEEP_BRANCHING_LOG2: [u8; 4] = [1, 2, 3, 4];
+const SWEEP_DEPTHS: [u8; 5] = [3, 5, 7, 9, 11];
+
+/// The key of every leaf under `keys` (one level of `shape`, ascending) that holds a byte
+/// of the first `size` bytes, derived one level at a time: how many.
+fn derive_leaves(shape: &KhtShape, keys: Vec<RangeKey>, size: u64) -> Result<u64> {
+    let mut frontier = keys;
+    let Some(mut level) = frontier.first().map(|k| k.node.level) else {
+        return Ok(0);
+    };
+    while level < shape.leaf_level() {
+        let shift = shape.region_size_log2(level)? - shape.region_size_log2(level + 1)?;
+        let end = shape.node_at(level + 1, size.saturating_sub(1))?.index + 1;
+        let mut next = Vec::with_capacity(frontier.len() << shift);
+        for k in &frontier {
+            let first = k.node.index << shift;
+            for index in first..((k.node.index + 1) << shift).min(end) {
+                let node = Node {
+                    level: level + 1,
+                    index,
+                };
+                next.push(shape.derive(k, node)?);
+            }
+        }
+        frontier = next;
+        level += 1;
+    }
+    Ok(frontier.len() as u64)
+}
+
+/// One point of the shape sweep: (keys asked of the KDS, keys derived here, seconds) to
+/// obtain every leaf key of the first `size` bytes asking for level `level`.
+fn shape_point(
+    client: &Client,
+    file: &Opened,
+    shape: &KhtShape,
+    level: u8,
+    size: u64,
+) -> Result<(u64, u64, f64)> {
+    let last = shape.node_at(level, size - 1)?.index;
+    let max = maat_proto::limits::RANGE_GRANT_NODES_MAX as u64;
+    let start = Instant::now();
+    let (mut asked, mut derived) = (0u64, 0u64);
+    let mut first = 0;
+    while first <= last {
+        let end = (first + max).min(last + 1);
+        let nodes: Vec<(u8, u64)> = (first..end).map(|i| (level, i)).collect();
+        let keys = client.request_keys_with_shape(file, shape, nodes)?;
+        if keys.len() as u64 != end - first {
+            bail!("the KDS granted {} keys of {}", keys.len(), end - first);
+        }
+        asked += keys.len() as u64;
+        if level < shape.leaf_level() {
+            derived += derive_leaves(shape, keys, size)?;
+        }
+        first = end;
+    }
+    Ok((asked, derived, start.elapsed().as_secs_f64()))
 }
 
 pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Result<()> {
@@ -90,6 +159,7 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
         seconds,
         batch_files,
         batch_level,
+        sweep_bytes,
     } = args;
     if threads.is_empty() || threads.iter().any(|&t| t == 0 || t > 256) {
         bail!("--threads takes counts from 1 to 256");
@@ -179,7 +249,50 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
         out.insert(format!("level_{level}_keys_s"), (keys as f64 / secs).into());
         sweep.push((level, per_request, us, keys as f64 / secs));
     }
+    // Paper 004's branch and depth sweep.
+    let mut shapes = Vec::new();
+    if sweep_bytes > 0 {
+        let client = clients.first().ok_or_else(|| anyhow!("no client"))?;
+        let file = one
+            .first()
+            .and_then(|s| s.first())
+            .ok_or_else(|| anyhow!("no file"))?;
+        for branching in SWEEP_BRANCHING_LOG2 {
+            for depth in SWEEP_DEPTHS {
+                let shape = KhtShape::new(
+                    KeyedHashAlg::Blake3,
+                    12,
+                    vec![branching; usize::from(depth - 1)],
+                )?;
+                let leaf = shape.leaf_level();
+                // The leaf level, level 0 and level 4 (in a tree of 5 levels or fewer,
+                // level 4 is the leaf level: measured once).
+                let mut levels = vec![leaf, 0];
+                if leaf > 4 {
+                    levels.push(4);
+                }
+                for level in levels {
+                    if !json {
+                        eprintln!(
+                            "bench kds: shape branch {} depth {depth}, level {level}",
+                            1u32 << branching
+                        );
+                    }
+                    let (asked, derived, secs) =
+                        shape_point(client, file, &shape, level, sweep_bytes)?;
+                    let leaves = sweep_bytes.div_ceil(shape.leaf_size_bytes());
+                    let keys_s = leaves as f64 / secs;
+                    let tag = format!("shape_b{}_d{depth}_l{level}", 1u32 << branching);
+                    out.insert(format!("{tag}_requested"), asked.into());
+                    out.insert(format!("{tag}_calculated"), derived.into());
+                    out.insert(format!("{tag}_keys_s"), keys_s.into());
+                    shapes.push((1u32 << branching, depth, level, asked, derived, keys_s));
+                }
+            }
+        }
+    }
     if json {
+        out.insert("sweep_bytes".into(), sweep_bytes.into());
         out.insert("batch_files".into(), batch_files.into());
         out.insert("batch_level".into(), batch_level.into());
         say!("{}", serde_json::Value::Object(out));
@@ -210,6 +323,25 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
     );
     for (level, per, us, keys_s) in sweep {
         say!("{level:>6} {per:>13} {us:>12.0} {keys_s:>12.0}");
+    }
+    if !shapes.is_empty() {
+        say!(
+            "key tree shapes (paper 004 Fig. 6, Table 1): every 4 KiB leaf key of {} MiB, one client \
+             thread, one KDS; level = the level asked for (leaf, 0, 4), the rest derived here",
+            sweep_bytes >> 20
+        );
+        say!(
+            "{:>7} {:>6} {:>6} {:>12} {:>12} {:>12}",
+            "branch",
+            "depth",
+            "level",
+            "requested",
+            "calculated",
+            "leaf keys/s"
+        );
+        for (branch, depth, level, asked, derived, keys_s) in shapes {
+            say!("{branch:>7} {depth:>6} {level:>6} {asked:>12} {derived:>12} {keys_s:>12.0}");
+        }
     }
     Ok(())
 }

@@ -172,9 +172,12 @@ pub enum BenchCommand {
     /// E9 (paper 004 Fig. 5–6): range keys per second from one and two KDS instances as
     /// client threads grow, single requests (one file's level-0 key) and batched ones
     /// (several files, every node of a deeper level each); then keys and time per request
-    /// per tree level (SPEC H8). Each key counted was checked by its client. JSON keys
-    /// `keys_s_<single|batched>_<1|2>kds_<T>`, `requests_s_...`,
-    /// `level_<L>_keys_per_request`, `level_<L>_us_per_request`, `level_<L>_keys_s`.
+    /// per tree level (SPEC H8); then paper 004's branch and depth sweep (Fig. 6, Table 1):
+    /// every leaf key of a file's first MiB asked at the leaf level, level 0 or level 4
+    /// for trees of branching 2–16 and depth 3–11. Each key counted was checked by its
+    /// client. JSON keys `keys_s_<single|batched>_<1|2>kds_<T>`, `requests_s_...`,
+    /// `level_<L>_keys_per_request`, `level_<L>_us_per_request`, `level_<L>_keys_s`,
+    /// `shape_b<B>_d<D>_l<L>_<requested|calculated|keys_s>`.
     Kds {
         /// Client thread counts (each its own login).
         #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
@@ -189,6 +192,10 @@ pub enum BenchCommand {
         /// file, each for 2 GiB).
         #[arg(long, default_value_t = 4)]
         batch_level: u8,
+        /// MiB of the file whose every leaf key each point of the shape sweep obtains (the
+        /// paper: 4096); 0 skips the sweep.
+        #[arg(long, default_value_t = 256)]
+        sweep_mib: u64,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -580,6 +587,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
             seconds,
             batch_files,
             batch_level,
+            sweep_mib,
             data,
             json,
         } => kds::run_kds(
@@ -588,6 +596,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
                 seconds,
                 batch_files,
                 batch_level,
+                sweep_bytes: sweep_mib << 20,
             },
             data,
             json,
