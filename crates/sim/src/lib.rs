@@ -326,6 +326,11 @@ impl SimCluster {
         self.clock.fetch_add(millis, Ordering::SeqCst);
     }
 
+    /// The KDS (its counters).
+    pub fn kds(&self) -> &Kds {
+        &self.kds
+    }
+
     /// The in-process network (for faults: a peer down, answers lost).
     pub fn net(&self) -> &MemoryNet {
         &self.net

@@ -354,3 +354,40 @@ fn t10_requests_follow_an_osd_clock_that_the_mds_does_not_share() {
     assert_eq!(get(&mut admin, "/fast/f").unwrap(), data);
     assert_eq!(refused(&sim), 4);
 }
+
+/// SPEC H4: a KDS answers a key request without calling the MDS. With the MDS down, a
+/// reader who opened an encrypted file before gets its keys (the KDS checks the ticket,
+/// the capability and the lockbox alone) and reads the file. It fails closed once it has
+/// not learnt the revocations in force for 10 s: then it refuses, saying why.
+#[test]
+fn a_kds_grants_keys_with_the_mds_down_until_its_revocations_are_stale() {
+    let sim = SimCluster::start(11, 2).unwrap();
+    let mut admin = sim.admin().unwrap();
+    let cy = sim.user(&mut admin, "cy", b"pw").unwrap();
+    let data = content(300_000);
+    put(&mut admin, "/shared", &data);
+    // cy's alone: the capability names cy, no user set whose tree the client would
+    // fetch from the MDS first (M4).
+    admin.chown("/shared", Some("cy"), None).unwrap();
+    admin.chmod("/shared", 0o600).unwrap();
+    let opened = cy.open("/shared", Access::Read, None).unwrap();
+    assert!(opened.stat.encrypted);
+    cy.cluster_map().unwrap();
+    let grants = |sim: &SimCluster| counter(&sim.kds().stats(), "grants");
+    let before = grants(&sim);
+    sim.net().set_down(maat_sim::MDS, true);
+    let mut read = Vec::new();
+    cy.get_opened("/shared", &opened, &mut read, &mut |_| {})
+        .unwrap();
+    assert_eq!(read, data);
+    assert_eq!(grants(&sim), before + 1, "the keys came from the KDS");
+    assert!(cy.request_file_keys(&opened).unwrap() >= 1);
+    // 11 s on with no catch-up (the MDS is down).
+    sim.advance_quietly(11_000);
+    let e = cy.request_file_keys(&opened).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotReady), "{e}");
+    assert!(e.to_string().contains("is the MDS reachable"), "{e}");
+    sim.net().set_down(maat_sim::MDS, false);
+    sim.tick().unwrap();
+    assert!(cy.request_file_keys(&opened).unwrap() >= 1);
+}
