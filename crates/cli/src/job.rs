@@ -32,6 +32,11 @@ pub enum JobCommand {
         /// Create the file (mode 0644) if it does not exist (implies --write).
         #[arg(long)]
         create: bool,
+        /// An encrypted file, for reading by ranges: each participant decrypts only the
+        /// ranges its owner granted that participant (`maat keys grant PATH --to NAME
+        /// --range A..B`, or `--slices` for member i of n), and nothing else of it.
+        #[arg(long, conflicts_with_all = ["write", "create"])]
+        ranges: bool,
     },
     /// Seal the job's key and handles to USER's current login and write them to a file
     /// for USER (`maat job join FILE`). USER must be logged in.
@@ -60,6 +65,10 @@ pub enum JobCommand {
         path: String,
         /// Local file.
         local: PathBuf,
+        /// Only bytes START..END (END exclusive; KiB, MiB, GiB suffixes): a file the job
+        /// opened with --ranges reads only the ranges granted to you.
+        #[arg(long, value_parser = crate::keys::parse_range)]
+        range: Option<(u64, u64)>,
     },
     /// Write a local file as the whole content of a file the job opened for writing.
     Put {
@@ -235,9 +244,12 @@ fn describe_lifetime(c: &Client, lifetime: &[u8]) -> String {
 }
 
 fn mode_name(mode: Mode) -> &'static str {
-    match mode.bits() {
-        1 => "read",
-        2 => "write",
+    if mode.allows(Mode::RANGE_KEYS) {
+        return "read, by granted ranges";
+    }
+    match (mode.allows(Mode::READ), mode.allows(Mode::WRITE)) {
+        (true, false) => "read",
+        (false, true) => "write",
         _ => "read-write",
     }
 }
@@ -272,6 +284,7 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             path,
             write,
             create,
+            ranges,
         } => {
             let mut file = JobFile::load(&job)?;
             if file.role != "lead" {
@@ -284,7 +297,11 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             } else {
                 Access::Read
             };
-            let (handle, _stat) = c.openg(&key, &path, access, create.then_some(0o644))?;
+            let (handle, _stat) = if ranges {
+                c.openg_ranges(&key, &path)?
+            } else {
+                c.openg(&key, &path, access, create.then_some(0o644))?
+            };
             let mode = handle.handle.mode;
             file.handles.retain(|h| {
                 hex::decode(h)
@@ -372,10 +389,32 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             }
             Ok(())
         }
-        JobCommand::Get { job, path, local } => {
+        JobCommand::Get {
+            job,
+            path,
+            local,
+            range,
+        } => {
             let mut file = JobFile::load(&job)?;
             let handle = file.handle_for(&mut c, &path)?;
             let opened = c.openfh(&handle)?;
+            if let Some((start, end)) = range {
+                let reading = c.reading_handle(&path, opened);
+                let mut data = Vec::new();
+                let r = crate::write_range(&c, &reading, start, end, &mut data);
+                file.refresh_from(&c)?;
+                r?;
+                if local == Path::new("-") {
+                    let stdout = std::io::stdout();
+                    let mut lock = stdout.lock();
+                    lock.write_all(&data)?;
+                    lock.flush()?;
+                } else {
+                    std::fs::write(&local, &data)
+                        .with_context(|| format!("{}", local.display()))?;
+                }
+                return Ok(());
+            }
             let result = if local == Path::new("-") {
                 let stdout = std::io::stdout();
                 let mut lock = stdout.lock();

@@ -381,10 +381,21 @@ fn cat_range(
     out: &mut impl Write,
 ) -> Result<(), maat_client::ClientError> {
     let handle = c.open_file(path, maat_client::OpenFlags::READ)?;
+    write_range(c, &handle, start, end, out)
+}
+
+/// Writes bytes `start..end` of the file `handle` reads (fewer at the end of the file).
+fn write_range(
+    c: &Client,
+    handle: &maat_client::FileHandle,
+    start: u64,
+    end: u64,
+    out: &mut dyn Write,
+) -> Result<(), maat_client::ClientError> {
     let mut at = start;
     while at < end.min(handle.size()) {
         let n = (end - at).min(maat_client::FILE_IO_BYTES_MAX as u64) as usize;
-        let data = c.read_file_at(&handle, at, n)?;
+        let data = c.read_file_at(handle, at, n)?;
         if data.is_empty() {
             break;
         }

@@ -437,3 +437,171 @@ fn the_job_commands_share_a_private_file_with_a_participant() {
         .mode();
     assert_eq!(mode & 0o077, 0, "job file mode {mode:o}");
 }
+
+/// SPEC M10 with H3–H4: a job shares an encrypted file for reading. The participant's
+/// `openfh` asks the MDS for the file's crypt record by handle (proving the job's key)
+/// and its reads ask the KDS for keys with the job's proof; the file stays sealed on the
+/// OSDs. A job may not open an encrypted file for writing, and once the job ends the
+/// participant is refused.
+#[test]
+fn a_job_shares_an_encrypted_file_for_reading() {
+    let cluster = Cluster::start_encrypting(2, &[]);
+    for name in ["alice", "bob"] {
+        cluster.add_user(name, &format!("{name} passphrase"), None);
+    }
+    cluster.ok(&cluster.admin_home(), &["mkdir", "/lab"], None);
+    cluster.ok(&cluster.admin_home(), &["chmod", "777", "/lab"], None);
+    let homes: Vec<_> = ["alice", "bob"]
+        .iter()
+        .map(|n| {
+            let home = cluster.home(n);
+            cluster.ok(
+                &home,
+                &["login", n, "--passphrase-stdin"],
+                Some(format!("{n} passphrase\n").as_bytes()),
+            );
+            home
+        })
+        .collect();
+    let (alice, bob) = (&homes[0], &homes[1]);
+    let secret = common::content(7, 1_500_000);
+    cluster.ok(alice, &["put", "-", "/lab/secret"], Some(&secret));
+    cluster.ok(alice, &["chmod", "600", "/lab/secret"], None);
+    let stat = String::from_utf8(cluster.ok(alice, &["stat", "/lab/secret"], None)).unwrap();
+    assert!(stat.contains("encrypted: yes"), "{stat}");
+    cluster.ok(alice, &["job", "create", "sim"], None);
+    cluster.ok(alice, &["job", "open", "sim", "/lab/secret"], None);
+    let refused = cluster.fails(
+        alice,
+        &["job", "open", "sim", "/lab/secret", "--write"],
+        None,
+    );
+    assert!(refused.contains("reading only"), "{refused}");
+    let bundle = cluster.data().join("sim.bundle");
+    let bundle = bundle.to_str().unwrap();
+    cluster.ok(
+        alice,
+        &["job", "export", "sim", "--to", "bob", "-o", bundle],
+        None,
+    );
+    cluster.ok(bob, &["job", "join", bundle], None);
+    cluster.fails(bob, &["cat", "/lab/secret"], None);
+    let admin = cluster.admin_client();
+    let (grants, proofs) = (
+        common::counter(&admin, "kds", "grants"),
+        common::counter(&admin, "kds", "job_proofs_verified"),
+    );
+    let read = cluster.ok(bob, &["job", "get", "sim", "/lab/secret", "-"], None);
+    assert!(
+        read == secret,
+        "bob read {} bytes, not the file",
+        read.len()
+    );
+    assert!(common::counter(&admin, "kds", "grants") > grants);
+    assert_eq!(
+        common::counter(&admin, "kds", "job_proofs_verified"),
+        proofs + 1
+    );
+    cluster.ok(alice, &["job", "end", "sim"], None);
+    let refused = cluster.fails(bob, &["job", "get", "sim", "/lab/secret", "-"], None);
+    assert!(
+        refused.contains("revoked") || refused.contains("ended"),
+        "{refused}"
+    );
+}
+
+/// SPEC H6 per job: the lead opens an encrypted file for the job by ranges, and each
+/// participant decrypts only what the file's owner granted that participant (here the
+/// slice policy: member i of n reads the i-th slice); a participant with no grant gets
+/// nothing, and a granted participant's full read or read of another's slice is refused.
+#[test]
+fn a_job_opened_by_ranges_gives_each_member_its_slice_only() {
+    let cluster = Cluster::start_encrypting(2, &[]);
+    let names = ["alice", "bob", "carol", "dave"];
+    for name in names {
+        cluster.add_user(name, &format!("{name} passphrase"), None);
+    }
+    cluster.ok(&cluster.admin_home(), &["mkdir", "/lab"], None);
+    cluster.ok(&cluster.admin_home(), &["chmod", "777", "/lab"], None);
+    let homes: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let home = cluster.home(n);
+            cluster.ok(
+                &home,
+                &["login", n, "--passphrase-stdin"],
+                Some(format!("{n} passphrase\n").as_bytes()),
+            );
+            home
+        })
+        .collect();
+    let (alice, bob, carol, dave) = (&homes[0], &homes[1], &homes[2], &homes[3]);
+    let data = common::content(9, 2 << 20);
+    cluster.ok(alice, &["put", "-", "/lab/data"], Some(&data));
+    cluster.ok(alice, &["chmod", "600", "/lab/data"], None);
+    cluster.ok(
+        alice,
+        &[
+            "keys",
+            "grant",
+            "/lab/data",
+            "--to",
+            "bob,carol",
+            "--slices",
+        ],
+        None,
+    );
+    cluster.ok(alice, &["job", "create", "sim"], None);
+    let opened = cluster.ok(
+        alice,
+        &["job", "open", "sim", "/lab/data", "--ranges"],
+        None,
+    );
+    let _ = opened;
+    for (name, home) in [("bob", bob), ("carol", carol), ("dave", dave)] {
+        let bundle = cluster.data().join(format!("sim.{name}"));
+        let bundle = bundle.to_str().unwrap();
+        cluster.ok(
+            alice,
+            &["job", "export", "sim", "--to", name, "-o", bundle],
+            None,
+        );
+        cluster.ok(home, &["job", "join", bundle], None);
+    }
+    let half = 1 << 20;
+    let get = |home, range: &str| {
+        let args = ["job", "get", "sim", "/lab/data", "-", "--range", range];
+        cluster.maat(home, &args, None)
+    };
+    let bob_half = get(bob, "0..1MiB");
+    assert!(
+        bob_half.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bob_half.stderr)
+    );
+    assert!(bob_half.stdout == data[..half], "bob's slice");
+    let carol_half = get(carol, "1MiB..2MiB");
+    assert!(
+        carol_half.status.success(),
+        "{}",
+        String::from_utf8_lossy(&carol_half.stderr)
+    );
+    assert!(carol_half.stdout == data[half..], "carol's slice");
+    // Bob asks for carol's slice, or the whole file: his client holds keys for his
+    // permit's ranges only (the KDS refuses nodes outside them: `crates/kds/tests/jobs.rs`)
+    // and names the first block it cannot open.
+    let refused = get(bob, "1MiB..2MiB");
+    assert!(!refused.status.success());
+    let e = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        e.contains("block 16 (bytes 1048576..") && e.contains("no key granted"),
+        "{e}"
+    );
+    let e = cluster.fails(bob, &["job", "get", "sim", "/lab/data", "-"], None);
+    assert!(e.contains("no key granted"), "{e}");
+    // Dave is in the job with no grant: no permit, no key.
+    let refused = get(dave, "0..1MiB");
+    assert!(!refused.status.success());
+    let e = String::from_utf8_lossy(&refused.stderr);
+    assert!(e.contains("none is granted to you"), "{e}");
+}

@@ -157,6 +157,22 @@ impl Client {
         Ok(handle)
     }
 
+    /// A handle for byte-range reads of a file opened otherwise (a job's, from
+    /// [`Client::openfh`]): reads of an encrypted file take keys for the ranges read
+    /// only, as the open's key-range permit allows (SPEC H6).
+    pub fn reading_handle(&self, path: &str, opened: Opened) -> FileHandle {
+        FileHandle {
+            path: path.to_string(),
+            size: opened.stat.size,
+            opened,
+            writable: false,
+            dirty: false,
+            pending: Default::default(),
+            written: Vec::new(),
+            first_lockbox: None,
+        }
+    }
+
     /// Reads up to `len` bytes at `offset` (short at the end of the file, empty past it).
     pub fn read_file_at(&self, handle: &FileHandle, offset: u64, len: usize) -> Result<Vec<u8>> {
         let len = len.min(FILE_IO_BYTES_MAX) as u64;

@@ -123,12 +123,34 @@ impl Client {
         create: Option<u16>,
     ) -> Result<(JobHandle, FileStat)> {
         let public = key.verifying_key().to_bytes();
-        let (bytes, stat) = match self.mds_call(MdsRequest::OpenG {
-            computation_key: public,
-            path: path.into(),
-            access,
-            create,
-        })? {
+        self.openg_with(
+            key,
+            MdsRequest::OpenG {
+                computation_key: public,
+                path: path.into(),
+                access,
+                create,
+            },
+        )
+    }
+
+    /// `openg` of an encrypted file for reading by ranges (SPEC H6 per job): each
+    /// participant gets keys only for the ranges the file's owner granted that
+    /// participant (`maat keys grant`, the slice policy).
+    pub fn openg_ranges(&self, key: &SigningKey, path: &str) -> Result<(JobHandle, FileStat)> {
+        let public = key.verifying_key().to_bytes();
+        self.openg_with(
+            key,
+            MdsRequest::OpenGRanges {
+                computation_key: public,
+                path: path.into(),
+            },
+        )
+    }
+
+    fn openg_with(&self, key: &SigningKey, request: MdsRequest) -> Result<(JobHandle, FileStat)> {
+        let public = key.verifying_key().to_bytes();
+        let (bytes, stat) = match self.mds_call(request)? {
             MdsResponse::FileHandle { handle, stat } => (handle, stat),
             _ => return Err(self.bad("mds", "unexpected answer")),
         };
@@ -151,17 +173,47 @@ impl Client {
         })
     }
 
-    /// `openfh`: an open file from a job's handle (no MDS request). The client must hold
-    /// the job's key ([`Client::use_job`]). The size is not known here: reads go on
-    /// until a stripe is short.
+    /// `openfh`: an open file from a job's handle. The client must hold the job's key
+    /// ([`Client::use_job`]). A plain file costs no MDS request, and its size is not
+    /// known here: reads go on until a stripe is short. An encrypted file (its handle
+    /// says so) costs one: the MDS gives its attributes and crypt record to a holder of
+    /// the job's key (`StatByHandle`), and reads ask the KDS for keys with the job's
+    /// proof (`KeysForJob`).
     pub fn openfh(&self, handle: &JobHandle) -> Result<Opened> {
         let hash = computation_key_hash(&handle.handle.computation_key);
-        if !self.jobs.lock().contains_key(&hash) {
+        let key = self.jobs.lock().get(&hash).map(|j| j.key.clone());
+        let Some(key) = key else {
             return Err(ClientError::NotInJob(
                 "this handle belongs to a job whose key this client does not hold \
                  (maat job join)"
                     .into(),
             ));
+        };
+        if handle.handle.flags & delegation::HANDLE_FLAG_ENCRYPTED != 0 {
+            self.ensure_session()?;
+            let session_id = self.with_session(|s| s.session_id)?;
+            let proof = key
+                .sign(&delegation::stat_message(
+                    &session_id,
+                    handle.handle.handle_id,
+                ))
+                .0
+                .to_vec();
+            let stat = match self.mds_call(MdsRequest::StatByHandle {
+                handle: handle.bytes.clone(),
+                proof,
+            })? {
+                MdsResponse::Stat(stat) => stat,
+                _ => return Err(self.bad("mds", "unexpected answer")),
+            };
+            if stat.id != handle.handle.file.0 || !stat.encrypted {
+                return Err(self.bad("mds", "the handle's attributes name another file"));
+            }
+            return Ok(Opened {
+                stat,
+                capability: handle.handle.capability.clone(),
+                mds_cached: false,
+            });
         }
         let capability = Unverified::<Capability>::decode(&handle.handle.capability)
             .map_err(token_error("capability"))?;
@@ -177,7 +229,7 @@ impl Client {
                 mtime: 0,
                 partition: String::new(),
                 protection,
-                // The MDS refuses `openg` of an encrypted file, so a job's files are not.
+                // (The handle of an encrypted file says so: above.)
                 encrypted: false,
                 crypt: None,
                 key_ranges: None,
@@ -301,6 +353,26 @@ impl Client {
         Ok((opened.grant, opened.lead.body().user))
     }
 
+    /// The job key `hash`'s lifetime token and its proof to a KDS for `ticket`
+    /// (`KeysForJob`), refreshing a lifetime that ran low first.
+    pub(crate) fn job_kds_proof(
+        &self,
+        hash: &[u8; 32],
+        ticket: &[u8],
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        self.refresh_lifetime_if_low(hash)?;
+        let jobs = self.jobs.lock();
+        let job = jobs.get(hash).ok_or_else(|| {
+            ClientError::NotInJob("this client does not hold the job's key".into())
+        })?;
+        let proof = job
+            .key
+            .sign(&delegation::kds_proof_message(ticket))
+            .0
+            .to_vec();
+        Ok((job.lifetime.clone(), proof))
+    }
+
     /// Records the size of a file written through a job's write handle.
     pub fn set_size_by_handle(&self, handle: &JobHandle, size: u64) -> Result<()> {
         self.ensure_session()?;
@@ -332,17 +404,7 @@ impl Client {
     /// Before a request under a capability delegated to `hash`: refreshes the key's
     /// lifetime when it runs low, and proves the key to `osd` on this session once.
     pub(crate) fn prepare_delegated(&self, osd: u64, hash: &[u8; 32]) -> Result<()> {
-        let now = self.now();
-        let Some((start, expiry)) = self.jobs.lock().get(hash).map(|j| (j.start, j.expiry)) else {
-            return Err(ClientError::NotInJob(
-                "a capability delegated to a job key this client does not hold".into(),
-            ));
-        };
-        let life = expiry.saturating_sub(start);
-        if now.saturating_add(life * JOB_REFRESH_AT_PERCENT_LEFT / 100) >= expiry {
-            // A refresh that fails leaves the key valid until its expiry.
-            let _ = self.refresh_lifetime(hash);
-        }
+        self.refresh_lifetime_if_low(hash)?;
         let (sid, _, _) = self.osd_session_with_offset(osd)?;
         if self
             .jobs
@@ -351,6 +413,22 @@ impl Client {
             .is_some_and(|j| !j.proven.contains(&(osd, sid)))
         {
             self.supply_proof(osd, hash)?;
+        }
+        Ok(())
+    }
+
+    /// Refreshes the job key's lifetime when it runs low (a refresh that fails leaves the
+    /// key valid until its expiry).
+    fn refresh_lifetime_if_low(&self, hash: &[u8; 32]) -> Result<()> {
+        let now = self.now();
+        let Some((start, expiry)) = self.jobs.lock().get(hash).map(|j| (j.start, j.expiry)) else {
+            return Err(ClientError::NotInJob(
+                "a capability delegated to a job key this client does not hold".into(),
+            ));
+        };
+        let life = expiry.saturating_sub(start);
+        if now.saturating_add(life * JOB_REFRESH_AT_PERCENT_LEFT / 100) >= expiry {
+            let _ = self.refresh_lifetime(hash);
         }
         Ok(())
     }

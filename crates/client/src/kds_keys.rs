@@ -286,11 +286,21 @@ impl Client {
         self.key_grants(files, request, None, 0)
     }
 
-    /// The keyed key request for `files`.
+    /// The keyed key request for `files`: `KeysForJob` with the job's proof when their
+    /// capabilities are delegated to a job's key this client holds (SPEC M10; all of one
+    /// job), else `KeysKeyed`.
     fn keyed_request(&self, files: &[KeyAsk<'_>]) -> Result<KdsRequest> {
         let ticket = self.with_session(|s| s.ticket.clone())?;
         let mut wanted = Vec::with_capacity(files.len());
-        for (opened, lockbox, nodes) in files {
+        let mut job = None;
+        for (i, (opened, lockbox, nodes)) in files.iter().enumerate() {
+            let delegated = jobs::delegated_to(&opened.capability);
+            if i > 0 && delegated != job {
+                return Err(ClientError::InvalidArgument(
+                    "one key request asks for the files of one job, or of none".into(),
+                ));
+            }
+            job = delegated;
             wanted.push(FileKeysRequest {
                 capability: opened.capability.clone(),
                 lockbox: lockbox.to_vec(),
@@ -299,10 +309,21 @@ impl Client {
                 key_ranges: opened.stat.key_ranges.clone(),
             });
         }
-        Ok(KdsRequest::KeysKeyed {
-            ticket,
-            files: wanted,
-        })
+        match job {
+            Some(hash) => {
+                let (lifetime, proof) = self.job_kds_proof(&hash, &ticket)?;
+                Ok(KdsRequest::KeysForJob {
+                    ticket,
+                    files: wanted,
+                    lifetime,
+                    proof,
+                })
+            }
+            None => Ok(KdsRequest::KeysKeyed {
+                ticket,
+                files: wanted,
+            }),
+        }
     }
 
     /// The checked grants for `request` (made by [`Client::keyed_request`] for `files`):

@@ -320,6 +320,12 @@ impl Client {
             // (Such opens are never cached, so this is the MDS's view now.)
             return Ok(0);
         }
+        if opened.stat.encrypted && opened.stat.crypt.is_none() {
+            // Never hand out ciphertext as the file's bytes.
+            return Err(ClientError::Keys(format!(
+                "{path} is encrypted but this open carries no crypt record: open it again"
+            )));
+        }
         let mut opened = opened.clone();
         let mut expected = opened.stat.size;
         let known = stripes_for(expected);

@@ -1,9 +1,9 @@
 //! Hostile input for fuzzing (`fuzz/fuzz_targets/kds_request.rs`) and its replay under
 //! `cargo test`: a KDS with fixed keys takes `data` as a whole request payload, and, past
 //! a valid MDS-signed ticket, as the files of a key request, so that the checks behind
-//! the ticket see arbitrary capabilities, lockboxes, trees and nodes, and as the MDS's
-//! answer to a revocations request. Every answer must decode, and no list be taken; a
-//! panic anywhere is a bug.
+//! the ticket see arbitrary capabilities, lockboxes, trees and nodes, as a job's
+//! lifetime token and proof, and as the MDS's answer to a revocations request. Every
+//! answer must decode, and no list or job key be taken; a panic anywhere is a bug.
 
 use super::*;
 use maat_crypto::seal::SealingPublicKey;
@@ -82,6 +82,22 @@ impl Target {
                 if msg::decode::<Result<KdsResponse, WireError>>(&answer).is_err() {
                     panic!("a KDS answer does not decode");
                 }
+            }
+        }
+        // The bytes as a job's lifetime token and proof (SPEC M10): refused, never taken
+        // (nothing but the MDS's key signs a lifetime), never a panic.
+        let for_job = KdsRequest::KeysForJob {
+            ticket: self.ticket.clone(),
+            files: Vec::new(),
+            lifetime: data.to_vec(),
+            proof: data.get(..64).unwrap_or(data).to_vec(),
+        };
+        if let Ok(payload) = msg::encode(&for_job) {
+            let answer = self.kds.handle(&payload, NOW, rng);
+            match msg::decode::<Result<KdsResponse, WireError>>(&answer) {
+                Err(_) => panic!("a KDS answer does not decode"),
+                Ok(Ok(_)) => panic!("a job's keys were granted on fuzzed bytes"),
+                Ok(Err(_)) => {}
             }
         }
         // The same bytes as the MDS's answer to a revocations request (SPEC M9): they

@@ -18,6 +18,11 @@
 //! 5. no revocation notice in force names the capability or the ticket's user (SPEC M9,
 //!    `revocations.rs`);
 //!
+//! A capability a job's lead opened for the job (SPEC M10) names the job's computation
+//! key instead of users: it gets keys only with `KeysForJob`, whose MDS-signed lifetime
+//! token names that key and is current and not revoked, and whose proof is the key's
+//! signature over the ticket, so that only a holder of the job's private key is served.
+//!
 //! and answers with a [`RangeGrant`]: the node keys sealed under the key this KDS shares
 //! with the ticket's login (`KeysKeyed`: a [`GrantKey`], one X25519 agreement per login),
 //! or sealed to the ticket's key and signed by the KDS (`Keys`, for older clients).
@@ -32,9 +37,10 @@ pub mod limits;
 use maat_crypto::hash::{self, Digest};
 use maat_crypto::kht::{Node, RangeKey};
 use maat_crypto::seal::{SealingPublicKey, SealingSecretKey};
-use maat_crypto::sign::{SigningKey, VerifyingKey};
+use maat_crypto::sign::{Signature, SigningKey, VerifyingKey, SIGNATURE_BYTES};
 use maat_crypto::{kdf, Counters, CryptoRngCore, OpCounters};
 use maat_proto::capability::{Capability, Files, Mode, Principals};
+use maat_proto::delegation::{kds_proof_message, KeyLifetimeToken};
 use maat_proto::horus::{GrantKey, KdsLockboxKey, Lockbox, OpenedLockbox, RangeGrant};
 use maat_proto::key_ranges::KeyRanges;
 use maat_proto::limits::RANGE_GRANT_NODES_MAX;
@@ -104,6 +110,11 @@ struct Caches {
     grant_keys: HashMap<[u8; 32], (GrantKey, UnixMillis)>,
     /// Keys of owners' keyed lockboxes, by the owner's sealing key.
     lockbox_keys: HashMap<[u8; 32], KdsLockboxKey>,
+    /// SPEC M10: verified job key lifetime tokens.
+    lifetimes: HashMap<Digest, KeyLifetimeToken>,
+    /// SPEC M10: job proofs verified (digest of proof, ticket and key) → the lifetime's
+    /// expiry.
+    job_proofs: HashMap<Digest, UnixMillis>,
 }
 
 #[derive(Default)]
@@ -121,6 +132,8 @@ struct Stats {
     lockbox_key_hits: AtomicU64,
     revocations_applied: AtomicU64,
     revocation_checks: AtomicU64,
+    lifetime_cache_hits: AtomicU64,
+    job_proofs_verified: AtomicU64,
 }
 
 /// How the grants of one request are sealed.
@@ -193,6 +206,14 @@ impl Kds {
             Ok(KdsRequest::KeysKeyed { ticket, files }) => self
                 .keys(&ticket, &files, true, now, rng)
                 .map(KdsResponse::Grants),
+            Ok(KdsRequest::KeysForJob {
+                ticket,
+                files,
+                lifetime,
+                proof,
+            }) => self
+                .keys_for_job(&ticket, &files, (&lifetime, &proof), now, rng)
+                .map(KdsResponse::Grants),
             Ok(KdsRequest::Revoke(notice)) => self
                 .apply_revocation(&notice, now)
                 .map(|()| KdsResponse::Applied),
@@ -220,6 +241,77 @@ impl Kds {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Vec<Result<Vec<u8>, WireError>>, WireError> {
+        self.keys_under(ticket, files, keyed, None, now, rng)
+    }
+
+    /// SPEC M10 with H4: [`Kds::keys`] (keyed) for files a job opened, whose capabilities
+    /// name the job's computation key instead of users. `lifetime` must be the MDS's
+    /// current lifetime token for that key and `proof` the key's signature over
+    /// `delegation::kds_proof_message(ticket)`: only a holder of the job's private key
+    /// gets keys, sealed to its own login as any grant.
+    pub fn keys_for_job(
+        &self,
+        ticket: &[u8],
+        files: &[FileKeysRequest],
+        (lifetime, proof): (&[u8], &[u8]),
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<Result<Vec<u8>, WireError>>, WireError> {
+        let lifetime: KeyLifetimeToken = self
+            .verified(
+                lifetime,
+                now,
+                |c| &mut c.lifetimes,
+                &self.stats.lifetime_cache_hits,
+            )
+            .map_err(|e| match e.code {
+                ErrorCode::SessionExpired => refuse(
+                    ErrorCode::CapabilityExpired,
+                    "the job key's lifetime ended (only the job's lead renews it)",
+                ),
+                _ => e,
+            })?;
+        let digest = hash::blake3(&[proof, ticket, &lifetime.computation_key]);
+        let known = self
+            .caches()
+            .job_proofs
+            .get(&digest)
+            .is_some_and(|expiry| *expiry > now);
+        if !known {
+            let signature: [u8; SIGNATURE_BYTES] = proof.try_into().map_err(|_| {
+                refuse(ErrorCode::Malformed, "a job proof is one Ed25519 signature")
+            })?;
+            VerifyingKey::from_bytes(&lifetime.computation_key)
+                .map_err(|_| refuse(ErrorCode::Malformed, "the lifetime token's key"))?
+                .with_counters(self.counters.clone())
+                .verify(&kds_proof_message(ticket), &Signature(signature))
+                .map_err(|_| {
+                    refuse(
+                        ErrorCode::BadSignature,
+                        "the job proof was not signed with the job's key for this login",
+                    )
+                })?;
+            self.stats
+                .job_proofs_verified
+                .fetch_add(1, Ordering::Relaxed);
+            let mut caches = self.caches();
+            bounded(&mut caches.job_proofs, |expiry| *expiry <= now);
+            caches.job_proofs.insert(digest, lifetime.expiry);
+        }
+        self.keys_under(ticket, files, true, Some(lifetime.key_hash()), now, rng)
+    }
+
+    /// [`Kds::keys`], where capabilities may name the job key `job` (proven by the
+    /// caller).
+    fn keys_under(
+        &self,
+        ticket: &[u8],
+        files: &[FileKeysRequest],
+        keyed: bool,
+        job: Option<Digest>,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Vec<Result<Vec<u8>, WireError>>, WireError> {
         if files.is_empty() || files.len() > KDS_FILES_PER_REQUEST_MAX {
             return Err(refuse(
                 ErrorCode::TooLarge,
@@ -236,7 +328,7 @@ impl Kds {
         Ok(files
             .iter()
             .map(|f| {
-                let r = self.file_keys(&ticket, f, &seal, now, rng);
+                let r = self.file_keys(&ticket, f, &seal, job.as_ref(), now, rng);
                 if let Err(e) = &r {
                     self.refused(e);
                 }
@@ -436,6 +528,7 @@ impl Kds {
         ticket: &LoginTicket,
         request: &FileKeysRequest,
         seal: &GrantSeal,
+        job: Option<&Digest>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<Vec<u8>, WireError> {
@@ -446,8 +539,9 @@ impl Kds {
             ));
         }
         let capability = self.capability(&request.capability, now)?;
-        // SPEC M9: a revoked capability or user gets no key, whatever its expiry says.
-        self.revoked.check(capability.id, ticket.user, None, now)?;
+        // SPEC M9: a revoked capability, user or job key gets no key, whatever its expiry
+        // says.
+        self.revoked.check(capability.id, ticket.user, job, now)?;
         // Keys decrypt what the holder reads: a write-only capability (a write-only
         // open, or the one the MDS signs for a remover) gets none, so that a user granted
         // some ranges cannot get the rest with a capability of another kind.
@@ -457,19 +551,32 @@ impl Kds {
                 "keys are granted only under a read capability",
             ));
         }
-        let users = match &capability.users {
-            Principals::UserTree(root) => Some(self.tree(SetKind::Users, root, &request.trees)?),
+        match &capability.users {
+            // SPEC M10: the job's key was proven by the caller (`keys_for_job`).
+            Principals::ComputationKey(hash) if job == Some(hash) => {}
             Principals::ComputationKey(_) => {
                 return Err(refuse(
-                    ErrorCode::PermissionDenied,
-                    "a capability delegated to a job key gets no keys from the KDS yet",
+                    ErrorCode::WrongUser,
+                    match job {
+                        None => {
+                            "a capability delegated to a job key needs the job's proof (KeysForJob)"
+                        }
+                        Some(_) => "the capability is delegated to another job's key",
+                    },
                 ))
             }
-            Principals::User(_) => None,
-        };
-        capability
-            .check_user(ticket.user, users.as_ref())
-            .map_err(|e| refuse(ErrorCode::WrongUser, e.to_string()))?;
+            users => {
+                let members = match users {
+                    Principals::UserTree(root) => {
+                        Some(self.tree(SetKind::Users, root, &request.trees)?)
+                    }
+                    _ => None,
+                };
+                capability
+                    .check_user(ticket.user, members.as_ref())
+                    .map_err(|e| refuse(ErrorCode::WrongUser, e.to_string()))?;
+            }
+        }
         // The lockbox opens first only when the capability could name its file: a box
         // of another file costs no X25519 operation.
         let sealed = Lockbox::decode(&request.lockbox)?;
@@ -575,6 +682,8 @@ impl Kds {
             ("lockbox_key_cache_hits", &s.lockbox_key_hits),
             ("revocations_applied", &s.revocations_applied),
             ("revocation_checks", &s.revocation_checks),
+            ("lifetime_cache_hits", &s.lifetime_cache_hits),
+            ("job_proofs_verified", &s.job_proofs_verified),
         ]);
         counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
         counters.extend(DaemonStats::operations(&self.counters));

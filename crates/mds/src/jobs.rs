@@ -27,7 +27,8 @@ use maat_crypto::sign::{Signature, VerifyingKey, SIGNATURE_BYTES};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::delegation::{
-    computation_key_hash, set_size_message, verify_file_handle, FileHandle, KeyLifetimeToken,
+    computation_key_hash, set_size_message, stat_message, verify_file_handle, FileHandle,
+    KeyLifetimeToken, HANDLE_FLAG_ENCRYPTED, HANDLE_FLAG_RANGES,
 };
 use maat_proto::msg::{Access, ErrorCode, MdsResponse};
 use maat_proto::protection::Protection;
@@ -301,14 +302,15 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// `OpenG`: opens `path` as the lead would, and returns a file handle whose capability
-    /// is bound to the computation key.
+    /// is bound to the computation key; `ranged` (`OpenGRanges`): for reading by the
+    /// ranges the file's owner granted each participant (SPEC H6).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn openg(
         &self,
         who: &Principal,
         key: [u8; 32],
         path: &str,
-        access: Access,
+        (access, ranged): (Access, bool),
         create: Option<u16>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
@@ -326,12 +328,19 @@ impl<S: MetaStore> crate::Mds<S> {
                 "jobs delegate capabilities; a NOSEC partition has none",
             ));
         }
-        if stat.encrypted {
-            // A participant would need range keys, and the KDS does not take job proofs
-            // yet (issue 9); refused rather than handing out ciphertext as data.
+        if ranged && !stat.encrypted {
             return Err(refused(
                 ErrorCode::InvalidArgument,
-                format!("{path} is encrypted: jobs cannot share encrypted files yet (store it with `maat put --no-encrypt`)"),
+                format!("{path} is not encrypted: ranges of it cannot be kept apart by keys"),
+            ));
+        }
+        if stat.encrypted && access != Access::Read {
+            // A participant's write would seal blocks and record their generations with
+            // the size, which `SetSizeByHandle` does not carry; refused rather than
+            // leaving blocks no reader can check.
+            return Err(refused(
+                ErrorCode::InvalidArgument,
+                format!("{path} is encrypted: a job opens encrypted files for reading only (write it through a job as a file stored with `maat put --no-encrypt`)"),
             ));
         }
         // Under the read side of the access-control gate from the check until the file is
@@ -351,6 +360,13 @@ impl<S: MetaStore> crate::Mds<S> {
                 Mode::READ_WRITE
             }
             Access::ReadWrite => Mode::WRITE,
+        };
+        // SPEC H6: keys only by each participant's permit (the capability's mode; the
+        // handle and the job's record keep the access itself).
+        let capability_mode = if ranged {
+            mode.with(Mode::RANGE_KEYS)
+        } else {
+            mode
         };
         if !acl.permits(who.uid, perm, crate::capabilities::want_bits(mode)) {
             return Err(refused(
@@ -384,7 +400,7 @@ impl<S: MetaStore> crate::Mds<S> {
             users: Principals::ComputationKey(hash),
             files: Files::File(FileId(stat.id)),
             id: CapabilityId(rng.next_u64()),
-            mode,
+            mode: capability_mode,
             protection: stat.protection,
             start,
             expiry,
@@ -395,7 +411,13 @@ impl<S: MetaStore> crate::Mds<S> {
             file: FileId(stat.id),
             path: path.as_bytes().to_vec(),
             mode,
-            flags: 0,
+            // An encrypted file's reader asks the MDS for its crypt record
+            // (`StatByHandle`) and the KDS for its keys (`KeysForJob`).
+            flags: match (stat.encrypted, ranged) {
+                (false, _) => 0,
+                (true, false) => HANDLE_FLAG_ENCRYPTED,
+                (true, true) => HANDLE_FLAG_ENCRYPTED | HANDLE_FLAG_RANGES,
+            },
             capability,
             computation_key: key,
             start,
@@ -523,13 +545,97 @@ impl<S: MetaStore> crate::Mds<S> {
         proof: &[u8],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
+        let handle = self.proven_handle(who, session, handle, proof, now, |session, h| {
+            set_size_message(session, h.handle_id, size)
+        })?;
+        if !handle.mode.allows(Mode::WRITE) {
+            return Err(refused(
+                ErrorCode::PermissionDenied,
+                "the job opened this file for reading only",
+            ));
+        }
+        let _guard = lock(&self.write);
+        let inode = self
+            .store
+            .inode(handle.file.0)?
+            .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))?;
+        self.commit_size(inode, size, now)
+    }
+
+    /// `StatByHandle` (SPEC M10 with H3): the attributes of a job's file, with the crypt
+    /// record its reads need, for a participant who proves the job's key.
+    pub(crate) fn stat_by_handle(
+        &self,
+        who: &Principal,
+        session: Option<&[u8; 16]>,
+        handle: &[u8],
+        proof: &[u8],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let handle = self.proven_handle(who, session, handle, proof, now, |session, h| {
+            stat_message(session, h.handle_id)
+        })?;
+        let inode = self
+            .store
+            .inode(handle.file.0)?
+            .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))?;
+        let mut stat = self.stat_of(&inode)?;
+        stat.crypt = inode.crypt.clone();
+        let capability = Unverified::<Capability>::decode(&handle.capability)?
+            .unverified_body()
+            .clone();
+        if capability.mode.allows(Mode::RANGE_KEYS) {
+            // SPEC H6 per job: the ranges the owner granted this participant, in a permit
+            // naming the job's capability and the participant (checked by the KDS against
+            // the ticket the keys are sealed to).
+            let path = String::from_utf8_lossy(&handle.path).into_owned();
+            let ranges = crate::key_grants::granted_ranges(&inode, who.uid, &path)?;
+            if ranges.is_empty() {
+                return Err(refused(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "{path}: the job reads it by ranges and none is granted to you \
+                         (its owner grants them: maat keys grant)"
+                    ),
+                ));
+            }
+            let permit = maat_proto::key_ranges::KeyRanges {
+                capability: capability.id,
+                user: UserId(who.uid),
+                file: FileId(inode.id),
+                ranges,
+                start: capability.start,
+                expiry: capability.expiry,
+                tree_version: inode
+                    .crypt
+                    .as_ref()
+                    .map(|c| crate::encryption::current_tree_version(c, &path))
+                    .transpose()?,
+            };
+            stat.key_ranges = Some(signed::sign(permit, &self.signing).encoded().to_vec());
+        }
+        Ok(MdsResponse::Stat(stat))
+    }
+
+    /// A file handle of a live job, checked, whose job key signed `message(session,
+    /// handle)` (`proof`) on this MDS session: what a participant's requests by handle
+    /// rest on. The requester must not be revoked, nor the handle's capability.
+    fn proven_handle(
+        &self,
+        who: &Principal,
+        session: Option<&[u8; 16]>,
+        handle: &[u8],
+        proof: &[u8],
+        now: UnixMillis,
+        message: impl FnOnce(&[u8; 16], &FileHandle) -> Vec<u8>,
+    ) -> Result<FileHandle> {
         let session = session
             .ok_or_else(|| refused(ErrorCode::InvalidArgument, "needs an authenticated session"))?;
         self.not_revoked(who, now)?;
         let mds_key = self.signing.verifying_key();
         let verified =
             verify_file_handle(Unverified::<FileHandle>::decode(handle)?, &mds_key, now)?;
-        let handle = verified.handle.body();
+        let handle = verified.handle.body().clone();
         let hash = computation_key_hash(&handle.computation_key);
         if self.capability_revoked(verified.capability.body().id.0, now)? {
             return Err(refused(
@@ -550,34 +656,20 @@ impl<S: MetaStore> crate::Mds<S> {
             }
             Ok(())
         })?;
-        if !handle.mode.allows(Mode::WRITE) {
-            return Err(refused(
-                ErrorCode::PermissionDenied,
-                "the job opened this file for reading only",
-            ));
-        }
         let signature: [u8; SIGNATURE_BYTES] = proof
             .try_into()
             .map_err(|_| refused(ErrorCode::Malformed, "a proof is one Ed25519 signature"))?;
         VerifyingKey::from_bytes(&handle.computation_key)
             .map_err(|_| refused(ErrorCode::Malformed, "computation key"))?
             .with_counters(self.counters.clone())
-            .verify(
-                &set_size_message(session, handle.handle_id, size),
-                &Signature(signature),
-            )
+            .verify(&message(session, &handle), &Signature(signature))
             .map_err(|_| {
                 refused(
                     ErrorCode::BadSignature,
-                    "the size was not signed with the job's key",
+                    "the request was not signed with the job's key",
                 )
             })?;
-        let _guard = lock(&self.write);
-        let inode = self
-            .store
-            .inode(handle.file.0)?
-            .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))?;
-        self.commit_size(inode, size, now)
+        Ok(handle)
     }
 
     /// Remembers a user's newest login ticket (`UserTicket` hands it to job leads).

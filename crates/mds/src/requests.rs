@@ -408,7 +408,11 @@ impl<S: MetaStore> Mds<S> {
                 path,
                 access,
                 create,
-            } => self.openg(who, computation_key, &path, access, create, now, rng),
+            } => self.openg(who, computation_key, &path, (access, false), create, now, rng),
+            MdsRequest::OpenGRanges {
+                computation_key,
+                path,
+            } => self.openg(who, computation_key, &path, (maat_proto::msg::Access::Read, true), None, now, rng),
             MdsRequest::JobRenew { computation_key } => {
                 self.job_renew(who, computation_key, now)
             }
@@ -420,6 +424,9 @@ impl<S: MetaStore> Mds<S> {
                 size,
                 proof,
             } => self.set_size_by_handle(who, session, &handle, size, &proof, now),
+            MdsRequest::StatByHandle { handle, proof } => {
+                self.stat_by_handle(who, session, &handle, &proof, now)
+            }
             MdsRequest::Logout => {
                 if let Some(sid) = session {
                     let mut batch = Batch::default();

@@ -276,6 +276,36 @@ pub fn open_proof_with_key(
     proof.verify_untimed(&key)
 }
 
+/// [`FileHandle::flags`] bit: the file is encrypted (SPEC H3). A participant asks the MDS
+/// for its crypt record (`MdsRequest::StatByHandle`) and the KDS for its keys
+/// (`KdsRequest::KeysForJob`).
+pub const HANDLE_FLAG_ENCRYPTED: u32 = 1;
+/// [`FileHandle::flags`] bit: the job opened the file for ranges (SPEC H6): its
+/// capability carries `Mode::RANGE_KEYS`, and each participant gets keys only for the
+/// ranges the file's owner granted that participant (its permit from `StatByHandle`).
+pub const HANDLE_FLAG_RANGES: u32 = 2;
+
+/// The message a participant signs with the computation key to read the attributes of a
+/// job's file, with its crypt record (`MdsRequest::StatByHandle`): bound to its MDS
+/// session, so it cannot be replayed in another.
+pub fn stat_message(mds_session: &[u8; SESSION_ID_BYTES], handle_id: u64) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.bytes(b"maat/m10/stat/v1\0")
+        .bytes(mds_session)
+        .u64(handle_id);
+    w.finish()
+}
+
+/// The message a participant signs with the computation key to ask a KDS for the keys
+/// of a job's encrypted files (`KdsRequest::KeysForJob`): bound to the participant's
+/// login ticket, so it serves nobody else (grants are sealed to that login anyway).
+pub fn kds_proof_message(ticket: &[u8]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.bytes(b"maat/m10/kds/v1\0")
+        .bytes(&hash::blake3(&[ticket]));
+    w.finish()
+}
+
 /// The message a participant signs with the computation key to record the size of a file
 /// written through a job's handle (`MdsRequest::SetSizeByHandle`): bound to its MDS
 /// session, so it cannot be replayed in another.

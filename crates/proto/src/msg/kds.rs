@@ -54,6 +54,22 @@ pub enum KdsRequest {
         /// The files.
         files: Vec<FileKeysRequest>,
     },
+    /// SPEC M10 with H4: as `KeysKeyed`, for files a job opened (capabilities delegated to
+    /// its computation key): `lifetime` is the key's MDS-signed lifetime token, `proof`
+    /// the key's Ed25519 signature over `delegation::kds_proof_message(ticket)`.
+    KeysForJob {
+        /// The requester's MDS-signed login ticket.
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
+        /// The files (their capabilities delegated to the job's key).
+        files: Vec<FileKeysRequest>,
+        /// The job key's lifetime token.
+        #[serde(with = "serde_bytes")]
+        lifetime: Vec<u8>,
+        /// Signature by the job's key.
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
+    },
 }
 
 /// Answers to [`KdsRequest`].

@@ -673,6 +673,28 @@ pub enum MdsRequest {
         /// User.
         user: String,
     },
+    /// SPEC M10 with H3: a job participant reads the attributes of a file its job opened,
+    /// with the crypt record an encrypted file's reads need (lockbox, write generations),
+    /// proving the job's key: `proof` is its signature over
+    /// `delegation::stat_message(session, handle id)`. Answer `Stat`.
+    StatByHandle {
+        /// The signed file handle.
+        #[serde(with = "serde_bytes")]
+        handle: Vec<u8>,
+        /// Ed25519 signature by the computation key.
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
+    },
+    /// SPEC M10 with H6: `OpenG` of an encrypted file for reading by ranges: the
+    /// capability carries `Mode::RANGE_KEYS`, so each participant gets keys only for the
+    /// ranges the file's owner granted that participant (`KeysGrant`, the slice policy),
+    /// with the permit `StatByHandle` gives. Answered by `FileHandle`.
+    OpenGRanges {
+        /// The job's computation public key.
+        computation_key: [u8; 32],
+        /// Path.
+        path: String,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -790,6 +812,8 @@ impl MdsRequest {
             MdsRequest::ReserveSealed { .. } => "reserve_sealed",
             MdsRequest::UnlinkHeld { .. } => "unlink_held",
             MdsRequest::GroupMemberRm { .. } => "group_member_rm",
+            MdsRequest::StatByHandle { .. } => "stat_by_handle",
+            MdsRequest::OpenGRanges { .. } => "open_g",
         }
     }
 }
