@@ -144,6 +144,9 @@ struct Stats {
     t10_credentials_issued: AtomicU64,
     t10_credentials_reused: AtomicU64,
     t10_policy_tags_set: AtomicU64,
+    /// SPEC M9: revocation lists signed for KDS catch-ups (each: the KDS's request
+    /// verified, the list signed).
+    kds_revocation_lists: AtomicU64,
 }
 
 /// Sessions read from the store, so a request costs no database read (a cache: the

@@ -478,6 +478,10 @@ impl<S: MetaStore> Mds<S> {
                 s.t10_policy_tags_set.load(Ordering::Relaxed),
             ),
             (
+                "kds_revocation_lists".into(),
+                s.kds_revocation_lists.load(Ordering::Relaxed),
+            ),
+            (
                 "capability_cache_hits".into(),
                 self.issuer.cache_hits.load(Ordering::Relaxed),
             ),

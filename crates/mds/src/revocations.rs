@@ -367,6 +367,9 @@ impl<S: MetaStore> crate::Mds<S> {
             .sign(&kds_revocations_message(nonce, &notices))
             .0
             .to_vec();
+        self.stats
+            .kds_revocation_lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(MdsPlainResponse::KdsRevocations { notices, signature })
     }
 }
