@@ -291,6 +291,26 @@ impl<S: MetaStore> Mds<S> {
                     rng,
                 )?;
             }
+            // SPEC T4 by tag: the partition's tags this OSD does not hold yet, before
+            // any working key is refilled, so that no credential made under a new key
+            // (with the current tag) can reach the OSD ahead of its tag.
+            let tags: Vec<((u64, u64), u32)> = self.with_t10_revocations(|r| {
+                r.tags
+                    .iter()
+                    .filter(|((q, file), tag)| *q == p.id && state.policy_tag(*q, *file) < **tag)
+                    .map(|(k, t)| (*k, *t))
+                    .collect()
+            })?;
+            for ((partition, file), tag) in tags {
+                self.t10_tag(
+                    osd,
+                    &mut state,
+                    (partition, file, tag),
+                    channel.as_ref(),
+                    now,
+                    rng,
+                )?;
+            }
             let revoked_at = self.with_t10_revocations(|r| r.revoked_at(p.id))?;
             let slots: Vec<u8> = if plan.revoke || exchange_pending(&state, p.id, revoked_at) {
                 (0..T10_WORKING_KEYS_PER_PARTITION as u8).collect()
@@ -310,25 +330,6 @@ impl<S: MetaStore> Mds<S> {
                 };
                 self.t10_set(osd, &mut state, target, channel.as_ref(), now, rng)?;
             }
-        }
-        // SPEC T4 by tag: the tags this OSD does not hold yet.
-        let tags: Vec<((u64, u64), u32)> = self.with_t10_revocations(|r| {
-            r.tags
-                .iter()
-                .filter(|((p, _), _)| partitions.iter().any(|q| q.id == *p))
-                .filter(|((p, file), tag)| state.policy_tag(*p, *file) < **tag)
-                .map(|(k, t)| (*k, *t))
-                .collect()
-        })?;
-        for ((partition, file), tag) in tags {
-            self.t10_tag(
-                osd,
-                &mut state,
-                (partition, file, tag),
-                channel.as_ref(),
-                now,
-                rng,
-            )?;
         }
         Ok(())
     }

@@ -164,8 +164,11 @@ impl<S: MetaStore> Mds<S> {
             let state = self
                 .t10_state(osd.id)?
                 .ok_or_else(|| not_ready(osd.id, "not set yet; retry in a second"))?;
-            if exchange_pending(&state, partition.id, revoked_at) {
-                // Not reached since its keys were revoked: nothing is issued under them.
+            if exchange_pending(&state, partition.id, revoked_at)
+                || state.policy_tag(partition.id, file) < tag
+            {
+                // Not reached since its keys were revoked, or since the file's tag rose:
+                // nothing is issued that it would refuse as revoked.
                 skipped += 1;
                 continue;
             }
