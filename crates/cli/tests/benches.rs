@@ -212,7 +212,7 @@ fn bench_t10_counts_signatures_against_macs_and_times_every_row() {
     assert_eq!(row("-", "rm")["signatures_per_op"], 0.0);
     for op in [
         "keys rotate (2 SET KEY/OSD)",
-        "keys rotate --master (+1 SET MASTER KEY/OSD)",
+        "keys rotate --master (+1 SET MASTER KEY, +1 SET KEY/OSD)",
         "revoke-object (1 SET POLICY TAG/OSD)",
     ] {
         assert!(row("t10", op)["us_per_op"].as_f64().unwrap() > 0.0, "{op}");

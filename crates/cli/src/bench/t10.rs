@@ -420,7 +420,7 @@ fn key_rows(c: &mut Client, table: &mut Table<'_>, mode: &Mode, runs: u32) -> Re
     table.push(
         method,
         "t10",
-        "keys rotate --master (+1 SET MASTER KEY/OSD)".into(),
+        "keys rotate --master (+1 SET MASTER KEY, +1 SET KEY/OSD)".into(),
         uncounted(m),
     );
     let file = format!("{}/tagged", mode.dir);
