@@ -364,15 +364,20 @@ fn jobs_survive_an_mds_restart_keys_are_never_taken_over_and_revoking_the_lead_e
     assert_eq!(code(admin.job_end(&hash)), ErrorCode::InvalidArgument);
 }
 
-#[test]
-fn the_job_commands_share_a_private_file_with_a_participant() {
-    let cluster = Cluster::start(2, &[]);
-    for name in ["alice", "bob", "carol"] {
+/// A cluster (encrypting new files or not) with `/lab` open to all, and the users `names`
+/// added and logged in through the CLI, each in a home of its own.
+fn lab(encrypting: bool, names: &[&str]) -> (Cluster, Vec<std::path::PathBuf>) {
+    let cluster = if encrypting {
+        Cluster::start_encrypting(2, &[])
+    } else {
+        Cluster::start(2, &[])
+    };
+    for name in names {
         cluster.add_user(name, &format!("{name} passphrase"), None);
     }
     cluster.ok(&cluster.admin_home(), &["mkdir", "/lab"], None);
     cluster.ok(&cluster.admin_home(), &["chmod", "777", "/lab"], None);
-    let homes: Vec<_> = ["alice", "bob", "carol"]
+    let homes = names
         .iter()
         .map(|n| {
             let home = cluster.home(n);
@@ -384,6 +389,12 @@ fn the_job_commands_share_a_private_file_with_a_participant() {
             home
         })
         .collect();
+    (cluster, homes)
+}
+
+#[test]
+fn the_job_commands_share_a_private_file_with_a_participant() {
+    let (cluster, homes) = lab(false, &["alice", "bob", "carol"]);
     let (alice, bob, carol) = (&homes[0], &homes[1], &homes[2]);
     cluster.ok(alice, &["put", "-", "/lab/input"], Some(b"input data"));
     cluster.ok(alice, &["chmod", "600", "/lab/input"], None);
@@ -445,24 +456,7 @@ fn the_job_commands_share_a_private_file_with_a_participant() {
 /// participant is refused.
 #[test]
 fn a_job_shares_an_encrypted_file_for_reading() {
-    let cluster = Cluster::start_encrypting(2, &[]);
-    for name in ["alice", "bob"] {
-        cluster.add_user(name, &format!("{name} passphrase"), None);
-    }
-    cluster.ok(&cluster.admin_home(), &["mkdir", "/lab"], None);
-    cluster.ok(&cluster.admin_home(), &["chmod", "777", "/lab"], None);
-    let homes: Vec<_> = ["alice", "bob"]
-        .iter()
-        .map(|n| {
-            let home = cluster.home(n);
-            cluster.ok(
-                &home,
-                &["login", n, "--passphrase-stdin"],
-                Some(format!("{n} passphrase\n").as_bytes()),
-            );
-            home
-        })
-        .collect();
+    let (cluster, homes) = lab(true, &["alice", "bob"]);
     let (alice, bob) = (&homes[0], &homes[1]);
     let secret = common::content(7, 1_500_000);
     cluster.ok(alice, &["put", "-", "/lab/secret"], Some(&secret));
@@ -516,25 +510,7 @@ fn a_job_shares_an_encrypted_file_for_reading() {
 /// nothing, and a granted participant's full read or read of another's slice is refused.
 #[test]
 fn a_job_opened_by_ranges_gives_each_member_its_slice_only() {
-    let cluster = Cluster::start_encrypting(2, &[]);
-    let names = ["alice", "bob", "carol", "dave"];
-    for name in names {
-        cluster.add_user(name, &format!("{name} passphrase"), None);
-    }
-    cluster.ok(&cluster.admin_home(), &["mkdir", "/lab"], None);
-    cluster.ok(&cluster.admin_home(), &["chmod", "777", "/lab"], None);
-    let homes: Vec<_> = names
-        .iter()
-        .map(|n| {
-            let home = cluster.home(n);
-            cluster.ok(
-                &home,
-                &["login", n, "--passphrase-stdin"],
-                Some(format!("{n} passphrase\n").as_bytes()),
-            );
-            home
-        })
-        .collect();
+    let (cluster, homes) = lab(true, &["alice", "bob", "carol", "dave"]);
     let (alice, bob, carol, dave) = (&homes[0], &homes[1], &homes[2], &homes[3]);
     let data = common::content(9, 2 << 20);
     cluster.ok(alice, &["put", "-", "/lab/data"], Some(&data));

@@ -596,14 +596,7 @@ impl<S: MetaStore> Mds<S> {
     ) -> Result<MdsResponse> {
         require_admin(who)?;
         let _guard = lock(&self.write);
-        let group = self
-            .store
-            .group_by_name(group)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, group.to_string()))?;
-        let mut user = self
-            .store
-            .user_by_name(user)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, user.to_string()))?;
+        let (group, mut user) = self.group_and_user(group, user)?;
         if user.gid != group.id && !user.groups.contains(&group.id) {
             user.groups.push(group.id);
             let mut batch = Batch::default();
@@ -611,6 +604,19 @@ impl<S: MetaStore> Mds<S> {
             self.acl_change(|| Ok(self.store.commit(batch)?))?;
         }
         Ok(MdsResponse::Ok)
+    }
+
+    /// The records of `group` and `user`, or the refusal naming the one missing.
+    fn group_and_user(&self, group: &str, user: &str) -> Result<(GroupRecord, UserRecord)> {
+        let group = self
+            .store
+            .group_by_name(group)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, group.to_string()))?;
+        let user = self
+            .store
+            .user_by_name(user)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, user.to_string()))?;
+        Ok((group, user))
     }
 
     /// Removes `user` from `group`: from the next request on, the MDS neither issues nor
@@ -624,14 +630,7 @@ impl<S: MetaStore> Mds<S> {
     ) -> Result<MdsResponse> {
         require_admin(who)?;
         let _guard = lock(&self.write);
-        let group = self
-            .store
-            .group_by_name(group)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, group.to_string()))?;
-        let mut record = self
-            .store
-            .user_by_name(user)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, user.to_string()))?;
+        let (group, mut record) = self.group_and_user(group, user)?;
         if record.gid == group.id {
             return Err(MdsError::refused(
                 ErrorCode::InvalidArgument,

@@ -358,17 +358,24 @@ mod tests {
         shutdown.trigger();
     }
 
-    /// A connection's reads time out every second (to check for shutdown); a frame that
-    /// has begun still has the whole I/O timeout to arrive.
-    #[test]
-    fn a_frame_that_pauses_longer_than_the_idle_check_is_still_served() {
-        use std::io::Write;
+    /// A server on a free loopback port answering every frame with itself (two
+    /// connections at most), and the switch that stops it.
+    fn echo_server() -> (SocketAddr, Shutdown) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = Shutdown::new();
         let s = shutdown.clone();
         let handler: Arc<Handler> = Arc::new(|_: &[u8], t, p: &[u8]| (t, p.to_vec()).into());
         std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
+        (addr, shutdown)
+    }
+
+    /// A connection's reads time out every second (to check for shutdown); a frame that
+    /// has begun still has the whole I/O timeout to arrive.
+    #[test]
+    fn a_frame_that_pauses_longer_than_the_idle_check_is_still_served() {
+        use std::io::Write;
+        let (addr, shutdown) = echo_server();
         let mut frame = Vec::new();
         write_frame(
             &mut frame,
@@ -393,12 +400,7 @@ mod tests {
     #[test]
     fn pipelined_requests_are_answered_in_order_and_none_waits_for_a_frame_still_arriving() {
         use std::io::Write;
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let s = shutdown.clone();
-        let handler: Arc<Handler> = Arc::new(|_: &[u8], t, p: &[u8]| (t, p.to_vec()).into());
-        std::thread::spawn(move || serve_at_most(listener, handler, &s, "test", 2));
+        let (addr, shutdown) = echo_server();
         let frame = |id: u32, payload: &[u8]| {
             let mut f = Vec::new();
             write_frame(&mut f, FrameHead::new(FrameType::Plain, id), payload).unwrap();

@@ -256,21 +256,28 @@ fn one_client_sends_more_requests_in_a_window_than_a_daemon_once_remembered() {
     assert!(mds < 50, "the MDS remembers {mds} streams");
 }
 
-/// SPEC T3's refresh policy on the simulated clock: a working key into the next slot every
-/// period (lifetime / 4 = 75 s), the partition pair every 16 periods, the root every 64,
-/// and a file in the T10 partition reads throughout (no refresh breaks a credential).
-#[test]
-fn t10_keys_refresh_by_policy_and_no_refresh_breaks_a_read() {
+/// The administrator's client, with `/fast` in a CMDRSP partition of T10 credentials
+/// whose keys the OSDs hold.
+fn t10_partition(sim: &SimCluster) -> Client {
     use maat_proto::msg::Credentials;
     use maat_proto::protection::Protection;
-    let sim = SimCluster::start(9, 1).unwrap();
-    let mut admin = sim.admin().unwrap();
+    let admin = sim.admin().unwrap();
     admin.partition_create("fast", Protection::CmdRsp).unwrap();
     admin
         .partition_set_credentials("fast", Credentials::T10)
         .unwrap();
     admin.mkdir_in("/fast", 0o777, false, Some("fast")).unwrap();
     sim.tick().unwrap();
+    admin
+}
+
+/// SPEC T3's refresh policy on the simulated clock: a working key into the next slot every
+/// period (lifetime / 4 = 75 s), the partition pair every 16 periods, the root every 64,
+/// and a file in the T10 partition reads throughout (no refresh breaks a credential).
+#[test]
+fn t10_keys_refresh_by_policy_and_no_refresh_breaks_a_read() {
+    let sim = SimCluster::start(9, 1).unwrap();
+    let mut admin = t10_partition(&sim);
     let data = content(3000);
     put(&mut admin, "/fast/f", &data);
     let generation = |admin: &Client, name: &str| {
@@ -312,16 +319,8 @@ fn t10_keys_refresh_by_policy_and_no_refresh_breaks_a_read() {
 /// the MDS's offset is tried again and relearnt.
 #[test]
 fn t10_requests_follow_an_osd_clock_that_the_mds_does_not_share() {
-    use maat_proto::msg::Credentials;
-    use maat_proto::protection::Protection;
     let sim = SimCluster::start(10, 1).unwrap();
-    let mut admin = sim.admin().unwrap();
-    admin.partition_create("fast", Protection::CmdRsp).unwrap();
-    admin
-        .partition_set_credentials("fast", Credentials::T10)
-        .unwrap();
-    admin.mkdir_in("/fast", 0o777, false, Some("fast")).unwrap();
-    sim.tick().unwrap();
+    let mut admin = t10_partition(&sim);
     // (A clock set back is still past the OSD's start: a request dated before it would be
     // refused as sent before a restart.)
     sim.advance(60_000).unwrap();
