@@ -73,23 +73,21 @@ impl Client {
         request: &OsdRequest,
         answer: &Result<OsdResponse>,
     ) {
-        if let (Auth::T10 { .. }, Err(ClientError::Refused(e))) = (auth, answer) {
+        if let (Auth::T10 { dated, .. }, Err(ClientError::Refused(e))) = (auth, answer) {
             if e.code == ErrorCode::Revoked {
                 if let Some((object, _)) = request.command.object_access() {
                     self.forget_t10(object.file);
                 }
             }
             if e.code == ErrorCode::StaleRequest {
-                // (A refusal is not authenticated: it moves the date between the two
-                // guesses below, never to a time the refusal names.)
+                // (A refusal is not authenticated: it moves the date to the next of the
+                // guesses, never to a time the refusal names. Only the first refusal of
+                // requests dated one way moves it: the rest of a batch, or another
+                // thread's, find it moved already.)
                 let mut clocks = self.t10_clock.lock();
-                match clocks.get(&osd) {
-                    Some(T10Clock::Probe) => {
-                        clocks.remove(&osd);
-                    }
-                    _ => {
-                        clocks.insert(osd, T10Clock::Probe);
-                    }
+                let now = clocks.get(&osd).copied().unwrap_or_default();
+                if now == *dated {
+                    clocks.insert(osd, now.after_stale());
                 }
             }
         }
@@ -98,7 +96,7 @@ impl Client {
     /// Keeps the offset to `osd`'s clock that an authenticated T10 answer showed.
     fn learn_t10_clock(&self, osd: u64, learned: Option<i64>) {
         if let Some(offset) = learned {
-            self.t10_clock.lock().insert(osd, T10Clock::Learned(offset));
+            self.t10_clock.lock().insert(osd, T10Clock::learned(offset));
         }
     }
 
@@ -125,11 +123,8 @@ impl Client {
                 let keys = self.envelope_keys.lock().get(&id, c.key.expose());
                 // SPEC T7: no session with the OSD measured its clock; its answers do.
                 let mds = self.session.lock().as_ref().map_or(0, |s| s.clock_offset);
-                let offset = match self.t10_clock.lock().get(&osd) {
-                    Some(T10Clock::Learned(offset)) => *offset,
-                    Some(T10Clock::Probe) => mds.saturating_sub(PROBE_BACKDATE_MILLIS),
-                    None => mds,
-                };
+                let dated = self.t10_clock.lock().get(&osd).copied().unwrap_or_default();
+                let offset = dated.offset(mds);
                 return Ok(Auth::T10 {
                     keys,
                     id,
@@ -137,6 +132,7 @@ impl Client {
                     capability,
                     prefix,
                     offset,
+                    dated,
                 });
             }
         }
@@ -522,7 +518,7 @@ enum Auth {
     Insecure { user: u64 },
     /// SPEC T2: a T10 credential: envelope keys from its capability key, its id, the
     /// method and bytes of its capability, the frame prefix carrying it, and the clock
-    /// offset (the MDS's: no session with the OSD measured one).
+    /// offset with the guess it came from (no session with the OSD measured one).
     T10 {
         keys: protection::EnvelopeKeys,
         id: [u8; 16],
@@ -530,6 +526,7 @@ enum Auth {
         capability: Vec<u8>,
         prefix: Vec<u8>,
         offset: i64,
+        dated: T10Clock,
     },
 }
 
@@ -549,19 +546,57 @@ struct Lane {
 }
 
 /// What T10 requests to one OSD are dated by (SPEC T7). A T10 client holds no session
-/// with the OSD, whose confirmation would have shown its clock: at first the MDS's offset
-/// (the daemons' clocks agree within the capability backdate, which capabilities need
-/// anyway); then the offset each authenticated answer (CMDRSP and up) shows; and after a
-/// stale refusal with nothing learnt, a probe dated [`PROBE_BACKDATE_MILLIS`] back
-/// (an OSD behind the MDS by more than the future tolerance takes it: a request dated
-/// back is no more use to anyone replaying it). A second stale refusal returns to the
-/// MDS's offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum T10Clock {
-    /// Offset to the OSD's clock, from its last authenticated answer.
-    Learned(i64),
-    /// Date the next request half the replay window back from the MDS's time.
+/// with the OSD, whose confirmation would have shown its clock. It has three guesses:
+/// the offset the OSD's last authenticated answer showed (CMDRSP and up: its time is
+/// under the MAC), the MDS's offset (the daemons' clocks agree within the capability
+/// backdate, which capabilities need anyway), and the MDS's time less
+/// [`PROBE_BACKDATE_MILLIS`] (an OSD behind the MDS by more than the future tolerance
+/// takes it; a request dated back is no more use to anyone replaying it). A stale
+/// refusal moves to the next guess, in turn; none is ever forgotten, so a forged
+/// refusal costs a round trip or two and nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct T10Clock {
+    /// The offset learnt from the OSD's last authenticated answer.
+    learned: Option<i64>,
+    guess: Guess,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Guess {
+    Learned,
     Probe,
+    #[default]
+    Mds,
+}
+
+impl T10Clock {
+    /// After an authenticated answer showing the OSD's clock at `offset`.
+    pub(crate) fn learned(offset: i64) -> Self {
+        Self {
+            learned: Some(offset),
+            guess: Guess::Learned,
+        }
+    }
+
+    /// The offset to date a request by, given the MDS's.
+    fn offset(self, mds: i64) -> i64 {
+        match (self.guess, self.learned) {
+            (Guess::Learned, Some(offset)) => offset,
+            (Guess::Probe, _) => mds.saturating_sub(PROBE_BACKDATE_MILLIS),
+            _ => mds,
+        }
+    }
+
+    /// The next guess after a stale refusal of a request dated by this one.
+    fn after_stale(self) -> Self {
+        let guess = match (self.guess, self.learned) {
+            (Guess::Learned, _) => Guess::Probe,
+            (Guess::Probe, _) => Guess::Mds,
+            (Guess::Mds, Some(_)) => Guess::Learned,
+            (Guess::Mds, None) => Guess::Probe,
+        };
+        Self { guess, ..self }
+    }
 }
 
 pub(crate) fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest {
@@ -652,6 +687,7 @@ fn call_on(
             capability,
             prefix,
             offset,
+            ..
         } => (
             keys,
             id,
@@ -775,4 +811,30 @@ fn within_stripe(offset: u64, len: u64) -> Result<(u32, u64)> {
 /// Number of objects a file of `size` bytes has.
 pub fn stripes_for(size: u64) -> u32 {
     size.div_ceil(STRIPE_UNIT_BYTES) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stale refusal, forged or not, moves to the next guess and forgets none: from a
+    /// learnt offset, two refusals at most lead back to it (an OSD 20 s behind the MDS
+    /// takes neither the MDS's time nor the probe, so a client that dropped what it
+    /// learnt would never reach it again).
+    #[test]
+    fn stale_refusals_cycle_the_guesses_and_keep_what_was_learnt() {
+        let mds = 1_000;
+        let learnt = T10Clock::learned(-20_000);
+        assert_eq!(learnt.offset(mds), -20_000);
+        let probe = learnt.after_stale();
+        assert_eq!(probe.offset(mds), mds - PROBE_BACKDATE_MILLIS);
+        let by_mds = probe.after_stale();
+        assert_eq!(by_mds.offset(mds), mds);
+        assert_eq!(by_mds.after_stale(), learnt);
+        // Nothing learnt yet: the MDS's time and the probe in turn.
+        let first = T10Clock::default();
+        assert_eq!(first.offset(mds), mds);
+        assert_eq!(first.after_stale().offset(mds), mds - PROBE_BACKDATE_MILLIS);
+        assert_eq!(first.after_stale().after_stale(), first);
+    }
 }

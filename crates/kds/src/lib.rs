@@ -149,6 +149,11 @@ pub struct Kds {
     sealing: SealingSecretKey,
     signing: SigningKey,
     mds_key: VerifyingKey,
+    /// The same keys, counting nothing: they sign and check the revocation catch-up
+    /// with the MDS (once a second, counted as `revocation_checks`), which no key request
+    /// causes, so that the signature counters count what requests cost.
+    background_signing: SigningKey,
+    background_mds_key: VerifyingKey,
     counters: Counters,
     caches: Mutex<Caches>,
     stats: Stats,
@@ -177,6 +182,8 @@ impl Kds {
         let counters = OpCounters::new_handle();
         Ok(Self {
             sealing: secrets.sealing.with_counters(counters.clone()),
+            background_signing: secrets.signing.clone(),
+            background_mds_key: VerifyingKey::from_bytes(mds_verifying_key)?,
             signing: secrets.signing.with_counters(counters.clone()),
             mds_key: VerifyingKey::from_bytes(mds_verifying_key)?.with_counters(counters.clone()),
             counters,
@@ -271,7 +278,8 @@ impl Kds {
                 ),
                 _ => e,
             })?;
-        let digest = hash::blake3(&[proof, ticket, &lifetime.computation_key]);
+        let proof_len = (proof.len() as u64).to_be_bytes();
+        let digest = hash::blake3(&[&lifetime.computation_key, &proof_len, proof, ticket]);
         let known = self
             .caches()
             .job_proofs
@@ -641,18 +649,21 @@ impl Kds {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // Keys under a permit are held no longer than the permit lasts (a job's handle
+        // outlives the permits its participants get, one capability lifetime each).
+        let expiry = permit
+            .as_ref()
+            .map_or(capability.expiry, |p| p.expiry.min(capability.expiry));
         let grant = match seal {
             GrantSeal::Signed => RangeGrant::issue(
                 &opened,
-                capability.expiry,
+                expiry,
                 &keys,
                 &ticket.client_sealing_key,
                 &self.signing,
                 rng,
             )?,
-            GrantSeal::Keyed(key) => {
-                RangeGrant::issue_keyed(&opened, capability.expiry, &keys, key, rng)?
-            }
+            GrantSeal::Keyed(key) => RangeGrant::issue_keyed(&opened, expiry, &keys, key, rng)?,
         };
         self.stats.grants.fetch_add(1, Ordering::Relaxed);
         self.stats

@@ -36,7 +36,7 @@ impl Kds {
         let mut nonce = [0u8; 16];
         rng.fill_bytes(&mut nonce);
         let signature = self
-            .signing
+            .background_signing
             .sign(&kds_revocations_request_message(&nonce, now));
         let payload = msg::encode(&MdsPlainRequest::KdsRevocations {
             nonce,
@@ -66,7 +66,7 @@ impl Kds {
         let signature = <[u8; 64]>::try_from(signature.as_slice())
             .map(Signature)
             .map_err(|_| refuse(ErrorCode::Malformed, "a signature is 64 bytes"))?;
-        self.mds_key
+        self.background_mds_key
             .verify(&kds_revocations_message(&ask.nonce, &notices), &signature)
             .map_err(|_| {
                 refuse(
@@ -74,7 +74,8 @@ impl Kds {
                     "the list of revocations is not the MDS's answer to this request",
                 )
             })?;
-        self.revoked.sync_signed(&notices, &self.mds_key, now)?;
+        self.revoked
+            .sync_signed(&notices, &self.background_mds_key, now)?;
         self.stats.revocation_checks.fetch_add(1, Ordering::Relaxed);
         Ok(notices.len())
     }

@@ -599,13 +599,22 @@ impl<S: MetaStore> crate::Mds<S> {
                     ),
                 ));
             }
+            // One capability lifetime, as a user's range open gets, not the handle's
+            // twelve hours: a grant the owner takes back ends with it (the participant
+            // asks again, and gets what is granted then).
+            let expiry = UnixMillis(
+                capability
+                    .expiry
+                    .0
+                    .min(now.0 + self.config.capability_lifetime_millis),
+            );
             let permit = maat_proto::key_ranges::KeyRanges {
                 capability: capability.id,
                 user: UserId(who.uid),
                 file: FileId(inode.id),
                 ranges,
                 start: capability.start,
-                expiry: capability.expiry,
+                expiry,
                 tree_version: inode
                     .crypt
                     .as_ref()

@@ -173,6 +173,10 @@ pub struct Mds<S: MetaStore> {
     store: S,
     config: MdsConfig,
     signing: SigningKey,
+    /// The same key, counting nothing: it signs the revocation lists of each KDS's
+    /// once-a-second catch-up (counted as `kds_revocation_lists`), which no request
+    /// causes, so that `signatures_made` counts what requests cost.
+    background_signing: SigningKey,
     sealing: SealingSecretKey,
     /// Seals session keys for the store (derived from the sealing secret).
     session_wrap: maat_crypto::aead::BlockKey,
@@ -324,6 +328,7 @@ impl<S: MetaStore> Mds<S> {
         Ok(Self {
             signing: SigningKey::from_seed(secrets.signing_seed.expose())
                 .with_counters(counters.clone()),
+            background_signing: SigningKey::from_seed(secrets.signing_seed.expose()),
             sealing: SealingSecretKey::from_bytes(*secrets.sealing_secret.expose())
                 .with_counters(counters.clone()),
             cookie_key: Secret32::from_bytes(maat_crypto::hash::blake3_keyed(

@@ -348,9 +348,9 @@ impl<S: MetaStore> crate::Mds<S> {
         let signature = <[u8; 64]>::try_from(signature)
             .map(maat_crypto::sign::Signature)
             .map_err(|_| MdsError::refused(ErrorCode::Malformed, "a signature is 64 bytes"))?;
+        // (Background work, as the list's signature below: not in `signatures_verified`.)
         VerifyingKey::from_bytes(&keys.verifying_key)
             .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("KDS key: {e}")))?
-            .with_counters(self.counters.clone())
             .verify(
                 &kds_revocations_request_message(nonce, timestamp),
                 &signature,
@@ -363,7 +363,7 @@ impl<S: MetaStore> crate::Mds<S> {
             })?;
         let notices = self.notices_in_force(now)?;
         let signature = self
-            .signing
+            .background_signing
             .sign(&kds_revocations_message(nonce, &notices))
             .0
             .to_vec();

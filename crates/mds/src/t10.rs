@@ -261,9 +261,13 @@ impl<S: MetaStore> Mds<S> {
         }
         // The root pair follows a new master at once (it is set under the master's
         // authentication key), and is refreshed by policy every `ROOT_REFRESH_PERIODS`.
+        // (A root older than the master, left by a sync that failed after the exchange, is
+        // made again at the next one.)
         let root_age = state.root().map(|k| k.generation);
-        let new_root =
-            new_master || root_age.is_none_or(|g| older(g, ROOT_REFRESH_PERIODS * period));
+        let master_generation = state.master_generation();
+        let new_root = new_master
+            || root_age
+                .is_none_or(|g| g < master_generation || older(g, ROOT_REFRESH_PERIODS * period));
         if new_root {
             self.t10_set(
                 osd,
@@ -274,13 +278,17 @@ impl<S: MetaStore> Mds<S> {
                 rng,
             )?;
         }
+        let mut tag_failure = None;
         for p in partitions {
             // Partition pairs are set under the root's authentication key: a new root
             // brings new partition pairs (their working slots stay until refilled).
             let key_age = state.partition(p.id).map(|k| k.pair.generation);
+            let root_generation = state.root().map_or(0, |k| k.generation);
             if plan.refresh
                 || new_root
-                || key_age.is_none_or(|g| older(g, PARTITION_REFRESH_PERIODS * period))
+                || key_age.is_none_or(|g| {
+                    g < root_generation || older(g, PARTITION_REFRESH_PERIODS * period)
+                })
             {
                 self.t10_set(
                     osd,
@@ -301,15 +309,19 @@ impl<S: MetaStore> Mds<S> {
                     .map(|(k, t)| (*k, *t))
                     .collect()
             })?;
+            // A tag that cannot be set does not hold back the keys (no credential is
+            // issued for this OSD under a tag it lacks: `grants.rs`); it is reported.
             for ((partition, file), tag) in tags {
-                self.t10_tag(
+                if let Err(e) = self.t10_tag(
                     osd,
                     &mut state,
                     (partition, file, tag),
                     channel.as_ref(),
                     now,
                     rng,
-                )?;
+                ) {
+                    tag_failure.get_or_insert(e);
+                }
             }
             let revoked_at = self.with_t10_revocations(|r| r.revoked_at(p.id))?;
             let slots: Vec<u8> = if plan.revoke || exchange_pending(&state, p.id, revoked_at) {
@@ -331,7 +343,10 @@ impl<S: MetaStore> Mds<S> {
                 self.t10_set(osd, &mut state, target, channel.as_ref(), now, rng)?;
             }
         }
-        Ok(())
+        match tag_failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn t10_tag(

@@ -390,3 +390,57 @@ fn a_kds_grants_keys_with_the_mds_down_until_its_revocations_are_stale() {
     sim.tick().unwrap();
     assert!(cy.request_file_keys(&opened).unwrap() >= 1);
 }
+
+/// SPEC H6 per job over time: a participant's range permit and the keys it gets last one
+/// capability lifetime, not the job handle's twelve hours. After the owner takes the
+/// grant back, the participant reads on with what it holds until that lifetime ends,
+/// then asks again and is refused; the job itself lives on (its lead renews it).
+#[test]
+fn a_revoked_range_grant_ends_a_job_members_reads_within_one_lifetime() {
+    let sim = SimCluster::start(12, 1).unwrap();
+    let mut admin = sim.admin().unwrap();
+    let alice = sim.user(&mut admin, "alice", b"pa").unwrap();
+    let bob = sim.user(&mut admin, "bob", b"pb").unwrap();
+    let data = content(2 << 20);
+    alice
+        .put(
+            &mut &data[..],
+            data.len() as u64,
+            "/home/alice/d",
+            &mut |_| {},
+        )
+        .unwrap();
+    alice
+        .keys_grant("/home/alice/d", &["bob".into()], &[(0, 1 << 20)])
+        .unwrap();
+    let (key, lifetime) = alice.job_create().unwrap();
+    let (handle, _) = alice.openg_ranges(&key, "/home/alice/d").unwrap();
+    let bundle = alice
+        .job_export("sim", &key, &lifetime, std::slice::from_ref(&handle), "bob")
+        .unwrap();
+    bob.job_join(&bundle).unwrap();
+    let handle = bob.verify_handle(&handle.bytes).unwrap();
+    let read = |bob: &Client| {
+        let opened = bob.openfh(&handle)?;
+        let reading = bob.reading_handle("/home/alice/d", opened);
+        bob.read_file_at(&reading, 0, 4096)
+    };
+    assert_eq!(read(&bob).unwrap(), data[..4096]);
+    // Beyond the grant: the KDS holds bob to his permit.
+    let opened = bob.openfh(&handle).unwrap();
+    let reading = bob.reading_handle("/home/alice/d", opened.clone());
+    assert!(bob.read_file_at(&reading, 1 << 20, 4096).is_err());
+    alice.keys_revoke("/home/alice/d", &["bob".into()]).unwrap();
+    // The owner took it back: a new permit is refused at once; what bob holds reads on.
+    assert_eq!(code(bob.openfh(&handle)), ErrorCode::PermissionDenied);
+    assert_eq!(bob.read_file_at(&reading, 0, 4096).unwrap(), data[..4096]);
+    // One lifetime later (the lead renewing the job meanwhile), bob's keys and permit
+    // have lapsed: asked again, the KDS refuses the old permit.
+    for _ in 0..5 {
+        sim.advance(70_000).unwrap();
+        alice.job_renew(&key).unwrap();
+    }
+    let e = bob.request_file_keys(&opened).unwrap_err();
+    assert!(e.code().is_some(), "{e}");
+    assert!(bob.read_file_at(&reading, 0, 4096).is_err());
+}
