@@ -291,10 +291,7 @@ impl Client {
 
     /// The lockbox, root key and shape of a new encrypted file's first key tree.
     fn first_tree(&self, file: u64) -> Result<(Vec<u8>, Secret32, KhtShape)> {
-        let kds = self
-            .cluster_map()?
-            .kds_keys
-            .ok_or_else(|| ClientError::NoKds(NO_KDS.into()))?;
+        let kds = self.kds_keys("files cannot be encrypted")?;
         let shape = encrypted::file_shape();
         let (lockbox, root) = self.new_tree(file, 1, &shape, &kds)?;
         Ok((lockbox, root, shape))

@@ -181,24 +181,17 @@ impl Client {
     /// proof (`KeysForJob`).
     pub fn openfh(&self, handle: &JobHandle) -> Result<Opened> {
         let hash = computation_key_hash(&handle.handle.computation_key);
-        let key = self.jobs.lock().get(&hash).map(|j| j.key.clone());
-        let Some(key) = key else {
+        if !self.jobs.lock().contains_key(&hash) {
             return Err(ClientError::NotInJob(
                 "this handle belongs to a job whose key this client does not hold \
                  (maat job join)"
                     .into(),
             ));
-        };
+        }
         if handle.handle.flags & delegation::HANDLE_FLAG_ENCRYPTED != 0 {
-            self.ensure_session()?;
-            let session_id = self.with_session(|s| s.session_id)?;
-            let proof = key
-                .sign(&delegation::stat_message(
-                    &session_id,
-                    handle.handle.handle_id,
-                ))
-                .0
-                .to_vec();
+            let proof = self.handle_proof(handle, |session| {
+                delegation::stat_message(session, handle.handle.handle_id)
+            })?;
             let stat = match self.mds_call(MdsRequest::StatByHandle {
                 handle: handle.bytes.clone(),
                 proof,
@@ -375,30 +368,35 @@ impl Client {
 
     /// Records the size of a file written through a job's write handle.
     pub fn set_size_by_handle(&self, handle: &JobHandle, size: u64) -> Result<()> {
-        self.ensure_session()?;
-        let session_id = self.with_session(|s| s.session_id)?;
-        let hash = computation_key_hash(&handle.handle.computation_key);
-        let key = self
-            .jobs
-            .lock()
-            .get(&hash)
-            .map(|j| j.key.clone())
-            .ok_or_else(|| {
-                ClientError::NotInJob("this client does not hold the job's key".into())
-            })?;
-        let proof = key
-            .sign(&delegation::set_size_message(
-                &session_id,
-                handle.handle.handle_id,
-                size,
-            ))
-            .0
-            .to_vec();
+        let proof = self.handle_proof(handle, |session| {
+            delegation::set_size_message(session, handle.handle.handle_id, size)
+        })?;
         self.expect_ok(MdsRequest::SetSizeByHandle {
             handle: handle.bytes.clone(),
             size,
             proof,
         })
+    }
+
+    /// The job key's signature over `message(this MDS session)`: what a request to the
+    /// MDS by `handle` proves the key with (`SetSizeByHandle`, `StatByHandle`).
+    fn handle_proof(
+        &self,
+        handle: &JobHandle,
+        message: impl FnOnce(&[u8; 16]) -> Vec<u8>,
+    ) -> Result<Vec<u8>> {
+        self.ensure_session()?;
+        let session_id = self.with_session(|s| s.session_id)?;
+        let hash = computation_key_hash(&handle.handle.computation_key);
+        let key = self.jobs.lock().get(&hash).map(|j| j.key.clone());
+        let key = key.ok_or_else(|| {
+            ClientError::NotInJob(
+                "this handle belongs to a job whose key this client does not hold \
+                 (maat job join)"
+                    .into(),
+            )
+        })?;
+        Ok(key.sign(&message(&session_id)).0.to_vec())
     }
 
     /// Before a request under a capability delegated to `hash`: refreshes the key's

@@ -337,10 +337,7 @@ impl Client {
         answered: Option<Vec<std::result::Result<Vec<u8>, WireError>>>,
         skip: u64,
     ) -> Result<Vec<Result<HeldKeys>>> {
-        let map = self.cluster_map()?;
-        let kds_keys = map.kds_keys.ok_or_else(|| {
-            ClientError::NoKds("this cluster has no KDS: encrypted files cannot be read".into())
-        })?;
+        let kds_keys = self.kds_keys("encrypted files cannot be read")?;
         let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(
             self.with_session(|s| s.sealing_secret)?,
         );
@@ -433,6 +430,13 @@ impl Client {
         Ok(keys)
     }
 
+    /// The cluster's KDS keys, or `NoKds` saying what cannot be done without them.
+    pub(crate) fn kds_keys(&self, consequence: &str) -> Result<maat_proto::msg::KdsKeys> {
+        self.cluster_map()?
+            .kds_keys
+            .ok_or_else(|| ClientError::NoKds(format!("this cluster has no KDS: {consequence}")))
+    }
+
     /// Asks a KDS for the keys of `nodes` of `opened`'s file as if the file's key tree
     /// had `shape`, under a lockbox for that shape made here; returns the keys granted,
     /// each grant checked. The KDS derives them from a root this client made, so it
@@ -445,10 +449,7 @@ impl Client {
         shape: &KhtShape,
         nodes: Vec<(u8, u64)>,
     ) -> Result<Vec<maat_crypto::kht::RangeKey>> {
-        let kds = self
-            .cluster_map()?
-            .kds_keys
-            .ok_or_else(|| ClientError::NoKds("this cluster has no KDS".into()))?;
+        let kds = self.kds_keys("there are no keys to ask for")?;
         let (_, current) = lockbox_of(opened)?;
         let (lockbox, _root) = self.new_tree(opened.stat.id, current.tree_version, shape, &kds)?;
         let mut granted = self.key_request(&[(opened, &lockbox, nodes)])?;

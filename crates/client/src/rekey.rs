@@ -64,9 +64,7 @@ impl Client {
         let started = !resume;
         let mut version = lockbox.tree_version;
         if started {
-            let kds = self.cluster_map()?.kds_keys.ok_or_else(|| {
-                ClientError::NoKds("this cluster has no KDS: keys cannot be renewed".into())
-            })?;
+            let kds = self.kds_keys("keys cannot be renewed")?;
             version = version.checked_add(1).ok_or_else(|| {
                 ClientError::Keys(format!("{path}: no key tree version after {version}"))
             })?;

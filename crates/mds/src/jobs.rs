@@ -545,7 +545,7 @@ impl<S: MetaStore> crate::Mds<S> {
         proof: &[u8],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let handle = self.proven_handle(who, session, handle, proof, now, |session, h| {
+        let (handle, _) = self.proven_handle(who, session, handle, proof, now, |session, h| {
             set_size_message(session, h.handle_id, size)
         })?;
         if !handle.mode.allows(Mode::WRITE) {
@@ -555,10 +555,7 @@ impl<S: MetaStore> crate::Mds<S> {
             ));
         }
         let _guard = lock(&self.write);
-        let inode = self
-            .store
-            .inode(handle.file.0)?
-            .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))?;
+        let inode = self.job_file(&handle)?;
         self.commit_size(inode, size, now)
     }
 
@@ -572,18 +569,13 @@ impl<S: MetaStore> crate::Mds<S> {
         proof: &[u8],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let handle = self.proven_handle(who, session, handle, proof, now, |session, h| {
-            stat_message(session, h.handle_id)
-        })?;
-        let inode = self
-            .store
-            .inode(handle.file.0)?
-            .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))?;
+        let (handle, capability) =
+            self.proven_handle(who, session, handle, proof, now, |session, h| {
+                stat_message(session, h.handle_id)
+            })?;
+        let inode = self.job_file(&handle)?;
         let mut stat = self.stat_of(&inode)?;
         stat.crypt = inode.crypt.clone();
-        let capability = Unverified::<Capability>::decode(&handle.capability)?
-            .unverified_body()
-            .clone();
         if capability.mode.allows(Mode::RANGE_KEYS) {
             // SPEC H6 per job: the ranges the owner granted this participant, in a permit
             // naming the job's capability and the participant (checked by the KDS against
@@ -608,27 +600,28 @@ impl<S: MetaStore> crate::Mds<S> {
                     .0
                     .min(now.0 + self.config.capability_lifetime_millis),
             );
-            let permit = maat_proto::key_ranges::KeyRanges {
-                capability: capability.id,
-                user: UserId(who.uid),
-                file: FileId(inode.id),
+            stat.key_ranges = Some(self.range_permit(
+                &inode,
+                &path,
+                who.uid,
                 ranges,
-                start: capability.start,
-                expiry,
-                tree_version: inode
-                    .crypt
-                    .as_ref()
-                    .map(|c| crate::encryption::current_tree_version(c, &path))
-                    .transpose()?,
-            };
-            stat.key_ranges = Some(signed::sign(permit, &self.signing).encoded().to_vec());
+                (capability.id, capability.start, expiry),
+            )?);
         }
         Ok(MdsResponse::Stat(stat))
     }
 
-    /// A file handle of a live job, checked, whose job key signed `message(session,
-    /// handle)` (`proof`) on this MDS session: what a participant's requests by handle
-    /// rest on. The requester must not be revoked, nor the handle's capability.
+    /// The file a job's handle names, while it exists.
+    fn job_file(&self, handle: &FileHandle) -> Result<crate::Inode> {
+        self.store
+            .inode(handle.file.0)?
+            .ok_or_else(|| refused(ErrorCode::NoSuchFile, "the job's file was removed"))
+    }
+
+    /// A file handle of a live job, checked, and its capability, whose job key signed
+    /// `message(session, handle)` (`proof`) on this MDS session: what a participant's
+    /// requests by handle rest on. The requester must not be revoked, nor the handle's
+    /// capability.
     fn proven_handle(
         &self,
         who: &Principal,
@@ -637,7 +630,7 @@ impl<S: MetaStore> crate::Mds<S> {
         proof: &[u8],
         now: UnixMillis,
         message: impl FnOnce(&[u8; 16], &FileHandle) -> Vec<u8>,
-    ) -> Result<FileHandle> {
+    ) -> Result<(FileHandle, Capability)> {
         let session = session
             .ok_or_else(|| refused(ErrorCode::InvalidArgument, "needs an authenticated session"))?;
         self.not_revoked(who, now)?;
@@ -645,8 +638,9 @@ impl<S: MetaStore> crate::Mds<S> {
         let verified =
             verify_file_handle(Unverified::<FileHandle>::decode(handle)?, &mds_key, now)?;
         let handle = verified.handle.body().clone();
+        let capability = verified.capability.body().clone();
         let hash = computation_key_hash(&handle.computation_key);
-        if self.capability_revoked(verified.capability.body().id.0, now)? {
+        if self.capability_revoked(capability.id.0, now)? {
             return Err(refused(
                 ErrorCode::Revoked,
                 "the handle's capability was revoked",
@@ -678,7 +672,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     "the request was not signed with the job's key",
                 )
             })?;
-        Ok(handle)
+        Ok((handle, capability))
     }
 
     /// Remembers a user's newest login ticket (`UserTicket` hands it to job leads).

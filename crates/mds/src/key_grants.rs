@@ -11,7 +11,7 @@ use maat_crypto::CryptoRngCore;
 use maat_proto::capability::Mode;
 use maat_proto::key_ranges::{KeyRanges, KEY_RANGES_MAX};
 use maat_proto::msg::{ErrorCode, FileStat, KeyGrantInfo, MdsResponse};
-use maat_proto::{signed, FileId, UnixMillis, UserId};
+use maat_proto::{signed, CapabilityId, FileId, UnixMillis, UserId};
 
 pub use crate::limits::KEY_GRANT_USERS_MAX;
 
@@ -270,6 +270,33 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(MdsResponse::KeyGrants(out))
     }
 
+    /// The signed key-range permit (PROTOCOL.md 0x11) letting user `uid` have the keys of
+    /// `ranges` of `inode` under the capability `(id, start, expiry)`.
+    pub(crate) fn range_permit(
+        &self,
+        inode: &Inode,
+        path: &str,
+        uid: u64,
+        ranges: Vec<(u64, u64)>,
+        (capability, start, expiry): (CapabilityId, UnixMillis, UnixMillis),
+    ) -> Result<Vec<u8>> {
+        let permit = KeyRanges {
+            capability,
+            user: UserId(uid),
+            file: FileId(inode.id),
+            ranges,
+            start,
+            expiry,
+            // A KDS then opens no lockbox of a later tree under it (SPEC H7).
+            tree_version: inode
+                .crypt
+                .as_ref()
+                .map(|c| crate::encryption::current_tree_version(c, path))
+                .transpose()?,
+        };
+        Ok(signed::sign(permit, &self.signing).encoded().to_vec())
+    }
+
     /// An open for reading by a user whose only access to `inode` is a range grant: a
     /// read capability marked [`Mode::RANGE_KEYS`] for this user and file alone, and the
     /// key-range permit naming it, both signed now.
@@ -311,21 +338,13 @@ impl<S: MetaStore> crate::Mds<S> {
             now,
             rng,
         )?;
-        let permit = KeyRanges {
-            capability: body.id,
-            user: UserId(who.uid),
-            file: FileId(inode.id),
+        stat.key_ranges = Some(self.range_permit(
+            inode,
+            path,
+            who.uid,
             ranges,
-            start: body.start,
-            expiry: body.expiry,
-            // A KDS then opens no lockbox of a later tree under it (SPEC H7).
-            tree_version: inode
-                .crypt
-                .as_ref()
-                .map(|c| crate::encryption::current_tree_version(c, path))
-                .transpose()?,
-        };
-        stat.key_ranges = Some(signed::sign(permit, &self.signing).encoded().to_vec());
+            (body.id, body.start, body.expiry),
+        )?);
         Ok(MdsResponse::Opened {
             stat,
             capability,
