@@ -398,37 +398,28 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             let mut file = JobFile::load(&job)?;
             let handle = file.handle_for(&mut c, &path)?;
             let opened = c.openfh(&handle)?;
-            if let Some((start, end)) = range {
-                let reading = c.reading_handle(&path, opened);
-                let mut data = Vec::new();
-                let r = crate::write_range(&c, &reading, start, end, &mut data);
-                file.refresh_from(&c)?;
-                r?;
-                if local == Path::new("-") {
-                    let stdout = std::io::stdout();
-                    let mut lock = stdout.lock();
-                    lock.write_all(&data)?;
-                    lock.flush()?;
-                } else {
-                    std::fs::write(&local, &data)
-                        .with_context(|| format!("{}", local.display()))?;
+            // The whole file, or (a job opened by ranges) the bytes granted.
+            let read = |out: &mut dyn Write| match range {
+                Some((start, end)) => {
+                    let reading = c.reading_handle(&path, opened.clone());
+                    crate::write_range(&c, &reading, start, end, out)
                 }
-                return Ok(());
-            }
+                None => c.get_opened(&path, &opened, out, &mut |_| {}).map(drop),
+            };
             let result = if local == Path::new("-") {
                 let stdout = std::io::stdout();
                 let mut lock = stdout.lock();
-                let r = c.get_opened(&path, &opened, &mut lock, &mut |_| {});
+                let r = read(&mut lock);
                 lock.flush()?;
-                r.map(drop)
+                r
             } else {
                 let mut data = Vec::new();
-                let r = c.get_opened(&path, &opened, &mut data, &mut |_| {});
+                let r = read(&mut data);
                 if r.is_ok() {
                     std::fs::write(&local, &data)
                         .with_context(|| format!("{}", local.display()))?;
                 }
-                r.map(drop)
+                r
             };
             file.refresh_from(&c)?;
             Ok(result?)
