@@ -130,14 +130,7 @@ pub fn write_frame_parts(
     head: FrameHead,
     parts: &[&[u8]],
 ) -> Result<(), NetError> {
-    let len = parts.iter().map(|p| p.len()).sum();
-    let header = wire::encode_header(head, len)?;
-    let slices: Vec<&[u8]> = std::iter::once(header.as_bytes())
-        .chain(parts.iter().copied())
-        .collect();
-    write_all_vectored(stream, &slices)?;
-    stream.flush()?;
-    Ok(())
+    write_frame_parts_after(stream, &[], head, parts)
 }
 
 /// Whether `buf` begins with a whole frame, header and payload (a bad header: false; the
