@@ -74,6 +74,22 @@ impl MdsSecrets {
 pub(crate) const COOKIE_KEY_CONTEXT: &[u8] = b"maat/mds/login-cookie-key/v1";
 pub(crate) use crate::limits::COOKIE_SLOT_MILLIS;
 
+/// Domain of the legacy login's decoy salts (what `LoginStart` answers for a name without
+/// a legacy record).
+const DECOY_SALT_CONTEXT: &[u8] = b"maat/mds/decoy-salt/v2";
+/// Domain of the legacy login's decoy keys (what a `Login` MAC for such a name is checked
+/// against, so that it fails like a wrong passphrase).
+const DECOY_KEY_CONTEXT: &[u8] = b"maat/mds/decoy-key/v2";
+
+/// A decoy for `name` in one domain: a key derived from the decoy key for that domain
+/// alone, over the name. The two domains share no input, so no name's salt is a part of
+/// any name's key (before issue 40 the salt of `"decoy user key" ‖ name` was the first
+/// half of `name`'s key).
+fn decoy(decoy_key: &Secret32, context: &[u8], name: &str) -> [u8; 32] {
+    let domain = hash::blake3_keyed(decoy_key.expose(), &[context]);
+    hash::blake3_keyed(&domain, &[name.as_bytes()])
+}
+
 /// SPEC T6: the anti-clogging cookie for `peer` at `now`: a keyed hash of the address and
 /// the time slot, so the MDS keeps nothing and checks one with one hash.
 pub(crate) fn login_cookie(key: &Secret32, peer: &[u8], now: UnixMillis) -> [u8; 32] {
@@ -269,7 +285,7 @@ impl<S: MetaStore> Mds<S> {
                 ..
             }) => (salt, params),
             _ => {
-                let d = hash::blake3_keyed(self.decoy_key.expose(), &[name.as_bytes()]);
+                let d = decoy(&self.decoy_key, DECOY_SALT_CONTEXT, name);
                 let mut salt = [0u8; 16];
                 salt.copy_from_slice(d.get(..16).unwrap_or(&[0u8; 16]));
                 (salt, kdf::PassphraseParams::DEFAULT.into())
@@ -302,17 +318,21 @@ impl<S: MetaStore> Mds<S> {
         lock(&self.replay)
             .check_time(UnixMillis(timestamp), now)
             .map_err(freshness_error)?;
-        let user = self.store.user_by_name(name)?;
-        let key = match &user {
-            Some(UserRecord {
-                credential: UserCredential::Legacy { key, .. },
-                ..
-            }) => *key,
-            _ => hash::blake3_keyed(
-                self.decoy_key.expose(),
-                &[b"decoy user key", name.as_bytes()],
-            ),
-        };
+        // Only a record still in the legacy form logs in this way: for every other name
+        // (unknown, or already moved to OPAQUE) the MAC is checked against a decoy key
+        // and the answer is a failure whatever it gives, so the decoy key logs nobody in
+        // (issue 40: it let its holder log in as any OPAQUE user).
+        let legacy = self.store.user_by_name(name)?.and_then(|u| {
+            let key = match &u.credential {
+                UserCredential::Legacy { key, .. } => *key,
+                _ => return None,
+            };
+            Some((u, key))
+        });
+        let key = legacy.as_ref().map_or_else(
+            || decoy(&self.decoy_key, DECOY_KEY_CONTEXT, name),
+            |(_, key)| *key,
+        );
         let user_key = MacKey::new(Secret32::from_bytes(key)).with_counters(self.counters.clone());
         let mac_ok = user_key
             .verify(
@@ -323,8 +343,8 @@ impl<S: MetaStore> Mds<S> {
                 &mac,
             )
             .is_ok();
-        let user = match (user, mac_ok) {
-            (Some(u), true) => u,
+        let user = match (legacy, mac_ok) {
+            (Some((u, _)), true) => u,
             _ => return Err(failed()),
         };
         self.issue_ticket(

@@ -409,6 +409,84 @@ fn mkdir_p_allocates_distinct_inodes_and_login_does_not_reveal_users() {
     }
 }
 
+/// A legacy `Login` for `name` with its MAC keyed by `key`, sent at `now`; the answer.
+fn legacy_login_with(
+    mds: &Mds<&MemStore>,
+    name: &str,
+    key: [u8; 32],
+    nonce: [u8; 16],
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> Result<MdsPlainResponse, WireError> {
+    let parts = login::login_mac_parts(name, &[1; 32], &[2; 32], now, &nonce);
+    let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    let mac = maat_crypto::mac::MacKey::new(maat_crypto::Secret32::from_bytes(key)).tag(&refs);
+    let req = msg::encode(&MdsPlainRequest::Login {
+        name: name.into(),
+        signing_key: [1; 32],
+        sealing_key: [2; 32],
+        timestamp: now,
+        nonce,
+        mac,
+    })
+    .unwrap();
+    msg::decode(&mds.handle_plain(PEER, &req, UnixMillis(now), rng)).unwrap()
+}
+
+#[test]
+fn the_decoy_key_logs_nobody_in_and_no_decoy_salt_is_part_of_a_decoy_key() {
+    // Issue 40, item 1: the legacy login checked its MAC under a key derived from
+    // `decoy.key` for every user without a legacy record, and then issued a ticket: the
+    // holder of that file logged in as anyone, the administrator included. Every way of
+    // deriving a key from the decoy key, the old one and the new, is tried here.
+    let store = MemStore::default();
+    let mut rng = ChaCha20Rng::seed_from_u64(4);
+    let mds = open_mds(&store, 3_600_000, T0, &mut rng);
+    let now = T0 + 1000;
+    let decoy = *secrets().decoy_key.expose();
+    let keyed = |key: &[u8; 32], parts: &[&[u8]]| maat_crypto::hash::blake3_keyed(key, parts);
+    let by_context =
+        |context: &[u8], name: &str| keyed(&keyed(&decoy, &[context]), &[name.as_bytes()]);
+    let candidates = [
+        keyed(&decoy, &[b"decoy user key", b"admin"]),
+        by_context(b"maat/mds/decoy-key/v2", "admin"),
+        by_context(b"maat/mds/decoy-salt/v2", "admin"),
+        decoy,
+    ];
+    for (i, key) in candidates.into_iter().enumerate() {
+        let answer = legacy_login_with(&mds, "admin", key, [0x40 + i as u8; 16], now, &mut rng);
+        assert_eq!(
+            answer.unwrap_err().code,
+            ErrorCode::AuthenticationFailed,
+            "candidate {i} logged in as the administrator"
+        );
+    }
+    // An unauthenticated LoginStart for a crafted name gives no part of any name's decoy
+    // key (before: the salt of "decoy user key" ‖ name was the first half of name's key).
+    let salt_for = |name: &str, rng: &mut ChaCha20Rng| {
+        let req = msg::encode(&MdsPlainRequest::LoginStart { name: name.into() }).unwrap();
+        let answer: Result<MdsPlainResponse, WireError> =
+            msg::decode(&mds.handle_plain(PEER, &req, UnixMillis(now), rng)).unwrap();
+        match answer.unwrap() {
+            MdsPlainResponse::LoginChallenge { salt, .. } => salt,
+            other => panic!("{other:?}"),
+        }
+    };
+    for target in ["admin", "alice"] {
+        let crafted = format!("decoy user key{target}");
+        let salt = salt_for(&crafted, &mut rng);
+        for key in [
+            keyed(&decoy, &[b"decoy user key", target.as_bytes()]),
+            by_context(b"maat/mds/decoy-key/v2", target),
+        ] {
+            assert_ne!(&key[..16], &salt[..], "a salt leaks {target}'s decoy key");
+        }
+    }
+    // The administrator's real key still logs in (the test can fail).
+    let (answer, _, _) = opaque_login(&mds, "admin", &ADMIN_KEY, now, &mut rng);
+    assert!(matches!(answer, Ok(MdsPlainResponse::LoginOk { .. })));
+}
+
 #[test]
 fn a_stolen_store_does_not_log_in() {
     // SPEC M1, T6 (issue 12): everything the store holds about a user, tried as the
