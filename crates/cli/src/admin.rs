@@ -161,6 +161,16 @@ pub enum UserCommand {
         /// Name.
         name: String,
     },
+    /// Give a user a new passphrase without the current one (a forgotten passphrase).
+    /// The MDS logs it and ends the user's sessions; users change their own with
+    /// `maat passwd`.
+    Reset {
+        /// Name.
+        name: String,
+        /// Read the new passphrase from standard input.
+        #[arg(long)]
+        passphrase_stdin: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -216,9 +226,35 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                     &pass,
                     maat_crypto::kdf::PassphraseParams::DEFAULT,
                 )?;
-                eprintln!("added user {name} (home /home/{name})");
+                // Say what the MDS did, not what it usually does (issue 40, item 9).
+                let home = format!("/home/{name}");
+                match c.stat(&home) {
+                    Ok(s) if s.owner == name => {
+                        eprintln!("added user {name} (home {home}, mode {:04o})", s.mode)
+                    }
+                    Ok(s) => eprintln!(
+                        "added user {name}; {home} exists and belongs to {}: left as it is \
+                         (maat chown {name} {home} to give it to them)",
+                        crate::show::name(&s.owner)
+                    ),
+                    Err(_) => eprintln!(
+                        "added user {name}, without a home: /home is not a directory \
+                         (maat mkdir /home, then mkdir {home} and chown {name} {home})"
+                    ),
+                }
             }
             UserCommand::Rm { name } => c.user_rm(&name)?,
+            UserCommand::Reset {
+                name,
+                passphrase_stdin,
+            } => {
+                let pass = crate::read_passphrase(
+                    passphrase_stdin,
+                    &format!("new passphrase for {name}: "),
+                )?;
+                c.reset_passphrase(&name, &pass, maat_crypto::kdf::PassphraseParams::DEFAULT)?;
+                eprintln!("passphrase of {name} reset; their sessions have ended");
+            }
         },
         AdminCommand::Group { command } => match command {
             GroupCommand::Add { name } => c.group_add(&name)?,

@@ -169,9 +169,14 @@ pub fn run(cluster: &Option<PathBuf>, command: KeysCommand) -> Result<()> {
                     });
                     writeln!(out, "{v}")?;
                 } else if let Some((i, n)) = g.slice {
-                    writeln!(out, "{}\tslice {} of {n}", g.user, i + 1)?;
+                    writeln!(
+                        out,
+                        "{}\tslice {} of {n}",
+                        crate::show::name(&g.user),
+                        i + 1
+                    )?;
                 } else {
-                    writeln!(out, "{}\t{}", g.user, ranges.join(","))?;
+                    writeln!(out, "{}\t{}", crate::show::name(&g.user), ranges.join(","))?;
                 }
             }
         }

@@ -15,6 +15,7 @@ mod bench;
 mod job;
 mod keys;
 mod model;
+mod show;
 mod stats;
 mod up;
 
@@ -89,6 +90,15 @@ enum Command {
         #[arg(long)]
         passphrase_stdin: bool,
     },
+    /// Change your passphrase: asks for the current one (proved to the MDS, never sent),
+    /// then the new one twice. Your other sessions end; earlier owner boxes of your
+    /// encrypted files stay readable through the KDS.
+    Passwd {
+        /// Read the current passphrase, then the new one, each on a line of standard
+        /// input.
+        #[arg(long)]
+        passphrase_stdin: bool,
+    },
     /// End the session.
     Logout,
     /// Mount the Maat directory PATH at MOUNTPOINT (FUSE) as the user in MAAT_HOME.
@@ -117,7 +127,9 @@ enum Command {
         /// Store a new file unencrypted (whatever the cluster's default).
         #[arg(long, conflicts_with = "encrypt")]
         no_encrypt: bool,
-        /// Encrypt a new file (whatever the cluster's default).
+        /// Encrypt a new file (whatever the cluster's default). Refused, before anything
+        /// is written, for an existing unencrypted file that holds data or is another
+        /// user's: encryption is chosen when a file is created.
         #[arg(long)]
         encrypt: bool,
     },
@@ -187,8 +199,19 @@ enum Command {
         path: String,
     },
     /// Change permission bits (octal, e.g. 640).
+    /// Show or set your umask: the permission bits the MDS clears from the mode of every
+    /// file and directory you create, from any client (077 by default: new files 0600 and
+    /// directories 0700, readable by you alone; 022 makes them readable by everyone, as on
+    /// most Unix systems). `chmod` is not affected.
+    Umask {
+        /// New umask in octal (omit to show it).
+        mask: Option<String>,
+    },
+    /// In a directory with the sticky bit (1000, as `chmod 1777 /tmp`), only a file's
+    /// owner, the directory's owner or the administrator may remove or rename the file.
+    /// Setuid and setgid (4000, 2000) are kept and shown, never acted on.
     Chmod {
-        /// Mode in octal.
+        /// Mode in octal (up to 7777).
         mode: String,
         /// Path.
         path: String,
@@ -341,7 +364,7 @@ fn main() -> ExitCode {
                     text.push_str(&format!(": {cause}"));
                 }
             }
-            eprintln!("maat: {}", text.replace('\n', " "));
+            eprintln!("maat: {}", show::text(&text.replace('\n', " ")));
             ExitCode::FAILURE
         }
     }
@@ -449,14 +472,25 @@ fn utc(ms: u64) -> String {
     )
 }
 
+/// `ls -l`'s mode column: type, then owner, group and other, with setuid, setgid and
+/// sticky shown in the execute places (`s`/`S`, `s`/`S`, `t`/`T`).
 fn mode_string(s: &FileStat) -> String {
     let mut out = String::with_capacity(10);
     out.push(if s.is_dir { 'd' } else { '-' });
-    for shift in [6u16, 3, 0] {
+    for (shift, special, set, unset) in [
+        (6u16, 0o4000u16, 's', 'S'),
+        (3, 0o2000, 's', 'S'),
+        (0, 0o1000, 't', 'T'),
+    ] {
         let bits = (s.mode >> shift) & 7;
         out.push(if bits & 4 != 0 { 'r' } else { '-' });
         out.push(if bits & 2 != 0 { 'w' } else { '-' });
-        out.push(if bits & 1 != 0 { 'x' } else { '-' });
+        out.push(match (bits & 1 != 0, s.mode & special != 0) {
+            (true, true) => set,
+            (false, true) => unset,
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
     }
     out
 }
@@ -517,7 +551,11 @@ fn run(cli: Cli) -> Result<()> {
                     }
                     for s in sets {
                         let whose = if s.everyone { "everyone" } else { "yours" };
-                        say!("{:<24} {:>5} files  ({whose})", s.name, s.files);
+                        say!(
+                            "{:<24} {:>5} files  ({whose})",
+                            show::name(&s.name),
+                            s.files
+                        );
                     }
                 }
             }
@@ -560,18 +598,45 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("logged in as {name}");
             Ok(())
         }
+        Command::Passwd { passphrase_stdin } => {
+            let c = client(&cli.cluster)?;
+            let name = c
+                .user_name()
+                .ok_or_else(|| anyhow!("not logged in: run `maat login NAME` first"))?;
+            let current = read_passphrase(
+                passphrase_stdin,
+                &format!("current passphrase for {name}: "),
+            )?;
+            let new = read_passphrase(passphrase_stdin, "new passphrase: ")?;
+            if !passphrase_stdin {
+                let again = read_passphrase(false, "new passphrase again: ")?;
+                if again != new {
+                    bail!("the two new passphrases differ; nothing changed");
+                }
+            }
+            c.change_passphrase(
+                Credential::Passphrase(&current),
+                &new,
+                maat_crypto::kdf::PassphraseParams::DEFAULT,
+            )?;
+            eprintln!("passphrase of {name} changed; your other sessions have ended");
+            Ok(())
+        }
         Command::Mount { path, mountpoint } => {
             let c = client(&cli.cluster)?;
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone())?;
             }
-            eprintln!(
-                "maat: {path} mounted at {} (Ctrl-C or `fusermount3 -u {}` to unmount)",
-                mountpoint.display(),
-                mountpoint.display()
-            );
-            maat_fuse::mount(c, &path, &mountpoint, || {
+            // Said once the mount is made, not before its checks (issue 40, item 9).
+            let mounted = || {
+                eprintln!(
+                    "maat: {path} mounted at {} (Ctrl-C or `fusermount3 -u {}` to unmount)",
+                    mountpoint.display(),
+                    mountpoint.display()
+                )
+            };
+            maat_fuse::mount(c, &path, &mountpoint, mounted, || {
                 stop.load(std::sync::atomic::Ordering::Relaxed)
             })?;
             eprintln!("maat: unmounted {}", mountpoint.display());
@@ -726,18 +791,19 @@ fn run(cli: Cli) -> Result<()> {
                         out,
                         "{} {:<8} {:<8} {:>12} {} {}",
                         mode_string(&s),
-                        s.owner,
-                        s.group,
+                        show::name(&s.owner),
+                        show::name(&s.group),
                         s.size,
                         if epoch {
                             s.mtime.to_string()
                         } else {
                             utc(s.mtime).get(..16).unwrap_or_default().to_string()
                         },
-                        name
+                        show::name(&name)
                     )?;
                 } else {
-                    writeln!(out, "{name}{}", if s.is_dir { "/" } else { "" })?;
+                    let shown = show::name(&name);
+                    writeln!(out, "{shown}{}", if s.is_dir { "/" } else { "" })?;
                 }
             }
             Ok(())
@@ -759,13 +825,14 @@ fn run(cli: Cli) -> Result<()> {
                 String::new()
             };
             say!(
-                "path: {path}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
+                "path: {}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
+                show::name(&path),
                 s.id,
                 if s.is_dir { "directory" } else { "file" },
                 s.mode,
                 mode_string(&s),
-                s.owner,
-                s.group,
+                show::name(&s.owner),
+                show::name(&s.group),
                 s.size,
                 if epoch {
                     s.mtime.to_string()
@@ -787,9 +854,27 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chmod { mode, path } => {
             let m = u16::from_str_radix(mode.trim_start_matches("0o"), 8)
                 .ok()
-                .filter(|m| *m <= 0o777)
-                .ok_or_else(|| anyhow!("invalid mode {mode:?}: give octal bits like 640"))?;
+                .filter(|m| *m <= 0o7777)
+                .ok_or_else(|| {
+                    anyhow!("invalid mode {mode:?}: give octal bits like 640, or 1777 for a sticky directory")
+                })?;
             Ok(client(&cli.cluster)?.chmod(&path, m)?)
+        }
+        Command::Umask { mask } => {
+            let set = match mask {
+                None => None,
+                Some(m) => Some(
+                    u16::from_str_radix(m.trim_start_matches("0o"), 8)
+                        .ok()
+                        .filter(|m| *m <= 0o777)
+                        .ok_or_else(|| {
+                            anyhow!("invalid umask {m:?}: give octal bits like 077 or 022")
+                        })?,
+                ),
+            };
+            let now = client(&cli.cluster)?.umask(set)?;
+            say!("{now:03o}");
+            Ok(())
         }
         Command::Chown { owner, path } => {
             let (user, group) = match owner.split_once(':') {

@@ -64,9 +64,22 @@ pub struct UpArgs {
     #[arg(long)]
     pub no_encrypt: bool,
     /// Serve no Prometheus metrics (by default a new cluster's daemons each serve
-    /// `/metrics` on a free port of the listen host, printed when the cluster is ready).
+    /// `/metrics` on a port of `--metrics-host` chosen at the first start and kept after,
+    /// printed when the cluster is ready).
     #[arg(long)]
     pub no_metrics: bool,
+    /// The umask new users start with, in octal (first start only): the permission bits
+    /// the MDS clears from the mode of everything they create. 077, the default, keeps
+    /// what each user creates to that user (files 0600, directories 0700); 022 makes it
+    /// readable by everyone, as on most Unix systems. Homes are made 0755 under it (0700
+    /// with 077). Each user changes their own with `maat umask`.
+    #[arg(long, default_value = "077", value_parser = parse_umask)]
+    pub umask: String,
+    /// Address the daemons' `/metrics` endpoints bind to (first start only). They are
+    /// unauthenticated, so loopback by default whatever `--listen` says; name an address
+    /// your Prometheus reaches, and only it, to scrape from another host.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub metrics_host: String,
     /// Write every namespace change (create, size, mkdir, rename, unlink) alone, with an
     /// fsync of its own, under the MDS's write lock (first start only; `group_commit` in
     /// the MDS config). By default the changes of concurrent requests are written
@@ -74,6 +87,14 @@ pub struct UpArgs {
     /// reports is on disk.
     #[arg(long)]
     pub no_group_commit: bool,
+}
+
+fn parse_umask(text: &str) -> Result<String, String> {
+    u16::from_str_radix(text.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .map(|m| format!("{m:03o}"))
+        .ok_or_else(|| format!("{text:?}: expected octal bits like 077 or 022"))
 }
 
 fn parse_grouping(text: &str) -> Result<String, String> {
@@ -171,6 +192,22 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
         }
     }
     let mut held = Vec::new();
+    // Each daemon's metrics port is chosen now and kept in its config, so that a static
+    // Prometheus configuration stays right across restarts; the listeners that reserve
+    // them are dropped when `init` returns (each daemon binds its own).
+    let mut metrics_held = Vec::new();
+    let mut metrics = || -> Result<Option<String>> {
+        if args.no_metrics {
+            return Ok(None);
+        }
+        let host = args.metrics_host.trim_matches(['[', ']']);
+        let port = free_port(host, &mut metrics_held)?;
+        Ok(Some(if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        }))
+    };
     let mds_port = if port == 0 {
         free_port(&host, &mut held)?
     } else {
@@ -197,11 +234,12 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
         batch_hot_ms: None,
         predict_j: None,
         predict_k: None,
-        metrics: (!args.no_metrics).then(|| format!("{host}:0")),
+        metrics: metrics()?,
         kds: Vec::new(),
         kds_public_keys_file: None,
         encrypt_new_files: !args.no_encrypt,
         group_commit: !args.no_group_commit,
+        default_umask: Some(args.umask.clone()),
     };
     let mut mds = mds;
     if args.kds > 0 {
@@ -227,7 +265,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
                 key_file: key_dir.join("kds.key"),
                 public_keys_file: None,
                 mds_public_keys_file: data.join("mds/public-keys.toml"),
-                metrics: (!args.no_metrics).then(|| format!("{host}:0")),
+                metrics: metrics()?,
                 run_dir: data.join(format!("kds-{i}")),
                 mds: Some(mds_address.clone()),
             };
@@ -253,7 +291,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
             join_key_file: data.join("mds/join.key"),
             weight: 1,
             danger_allow_insecure: args.danger_allow_insecure,
-            metrics: (!args.no_metrics).then(|| format!("{host}:0")),
+            metrics: metrics()?,
         };
         write_new(
             &data.join(format!("osd-{i}/osd.toml")),
@@ -377,6 +415,56 @@ impl Daemon {
     }
 }
 
+/// A cluster made before issue 40 named `HOST:0` for each daemon's metrics, so the port
+/// changed at every start (breaking a static Prometheus configuration), and `--listen
+/// 0.0.0.0:0` served the unauthenticated metrics on every address: each such config is
+/// given a port of its own now, on loopback where it named every address, once.
+fn pin_metrics_addresses(data: &Path) -> Result<()> {
+    let mut configs = vec![data.join("mds/mds.toml")];
+    for e in std::fs::read_dir(data)?.flatten() {
+        for name in ["osd.toml", "kds.toml"] {
+            let p = e.path().join(name);
+            if p.exists() {
+                configs.push(p);
+            }
+        }
+    }
+    configs.sort();
+    let mut reserved = Vec::new();
+    for path in configs {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let mut table: toml::Table =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let Some(toml::Value::String(addr)) = table.get("metrics") else {
+            continue;
+        };
+        let (host, port) = split_host_port(addr)?;
+        let every = matches!(host.as_str(), "0.0.0.0" | "::");
+        if port != 0 && !every {
+            continue;
+        }
+        let host = if every { "127.0.0.1".to_string() } else { host };
+        let port = if port == 0 {
+            free_port(&host, &mut reserved)?
+        } else {
+            port
+        };
+        let pinned = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        eprintln!(
+            "note: {} now serves its metrics at {pinned} at every start (was {addr})",
+            path.display()
+        );
+        table.insert("metrics".into(), toml::Value::String(pinned));
+        maat_server::private::replace_file(&path, toml::to_string(&table)?.as_bytes())?;
+    }
+    Ok(())
+}
+
 /// `maat up`.
 pub fn run(args: UpArgs) -> Result<()> {
     let data = args.data.clone();
@@ -389,6 +477,9 @@ pub fn run(args: UpArgs) -> Result<()> {
     let data = data
         .canonicalize()
         .with_context(|| format!("{}", data.display()))?;
+    if !first {
+        pin_metrics_addresses(&data)?;
+    }
     let exe = std::env::current_exe().context("locating the maat binary")?;
     let mut osd_configs: Vec<PathBuf> = std::fs::read_dir(&data)?
         .filter_map(|e| e.ok())

@@ -309,3 +309,43 @@ fn bench_trace_checks_far_fewer_signatures_with_every_strategy() {
     let hits = num(&j, "mds_hit_ratio_all_strategies");
     assert!((0.9..=1.0).contains(&hits), "{hits}");
 }
+
+/// Issue 40's bench runs end to end on small settings: every daemon held the idle
+/// connections, the attacker opened more than one address may keep and was held to the
+/// limit per address, and every latency is a measurement.
+#[test]
+fn bench_connections_holds_idle_connections_and_an_attacker_to_its_limit() {
+    maat_server::open_files_limit();
+    let j = bench_json(&[
+        "connections",
+        "--idle",
+        "600",
+        "--attacker",
+        "4200",
+        "--ops",
+        "5",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(num(&j, "idle_connections"), 600.0);
+    for d in ["mds", "osd", "kds"] {
+        // Measured (600 table entries may fit in pages the daemon had already).
+        assert!(
+            num(&j, &format!("{d}_rss_bytes_per_idle_connection")) >= 0.0,
+            "{j}"
+        );
+        assert_eq!(num(&j, &format!("{d}_attacker_opened")), 4200.0, "{j}");
+        assert!(
+            num(&j, &format!("{d}_attacker_still_open")) <= 4096.0,
+            "{j}"
+        );
+        for op in ["open", "put", "get"] {
+            for key in ["us", "us_idle_600", "us_attacked"] {
+                assert!(
+                    num(&j, &format!("{d}_{op}_{key}")) > 0.0,
+                    "{d} {op} {key}: {j}"
+                );
+            }
+        }
+    }
+}

@@ -703,3 +703,70 @@ fn the_cli_encrypts_by_default_and_no_encrypt_opts_out() {
     );
     assert_eq!(leaked(&sealed, &osd_bytes), 0, "the sealed one is not");
 }
+
+/// Issue 40, item 5: `maat put --encrypt` into a file another user created (or one in
+/// clear that holds data) stored plaintext, silently. It is refused, before anything is
+/// written, and says why.
+#[test]
+fn put_encrypt_that_cannot_be_honoured_is_refused_and_writes_nothing() {
+    let cluster = Cluster::start_encrypting(1, &[]);
+    let admin = cluster.admin_home();
+    cluster.add_user("alice", "alice passphrase", None);
+    cluster.add_user("bob", "bob passphrase", None);
+    let (alice, bob) = (cluster.home("alice"), cluster.home("bob"));
+    cluster.ok(
+        &alice,
+        &["login", "alice", "--passphrase-stdin"],
+        Some(b"alice passphrase\n"),
+    );
+    cluster.ok(
+        &bob,
+        &["login", "bob", "--passphrase-stdin"],
+        Some(b"bob passphrase\n"),
+    );
+    cluster.ok(&admin, &["mkdir", "/shared"], None);
+    cluster.ok(&admin, &["chmod", "777", "/shared"], None);
+    let original = b"alice's words, in clear".to_vec();
+    cluster.ok(
+        &alice,
+        &["put", "--no-encrypt", "-", "/shared/f"],
+        Some(&original),
+    );
+    cluster.ok(&alice, &["chmod", "666", "/shared/f"], None);
+    // Bob asks for encryption of alice's file: refused, the file untouched.
+    let said = cluster.fails(
+        &bob,
+        &["put", "--encrypt", "-", "/shared/f"],
+        Some(b"bob's secret"),
+    );
+    assert!(
+        said.contains("cannot encrypt") && said.contains("belongs to alice"),
+        "{said}"
+    );
+    assert_eq!(cluster.ok(&alice, &["cat", "/shared/f"], None), original);
+    // Alice's own file in clear with data: refused too.
+    let said = cluster.fails(
+        &alice,
+        &["put", "--encrypt", "-", "/shared/f"],
+        Some(b"new"),
+    );
+    assert!(said.contains("holds data"), "{said}");
+    assert_eq!(cluster.ok(&alice, &["cat", "/shared/f"], None), original);
+    let stat = String::from_utf8(cluster.ok(&alice, &["stat", "/shared/f"], None)).unwrap();
+    assert!(stat.contains("encrypted: no"), "{stat}");
+    // Without the flag the write goes through as before (the file keeps what it is; read
+    // by bob, whose client kept no open of the file's earlier size), and --encrypt of a
+    // new file encrypts it.
+    cluster.ok(&bob, &["put", "-", "/shared/f"], Some(b"bob's update"));
+    assert_eq!(
+        cluster.ok(&bob, &["cat", "/shared/f"], None),
+        b"bob's update"
+    );
+    cluster.ok(
+        &bob,
+        &["put", "--encrypt", "-", "/shared/g"],
+        Some(b"sealed"),
+    );
+    let stat = String::from_utf8(cluster.ok(&bob, &["stat", "/shared/g"], None)).unwrap();
+    assert!(stat.contains("encrypted: yes"), "{stat}");
+}

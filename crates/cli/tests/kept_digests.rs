@@ -335,3 +335,50 @@ fn concurrent_replacements_writes_in_place_and_reads_always_verify() {
     write(&replacer, &cap, object, 0, &last, true);
     assert_eq!(read_all(&reader, &cap, object), last);
 }
+
+/// Issue 40, item 9: a sealed object changed on the OSD's disk (outside Maat) was sent
+/// under the digest its write kept, and the client reported "bad MAC on response", as if
+/// the wire had been tampered with. The OSD now sees the file changed since (its change
+/// time), checks it, and refuses with `ObjectDamaged`; a file touched but not changed is
+/// still served from its digest.
+#[test]
+fn an_object_changed_on_disk_is_refused_as_damaged_not_as_a_bad_mac() {
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("erin", "erin pass", None);
+    let erin = cluster.user_client("erin", "erin pass");
+    let (cap, object) = open_object(&erin);
+    let a = content(3, 300 * 1024);
+    write(&erin, &cap, object, 0, &a, true);
+    let path = object_file(&cluster.data(), object.file, 0);
+    assert_eq!(mode(&path), 0o400);
+    assert_eq!(read_all(&erin, &cap, object), a);
+    // Touched (its change time moves), not changed: served as before.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+    assert_eq!(read_all(&erin, &cap, object), a);
+    // One byte flipped in place, its mode put back.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_at(&[a[1000] ^ 0x01], 1000).unwrap();
+    drop(f);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let e = erin
+        .osd_call(
+            1,
+            OsdRequest {
+                capability: cap.clone(),
+                command: OsdCommand::Read {
+                    object,
+                    offset: 0,
+                    length: 512 * 1024,
+                },
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(maat_proto::msg::ErrorCode::ObjectDamaged),
+        "{e}"
+    );
+    assert!(e.to_string().contains("changed on disk"), "{e}");
+}

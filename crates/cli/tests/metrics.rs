@@ -164,3 +164,56 @@ fn every_daemon_serves_parseable_prometheus_metrics_of_its_work() {
     let (head, _) = http_get(addr.trim(), "/secrets");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
 }
+
+/// Issue 40, item 3: metrics ports changed at every restart (a static Prometheus
+/// configuration broke) and `--listen 0.0.0.0:0` served them on every address. Now each
+/// daemon's port is chosen once and kept, on loopback unless `--metrics-host` says
+/// otherwise; a cluster whose configs still name port 0 is given fixed ports at its next
+/// start.
+#[test]
+fn metrics_stay_on_loopback_at_the_same_port_across_restarts() {
+    let mut cluster = Cluster::start_with_metrics(1, &["--no-encrypt", "--listen", "0.0.0.0:0"]);
+    let daemons = ["mds", "osd-1", "kds-1"];
+    let addresses = |c: &Cluster| -> Vec<String> {
+        daemons
+            .iter()
+            .map(|d| {
+                std::fs::read_to_string(c.data().join(d).join("metrics.addr"))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    };
+    let before = addresses(&cluster);
+    for a in &before {
+        assert!(a.starts_with("127.0.0.1:"), "metrics bound to {a}");
+        assert!(!a.ends_with(":0"), "{a}");
+    }
+    cluster.restart();
+    assert_eq!(addresses(&cluster), before, "a restart moved the metrics");
+    // A cluster from before, whose configs name port 0 on every address.
+    cluster.restart_with(|data| {
+        for (d, file) in [
+            ("mds", "mds.toml"),
+            ("osd-1", "osd.toml"),
+            ("kds-1", "kds.toml"),
+        ] {
+            let path = data.join(d).join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut table: toml::Table = toml::from_str(&text).unwrap();
+            table.insert("metrics".into(), toml::Value::String("0.0.0.0:0".into()));
+            std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+        }
+    });
+    let pinned = addresses(&cluster);
+    for a in &pinned {
+        assert!(a.starts_with("127.0.0.1:") && !a.ends_with(":0"), "{a}");
+    }
+    cluster.restart();
+    assert_eq!(addresses(&cluster), pinned, "pinned once, kept after");
+    for a in &pinned {
+        let (head, _) = http_get(a, "/metrics");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+}

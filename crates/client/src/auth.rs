@@ -55,6 +55,13 @@ fn password(credential: &Credential<'_>) -> (Zeroizing<Vec<u8>>, Option<kdf::Pas
     }
 }
 
+/// What the first messages of a login gave: an OPAQUE exchange ready to finish, or the
+/// MDS's word that the user's record predates OPAQUE.
+enum Exchanged {
+    Opaque(Vec<u8>, pake::ClientLoginFinish),
+    Legacy { mds_time: u64 },
+}
+
 /// The keys a login asks the ticket to name.
 struct LoginKeys {
     signing: SigningKey,
@@ -78,10 +85,42 @@ impl Client {
     /// SPEC M1, T6: logs in as `name` with OPAQUE.
     pub fn login(&self, name: &str, credential: Credential<'_>) -> Result<()> {
         let address = self.cluster.mds.clone();
-        let (password, fixed) = password(&credential);
         let keys = LoginKeys::generate(&mut self.key_rng());
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
+        let (login_state, done) =
+            match self.opaque_exchange(name, &credential, signing_key, sealing_key, keys.nonce)? {
+                Exchanged::Opaque(state, done) => (state, done),
+                Exchanged::Legacy { mds_time } => {
+                    return self.legacy_login_and_migrate(name, &credential, mds_time)
+                }
+            };
+        let finish = crate::encode(&MdsPlainRequest::OpaqueLoginFinish {
+            state: login_state,
+            ke3: done.ke3,
+        })?;
+        let (ticket, mac) = match self.plain_mds(&finish)? {
+            MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
+            _ => return Err(self.bad(&address, "unexpected answer to login")),
+        };
+        let owner = Some(*done.export_secret.expose());
+        self.start_session(name, keys, &ticket, mac, done.session_key.as_slice(), owner)
+    }
+
+    /// The first three messages of an OPAQUE login as `name` whose ticket is to name
+    /// `signing_key` and `sealing_key` (SPEC T6's cookie round included): the MDS's sealed
+    /// state and KE3, ready for `OpaqueLoginFinish` or, made with
+    /// `login::passphrase_proof_keys`, as the proof of a passphrase.
+    fn opaque_exchange(
+        &self,
+        name: &str,
+        credential: &Credential<'_>,
+        signing_key: [u8; 32],
+        sealing_key: [u8; 32],
+        nonce: [u8; 16],
+    ) -> Result<Exchanged> {
+        let address = self.cluster.mds.clone();
+        let (password, fixed) = password(credential);
         let (state, ke1) =
             pake::client_login_start(&password, &mut self.key_rng()).map_err(login_crypto)?;
         // SPEC T6: the first KE1 comes back with a cookie for this address; the second,
@@ -93,7 +132,7 @@ impl Client {
                 ke1: ke1.clone(),
                 signing_key,
                 sealing_key,
-                nonce: keys.nonce,
+                nonce,
                 cookie,
             })?;
             match self.plain_mds(&start)? {
@@ -101,7 +140,7 @@ impl Client {
                     ke2, params, state, ..
                 } => break (ke2, params, state),
                 MdsPlainResponse::LegacyLoginRequired { mds_time } => {
-                    return self.legacy_login_and_migrate(name, &credential, mds_time);
+                    return Ok(Exchanged::Legacy { mds_time });
                 }
                 MdsPlainResponse::LoginCookie { cookie: c } if cookie.is_none() => {
                     cookie = Some(c);
@@ -119,7 +158,7 @@ impl Client {
                 params.into()
             }
         };
-        let context = login::opaque_login_context(name, &signing_key, &sealing_key, &keys.nonce);
+        let context = login::opaque_login_context(name, &signing_key, &sealing_key, &nonce);
         let done = state
             .finish(
                 &password,
@@ -145,16 +184,7 @@ impl Client {
                 ));
             }
         }
-        let finish = crate::encode(&MdsPlainRequest::OpaqueLoginFinish {
-            state: login_state,
-            ke3: done.ke3,
-        })?;
-        let (ticket, mac) = match self.plain_mds(&finish)? {
-            MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
-            _ => return Err(self.bad(&address, "unexpected answer to login")),
-        };
-        let owner = Some(*done.export_secret.expose());
-        self.start_session(name, keys, &ticket, mac, done.session_key.as_slice(), owner)
+        Ok(Exchanged::Opaque(login_state, done))
     }
 
     /// The login from before OPAQUE (a MAC under the Argon2id key), for a user whose
@@ -332,11 +362,53 @@ impl Client {
         })
     }
 
-    /// Replaces the logged-in user's passphrase.
-    pub fn set_passphrase(&self, passphrase: &[u8], params: kdf::PassphraseParams) -> Result<()> {
+    /// Changes the logged-in user's passphrase from `current` to `new` (issue 40): the MDS
+    /// takes the change only with a proof of `current` made for this session (an OPAQUE
+    /// exchange not finished as a login), and then ends the user's other sessions. The key
+    /// stretching of both runs here; neither passphrase leaves this machine.
+    pub fn change_passphrase(
+        &self,
+        current: Credential<'_>,
+        new: &[u8],
+        params: kdf::PassphraseParams,
+    ) -> Result<()> {
         let name = self.user_name().ok_or(ClientError::NotLoggedIn)?;
-        let sealed = self.registration_upload(&name, passphrase, params)?;
-        self.expect_ok(MdsRequest::SetCredential {
+        self.ensure_session()?;
+        let session = self.session_id().ok_or(ClientError::NotLoggedIn)?;
+        let (signing_key, sealing_key) = login::passphrase_proof_keys(&session);
+        let mut nonce = [0u8; 16];
+        self.key_rng().fill_bytes(&mut nonce);
+        let (state, done) =
+            match self.opaque_exchange(&name, &current, signing_key, sealing_key, nonce)? {
+                Exchanged::Opaque(state, done) => (state, done),
+                Exchanged::Legacy { .. } => {
+                    return Err(ClientError::InvalidArgument(
+                        "this account still has a record from before OPAQUE: log in again, \
+                         which moves it, then change the passphrase"
+                            .into(),
+                    ))
+                }
+            };
+        let sealed = self.registration_upload(&name, new, params)?;
+        self.expect_ok(MdsRequest::ChangePassphrase {
+            state,
+            ke3: done.ke3,
+            params: params.into(),
+            sealed_upload: sealed,
+        })
+    }
+
+    /// Administrator: gives user `name` the passphrase `new` without the current one (a
+    /// forgotten passphrase). The MDS logs it and ends the user's sessions.
+    pub fn reset_passphrase(
+        &self,
+        name: &str,
+        new: &[u8],
+        params: kdf::PassphraseParams,
+    ) -> Result<()> {
+        let sealed = self.registration_upload(name, new, params)?;
+        self.expect_ok(MdsRequest::UserResetPassphrase {
+            name: name.into(),
             params: params.into(),
             sealed_upload: sealed,
         })

@@ -195,6 +195,11 @@ impl Client {
     /// encrypted (SPEC H3); asking for encryption where the cluster has no KDS is an
     /// error.
     pub(crate) fn seals_new_files(&self, encrypt: Option<bool>) -> Result<bool> {
+        if self.insecure_user.is_some() && encrypt == Some(true) {
+            return Err(ClientError::InvalidArgument(
+                "a NOSEC client encrypts nothing: --encrypt needs a logged-in user".into(),
+            ));
+        }
         if self.insecure_user.is_some() || encrypt == Some(false) {
             return Ok(false);
         }

@@ -218,6 +218,16 @@ impl Client {
         })
     }
 
+    /// This user's umask (issue 40): the permission bits the MDS clears from the mode of
+    /// every file and directory the user creates (077 unless changed: private); `set`
+    /// replaces it. Answers the umask in force.
+    pub fn umask(&self, set: Option<u16>) -> Result<u16> {
+        match self.mds_call(MdsRequest::Umask { set })? {
+            MdsResponse::Umask(u) => Ok(u),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// chown.
     pub fn chown(&self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
         self.forget_opens();

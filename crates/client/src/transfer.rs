@@ -118,7 +118,10 @@ impl Client {
     }
 
     /// Makes a just-opened empty file of this user encrypted when `encrypt` (or, for
-    /// `None`, the cluster default) asks for it.
+    /// `None`, the cluster default) asks for it. An explicit request for encryption
+    /// (`Some(true)`) that cannot be honoured (the file exists in clear with data, or
+    /// belongs to someone else) is an error before any data is written, never a silent
+    /// plaintext write (issue 40, item 5).
     pub(crate) fn encrypt_if_new(
         &self,
         path: &str,
@@ -126,10 +129,31 @@ impl Client {
         encrypt: Option<bool>,
     ) -> Result<()> {
         let pending = opened.stat.crypt.as_ref().is_some_and(|c| c.is_pending());
-        if (opened.stat.encrypted && !pending)
-            || opened.stat.size != 0
-            || self.insecure_user.is_some()
-        {
+        if opened.stat.encrypted && !pending {
+            return Ok(());
+        }
+        let mine = self.user_name().as_deref() == Some(opened.stat.owner.as_str());
+        if encrypt == Some(true) && !pending {
+            let why = if self.insecure_user.is_some() {
+                Some("a NOSEC client encrypts nothing".to_string())
+            } else if !mine {
+                Some(format!(
+                    "it exists unencrypted and belongs to {}",
+                    opened.stat.owner
+                ))
+            } else if opened.stat.size != 0 {
+                Some("it exists unencrypted and holds data".to_string())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(ClientError::InvalidArgument(format!(
+                    "{path}: cannot encrypt: {why}; encryption is chosen when a file is \
+                     created (write to a new path, or remove the file first)"
+                )));
+            }
+        }
+        if opened.stat.size != 0 || self.insecure_user.is_some() {
             return Ok(());
         }
         // A file created encrypted whose lockbox is still to come is encrypted whatever

@@ -21,6 +21,12 @@ pub fn blake3_keyed(key: &[u8; 32], parts: &[&[u8]]) -> Digest {
     *hasher.finalize().as_bytes()
 }
 
+/// BLAKE3 in its key-derivation mode: 32 bytes for `context` (a fixed, unique string)
+/// from `material`.
+pub fn derive_key(context: &str, material: &[u8]) -> Digest {
+    blake3::derive_key(context, material)
+}
+
 /// SHA-256 of the concatenation of `parts`.
 pub fn sha256(parts: &[&[u8]]) -> Digest {
     use sha2::Digest as _;

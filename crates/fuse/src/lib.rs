@@ -79,6 +79,7 @@ pub fn errno(e: &ClientError) -> Errno {
             ErrorCode::InvalidArgument | ErrorCode::Malformed => Errno::EINVAL,
             ErrorCode::TooLarge => Errno::EFBIG,
             ErrorCode::Busy | ErrorCode::NotReady => Errno::EAGAIN,
+            ErrorCode::ObjectDamaged => Errno::EIO,
             // Every other refusal is a security decision: permission, expiry,
             // revocation, a bad MAC or signature, a replay.
             _ => Errno::EACCES,
@@ -537,6 +538,7 @@ pub fn mount(
     client: Client,
     root: &str,
     mountpoint: &Path,
+    mounted: impl FnOnce(),
     mut stop: impl FnMut() -> bool,
 ) -> Result<(), FuseError> {
     let fs = MaatFs::new(client, root)?;
@@ -552,6 +554,7 @@ pub fn mount(
         source,
     };
     let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(failed)?;
+    mounted();
     loop {
         if session.guard.is_finished() {
             return session.join().map_err(failed);

@@ -126,10 +126,17 @@ impl<S: MetaStore> crate::Mds<S> {
         name: &str,
         paths: &[String],
     ) -> Result<MdsResponse> {
-        if name.is_empty() || name.len() > FILESET_NAME_MAX || name.contains('/') {
+        if name.is_empty()
+            || name.len() > FILESET_NAME_MAX
+            || name.contains('/')
+            || name.chars().any(char::is_control)
+        {
             return Err(refused(
                 ErrorCode::InvalidArgument,
-                format!("a file-set name is 1 to {FILESET_NAME_MAX} bytes, without '/'"),
+                format!(
+                    "a file-set name is 1 to {FILESET_NAME_MAX} bytes, without '/' or control \
+                     characters"
+                ),
             ));
         }
         if paths.len() > FILESET_FILES_MAX {

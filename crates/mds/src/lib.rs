@@ -46,7 +46,7 @@ use namespace::Removing;
 pub use namespace::FILE_BYTES_MAX;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 pub use store::{
     Batch, GroupRecord, Inode, KeyGrant, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
     UserCredential, UserRecord, DEFAULT_PARTITION,
@@ -130,6 +130,10 @@ pub struct MdsConfig {
     pub kds_keys: Option<maat_proto::msg::KdsKeys>,
     /// Whether clients encrypt new files by default (SPEC H3; needs `kds_keys`).
     pub encrypt_new_files: bool,
+    /// The umask a new user starts with (and the administrator, made at the first
+    /// start): permission bits cleared from every mode it creates (issue 40; 077 unless
+    /// the operator chose otherwise).
+    pub default_umask: u16,
 }
 
 #[derive(Default)]
@@ -147,6 +151,10 @@ struct Stats {
     /// SPEC M9: revocation lists signed for KDS catch-ups (each: the KDS's request
     /// verified, the list signed).
     kds_revocation_lists: AtomicU64,
+    /// Passphrases changed by their users (with the current one; issue 40).
+    passphrase_changes: AtomicU64,
+    /// Passphrases the administrator reset (logged by the daemon).
+    passphrase_resets: AtomicU64,
 }
 
 /// Sessions read from the store, so a request costs no database read (a cache: the
@@ -160,6 +168,8 @@ pub struct Principal {
     pub uid: u64,
     /// Primary and supplementary groups.
     pub gids: Vec<u64>,
+    /// Permission bits cleared from the modes of what the user creates.
+    pub umask: u16,
 }
 
 impl Principal {
@@ -208,7 +218,13 @@ pub struct Mds<S: MetaStore> {
     t10_wrap: maat_crypto::aead::BlockKey,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
+    /// Where the shell records administrative acts that bypass a user's own proof (a
+    /// passphrase reset); none: not recorded beyond the counters.
+    audit: Mutex<Option<Arc<AuditLog>>>,
 }
+
+/// The shell's record of an administrative act, as one line of text.
+pub type AuditLog = dyn Fn(&str) + Send + Sync;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -309,6 +325,7 @@ impl<S: MetaStore> Mds<S> {
                 credential: users::register_stored_key(&pake, "admin", admin_key, &counters, rng)?,
                 gid: ADMIN_GID,
                 groups: vec![],
+                umask: config.default_umask & 0o777,
             }));
             batch.push(Op::PutMeta("next_user".into(), 2u64.to_be_bytes().to_vec()));
             batch.push(Op::PutMeta(
@@ -354,6 +371,7 @@ impl<S: MetaStore> Mds<S> {
             pake,
             counters,
             stats: Stats::default(),
+            audit: Mutex::new(None),
             replay: Mutex::new(ReplayWindow::new(boot)),
             sessions: std::sync::RwLock::new(HashMap::new()),
             issuer: capabilities::Issuer::new(config.grouping),

@@ -33,6 +33,24 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a name an entry, user or group is created with: [`check_name`], and no control
+/// character (C0, DEL, C1: a newline or an escape sequence in a name fakes entries and
+/// drives terminals, issue 40). Names that exist already stay reachable: lookups check
+/// only [`check_name`], so such an entry can still be renamed or removed.
+pub(crate) fn check_new_name(name: &str) -> Result<()> {
+    check_name(name)?;
+    if name.chars().any(char::is_control) {
+        return Err(MdsError::refused(
+            ErrorCode::InvalidArgument,
+            format!(
+                "invalid name {name:?}: names may not hold control characters (newlines, \
+                 escapes)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Splits an absolute path into components.
 fn components(path: &str) -> Result<Vec<&str>> {
     if !path.starts_with('/') || path.len() > PATH_BYTES_MAX {
@@ -46,6 +64,34 @@ fn components(path: &str) -> Result<Vec<&str>> {
         check_name(p)?;
     }
     Ok(parts)
+}
+
+/// The mode bits an inode keeps: permissions, and setuid, setgid and sticky (stored and
+/// shown; only sticky is acted on, by [`sticky_allows`]).
+pub(crate) const MODE_BITS: u16 = 0o7777;
+
+/// The sticky bit of a directory.
+const STICKY: u16 = 0o1000;
+
+/// Issue 40, item 7: in a sticky directory (`/tmp`'s 1777) only the entry's owner, the
+/// directory's owner or the administrator may remove or rename the entry, whatever the
+/// directory's write bits allow.
+fn sticky_allows(who: &Principal, dir: &Inode, entry: &Inode) -> bool {
+    dir.mode & STICKY == 0 || who.is_admin() || who.uid == entry.uid || who.uid == dir.uid
+}
+
+/// [`sticky_allows`] as a refusal.
+fn require_sticky(who: &Principal, dir: &Inode, entry: &Inode, path: &str) -> Result<()> {
+    if sticky_allows(who, dir, entry) {
+        return Ok(());
+    }
+    Err(MdsError::refused(
+        ErrorCode::PermissionDenied,
+        format!(
+            "{path}: the directory is sticky: only the file's owner, the directory's owner \
+             or the administrator may remove or rename it"
+        ),
+    ))
 }
 
 fn allowed(who: &Principal, inode: &Inode, want: u16) -> bool {
@@ -69,7 +115,8 @@ pub(crate) fn fresh_inode(
     Inode {
         id,
         is_dir,
-        mode: mode & 0o777,
+        // The creator's umask clears permission bits only (issue 40: private by default).
+        mode: mode & MODE_BITS & !(who.umask & 0o777),
         uid: who.uid,
         gid,
         size: 0,
@@ -278,6 +325,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     }
                 }
                 None if last || parents => {
+                    check_new_name(part)?;
                     require(who, &current, WRITE | EXEC, path)?;
                     let dir =
                         self.new_inode(who, &current, true, mode, partition, now, &mut batch)?;
@@ -327,6 +375,7 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         let inode = self.load(id, path)?;
         require(who, &parent, WRITE | EXEC, path)?;
+        require_sticky(who, &parent, &inode, path)?;
         if directory {
             if !inode.is_dir {
                 return Err(MdsError::refused(
@@ -416,6 +465,7 @@ impl<S: MetaStore> crate::Mds<S> {
         if let Some(id) = self.store.lookup(parent.id, name)? {
             return self.load(id, path);
         }
+        check_new_name(name)?;
         require(who, &parent, WRITE | EXEC, path)?;
         let mut batch = Batch::default();
         let mut inode = self.new_inode(who, &parent, false, mode, None, now, &mut batch)?;
@@ -642,7 +692,9 @@ impl<S: MetaStore> crate::Mds<S> {
             .ok_or_else(|| no_such(from))?;
         let moving = self.load(id, from)?;
         require(who, &from_parent, WRITE | EXEC, from)?;
+        require_sticky(who, &from_parent, &moving, from)?;
         let (to_parent, to_name) = self.parent_of(who, to)?;
+        check_new_name(to_name)?;
         require(who, &to_parent, WRITE | EXEC, to)?;
         if moving.is_dir {
             // Refuse moving a directory under itself.
@@ -710,7 +762,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 "only the owner may chmod",
             ));
         }
-        inode.mode = mode & 0o777;
+        inode.mode = mode & MODE_BITS;
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
         self.acl_change(|| Ok(self.store.commit(batch)?))?;

@@ -151,7 +151,11 @@ impl<S: MetaStore> Mds<S> {
             .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, "user was removed"))?;
         let mut gids = vec![user.gid];
         gids.extend(user.groups.iter().copied());
-        Ok(Principal { uid, gids })
+        Ok(Principal {
+            uid,
+            gids,
+            umask: user.umask,
+        })
     }
 
     /// Handles a NOSEC request (benchmarks): the claimed user is believed and no
@@ -368,6 +372,18 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::GroupAdd { name } => self.group_add(who, &name),
             MdsRequest::GroupMemberAdd { group, user } => self.group_member_add(who, &group, &user),
             MdsRequest::GroupMemberRm { group, user } => self.group_member_rm(who, &group, &user),
+            MdsRequest::Umask { set } => self.umask(who, set),
+            MdsRequest::ChangePassphrase {
+                state,
+                ke3,
+                params,
+                sealed_upload,
+            } => self.change_passphrase(who, session, &state, &ke3, params, &sealed_upload, now),
+            MdsRequest::UserResetPassphrase {
+                name,
+                params,
+                sealed_upload,
+            } => self.user_reset_passphrase(who, &name, params, &sealed_upload),
             MdsRequest::Stats => Ok(MdsResponse::Stats(self.stats())),
             MdsRequest::PartitionCreate { name, protection } => {
                 self.partition_create(who, &name, protection)
@@ -480,6 +496,14 @@ impl<S: MetaStore> Mds<S> {
             (
                 "kds_revocation_lists".into(),
                 s.kds_revocation_lists.load(Ordering::Relaxed),
+            ),
+            (
+                "passphrase_changes".into(),
+                s.passphrase_changes.load(Ordering::Relaxed),
+            ),
+            (
+                "passphrase_resets".into(),
+                s.passphrase_resets.load(Ordering::Relaxed),
             ),
             (
                 "capability_cache_hits".into(),

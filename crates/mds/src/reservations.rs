@@ -252,6 +252,7 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         let _guard = lock(&self.write);
         let (parent, name) = self.parent_of(who, path)?;
+        crate::namespace::check_new_name(name)?;
         require(who, &parent, WRITE | EXEC, path)?;
         if self.store.lookup(parent.id, name)?.is_some() {
             return Err(MdsError::refused(

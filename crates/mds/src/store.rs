@@ -9,7 +9,7 @@
 use maat_proto::encrypted::FileCrypt;
 
 mod legacy;
-use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, PartitionV1};
+use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, PartitionV1, UserRecordV1};
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +20,7 @@ pub struct Inode {
     pub id: u64,
     /// Directory or regular file.
     pub is_dir: bool,
-    /// Permission bits (0o777 used).
+    /// Permission bits, setuid, setgid and sticky (`namespace::MODE_BITS`).
     pub mode: u16,
     /// Owner.
     pub uid: u64,
@@ -90,7 +90,15 @@ pub struct UserRecord {
     pub gid: u64,
     /// Supplementary groups.
     pub groups: Vec<u64>,
+    /// Permission bits cleared from the mode of everything the user creates (version 2;
+    /// [`DEFAULT_UMASK`] for records from before).
+    pub umask: u16,
 }
+
+/// The umask of a new user, and of every user whose record predates umasks (issue 40):
+/// new files 0600 and directories 0700, whatever mode the client asked for, until the
+/// user says otherwise (`maat umask`).
+pub const DEFAULT_UMASK: u16 = 0o077;
 
 /// What the MDS holds to check a user's login.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -350,9 +358,12 @@ record_v1!(crate::t10::T10Revocations, "T10 revocations");
 
 impl Record for UserRecord {
     const WHAT: &'static str = "user";
-    const VERSION: u8 = 1;
-    fn decode_version(_version: u8, body: &[u8]) -> Result<Self, StoreError> {
-        postcard_value(Self::WHAT, body)
+    const VERSION: u8 = 2;
+    fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
+        match version {
+            1 => Ok(postcard_value::<UserRecordV1>(Self::WHAT, body)?.into()),
+            _ => postcard_value(Self::WHAT, body),
+        }
     }
     fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
         postcard_body(self)
@@ -369,6 +380,7 @@ impl Record for UserRecord {
             },
             gid: v0.gid,
             groups: v0.groups,
+            umask: DEFAULT_UMASK,
         })
     }
 }
@@ -455,6 +467,45 @@ pub struct DurabilityCounts {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
+
+    #[test]
+    fn users_of_version_1_load_with_the_default_umask_and_v2_round_trips() {
+        let credential = UserCredential::Opaque {
+            record: vec![9; 4],
+            params: KdfParams {
+                memory_kib: 8,
+                iterations: 1,
+                lanes: 1,
+            },
+        };
+        // Version 1: id, name, credential, gid, groups.
+        let v1 = (
+            7u64,
+            "alice".to_string(),
+            credential.clone(),
+            8u64,
+            vec![9u64],
+        );
+        let mut bytes = vec![1u8];
+        bytes.extend(postcard::to_stdvec(&v1).unwrap());
+        let user = UserRecord::decode(&bytes).unwrap();
+        let expected = UserRecord {
+            id: 7,
+            name: "alice".into(),
+            credential,
+            gid: 8,
+            groups: vec![9],
+            umask: DEFAULT_UMASK,
+        };
+        assert_eq!(user, expected);
+        let shared = UserRecord {
+            umask: 0o022,
+            ..expected
+        };
+        let encoded = shared.encode().unwrap();
+        assert_eq!(encoded.first(), Some(&2u8));
+        assert_eq!(UserRecord::decode(&encoded).unwrap(), shared);
+    }
 
     #[test]
     fn inodes_of_every_earlier_version_load_and_v5_round_trips() {

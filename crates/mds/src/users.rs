@@ -230,16 +230,38 @@ impl<S: MetaStore> Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsPlainResponse> {
+        let (state, session, user) = self.check_login_proof(state, ke3, now)?;
+        self.issue_ticket(
+            &user,
+            state.signing_key,
+            state.sealing_key,
+            session.as_slice(),
+            state.started,
+            state.nonce,
+            now,
+            rng,
+        )
+    }
+
+    /// The second half of an OPAQUE login: the sealed state opened and in time, KE3
+    /// checked against it, the user's record an OPAQUE one. Answers the state, the OPAQUE
+    /// session key and the user; any failure is the one `AuthenticationFailed`.
+    fn check_login_proof(
+        &self,
+        state: &[u8],
+        ke3: &[u8],
+        now: UnixMillis,
+    ) -> Result<(LoginState, Zeroizing<Vec<u8>>, UserRecord)> {
         let opened = Zeroizing::new(
             self.sealing
                 .open(LOGIN_STATE_SEAL_CONTEXT, b"", state)
                 .map_err(|_| failed())?,
         );
-        let state: LoginState = msg::decode(&opened).map_err(|_| failed())?;
+        let mut state: LoginState = msg::decode(&opened).map_err(|_| failed())?;
         if state.version != LOGIN_STATE_VERSION {
             return Err(failed());
         }
-        let server = Zeroizing::new(state.server);
+        let server = Zeroizing::new(std::mem::take(&mut state.server));
         if state.started.saturating_add(LOGIN_STATE_LIFETIME_MILLIS) <= now.0 {
             return Err(MdsError::refused(
                 ErrorCode::AuthenticationFailed,
@@ -258,16 +280,7 @@ impl<S: MetaStore> Mds<S> {
             Some(u) if matches!(u.credential, UserCredential::Opaque { .. }) => u,
             _ => return Err(failed()),
         };
-        self.issue_ticket(
-            &user,
-            state.signing_key,
-            state.sealing_key,
-            session.as_slice(),
-            state.started,
-            state.nonce,
-            now,
-            rng,
-        )
+        Ok((state, Zeroizing::new(session.as_slice().to_vec()), user))
     }
 
     // ---------------------------------------------------------------- legacy login
@@ -467,8 +480,10 @@ impl<S: MetaStore> Mds<S> {
         Ok(UserCredential::Opaque { record, params })
     }
 
-    /// The caller replaces their own credential (a passphrase change, or the move of a
-    /// legacy record to OPAQUE right after a legacy login).
+    /// The caller moves their own legacy record to OPAQUE, right after a legacy login.
+    /// Nothing else: a passphrase change proves the current passphrase
+    /// ([`Mds::change_passphrase`]); before issue 40 this replaced any record, so a stolen
+    /// session became a permanent account takeover.
     pub(crate) fn set_credential(
         &self,
         who: &Principal,
@@ -481,11 +496,139 @@ impl<S: MetaStore> Mds<S> {
             .store
             .user(who.uid)?
             .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, "user was removed"))?;
+        if !matches!(user.credential, UserCredential::Legacy { .. }) {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                "changing a passphrase needs the current one (maat passwd); an administrator \
+                 resets a forgotten one (maat admin user reset)",
+            ));
+        }
         user.credential = self.opaque_credential(&user.name, params, sealed_upload)?;
         let mut batch = Batch::default();
         batch.push(Op::PutUser(user));
         self.store.commit(batch)?;
         Ok(MdsResponse::Ok)
+    }
+
+    /// `ChangePassphrase` (issue 40): the caller proves the current passphrase with an
+    /// OPAQUE exchange made for this session (its keys are
+    /// `login::passphrase_proof_keys(session)`, so neither a login's exchange, captured
+    /// on the wire, nor a proof made in another session is taken), once (its nonce goes
+    /// into the login replay window), and only for themselves; then the new credential
+    /// replaces the old and the caller's other MDS sessions end.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn change_passphrase(
+        &self,
+        who: &Principal,
+        session: Option<&[u8; 16]>,
+        state: &[u8],
+        ke3: &[u8],
+        params: KdfParams,
+        sealed_upload: &[u8],
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let session = session.ok_or_else(|| {
+            MdsError::refused(
+                ErrorCode::PermissionDenied,
+                "a passphrase change needs a login session",
+            )
+        })?;
+        let (proof, _, user) = self.check_login_proof(state, ke3, now)?;
+        let (signing_key, sealing_key) = maat_proto::login::passphrase_proof_keys(session);
+        if !maat_crypto::ct_eq(&proof.signing_key, &signing_key)
+            || !maat_crypto::ct_eq(&proof.sealing_key, &sealing_key)
+        {
+            return Err(MdsError::refused(
+                ErrorCode::AuthenticationFailed,
+                "the proof of the current passphrase was not made for this session",
+            ));
+        }
+        if user.id != who.uid {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                "a proof of another user's passphrase",
+            ));
+        }
+        let mut sid = [0u8; 16];
+        if let Some(s) = sid.get_mut(..8) {
+            s.copy_from_slice(&user.id.to_be_bytes());
+        }
+        self.fresh(&sid, &proof.nonce, UnixMillis(proof.started), now)?;
+        check_params(params, who.is_admin())?;
+        let credential = self.opaque_credential(&user.name, params, sealed_upload)?;
+        self.replace_credential(who.uid, credential, Some(session))?;
+        self.stats
+            .passphrase_changes
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(MdsResponse::Ok)
+    }
+
+    /// `UserResetPassphrase` (issue 40): the administrator gives `name` a new passphrase
+    /// without the current one; every session of the user ends, and the reset is counted
+    /// (`passphrase_resets`) for the daemon to log.
+    pub(crate) fn user_reset_passphrase(
+        &self,
+        who: &Principal,
+        name: &str,
+        params: KdfParams,
+        sealed_upload: &[u8],
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        check_params(params, false)?;
+        let user = self
+            .store
+            .user_by_name(name)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, name.to_string()))?;
+        let credential = self.opaque_credential(name, params, sealed_upload)?;
+        self.replace_credential(user.id, credential, None)?;
+        self.stats.passphrase_resets.fetch_add(1, Ordering::Relaxed);
+        if let Some(log) = lock(&self.audit).clone() {
+            log(&format!(
+                "the administrator reset the passphrase of user {name} (id {}); its sessions ended",
+                user.id
+            ));
+        }
+        Ok(MdsResponse::Ok)
+    }
+
+    /// Where administrative acts that bypass a user's own proof are recorded (the daemon
+    /// logs them).
+    pub fn set_audit_log(&self, log: Arc<AuditLog>) {
+        *lock(&self.audit) = Some(log);
+    }
+
+    /// Stores `credential` as user `uid`'s and ends every MDS session of the user but
+    /// `keep`, in one commit.
+    fn replace_credential(
+        &self,
+        uid: u64,
+        credential: UserCredential,
+        keep: Option<&[u8; 16]>,
+    ) -> Result<()> {
+        let _guard = lock(&self.write);
+        let mut user = self
+            .store
+            .user(uid)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, "user was removed"))?;
+        user.credential = credential;
+        let mut batch = Batch::default();
+        batch.push(Op::PutUser(user));
+        let ended: Vec<[u8; 16]> = self
+            .store
+            .sessions()?
+            .into_iter()
+            .filter(|(id, s)| s.user == uid && Some(id) != keep)
+            .map(|(id, _)| id)
+            .collect();
+        for id in &ended {
+            batch.push(Op::DeleteSession(*id));
+        }
+        self.store.commit(batch)?;
+        let mut sessions = crate::write_lock(&self.sessions);
+        for id in &ended {
+            sessions.remove(id);
+        }
+        Ok(())
     }
 
     // ---------------------------------------------------------------- administration
@@ -500,7 +643,7 @@ impl<S: MetaStore> Mds<S> {
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
-        namespace::check_name(name)?;
+        namespace::check_new_name(name)?;
         check_params(params, false)?;
         let credential = self.opaque_credential(name, params, sealed_upload)?;
         let _guard = lock(&self.write);
@@ -539,15 +682,26 @@ impl<S: MetaStore> Mds<S> {
             credential,
             gid,
             groups: gids,
+            umask: self.config.default_umask & 0o777,
         }));
-        // A home directory the user owns: /home/NAME.
-        let home = ROOT_INODE + 1;
-        if self.store.lookup(home, name)?.is_none() {
+        // A home directory the user owns: /home/NAME, 0755 under the user's umask (0700
+        // with the default 077, issue 40). `/home` is found by name (an administrator may
+        // have removed or replaced it: then the user has no home, rather than an entry
+        // under a directory nobody reaches).
+        let home = match self.store.lookup(ROOT_INODE, "home")? {
+            Some(id) => self.store.inode(id)?.filter(|i| i.is_dir).map(|i| i.id),
+            None => None,
+        };
+        let home = match home {
+            Some(h) if self.store.lookup(h, name)?.is_none() => Some(h),
+            _ => None,
+        };
+        if let Some(home) = home {
             let ino = self.next_id("next_inode", &mut batch)?;
             batch.push(Op::PutInode(Inode {
                 id: ino,
                 is_dir: true,
-                mode: 0o755,
+                mode: 0o755 & !(self.config.default_umask & 0o777),
                 uid,
                 gid,
                 size: 0,
@@ -564,6 +718,29 @@ impl<S: MetaStore> Mds<S> {
         }
         self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
+    }
+
+    /// `Umask`: reads, or sets, the caller's own umask (issue 40).
+    pub(crate) fn umask(&self, who: &Principal, set: Option<u16>) -> Result<MdsResponse> {
+        let Some(umask) = set else {
+            return Ok(MdsResponse::Umask(who.umask));
+        };
+        if umask > 0o777 {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!("umask {umask:o}: at most 777 (the permission bits cleared)"),
+            ));
+        }
+        let _guard = lock(&self.write);
+        let mut user = self
+            .store
+            .user(who.uid)?
+            .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, "user was removed"))?;
+        user.umask = umask;
+        let mut batch = Batch::default();
+        batch.push(Op::PutUser(user));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::Umask(umask))
     }
 
     pub(crate) fn user_rm(&self, who: &Principal, name: &str) -> Result<MdsResponse> {
@@ -590,7 +767,7 @@ impl<S: MetaStore> Mds<S> {
 
     pub(crate) fn group_add(&self, who: &Principal, name: &str) -> Result<MdsResponse> {
         require_admin(who)?;
-        namespace::check_name(name)?;
+        namespace::check_new_name(name)?;
         let _guard = lock(&self.write);
         if self.store.group_by_name(name)?.is_some() {
             return Err(MdsError::refused(

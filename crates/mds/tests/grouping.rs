@@ -64,6 +64,8 @@ fn mds_predicting(
             kds: Vec::new(),
             kds_keys: None,
             encrypt_new_files: false,
+            // These tests ask for the modes they mean.
+            default_umask: 0,
         },
         MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
         &[0xad; 32],
@@ -97,6 +99,8 @@ fn seed_users(store: &MemStore, users: &[(u64, Vec<u64>)]) {
             },
             gid: *gid,
             groups: groups.clone(),
+            // The property models the modes asked for.
+            umask: 0,
         }));
     }
     MetaStore::commit(&store, batch).unwrap();

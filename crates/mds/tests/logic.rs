@@ -30,6 +30,8 @@ fn config(ticket_millis: u64) -> MdsConfig {
         kds: Vec::new(),
         kds_keys: None,
         encrypt_new_files: false,
+        // These tests ask for the modes they mean.
+        default_umask: 0,
         ticket_lifetime_millis: ticket_millis,
         capability_lifetime_millis: 300_000,
         danger_allow_insecure: false,
@@ -61,6 +63,39 @@ fn secrets() -> MdsSecrets {
     MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99))
 }
 
+/// The first three messages of an OPAQUE login for `name` with `password` whose ticket
+/// would name `keys`: the MDS's sealed state and KE3 (garbage when the client cannot
+/// finish: the MDS must refuse it), and the client's OPAQUE session key.
+fn opaque_exchange(
+    mds: &Mds<&MemStore>,
+    name: &str,
+    password: &[u8],
+    keys: ([u8; 32], [u8; 32]),
+    nonce: [u8; 16],
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> (Vec<u8>, Vec<u8>, Option<pake::SessionKey>) {
+    let (state, ke1) = pake::client_login_start(password, rng).unwrap();
+    let answer = start_with_cookie(mds, name, ke1, keys, nonce, now, rng);
+    let (ke2, login_state) = match answer.unwrap() {
+        MdsPlainResponse::OpaqueLoginChallenge { ke2, state, .. } => (ke2, state),
+        other => panic!("{other:?}"),
+    };
+    let context = login::opaque_login_context(name, &keys.0, &keys.1, &nonce);
+    let counters = maat_crypto::OpCounters::new_handle();
+    match state.finish(
+        password,
+        &ke2,
+        &context,
+        login::KEY_CREDENTIAL_PARAMS,
+        &counters,
+        rng,
+    ) {
+        Ok(done) => (login_state, done.ke3, Some(done.session_key)),
+        Err(_) => (login_state, vec![0u8; 64], None),
+    }
+}
+
 /// Runs an OPAQUE login for `name` with `password` against `mds`; the answer to KE3.
 fn opaque_login(
     mds: &Mds<&MemStore>,
@@ -73,28 +108,10 @@ fn opaque_login(
     Option<pake::SessionKey>,
     [u8; 16],
 ) {
-    let nonce = [3u8; 16];
-    let (sk, xk) = ([1u8; 32], [2u8; 32]);
-    let (state, ke1) = pake::client_login_start(password, rng).unwrap();
-    let answer = start_with_cookie(mds, name, ke1, (sk, xk), nonce, now, rng);
-    let (ke2, login_state) = match answer.unwrap() {
-        MdsPlainResponse::OpaqueLoginChallenge { ke2, state, .. } => (ke2, state),
-        other => panic!("{other:?}"),
-    };
-    let context = login::opaque_login_context(name, &sk, &xk, &nonce);
-    let counters = maat_crypto::OpCounters::new_handle();
-    let (ke3, key) = match state.finish(
-        password,
-        &ke2,
-        &context,
-        login::KEY_CREDENTIAL_PARAMS,
-        &counters,
-        rng,
-    ) {
-        Ok(done) => (done.ke3, Some(done.session_key)),
-        // A client that cannot finish still sends something: the MDS must refuse it.
-        Err(_) => (vec![0u8; 64], None),
-    };
+    // One nonce per moment: logins at different times are different logins.
+    let nonce = (u128::from(now) << 8 | 3).to_be_bytes();
+    let (login_state, ke3, key) =
+        opaque_exchange(mds, name, password, ([1u8; 32], [2u8; 32]), nonce, now, rng);
     let req = msg::encode(&MdsPlainRequest::OpaqueLoginFinish {
         state: login_state,
         ke3,
@@ -528,4 +545,187 @@ fn a_stolen_store_does_not_log_in() {
     // The real key still works (the test can fail).
     let (answer, _, _) = opaque_login(&mds, "admin", &ADMIN_KEY, now, &mut rng);
     assert!(matches!(answer, Ok(MdsPlainResponse::LoginOk { .. })));
+}
+
+/// The OPAQUE registration of `password` for `name`, sealed to `mds`, through `session`.
+fn registration(
+    mds: &Mds<&MemStore>,
+    session: &([u8; 16], maat_crypto::mac::Blake3Mac),
+    name: &str,
+    password: &[u8],
+    now: u64,
+    rng: &mut ChaCha20Rng,
+) -> Vec<u8> {
+    let (state, request) = pake::client_registration_start(password, rng).unwrap();
+    let response = match call(
+        mds,
+        session,
+        MdsRequest::RegisterStart {
+            name: name.into(),
+            request,
+        },
+        now,
+        0x70,
+        rng,
+    )
+    .unwrap()
+    {
+        MdsResponse::RegistrationResponse { response } => response,
+        other => panic!("{other:?}"),
+    };
+    let counters = maat_crypto::OpCounters::new_handle();
+    let (upload, _) = state
+        .finish(
+            password,
+            &response,
+            login::KEY_CREDENTIAL_PARAMS,
+            &counters,
+            rng,
+        )
+        .unwrap();
+    login::seal_registration_upload(&mds.sealing_public_key(), name, &upload, rng).unwrap()
+}
+
+/// Issue 40, item 8: `SetCredential` replaced a passphrase without the current one, so a
+/// stolen session became a permanent account takeover. A change now proves the current
+/// passphrase with an OPAQUE exchange made for the session that asks, once; the old
+/// request moves only records from before OPAQUE.
+#[test]
+fn a_passphrase_changes_only_with_a_fresh_proof_of_the_current_one_for_this_session() {
+    let store = MemStore::default();
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    let mds = open_mds(&store, 3_600_000, T0, &mut rng);
+    let now = T0 + 1000;
+    let session = admin_login(&mds, now, &mut rng);
+    let other_session = admin_login(&mds, now + 1, &mut rng);
+    let params: msg::KdfParams = login::KEY_CREDENTIAL_PARAMS.into();
+    let new_key = [0x4e; 32];
+    let upload = registration(&mds, &session, "admin", &new_key, now, &mut rng);
+    let change = |state: Vec<u8>, ke3: Vec<u8>, nonce: u8, rng: &mut ChaCha20Rng| {
+        call(
+            &mds,
+            &session,
+            MdsRequest::ChangePassphrase {
+                state,
+                ke3,
+                params,
+                sealed_upload: upload.clone(),
+            },
+            now + 10,
+            nonce,
+            rng,
+        )
+    };
+    let refused = |r: Result<MdsResponse, WireError>, code: ErrorCode, what: &str| {
+        assert_eq!(r.unwrap_err().code, code, "{what}");
+    };
+    // The old request, as anyone holding a session would send it: refused.
+    refused(
+        call(
+            &mds,
+            &session,
+            MdsRequest::SetCredential {
+                params,
+                sealed_upload: upload.clone(),
+            },
+            now + 5,
+            0x71,
+            &mut rng,
+        ),
+        ErrorCode::PermissionDenied,
+        "SetCredential for an OPAQUE record",
+    );
+    let proof_keys = login::passphrase_proof_keys(&session.0);
+    // A proof with the wrong current passphrase.
+    let (state, ke3, _) = opaque_exchange(
+        &mds,
+        "admin",
+        &[0x55; 32],
+        proof_keys,
+        [0x21; 16],
+        now,
+        &mut rng,
+    );
+    refused(
+        change(state, ke3, 0x72, &mut rng),
+        ErrorCode::AuthenticationFailed,
+        "wrong passphrase",
+    );
+    // A login's exchange (as captured on the wire): its keys are a login's.
+    let (state, ke3, _) = opaque_exchange(
+        &mds,
+        "admin",
+        &ADMIN_KEY,
+        ([1; 32], [2; 32]),
+        [0x22; 16],
+        now,
+        &mut rng,
+    );
+    refused(
+        change(state, ke3, 0x73, &mut rng),
+        ErrorCode::AuthenticationFailed,
+        "a login's exchange",
+    );
+    // A proof made for another session.
+    let (state, ke3, _) = opaque_exchange(
+        &mds,
+        "admin",
+        &ADMIN_KEY,
+        login::passphrase_proof_keys(&other_session.0),
+        [0x23; 16],
+        now,
+        &mut rng,
+    );
+    refused(
+        change(state, ke3, 0x74, &mut rng),
+        ErrorCode::AuthenticationFailed,
+        "another session's proof",
+    );
+    // A proof for this session, made too long ago.
+    let (state, ke3, _) = opaque_exchange(
+        &mds,
+        "admin",
+        &ADMIN_KEY,
+        proof_keys,
+        [0x24; 16],
+        now - 120_000,
+        &mut rng,
+    );
+    refused(
+        change(state, ke3, 0x75, &mut rng),
+        ErrorCode::AuthenticationFailed,
+        "an old proof",
+    );
+    // The right proof: the change is made, once.
+    let (state, ke3, _) = opaque_exchange(
+        &mds, "admin", &ADMIN_KEY, proof_keys, [0x25; 16], now, &mut rng,
+    );
+    assert!(matches!(
+        change(state.clone(), ke3.clone(), 0x76, &mut rng),
+        Ok(MdsResponse::Ok)
+    ));
+    refused(
+        change(state, ke3, 0x77, &mut rng),
+        ErrorCode::ReplayedRequest,
+        "the same proof again",
+    );
+    // The old key no longer logs in, the new one does; the other session has ended.
+    let (answer, _, _) = opaque_login(&mds, "admin", &ADMIN_KEY, now + 20, &mut rng);
+    assert_eq!(answer.unwrap_err().code, ErrorCode::AuthenticationFailed);
+    let (answer, _, _) = opaque_login(&mds, "admin", &new_key, now + 21, &mut rng);
+    assert!(matches!(answer, Ok(MdsPlainResponse::LoginOk { .. })));
+    let e = call(
+        &mds,
+        &other_session,
+        MdsRequest::Stats,
+        now + 22,
+        0x78,
+        &mut rng,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::UnknownSession, "{e:?}");
+    assert!(matches!(
+        call(&mds, &session, MdsRequest::Stats, now + 23, 0x79, &mut rng),
+        Ok(MdsResponse::Stats(_))
+    ));
 }

@@ -10,17 +10,14 @@
 )]
 
 mod common;
-use common::MemStore;
+use common::{add_users, call, mds, MemStore, JOIN, LIFETIME, T0};
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::Secret32;
-use maat_mds::grouping::GroupingConfig;
-use maat_mds::store::{Batch, MetaStore, Op, UserCredential, UserRecord};
-use maat_mds::{Mds, MdsConfig, MdsSecrets, ADMIN_UID};
+use maat_mds::{Mds, ADMIN_UID};
 use maat_proto::capability::Capability;
 use maat_proto::msg::{
-    self, Access, ErrorCode, KdfParams, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse,
-    WireError,
+    self, Access, ErrorCode, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, WireError,
 };
 use maat_proto::renewal::RenewalToken;
 use maat_proto::revocation::{revocations_mac, revocations_request_mac, RevocationNotice};
@@ -28,67 +25,6 @@ use maat_proto::signed::Unverified;
 use maat_proto::{CapabilityId, UnixMillis};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-
-const T0: u64 = 1_795_305_600_000;
-const LIFETIME: u64 = 10_000;
-const JOIN: [u8; 32] = [0x10; 32];
-
-fn mds(store: &MemStore) -> Mds<&MemStore> {
-    Mds::open(
-        store,
-        MdsConfig {
-            ticket_lifetime_millis: 3_600_000,
-            capability_lifetime_millis: LIFETIME,
-            danger_allow_insecure: false,
-            join_key: JOIN,
-            default_protection: maat_proto::protection::Protection::AllData,
-            grouping: GroupingConfig::default(),
-            kds: Vec::new(),
-            kds_keys: None,
-            encrypt_new_files: false,
-        },
-        MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
-        &[0xad; 32],
-        UnixMillis(T0),
-        &mut ChaCha20Rng::seed_from_u64(7),
-    )
-    .unwrap()
-}
-
-fn add_users(store: &MemStore, names: &[&str]) {
-    let mut batch = Batch::default();
-    for (i, name) in names.iter().enumerate() {
-        batch.push(Op::PutUser(UserRecord {
-            id: 100 + i as u64,
-            name: (*name).into(),
-            credential: UserCredential::Opaque {
-                record: Vec::new(),
-                params: KdfParams {
-                    memory_kib: 8,
-                    iterations: 1,
-                    lanes: 1,
-                },
-            },
-            gid: 10,
-            groups: vec![],
-        }));
-    }
-    store.commit(batch).unwrap();
-}
-
-fn call(
-    mds: &Mds<&MemStore>,
-    uid: u64,
-    request: MdsRequest,
-    now: u64,
-) -> Result<MdsResponse, WireError> {
-    mds.dispatch_as(
-        uid,
-        request,
-        UnixMillis(now),
-        &mut ChaCha20Rng::seed_from_u64(now),
-    )
-}
 
 fn open(
     mds: &Mds<&MemStore>,

@@ -57,6 +57,9 @@ pub enum StoreError {
     /// The store failed.
     #[error("object store I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The object's bytes are not the ones written (changed on disk since).
+    #[error("the stored object fails its check: {0}")]
+    Damaged(String),
 }
 
 /// Proof that a data command passed every check for this object and mode.
@@ -287,6 +290,7 @@ fn store_refusal(e: StoreError) -> WireError {
         StoreError::NotFound => refuse(ErrorCode::NoSuchObject, ""),
         StoreError::Partition(why) => refuse(ErrorCode::InvalidArgument, why),
         StoreError::Io(e) => refuse(ErrorCode::Internal, e.to_string()),
+        StoreError::Damaged(why) => refuse(ErrorCode::ObjectDamaged, why),
     }
 }
 

@@ -70,6 +70,18 @@ pub fn opaque_login_context(
     out
 }
 
+/// The OPAQUE keys a passphrase proof (issue 40, `MdsRequest::ChangePassphrase`) carries
+/// in place of a login's signing and sealing keys: derived from the MDS session the proof
+/// is for, so that the MDS takes it only in that session, and no login's exchange (whose
+/// keys are real ones) is taken as a proof. `(signing_key, sealing_key)`.
+pub fn passphrase_proof_keys(session_id: &[u8; 16]) -> ([u8; 32], [u8; 32]) {
+    let derive = |context: &str| maat_crypto::hash::derive_key(context, session_id);
+    (
+        derive("maat 2026-11-26 passphrase proof signing key v1"),
+        derive("maat 2026-11-26 passphrase proof sealing key v1"),
+    )
+}
+
 /// The fields an OSD registration MAC covers, in order.
 pub fn register_mac_parts(
     id: u64,

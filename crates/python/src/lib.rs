@@ -271,6 +271,13 @@ impl NativeClient {
         with_client(py, &self.inner, move |c| c.chmod(&path, mode))
     }
 
+    /// This user's umask (issue 40), replaced when `set` is given; answers the one in
+    /// force.
+    #[pyo3(signature = (set=None))]
+    fn umask(&self, py: Python<'_>, set: Option<u16>) -> PyResult<u16> {
+        with_client(py, &self.inner, move |c| c.umask(set))
+    }
+
     /// Sets owner and/or group (by name).
     #[pyo3(signature = (path, owner=None, group=None))]
     fn chown(

@@ -137,8 +137,17 @@ def test_security_failures_raise_the_security_error_family(cluster, admin, uniqu
         carol.stat("/")
 
     carol.login("pycarol", "pycarol passphrase")
+    # What a user makes is private by default (umask 077, issue 40); shared by chmod.
+    assert admin.umask() == 0o077
     admin.mkdir(unique)
+    admin.write_bytes(f"{unique}/private", b"the administrator's")
     admin.write_bytes(f"{unique}/shared", b"readable by all")
+    with pytest.raises(PermissionError):
+        carol.read_bytes(f"{unique}/private")
+    admin.chmod(unique, 0o755)
+    admin.chmod(f"{unique}/shared", 0o644)
+    with pytest.raises(PermissionError):
+        carol.read_bytes(f"{unique}/private")
     assert carol.read_bytes(f"{unique}/shared") == b"readable by all"
     cluster.maat(cluster.admin_home, "admin", "revoke", "--user", "pycarol")
     with pytest.raises(maat.RevokedError) as e:

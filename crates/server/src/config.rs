@@ -82,6 +82,10 @@ pub struct MdsFileConfig {
     /// Off, each is written and fsynced alone under the MDS's write lock.
     #[serde(default = "default_true")]
     pub group_commit: bool,
+    /// The umask new users start with, in octal (`"077"` when unset: what they create is
+    /// theirs alone until they run `maat umask`; issue 40).
+    #[serde(default)]
+    pub default_umask: Option<String>,
 }
 
 /// `maat kds --config FILE`: a key distribution server (SPEC H4). It keeps no state: the
@@ -206,6 +210,20 @@ impl MdsFileConfig {
                     ),
                 }
             }),
+        }
+    }
+
+    /// The umask new users start with ([`maat_mds::store::DEFAULT_UMASK`] when unset).
+    pub fn default_umask(&self) -> Result<u16, ServerError> {
+        match &self.default_umask {
+            None => Ok(maat_mds::store::DEFAULT_UMASK),
+            Some(text) => u16::from_str_radix(text.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| ServerError::Config {
+                    path: "mds config".into(),
+                    reason: format!("default_umask = {text:?}: expected octal bits like \"077\""),
+                }),
         }
     }
 

@@ -24,12 +24,21 @@ pub use crate::limits::REVOCATION_POLL;
 
 pub use crate::limits::T10_MAINTENANCE;
 
-/// One plain frame to a daemon at `address` and the payload of its answer.
+/// One plain frame to a daemon at `address` and the payload of its answer. A refusal of
+/// the frame itself (`Busy`, a bad frame) is an error that says so, never a payload to
+/// decode as the answer (before issue 40 a busy MDS showed as "does not decode").
 fn plain_bytes(env: &Env, address: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
-    env.connect(address)
+    let (t, answer) = env
+        .connect(address)
         .call(FrameType::Plain, payload)
-        .map(|(_, answer)| answer)
-        .map_err(|e| format!("{address} unreachable: {e}"))
+        .map_err(|e| format!("{address} unreachable: {e}"))?;
+    if t == FrameType::Refusal {
+        return Err(match msg::decode::<WireError>(&answer) {
+            Ok(e) => format!("{address} refused: {e}"),
+            Err(_) => format!("{address} refused the frame"),
+        });
+    }
+    Ok(answer)
 }
 
 /// One plain message to a daemon at `address` and its answer (`Result<A, WireError>`
@@ -195,5 +204,52 @@ pub(crate) fn revocation_loop(
             std::thread::sleep(step);
             waited += step;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::serve::{ServeLimits, ServeStats};
+    use std::net::TcpListener;
+    use std::sync::Arc;
+
+    /// Issue 40: a catch-up refused `Busy` by a full MDS was logged as "malformed message:
+    /// does not decode"; it says what the MDS said.
+    #[test]
+    fn a_refused_frame_is_reported_as_the_refusal() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = crate::Shutdown::new();
+        let s = shutdown.clone();
+        // No room at all: every connection is refused `Busy` at once.
+        let limits = ServeLimits {
+            connections_max: 0,
+            ..ServeLimits::default()
+        };
+        let handler: Arc<crate::Handler> = Arc::new(|_: &[u8], t, p: &[u8]| (t, p.to_vec()).into());
+        std::thread::spawn(move || {
+            crate::serve::serve(
+                listener,
+                handler,
+                &s,
+                "mds",
+                limits,
+                Arc::new(ServeStats::default()),
+            )
+        });
+        let e = plain_call::<_, MdsPlainResponse>(
+            &Env::system(),
+            &addr,
+            &MdsPlainRequest::LoginStart { name: "x".into() },
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("refused") && e.contains("connections open"),
+            "{e}"
+        );
+        assert!(!e.contains("does not decode"), "{e}");
+        shutdown.trigger();
     }
 }

@@ -2,9 +2,9 @@
 //! (`maat-mds`, `maat-osd`) what to do, and keep state on disk (redb for the MDS, files with
 //! fsync for OSDs).
 //!
-//! Concurrency is one thread per connection (bounded by [`CONNECTIONS_MAX`]); the logic
-//! crates are `Sync` and lock internally. See docs/ARCHITECTURE.md for why threads and not
-//! tokio here.
+//! Concurrency: one thread holds every idle connection in an epoll set (up to
+//! [`CONNECTIONS_MAX`]) and threads serve the busy ones; the logic crates are `Sync` and
+//! lock internally. See docs/ARCHITECTURE.md ("Connections") for why this shape.
 
 pub mod limits;
 
@@ -33,7 +33,10 @@ use listen::bind;
 pub use log::{init_logging, LOG_ENV};
 pub use mds_daemon::{mds_handler, open_mds, run_mds, MDS_KEY_FILES};
 pub use osd_daemon::{open_osd, run_osd, OsdNode, T10_KEY_FILE};
-pub use serve::{Answer, Handler, Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX};
+pub use serve::{
+    Answer, Handler, ServeLimits, ServeStats, Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX,
+};
+pub use shell::open_files_limit;
 
 use maat_proto::msg::{self, WireError};
 use maat_proto::wire::FrameType;

@@ -118,6 +118,7 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
             .collect(),
         kds_keys: config.kds_keys()?,
         encrypt_new_files: config.encrypt_new_files,
+        default_umask: config.default_umask()?,
     };
     let mds =
         env.with_rng(|mut rng| Mds::open(store, mds_config, secrets, &admin_key, boot, &mut rng))?;
@@ -137,6 +138,10 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
     mds.set_revocation_pusher(Arc::new(move |notice, osds| {
         control::push_revocation(&pusher_env, notice, osds, &kds_addresses)
     }));
+    // Administrative acts that bypass a user's own proof go to the log (issue 40).
+    mds.set_audit_log(Arc::new(
+        |event| tracing::warn!(target: "maat::audit", "{event}"),
+    ));
     // SPEC T3: key commands to OSDs, on demand and from the maintenance thread.
     let t10_env = env.clone();
     mds.set_t10_channel(Arc::new(move |osd, request| {

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,10 +27,14 @@ use std::time::Duration;
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5,
 ];
-use crate::limits::REQUEST_BYTES_MAX;
+use crate::limits::{METRICS_REQUEST_TIME, METRICS_SCRAPES_MAX, REQUEST_BYTES_MAX};
 
 /// Counters that are levels, not totals.
-const GAUGES: [&str; 7] = [
+const GAUGES: [&str; 11] = [
+    "connections_open",
+    "workers",
+    "workers_busy",
+    "buffered_bytes",
     "trees_cached",
     "replay_streams",
     "job_keys",
@@ -165,11 +170,18 @@ fn answer(
     source: &(dyn Fn() -> DaemonStats + Send + Sync),
     latencies: &Latencies,
 ) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    // One deadline for the whole request, not one per read: a scraper that trickles its
+    // request a byte at a time is cut off with the rest.
+    let deadline = std::time::Instant::now() + METRICS_REQUEST_TIME;
+    stream.set_write_timeout(Some(METRICS_REQUEST_TIME))?;
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
     while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < REQUEST_BYTES_MAX {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
@@ -204,7 +216,9 @@ fn answer(
     stream.flush()
 }
 
-/// Serves `/metrics` on `listen` from a thread of its own; returns the bound address.
+/// Serves `/metrics` on `listen` from a thread of its own, each scrape on a thread of its
+/// own (at most [`METRICS_SCRAPES_MAX`] at once; more are answered 503 at once), so a slow
+/// scraper delays no other; returns the bound address.
 pub fn serve(
     listen: &str,
     source: Arc<dyn Fn() -> DaemonStats + Send + Sync>,
@@ -212,15 +226,94 @@ pub fn serve(
 ) -> Result<String, ServerError> {
     let listener = TcpListener::bind(listen)
         .map_err(crate::io(format!("binding the metrics address {listen}")))?;
-    let addr = listener
+    let bound = listener
         .local_addr()
-        .map_err(crate::io("metrics address"))?
-        .to_string();
+        .map_err(crate::io("metrics address"))?;
+    if bound.ip().is_unspecified() {
+        tracing::warn!(address = %bound, "metrics (unauthenticated) are served on every address of this host");
+    }
+    let addr = bound.to_string();
+    let active = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
-        // One scrape at a time: scrapers are few and each answer is small.
         for stream in listener.incoming().flatten() {
-            let _ = answer(stream, source.as_ref(), &latencies);
+            if active.load(Ordering::SeqCst) >= METRICS_SCRAPES_MAX {
+                let mut stream = stream;
+                let _ = stream.set_nonblocking(true);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+                continue;
+            }
+            active.fetch_add(1, Ordering::SeqCst);
+            let (source, latencies, done) = (source.clone(), latencies.clone(), active.clone());
+            let spawned = std::thread::Builder::new()
+                .name("metrics-scrape".into())
+                .spawn(move || {
+                    let _ = answer(stream, source.as_ref(), &latencies);
+                    done.fetch_sub(1, Ordering::SeqCst);
+                });
+            if spawned.is_err() {
+                active.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     });
     Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn get(addr: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// Issue 40, item 3: scrapes were answered one at a time with a 2 s timeout per read,
+    /// so a client that connected and sent nothing (or a byte a second) held every scrape:
+    /// here the scrape would wait at least 5.6 s (2 s for the silent one, 3.6 s for the
+    /// trickler); the bound of 3 s is far from both.
+    #[test]
+    fn a_silent_scraper_delays_no_other_scrape() {
+        let stats: Arc<dyn Fn() -> DaemonStats + Send + Sync> = Arc::new(|| DaemonStats {
+            daemon: "test".into(),
+            counters: vec![("requests".into(), 7)],
+        });
+        let addr = serve("127.0.0.1:0", stats, Arc::default()).unwrap();
+        let mut silent = TcpStream::connect(&addr).unwrap();
+        let trickler = TcpStream::connect(&addr).unwrap();
+        let t = std::thread::spawn(move || {
+            let mut trickler = trickler;
+            for b in b"GET /metr" {
+                if trickler.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(400));
+            }
+        });
+        let started = std::time::Instant::now();
+        let answer = get(&addr);
+        assert!(
+            answer.contains("maat_requests_total{daemon=\"test\"} 7"),
+            "{answer}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "a scrape waited {:?} behind a silent one",
+            started.elapsed()
+        );
+        // The silent one is cut off at the request deadline.
+        silent
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut rest = Vec::new();
+        let _ = silent.read_to_end(&mut rest);
+        t.join().unwrap();
+    }
 }

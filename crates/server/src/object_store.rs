@@ -52,12 +52,19 @@ pub struct FileObjectStore {
     locks: [Mutex<()>; OBJECT_LOCKS],
 }
 
-/// The digest of a sealed object file.
+/// The digest of a sealed object file, and the file's change time when it was kept:
+/// Maat never changes a sealed file in place, so a later change time means someone else
+/// did (issue 40), and the file is checked against the digest before it is served.
 #[derive(Clone, Copy)]
 struct Kept {
     inode: u64,
     len: u64,
+    ctime: (i64, i64),
     digest: DataDigest,
+}
+
+fn ctime(meta: &fs::Metadata) -> (i64, i64) {
+    (meta.ctime(), meta.ctime_nsec())
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -228,18 +235,26 @@ impl FileObjectStore {
                 return fs::rename(&temp, target);
             };
             let _object = self.object_lock(o);
-            match digest {
-                Some(digest) => {
+            self.forget(o);
+            fs::rename(&temp, target)?;
+            // Kept once in place: a rename changes the file's change time, and the time
+            // kept is the one a later change outside Maat would move.
+            if let (Some(digest), Ok(meta)) = (digest, fs::metadata(target)) {
+                if meta.ino() == inode {
                     let len = data.len() as u64;
-                    self.keep(o, Kept { inode, len, digest });
+                    let ctime = ctime(&meta);
+                    self.keep(
+                        o,
+                        Kept {
+                            inode,
+                            len,
+                            ctime,
+                            digest,
+                        },
+                    );
                 }
-                None => self.forget(o),
             }
-            let renamed = fs::rename(&temp, target);
-            if renamed.is_err() {
-                self.forget(o);
-            }
-            renamed
+            Ok(())
         });
         if let Err(e) = renamed {
             let _ = fs::remove_file(&temp);
@@ -265,13 +280,47 @@ impl FileObjectStore {
         lock(&self.kept).remove(&o);
     }
 
-    /// The kept digest of the file `meta` describes, if it is object `o`'s sealed file.
-    fn kept_digest(&self, o: ObjectId, meta: &fs::Metadata) -> Option<DataDigest> {
+    /// The kept digest of `file` (`meta` its metadata), if it is object `o`'s sealed
+    /// file. A sealed file whose change time moved since its digest was kept was changed
+    /// outside Maat: its bytes are checked against the digest, and a mismatch is
+    /// [`StoreError::Damaged`] (before issue 40 they were sent under the digest and the
+    /// client saw "bad MAC on response"); bytes that still match get a fresh change time.
+    fn kept_digest(
+        &self,
+        o: ObjectId,
+        file: &File,
+        meta: &fs::Metadata,
+    ) -> Result<Option<DataDigest>, StoreError> {
         if !is_sealed(meta) {
-            return None;
+            return Ok(None);
         }
-        let k = lock(&self.kept).get(&o).copied()?;
-        (k.inode == meta.ino() && k.len == meta.len()).then_some(k.digest)
+        let Some(k) = lock(&self.kept).get(&o).copied() else {
+            return Ok(None);
+        };
+        if k.inode != meta.ino() || k.len != meta.len() {
+            return Ok(None);
+        }
+        if k.ctime == ctime(meta) {
+            return Ok(Some(k.digest));
+        }
+        let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(meta.len()).read_to_end(&mut data)?;
+        (&mut &*file).seek(SeekFrom::Start(0))?;
+        if !maat_crypto::ct_eq(&maat_proto::protection::data_digest(&data), &k.digest) {
+            self.forget(o);
+            return Err(StoreError::Damaged(format!(
+                "object {:x}.{:x} changed on disk since it was written",
+                o.file, o.stripe
+            )));
+        }
+        self.keep(
+            o,
+            Kept {
+                ctime: ctime(meta),
+                ..k
+            },
+        );
+        Ok(Some(k.digest))
     }
 
     /// Changes object `o`'s file in place with `edit`, unless it is sealed: then `edit`
@@ -414,7 +463,7 @@ impl ObjectStore for FileObjectStore {
         let len = end.saturating_sub(offset);
         // Only of the whole file: a digest is of what one write wrote.
         let digest = if offset == 0 && len == size {
-            self.kept_digest(o, &meta)
+            self.kept_digest(o, &file, &meta)?
         } else {
             None
         };

@@ -5,7 +5,7 @@
 //! threads, and a later service (a gateway) is one more of the same.
 
 use crate::metrics::{self, Latencies};
-use crate::serve::{self, Handler};
+use crate::serve::{self, Handler, ServeLimits, ServeStats};
 use crate::{announce_metrics, bind, io, ServerError, Shutdown};
 use maat_proto::msg::DaemonStats;
 use std::net::TcpListener;
@@ -46,13 +46,38 @@ impl Shell {
         ready: impl FnOnce(&str),
     ) -> Result<(), ServerError> {
         let latencies = Arc::new(Latencies::default());
+        let serving = Arc::new(ServeStats::default());
         if let Some(listen) = metrics_listen {
+            let connections = serving.clone();
+            let stats: Arc<dyn Fn() -> DaemonStats + Send + Sync> = Arc::new(move || {
+                let mut s = stats();
+                s.counters.extend(connections.counters());
+                s
+            });
             let served = metrics::serve(listen, stats, latencies.clone());
             announce_metrics(data_dir, served)?;
         }
         let handler = handler(latencies);
+        let limits = ServeLimits::for_open_files(open_files_limit());
         ready(ready_address);
-        serve::serve(self.listener, handler, shutdown, name);
+        serve::serve(self.listener, handler, shutdown, name, limits, serving);
         Ok(())
     }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (often 1,024 and far
+/// more) and returns it: a daemon holds a descriptor per connection.
+pub fn open_files_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }

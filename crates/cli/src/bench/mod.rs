@@ -2,6 +2,7 @@
 //! against a local cluster started for the run with NOSEC allowed, secure and NOSEC
 //! measured side by side in the same run.
 
+mod connections;
 mod crowd;
 mod crypt_io;
 mod delegation;
@@ -242,6 +243,35 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Issue 40: against the MDS, the OSD and the KDS in turn, a client's open, 64 KiB
+    /// encrypted put and cold get with N idle connections held against the daemon and
+    /// without (alternating order; median and 99th percentile), the daemon's resident
+    /// memory per idle connection, and the same work while one attacker address opens as
+    /// many connections as it may and trickles partial frames on them. JSON keys
+    /// `<daemon>_<op>_us`, `<daemon>_<op>_us_idle_<N>`, `<daemon>_<op>_idle_ratio`,
+    /// `<daemon>_<op>_attacked_ratio`, `<daemon>_rss_bytes_per_idle_connection`.
+    Connections {
+        /// Idle connections held against each daemon (from 127.0.0.10 and up, at most
+        /// 4,000 from each address).
+        #[arg(long, default_value_t = 10_000)]
+        idle: usize,
+        /// Connections the attacker opens from its one address (more than the 4,096 a
+        /// daemon keeps from one address).
+        #[arg(long, default_value_t = 5_000)]
+        attacker: usize,
+        /// Operations of each kind per measurement.
+        #[arg(long, default_value_t = 100)]
+        ops: u32,
+        /// Rounds with and without the idle connections, in alternating order.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// Cluster data directory (default: a fresh temporary one).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// E1: open / 128 KiB write / 128 KiB read under NOSEC, capability generated and
     /// capability cached, plus sequential put/get throughput secure vs NOSEC.
     Ops {
@@ -410,6 +440,10 @@ impl LocalCluster {
                 // Every benchmark measures plaintext files unless it asks for encrypted
                 // ones per file (`maat bench objects --security ENCRYPTED`).
                 "--no-encrypt",
+                // Benchmarks share files between their users by the exact modes they ask
+                // for.
+                "--umask",
+                "000",
                 "--data",
             ])
             .arg(&data)
@@ -612,6 +646,14 @@ pub fn run(command: BenchCommand) -> Result<()> {
             data,
             json,
         } => crypt_io::run_crypt_io(size_mib, rounds, prefetch_mib, data, json),
+        BenchCommand::Connections {
+            idle,
+            attacker,
+            ops,
+            rounds,
+            data,
+            json,
+        } => connections::run_connections(idle, attacker, ops, rounds, data, json),
         BenchCommand::LoginFlood {
             messages,
             flooders,

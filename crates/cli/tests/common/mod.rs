@@ -76,14 +76,30 @@ impl Cluster {
         Self::start_with_metrics(osds, &args)
     }
 
-    /// A new cluster whose daemons serve Prometheus metrics (`maat up`'s default).
+    /// A new cluster whose daemons serve Prometheus metrics (`maat up`'s default), whose
+    /// users start with umask 000 unless `extra` says otherwise: the suites of other
+    /// features share files by the exact modes they ask for, as before umasks (homes
+    /// 0755); `start_as_shipped` keeps every default, 077 included.
     pub fn start_with_metrics(osds: u32, extra: &[&str]) -> Cluster {
+        let mut args = vec![];
+        if !extra.contains(&"--umask") {
+            args.extend(["--umask", "000"]);
+        }
+        args.extend_from_slice(extra);
+        Self::start_as_shipped(osds, &args)
+    }
+
+    /// A new cluster with `maat up`'s defaults but for `extra` (on free loopback ports).
+    pub fn start_as_shipped(osds: u32, extra: &[&str]) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("maat-it-")
             .tempdir()
             .unwrap();
         let osds = osds.to_string();
-        let mut args = vec!["up", "--listen", "127.0.0.1:0", "--osds", &osds];
+        let mut args = vec!["up", "--osds", &osds];
+        if !extra.contains(&"--listen") {
+            args.extend(["--listen", "127.0.0.1:0"]);
+        }
         args.extend_from_slice(extra);
         let child = spawn_up(&args, &dir.path().join("data"));
         Cluster { child, dir }

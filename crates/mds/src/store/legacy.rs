@@ -1,7 +1,11 @@
-//! Inode and partition records as earlier versions stored them, each decoded into today's
-//! [`Inode`] or [`PartitionRecord`] (a store written by any earlier Maat still loads).
+//! Inode, partition and user records as earlier versions stored them, each decoded into
+//! today's [`Inode`], [`PartitionRecord`] or [`UserRecord`] (a store written by any
+//! earlier Maat still loads).
 
-use super::{FileCrypt, Inode, KeyGrant, PartitionRecord, DEFAULT_PARTITION};
+use super::{
+    FileCrypt, Inode, KeyGrant, PartitionRecord, UserCredential, UserRecord, DEFAULT_PARTITION,
+    DEFAULT_UMASK,
+};
 use serde::Deserialize;
 
 /// An encrypted file's crypt record as inode versions 3 and 4 stored it: before tree
@@ -162,6 +166,29 @@ impl From<PartitionV1> for PartitionRecord {
             name: v.name,
             protection: v.protection,
             credentials: maat_proto::msg::Credentials::Maat,
+        }
+    }
+}
+
+/// A user as version 1 stored it: before umasks (issue 40), so it gets [`DEFAULT_UMASK`].
+#[derive(Deserialize)]
+pub(super) struct UserRecordV1 {
+    id: u64,
+    name: String,
+    credential: UserCredential,
+    gid: u64,
+    groups: Vec<u64>,
+}
+
+impl From<UserRecordV1> for UserRecord {
+    fn from(v: UserRecordV1) -> Self {
+        UserRecord {
+            id: v.id,
+            name: v.name,
+            credential: v.credential,
+            gid: v.gid,
+            groups: v.groups,
+            umask: DEFAULT_UMASK,
         }
     }
 }

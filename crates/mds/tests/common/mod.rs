@@ -1,11 +1,16 @@
 //! An in-memory `MetaStore` for the MDS logic tests.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use maat_mds::grouping::GroupingConfig;
 use maat_mds::store::{
     Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
-    UserRecord,
+    UserCredential, UserRecord,
 };
-use maat_proto::msg::OsdEntry;
+use maat_mds::{Mds, MdsConfig, MdsSecrets};
+use maat_proto::msg::{KdfParams, MdsRequest, MdsResponse, OsdEntry, WireError};
+use maat_proto::UnixMillis;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -172,4 +177,75 @@ impl MetaStore for &MemStore {
         }
         Ok(())
     }
+}
+
+/// A start time for tests (2026-11-23).
+pub const T0: u64 = 1_795_305_600_000;
+/// The capability lifetime of [`mds`].
+pub const LIFETIME: u64 = 10_000;
+/// The join key of [`mds`].
+pub const JOIN: [u8; 32] = [0x10; 32];
+
+/// An MDS on `store` at [`T0`], fixed secrets and administrator key, default grouping.
+pub fn mds(store: &MemStore) -> Mds<&MemStore> {
+    Mds::open(
+        store,
+        MdsConfig {
+            ticket_lifetime_millis: 3_600_000,
+            capability_lifetime_millis: LIFETIME,
+            danger_allow_insecure: false,
+            join_key: JOIN,
+            default_protection: maat_proto::protection::Protection::AllData,
+            grouping: GroupingConfig::default(),
+            kds: Vec::new(),
+            kds_keys: None,
+            encrypt_new_files: false,
+            // These tests ask for the modes they mean.
+            default_umask: 0,
+        },
+        MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
+        &[0xad; 32],
+        UnixMillis(T0),
+        &mut ChaCha20Rng::seed_from_u64(7),
+    )
+    .unwrap()
+}
+
+/// Adds users `names` (ids 100, 101, ...; group 10) straight to the store.
+pub fn add_users(store: &MemStore, names: &[&str]) {
+    let mut batch = Batch::default();
+    for (i, name) in names.iter().enumerate() {
+        batch.push(Op::PutUser(UserRecord {
+            id: 100 + i as u64,
+            name: (*name).into(),
+            credential: UserCredential::Opaque {
+                record: Vec::new(),
+                params: KdfParams {
+                    memory_kib: 8,
+                    iterations: 1,
+                    lanes: 1,
+                },
+            },
+            gid: 10,
+            groups: vec![],
+            // These tests ask for the modes they mean.
+            umask: 0,
+        }));
+    }
+    store.commit(batch).unwrap();
+}
+
+/// `request` as user `uid` at `now`.
+pub fn call(
+    mds: &Mds<&MemStore>,
+    uid: u64,
+    request: MdsRequest,
+    now: u64,
+) -> Result<MdsResponse, WireError> {
+    mds.dispatch_as(
+        uid,
+        request,
+        UnixMillis(now),
+        &mut ChaCha20Rng::seed_from_u64(now),
+    )
 }

@@ -314,8 +314,9 @@ pub enum MdsRequest {
         #[serde(with = "serde_bytes")]
         sealed_upload: Vec<u8>,
     },
-    /// The caller replaces their own credential: a passphrase change, or the move of a
-    /// record from before OPAQUE to OPAQUE.
+    /// The caller replaces their own credential: only the move of a record from before
+    /// OPAQUE to OPAQUE, right after its legacy login (a passphrase change is
+    /// `ChangePassphrase`, which proves the current one; issue 40).
     SetCredential {
         /// Argon2id parameters of the key stretching.
         params: KdfParams,
@@ -695,6 +696,44 @@ pub enum MdsRequest {
         /// Path.
         path: String,
     },
+    /// The caller's umask (issue 40): the permission bits the MDS clears from the mode of
+    /// every file and directory the caller creates (default 077: private). `set` replaces
+    /// it (at most 0o777). Answered by `Umask` with the umask in force after.
+    Umask {
+        /// The new umask, or `None` to read it.
+        set: Option<u16>,
+    },
+    /// The caller changes their passphrase, proving the current one (issue 40): `state`
+    /// and `ke3` are an OPAQUE login exchange for the caller's name made with the keys
+    /// `login::passphrase_proof_keys(this session's id)`, not sent as a login; the new
+    /// credential is registered as for `UserAddOpaque`. The caller's other MDS sessions
+    /// end. Answer `Ok`.
+    ChangePassphrase {
+        /// The sealed login state of the proof's `OpaqueLoginChallenge`.
+        #[serde(with = "serde_bytes")]
+        state: Vec<u8>,
+        /// KE3 of the proof, made with the current passphrase.
+        #[serde(with = "serde_bytes")]
+        ke3: Vec<u8>,
+        /// Argon2id parameters of the new passphrase's key stretching.
+        params: KdfParams,
+        /// The new OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the
+        /// name).
+        #[serde(with = "serde_bytes")]
+        sealed_upload: Vec<u8>,
+    },
+    /// Administrator: gives user `name` a new passphrase without the current one (a
+    /// forgotten passphrase); counted and logged by the MDS, and every session of the
+    /// user ends. Answer `Ok`.
+    UserResetPassphrase {
+        /// The user.
+        name: String,
+        /// Argon2id parameters of the key stretching.
+        params: KdfParams,
+        /// The OPAQUE registration upload sealed to the MDS's X25519 key (AAD: the name).
+        #[serde(with = "serde_bytes")]
+        sealed_upload: Vec<u8>,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -814,6 +853,9 @@ impl MdsRequest {
             MdsRequest::GroupMemberRm { .. } => "group_member_rm",
             MdsRequest::StatByHandle { .. } => "stat_by_handle",
             MdsRequest::OpenGRanges { .. } => "open_g",
+            MdsRequest::Umask { .. } => "umask",
+            MdsRequest::ChangePassphrase { .. } => "change_passphrase",
+            MdsRequest::UserResetPassphrase { .. } => "user_reset_passphrase",
         }
     }
 }
@@ -1040,6 +1082,8 @@ pub enum MdsResponse {
         /// Until when they may be linked (the capability's expiry).
         expiry: crate::UnixMillis,
     },
+    /// The caller's umask (answers `Umask`).
+    Umask(u16),
 }
 
 /// What `maat admin keys revoke-object` did (SPEC T4 by policy access tag).

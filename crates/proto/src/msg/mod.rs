@@ -130,6 +130,9 @@ pub enum ErrorCode {
     /// not proven possession of it (or the OSD has no key lifetime token for it); the
     /// client supplies the lifetime token and a proof (`SupplyProof`) and sends again.
     ProofRequired,
+    /// The stored object fails its own check: its bytes on the OSD's disk are not the
+    /// ones written (changed outside Maat, or bit rot). Appended (issue 40).
+    ObjectDamaged,
 }
 
 impl ErrorCode {
@@ -170,6 +173,9 @@ impl ErrorCode {
             ErrorCode::TreeMismatch => "Merkle tree does not match the capability's root",
             ErrorCode::Revoked => "revoked (maat admin revoke, or the job was ended)",
             ErrorCode::ProofRequired => "delegated capability: prove possession of the job key",
+            ErrorCode::ObjectDamaged => {
+                "the stored object fails its check (changed on the OSD's disk since it was written)"
+            }
         }
     }
 

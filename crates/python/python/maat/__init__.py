@@ -187,6 +187,12 @@ class Client:
         issued stop being renewed; access ends within one capability lifetime."""
         self._native.chmod(path, mode)
 
+    def umask(self, mask: Optional[int] = None) -> int:
+        """This user's umask: the permission bits the MDS clears from the mode of every
+        file and directory the user creates, from any client (0o077 by default: private).
+        Sets it when ``mask`` is given; returns the one in force."""
+        return self._native.umask(mask)
+
     def chown(self, path: str, owner: Optional[str] = None, group: Optional[str] = None) -> None:
         """Sets the owner and/or group, by name (administrator, or owner for the group)."""
         self._native.chown(path, owner, group)
