@@ -122,7 +122,9 @@ fn a_copy_of_the_mds_database_logs_nobody_in() {
         // The whole record as a passphrase, and every 32-byte window as a long-term key.
         let mut guesses: Vec<Credential> = vec![Credential::Passphrase(bytes)];
         for w in bytes.windows(32).step_by(8) {
-            guesses.push(Credential::Key(w.try_into().unwrap()));
+            guesses.push(Credential::Key(maat_crypto::Secret32::from_bytes(
+                w.try_into().unwrap(),
+            )));
         }
         for guess in guesses {
             let c = Client::new(file.clone(), None).unwrap();

@@ -122,6 +122,7 @@ fn envelope_parts(
     a: &Opened,
 ) -> ([u8; 16], maat_crypto::mac::Blake3Mac, Vec<u8>) {
     let (sid, key) = alice.osd_session(osd).unwrap();
+    let key = *key.expose();
     let body = msg::encode(&OsdRequest {
         capability: a.capability.clone(),
         command: OsdCommand::Read {
@@ -623,7 +624,8 @@ fn osd_address(c: &mut Client, osd: u64) -> String {
 }
 
 fn serde_session(_cluster: &Cluster, c: &mut Client) -> ([u8; 16], [u8; 32]) {
-    c.mds_session().unwrap()
+    let (sid, key) = c.mds_session().unwrap();
+    (sid, *key.expose())
 }
 
 /// Alice's reservation in her home: the first id, how many, and the capability.

@@ -158,6 +158,7 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
         ErrorCode::ProofRequired
     );
     let (sid, secret) = carol.osd_session(osd).unwrap();
+    let secret = *secret.expose();
     let carol_session = session_key(sid, &carol, OsdId(osd), secret);
     let own_key = SigningKey::generate(&mut maat_crypto::OsRng);
     let forged = delegation::make_proof(&own_key, &carol_session, &mut maat_crypto::OsRng).unwrap();
@@ -174,6 +175,7 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
     );
     // A proof made with the right key for bob's session does not serve in carol's.
     let (bob_sid, bob_secret) = bob.osd_session(osd).unwrap();
+    let bob_secret = *bob_secret.expose();
     let bob_session = session_key(bob_sid, &bob, OsdId(osd), bob_secret);
     let bobs = delegation::make_proof(&key, &bob_session, &mut maat_crypto::OsRng).unwrap();
     assert_eq!(

@@ -174,6 +174,7 @@ fn whole_objects_are_read_from_their_kept_digest_and_sealed_files_are_never_writ
 /// data apart unless `data_in_message`; the answer opened and the data put back.
 fn raw(c: &Client, request: &OsdRequest, sealing: Sealing, data_in_message: bool) -> OsdResponse {
     let (sid, secret) = c.osd_session(1).unwrap();
+    let secret = *secret.expose();
     let keys = protection::EnvelopeKeys::new(&secret);
     let (head, bulk) = if data_in_message {
         (request.clone(), &[][..])

@@ -401,6 +401,7 @@ fn replayed_requests_and_downgrades_are_refused() {
     // A request sealed with CMDRSP under a CONFIDENTIAL capability: refused, typed.
     let opened = c.open("/CONFIDENTIAL/f", Access::Read, None).unwrap();
     let (sid, secret) = c.osd_session(1).unwrap();
+    let secret = *secret.expose();
     let keys = protection::EnvelopeKeys::new(&secret);
     let request = OsdRequest {
         capability: opened.capability.clone(),

@@ -313,6 +313,7 @@ fn t10_attacks_are_refused_with_their_reasons() {
     let osd = reader.place(a, 0).unwrap();
     let other = if osd == 1 { 2 } else { 1 };
     let (cap, key) = reader.t10_credential(a, osd).unwrap();
+    let key = *key.expose();
     let now = admin.protocol_now();
 
     // The honest request works.
@@ -445,6 +446,7 @@ fn t10_attacks_are_refused_with_their_reasons() {
     // The writer (its put's read-write credential) appends and sets user attributes;
     // the policy access tag is the MDS's to move (SET POLICY TAG), not a writer's.
     let (rw_cap, rw_key) = admin.t10_credential(a, osd).unwrap();
+    let rw_key = *rw_key.expose();
     let as_writer = |command| raw(&rw_cap, &rw_key, Protection::CmdRsp, command, now);
     assert_eq!(
         send(&mut admin, osd, &as_writer(append())),
@@ -489,6 +491,7 @@ fn t10_credentials_expire_and_key_exchange_revokes_them_at_once() {
         send(c, 1, &raw(cap, key, Protection::AllData, read(a), now))
     };
     let (cap, key) = admin.t10_credential(a, 1).unwrap();
+    let key = *key.expose();
     try_read(&mut admin, &cap, &key).unwrap();
     // A refresh (not a revocation) leaves credentials in flight valid: here with a new
     // master (`keys rotate --master`, through the CLI), which brings a new root and new
@@ -531,6 +534,7 @@ fn t10_credentials_expire_and_key_exchange_revokes_them_at_once() {
     // Expiry: a credential of a 3-second lifetime, 3.5 s later.
     let opened = admin.open("/fast/a", Access::Read, None).unwrap();
     let (cap, key) = admin.t10_credential(opened.stat.id, 1).unwrap();
+    let key = *key.expose();
     try_read(&mut admin, &cap, &key).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(3500));
     assert_eq!(
@@ -607,7 +611,10 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
         .unwrap()
         .stat
         .id;
-    let cred = |c: &Client, file, osd| c.t10_credential(file, osd).unwrap();
+    let cred = |c: &Client, file, osd| {
+        let (cap, key) = c.t10_credential(file, osd).unwrap();
+        (cap, *key.expose())
+    };
     let (old_a1, old_a2, old_b1, old_b2) = (
         cred(&admin, a, 1),
         cred(&admin, a, 2),

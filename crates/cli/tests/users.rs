@@ -206,6 +206,7 @@ fn restart_resumes_with_data_users_and_keys() {
     // Capture a sealed request that the MDS accepted, to replay it after the restart.
     let c = cluster.user_client("dave", "dave passphrase");
     let (sid, key) = c.mds_session().unwrap();
+    let key = *key.expose();
     let key = maat_proto::wire::envelope_key(&key);
     let body = maat_proto::msg::encode(&maat_proto::msg::MdsRequest::Stat {
         path: "/home/dave/keep".into(),

@@ -48,7 +48,7 @@ fn login_crypto(source: maat_crypto::CryptoError) -> ClientError {
 fn password(credential: &Credential<'_>) -> (Zeroizing<Vec<u8>>, Option<kdf::PassphraseParams>) {
     match credential {
         Credential::Key(k) => (
-            Zeroizing::new(k.to_vec()),
+            Zeroizing::new(k.expose().to_vec()),
             Some(login::KEY_CREDENTIAL_PARAMS),
         ),
         Credential::Passphrase(p) => (Zeroizing::new(p.to_vec()), None),
@@ -103,7 +103,7 @@ impl Client {
             MdsPlainResponse::LoginOk { ticket, mac, .. } => (ticket, mac),
             _ => return Err(self.bad(&address, "unexpected answer to login")),
         };
-        let owner = Some(*done.export_secret.expose());
+        let owner = Some(done.export_secret.clone());
         self.start_session(name, keys, &ticket, mac, done.session_key.as_slice(), owner)
     }
 
@@ -202,7 +202,7 @@ impl Client {
             _ => return Err(self.bad(&address, "unexpected answer to login start")),
         };
         let user_key = match credential {
-            Credential::Key(k) => Secret32::from_bytes(*k),
+            Credential::Key(k) => k.clone(),
             Credential::Passphrase(p) => {
                 check_kdf_params(&params)?;
                 kdf::passphrase_key(p, &salt, params.into()).map_err(login_crypto)?
@@ -250,7 +250,7 @@ impl Client {
         ticket: &[u8],
         mac: [u8; 32],
         secret: &[u8],
-        owner_secret: Option<[u8; 32]>,
+        owner_secret: Option<Secret32>,
     ) -> Result<()> {
         let address = self.cluster.mds.clone();
         let unverified = Unverified::<LoginTicket>::decode(ticket)
@@ -286,9 +286,9 @@ impl Client {
             uid: verified.user.0,
             ticket: ticket.to_vec(),
             session_id: login::mds_session_id(ticket),
-            key: *session_key.expose(),
-            signing_seed: *keys.signing.to_seed(),
-            sealing_secret: *keys.sealing.to_bytes(),
+            key: session_key,
+            signing_seed: Secret32::from_bytes(*keys.signing.to_seed()),
+            sealing_secret: Secret32::from_bytes(*keys.sealing.to_bytes()),
             owner_secret,
             expiry: verified.expiry.0,
             clock_offset,

@@ -393,12 +393,16 @@ impl Client {
     /// The owner key lockboxes are sealed to: derived from the OPAQUE export key of the
     /// user's passphrase, so the same on every machine and never known to the MDS.
     fn owner_secret(&self) -> Result<maat_crypto::seal::SealingSecretKey> {
-        let seed = self.with_session(|s| s.owner_secret)?.ok_or_else(|| {
-            ClientError::Config(
-                "this session predates encryption: log in again (`maat login`)".into(),
-            )
-        })?;
-        Ok(maat_crypto::seal::SealingSecretKey::from_bytes(seed))
+        let seed = self
+            .with_session(|s| s.owner_secret.clone())?
+            .ok_or_else(|| {
+                ClientError::Config(
+                    "this session predates encryption: log in again (`maat login`)".into(),
+                )
+            })?;
+        Ok(maat_crypto::seal::SealingSecretKey::from_bytes(
+            *seed.expose(),
+        ))
     }
 
     /// The owner's own way to a file's root key, without a KDS (SPEC H5).

@@ -167,7 +167,7 @@ impl Client {
         }
         let (sid, key, offset) = self.osd_session_with_offset(osd)?;
         Ok(Auth::Sealed {
-            keys: self.envelope_keys.lock().get(&sid, &key),
+            keys: self.envelope_keys.lock().get(&sid, key.expose()),
             sid,
             offset,
         })

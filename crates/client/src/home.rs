@@ -6,9 +6,56 @@
 //! clock offset, OSD session keys and cached capabilities. Nothing in it is the passphrase.
 
 use crate::ClientError;
+use maat_crypto::Secret32;
 use maat_proto::msg::FileStat;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// Secrets in `session.json`: the same JSON array of 32 numbers as before, read into
+/// zeroizing storage ([`Secret32`]: wiped on drop, never printed).
+mod secret_json {
+    use maat_crypto::Secret32;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use zeroize::Zeroize;
+
+    pub(super) fn serialize<S: Serializer>(secret: &Secret32, s: S) -> Result<S::Ok, S::Error> {
+        secret.expose().serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Secret32, D::Error> {
+        let mut bytes = <[u8; 32]>::deserialize(d)?;
+        let secret = Secret32::from_bytes(bytes);
+        bytes.zeroize();
+        Ok(secret)
+    }
+
+    /// The same for an optional secret (absent or `null`: none).
+    pub(super) mod option {
+        use maat_crypto::Secret32;
+        use serde::{Deserialize, Deserializer, Serializer};
+        use zeroize::Zeroize;
+
+        pub(in super::super) fn serialize<S: Serializer>(
+            secret: &Option<Secret32>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match secret {
+                Some(k) => s.serialize_some(k.expose()),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub(in super::super) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Secret32>, D::Error> {
+            Ok(Option::<[u8; 32]>::deserialize(d)?.map(|mut bytes| {
+                let secret = Secret32::from_bytes(bytes);
+                bytes.zeroize();
+                secret
+            }))
+        }
+    }
+}
 
 /// `client.toml`: how to reach and authenticate the cluster.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,18 +174,19 @@ impl ClusterFile {
 
 /// A session with one OSD (SPEC M2).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OsdSession {
+pub(crate) struct OsdSession {
     /// OSD id.
-    pub osd: u64,
+    pub(crate) osd: u64,
     /// Session id.
-    pub session_id: [u8; 16],
+    pub(crate) session_id: [u8; 16],
     /// K_CD.
-    pub key: [u8; 32],
+    #[serde(with = "secret_json")]
+    pub(crate) key: Secret32,
     /// Expiry (the ticket's).
-    pub expiry: u64,
+    pub(crate) expiry: u64,
     /// OSD clock minus local clock, ms (from the MACed confirmation).
     #[serde(default)]
-    pub clock_offset: i64,
+    pub(crate) clock_offset: i64,
 }
 
 /// A cached open (SPEC M5 at the client).
@@ -159,9 +207,11 @@ pub struct OpenedEntry {
 /// The `session.json` layout this client writes.
 pub const SESSION_FORMAT: u32 = 1;
 
-/// Everything a logged-in client keeps between commands.
+/// Everything a logged-in client keeps between commands: its on-disk form
+/// (`session.json`) and what the client holds in memory. Crate-private: its secrets never
+/// leave the client except through the test hooks, as [`Secret32`]s.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SessionState {
+pub(crate) struct SessionState {
     /// Layout version ([`SESSION_FORMAT`]; files from before versions have none: 0, the
     /// same layout as 1).
     #[serde(default)]
@@ -175,15 +225,18 @@ pub struct SessionState {
     /// Client–MDS session id.
     pub session_id: [u8; 16],
     /// Client–MDS session key.
-    pub key: [u8; 32],
+    #[serde(with = "secret_json")]
+    pub key: Secret32,
     /// Ed25519 seed named in the ticket.
-    pub signing_seed: [u8; 32],
+    #[serde(with = "secret_json")]
+    pub signing_seed: Secret32,
     /// X25519 secret named in the ticket.
-    pub sealing_secret: [u8; 32],
+    #[serde(with = "secret_json")]
+    pub sealing_secret: Secret32,
     /// The X25519 secret lockboxes are sealed to for this user (SPEC H5), derived from
     /// the OPAQUE export key at login; sessions from before encryption have none.
-    #[serde(default)]
-    pub owner_secret: Option<[u8; 32]>,
+    #[serde(default, with = "secret_json::option")]
+    pub owner_secret: Option<Secret32>,
     /// Ticket expiry.
     pub expiry: u64,
     /// MDS clock minus local clock, ms (SPEC T7).
@@ -241,7 +294,7 @@ impl Home {
     }
 
     /// The stored identity, if any: user name and key.
-    pub fn identity(&self) -> Result<Option<(String, [u8; 32])>, ClientError> {
+    pub fn identity(&self) -> Result<Option<(String, Secret32)>, ClientError> {
         let path = self.dir.join("identity.toml");
         let Ok(text) = std::fs::read_to_string(&path) else {
             return Ok(None);
@@ -254,17 +307,20 @@ impl Home {
             id.key_file
         };
         check_private(&key_file)?;
-        let key_text =
-            std::fs::read_to_string(&key_file).map_err(|source| io(&key_file, source))?;
-        let key = key32("identity key", &key_text)?;
-        Ok(Some((id.user, key)))
+        let key_text = zeroize::Zeroizing::new(
+            std::fs::read_to_string(&key_file).map_err(|source| io(&key_file, source))?,
+        );
+        let mut key = key32("identity key", &key_text)?;
+        let secret = Secret32::from_bytes(key);
+        zeroize::Zeroize::zeroize(&mut key);
+        Ok(Some((id.user, secret)))
     }
 
     pub(crate) fn load_session(&self) -> Result<Option<SessionState>, ClientError> {
         let path = self.dir.join("session.json");
         check_private(&path)?;
         let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
+            Ok(bytes) => zeroize::Zeroizing::new(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(&path, e)),
         };
@@ -293,8 +349,10 @@ impl Home {
 
     pub(crate) fn save_session(&self, s: &SessionState) -> Result<(), ClientError> {
         create_private_dir(&self.dir)?;
-        let bytes = serde_json::to_vec(s)
-            .map_err(|e| ClientError::Internal(format!("encoding the session: {e}")))?;
+        let bytes = zeroize::Zeroizing::new(
+            serde_json::to_vec(s)
+                .map_err(|e| ClientError::Internal(format!("encoding the session: {e}")))?,
+        );
         write_private_file(&self.dir.join("session.json"), &bytes, false)
     }
 

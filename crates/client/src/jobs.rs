@@ -307,14 +307,14 @@ impl Client {
             .and_then(|t| t.verify(&self.mds_key, now))
             .map_err(token_error("participant's login ticket"))?;
         let (signing_seed, own_ticket) =
-            self.with_session(|s| (s.signing_seed, s.ticket.clone()))?;
+            self.with_session(|s| (s.signing_seed.clone(), s.ticket.clone()))?;
         let grant = JobGrant {
             name: name.into(),
             computation_seed: key.to_seed(),
             lifetime: lifetime.to_vec(),
             handles: handles.iter().map(|h| h.bytes.clone()).collect(),
         };
-        let signing = SigningKey::from_seed(&signing_seed);
+        let signing = SigningKey::from_seed(signing_seed.expose());
         job_bundle::seal_bundle(
             &grant,
             &own_ticket,
@@ -328,8 +328,8 @@ impl Client {
     /// Participant: opens a bundle sealed to this login; returns the grant and the lead.
     pub fn job_join(&self, bundle: &[u8]) -> Result<(JobGrant, UserId)> {
         self.ensure_session()?;
-        let (sealing_secret, uid) = self.with_session(|s| (s.sealing_secret, s.uid))?;
-        let sealing = SealingSecretKey::from_bytes(sealing_secret);
+        let (sealing_secret, uid) = self.with_session(|s| (s.sealing_secret.clone(), s.uid))?;
+        let sealing = SealingSecretKey::from_bytes(*sealing_secret.expose());
         let opened = job_bundle::open_bundle(
             bundle,
             &self.mds_key,
@@ -458,7 +458,7 @@ impl Client {
             user: UserId(uid),
             osd: OsdId(osd),
             expiry: UnixMillis(u64::MAX),
-            key: Secret32::from_bytes(secret),
+            key: secret,
         };
         let proof = delegation::make_proof(&key, &session, &mut self.nonce_rng())
             .map_err(token_error("proof token"))?;

@@ -339,7 +339,7 @@ impl Client {
     ) -> Result<Vec<Result<HeldKeys>>> {
         let kds_keys = self.kds_keys("encrypted files cannot be read")?;
         let sealing = maat_crypto::seal::SealingSecretKey::from_bytes(
-            self.with_session(|s| s.sealing_secret)?,
+            *self.with_session(|s| s.sealing_secret.clone())?.expose(),
         );
         let first = files
             .first()

@@ -48,7 +48,8 @@ mod transfer;
 mod trees;
 
 pub use auth::{KDF_ITERATIONS_MAX, KDF_LANES_MAX, KDF_MEMORY_KIB_MAX};
-pub use home::{write_private_file, ClusterFile, Home, SessionState};
+use home::SessionState;
+pub use home::{write_private_file, ClusterFile, Home};
 
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
@@ -85,7 +86,7 @@ pub enum Credential<'a> {
     /// A passphrase (stretched locally with the MDS-supplied salt and parameters).
     Passphrase(&'a [u8]),
     /// A stored long-term key (the administrator identity `maat up` creates).
-    Key([u8; 32]),
+    Key(Secret32),
 }
 
 /// Counters of this client (persisted in the session).

@@ -229,8 +229,11 @@ impl Client {
 
     /// The MDS session's id and request MAC key.
     pub(crate) fn mds_session_key(&self) -> Result<([u8; 16], maat_crypto::mac::Blake3Mac)> {
-        let (sid, secret) = self.with_session(|s| (s.session_id, s.key))?;
-        Ok((sid, self.envelope_keys.lock().get(&sid, &secret).mac))
+        let (sid, secret) = self.with_session(|s| (s.session_id, s.key.clone()))?;
+        Ok((
+            sid,
+            self.envelope_keys.lock().get(&sid, secret.expose()).mac,
+        ))
     }
 
     pub(crate) fn expect_ok(&self, request: MdsRequest) -> Result<()> {

@@ -43,14 +43,14 @@ impl Client {
         let entry = self.osd_entry(osd)?;
         let now = self.now();
         let (login, ticket, signing_seed) =
-            self.with_session(|s| (s.session_id, s.ticket.clone(), s.signing_seed))?;
+            self.with_session(|s| (s.session_id, s.ticket.clone(), s.signing_seed.clone()))?;
         let ticket = Unverified::<LoginTicket>::decode(&ticket)
             .and_then(|t| t.verify(&self.mds_key, UnixMillis(now)))
             .map_err(|source| ClientError::Token {
                 what: "stored ticket",
                 source,
             })?;
-        let signing = SigningKey::from_seed(&signing_seed);
+        let signing = SigningKey::from_seed(signing_seed.expose());
         let (offer, key) = session::make_offer(
             &ticket,
             &signing,
@@ -84,7 +84,7 @@ impl Client {
         s.osd_sessions.push(home::OsdSession {
             osd,
             session_id: key.session_id,
-            key: *key.key.expose(),
+            key: key.key.clone(),
             expiry: key.expiry.0,
             clock_offset: osd_offset,
         });
@@ -107,12 +107,12 @@ impl Client {
     /// The session this client holds with `osd` (negotiating it if needed): id and key
     /// (attack tests build raw requests with them; feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
-    pub fn osd_session(&self, osd: u64) -> Result<([u8; 16], [u8; 32])> {
+    pub fn osd_session(&self, osd: u64) -> Result<([u8; 16], Secret32)> {
         self.osd_session_with_offset(osd)
             .map(|(sid, key, _)| (sid, key))
     }
 
-    pub(crate) fn osd_session_with_offset(&self, osd: u64) -> Result<([u8; 16], [u8; 32], i64)> {
+    pub(crate) fn osd_session_with_offset(&self, osd: u64) -> Result<([u8; 16], Secret32, i64)> {
         self.ensure_session()?;
         let now = self.now();
         let live = self
@@ -124,7 +124,7 @@ impl Client {
                     .iter()
                     .find(|o| o.osd == osd && o.expiry > now)
             })
-            .map(|o| (o.session_id, o.key, o.clock_offset));
+            .map(|o| (o.session_id, o.key.clone(), o.clock_offset));
         match live {
             Some(l) => Ok(l),
             None => {
@@ -136,7 +136,7 @@ impl Client {
                     .lock()
                     .as_ref()
                     .and_then(|s| s.osd_sessions.iter().find(|o| o.osd == osd))
-                    .map(|o| (o.session_id, o.key, o.clock_offset))
+                    .map(|o| (o.session_id, o.key.clone(), o.clock_offset))
                     .ok_or(ClientError::NotLoggedIn)
             }
         }
@@ -154,19 +154,19 @@ impl Client {
     /// The client–MDS session id and key (attack tests build raw requests with them;
     /// feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
-    pub fn mds_session(&self) -> Result<([u8; 16], [u8; 32])> {
+    pub fn mds_session(&self) -> Result<([u8; 16], Secret32)> {
         self.ensure_session()?;
-        self.with_session(|s| (s.session_id, s.key))
+        self.with_session(|s| (s.session_id, s.key.clone()))
     }
 
     /// The T10 credential this client holds for `file` at `osd` (SPEC T2): capability and
     /// capability key (attack tests build raw requests with them; feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
-    pub fn t10_credential(&self, file: u64, osd: u64) -> Option<(Vec<u8>, [u8; 32])> {
+    pub fn t10_credential(&self, file: u64, osd: u64) -> Option<(Vec<u8>, Secret32)> {
         self.t10
             .lock()
             .get(&(file, osd))
-            .map(|c| (c.capability.clone(), *c.key.expose()))
+            .map(|c| (c.capability.clone(), c.key.clone()))
     }
 
     /// The current protocol time as this client sees it (local clock plus offset).

@@ -404,7 +404,10 @@ impl SimCluster {
     /// A new client logged in as the administrator.
     pub fn admin(&self) -> Result<Client, SimError> {
         let c = self.client()?;
-        c.login("admin", Credential::Key(self.admin_key))?;
+        c.login(
+            "admin",
+            Credential::Key(maat_crypto::Secret32::from_bytes(self.admin_key)),
+        )?;
         Ok(c)
     }
 

@@ -384,7 +384,7 @@ fn session_rows(
         let client = clients
             .get_mut(i as usize)
             .ok_or_else(|| anyhow!("client {i}"))?;
-        Ok(client.login(&name, Credential::Key(key))?)
+        Ok(client.login(&name, Credential::Key(key.clone()))?)
     })?;
     table.push("-", "-", "login".into(), login);
     let logout = mean(c, runs, |_, i| {
