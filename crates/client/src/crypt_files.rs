@@ -6,7 +6,7 @@
 
 use crate::crypt::{new_generation, StripeCrypt};
 use crate::files::{pieces, FileHandle};
-use crate::{Client, ClientError, Result};
+use crate::{Client, ClientError, Opened, Result};
 use maat_proto::msg::STRIPE_UNIT_BYTES;
 use maat_proto::msg::{ErrorCode, OsdResponse};
 use std::ops::Range;
@@ -25,12 +25,23 @@ impl Client {
         handle: &FileHandle,
         stripes: &[(u32, Range<u64>)],
     ) -> Result<Vec<Vec<u8>>> {
-        let opened = handle.opened.clone();
+        self.fetch_plain_with(handle, &handle.opened, handle.size, stripes)
+    }
+
+    /// [`Client::fetch_plain`] under `opened` (the handle's open, or one made again) of
+    /// a file of `size` bytes.
+    fn fetch_plain_with(
+        &self,
+        handle: &FileHandle,
+        opened: &Opened,
+        size: u64,
+        stripes: &[(u32, Range<u64>)],
+    ) -> Result<Vec<Vec<u8>>> {
+        let opened = opened.clone();
         let first = stripes.iter().map(|s| s.0).min().unwrap_or(0);
         let last = stripes.iter().map(|s| s.0).max().unwrap_or(0);
         let crypt = self.stripe_crypt(&opened, first..last + 1)?;
         let full = crypt.full_stripe_sealed();
-        let size = handle.size;
         let mut calls = Vec::new();
         let mut wanted = Vec::new();
         for (s, _) in stripes {
@@ -75,7 +86,14 @@ impl Client {
     }
 
     /// Reads `offset..end` of an encrypted file through `handle`.
-    pub(crate) fn crypt_read(&self, handle: &FileHandle, offset: u64, end: u64) -> Result<Vec<u8>> {
+    pub(crate) fn crypt_read(
+        &self,
+        handle: &FileHandle,
+        opened: &Opened,
+        size: u64,
+        offset: u64,
+        end: u64,
+    ) -> Result<Vec<u8>> {
         let parts = pieces(offset, end);
         let missing: Vec<(u32, Range<u64>)> = parts
             .iter()
@@ -85,7 +103,7 @@ impl Client {
         let mut fetched = missing
             .iter()
             .map(|m| m.0)
-            .zip(self.fetch_plain(handle, &missing)?);
+            .zip(self.fetch_plain_with(handle, opened, size, &missing)?);
         let mut out = Vec::with_capacity((end - offset) as usize);
         for (stripe, within, len) in parts {
             let plain = match handle.pending.get(&stripe) {

@@ -252,17 +252,9 @@ impl Client {
                 lane.answers.push((*index, answer));
             }
         };
-        if lanes.len() == 1 || self.network.is_memory() {
-            // One OSD (small files): no thread to start. On an in-process network the
-            // lanes run in turn, so that a simulated run repeats exactly.
-            lanes.iter_mut().for_each(run);
-        } else {
-            std::thread::scope(|scope| {
-                for lane in lanes.iter_mut() {
-                    scope.spawn(move || run(lane));
-                }
-            });
-        }
+        // A thread per lane (one lane: the caller's); in a simulation, a simulated task
+        // per lane, interleaved by the scheduler like the threads they are.
+        self.network.run_lanes(&mut lanes, &run);
         let mut answers = Vec::new();
         let mut renewed: Vec<u64> = Vec::new();
         for lane in lanes {

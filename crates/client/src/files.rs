@@ -174,23 +174,61 @@ impl Client {
     }
 
     /// Reads up to `len` bytes at `offset` (short at the end of the file, empty past it).
+    ///
+    /// A handle outlives its open's capability when it sits idle past its lifetime (no
+    /// I/O renewed it, SPEC M8), and its open's view of the file when another writer
+    /// replaces it: then the file is opened again (the MDS decides on the permissions as
+    /// they are now) and the read made once more under that open. Found by the simulator
+    /// (issue 39): such reads failed `CapabilityExpired`, or an encrypted file's block
+    /// "fails authentication", for good.
     pub fn read_file_at(&self, handle: &FileHandle, offset: u64, len: usize) -> Result<Vec<u8>> {
+        match self.read_file_at_with(handle, &handle.opened, handle.size, offset, len) {
+            Err(e) if stale_open(&e) && !handle.dirty && handle.pending.is_empty() => {
+                let access = if handle.writable {
+                    Access::ReadWrite
+                } else {
+                    Access::Read
+                };
+                self.forget_opened_path(&handle.path);
+                let fresh = self.open(&handle.path, access, None)?;
+                if fresh.stat.id != handle.opened.stat.id {
+                    // Another file under the path now: this handle's file is gone.
+                    return Err(e);
+                }
+                // The handle wrote nothing: the file's size is the one the MDS records
+                // now (a file another writer cut reads short, as POSIX has it).
+                let size = fresh.stat.size;
+                self.read_file_at_with(handle, &fresh, size, offset, len)
+            }
+            r => r,
+        }
+    }
+
+    /// One read of [`Client::read_file_at`] under `opened`, of a file of `size` bytes.
+    fn read_file_at_with(
+        &self,
+        handle: &FileHandle,
+        opened: &Opened,
+        size: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
         let len = len.min(FILE_IO_BYTES_MAX) as u64;
-        let end = handle.size.min(offset.saturating_add(len));
+        let end = size.min(offset.saturating_add(len));
         if offset >= end {
             return Ok(Vec::new());
         }
-        if handle.opened.stat.crypt.is_some() {
-            return self.crypt_read(handle, offset, end);
+        if opened.stat.crypt.is_some() {
+            return self.crypt_read(handle, opened, size, offset, end);
         }
         let pieces = pieces(offset, end);
         let mut calls = Vec::with_capacity(pieces.len());
         for &(stripe, within, piece_len) in &pieces {
-            let (osd, object) = self.stripe_target(&handle.opened, stripe)?;
+            let (osd, object) = self.stripe_target(opened, stripe)?;
             calls.push((
                 osd,
                 OsdRequest {
-                    capability: handle.opened.capability.clone(),
+                    capability: opened.capability.clone(),
                     command: OsdCommand::Read {
                         object,
                         offset: within,
@@ -200,10 +238,8 @@ impl Client {
             ));
         }
         let mut out = Vec::with_capacity((end - offset) as usize);
-        for (answer, &(stripe, _, piece_len)) in self
-            .windowed(&handle.opened, calls)?
-            .into_iter()
-            .zip(&pieces)
+        for (answer, &(stripe, _, piece_len)) in
+            self.windowed(opened, calls)?.into_iter().zip(&pieces)
         {
             let (data, missing) = match answer {
                 Ok(OsdResponse::Data(d)) => (d, false),
@@ -217,7 +253,7 @@ impl Client {
                 // A missing stripe inside the size recorded at open is lost data, as `get`
                 // says; anything else short is a file another writer cut: a short read.
                 let start = u64::from(stripe) * STRIPE_UNIT_BYTES;
-                if missing && start < handle.opened.stat.size {
+                if missing && start < opened.stat.size {
                     return Err(ClientError::DataMissing(format!(
                         "{}: stripe {stripe} of file {} not found",
                         handle.path, handle.opened.stat.id
@@ -435,6 +471,19 @@ pub(crate) fn pieces(offset: u64, end: u64) -> Vec<(u32, u64, u64)> {
         at += len;
     }
     out
+}
+
+/// Whether a handle's read failed because its open is out of date: its capability
+/// expired, or the file changed under it (an encrypted block from a newer write, a stripe
+/// a shorter write removed).
+fn stale_open(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Refused(w) if w.code == ErrorCode::CapabilityExpired
+    ) || matches!(
+        e,
+        ClientError::Integrity { .. } | ClientError::DataMissing(_)
+    )
 }
 
 #[cfg(test)]

@@ -326,6 +326,16 @@ impl Client {
                 let opened = self.open(path, Access::Read, None)?;
                 self.get_opened(path, &opened, writer, progress)
             }
+            // A stripe the open's size promised is gone: the open kept in this client's
+            // cache may be older than another writer's shorter put (found by the
+            // simulator, issue 39: "data missing" for a file that exists). The MDS is
+            // asked again, once, if nothing was written yet; missing again, it is
+            // missing.
+            Err(ClientError::DataMissing(_)) if counted.n == 0 => {
+                self.forget_opened_path(path);
+                let opened = self.open(path, Access::Read, None)?;
+                self.get_opened(path, &opened, writer, progress)
+            }
             other => other,
         }
     }

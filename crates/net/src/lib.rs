@@ -290,8 +290,11 @@ pub struct Connection {
 #[derive(Debug)]
 struct MemoryLink {
     net: MemoryNet,
-    /// The encoded answers, oldest first (`None`: a lost answer).
+    /// The encoded answers of frames delivered at once, oldest first (`None`: a lost
+    /// answer).
     answers: VecDeque<Option<Vec<u8>>>,
+    /// The connection a simulated task sends on (its frames are events, `memory.rs`).
+    link: Option<u64>,
 }
 
 fn mismatched(what: &'static str) -> NetError {
@@ -320,6 +323,7 @@ impl Connection {
             memory: Some(MemoryLink {
                 net,
                 answers: VecDeque::new(),
+                link: None,
             }),
             ..Self::new(address)
         }
@@ -421,8 +425,24 @@ impl Connection {
         if let Some(link) = self.memory.as_mut() {
             let mut frame = Vec::new();
             write_frame_parts(&mut frame, head, parts)?;
-            link.answers
-                .push_back(link.net.deliver(&self.address, &frame)?);
+            if link.net.in_task() {
+                // A simulated task: the frame travels as an event (a new connection when
+                // the last one was reset or its peer restarted, nothing being in flight).
+                if self.pending.is_empty() {
+                    link.answers.clear();
+                }
+                match link.net.send_async(&self.address, link.link, frame) {
+                    Ok(id) => link.link = Some(id),
+                    Err(e) => {
+                        // As a failed write on a socket: the connection is gone.
+                        self.drop_stream();
+                        return Err(e);
+                    }
+                }
+            } else {
+                link.answers
+                    .push_back(link.net.deliver(&self.address, &frame)?);
+            }
         } else {
             // Only an idle connection can be checked for a close by the peer (with answers
             // due, there is data to read) and replaced without losing anything.
@@ -463,6 +483,9 @@ impl Connection {
         self.pending.clear();
         if let Some(link) = self.memory.as_mut() {
             link.answers.clear();
+            if let Some(id) = link.link.take() {
+                link.net.close_async(id);
+            }
         }
     }
 
@@ -482,6 +505,13 @@ impl Connection {
             return Err(NetError::Closed);
         };
         let read = match self.memory.as_mut() {
+            Some(MemoryLink {
+                net,
+                link: Some(id),
+                answers,
+            }) if answers.is_empty() && net.in_task() => net
+                .receive_async(*id)
+                .and_then(|answer| read_frame(&mut std::io::Cursor::new(answer))),
             Some(link) => match link.answers.pop_front().flatten() {
                 Some(answer) => read_frame(&mut std::io::Cursor::new(answer)),
                 None => Err(NetError::Io(std::io::Error::new(

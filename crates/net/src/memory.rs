@@ -1,18 +1,31 @@
 //! An in-process network for whole-cluster tests without sockets: each address names a
-//! handler (a daemon's frame handler, called on the sender's thread), and every frame is
-//! encoded and decoded exactly as on TCP. Delivery is synchronous and in order, so a
-//! single-threaded test that seeds its clocks and random generators sees the same
-//! exchanges, byte for byte, every run: the seed of a deterministic simulator.
+//! handler (a daemon's frame handler), and every frame is encoded and decoded exactly as
+//! on TCP.
 //!
-//! Faults are injected per address: a peer that is down refuses connections before the
-//! request is delivered; a lost answer is dropped *after* the peer handled the request,
-//! which is the case a caller must not paper over by resending.
+//! Called from an ordinary thread (a test, or a daemon's handler calling another daemon),
+//! delivery is synchronous and in order: the handler runs on the caller's thread. Called
+//! from a simulated *task* ([`MemoryNet::spawn`]: a client operation on a thread of its
+//! own), a frame is an event on the simulated clock (`sched.rs`): it arrives after a
+//! delay drawn from the seed, frames of one connection in order and frames of different
+//! ones in any order, and may be lost (the connection resets), replayed by an attacker,
+//! or refused by a peer that is down, restarted or cut off. Exactly one task runs at a
+//! time, handed the turn by the scheduler ([`MemoryNet::run`]), which also runs every
+//! handler where its frame arrives: a run from a seed repeats byte for byte.
+//!
+//! Faults placed by address work both ways: a peer that is down refuses connections
+//! before the request is delivered; a lost answer is dropped *after* the peer handled the
+//! request, which is the case a caller must not paper over by resending.
+
+mod sched;
+
+pub use sched::{Faults, Run, Task};
 
 use crate::{read_frame, write_frame_parts, NetError};
 use maat_proto::wire::FrameType;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 /// A peer: one frame in, one frame out.
 pub type Peer = Arc<dyn Fn(FrameType, &[u8]) -> (FrameType, Vec<u8>) + Send + Sync>;
@@ -33,16 +46,35 @@ pub type Observer = Arc<dyn Fn(&Exchange<'_>) + Send + Sync>;
 #[derive(Default)]
 struct State {
     peers: BTreeMap<String, Peer>,
+    /// Bumped each time an address is attached: a restart closes every connection.
+    incarnations: BTreeMap<String, u64>,
     down: BTreeSet<String>,
+    /// Addresses cut off from everyone until a time.
+    partitioned: BTreeMap<String, u64>,
     lose_answers: BTreeMap<String, u32>,
     observer: Option<Observer>,
     delivered: u64,
+    /// The simulated clock (none: time stands at 0 for the scheduler).
+    clock: Option<Arc<AtomicU64>>,
+    /// The scheduler's generator state (seeded).
+    rng: u64,
+    faults: Faults,
+    seq: u64,
+    events: BTreeMap<(u64, u64), sched::Event>,
+    links: BTreeMap<u64, sched::Link>,
+    next_link: u64,
+    tasks: BTreeMap<u64, sched::TaskState>,
+    next_task: u64,
+    /// The task that runs now (`None`: none does; the scheduler, or a test, runs).
+    baton: Option<u64>,
 }
 
 /// The in-process network. Cloned handles share it.
 #[derive(Clone, Default)]
 pub struct MemoryNet {
     state: Arc<Mutex<State>>,
+    /// Signalled whenever the turn changes hands.
+    turn: Arc<Condvar>,
 }
 
 fn refused(address: &str) -> NetError {
@@ -62,9 +94,39 @@ impl MemoryNet {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Serves `address` with `peer` (replacing what served it before).
+    /// Serves `address` with `peer` (replacing what served it before: the connections
+    /// tasks had to it are closed, as a restart closes a daemon's sockets).
     pub fn attach(&self, address: impl Into<String>, peer: Peer) {
-        self.state().peers.insert(address.into(), peer);
+        let address = address.into();
+        let mut s = self.state();
+        *s.incarnations.entry(address.clone()).or_insert(0) += 1;
+        s.peers.insert(address, peer);
+    }
+
+    /// The simulated clock the scheduler moves (and every party reads).
+    pub fn set_clock(&self, clock: Arc<AtomicU64>) {
+        self.state().clock = Some(clock);
+    }
+
+    /// Seeds the scheduler's choices (delays, losses, which task runs next).
+    pub fn set_seed(&self, seed: u64) {
+        self.state().rng = seed;
+    }
+
+    /// The faults between tasks and peers from now on.
+    pub fn set_faults(&self, faults: Faults) {
+        self.state().faults = faults;
+    }
+
+    /// Cuts `address` off from everyone until the simulated time `until`: connections to
+    /// it are refused and frames to or from it on open ones are lost.
+    pub fn partition(&self, address: &str, until: u64) {
+        self.state().partitioned.insert(address.to_string(), until);
+    }
+
+    /// Whether the caller is a simulated task.
+    pub fn in_task(&self) -> bool {
+        sched::current_task(self).is_some()
     }
 
     /// Stops serving `address` (connections to it are refused until it is attached
@@ -105,7 +167,11 @@ impl MemoryNet {
     pub(crate) fn deliver(&self, address: &str, frame: &[u8]) -> Result<Option<Vec<u8>>, NetError> {
         let peer = {
             let s = self.state();
-            if s.down.contains(address) {
+            let now = s
+                .clock
+                .as_ref()
+                .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst));
+            if s.down.contains(address) || s.cut_off(address, now) {
                 return Err(refused(address));
             }
             s.peers
@@ -165,9 +231,27 @@ pub enum Network {
 }
 
 impl Network {
-    /// Whether this is an in-process network.
-    pub fn is_memory(&self) -> bool {
-        matches!(self, Network::Memory(_))
+    /// Runs `run` over every lane at once: on TCP each lane on a thread of its own (one
+    /// lane: on the caller's); on an in-process network each as a simulated task when the
+    /// caller is one ([`MemoryNet::run_lanes`]). Returns when every lane has ended.
+    pub fn run_lanes<T: Send>(&self, lanes: &mut [T], run: &(dyn Fn(&mut T) + Sync)) {
+        match self {
+            Network::Memory(net) => net.run_lanes(lanes, run),
+            Network::Tcp if lanes.len() <= 1 => lanes.iter_mut().for_each(run),
+            Network::Tcp => std::thread::scope(|scope| {
+                for lane in lanes.iter_mut() {
+                    scope.spawn(move || run(lane));
+                }
+            }),
+        }
+    }
+
+    /// Waits `millis` milliseconds: on an in-process network, simulated ones.
+    pub fn sleep(&self, millis: u64) {
+        match self {
+            Network::Memory(net) => net.sleep(millis),
+            Network::Tcp => std::thread::sleep(std::time::Duration::from_millis(millis)),
+        }
     }
 
     /// A connection to `address` on this network (connected lazily).

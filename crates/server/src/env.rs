@@ -42,6 +42,11 @@ impl Env {
         }
     }
 
+    /// The simulated clock, if this is a simulation's environment.
+    pub fn simulated_clock(&self) -> Option<Clock> {
+        self.clock.clone()
+    }
+
     /// The time now.
     pub fn now(&self) -> UnixMillis {
         match &self.clock {

@@ -50,6 +50,10 @@ pub struct FileObjectStore {
     /// Per-object locks (striped): held to rename a new file over an object, and to decide
     /// whether a write in place must copy a sealed file first.
     locks: [Mutex<()>; OBJECT_LOCKS],
+    /// The clock a write dates its object by (milliseconds); `None`: the file system's
+    /// own, which is the system clock (a simulation gives its clock, so that an object's
+    /// modification time is the same in every run of a seed).
+    clock: Option<crate::Clock>,
 }
 
 /// The digest of a sealed object file, and the file's change time when it was kept:
@@ -131,6 +135,20 @@ fn private_dirs(dir: &Path) -> std::io::Result<()> {
 }
 
 impl FileObjectStore {
+    /// The store, dating the objects it writes by `clock` (see the field).
+    pub fn dated_by(mut self, clock: Option<crate::Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Dates `file` by the store's clock, if it has one.
+    fn date(&self, file: &File) -> std::io::Result<()> {
+        let Some(clock) = &self.clock else {
+            return Ok(());
+        };
+        file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_millis(clock().0))
+    }
+
     /// Opens the store under `data_dir`, creating the data partition, and removes
     /// temporary files a crash left behind.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
@@ -140,6 +158,7 @@ impl FileObjectStore {
             temp_counter: AtomicU64::new(0),
             kept: Mutex::new(HashMap::new()),
             locks: std::array::from_fn(|_| Mutex::new(())),
+            clock: None,
         };
         private_dirs(&store.partition_dir(DATA_PARTITION))?;
         // Make the directory chain itself durable on first start.
@@ -205,8 +224,8 @@ impl FileObjectStore {
     /// Writes `data` to a temporary file, fsyncs it, renames it to `target` and fsyncs
     /// the directory. `object`: `target` is that object's file, renamed under its lock
     /// (so that a copy-on-write in flight cannot put an older copy back over it), with,
-    /// when its digest is given, the new file sealed and the digest kept (before the
-    /// rename, so that no reader meets the file without it).
+    /// when its digest is given, the new file sealed and the digest kept (right after the
+    /// rename, under the lock, with the change time the rename gave the file).
     fn replace_file(
         &self,
         dir: &Path,
@@ -227,6 +246,7 @@ impl FileObjectStore {
                 .mode(mode)
                 .open(&temp)?;
             f.write_all(data)?;
+            self.date(&f)?;
             f.sync_all()?;
             Ok::<_, std::io::Error>(f.metadata()?.ino())
         })();
@@ -354,6 +374,7 @@ impl FileObjectStore {
             opened?
         };
         edit(&file)?;
+        self.date(&file)?;
         file.sync_data()?;
         // Always: whoever created the file may not have made its entry durable yet, and
         // this write must not be acknowledged before it is.
@@ -380,6 +401,7 @@ impl FileObjectStore {
                 .open(&temp)?;
             std::io::copy(&mut source, &mut copy)?;
             edit(&copy)?;
+            self.date(&copy)?;
             copy.sync_all()?;
             fs::rename(&temp, path)
         })();

@@ -45,7 +45,7 @@ pub fn open_osd(
     let sealing = key_file_or_create_in(&config.data_dir.join("osd.key"), env)?;
     let sealing = SealingSecretKey::from_bytes(sealing);
     let join_key = read_key_file(&config.join_key_file)?;
-    let store = FileObjectStore::open(&config.data_dir)?;
+    let store = FileObjectStore::open(&config.data_dir)?.dated_by(env.simulated_clock());
     let core = Arc::new(OsdCore::new(
         OsdId(config.id),
         sealing,

@@ -64,13 +64,9 @@ pub struct SimCluster {
     osd_skew: Arc<AtomicI64>,
     seed: u64,
     clients_made: AtomicU64,
-    /// `None` only while it restarts.
-    mds: Option<Arc<Mds<RedbStore>>>,
-    mds_env: Env,
+    /// The daemons, shared with the periodic work the scheduler runs.
+    daemons: Arc<Daemons>,
     mds_config: maat_server::MdsFileConfig,
-    osds: Vec<SimOsd>,
-    kds: Arc<Kds>,
-    kds_env: Env,
     cluster: ClusterFile,
     admin_key: [u8; 32],
     transcript: Arc<Mutex<blake3::Hasher>>,
@@ -78,11 +74,51 @@ pub struct SimCluster {
     _dir: tempfile::TempDir,
 }
 
+/// The daemons of a simulated cluster, as their periodic work sees them.
+struct Daemons {
+    /// `None` only while it restarts.
+    mds: Mutex<Option<Arc<Mds<RedbStore>>>>,
+    mds_env: Env,
+    osds: Mutex<Vec<SimOsd>>,
+    kds: Arc<Kds>,
+    kds_env: Env,
+}
+
 /// An OSD of the simulation: the daemon, its environment, and the config it reopens from.
 struct SimOsd {
-    node: OsdNode,
+    node: Arc<OsdNode>,
     env: Env,
     config: maat_server::OsdFileConfig,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Daemons {
+    /// The periodic work of every daemon, once: each OSD and the KDS catch up on the
+    /// revocations in force, and the MDS brings the OSDs' T10 keys up to its policy.
+    fn tick(&self) -> Result<(), SimError> {
+        let osds: Vec<(Arc<OsdNode>, Env)> = locked(&self.osds)
+            .iter()
+            .map(|o| (o.node.clone(), o.env.clone()))
+            .collect();
+        for (node, env) in osds {
+            node.sync_revocations(&env).map_err(setup)?;
+        }
+        maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
+        let now = self.mds_env.now();
+        let Some(mds) = locked(&self.mds).clone() else {
+            return Err(setup("the MDS is restarting"));
+        };
+        let problems = self
+            .mds_env
+            .with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
+        match problems.as_slice() {
+            [] => Ok(()),
+            _ => Err(setup(problems.join("; "))),
+        }
+    }
 }
 
 /// Opens the MDS of `config` as the daemon does and serves it at [`MDS`] on `net`.
@@ -110,7 +146,7 @@ fn serve_osd(
     env: Env,
 ) -> Result<SimOsd, SimError> {
     let address = osd_address(config.id);
-    let node = maat_server::open_osd(&config, &address, &env)?;
+    let node = Arc::new(maat_server::open_osd(&config, &address, &env)?);
     net.attach(
         address,
         peer(node.handler(
@@ -158,10 +194,23 @@ impl SimCluster {
     /// Starts a cluster of `osds` OSDs (ids 1..=osds), everything seeded from `seed`,
     /// the clock at [`EPOCH`]. Files are encrypted by default, as in `maat up`.
     pub fn start(seed: u64, osds: u64) -> Result<Self, SimError> {
+        Self::start_with_lifetime(
+            seed,
+            osds,
+            maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT / 1000,
+        )
+    }
+
+    /// [`SimCluster::start`] with capabilities that last `lifetime_secs` (short ones bring
+    /// expiry and renewal into a short run).
+    pub fn start_with_lifetime(seed: u64, osds: u64, lifetime_secs: u64) -> Result<Self, SimError> {
         let dir = tempfile::tempdir().map_err(setup)?;
         let root = dir.path();
         let net = MemoryNet::new();
         let clock = Arc::new(AtomicU64::new(EPOCH.0));
+        // The scheduler moves this clock and draws its choices from the seed.
+        net.set_clock(clock.clone());
+        net.set_seed(mix(seed, 7));
         let time = clock.clone();
         let clock_fn: maat_server::Clock =
             Arc::new(move || UnixMillis(time.load(Ordering::SeqCst)));
@@ -202,7 +251,8 @@ impl SimCluster {
              join_key_file = \"{join}\"\n\
              public_keys_file = \"{public}\"\n\
              kds = [\"{KDS}\"]\n\
-             kds_public_keys_file = \"{kds_public}\"\n",
+             kds_public_keys_file = \"{kds_public}\"\n\
+             capability_lifetime_secs = {lifetime_secs}\n",
             data = path_text(&root.join("mds")),
             admin = path_text(&root.join("admin.key")),
             join = path_text(&root.join("join.key")),
@@ -258,18 +308,21 @@ impl SimCluster {
             mds_opaque_key: Some(hex::encode(mds.opaque_public_key())),
         };
         let admin_key = maat_server::read_key_file(&root.join("admin.key"))?;
+        let daemons = Arc::new(Daemons {
+            mds: Mutex::new(Some(mds)),
+            mds_env,
+            osds: Mutex::new(nodes),
+            kds,
+            kds_env,
+        });
         let sim = SimCluster {
             net,
             clock,
             osd_skew,
             seed,
             clients_made: AtomicU64::new(0),
-            mds: Some(mds),
-            mds_env,
+            daemons,
             mds_config,
-            osds: nodes,
-            kds,
-            kds_env,
             cluster,
             admin_key,
             transcript,
@@ -277,29 +330,48 @@ impl SimCluster {
         };
         // A daemon refuses requests dated inside its first 500 ms (SPEC T7).
         sim.advance_quietly(1_000);
-        for osd in &sim.osds {
+        for osd in locked(&sim.daemons.osds).iter() {
             osd.node.register(&osd.env).map_err(setup)?;
         }
         sim.tick()?;
+        // While the scheduler runs, the daemons' periodic work runs every second of
+        // simulated time, as their threads do (a failed catch-up is retried next time,
+        // as there).
+        let daemons = sim.daemons.clone();
+        sim.net.every(
+            maat_server::limits::REVOCATION_POLL.as_millis() as u64,
+            Arc::new(move || {
+                let _ = daemons.tick();
+            }),
+        );
         Ok(sim)
     }
 
     /// The periodic work of every daemon, once: each OSD and the KDS catch up on the
     /// revocations in force, and the MDS brings the OSDs' T10 keys up to its policy.
     pub fn tick(&self) -> Result<(), SimError> {
-        for osd in &self.osds {
-            osd.node.sync_revocations(&osd.env).map_err(setup)?;
-        }
-        maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
-        let now = self.mds_env.now();
-        let mds = self.mds_arc()?;
-        let problems = self
-            .mds_env
-            .with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
-        match problems.as_slice() {
-            [] => Ok(()),
-            _ => Err(setup(problems.join("; "))),
-        }
+        self.daemons.tick()
+    }
+
+    /// Starts `f` as a simulated task (a client operation on a thread of its own, run
+    /// when [`SimCluster::run`] gives it the turn).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        name: impl Into<String>,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> maat_net::memory::Task<T> {
+        self.net.spawn(name, f)
+    }
+
+    /// Runs the tasks, the frames between them and the daemons, and the daemons'
+    /// periodic work, until nothing is left (or the simulated time `until`).
+    pub fn run(&self, until: Option<UnixMillis>) -> maat_net::memory::Run {
+        self.net.run(until.map(|u| u.0))
+    }
+
+    /// The simulated clock itself (what the scheduler moves), for tasks that read it.
+    pub fn clock(&self) -> Arc<AtomicU64> {
+        self.clock.clone()
     }
 
     /// The simulated time now.
@@ -328,7 +400,7 @@ impl SimCluster {
 
     /// The KDS (its counters).
     pub fn kds(&self) -> &Kds {
-        &self.kds
+        &self.daemons.kds
     }
 
     /// The in-process network (for faults: a peer down, answers lost).
@@ -336,15 +408,11 @@ impl SimCluster {
         &self.net
     }
 
-    fn mds_arc(&self) -> Result<&Arc<Mds<RedbStore>>, SimError> {
-        self.mds
-            .as_ref()
-            .ok_or_else(|| setup("the MDS is restarting"))
-    }
-
     /// The MDS.
-    pub fn mds(&self) -> Result<&Mds<RedbStore>, SimError> {
-        self.mds_arc().map(|m| m.as_ref())
+    pub fn mds(&self) -> Result<Arc<Mds<RedbStore>>, SimError> {
+        locked(&self.daemons.mds)
+            .clone()
+            .ok_or_else(|| setup("the MDS is restarting"))
     }
 
     /// Stops the MDS (its database closed, everything not on disk gone) and opens it
@@ -353,8 +421,9 @@ impl SimCluster {
     pub fn restart_mds(&mut self) -> Result<(), SimError> {
         self.net.detach(MDS);
         // The old MDS closes its database before the new one opens it.
-        self.mds = None;
-        self.mds = Some(serve_mds(&self.net, &self.mds_config, &self.mds_env)?);
+        *locked(&self.daemons.mds) = None;
+        let mds = serve_mds(&self.net, &self.mds_config, &self.daemons.mds_env)?;
+        *locked(&self.daemons.mds) = Some(mds);
         self.advance_quietly(1_000);
         Ok(())
     }
@@ -363,10 +432,11 @@ impl SimCluster {
     /// again from its files; it registers and catches up before it serves, as the
     /// daemon does.
     pub fn restart_osd(&mut self, id: u64) -> Result<(), SimError> {
+        let mut osds = locked(&self.daemons.osds);
         let slot = usize::try_from(id)
             .ok()
             .and_then(|i| i.checked_sub(1))
-            .and_then(|i| self.osds.get_mut(i))
+            .and_then(|i| osds.get_mut(i))
             .ok_or_else(|| setup(format!("no osd {id}")))?;
         self.net.detach(&osd_address(id));
         let osd = serve_osd(&self.net, slot.config.clone(), slot.env.clone())?;
@@ -377,10 +447,10 @@ impl SimCluster {
     }
 
     /// OSD `id`.
-    pub fn osd(&self, id: u64) -> Option<&OsdNode> {
-        self.osds
+    pub fn osd(&self, id: u64) -> Option<Arc<OsdNode>> {
+        locked(&self.daemons.osds)
             .get(usize::try_from(id).ok()?.checked_sub(1)?)
-            .map(|o| &o.node)
+            .map(|o| o.node.clone())
     }
 
     /// A new client, not logged in, on the simulated clock and network, its generator
@@ -388,15 +458,14 @@ impl SimCluster {
     pub fn client(&self) -> Result<Client, SimError> {
         let n = self.clients_made.fetch_add(1, Ordering::SeqCst);
         let time = self.clock.clone();
-        let waited = self.clock.clone();
+        let net = self.net.clone();
         Ok(Client::new(self.cluster.clone(), None)?
             .with_network(Network::Memory(self.net.clone()))
             .simulated(
                 Arc::new(move || time.load(Ordering::SeqCst)),
-                // A client that waits lets simulated time pass (nothing else runs).
-                Arc::new(move |millis| {
-                    waited.fetch_add(millis, Ordering::SeqCst);
-                }),
+                // A client that waits lets simulated time pass: a task sleeps until its
+                // timer (others run meanwhile); outside a task the clock moves on.
+                Arc::new(move |millis| net.sleep(millis)),
                 mix(self.seed, 1_000 + n),
             ))
     }
