@@ -718,6 +718,7 @@ pub fn run_mds_daemon(config: &Path) -> Result<()> {
     let c = MdsFileConfig::load(config)?;
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;
+    maat_server::abort_on_panic();
     maat_server::run_mds(&c, &shutdown, |addr| announce("mds", addr))?;
     Ok(())
 }
@@ -729,6 +730,7 @@ pub fn run_kds_daemon(config: &Path) -> Result<()> {
     let c = KdsFileConfig::load(config)?;
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;
+    maat_server::abort_on_panic();
     maat_server::run_kds(&c, &shutdown, |addr| announce("kds", addr))?;
     Ok(())
 }
@@ -741,6 +743,7 @@ pub fn run_osd_daemon(config: &Path) -> Result<()> {
     logging(&kind);
     let shutdown = Shutdown::new();
     install_shutdown(&shutdown)?;
+    maat_server::abort_on_panic();
     maat_server::run_osd(&c, &shutdown, |addr| announce(&kind, addr))?;
     Ok(())
 }

@@ -51,7 +51,7 @@ pub use store::{
     Batch, GroupRecord, Inode, KeyGrant, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
     UserCredential, UserRecord, DEFAULT_PARTITION,
 };
-pub use t10::{working_refresh_millis, T10Channel};
+pub use t10::{working_refresh_millis, ChannelError, T10Channel};
 pub use users::MdsSecrets;
 
 /// The administrator's user id (superuser: passes every permission check).
@@ -227,22 +227,22 @@ pub struct Mds<S: MetaStore> {
 pub type AuditLog = dyn Fn(&str) + Send + Sync;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    maat_proto::sync::lock(m)
 }
 
 pub(crate) fn read_lock<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
+    maat_proto::sync::read(l)
 }
 
 pub(crate) fn write_lock<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
+    maat_proto::sync::write(l)
 }
 
 fn meta_array<S: MetaStore>(store: &S, key: &str) -> Result<Option<[u8; 32]>> {
     Ok(match store.meta(key)? {
         Some(v) => Some(
             v.try_into()
-                .map_err(|_| StoreError(format!("meta {key} has the wrong length")))?,
+                .map_err(|_| StoreError::corrupt(format!("meta {key}"), "wrong length"))?,
         ),
         None => None,
     })
@@ -426,13 +426,13 @@ impl<S: MetaStore> Mds<S> {
         let current = match stored {
             Some(v) => u64::from_be_bytes(
                 v.try_into()
-                    .map_err(|_| StoreError(format!("meta {name} has the wrong length")))?,
+                    .map_err(|_| StoreError::corrupt(format!("meta {name}"), "wrong length"))?,
             ),
             None => 2,
         };
         let next = current
             .checked_add(count)
-            .ok_or_else(|| StoreError(format!("meta {name} would overflow")))?;
+            .ok_or_else(|| StoreError::corrupt(format!("meta {name}"), "would overflow"))?;
         batch.push(Op::PutMeta(name.into(), next.to_be_bytes().to_vec()));
         Ok(current)
     }
@@ -616,7 +616,7 @@ impl<S: MetaStore> Mds<S> {
         Ok(match self.store.meta("map_epoch")? {
             Some(v) => u64::from_be_bytes(
                 v.try_into()
-                    .map_err(|_| StoreError("map_epoch has the wrong length".into()))?,
+                    .map_err(|_| StoreError::corrupt("meta map_epoch", "wrong length"))?,
             ),
             None => 0,
         })

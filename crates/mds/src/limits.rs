@@ -116,3 +116,7 @@ pub const RESERVATIONS_PER_USER_MAX: usize = 64;
 
 /// Most reservations kept in all (expired ones are dropped first; beyond, `Busy`).
 pub const RESERVATIONS_MAX: usize = 65_536;
+
+/// Grants of at most this many (user, file) pairs are checked against the access-control
+/// state in every build before they are signed; larger ones in debug builds only.
+pub const GRANT_CHECKED_PAIRS_MAX: usize = 256;

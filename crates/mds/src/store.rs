@@ -259,25 +259,28 @@ pub trait Record: Sized {
             Some((&version, body)) if version >= 1 && version <= Self::VERSION => {
                 Self::decode_version(version, body)
             }
-            Some((&version, _)) => Err(StoreError(format!(
+            Some((&version, _)) => Err(StoreError::Version(format!(
                 "{} record of version {version}, newer than this MDS knows ({}): upgrade Maat",
                 Self::WHAT,
                 Self::VERSION
             ))),
-            None => Err(StoreError(format!("empty {} record", Self::WHAT))),
+            None => Err(StoreError::corrupt(
+                format!("a {} record", Self::WHAT),
+                "empty",
+            )),
         }
     }
 }
 
 fn postcard_body<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    postcard::to_stdvec(v).map_err(|e| StoreError(format!("encoding a record: {e}")))
+    postcard::to_stdvec(v).map_err(|e| StoreError::Backend(format!("encoding a record: {e}")))
 }
 
 fn postcard_value<T: serde::de::DeserializeOwned>(
     what: &str,
     bytes: &[u8],
 ) -> Result<T, StoreError> {
-    postcard::from_bytes(bytes).map_err(|e| StoreError(format!("corrupt {what} record: {e}")))
+    postcard::from_bytes(bytes).map_err(|e| StoreError::corrupt(format!("a {what} record"), e))
 }
 
 /// Records whose version 1 has the same fields as format 0.
@@ -348,7 +351,7 @@ impl Record for SessionRecord {
     /// Format 0 kept session keys in clear; they are never carried over (the migration
     /// drops format-0 sessions: their users log in again).
     fn decode_v0(_bytes: &[u8]) -> Result<Self, StoreError> {
-        Err(StoreError(
+        Err(StoreError::Version(
             "format-0 sessions are not migrated (their keys were stored in clear)".into(),
         ))
     }
@@ -390,10 +393,41 @@ pub fn migrate_v0_value<T: Record>(bytes: &[u8]) -> Result<Vec<u8>, StoreError> 
     T::decode_v0(bytes)?.encode()
 }
 
-/// A store failure (I/O or corruption); always the daemon's fault, never the client's.
+/// A store failure; always the daemon's fault, never the client's. Grouped by what the
+/// operator does about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("metadata store: {0}")]
-pub struct StoreError(pub String);
+#[non_exhaustive]
+pub enum StoreError {
+    /// The storage engine failed (I/O, the database's own error, as it says it).
+    #[error("metadata store: {0}")]
+    Backend(String),
+    /// A stored value is damaged: it does not decode, or has the wrong length.
+    #[error("metadata store: {what} is damaged: {why}")]
+    Corrupt {
+        /// What was read.
+        what: String,
+        /// How it is wrong.
+        why: String,
+    },
+    /// The store, or a record in it, was written by a newer Maat (or an older one no
+    /// migration knows).
+    #[error("metadata store: {0}")]
+    Version(String),
+    /// An earlier write could not be made durable: every later one fails until the MDS
+    /// restarts from what is on disk.
+    #[error("metadata store: an earlier commit could not be made durable ({0}); restart the MDS")]
+    Failed(String),
+}
+
+impl StoreError {
+    /// A damaged value: `what` was read, `why` it is wrong.
+    pub fn corrupt(what: impl Into<String>, why: impl std::fmt::Display) -> Self {
+        StoreError::Corrupt {
+            what: what.into(),
+            why: why.to_string(),
+        }
+    }
+}
 
 /// Durable metadata storage.
 pub trait MetaStore: Send + Sync {

@@ -34,16 +34,34 @@ use maat_proto::capability::Mode;
 mod grants;
 pub(crate) use grants::GrantWant;
 use maat_proto::limits::T10_WORKING_KEYS_PER_PARTITION;
-use maat_proto::msg::{Credentials, OsdPlainRequest, OsdPlainResponse, T10Grant, T10KeyInfo};
+use maat_proto::msg::{
+    Credentials, OsdPlainRequest, OsdPlainResponse, T10Grant, T10KeyInfo, WireError,
+};
 use maat_proto::t10::{self, Permissions, SetKeyTarget, T10Capability};
 use maat_proto::t10_keys::{self, KeyState};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 /// Carries one plain message to an OSD and returns its answer (the shell's sockets).
-pub type T10Channel = dyn Fn(&OsdEntry, &OsdPlainRequest) -> std::result::Result<OsdPlainResponse, String>
+pub type T10Channel = dyn Fn(&OsdEntry, &OsdPlainRequest) -> std::result::Result<OsdPlainResponse, ChannelError>
     + Send
     + Sync;
+
+/// Why a message on the MDS's channel to an OSD got no answer the MDS can use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// The OSD could not be reached (connect, send or receive failed: as the network
+    /// said).
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The OSD refused the message.
+    #[error("refused: {0}")]
+    Refused(WireError),
+    /// The answer is not one: it does not decode, or answers something else.
+    #[error("bad answer: {0}")]
+    BadAnswer(String),
+}
 
 const META_PREFIX: &str = "t10/osd/";
 const REVOCATIONS_KEY: &str = "t10/revocations";
@@ -158,9 +176,9 @@ impl<S: MetaStore> Mds<S> {
         let bytes = self
             .t10_wrap
             .open(0, key.as_bytes(), &sealed)
-            .map_err(|_| StoreError(format!("{key} does not open under this MDS's keys")))?;
+            .map_err(|_| StoreError::corrupt(key.clone(), "does not open under this MDS's keys"))?;
         let bytes = zeroize::Zeroizing::new(bytes);
-        let state = KeyState::decode(&bytes).map_err(|e| StoreError(format!("{key}: {e}")))?;
+        let state = KeyState::decode(&bytes).map_err(|e| StoreError::corrupt(key.clone(), e))?;
         write_lock(&self.t10.states).insert(osd, state.clone());
         Ok(Some(state))
     }

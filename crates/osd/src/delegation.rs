@@ -32,10 +32,10 @@ pub(crate) struct Delegations {
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
+    maat_proto::sync::read(l)
 }
 fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
+    maat_proto::sync::write(l)
 }
 
 /// Records in a session's list that it proved `key_hash` (the oldest dropped past

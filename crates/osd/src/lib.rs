@@ -299,10 +299,10 @@ fn refuse(code: ErrorCode, detail: impl Into<String>) -> WireError {
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
+    maat_proto::sync::read(l)
 }
 fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
+    maat_proto::sync::write(l)
 }
 
 impl OsdCore {
@@ -568,7 +568,7 @@ impl OsdCore {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    maat_proto::sync::lock(m)
 }
 
 fn freshness(f: Freshness) -> WireError {

@@ -44,7 +44,7 @@ impl Renewed {
     /// the rest unrenewed here, and the same token supplied later is checked and tried
     /// again rather than taken as applied.
     pub fn insert(&self, digest: Digest, token: &RenewalToken, now: UnixMillis) {
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut inner = maat_proto::sync::write(&self.inner);
         if inner.expiries.len() + token.capability_ids.len() > RENEWED_CAPABILITIES_MAX {
             inner.expiries.retain(|_, expiry| *expiry > now);
         }
@@ -77,7 +77,7 @@ impl Renewed {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+        maat_proto::sync::read(&self.inner)
     }
 }
 

@@ -26,7 +26,7 @@ pub use crate::limits::T10_CREDENTIALS_CACHED_MAX;
 pub const T10_NO_USER: UserId = UserId(u64::MAX);
 
 /// Makes a key state durable before it is used (the shell writes the key file).
-pub type KeyPersister = dyn Fn(&[u8]) -> Result<(), String> + Send + Sync;
+pub type KeyPersister = dyn Fn(&[u8]) -> std::io::Result<()> + Send + Sync;
 
 /// A verified credential: its capability and the envelope keys from its capability key.
 #[derive(Clone)]

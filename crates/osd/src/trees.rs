@@ -21,19 +21,15 @@ pub(crate) struct TreeCache {
 impl TreeCache {
     /// The verified set for `root`, if kept.
     pub fn get(&self, root: &Digest) -> Option<Arc<MemberSet>> {
-        self.sets
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(root)
-            .cloned()
+        maat_proto::sync::read(&self.sets).get(root).cloned()
     }
 
     /// Keeps a verified set, dropping the oldest while over a bound.
     pub fn insert(&self, set: MemberSet) {
         let root = *set.root();
         let len = set.len();
-        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        let mut sets = self.sets.write().unwrap_or_else(|p| p.into_inner());
+        let mut order = maat_proto::sync::lock(&self.order);
+        let mut sets = maat_proto::sync::write(&self.sets);
         if sets.insert(root, Arc::new(set)).is_some() {
             return;
         }
@@ -51,13 +47,13 @@ impl TreeCache {
 
     /// Number of trees kept.
     pub fn len(&self) -> usize {
-        self.sets.read().unwrap_or_else(|p| p.into_inner()).len()
+        maat_proto::sync::read(&self.sets).len()
     }
 
     /// Forgets every tree (the MDS key changed).
     pub fn clear(&self) {
-        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        self.sets.write().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut order = maat_proto::sync::lock(&self.order);
+        maat_proto::sync::write(&self.sets).clear();
         *order = (VecDeque::new(), 0);
     }
 }

@@ -49,6 +49,7 @@ pub mod replay;
 pub mod revocation;
 pub mod session;
 pub mod signed;
+pub mod sync;
 pub mod t10;
 pub mod t10_keys;
 pub mod ticket;

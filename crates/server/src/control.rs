@@ -11,7 +11,7 @@
 //! [`T10_MAINTENANCE`] and when the administrator rotates keys; each command is MACed
 //! under the level above, so the channel needs no protection of its own.
 
-use crate::Env;
+use crate::{Env, ServerError};
 use maat_crypto::mac::MacKey;
 use maat_kds::Kds;
 use maat_osd::OsdCore;
@@ -27,18 +27,31 @@ pub use crate::limits::T10_MAINTENANCE;
 /// One plain frame to a daemon at `address` and the payload of its answer. A refusal of
 /// the frame itself (`Busy`, a bad frame) is an error that says so, never a payload to
 /// decode as the answer (before issue 40 a busy MDS showed as "does not decode").
-fn plain_bytes(env: &Env, address: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+fn plain_bytes(env: &Env, address: &str, payload: &[u8]) -> Result<Vec<u8>, ServerError> {
     let (t, answer) = env
         .connect(address)
         .call(FrameType::Plain, payload)
-        .map_err(|e| format!("{address} unreachable: {e}"))?;
+        .map_err(|source| ServerError::Unreachable {
+            address: address.to_string(),
+            source,
+        })?;
     if t == FrameType::Refusal {
         return Err(match msg::decode::<WireError>(&answer) {
-            Ok(e) => format!("{address} refused: {e}"),
-            Err(_) => format!("{address} refused the frame"),
+            Ok(error) => ServerError::Refused {
+                address: address.to_string(),
+                error,
+            },
+            Err(e) => bad_answer(address, format!("a refusal that does not decode: {e}")),
         });
     }
     Ok(answer)
+}
+
+fn bad_answer(address: &str, reason: impl std::fmt::Display) -> ServerError {
+    ServerError::BadAnswer {
+        address: address.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 /// One plain message to a daemon at `address` and its answer (`Result<A, WireError>`
@@ -47,12 +60,15 @@ fn plain_call<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
     env: &Env,
     address: &str,
     request: &Q,
-) -> Result<A, String> {
-    let payload = msg::encode(request).map_err(|e| e.to_string())?;
+) -> Result<A, ServerError> {
+    let payload = msg::encode(request).map_err(|e| bad_answer(address, e))?;
     let answer = plain_bytes(env, address, &payload)?;
     msg::decode::<Result<A, WireError>>(&answer)
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("refused: {e}"))
+        .map_err(|e| bad_answer(address, e))?
+        .map_err(|error| ServerError::Refused {
+            address: address.to_string(),
+            error,
+        })
 }
 
 /// One plain message to an OSD and its answer (the MDS's T10 channel).
@@ -60,7 +76,7 @@ pub(crate) fn osd_plain_call(
     env: &Env,
     osd: &OsdEntry,
     request: &OsdPlainRequest,
-) -> Result<OsdPlainResponse, String> {
+) -> Result<OsdPlainResponse, ServerError> {
     plain_call(env, &osd.address, request)
 }
 
@@ -129,7 +145,7 @@ pub(crate) fn sync_revocations(
     mds_address: &str,
     id: u64,
     join: &MacKey,
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     let mut nonce = [0u8; 16];
     env.with_rng(|rng| rng.fill_bytes(&mut nonce));
     let mac = maat_proto::revocation::revocations_request_mac(join, id, &nonce);
@@ -142,12 +158,18 @@ pub(crate) fn sync_revocations(
         MdsPlainResponse::Revocations { notices, mac } => {
             let expected = maat_proto::revocation::revocations_mac(join, id, &nonce, &notices);
             if !maat_crypto::ct_eq(&expected, &mac) {
-                return Err("the list of revocations has a bad MAC".into());
+                return Err(bad_answer(
+                    mds_address,
+                    "the list of revocations has a bad MAC",
+                ));
             }
             core.sync_revocations(&notices, env.now())
-                .map_err(|e| e.to_string())
+                .map_err(|e| bad_answer(mds_address, e))
         }
-        _ => Err("unexpected answer to a revocations request".into()),
+        _ => Err(bad_answer(
+            mds_address,
+            "not the answer to a revocations request",
+        )),
     }
 }
 
@@ -157,13 +179,13 @@ pub(crate) fn sync_kds_revocations(
     env: &Env,
     kds: &Kds,
     mds_address: &str,
-) -> Result<usize, String> {
+) -> Result<usize, ServerError> {
     let ask = env
         .with_rng(|mut rng| kds.revocations_request(env.now(), &mut rng))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| bad_answer(mds_address, e))?;
     let answer = plain_bytes(env, mds_address, &ask.payload)?;
     kds.accept_revocations(&ask, &answer, env.now())
-        .map_err(|e| e.to_string())
+        .map_err(|e| bad_answer(mds_address, e))
 }
 
 /// SPEC M9: catches up on the revocations in force right away (requests wait for it),
@@ -172,7 +194,7 @@ pub(crate) fn sync_kds_revocations(
 pub(crate) fn revocation_loop(
     mds_address: &str,
     shutdown: &crate::Shutdown,
-    sync: impl Fn() -> Result<(), String>,
+    sync: impl Fn() -> Result<(), ServerError>,
 ) {
     let mut failing = false;
     while !shutdown.is_set() {
@@ -209,7 +231,7 @@ pub(crate) fn revocation_loop(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
     use crate::serve::{ServeLimits, ServeStats};
     use std::net::TcpListener;
@@ -245,11 +267,13 @@ mod tests {
             &MdsPlainRequest::LoginStart { name: "x".into() },
         )
         .unwrap_err();
-        assert!(
-            e.contains("refused") && e.contains("connections open"),
-            "{e}"
-        );
-        assert!(!e.contains("does not decode"), "{e}");
+        match &e {
+            ServerError::Refused { error, .. } => {
+                assert_eq!(error.code, maat_proto::msg::ErrorCode::Busy, "{e}");
+                assert!(error.detail.contains("connections open"), "{e}");
+            }
+            other => panic!("not the refusal: {other}"),
+        }
         shutdown.trigger();
     }
 }

@@ -71,13 +71,11 @@ impl Drop for SyncTurn<'_> {
 }
 
 fn failed(why: &str) -> StoreError {
-    StoreError(format!(
-        "an earlier commit could not be made durable ({why}); restart the MDS"
-    ))
+    StoreError::Failed(why.to_string())
 }
 
 fn poisoned() -> StoreError {
-    StoreError("group commit state poisoned".into())
+    StoreError::Failed("a thread panicked holding the group-commit state".into())
 }
 
 impl GroupCommit {
@@ -209,7 +207,7 @@ impl GroupCommit {
     /// be only partly on disk, or not at all).
     fn record_failure(&self, e: StoreError) -> StoreError {
         if let Ok(mut state) = self.state() {
-            state.failed.get_or_insert_with(|| e.0.clone());
+            state.failed.get_or_insert_with(|| e.to_string());
         }
         self.synced.notify_all();
         e
@@ -316,15 +314,17 @@ mod tests {
         let db = Written::default();
         applied(&g, meta("a"));
         let e = g
-            .sync(begin(&db), |_, _| Err(StoreError("disk full".into())))
+            .sync(begin(&db), |_, _| {
+                Err(StoreError::Backend("disk full".into()))
+            })
             .unwrap_err();
-        assert!(e.0.contains("disk full"), "{e}");
+        assert!(e.to_string().contains("disk full"), "{e}");
         for e in [
             g.sync(begin(&db), write).unwrap_err(),
             g.apply(meta("b")).map(drop).unwrap_err(),
             g.commit(meta("c"), begin(&db), write).unwrap_err(),
         ] {
-            assert!(e.0.contains("restart the MDS"), "{e}");
+            assert!(e.to_string().contains("restart the MDS"), "{e}");
         }
     }
 
@@ -346,7 +346,7 @@ mod tests {
                     |(), _| {
                         inside.send(()).unwrap();
                         std::thread::sleep(std::time::Duration::from_millis(100));
-                        Err(StoreError("disk full".into()))
+                        Err(StoreError::Backend("disk full".into()))
                     },
                 )
             })
@@ -356,7 +356,7 @@ mod tests {
         let waiting = g.sync(begin(&db), write);
         assert!(failing.join().unwrap().is_err());
         let e = waiting.unwrap_err();
-        assert!(e.0.contains("restart the MDS"), "{e}");
+        assert!(e.to_string().contains("restart the MDS"), "{e}");
         assert!(db.lock().unwrap().is_empty(), "a half batch was written");
     }
 

@@ -84,7 +84,7 @@ pub fn open_kds(config: &KdsFileConfig, env: &Env) -> Result<Arc<Kds>, ServerErr
 
 /// One revocation catch-up of `kds` with the MDS at `mds` (SPEC M9); how many notices
 /// are in force.
-pub fn sync_kds_revocations(kds: &Kds, mds: &str, env: &Env) -> Result<usize, String> {
+pub fn sync_kds_revocations(kds: &Kds, mds: &str, env: &Env) -> Result<usize, ServerError> {
     control::sync_kds_revocations(env, kds, mds)
 }
 

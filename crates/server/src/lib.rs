@@ -36,7 +36,7 @@ pub use osd_daemon::{open_osd, run_osd, OsdNode, T10_KEY_FILE};
 pub use serve::{
     Answer, Handler, ServeLimits, ServeStats, Shutdown, CONNECTIONS_MAX, IDLE_SECONDS_MAX,
 };
-pub use shell::open_files_limit;
+pub use shell::{abort_on_panic, open_files_limit};
 
 use maat_proto::msg::{self, WireError};
 use maat_proto::wire::FrameType;
@@ -73,6 +73,31 @@ pub enum ServerError {
         mode: u32,
         /// The command that fixes it.
         fix: String,
+    },
+    /// Another daemon could not be reached (the control channel, a registration).
+    #[error("{address} unreachable: {source}")]
+    Unreachable {
+        /// Where.
+        address: String,
+        /// What the network said.
+        source: maat_net::NetError,
+    },
+    /// Another daemon refused a control message.
+    #[error("{address} refused: {error}")]
+    Refused {
+        /// Where.
+        address: String,
+        /// Its refusal.
+        error: WireError,
+    },
+    /// Another daemon's answer is not one (does not decode, answers something else, or
+    /// fails its check).
+    #[error("bad answer from {address}: {reason}")]
+    BadAnswer {
+        /// Where.
+        address: String,
+        /// What is wrong with it.
+        reason: String,
     },
     /// I/O failed.
     #[error("{what}: {source}")]
@@ -207,4 +232,16 @@ pub fn refusal_frame(error: &WireError) -> (FrameType, Vec<u8>) {
         .or_else(|_| msg::encode(&WireError::new(msg::ErrorCode::Internal, "")))
         .unwrap_or_else(|_| vec![msg::ErrorCode::Internal as u8, 0]);
     (FrameType::Refusal, bytes)
+}
+
+impl From<ServerError> for maat_mds::ChannelError {
+    fn from(e: ServerError) -> Self {
+        match e {
+            ServerError::Unreachable { source, .. } => {
+                maat_mds::ChannelError::Unreachable(source.to_string())
+            }
+            ServerError::Refused { error, .. } => maat_mds::ChannelError::Refused(error),
+            other => maat_mds::ChannelError::BadAnswer(other.to_string()),
+        }
+    }
 }

@@ -145,7 +145,7 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
     // SPEC T3: key commands to OSDs, on demand and from the maintenance thread.
     let t10_env = env.clone();
     mds.set_t10_channel(Arc::new(move |osd, request| {
-        control::osd_plain_call(&t10_env, osd, request)
+        control::osd_plain_call(&t10_env, osd, request).map_err(maat_mds::ChannelError::from)
     }));
     Ok(Arc::new(mds))
 }

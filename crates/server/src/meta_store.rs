@@ -37,7 +37,7 @@ pub struct RedbStore {
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError(e.to_string())
+    StoreError::Backend(e.to_string())
 }
 
 fn enc<T: Record>(v: &T) -> Result<Vec<u8>, StoreError> {
@@ -128,7 +128,7 @@ impl RedbStore {
     fn format(&self) -> Result<Option<u64>, StoreError> {
         Ok(match self.meta(STORE_FORMAT_KEY)? {
             Some(v) => Some(u64::from_be_bytes(v.try_into().map_err(|_| {
-                StoreError(format!("meta {STORE_FORMAT_KEY} has the wrong length"))
+                StoreError::corrupt(format!("meta {STORE_FORMAT_KEY}"), "wrong length")
             })?)),
             None => None,
         })
@@ -140,12 +140,12 @@ impl RedbStore {
         match self.format()? {
             Some(f) if f == STORE_FORMAT => return Ok(()),
             Some(f) if f > STORE_FORMAT => {
-                return Err(StoreError(format!(
+                return Err(StoreError::Version(format!(
                     "the metadata store has format {f}, newer than this MDS knows ({STORE_FORMAT}): upgrade Maat"
                 )))
             }
             Some(f) => {
-                return Err(StoreError(format!(
+                return Err(StoreError::Version(format!(
                     "the metadata store has format {f}, which no migration knows"
                 )))
             }
@@ -332,7 +332,7 @@ impl MetaStore for RedbStore {
             let id: [u8; 16] = k
                 .value()
                 .try_into()
-                .map_err(|_| StoreError("corrupt session id".into()))?;
+                .map_err(|_| StoreError::corrupt("a session id", "wrong length"))?;
             out.push((id, dec(v.value())?));
         }
         Ok(out)

@@ -60,8 +60,15 @@ pub fn open_osd(
     )?;
     let mds_key_path = config.data_dir.join("mds.pub");
     if let Ok(known) = read_key_file(&mds_key_path) {
-        // Serve at once after a restart, even while the MDS is away.
-        let _ = core.set_mds_key(known);
+        // Serve at once after a restart, even while the MDS is away. A key file that
+        // holds no key is said, not skipped (the OSD would then trust whatever MDS it
+        // registers with next).
+        core.set_mds_key(known).map_err(|e| ServerError::KeyFile {
+            path: mds_key_path.display().to_string(),
+            reason: format!(
+                "{e}: not an MDS verifying key (remove it and the OSD learns the key at its next registration)"
+            ),
+        })?;
     }
     let join = MacKey::new(Secret32::from_bytes(join_key)).with_counters(core.counters().clone());
     Ok(OsdNode {
@@ -79,13 +86,25 @@ pub fn open_osd(
 impl OsdNode {
     /// One registration with the MDS; on success the OSD knows (and has stored) the MDS
     /// key. Returns why it failed otherwise.
-    pub fn register(&self, env: &Env) -> Result<(), String> {
-        self.register_failing(env).map_err(|e| e.reason)
+    pub fn register(&self, env: &Env) -> Result<(), ServerError> {
+        self.register_failing(env).map_err(|e| match e.code {
+            Some(code) => ServerError::Refused {
+                address: self.mds_address.clone(),
+                error: msg::WireError::new(code, e.reason),
+            },
+            None => ServerError::BadAnswer {
+                address: self.mds_address.clone(),
+                reason: e.reason,
+            },
+        })
     }
 
     fn register_failing(&self, env: &Env) -> Result<(), RegisterFailure> {
         let key = register_once(self, env)?;
-        let _ = self.core.set_mds_key(key);
+        // A key that is not one is a failed registration: nothing is recorded.
+        self.core
+            .set_mds_key(key)
+            .map_err(|e| RegisterFailure::local(format!("the MDS's key: {e}")))?;
         if read_key_file(&self.mds_key_path).ok() != Some(key) {
             let _ = std::fs::remove_file(&self.mds_key_path);
             if let Err(e) = write_key_file(&self.mds_key_path, &key) {
@@ -96,7 +115,7 @@ impl OsdNode {
     }
 
     /// One revocation catch-up with the MDS (SPEC M9).
-    pub fn sync_revocations(&self, env: &Env) -> Result<(), String> {
+    pub fn sync_revocations(&self, env: &Env) -> Result<(), ServerError> {
         control::sync_revocations(env, &self.core, &self.mds_address, self.id, &self.join)
     }
 
@@ -249,7 +268,7 @@ fn load_t10_keys(
     core.load_t10_keys(
         state,
         Arc::new(move |bytes: &[u8]| {
-            private::replace_file(&path, bytes).map_err(|e| e.to_string())
+            private::replace_file(&path, bytes).map_err(std::io::Error::other)
         }),
     );
     Ok(())

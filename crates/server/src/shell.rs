@@ -81,3 +81,52 @@ pub fn open_files_limit() -> u64 {
     }
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
+
+/// Ends the process on any panic, after the usual message (issue 39): a tripped
+/// assertion means the state it guards is wrong, and neither the thread that tripped it
+/// nor any other may go on with it (without this a panic ended one connection's thread
+/// and the daemon served on). Installed by every daemon as it starts; libraries,
+/// simulations and tests keep unwinding.
+pub fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    /// Issue 39: a panic in any thread of a daemon ends the process (before, a tripped
+    /// assertion ended one connection's thread and the daemon served on). The test runs
+    /// itself again as a child that installs the hook and panics in a thread that is not
+    /// its main one, and sees it killed by SIGABRT; without the hook the child would go
+    /// on and exit 0.
+    #[test]
+    fn a_panic_in_any_thread_ends_a_daemon() {
+        if std::env::var_os("MAAT_ABORT_CHILD").is_some() {
+            super::abort_on_panic();
+            let _ = std::thread::spawn(|| panic!("a broken invariant")).join();
+            std::process::exit(0);
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "shell::tests::a_panic_in_any_thread_ends_a_daemon",
+                "--nocapture",
+            ])
+            .env("MAAT_ABORT_CHILD", "1")
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(6),
+            "the child carried on after a panic: {:?}",
+            out.status
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("a broken invariant"));
+    }
+}

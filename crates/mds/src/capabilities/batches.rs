@@ -149,7 +149,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     .issuer
                     .turn
                     .wait_timeout(table, Duration::from_millis(10))
-                    .unwrap_or_else(|p| p.into_inner());
+                    .unwrap_or_else(|_| maat_proto::sync::poisoned());
                 table = t;
                 waited += 10;
             }
@@ -280,7 +280,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 let (s, _) = batch
                     .done
                     .wait_timeout(state, Duration::from_millis(10))
-                    .unwrap_or_else(|p| p.into_inner());
+                    .unwrap_or_else(|_| maat_proto::sync::poisoned());
                 state = s;
                 waited += 10;
             }
