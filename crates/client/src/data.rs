@@ -6,6 +6,7 @@
 use super::*;
 
 impl Client {
+    #[doc(hidden)]
     /// One request to an OSD; renegotiates the session once if the OSD forgot it,
     /// supplies the capability's Merkle trees once if the OSD lacks them (SPEC M4), and
     /// renews the capability when due, giving the OSD the token (SPEC M8).
@@ -182,6 +183,7 @@ impl Client {
         self.with_session(|s| Some(s.uid))
     }
 
+    #[doc(hidden)]
     /// How many stripes of one file are in flight at once: two per OSD (one on each of
     /// its lanes), at most [`STRIPES_IN_FLIGHT_MAX`].
     pub fn stripes_in_flight(&self) -> Result<u32> {
@@ -304,6 +306,7 @@ impl Client {
         Ok(answers.into_iter().map(|(_, answer)| answer).collect())
     }
 
+    #[doc(hidden)]
     /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
     pub fn place(&self, file: u64, stripe: u32) -> Result<u64> {
         let map = self.cluster_map()?;
@@ -336,6 +339,7 @@ impl Client {
         }
     }
 
+    #[doc(hidden)]
     /// Writes one object of a file.
     pub fn write_object(&self, opened: &Opened, stripe: u32, data: Vec<u8>) -> Result<()> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
@@ -343,6 +347,7 @@ impl Client {
             .map(|_| ())
     }
 
+    #[doc(hidden)]
     /// Reads one object of a file (`None` when it does not exist).
     pub fn read_object(&self, opened: &Opened, stripe: u32) -> Result<Option<Vec<u8>>> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
@@ -370,6 +375,7 @@ impl Client {
         }
     }
 
+    #[doc(hidden)]
     /// Writes `data` at byte `offset` of an opened file, inside one stripe (a range that
     /// crosses a stripe boundary is refused here). Record the size with
     /// [`Client::set_size`] when done, as `put` does.
@@ -388,6 +394,7 @@ impl Client {
         self.data_call(opened, osd, request).map(|_| ())
     }
 
+    #[doc(hidden)]
     /// Reads up to `length` bytes at byte `offset` of an opened file, inside one stripe
     /// (short or empty past the end of what was written).
     pub fn read_at(&self, opened: &Opened, offset: u64, length: u32) -> Result<Vec<u8>> {
@@ -409,6 +416,7 @@ impl Client {
         }
     }
 
+    #[doc(hidden)]
     /// Records the size of a file written with [`Client::write_at`] (the writer's
     /// "close").
     pub fn set_size(&self, path: &str, opened: &Opened, size: u64) -> Result<()> {

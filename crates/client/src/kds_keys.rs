@@ -409,6 +409,7 @@ impl Client {
             .collect())
     }
 
+    #[doc(hidden)]
     /// Asks a KDS, in one request, for the keys of several opened encrypted files at tree
     /// level `level` (each file's nodes of that level up to the largest file size, as
     /// reads do); keeps nothing. Returns how many keys were granted, each grant checked.
@@ -437,6 +438,7 @@ impl Client {
             .ok_or_else(|| ClientError::NoKds(format!("this cluster has no KDS: {consequence}")))
     }
 
+    #[doc(hidden)]
     /// Asks a KDS for the keys of `nodes` of `opened`'s file as if the file's key tree
     /// had `shape`, under a lockbox for that shape made here; returns the keys granted,
     /// each grant checked. The KDS derives them from a root this client made, so it
@@ -546,6 +548,7 @@ impl Client {
         Ok(out)
     }
 
+    #[doc(hidden)]
     /// Asks a KDS for `opened`'s range keys now (held ones are not used) and returns how
     /// many it granted; the keys are kept for the file's next reads and writes.
     pub fn request_file_keys(&self, opened: &Opened) -> Result<usize> {
@@ -569,6 +572,7 @@ impl Client {
         file_keys.insert((file, held.tree_version), held);
     }
 
+    #[doc(hidden)]
     /// Forgets every held range key (tests and benchmarks measure fetching them).
     pub fn forget_file_keys(&self) {
         self.file_keys.lock().clear();

@@ -47,6 +47,7 @@ impl Client {
         }
     }
 
+    #[doc(hidden)]
     /// The key tree shape and range keys this client holds for version `tree_version` of
     /// `file`'s key tree (what a user takes away from a KDS grant: tests show they open
     /// nothing outside it, nor anything a rekey rewrote).

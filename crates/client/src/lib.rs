@@ -327,6 +327,7 @@ impl Client {
         self.key_rng.lock().fork()
     }
 
+    #[doc(hidden)]
     /// Switches to NOSEC mode acting as `user` (benchmarks; daemons must allow it).
     pub fn danger_insecure_as(&mut self, user: u64) {
         self.insecure_user = Some(user);
@@ -334,6 +335,7 @@ impl Client {
         self.opened.get_mut().clear();
     }
 
+    #[doc(hidden)]
     /// Leaves NOSEC mode.
     pub fn secure(&mut self) {
         self.insecure_user = None;

@@ -138,6 +138,7 @@ impl Client {
 
     // ------------------------------------------------------------------ MDS calls
 
+    #[doc(hidden)]
     /// One authenticated request to the MDS (re-logging in once with a stored key when
     /// the MDS lost or expired the session).
     pub fn mds_call(&self, request: MdsRequest) -> Result<MdsResponse> {

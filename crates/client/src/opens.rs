@@ -43,6 +43,7 @@ impl Client {
         self.opened.lock().remove(path);
     }
 
+    #[doc(hidden)]
     /// Forgets every kept read open (SPEC M5), so that the next opens ask the MDS (after
     /// a rename or a permission change; tests and benchmarks measure that).
     pub fn forget_opens(&self) {

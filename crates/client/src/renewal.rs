@@ -128,6 +128,7 @@ impl Client {
         }
     }
 
+    #[doc(hidden)]
     /// SPEC M8: renews every capability this client used within its lifetime and has not
     /// seen refused, in one request; the MDS's token is verified before it is kept.
     pub fn renew_capabilities(&self) -> Result<RenewalOutcome> {

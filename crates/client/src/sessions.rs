@@ -142,6 +142,7 @@ impl Client {
         }
     }
 
+    #[doc(hidden)]
     /// Negotiates a session with every OSD of the cluster map now (SPEC M2), so that a
     /// timed run that follows pays for none.
     pub fn connect_osds(&self) -> Result<()> {

@@ -4,8 +4,10 @@
 
 pub mod limits;
 
+#[cfg(feature = "sim")]
 pub mod memory;
-pub use memory::{MemoryNet, Network};
+#[cfg(feature = "sim")]
+pub use memory::MemoryNet;
 
 use maat_proto::replay::{NonceStream, STREAM_BYTES};
 use maat_proto::wire::{self, FrameHead, FrameType, FRAME_HEADER_BYTES, FRAME_HEADER_START_BYTES};
@@ -16,6 +18,54 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 pub use crate::limits::CONNECT_TIMEOUT;
 pub use crate::limits::IO_TIMEOUT;
 pub use crate::limits::READ_AHEAD_BYTES;
+
+/// Where connections go: TCP (daemons and clients), or an in-process network (tests of
+/// a whole cluster without sockets).
+#[derive(Clone, Debug, Default)]
+pub enum Network {
+    /// TCP sockets.
+    #[default]
+    Tcp,
+    /// An in-process network (feature `sim`, simulations only).
+    #[cfg(feature = "sim")]
+    Memory(MemoryNet),
+}
+
+impl Network {
+    /// Runs `run` over every lane at once: on TCP each lane on a thread of its own (one
+    /// lane: on the caller's); on an in-process network each as a simulated task when the
+    /// caller is one ([`MemoryNet::run_lanes`]). Returns when every lane has ended.
+    pub fn run_lanes<T: Send>(&self, lanes: &mut [T], run: &(dyn Fn(&mut T) + Sync)) {
+        match self {
+            #[cfg(feature = "sim")]
+            Network::Memory(net) => net.run_lanes(lanes, run),
+            Network::Tcp if lanes.len() <= 1 => lanes.iter_mut().for_each(run),
+            Network::Tcp => std::thread::scope(|scope| {
+                for lane in lanes.iter_mut() {
+                    scope.spawn(move || run(lane));
+                }
+            }),
+        }
+    }
+
+    /// Waits `millis` milliseconds: on an in-process network, simulated ones.
+    pub fn sleep(&self, millis: u64) {
+        match self {
+            #[cfg(feature = "sim")]
+            Network::Memory(net) => net.sleep(millis),
+            Network::Tcp => std::thread::sleep(std::time::Duration::from_millis(millis)),
+        }
+    }
+
+    /// A connection to `address` on this network (connected lazily).
+    pub fn connect(&self, address: impl Into<String>) -> crate::Connection {
+        match self {
+            Network::Tcp => crate::Connection::new(address),
+            #[cfg(feature = "sim")]
+            Network::Memory(net) => crate::Connection::in_memory(address, net.clone()),
+        }
+    }
+}
 
 /// This crate's error.
 #[derive(Debug, thiserror::Error)]
@@ -282,11 +332,13 @@ pub struct Connection {
     /// answers in order).
     pending: VecDeque<u32>,
     /// On an in-process network: the network, and the answers to the frames sent.
+    #[cfg(feature = "sim")]
     memory: Option<MemoryLink>,
     /// The nonces of the requests sealed for this connection, once one was.
     nonces: Option<NonceStream>,
 }
 
+#[cfg(feature = "sim")]
 #[derive(Debug)]
 struct MemoryLink {
     net: MemoryNet,
@@ -312,12 +364,14 @@ impl Connection {
             stream: None,
             next_id: 0,
             pending: VecDeque::new(),
+            #[cfg(feature = "sim")]
             memory: None,
             nonces: None,
         }
     }
 
     /// A connection to `address` on the in-process network `net`.
+    #[cfg(feature = "sim")]
     pub fn in_memory(address: impl Into<String>, net: MemoryNet) -> Self {
         Self {
             memory: Some(MemoryLink {
@@ -422,65 +476,85 @@ impl Connection {
     fn send_parts(&mut self, frame_type: FrameType, parts: &[&[u8]]) -> Result<u32, NetError> {
         let id = self.next_id;
         let head = FrameHead::new(frame_type, id);
-        if let Some(link) = self.memory.as_mut() {
-            let mut frame = Vec::new();
-            write_frame_parts(&mut frame, head, parts)?;
-            if link.net.in_task() {
-                // A simulated task: the frame travels as an event (a new connection when
-                // the last one was reset or its peer restarted, nothing being in flight).
-                if self.pending.is_empty() {
-                    link.answers.clear();
-                }
-                match link.net.send_async(&self.address, link.link, frame) {
-                    Ok(id) => link.link = Some(id),
-                    Err(e) => {
-                        // As a failed write on a socket: the connection is gone.
-                        self.drop_stream();
-                        return Err(e);
-                    }
-                }
-            } else {
-                link.answers
-                    .push_back(link.net.deliver(&self.address, &frame)?);
-            }
+        #[cfg(feature = "sim")]
+        if self.memory.is_some() {
+            self.send_memory(head, parts)?;
         } else {
-            // Only an idle connection can be checked for a close by the peer (with answers
-            // due, there is data to read) and replaced without losing anything.
-            // Bytes read ahead with nothing in flight are not an answer to anything: such
-            // a connection is replaced too.
-            if self.pending.is_empty()
-                && self
-                    .stream
-                    .as_ref()
-                    .is_some_and(|s| !s.buffer().is_empty() || !idle_and_open(s.get_ref()))
-            {
-                self.stream = None;
-            }
-            if self.stream.is_none() {
-                self.pending.clear();
-                self.stream = Some(self.connect()?);
-            }
-            let Some(stream) = self.stream.as_mut() else {
-                return Err(NetError::Closed);
-            };
-            match write_frame_parts(stream.get_mut(), head, parts) {
-                Ok(()) => {}
-                // Refused before a byte was written (too large): the stream is intact.
-                Err(e @ NetError::Frame(_)) => return Err(e),
-                Err(e) => {
-                    self.drop_stream();
-                    return Err(e);
-                }
-            }
+            self.send_tcp(head, parts)?;
         }
+        #[cfg(not(feature = "sim"))]
+        self.send_tcp(head, parts)?;
         self.next_id = self.next_id.wrapping_add(1);
         self.pending.push_back(id);
         Ok(id)
     }
 
+    /// [`Connection::send_parts`] on TCP.
+    fn send_tcp(&mut self, head: FrameHead, parts: &[&[u8]]) -> Result<(), NetError> {
+        // Only an idle connection can be checked for a close by the peer (with answers
+        // due, there is data to read) and replaced without losing anything.
+        // Bytes read ahead with nothing in flight are not an answer to anything: such
+        // a connection is replaced too.
+        if self.pending.is_empty()
+            && self
+                .stream
+                .as_ref()
+                .is_some_and(|s| !s.buffer().is_empty() || !idle_and_open(s.get_ref()))
+        {
+            self.stream = None;
+        }
+        if self.stream.is_none() {
+            self.pending.clear();
+            self.stream = Some(self.connect()?);
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(NetError::Closed);
+        };
+        match write_frame_parts(stream.get_mut(), head, parts) {
+            Ok(()) => {}
+            // Refused before a byte was written (too large): the stream is intact.
+            Err(e @ NetError::Frame(_)) => return Err(e),
+            Err(e) => {
+                self.drop_stream();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Connection::send_parts`] on the in-process network.
+    #[cfg(feature = "sim")]
+    fn send_memory(&mut self, head: FrameHead, parts: &[&[u8]]) -> Result<(), NetError> {
+        let Some(link) = self.memory.as_mut() else {
+            return Err(NetError::Closed);
+        };
+        let mut frame = Vec::new();
+        write_frame_parts(&mut frame, head, parts)?;
+        if link.net.in_task() {
+            // A simulated task: the frame travels as an event (a new connection when
+            // the last one was reset or its peer restarted, nothing being in flight).
+            if self.pending.is_empty() {
+                link.answers.clear();
+            }
+            match link.net.send_async(&self.address, link.link, frame) {
+                Ok(id) => link.link = Some(id),
+                Err(e) => {
+                    // As a failed write on a socket: the connection is gone.
+                    self.drop_stream();
+                    return Err(e);
+                }
+            }
+        } else {
+            link.answers
+                .push_back(link.net.deliver(&self.address, &frame)?);
+        }
+        Ok(())
+    }
+
     fn drop_stream(&mut self) {
         self.stream = None;
         self.pending.clear();
+        #[cfg(feature = "sim")]
         if let Some(link) = self.memory.as_mut() {
             link.answers.clear();
             if let Some(id) = link.link.take() {
@@ -504,26 +578,7 @@ impl Connection {
         let Some(&expected) = self.pending.front() else {
             return Err(NetError::Closed);
         };
-        let read = match self.memory.as_mut() {
-            Some(MemoryLink {
-                net,
-                link: Some(id),
-                answers,
-            }) if answers.is_empty() && net.in_task() => net
-                .receive_async(*id)
-                .and_then(|answer| read_frame(&mut std::io::Cursor::new(answer))),
-            Some(link) => match link.answers.pop_front().flatten() {
-                Some(answer) => read_frame(&mut std::io::Cursor::new(answer)),
-                None => Err(NetError::Io(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    format!("{}: answer lost (in-memory network)", self.address),
-                ))),
-            },
-            None => match self.stream.as_mut() {
-                Some(stream) => read_frame_buffered(stream),
-                None => Err(NetError::Closed),
-            },
-        };
+        let read = self.read_next();
         let (head, payload) = match read {
             Ok(frame) => frame,
             Err(e) => {
@@ -547,8 +602,38 @@ impl Connection {
         }
     }
 
-    /// Sends raw bytes and reads one frame (tests use this to send malformed frames).
+    /// The next frame that arrives on this connection.
+    fn read_next(&mut self) -> Result<(FrameHead, Vec<u8>), NetError> {
+        #[cfg(feature = "sim")]
+        if let Some(link) = self.memory.as_mut() {
+            return match link {
+                MemoryLink {
+                    net,
+                    link: Some(id),
+                    answers,
+                } if answers.is_empty() && net.in_task() => net
+                    .receive_async(*id)
+                    .and_then(|answer| read_frame(&mut std::io::Cursor::new(answer))),
+                link => match link.answers.pop_front().flatten() {
+                    Some(answer) => read_frame(&mut std::io::Cursor::new(answer)),
+                    None => Err(NetError::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        format!("{}: answer lost (in-memory network)", self.address),
+                    ))),
+                },
+            };
+        }
+        match self.stream.as_mut() {
+            Some(stream) => read_frame_buffered(stream),
+            None => Err(NetError::Closed),
+        }
+    }
+
+    /// Sends raw bytes and reads one frame (attack tests send malformed frames with it;
+    /// feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn call_raw(&mut self, bytes: &[u8]) -> Result<(FrameType, Vec<u8>), NetError> {
+        #[cfg(feature = "sim")]
         if let Some(link) = self.memory.as_mut() {
             let answer = link
                 .net

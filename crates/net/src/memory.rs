@@ -219,55 +219,11 @@ impl std::fmt::Debug for MemoryNet {
     }
 }
 
-/// Where connections go: TCP (daemons and clients), or an in-process network (tests of
-/// a whole cluster without sockets).
-#[derive(Clone, Debug, Default)]
-pub enum Network {
-    /// TCP sockets.
-    #[default]
-    Tcp,
-    /// An in-process network.
-    Memory(MemoryNet),
-}
-
-impl Network {
-    /// Runs `run` over every lane at once: on TCP each lane on a thread of its own (one
-    /// lane: on the caller's); on an in-process network each as a simulated task when the
-    /// caller is one ([`MemoryNet::run_lanes`]). Returns when every lane has ended.
-    pub fn run_lanes<T: Send>(&self, lanes: &mut [T], run: &(dyn Fn(&mut T) + Sync)) {
-        match self {
-            Network::Memory(net) => net.run_lanes(lanes, run),
-            Network::Tcp if lanes.len() <= 1 => lanes.iter_mut().for_each(run),
-            Network::Tcp => std::thread::scope(|scope| {
-                for lane in lanes.iter_mut() {
-                    scope.spawn(move || run(lane));
-                }
-            }),
-        }
-    }
-
-    /// Waits `millis` milliseconds: on an in-process network, simulated ones.
-    pub fn sleep(&self, millis: u64) {
-        match self {
-            Network::Memory(net) => net.sleep(millis),
-            Network::Tcp => std::thread::sleep(std::time::Duration::from_millis(millis)),
-        }
-    }
-
-    /// A connection to `address` on this network (connected lazily).
-    pub fn connect(&self, address: impl Into<String>) -> crate::Connection {
-        match self {
-            Network::Tcp => crate::Connection::new(address),
-            Network::Memory(net) => crate::Connection::in_memory(address, net.clone()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::Connection;
+    use crate::{Connection, Network};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A peer that answers `(frame type, payload reversed)` and counts its calls.
