@@ -386,6 +386,13 @@ impl<S: MetaStore> Mds<S> {
         })
     }
 
+    /// The owner and permission bits of inode `id` as stored now (applied changes
+    /// included); `None` once it is removed. For checks from outside the request path
+    /// (a simulation's access audit).
+    pub fn inode_owner(&self, id: u64) -> Result<Option<(u64, u16)>> {
+        Ok(self.store.inode(id)?.map(|i| (i.uid, i.mode)))
+    }
+
     /// The MDS's Ed25519 public key (tickets and capabilities verify under it).
     pub fn verifying_key(&self) -> [u8; 32] {
         self.signing.verifying_key().to_bytes()

@@ -17,6 +17,9 @@ impl OsdCore {
         now: UnixMillis,
     ) -> Result<Authorized, WireError> {
         let r = self.authorize_inner(caller, request, now);
+        if let (Ok(auth), Some(observe)) = (&r, self.access_observer.get()) {
+            observe(caller.user, auth, now);
+        }
         self.counted(r)
     }
 

@@ -38,7 +38,7 @@ use maat_proto::wire::{Freshness, ReplayWindow, UnverifiedRequest};
 use maat_proto::{FileId, OsdId, UnixMillis, UserId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub use crate::limits::CAPABILITY_CACHE_ENTRIES_MAX;
 pub use crate::limits::SESSIONS_MAX;
@@ -282,7 +282,13 @@ pub struct OsdCore {
     /// SPEC T2, T3: key hierarchy and cached credentials.
     t10: t10::T10State,
     stats: Stats,
+    /// Told of every access authorized (a simulation's check of who reached what).
+    access_observer: std::sync::OnceLock<AccessObserver>,
 }
+
+/// What [`OsdCore::observe_access`] installs: told the caller's user, the object and the
+/// mode of every data command authorized, and when.
+pub type AccessObserver = Arc<dyn Fn(UserId, &Authorized, UnixMillis) + Send + Sync>;
 
 /// The refusal a store failure is answered with.
 fn store_refusal(e: StoreError) -> WireError {
@@ -330,6 +336,7 @@ impl OsdCore {
             delegations: delegation::Delegations::default(),
             t10: t10::T10State::default(),
             stats: Stats::default(),
+            access_observer: std::sync::OnceLock::new(),
         }
     }
 
@@ -346,6 +353,12 @@ impl OsdCore {
         }
         *current = Some(key);
         Ok(())
+    }
+
+    /// Tells `observer` of every access authorized from now on (once per OSD; false if
+    /// one was installed before). For simulations that check who reached what.
+    pub fn observe_access(&self, observer: AccessObserver) -> bool {
+        self.access_observer.set(observer).is_ok()
     }
 
     /// This OSD's id.

@@ -19,7 +19,16 @@ pub struct Env {
     clock: Option<Clock>,
     /// `None`: the OS generator.
     rng: Option<Arc<Mutex<rand_chacha::ChaCha20Rng>>>,
+    /// What a store that can no longer make writes durable does; `None`: the daemon
+    /// exits (its supervisor restarts it from what is on disk).
+    store_failed: Option<StoreFailed>,
+    /// A simulated disk's faults.
+    #[cfg(feature = "sim")]
+    storage_faults: Option<Arc<crate::faults::StorageFaults>>,
 }
+
+/// A hook told why a store failed for good.
+pub type StoreFailed = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Env {
     /// The system clock, the OS generator and TCP.
@@ -39,6 +48,43 @@ impl Env {
             rng: Some(Arc::new(Mutex::new(
                 rand_chacha::ChaCha20Rng::seed_from_u64(seed),
             ))),
+            store_failed: None,
+            storage_faults: None,
+        }
+    }
+
+    /// This environment, its disks failing with `faults` (a simulation's).
+    #[cfg(feature = "sim")]
+    pub fn with_storage_faults(mut self, faults: Arc<crate::faults::StorageFaults>) -> Self {
+        self.storage_faults = Some(faults);
+        self
+    }
+
+    /// The simulated disk's faults, if any.
+    #[cfg(feature = "sim")]
+    pub fn storage_faults(&self) -> Option<Arc<crate::faults::StorageFaults>> {
+        self.storage_faults.clone()
+    }
+
+    /// This environment, `hook` told when a store fails for good instead of the daemon
+    /// exiting (a simulation restarts the daemon itself).
+    pub fn on_store_failed(mut self, hook: StoreFailed) -> Self {
+        self.store_failed = Some(hook);
+        self
+    }
+
+    /// What a store that failed for good calls: the hook given, or one that logs why
+    /// and ends the process with status 75 (EX_TEMPFAIL; `maat up` restarts it).
+    pub fn store_failed_hook(&self) -> StoreFailed {
+        match &self.store_failed {
+            Some(hook) => hook.clone(),
+            None => Arc::new(|why: &str| {
+                tracing::error!(
+                    reason = why,
+                    "the metadata store cannot make changes durable; exiting so that the daemon restarts from what is on disk"
+                );
+                std::process::exit(75);
+            }),
         }
     }
 

@@ -42,7 +42,12 @@ pub(crate) struct GroupCommit {
     writer: Mutex<()>,
     /// Whether [`GroupCommit::apply`] is used (the MDS config's `group_commit`).
     enabled: AtomicBool,
+    /// Told once, when writing batches first fails.
+    on_failure: Mutex<Option<FailureHook>>,
 }
+
+/// What [`GroupCommit::set_on_failure`] installs.
+pub(crate) type FailureHook = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Default for GroupCommit {
     fn default() -> Self {
@@ -51,6 +56,7 @@ impl Default for GroupCommit {
             synced: Condvar::new(),
             writer: Mutex::new(()),
             enabled: AtomicBool::new(true),
+            on_failure: Mutex::new(None),
         }
     }
 }
@@ -206,11 +212,35 @@ impl GroupCommit {
     /// Makes `e` final: every later change and sync fails with it (what is applied may
     /// be only partly on disk, or not at all).
     fn record_failure(&self, e: StoreError) -> StoreError {
-        if let Ok(mut state) = self.state() {
-            state.failed.get_or_insert_with(|| e.to_string());
-        }
+        let first = match self.state() {
+            Ok(mut state) => {
+                let first = state.failed.is_none();
+                state.failed.get_or_insert_with(|| e.to_string());
+                first
+            }
+            Err(_) => false,
+        };
         self.synced.notify_all();
+        if first {
+            let hook = self
+                .on_failure
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            if let Some(hook) = hook {
+                hook(&e.to_string());
+            }
+        }
         e
+    }
+
+    /// Calls `hook` once, when writing batches first fails (from then on the store fails
+    /// every change: the daemon's way out is a restart from what is on disk).
+    pub(crate) fn set_on_failure(&self, hook: FailureHook) {
+        *self
+            .on_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hook);
     }
 
     /// Batches applied and fsyncs made.

@@ -4,13 +4,15 @@
 //!
 //! Concurrency: one thread holds every idle connection in an epoll set (up to
 //! [`CONNECTIONS_MAX`]) and threads serve the busy ones; the logic crates are `Sync` and
-//! lock internally. See docs/ARCHITECTURE.md ("Connections") for why this shape.
+//! lock internally. See docs/ARCHITECTURE.md ("Connections") for the shape and docs/DECISIONS.md
+//! for why.
 
 pub mod limits;
 
 pub mod config;
 mod control;
 mod env;
+pub mod faults;
 mod group_commit;
 mod kds;
 mod listen;

@@ -120,6 +120,9 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
         encrypt_new_files: config.encrypt_new_files,
         default_umask: config.default_umask()?,
     };
+    store.on_failure(env.store_failed_hook());
+    #[cfg(feature = "sim")]
+    let store = store.with_faults(env.storage_faults());
     let mds =
         env.with_rng(|mut rng| Mds::open(store, mds_config, secrets, &admin_key, boot, &mut rng))?;
     if let Some(path) = &config.public_keys_file {

@@ -34,6 +34,9 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub struct RedbStore {
     db: Database,
     group: GroupCommit,
+    /// A simulated disk's faults.
+    #[cfg(feature = "sim")]
+    faults: Option<std::sync::Arc<crate::faults::StorageFaults>>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -119,6 +122,8 @@ impl RedbStore {
         let store = Self {
             db,
             group: GroupCommit::default(),
+            #[cfg(feature = "sim")]
+            faults: None,
         };
         store.upgrade()?;
         Ok(store)
@@ -427,7 +432,31 @@ impl RedbStore {
         self.group.set_enabled(on);
     }
 
+    /// Calls `hook` (with why) once, when a durable commit first fails: from then on
+    /// every change and sync fails (what was applied may be only partly on disk), and the
+    /// daemon must restart from what is on disk. The MDS daemon exits (its supervisor
+    /// restarts it), as PostgreSQL does when an fsync fails.
+    pub fn on_failure(&self, hook: std::sync::Arc<dyn Fn(&str) + Send + Sync>) {
+        self.group.set_on_failure(hook);
+    }
+
+    /// The store, on a disk with `faults` (a simulation's).
+    #[cfg(feature = "sim")]
+    pub fn with_faults(
+        mut self,
+        faults: Option<std::sync::Arc<crate::faults::StorageFaults>>,
+    ) -> Self {
+        self.faults = faults;
+        self
+    }
+
     fn begin(&self) -> Result<WriteTransaction, StoreError> {
+        #[cfg(feature = "sim")]
+        if self.faults.as_ref().is_some_and(|f| f.meta_commit_fails()) {
+            return Err(StoreError::Backend(
+                "simulated disk fault: the commit's fsync failed".into(),
+            ));
+        }
         self.db.begin_write().map_err(err)
     }
 }

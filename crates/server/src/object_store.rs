@@ -23,14 +23,19 @@
 //! exactly the bytes its digest is of. Digests live in memory only (bounded); after a
 //! restart, answers about sealed files are sealed from their data, as before.
 
-use crate::limits::{DIGESTS_KEPT_MAX, OBJECT_LOCKS};
+mod attributes;
+mod faulty;
+mod kept;
+
+use crate::limits::OBJECT_LOCKS;
+use attributes::StoredAttributes;
+use kept::{ctime, Kept};
 use maat_osd::limits::READ_BUFFER_SLACK_BYTES;
 use maat_osd::{
     AdminAuthorized, Authorized, FileRange, ObjectRead, ObjectStore, ReadOut, StoreError,
 };
 use maat_proto::msg::{ObjectAttributes, ObjectId, DATA_PARTITION};
 use maat_proto::protection::DataDigest;
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::hash::{Hash, Hasher};
@@ -54,59 +59,9 @@ pub struct FileObjectStore {
     /// own, which is the system clock (a simulation gives its clock, so that an object's
     /// modification time is the same in every run of a seed).
     clock: Option<crate::Clock>,
-}
-
-/// The digest of a sealed object file, and the file's change time when it was kept:
-/// Maat never changes a sealed file in place, so a later change time means someone else
-/// did (issue 40), and the file is checked against the digest before it is served.
-#[derive(Clone, Copy)]
-struct Kept {
-    inode: u64,
-    len: u64,
-    ctime: (i64, i64),
-    digest: DataDigest,
-}
-
-fn ctime(meta: &fs::Metadata) -> (i64, i64) {
-    (meta.ctime(), meta.ctime_nsec())
-}
-
-#[derive(Serialize, Deserialize, Default)]
-struct StoredAttributes {
-    policy_tag: u32,
-    user: Vec<(String, Vec<u8>)>,
-}
-
-/// `.attr` files start with this marker and a version byte. Format 0 had neither; its
-/// files start with a postcard varint `u32`, which is never five `0xFF` bytes, so the two
-/// cannot be confused.
-const ATTR_MAGIC: [u8; 5] = [0xFF; 5];
-/// The `.attr` version written now.
-const ATTR_VERSION: u8 = 1;
-
-fn invalid(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Io(std::io::Error::new(ErrorKind::InvalidData, e.to_string()))
-}
-
-impl StoredAttributes {
-    fn encode(&self) -> Result<Vec<u8>, StoreError> {
-        let mut out = ATTR_MAGIC.to_vec();
-        out.push(ATTR_VERSION);
-        out.extend_from_slice(&postcard::to_stdvec(self).map_err(invalid)?);
-        Ok(out)
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
-        match bytes.strip_prefix(&ATTR_MAGIC[..]) {
-            Some([1, body @ ..]) => postcard::from_bytes(body).map_err(invalid),
-            Some([v, ..]) => Err(invalid(format!(
-                "attribute file version {v} is newer than this OSD knows ({ATTR_VERSION})"
-            ))),
-            Some([]) => Err(invalid("empty attribute file")),
-            // Format 0: plain postcard.
-            None => postcard::from_bytes(bytes).map_err(invalid),
-        }
-    }
+    /// A simulated disk's faults.
+    #[cfg(feature = "sim")]
+    faults: Option<std::sync::Arc<crate::faults::StorageFaults>>,
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -141,6 +96,16 @@ impl FileObjectStore {
         self
     }
 
+    /// The store, on a disk with `faults` (a simulation's).
+    #[cfg(feature = "sim")]
+    pub fn with_faults(
+        mut self,
+        faults: Option<std::sync::Arc<crate::faults::StorageFaults>>,
+    ) -> Self {
+        self.faults = faults;
+        self
+    }
+
     /// Dates `file` by the store's clock, if it has one.
     fn date(&self, file: &File) -> std::io::Result<()> {
         let Some(clock) = &self.clock else {
@@ -159,6 +124,8 @@ impl FileObjectStore {
             kept: Mutex::new(HashMap::new()),
             locks: std::array::from_fn(|_| Mutex::new(())),
             clock: None,
+            #[cfg(feature = "sim")]
+            faults: None,
         };
         private_dirs(&store.partition_dir(DATA_PARTITION))?;
         // Make the directory chain itself durable on first start.
@@ -282,65 +249,6 @@ impl FileObjectStore {
         }
         sync_dir(dir)?;
         Ok(())
-    }
-
-    fn keep(&self, o: ObjectId, k: Kept) {
-        let mut kept = lock(&self.kept);
-        if kept.len() >= DIGESTS_KEPT_MAX && !kept.contains_key(&o) {
-            // Any entry may go: its file stays sealed, and reads of it then seal their
-            // answers from the data.
-            if let Some(victim) = kept.keys().next().copied() {
-                kept.remove(&victim);
-            }
-        }
-        kept.insert(o, k);
-    }
-
-    fn forget(&self, o: ObjectId) {
-        lock(&self.kept).remove(&o);
-    }
-
-    /// The kept digest of `file` (`meta` its metadata), if it is object `o`'s sealed
-    /// file. A sealed file whose change time moved since its digest was kept was changed
-    /// outside Maat: its bytes are checked against the digest, and a mismatch is
-    /// [`StoreError::Damaged`] (before issue 40 they were sent under the digest and the
-    /// client saw "bad MAC on response"); bytes that still match get a fresh change time.
-    fn kept_digest(
-        &self,
-        o: ObjectId,
-        file: &File,
-        meta: &fs::Metadata,
-    ) -> Result<Option<DataDigest>, StoreError> {
-        if !is_sealed(meta) {
-            return Ok(None);
-        }
-        let Some(k) = lock(&self.kept).get(&o).copied() else {
-            return Ok(None);
-        };
-        if k.inode != meta.ino() || k.len != meta.len() {
-            return Ok(None);
-        }
-        if k.ctime == ctime(meta) {
-            return Ok(Some(k.digest));
-        }
-        let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        file.take(meta.len()).read_to_end(&mut data)?;
-        (&mut &*file).seek(SeekFrom::Start(0))?;
-        if !maat_crypto::ct_eq(&maat_proto::protection::data_digest(&data), &k.digest) {
-            self.forget(o);
-            return Err(StoreError::Damaged(format!(
-                "object {:x}.{:x} changed on disk since it was written",
-                o.file, o.stripe
-            )));
-        }
-        self.keep(
-            o,
-            Kept {
-                ctime: ctime(meta),
-                ..k
-            },
-        );
-        Ok(Some(k.digest))
     }
 
     /// Changes object `o`'s file in place with `edit`, unless it is sealed: then `edit`
@@ -474,6 +382,16 @@ impl ObjectStore for FileObjectStore {
         from_file_min: u64,
     ) -> Result<Option<ObjectRead>, StoreError> {
         let o = auth.object();
+        let fault = self.read_fault();
+        if fault == Some(crate::faults::ReadFault::Failed) {
+            return Err(crate::faults::io_error("the read failed").into());
+        }
+        // A read the disk may corrupt is read into memory, where the fault strikes.
+        let from_file_min = if fault.is_some() {
+            u64::MAX
+        } else {
+            from_file_min
+        };
         let file = match File::open(self.object_path(o)) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound),
@@ -502,6 +420,9 @@ impl ObjectStore for FileObjectStore {
             // Cut shorter since its size was read: as a read past the end would.
             return Err(std::io::Error::from(ErrorKind::UnexpectedEof).into());
         }
+        if let Some(crate::faults::ReadFault::Flipped(bit)) = fault {
+            crate::faults::flip(&mut buf, bit);
+        }
         let out = ReadOut::Bytes(buf);
         Ok(Some(ObjectRead { out, digest }))
     }
@@ -516,6 +437,10 @@ impl ObjectStore for FileObjectStore {
     ) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
+        if let Some(fault) = self.write_fault(data.len()) {
+            let write = |f: &File, d: &[u8]| f.write_all_at(d, offset);
+            return self.faulty_write(o, &dir, fault, write, data, replace && offset == 0);
+        }
         if replace && offset == 0 {
             let path = self.object_path(o);
             return self.replace_file(&dir, &path, data, Some((o, digest)));
@@ -532,6 +457,13 @@ impl ObjectStore for FileObjectStore {
     fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
+        if let Some(fault) = self.write_fault(data.len()) {
+            let append = |f: &File, d: &[u8]| {
+                let end = f.metadata()?.len();
+                f.write_all_at(d, end)
+            };
+            return self.faulty_write(o, &dir, fault, append, data, false);
+        }
         // In place the file is open for appending; a copy's cursor is at its end, after
         // the copy.
         self.write_in_place(o, &dir, true, |mut f| f.write_all(data))
@@ -636,33 +568,5 @@ impl ObjectStore for FileObjectStore {
             sync_dir(parent)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod attr_tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn format_0_attribute_files_still_load_and_new_ones_carry_a_version() {
-        let a = StoredAttributes {
-            policy_tag: 7,
-            user: vec![("k".into(), vec![1, 2])],
-        };
-        let v0 = postcard::to_stdvec(&a).unwrap();
-        let back = StoredAttributes::decode(&v0).unwrap();
-        assert_eq!(
-            (back.policy_tag, back.user),
-            (7, vec![("k".to_string(), vec![1, 2])])
-        );
-        let v1 = a.encode().unwrap();
-        assert_eq!(v1.get(..6), Some(&[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 1][..]));
-        assert_eq!(StoredAttributes::decode(&v1).unwrap().policy_tag, 7);
-        let mut v9 = v1.clone();
-        if let Some(b) = v9.get_mut(5) {
-            *b = 9;
-        }
-        assert!(StoredAttributes::decode(&v9).is_err());
     }
 }

@@ -46,6 +46,8 @@ pub fn open_osd(
     let sealing = SealingSecretKey::from_bytes(sealing);
     let join_key = read_key_file(&config.join_key_file)?;
     let store = FileObjectStore::open(&config.data_dir)?.dated_by(env.simulated_clock());
+    #[cfg(feature = "sim")]
+    let store = store.with_faults(env.storage_faults());
     let core = Arc::new(OsdCore::new(
         OsdId(config.id),
         sealing,

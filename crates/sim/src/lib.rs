@@ -18,10 +18,11 @@ use maat_mds::Mds;
 use maat_net::memory::Peer;
 use maat_net::{MemoryNet, Network};
 use maat_proto::UnixMillis;
+use maat_server::faults::StorageFaults;
 use maat_server::meta_store::RedbStore;
 use maat_server::{Env, Handler, OsdNode};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The MDS's address on the in-process network.
@@ -66,7 +67,7 @@ pub struct SimCluster {
     clients_made: AtomicU64,
     /// The daemons, shared with the periodic work the scheduler runs.
     daemons: Arc<Daemons>,
-    mds_config: maat_server::MdsFileConfig,
+    storage_faults: Arc<StorageFaults>,
     cluster: ClusterFile,
     admin_key: [u8; 32],
     transcript: Arc<Mutex<blake3::Hasher>>,
@@ -79,9 +80,37 @@ struct Daemons {
     /// `None` only while it restarts.
     mds: Mutex<Option<Arc<Mds<RedbStore>>>>,
     mds_env: Env,
+    mds_config: maat_server::MdsFileConfig,
+    net: MemoryNet,
+    /// Set when the MDS's store failed for good (a commit's fsync failed): the next
+    /// periodic work restarts it, as `maat up` restarts a daemon that exited.
+    mds_failed: Arc<AtomicBool>,
+    /// MDS restarts after a failed store.
+    mds_restarts: AtomicU64,
+    /// Every data access an OSD authorized, with its file's owner and mode then.
+    accesses: Arc<Mutex<Vec<Access>>>,
     osds: Mutex<Vec<SimOsd>>,
     kds: Arc<Kds>,
     kds_env: Env,
+}
+
+/// A data access an OSD authorized (a command that passed its capability check and
+/// reached the store), as [`SimCluster::accesses`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// When (the OSD's clock).
+    pub at: UnixMillis,
+    /// The OSD.
+    pub osd: u64,
+    /// The caller's user.
+    pub user: u64,
+    /// The file (inode) and stripe.
+    pub file: u64,
+    /// Whether the command writes (else it reads).
+    pub writes: bool,
+    /// The file's owner and permission bits at the MDS at that moment; `None`: removed,
+    /// or the MDS was restarting.
+    pub owner: Option<(u64, u16)>,
 }
 
 /// An OSD of the simulation: the daemon, its environment, and the config it reopens from.
@@ -99,6 +128,10 @@ impl Daemons {
     /// The periodic work of every daemon, once: each OSD and the KDS catch up on the
     /// revocations in force, and the MDS brings the OSDs' T10 keys up to its policy.
     fn tick(&self) -> Result<(), SimError> {
+        if self.mds_failed.load(Ordering::SeqCst) {
+            self.restart_mds()?;
+            self.mds_restarts.fetch_add(1, Ordering::SeqCst);
+        }
         let osds: Vec<(Arc<OsdNode>, Env)> = locked(&self.osds)
             .iter()
             .map(|o| (o.node.clone(), o.env.clone()))
@@ -118,6 +151,43 @@ impl Daemons {
             [] => Ok(()),
             _ => Err(setup(problems.join("; "))),
         }
+    }
+}
+
+impl Daemons {
+    /// The observer an OSD tells of each access it authorizes: records it, with the
+    /// file's owner and mode looked up at the MDS then.
+    fn access_observer(self: &Arc<Self>, osd: u64) -> maat_osd::AccessObserver {
+        let daemons = Arc::downgrade(self);
+        Arc::new(move |user, auth, at| {
+            let Some(d) = daemons.upgrade() else {
+                return;
+            };
+            let file = auth.object().file;
+            let owner = locked(&d.mds)
+                .clone()
+                .and_then(|mds| mds.inode_owner(file).ok().flatten());
+            locked(&d.accesses).push(Access {
+                at,
+                osd,
+                user: user.0,
+                file,
+                writes: auth.mode().allows(maat_proto::capability::Mode::WRITE),
+                owner,
+            });
+        })
+    }
+
+    /// Stops the MDS (its database closed, everything not on disk gone) and opens it
+    /// again from its files, as a restart of the daemon does.
+    fn restart_mds(&self) -> Result<(), SimError> {
+        self.net.detach(MDS);
+        // The old MDS closes its database before the new one opens it.
+        *locked(&self.mds) = None;
+        self.mds_failed.store(false, Ordering::SeqCst);
+        let mds = serve_mds(&self.net, &self.mds_config, &self.mds_env)?;
+        *locked(&self.mds) = Some(mds);
+        Ok(())
     }
 }
 
@@ -144,9 +214,11 @@ fn serve_osd(
     net: &MemoryNet,
     config: maat_server::OsdFileConfig,
     env: Env,
+    observer: maat_osd::AccessObserver,
 ) -> Result<SimOsd, SimError> {
     let address = osd_address(config.id);
     let node = Arc::new(maat_server::open_osd(&config, &address, &env)?);
+    node.core.observe_access(observer);
     net.attach(
         address,
         peer(node.handler(
@@ -243,7 +315,15 @@ impl SimCluster {
         let kds_key = kds_dir.join("kds.key");
         maat_server::write_key_file(&kds_key, &kds_env.random32())?;
 
-        let mds_env = env(0);
+        // Every daemon's disk fails as the test says (no faults until it does).
+        let storage_faults = Arc::new(StorageFaults::new(mix(seed, 11)));
+        let mds_failed = Arc::new(AtomicBool::new(false));
+        let failed = mds_failed.clone();
+        let mds_env = env(0)
+            .with_storage_faults(storage_faults.clone())
+            .on_store_failed(Arc::new(move |_why: &str| {
+                failed.store(true, Ordering::SeqCst);
+            }));
         let mds_config: maat_server::MdsFileConfig = config(&format!(
             "listen = \"{MDS}\"\n\
              data_dir = \"{data}\"\n\
@@ -287,7 +367,24 @@ impl SimCluster {
                 Arc::new(maat_server::metrics::Latencies::default()),
             )),
         );
-        let mut nodes = Vec::new();
+        let cluster = ClusterFile {
+            mds: MDS.into(),
+            mds_verifying_key: hex::encode(mds.verifying_key()),
+            mds_sealing_key: hex::encode(mds.sealing_public_key()),
+            mds_opaque_key: Some(hex::encode(mds.opaque_public_key())),
+        };
+        let daemons = Arc::new(Daemons {
+            mds: Mutex::new(Some(mds)),
+            mds_env,
+            mds_config: mds_config.clone(),
+            net: net.clone(),
+            mds_failed,
+            mds_restarts: AtomicU64::new(0),
+            accesses: Arc::default(),
+            osds: Mutex::new(Vec::new()),
+            kds,
+            kds_env,
+        });
         for id in 1..=osds {
             let osd_config: maat_server::OsdFileConfig = config(&format!(
                 "id = {id}\n\
@@ -299,22 +396,11 @@ impl SimCluster {
                 data = path_text(&root.join(osd_address(id))),
                 join = path_text(&root.join("join.key")),
             ))?;
-            nodes.push(serve_osd(&net, osd_config, osd_env(1 + id))?);
+            let env = osd_env(1 + id).with_storage_faults(storage_faults.clone());
+            let osd = serve_osd(&net, osd_config, env, daemons.access_observer(id))?;
+            locked(&daemons.osds).push(osd);
         }
-        let cluster = ClusterFile {
-            mds: MDS.into(),
-            mds_verifying_key: hex::encode(mds.verifying_key()),
-            mds_sealing_key: hex::encode(mds.sealing_public_key()),
-            mds_opaque_key: Some(hex::encode(mds.opaque_public_key())),
-        };
         let admin_key = maat_server::read_key_file(&root.join("admin.key"))?;
-        let daemons = Arc::new(Daemons {
-            mds: Mutex::new(Some(mds)),
-            mds_env,
-            osds: Mutex::new(nodes),
-            kds,
-            kds_env,
-        });
         let sim = SimCluster {
             net,
             clock,
@@ -322,7 +408,7 @@ impl SimCluster {
             seed,
             clients_made: AtomicU64::new(0),
             daemons,
-            mds_config,
+            storage_faults,
             cluster,
             admin_key,
             transcript,
@@ -419,13 +505,25 @@ impl SimCluster {
     /// again from its files, as a restart of the daemon does; then lets its restart
     /// grace (SPEC T7) pass.
     pub fn restart_mds(&mut self) -> Result<(), SimError> {
-        self.net.detach(MDS);
-        // The old MDS closes its database before the new one opens it.
-        *locked(&self.daemons.mds) = None;
-        let mds = serve_mds(&self.net, &self.mds_config, &self.daemons.mds_env)?;
-        *locked(&self.daemons.mds) = Some(mds);
+        self.daemons.restart_mds()?;
         self.advance_quietly(1_000);
         Ok(())
+    }
+
+    /// The disks' faults (every daemon's: the MDS's database, the OSDs' object files);
+    /// none strike until [`StorageFaults::set_rates`] says.
+    pub fn storage_faults(&self) -> Arc<StorageFaults> {
+        self.storage_faults.clone()
+    }
+
+    /// Every data access the OSDs authorized so far, in order.
+    pub fn accesses(&self) -> Vec<Access> {
+        locked(&self.daemons.accesses).clone()
+    }
+
+    /// How often the MDS restarted because its store failed for good.
+    pub fn mds_restarts(&self) -> u64 {
+        self.daemons.mds_restarts.load(Ordering::SeqCst)
     }
 
     /// Stops OSD `id` (its sessions, caches and revocations in memory gone) and opens it
@@ -439,7 +537,8 @@ impl SimCluster {
             .and_then(|i| osds.get_mut(i))
             .ok_or_else(|| setup(format!("no osd {id}")))?;
         self.net.detach(&osd_address(id));
-        let osd = serve_osd(&self.net, slot.config.clone(), slot.env.clone())?;
+        let observer = self.daemons.access_observer(id);
+        let osd = serve_osd(&self.net, slot.config.clone(), slot.env.clone(), observer)?;
         osd.node.register(&osd.env).map_err(setup)?;
         osd.node.sync_revocations(&osd.env).map_err(setup)?;
         *slot = osd;
