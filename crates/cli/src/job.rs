@@ -402,7 +402,7 @@ pub fn run(cluster: &Option<PathBuf>, command: JobCommand) -> Result<()> {
             let read = |out: &mut dyn Write| match range {
                 Some((start, end)) => {
                     let reading = c.reading_handle(&path, opened.clone());
-                    crate::write_range(&c, &reading, start, end, out)
+                    crate::files::write_range(&c, &reading, start, end, out)
                 }
                 None => c.get_opened(&path, &opened, out, &mut |_| {}).map(drop),
             };

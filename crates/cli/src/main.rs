@@ -12,19 +12,20 @@ macro_rules! say {
 
 mod admin;
 mod bench;
+mod files;
+mod fileset;
 mod job;
 mod keys;
 mod model;
+mod session;
 mod show;
 mod stats;
 mod up;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use maat_client::{Client, ClusterFile, Credential, Home};
-use maat_proto::msg::FileStat;
-use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use maat_client::{Client, ClusterFile, Home};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -82,147 +83,10 @@ enum Command {
         #[command(subcommand)]
         command: admin::AdminCommand,
     },
-    /// Log in as NAME (the passphrase never leaves this machine).
-    Login {
-        /// User name.
-        name: String,
-        /// Read the passphrase from standard input instead of the terminal.
-        #[arg(long)]
-        passphrase_stdin: bool,
-    },
-    /// Change your passphrase: asks for the current one (proved to the MDS, never sent),
-    /// then the new one twice. Your other sessions end; earlier owner boxes of your
-    /// encrypted files stay readable through the KDS.
-    Passwd {
-        /// Read the current passphrase, then the new one, each on a line of standard
-        /// input.
-        #[arg(long)]
-        passphrase_stdin: bool,
-    },
-    /// End the session.
-    Logout,
-    /// Mount the Maat directory PATH at MOUNTPOINT (FUSE) as the user in MAAT_HOME.
-    ///
-    /// Serves in the foreground until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`;
-    /// open files' buffered writes and sizes are sent before it unmounts. Every access is
-    /// decided by the MDS, not by the kernel's view of the permission bits; files show the
-    /// mounting user as owner. Consistency is close-to-open, as on NFS. Needs /dev/fuse and
-    /// fusermount3 (Debian: `apt install fuse3`).
-    Mount {
-        /// Directory in Maat (`/` for everything the user can see).
-        path: String,
-        /// Empty local directory to mount on.
-        mountpoint: PathBuf,
-    },
-    /// Store a local file (LOCAL `-` reads standard input).
-    ///
-    /// A new file is encrypted end to end when the cluster says so (the default of
-    /// `maat up`): its blocks are sealed here with keys from the KDS, and OSDs and the MDS
-    /// never see them in clear. An existing file stays as it is.
-    Put {
-        /// Local file.
-        local: PathBuf,
-        /// Path in Maat.
-        path: String,
-        /// Store a new file unencrypted (whatever the cluster's default).
-        #[arg(long, conflicts_with = "encrypt")]
-        no_encrypt: bool,
-        /// Encrypt a new file (whatever the cluster's default). Refused, before anything
-        /// is written, for an existing unencrypted file that holds data or is another
-        /// user's: encryption is chosen when a file is created.
-        #[arg(long)]
-        encrypt: bool,
-    },
-    /// Fetch a file (LOCAL `-` writes standard output).
-    Get {
-        /// Path in Maat.
-        path: String,
-        /// Local file.
-        local: PathBuf,
-    },
-    /// Print a file.
-    Cat {
-        /// Path in Maat.
-        path: String,
-        /// Only bytes START..END (END exclusive; KiB, MiB, GiB suffixes), e.g. the range
-        /// of an encrypted file its owner granted you (`maat keys`).
-        #[arg(long, value_parser = keys::parse_range)]
-        range: Option<(u64, u64)>,
-    },
-    /// List a directory.
-    Ls {
-        /// Long format (times in UTC, `YYYY-MM-DD HH:MM`).
-        #[arg(short = 'l')]
-        long: bool,
-        /// Times as milliseconds since the epoch (for scripts).
-        #[arg(long)]
-        epoch: bool,
-        /// Path in Maat.
-        #[arg(default_value = "/")]
-        path: String,
-    },
-    /// Make a directory (mode 0755).
-    Mkdir {
-        /// Create parents, succeed if it exists.
-        #[arg(short = 'p')]
-        parents: bool,
-        /// Put the new directories in this partition: files made below them inherit it,
-        /// hence its protection method (`maat admin partition list`). Default: the parent's.
-        #[arg(long)]
-        partition: Option<String>,
-        /// Path.
-        path: String,
-    },
-    /// Remove a file.
-    Rm {
-        /// Path.
-        path: String,
-    },
-    /// Remove an empty directory.
-    Rmdir {
-        /// Path.
-        path: String,
-    },
-    /// Rename or move.
-    Mv {
-        /// From.
-        from: String,
-        /// To.
-        to: String,
-    },
-    /// Show attributes.
-    Stat {
-        /// Times as milliseconds since the epoch only (for scripts).
-        #[arg(long)]
-        epoch: bool,
-        /// Path.
-        path: String,
-    },
-    /// Change permission bits (octal, e.g. 640).
-    /// Show or set your umask: the permission bits the MDS clears from the mode of every
-    /// file and directory you create, from any client (077 by default: new files 0600 and
-    /// directories 0700, readable by you alone; 022 makes them readable by everyone, as on
-    /// most Unix systems). `chmod` is not affected.
-    Umask {
-        /// New umask in octal (omit to show it).
-        mask: Option<String>,
-    },
-    /// In a directory with the sticky bit (1000, as `chmod 1777 /tmp`), only a file's
-    /// owner, the directory's owner or the administrator may remove or rename the file.
-    /// Setuid and setgid (4000, 2000) are kept and shown, never acted on.
-    Chmod {
-        /// Mode in octal (up to 7777).
-        mode: String,
-        /// Path.
-        path: String,
-    },
-    /// Change owner and/or group: USER, USER:GROUP or :GROUP.
-    Chown {
-        /// Owner spec.
-        owner: String,
-        /// Path.
-        path: String,
-    },
+    #[command(flatten)]
+    Session(session::SessionCommand),
+    #[command(flatten)]
+    Files(files::FileCommand),
     /// Requests, signatures, MACs and cache hit ratios per daemon and for this client.
     Stats {
         /// One JSON object.
@@ -254,7 +118,7 @@ enum Command {
         maat fileset rm sim")]
     Fileset {
         #[command(subcommand)]
-        command: FilesetCommand,
+        command: fileset::FilesetCommand,
     },
     /// Range grants on encrypted files (SPEC H6): let users read byte ranges of a file
     /// you own (and decrypt nothing else), withdraw and list grants, and re-encrypt a
@@ -395,43 +259,6 @@ fn client(cluster: &Option<PathBuf>) -> Result<Client> {
     Ok(c)
 }
 
-/// Writes bytes `start..end` of `path` (fewer at the end of the file).
-fn cat_range(
-    c: &mut Client,
-    path: &str,
-    start: u64,
-    end: u64,
-    out: &mut impl Write,
-) -> Result<(), maat_client::ClientError> {
-    let handle = c.open_file(path, maat_client::OpenFlags::READ)?;
-    write_range(c, &handle, start, end, out)
-}
-
-/// Writes bytes `start..end` of the file `handle` reads (fewer at the end of the file).
-fn write_range(
-    c: &Client,
-    handle: &maat_client::FileHandle,
-    start: u64,
-    end: u64,
-    out: &mut dyn Write,
-) -> Result<(), maat_client::ClientError> {
-    let mut at = start;
-    while at < end.min(handle.size()) {
-        let n = (end - at).min(maat_client::FILE_IO_BYTES_MAX as u64) as usize;
-        let data = c.read_file_at(handle, at, n)?;
-        if data.is_empty() {
-            break;
-        }
-        out.write_all(&data)
-            .map_err(|source| maat_client::ClientError::Io {
-                what: "writing output".into(),
-                source,
-            })?;
-        at += data.len() as u64;
-    }
-    Ok(())
-}
-
 fn read_passphrase(from_stdin: bool, prompt: &str) -> Result<Vec<u8>> {
     let text = if from_stdin {
         let mut s = String::new();
@@ -449,84 +276,6 @@ fn read_passphrase(from_stdin: bool, prompt: &str) -> Result<Vec<u8>> {
     Ok(text.into_bytes())
 }
 
-/// `YYYY-MM-DD HH:MM:SS.mmm` in UTC for milliseconds since the epoch (the proleptic
-/// Gregorian calendar, days to civil date after H. Hinnant's `civil_from_days`).
-fn utc(ms: u64) -> String {
-    let days = (ms / 86_400_000) as i64;
-    let in_day = ms % 86_400_000;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1_000 % 60,
-        in_day % 1_000
-    )
-}
-
-/// `ls -l`'s mode column: type, then owner, group and other, with setuid, setgid and
-/// sticky shown in the execute places (`s`/`S`, `s`/`S`, `t`/`T`).
-fn mode_string(s: &FileStat) -> String {
-    let mut out = String::with_capacity(10);
-    out.push(if s.is_dir { 'd' } else { '-' });
-    for (shift, special, set, unset) in [
-        (6u16, 0o4000u16, 's', 'S'),
-        (3, 0o2000, 's', 'S'),
-        (0, 0o1000, 't', 'T'),
-    ] {
-        let bits = (s.mode >> shift) & 7;
-        out.push(if bits & 4 != 0 { 'r' } else { '-' });
-        out.push(if bits & 2 != 0 { 'w' } else { '-' });
-        out.push(match (bits & 1 != 0, s.mode & special != 0) {
-            (true, true) => set,
-            (false, true) => unset,
-            (true, false) => 'x',
-            (false, false) => '-',
-        });
-    }
-    out
-}
-
-fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
-    if total < 4 * 1024 * 1024 || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{bytes}/{total_bytes} [{bar:30}] {bytes_per_sec} eta {eta}",
-    ) {
-        bar.set_style(style);
-    }
-    Some(bar)
-}
-
-#[derive(Subcommand)]
-enum FilesetCommand {
-    /// Define (or replace) your file set NAME as the files at PATHS (at most 256).
-    Define {
-        /// Set name (1 to 64 bytes, no '/').
-        name: String,
-        /// Files in Maat.
-        #[arg(required = true)]
-        paths: Vec<String>,
-    },
-    /// Remove your file set NAME.
-    Rm {
-        /// Set name.
-        name: String,
-    },
-    /// List your file sets and the administrator's.
-    Ls,
-}
-
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Up(args) => up::run(args),
@@ -536,31 +285,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench { command } => bench::run(command),
         Command::Job { command } => job::run(&cli.cluster, command),
         Command::Keys { command } => keys::run(&cli.cluster, command),
-        Command::Fileset { command } => {
-            let c = client(&cli.cluster)?;
-            match command {
-                FilesetCommand::Define { name, paths } => {
-                    c.fileset_define(&name, &paths)?;
-                    say!("file set {name}: {} files", paths.len());
-                }
-                FilesetCommand::Rm { name } => c.fileset_remove(&name)?,
-                FilesetCommand::Ls => {
-                    let sets = c.fileset_list()?;
-                    if sets.is_empty() {
-                        say!("no file sets (maat fileset define NAME PATH...)");
-                    }
-                    for s in sets {
-                        let whose = if s.everyone { "everyone" } else { "yours" };
-                        say!(
-                            "{:<24} {:>5} files  ({whose})",
-                            show::name(&s.name),
-                            s.files
-                        );
-                    }
-                }
-            }
-            Ok(())
-        }
+        Command::Fileset { command } => fileset::run(&cli.cluster, command),
+        Command::Session(command) => session::run(&cli.cluster, command),
+        Command::Files(command) => files::run(&cli.cluster, command),
         Command::Model {
             opens,
             file_size_mib,
@@ -588,320 +315,7 @@ fn run(cli: Cli) -> Result<()> {
             },
             json,
         ),
-        Command::Login {
-            name,
-            passphrase_stdin,
-        } => {
-            let c = client(&cli.cluster)?;
-            let pass = read_passphrase(passphrase_stdin, &format!("passphrase for {name}: "))?;
-            c.login(&name, Credential::Passphrase(&pass))?;
-            eprintln!("logged in as {name}");
-            Ok(())
-        }
-        Command::Passwd { passphrase_stdin } => {
-            let c = client(&cli.cluster)?;
-            let name = c
-                .user_name()
-                .ok_or_else(|| anyhow!("not logged in: run `maat login NAME` first"))?;
-            let current = read_passphrase(
-                passphrase_stdin,
-                &format!("current passphrase for {name}: "),
-            )?;
-            let new = read_passphrase(passphrase_stdin, "new passphrase: ")?;
-            if !passphrase_stdin {
-                let again = read_passphrase(false, "new passphrase again: ")?;
-                if again != new {
-                    bail!("the two new passphrases differ; nothing changed");
-                }
-            }
-            c.change_passphrase(
-                Credential::Passphrase(&current),
-                &new,
-                maat_crypto::kdf::PassphraseParams::DEFAULT,
-            )?;
-            eprintln!("passphrase of {name} changed; your other sessions have ended");
-            Ok(())
-        }
-        Command::Mount { path, mountpoint } => {
-            let c = client(&cli.cluster)?;
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                signal_hook::flag::register(sig, stop.clone())?;
-            }
-            // Said once the mount is made, not before its checks (issue 40, item 9).
-            let mounted = || {
-                eprintln!(
-                    "maat: {path} mounted at {} (Ctrl-C or `fusermount3 -u {}` to unmount)",
-                    mountpoint.display(),
-                    mountpoint.display()
-                )
-            };
-            maat_fuse::mount(c, &path, &mountpoint, mounted, || {
-                stop.load(std::sync::atomic::Ordering::Relaxed)
-            })?;
-            eprintln!("maat: unmounted {}", mountpoint.display());
-            Ok(())
-        }
-        Command::Logout => {
-            let c = client(&cli.cluster)?;
-            c.logout()?;
-            eprintln!("logged out");
-            Ok(())
-        }
         Command::Admin { command } => admin::run(&cli.cluster, command),
-        Command::Put {
-            local,
-            path,
-            no_encrypt,
-            encrypt,
-        } => {
-            let c = client(&cli.cluster)?;
-            let encrypt = match (no_encrypt, encrypt) {
-                (true, _) => Some(false),
-                (_, true) => Some(true),
-                _ => None,
-            };
-            let special = local != Path::new("-")
-                && std::fs::metadata(&local)
-                    .with_context(|| format!("{}", local.display()))
-                    .map(|m| {
-                        if m.is_dir() {
-                            Err(anyhow!("{} is a directory", local.display()))
-                        } else {
-                            Ok(!m.is_file())
-                        }
-                    })??;
-            if local == Path::new("-") || special {
-                // Standard input, pipes and devices have no size up front: read them whole.
-                let mut data = Vec::new();
-                if special {
-                    std::fs::File::open(&local)?.read_to_end(&mut data)?;
-                } else {
-                    std::io::stdin().read_to_end(&mut data)?;
-                }
-                c.put_with(
-                    &mut data.as_slice(),
-                    data.len() as u64,
-                    &path,
-                    encrypt,
-                    &mut |_| {},
-                )?;
-            } else {
-                let mut f =
-                    std::fs::File::open(&local).with_context(|| format!("{}", local.display()))?;
-                let meta = f.metadata()?;
-                if !meta.is_file() {
-                    bail!("{} is not a regular file", local.display());
-                }
-                let size = meta.len();
-                let bar = progress_bar(size);
-                c.put_with(&mut f, size, &path, encrypt, &mut |n| {
-                    if let Some(b) = &bar {
-                        b.set_position(n)
-                    }
-                })?;
-                if let Some(b) = bar {
-                    b.finish_and_clear();
-                }
-            }
-            Ok(())
-        }
-        Command::Get { path, local } => {
-            let c = client(&cli.cluster)?;
-            if local == Path::new("-") {
-                let stdout = std::io::stdout();
-                let mut lock = stdout.lock();
-                c.get(&path, &mut lock, &mut |_| {})?;
-                lock.flush()?;
-                return Ok(());
-            }
-            let size = c.stat(&path)?.size;
-            let local = if local.is_dir() {
-                let name = path
-                    .rsplit('/')
-                    .next()
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or("file");
-                local.join(name)
-            } else {
-                local
-            };
-            let bar = progress_bar(size);
-            // Write beside the target and rename, so a failed get leaves no partial file.
-            let mut temp_name = local.file_name().unwrap_or_default().to_os_string();
-            temp_name.push(".maat-partial");
-            let temp = local.with_file_name(temp_name);
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(&temp).with_context(|| format!("{}", temp.display()))?,
-            );
-            let result = c.get(&path, &mut f, &mut |n| {
-                if let Some(b) = &bar {
-                    b.set_position(n)
-                }
-            });
-            if let Some(b) = bar {
-                b.finish_and_clear();
-            }
-            match result.map_err(anyhow::Error::from).and_then(|_| {
-                f.flush()?;
-                Ok(())
-            }) {
-                Ok(()) => {
-                    drop(f);
-                    std::fs::rename(&temp, &local).map_err(|e| {
-                        let _ = std::fs::remove_file(&temp);
-                        anyhow!("{}: {e}", local.display())
-                    })
-                }
-                Err(e) => {
-                    drop(f);
-                    let _ = std::fs::remove_file(&temp);
-                    Err(e)
-                }
-            }
-        }
-        Command::Cat { path, range } => {
-            let mut c = client(&cli.cluster)?;
-            let stdout = std::io::stdout();
-            let mut lock = stdout.lock();
-            let result = match range {
-                Some((start, end)) => cat_range(&mut c, &path, start, end, &mut lock),
-                None => c.get(&path, &mut lock, &mut |_| {}).map(drop),
-            };
-            match result {
-                // `maat cat … | head` closing the pipe early is not a failure.
-                Err(maat_client::ClientError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::BrokenPipe =>
-                {
-                    Ok(())
-                }
-                Err(e) => Err(e.into()),
-                Ok(_) => {
-                    let _ = lock.flush();
-                    Ok(())
-                }
-            }
-        }
-        Command::Ls { long, epoch, path } => {
-            let c = client(&cli.cluster)?;
-            let mut out = std::io::stdout().lock();
-            for (name, s) in c.readdir(&path)? {
-                if long {
-                    writeln!(
-                        out,
-                        "{} {:<8} {:<8} {:>12} {} {}",
-                        mode_string(&s),
-                        show::name(&s.owner),
-                        show::name(&s.group),
-                        s.size,
-                        if epoch {
-                            s.mtime.to_string()
-                        } else {
-                            utc(s.mtime).get(..16).unwrap_or_default().to_string()
-                        },
-                        show::name(&name)
-                    )?;
-                } else {
-                    let shown = show::name(&name);
-                    writeln!(out, "{shown}{}", if s.is_dir { "/" } else { "" })?;
-                }
-            }
-            Ok(())
-        }
-        Command::Mkdir {
-            parents,
-            partition,
-            path,
-        } => Ok(client(&cli.cluster)?.mkdir_in(&path, 0o755, parents, partition.as_deref())?),
-        Command::Rm { path } => Ok(client(&cli.cluster)?.unlink(&path)?),
-        Command::Rmdir { path } => Ok(client(&cli.cluster)?.rmdir(&path)?),
-        Command::Mv { from, to } => Ok(client(&cli.cluster)?.rename(&from, &to)?),
-        Command::Stat { epoch, path } => {
-            let mut c = client(&cli.cluster)?;
-            let s = c.stat(&path)?;
-            let tree = if s.encrypted {
-                keys::tree_summary(&mut c, &path).map_or(String::new(), |t| format!("; {t}"))
-            } else {
-                String::new()
-            };
-            say!(
-                "path: {}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
-                show::name(&path),
-                s.id,
-                if s.is_dir { "directory" } else { "file" },
-                s.mode,
-                mode_string(&s),
-                show::name(&s.owner),
-                show::name(&s.group),
-                s.size,
-                if epoch {
-                    s.mtime.to_string()
-                } else {
-                    format!("{} UTC ({} ms since the epoch)", utc(s.mtime), s.mtime)
-                },
-                s.partition,
-                s.protection,
-                if s.encrypted {
-                    " (blocks sealed end to end: each carries its own authentication)"
-                } else {
-                    ""
-                },
-                if s.encrypted { "yes (Horus key tree, keys from the KDS)" } else { "no" },
-                tree
-            );
-            Ok(())
-        }
-        Command::Chmod { mode, path } => {
-            let m = u16::from_str_radix(mode.trim_start_matches("0o"), 8)
-                .ok()
-                .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| {
-                    anyhow!("invalid mode {mode:?}: give octal bits like 640, or 1777 for a sticky directory")
-                })?;
-            Ok(client(&cli.cluster)?.chmod(&path, m)?)
-        }
-        Command::Umask { mask } => {
-            let set = match mask {
-                None => None,
-                Some(m) => Some(
-                    u16::from_str_radix(m.trim_start_matches("0o"), 8)
-                        .ok()
-                        .filter(|m| *m <= 0o777)
-                        .ok_or_else(|| {
-                            anyhow!("invalid umask {m:?}: give octal bits like 077 or 022")
-                        })?,
-                ),
-            };
-            let now = client(&cli.cluster)?.umask(set)?;
-            say!("{now:03o}");
-            Ok(())
-        }
-        Command::Chown { owner, path } => {
-            let (user, group) = match owner.split_once(':') {
-                Some((u, g)) => (u, Some(g)),
-                None => (owner.as_str(), None),
-            };
-            let user = (!user.is_empty()).then_some(user);
-            let group = group.filter(|g| !g.is_empty());
-            if user.is_none() && group.is_none() {
-                bail!("chown needs USER, USER:GROUP or :GROUP");
-            }
-            Ok(client(&cli.cluster)?.chown(&path, user, group)?)
-        }
         Command::Stats { json } => stats::run(&cli.cluster, json),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::utc;
-
-    #[test]
-    fn utc_times_match_known_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
-        // 2000-02-29 (a leap day in a century leap year) 12:34:56.789.
-        assert_eq!(utc(951_827_696_789), "2000-02-29 12:34:56.789");
-        assert_eq!(utc(1_795_305_600_000), "2026-11-22 00:00:00.000");
-        assert_eq!(utc(4_107_542_399_999), "2100-02-28 23:59:59.999");
     }
 }

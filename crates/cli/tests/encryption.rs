@@ -347,7 +347,7 @@ fn clients_fail_over_from_a_dead_kds_and_a_restarted_one_serves_at_once() {
 
     // The supervisor (`maat up`) is held, so a killed KDS stays down (and released
     // however the test ends).
-    let up = cluster.child.id();
+    let up = cluster.local.supervisor_pid();
     let _held = Held::stop(up);
     signal("-KILL", cluster.pid("kds-1"));
     std::thread::sleep(std::time::Duration::from_millis(200));

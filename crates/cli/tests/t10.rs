@@ -630,7 +630,7 @@ fn t10_revocation_by_tag_is_per_file_durable_and_reaches_an_osd_that_was_down() 
     }
 
     // The supervisor is held and OSD 2 killed, so it stays down.
-    let held = common::Held::stop(cluster.child.id());
+    let held = common::Held::stop(cluster.local.supervisor_pid());
     common::signal("-KILL", cluster.pid("osd-2"));
 
     // Revoking file a by tag: OSD 1 refuses a's old credential at once, OSD 2 is named as

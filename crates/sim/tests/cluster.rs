@@ -162,6 +162,48 @@ fn sessions_and_capabilities_follow_the_simulated_clock() {
     assert_eq!(code(get(&mut admin, "/f")), ErrorCode::SessionExpired);
 }
 
+/// SPEC M5 at the OSD: a capability past its lifetime is refused as expired although the
+/// OSD cached it while it was valid; a fresh open reads. (Moved from the socket tests,
+/// where it slept 3.5 s of real time.)
+#[test]
+fn an_expired_capability_is_refused_even_when_cached() {
+    use maat_proto::msg::{ObjectId, OsdCommand, OsdRequest, OsdResponse, DATA_PARTITION};
+    let sim = SimCluster::start(12, 2).unwrap();
+    let mut admin = sim.admin().unwrap();
+    let mut alice = sim.user(&mut admin, "alice", b"alice pass").unwrap();
+    // Plaintext, so that the raw read below sees the bytes themselves.
+    alice
+        .put_with(&mut &b"file A"[..], 6, "/home/alice/a", Some(false), &mut |_| {})
+        .unwrap();
+    let a = alice.open("/home/alice/a", Access::Read, None).unwrap();
+    let osd = alice.place(a.stat.id, 0).unwrap();
+    let read = |c: &mut Client| {
+        c.osd_call(
+            osd,
+            OsdRequest {
+                capability: a.capability.clone(),
+                command: OsdCommand::Read {
+                    object: ObjectId {
+                        partition: DATA_PARTITION,
+                        file: a.stat.id,
+                        stripe: 0,
+                    },
+                    offset: 0,
+                    length: 1024,
+                },
+            },
+        )
+    };
+    // Verified and cached by the OSD now.
+    assert!(matches!(read(&mut alice), Ok(OsdResponse::Data(d)) if d == b"file A"));
+    let lifetime = maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT;
+    sim.advance(lifetime - 1_000).unwrap();
+    assert!(read(&mut alice).is_ok(), "refused before its expiry");
+    sim.advance(2_000).unwrap();
+    assert_eq!(code(read(&mut alice)), ErrorCode::CapabilityExpired);
+    assert_eq!(get(&mut alice, "/home/alice/a").unwrap(), b"file A");
+}
+
 #[test]
 fn a_write_whose_answer_is_lost_is_reported_and_not_sent_again() {
     let sim = SimCluster::start(6, 1).unwrap();

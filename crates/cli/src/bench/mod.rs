@@ -16,14 +16,11 @@ mod renewal;
 mod t10;
 mod trace;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Subcommand;
-use maat_client::{Client, ClusterFile, Credential, Home};
+use maat_client::{Client, ClusterFile, Credential};
 use maat_proto::protection::Protection;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 /// Benchmarks.
 #[derive(Subcommand)]
@@ -394,10 +391,11 @@ fn counter(admin: &mut Client, prefix: &str, name: &str) -> Result<u64> {
     Ok(sum_counter(&admin.daemon_stats()?, prefix, name))
 }
 
+/// A local cluster for one benchmark ([`maat_local::LocalCluster`], this very binary's
+/// `maat up`), NOSEC allowed, with its data directory and cluster file at hand.
 struct LocalCluster {
-    child: Child,
+    local: maat_local::LocalCluster,
     data: PathBuf,
-    _temp: Option<tempfile::TempDir>,
     file: ClusterFile,
 }
 
@@ -408,68 +406,30 @@ impl LocalCluster {
 
     /// A local cluster with `extra` arguments to `maat up`.
     fn start_with(data: Option<PathBuf>, extra: &[&str]) -> Result<Self> {
-        let (data, temp) = match data {
-            Some(d) => {
-                if d.join("mds/mds.toml").exists() {
-                    bail!(
-                        "{} already holds a cluster; benchmarks need a fresh directory",
-                        d.display()
-                    );
-                }
-                (d, None)
-            }
-            None => {
-                let t = tempfile::Builder::new().prefix("maat-bench-").tempdir()?;
-                (t.path().to_path_buf(), Some(t))
-            }
-        };
         let exe = std::env::current_exe()?;
+        let mut args: Vec<&str> = Vec::new();
         // Four OSDs unless the caller names a count.
-        let osds: &[&str] = if extra.contains(&"--osds") {
-            &[]
-        } else {
-            &["--osds", "4"]
-        };
-        let mut child = Command::new(exe)
-            .arg("up")
-            .args(osds)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--danger-allow-insecure",
-                // Every benchmark measures plaintext files unless it asks for encrypted
-                // ones per file (`maat bench objects --security ENCRYPTED`).
-                "--no-encrypt",
-                // Benchmarks share files between their users by the exact modes they ask
-                // for.
-                "--umask",
-                "000",
-                "--data",
-            ])
-            .arg(&data)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("starting the local cluster")?;
-        let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-        let mut lines = BufReader::new(stdout).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(l)) if l.contains("ready") => break,
-                Some(Ok(_)) => continue,
-                _ => bail!("local cluster did not start"),
-            }
+        if !extra.contains(&"--osds") {
+            args.extend(["--osds", "4"]);
         }
-        std::thread::spawn(move || for _ in lines {});
-        let file = ClusterFile::load(&data.join("client.toml"))?;
-        Ok(Self {
-            child,
-            data,
-            _temp: temp,
-            file,
-        })
+        args.extend([
+            "--listen",
+            "127.0.0.1:0",
+            "--danger-allow-insecure",
+            // Every benchmark measures plaintext files unless it asks for encrypted
+            // ones per file (`maat bench objects --security ENCRYPTED`).
+            "--no-encrypt",
+            // Benchmarks share files between their users by the exact modes they ask
+            // for.
+            "--umask",
+            "000",
+        ]);
+        args.extend_from_slice(extra);
+        let local = maat_local::LocalCluster::start(&exe, data.as_deref(), &args)
+            .context("starting the local cluster")?;
+        let file = local.cluster_file()?;
+        let data = local.data().to_path_buf();
+        Ok(Self { local, data, file })
     }
 
     /// Adds users `{prefix}{i}` for `i` in `range` (Argon2id defaults, as the MDS
@@ -513,22 +473,7 @@ impl LocalCluster {
     }
 
     fn admin(&self) -> Result<Client> {
-        let home = Home::new(self.data.join("admin"));
-        let (name, key) = home
-            .identity()?
-            .ok_or_else(|| anyhow!("no admin identity"))?;
-        let c = Client::new(self.file.clone(), None)?;
-        c.login(&name, Credential::Key(key))?;
-        Ok(c)
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        // SIGTERM-equivalent for our supervisor: kill it; its children see stdin close.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        std::thread::sleep(Duration::from_millis(300));
+        Ok(self.local.admin()?)
     }
 }
 

@@ -8,11 +8,10 @@
     clippy::indexing_slicing
 )]
 
-use maat_client::{Client, ClusterFile, Credential, Home};
-use std::io::{BufRead, BufReader, Write};
+use maat_client::{Client, ClusterFile, Credential};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
 
 pub const MAAT: &str = env!("CARGO_BIN_EXE_maat");
 
@@ -52,8 +51,10 @@ pub fn counter(c: &Client, prefix: &str, name: &str) -> u64 {
         .sum()
 }
 
+/// A cluster for one test: [`maat_local::LocalCluster`] on `dir/data`, beside the homes
+/// and files the test makes in `dir`.
 pub struct Cluster {
-    pub child: Child,
+    pub local: maat_local::LocalCluster,
     pub dir: tempfile::TempDir,
 }
 
@@ -96,19 +97,22 @@ impl Cluster {
             .tempdir()
             .unwrap();
         let osds = osds.to_string();
-        let mut args = vec!["up", "--osds", &osds];
+        let mut args = vec!["--osds", &osds];
         if !extra.contains(&"--listen") {
             args.extend(["--listen", "127.0.0.1:0"]);
         }
         args.extend_from_slice(extra);
-        let child = spawn_up(&args, &dir.path().join("data"));
-        Cluster { child, dir }
+        let local =
+            maat_local::LocalCluster::start(Path::new(MAAT), Some(&dir.path().join("data")), &args)
+                .unwrap();
+        Cluster { local, dir }
     }
 
     /// Runs `maat up` on an existing cluster directory `dir/data`.
     pub fn adopt(dir: tempfile::TempDir) -> Cluster {
-        let child = spawn_up(&["up"], &dir.path().join("data"));
-        Cluster { child, dir }
+        let local =
+            maat_local::LocalCluster::adopt(Path::new(MAAT), &dir.path().join("data")).unwrap();
+        Cluster { local, dir }
     }
 
     pub fn data(&self) -> PathBuf {
@@ -172,11 +176,7 @@ impl Cluster {
 
     /// An in-process client logged in as the administrator.
     pub fn admin_client(&self) -> Client {
-        let home = Home::new(self.admin_home());
-        let (name, key) = home.identity().unwrap().unwrap();
-        let c = Client::new(ClusterFile::load(&self.cluster_file()).unwrap(), None).unwrap();
-        c.login(&name, Credential::Key(key)).unwrap();
-        c
+        self.local.admin().unwrap()
     }
 
     /// An in-process client logged in with a passphrase.
@@ -216,67 +216,17 @@ impl Cluster {
 
     /// Stops `maat up` with SIGTERM and asserts a clean exit.
     pub fn stop(&mut self) {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        let status = self.child.wait().unwrap();
+        let status = self.local.stop().unwrap();
         assert!(status.success(), "maat up exits 0 on SIGTERM, got {status}");
     }
 
     /// Starts `maat up` again on the data directory after [`Cluster::stop`].
     pub fn start_again(&mut self) {
-        self.child = spawn_up(&["up"], &self.data());
+        self.local.start_again().unwrap();
     }
 
     pub fn pid(&self, daemon: &str) -> u32 {
-        std::fs::read_to_string(self.data().join(format!("{daemon}.pid")))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    }
-}
-
-/// Starts `maat <args> --data <data>` and waits for its `ready` line.
-fn spawn_up(args: &[&str], data: &Path) -> Child {
-    let mut child = Command::new(MAAT)
-        .args(args)
-        .arg("--data")
-        .arg(data)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        let line = lines.next().expect("maat up ended before ready").unwrap();
-        if line.contains("ready") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    child
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.local.pid(daemon).unwrap()
     }
 }
 

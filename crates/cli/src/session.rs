@@ -1,0 +1,110 @@
+//! The session commands: login, passwd, logout, mount.
+
+use crate::{client, read_passphrase};
+use anyhow::{anyhow, bail, Result};
+use clap::Subcommand;
+use maat_client::Credential;
+use std::path::PathBuf;
+
+/// The session commands (flattened into `maat`'s own).
+#[derive(Subcommand)]
+pub(crate) enum SessionCommand {
+    /// Log in as NAME (the passphrase never leaves this machine).
+    Login {
+        /// User name.
+        name: String,
+        /// Read the passphrase from standard input instead of the terminal.
+        #[arg(long)]
+        passphrase_stdin: bool,
+    },
+    /// Change your passphrase: asks for the current one (proved to the MDS, never sent),
+    /// then the new one twice. Your other sessions end; earlier owner boxes of your
+    /// encrypted files stay readable through the KDS.
+    Passwd {
+        /// Read the current passphrase, then the new one, each on a line of standard
+        /// input.
+        #[arg(long)]
+        passphrase_stdin: bool,
+    },
+    /// End the session.
+    Logout,
+    /// Mount the Maat directory PATH at MOUNTPOINT (FUSE) as the user in MAAT_HOME.
+    ///
+    /// Serves in the foreground until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`;
+    /// open files' buffered writes and sizes are sent before it unmounts. Every access is
+    /// decided by the MDS, not by the kernel's view of the permission bits; files show the
+    /// mounting user as owner. Consistency is close-to-open, as on NFS. Needs /dev/fuse and
+    /// fusermount3 (Debian: `apt install fuse3`).
+    Mount {
+        /// Directory in Maat (`/` for everything the user can see).
+        path: String,
+        /// Empty local directory to mount on.
+        mountpoint: PathBuf,
+    },
+}
+
+/// Runs a session command against the cluster of `cluster`.
+pub(crate) fn run(cluster: &Option<PathBuf>, command: SessionCommand) -> Result<()> {
+    match command {
+        SessionCommand::Login {
+            name,
+            passphrase_stdin,
+        } => {
+            let c = client(cluster)?;
+            let pass = read_passphrase(passphrase_stdin, &format!("passphrase for {name}: "))?;
+            c.login(&name, Credential::Passphrase(&pass))?;
+            eprintln!("logged in as {name}");
+            Ok(())
+        }
+        SessionCommand::Passwd { passphrase_stdin } => {
+            let c = client(cluster)?;
+            let name = c
+                .user_name()
+                .ok_or_else(|| anyhow!("not logged in: run `maat login NAME` first"))?;
+            let current = read_passphrase(
+                passphrase_stdin,
+                &format!("current passphrase for {name}: "),
+            )?;
+            let new = read_passphrase(passphrase_stdin, "new passphrase: ")?;
+            if !passphrase_stdin {
+                let again = read_passphrase(false, "new passphrase again: ")?;
+                if again != new {
+                    bail!("the two new passphrases differ; nothing changed");
+                }
+            }
+            c.change_passphrase(
+                Credential::Passphrase(&current),
+                &new,
+                maat_crypto::kdf::PassphraseParams::DEFAULT,
+            )?;
+            eprintln!("passphrase of {name} changed; your other sessions have ended");
+            Ok(())
+        }
+        SessionCommand::Mount { path, mountpoint } => {
+            let c = client(cluster)?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(sig, stop.clone())?;
+            }
+            // Said once the mount is made, not before its checks (issue 40, item 9).
+            let mounted = || {
+                eprintln!(
+                    "maat: {path} mounted at {} (Ctrl-C or `fusermount3 -u {}` to unmount)",
+                    mountpoint.display(),
+                    mountpoint.display()
+                )
+            };
+            maat_fuse::mount(c, &path, &mountpoint, mounted, || {
+                stop.load(std::sync::atomic::Ordering::Relaxed)
+            })?;
+            eprintln!("maat: unmounted {}", mountpoint.display());
+            Ok(())
+        }
+        SessionCommand::Logout => {
+            let c = client(cluster)?;
+            c.logout()?;
+            eprintln!("logged out");
+            Ok(())
+        }
+    }
+}
