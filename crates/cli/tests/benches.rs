@@ -155,6 +155,10 @@ fn bench_crypt_io_counts_kds_requests_and_keys_per_read() {
         assert!(j[format!("read_{mode}_mb_s")].as_f64().unwrap() > 0.0);
     }
     assert!(j["write_mb_s"].as_f64().unwrap() > 0.0);
+    // The write's row is measured too (issue 45: it printed a literal 0): the creator
+    // makes the lockbox and holds its keys, so the KDS serves it nothing.
+    assert_eq!(j["kds_requests_write"].as_u64(), Some(0));
+    assert_eq!(j["kds_keys_write"].as_u64(), Some(0));
 }
 
 #[test]
@@ -295,6 +299,8 @@ fn bench_ior_reports_the_overhead_over_nosec() {
     ]);
     // Each process creates its 2 files by opens: one capability each.
     assert_eq!(num(&j, "signatures_none"), 4.0);
+    // Measured on the NOSEC side too (issue 45: it printed a literal 0).
+    assert_eq!(num(&j, "signatures_nosec"), 0.0);
     assert!(num(&j, "overhead_grouped").is_finite());
     assert!(num(&j, "time_nosec_s") > 0.0);
 }

@@ -173,7 +173,13 @@ fn an_expired_capability_is_refused_even_when_cached() {
     let mut alice = sim.user(&mut admin, "alice", b"alice pass").unwrap();
     // Plaintext, so that the raw read below sees the bytes themselves.
     alice
-        .put_with(&mut &b"file A"[..], 6, "/home/alice/a", Some(false), &mut |_| {})
+        .put_with(
+            &mut &b"file A"[..],
+            6,
+            "/home/alice/a",
+            Some(false),
+            &mut |_| {},
+        )
         .unwrap();
     let a = alice.open("/home/alice/a", Access::Read, None).unwrap();
     let osd = alice.place(a.stat.id, 0).unwrap();

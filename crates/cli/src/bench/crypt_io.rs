@@ -95,6 +95,9 @@ pub(super) fn run_crypt_io(
     let mut write_secs = 0.0;
     let mut read_secs = [0.0f64; 4];
     let mut kds = [(0u64, 0u64); 4];
+    // KDS requests and keys of the last round's write (as `kds` holds the last round's
+    // reads).
+    let mut write_kds = (0u64, 0u64);
     for round in 0..rounds {
         if !json {
             eprintln!(
@@ -102,6 +105,10 @@ pub(super) fn run_crypt_io(
                 round + 1
             );
         }
+        let kds_before = (
+            counter(&mut admin, "kds", "grants")?,
+            counter(&mut admin, "kds", "keys_granted")?,
+        );
         let start = Instant::now();
         writer.put_with(
             &mut Pattern(0x6d61_6174 + u64::from(round)),
@@ -111,6 +118,11 @@ pub(super) fn run_crypt_io(
             &mut |_| {},
         )?;
         write_secs += start.elapsed().as_secs_f64();
+        // Measured, as the reads are: what the KDS served during the write.
+        write_kds = (
+            counter(&mut admin, "kds", "grants")?.saturating_sub(kds_before.0),
+            counter(&mut admin, "kds", "keys_granted")?.saturating_sub(kds_before.1),
+        );
         let mut order = Read::ALL.to_vec();
         if round % 2 == 1 {
             order.reverse();
@@ -157,6 +169,8 @@ pub(super) fn run_crypt_io(
     let mut out = serde_json::Map::new();
     out.insert("size_mib".into(), size_mib.into());
     out.insert("write_mb_s".into(), mb_s(write_secs).into());
+    out.insert("kds_requests_write".into(), write_kds.0.into());
+    out.insert("kds_keys_write".into(), write_kds.1.into());
     let rows: Vec<(Read, f64, (u64, u64))> = Read::ALL
         .iter()
         .zip(read_secs.iter().zip(kds.iter()))
@@ -178,11 +192,13 @@ pub(super) fn run_crypt_io(
     say!(
         "E9 crypt-io: one {size_mib} MiB encrypted file (64 KiB blocks), 4 OSDs, {rounds} round(s), MiB/s\n"
     );
-    say!("| op | MiB/s | × AEAD-only read | KDS requests per read | keys per read |");
+    say!("| op | MiB/s | × AEAD-only read | KDS requests per op | keys per op |");
     say!("|---|---|---|---|---|");
     say!(
-        "| write (creator's keys) | {:.0} | | 0 | 0 |",
-        mb_s(write_secs)
+        "| write (creator's keys) | {:.0} | | {} | {} |",
+        mb_s(write_secs),
+        write_kds.0,
+        write_kds.1
     );
     for (mode, rate, (requests, keys)) in &rows {
         say!(
