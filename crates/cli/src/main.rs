@@ -183,22 +183,6 @@ enum Command {
 #[derive(Args)]
 struct Nothing;
 
-/// Daemons hold a socket per client and a benchmark client one per OSD per thread: lift
-/// the soft limit on open files to the hard one (often 1,024 and 1,048,576) at start.
-fn raise_open_file_limit() {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        let _ = setrlimit(
-            Resource::Nofile,
-            Rlimit {
-                current: limit.maximum,
-                maximum: limit.maximum,
-            },
-        );
-    }
-}
-
 /// Whether `e` is standard output closed under the command.
 fn closed_pipe(e: &anyhow::Error) -> bool {
     e.downcast_ref::<std::io::Error>()
@@ -209,7 +193,8 @@ fn main() -> ExitCode {
     // Everything maat writes (keys, databases, objects, sessions, configs) is for this
     // account only; files that are meant to be shared are handed over explicitly.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    raise_open_file_limit();
+    // Daemons hold a socket per client and a benchmark client one per OSD per thread.
+    maat_server::open_files_limit();
     let cli = Cli::parse();
     if let Some(level) = cli.key_level {
         let _ = KEY_LEVEL.set(level);
