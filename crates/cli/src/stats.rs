@@ -64,6 +64,7 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         let mut reasons = Vec::new();
         let mut waits = Vec::new();
         let mut grouping = Vec::new();
+        let mut backgrounds = Vec::new();
         for (name, counters) in rows {
             let get = |k: &str| {
                 counters
@@ -98,6 +99,20 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                 }
             }
             grouping.extend(grouping_lines(&counters));
+            let background = |k: &str| get(&format!("{k}_background"));
+            if background("signatures_made") != "-" || background("signatures_verified") != "-" {
+                backgrounds.push(format!(
+                    "{name} {} made, {} verified",
+                    background("signatures_made"),
+                    background("signatures_verified")
+                ));
+            }
+        }
+        if !backgrounds.is_empty() {
+            say!(
+                "of the signatures above, background work (KDS revocation catch-ups, no request): {}",
+                backgrounds.join(", ")
+            );
         }
         if !reasons.is_empty() {
             say!("refused, by reason: {}", reasons.join(", "));

@@ -149,11 +149,14 @@ pub struct Kds {
     sealing: SealingSecretKey,
     signing: SigningKey,
     mds_key: VerifyingKey,
-    /// The same keys, counting nothing: they sign and check the revocation catch-up
-    /// with the MDS (once a second, counted as `revocation_checks`), which no key request
-    /// causes, so that the signature counters count what requests cost.
+    /// The same keys, counting into `background`: they sign and check the revocation
+    /// catch-up with the MDS (once a second, also counted as `revocation_checks`), which
+    /// no key request causes; `maat stats` reports that work inside the signature
+    /// counters and on its own as `signatures_made_background` and
+    /// `signatures_verified_background`.
     background_signing: SigningKey,
     background_mds_key: VerifyingKey,
+    background: Counters,
     counters: Counters,
     caches: Mutex<Caches>,
     stats: Stats,
@@ -180,10 +183,13 @@ impl Kds {
     /// A KDS with `secrets` that trusts tokens signed by `mds_verifying_key`.
     pub fn new(secrets: KdsSecrets, mds_verifying_key: &[u8; 32]) -> Result<Self, KdsError> {
         let counters = OpCounters::new_handle();
+        let background = OpCounters::new_handle();
         Ok(Self {
             sealing: secrets.sealing.with_counters(counters.clone()),
-            background_signing: secrets.signing.clone(),
-            background_mds_key: VerifyingKey::from_bytes(mds_verifying_key)?,
+            background_signing: secrets.signing.clone().with_counters(background.clone()),
+            background_mds_key: VerifyingKey::from_bytes(mds_verifying_key)?
+                .with_counters(background.clone()),
+            background,
             signing: secrets.signing.with_counters(counters.clone()),
             mds_key: VerifyingKey::from_bytes(mds_verifying_key)?.with_counters(counters.clone()),
             counters,
@@ -697,7 +703,10 @@ impl Kds {
             ("job_proofs_verified", &s.job_proofs_verified),
         ]);
         counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
-        counters.extend(DaemonStats::operations(&self.counters));
+        counters.extend(DaemonStats::operations_with_background(
+            &self.counters,
+            &self.background,
+        ));
         counters.extend(s.refused_by_reason.counters());
         DaemonStats {
             daemon: "kds".into(),

@@ -245,5 +245,24 @@ mod tests {
             .unwrap();
         kds.accept_revocations(&ask, &answer(&ask), later).unwrap();
         assert_eq!(code(60_000), None);
+
+        // The catch-ups' signatures (two asked, two lists checked) are in the KDS's
+        // counters, named as background work, and no request caused them.
+        let stats = kds.stats();
+        let get = |name: &str| {
+            stats
+                .counters
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(get("signatures_made"), Some(2));
+        assert_eq!(get("signatures_made_background"), Some(2));
+        assert_eq!(get("signatures_verified"), Some(2));
+        assert_eq!(get("signatures_verified_background"), Some(2));
+        let share =
+            |name| msg::DaemonStats::request_share(std::slice::from_ref(&stats), "kds", name);
+        assert_eq!(share("signatures_made"), 0);
+        assert_eq!(share("signatures_verified"), 0);
     }
 }

@@ -183,10 +183,13 @@ pub struct Mds<S: MetaStore> {
     store: S,
     config: MdsConfig,
     signing: SigningKey,
-    /// The same key, counting nothing: it signs the revocation lists of each KDS's
-    /// once-a-second catch-up (counted as `kds_revocation_lists`), which no request
-    /// causes, so that `signatures_made` counts what requests cost.
+    /// The same key, counting into `background`: it signs the revocation lists of each
+    /// KDS's once-a-second catch-up (also counted as `kds_revocation_lists`), which no
+    /// request causes; `maat stats` reports that work inside `signatures_made` and on its
+    /// own as `signatures_made_background`.
     background_signing: SigningKey,
+    /// Counts the background duties' operations (see `background_signing`).
+    background: Counters,
     sealing: SealingSecretKey,
     /// Seals session keys for the store (derived from the sealing secret).
     session_wrap: maat_crypto::aead::BlockKey,
@@ -263,6 +266,7 @@ impl<S: MetaStore> Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<Self> {
         let counters = OpCounters::new_handle();
+        let background = OpCounters::new_handle();
         let pake = maat_crypto::pake::ServerSetup::from_bytes(&secrets.opaque_setup)?;
         let mut batch = Batch::default();
         for key in store::LEGACY_SECRET_KEYS {
@@ -345,7 +349,9 @@ impl<S: MetaStore> Mds<S> {
         Ok(Self {
             signing: SigningKey::from_seed(secrets.signing_seed.expose())
                 .with_counters(counters.clone()),
-            background_signing: SigningKey::from_seed(secrets.signing_seed.expose()),
+            background_signing: SigningKey::from_seed(secrets.signing_seed.expose())
+                .with_counters(background.clone()),
+            background,
             sealing: SealingSecretKey::from_bytes(*secrets.sealing_secret.expose())
                 .with_counters(counters.clone()),
             cookie_key: Secret32::from_bytes(maat_crypto::hash::blake3_keyed(

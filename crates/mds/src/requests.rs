@@ -519,7 +519,10 @@ impl<S: MetaStore> Mds<S> {
         counters.push(("store_fsyncs".into(), durability.fsyncs));
         counters.extend(self.issuer.stats.counters());
         counters.extend(self.issuer.renewals.counters());
-        counters.extend(DaemonStats::operations(&self.counters));
+        counters.extend(DaemonStats::operations_with_background(
+            &self.counters,
+            &self.background,
+        ));
         counters.extend(self.stats.refused_by_reason.counters());
         DaemonStats {
             daemon: "mds".into(),

@@ -348,9 +348,10 @@ impl<S: MetaStore> crate::Mds<S> {
         let signature = <[u8; 64]>::try_from(signature)
             .map(maat_crypto::sign::Signature)
             .map_err(|_| MdsError::refused(ErrorCode::Malformed, "a signature is 64 bytes"))?;
-        // (Background work, as the list's signature below: not in `signatures_verified`.)
+        // (Background work, as the list's signature below: `signatures_verified_background`.)
         VerifyingKey::from_bytes(&keys.verifying_key)
             .map_err(|e| MdsError::refused(ErrorCode::Internal, format!("KDS key: {e}")))?
+            .with_counters(self.background.clone())
             .verify(
                 &kds_revocations_request_message(nonce, timestamp),
                 &signature,

@@ -370,20 +370,12 @@ pub enum BenchCommand {
     },
 }
 
-/// The sum of counter `name` over the daemons whose name starts with `prefix`, in one
-/// `Stats` snapshot.
-///
-/// (Signatures made and verified count what requests cost: each KDS's once-a-second
-/// revocation catch-up signs and checks with keys that count nothing, SPEC M9, and shows
-/// as `kds_revocation_lists` at the MDS and `revocation_checks` at a KDS.)
+/// What requests cost of counter `name`, summed over the daemons whose name starts with
+/// `prefix`, in one `Stats` snapshot: the counter less its `NAME_background` part, the
+/// work no request causes (each KDS's once-a-second revocation catch-up, SPEC M9, signs
+/// and checks signatures at the MDS and the KDS), subtracted by name.
 fn sum_counter(stats: &[maat_proto::msg::DaemonStats], prefix: &str, name: &str) -> u64 {
-    stats
-        .iter()
-        .filter(|d| d.daemon.starts_with(prefix))
-        .flat_map(|d| d.counters.iter())
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .sum()
+    maat_proto::msg::DaemonStats::request_share(stats, prefix, name)
 }
 
 /// [`sum_counter`] of a snapshot taken now.

@@ -993,6 +993,53 @@ impl DaemonStats {
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     }
+
+    /// What requests cost of counter `name` over the daemons of `stats` whose name starts
+    /// with `prefix`: each daemon's `name` less its `NAME_background` (absent: zero).
+    pub fn request_share(stats: &[DaemonStats], prefix: &str, name: &str) -> u64 {
+        let background = format!("{name}_background");
+        stats
+            .iter()
+            .filter(|d| d.daemon.starts_with(prefix))
+            .map(|d| {
+                let get = |n: &str| {
+                    d.counters
+                        .iter()
+                        .filter(|(k, _)| k == n)
+                        .map(|(_, v)| *v)
+                        .sum::<u64>()
+                };
+                get(name).saturating_sub(get(&background))
+            })
+            .sum()
+    }
+
+    /// Like [`operations`](Self::operations), for a daemon whose background duties
+    /// (work no request causes, such as the KDS's revocation catch-up, SPEC M9) use keys
+    /// counting into `background`: each count is the daemon's whole work, and every
+    /// operation the background did is also reported on its own as `NAME_background`, so
+    /// that a reader subtracts it openly, by name. Both come from one read of
+    /// `background`, so the difference is exactly what requests cost.
+    pub fn operations_with_background(
+        counters: &maat_crypto::Counters,
+        background: &maat_crypto::Counters,
+    ) -> Vec<(String, u64)> {
+        let background = background.snapshot().fields();
+        let mut out: Vec<(String, u64)> = counters
+            .snapshot()
+            .fields()
+            .into_iter()
+            .zip(&background)
+            .map(|((k, v), (_, b))| (k.to_string(), v.saturating_add(*b)))
+            .collect();
+        out.extend(
+            background
+                .iter()
+                .filter(|(_, b)| *b > 0)
+                .map(|(k, b)| (format!("{k}_background"), *b)),
+        );
+        out
+    }
 }
 
 /// Answers to [`MdsRequest`].
