@@ -100,6 +100,10 @@ pub(super) fn run_ior(args: IorArgs, data: Option<PathBuf>, json: bool) -> Resul
         let uid = secure.uid().ok_or_else(|| anyhow!("no uid after login"))?;
         let mut insecure = Client::new(cluster.file.clone(), None)?;
         insecure.danger_insecure_as(uid);
+        // Both sides equally warm before anything is timed (issue 45): connected to the
+        // MDS and every OSD, sessions negotiated on the secure side.
+        secure.connect_osds()?;
+        insecure.connect_osds()?;
         all.push(Proc {
             secure,
             insecure,

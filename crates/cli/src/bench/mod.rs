@@ -95,10 +95,12 @@ pub enum BenchCommand {
     /// E2 (paper 000 Fig. 7): a mixed workload. Every 10 clients share a UNIX group; each
     /// client writes its group's 6 shared files and 4 of its own in 128 KiB chunks. Per
     /// client count: mean open and write latency, write throughput, MDS signatures and
-    /// OSD verifications under NOSEC, no grouping, UNIX and combined grouping. JSON keys
-    /// `open_<mode>_us_<N>`, `write_<mode>_us_<N>`, `write_<mode>_mb_s_<N>`,
-    /// `signatures_<mode>_<N>`, `osd_verifications_<mode>_<N>`,
-    /// `open_combined_over_nosec_<N>` (mode: nosec, none, unix, combined).
+    /// OSD verifications under NOSEC, no grouping, UNIX, prediction and combined
+    /// grouping, in alternating order, every client (NOSEC's too) connected to the MDS
+    /// and every OSD before it is timed. JSON keys `open_<mode>_us_<N>`,
+    /// `write_<mode>_us_<N>`, `write_<mode>_mb_s_<N>`, `signatures_<mode>_<N>`,
+    /// `osd_verifications_<mode>_<N>`, `open_combined_over_nosec_<N>` (mode: nosec,
+    /// none, unix, predict, combined).
     Grouping {
         /// Client counts (the paper: 10 to 140).
         #[arg(long, value_delimiter = ',', default_value = "10,20,40")]
