@@ -11,6 +11,8 @@ pub mod limits;
 mod auth;
 mod clock;
 mod error;
+mod machines;
+pub use machines::RenewalOutcome;
 mod rng;
 pub(crate) use clock::LocalClock;
 pub use clock::{local_now, ClockFn, SleepFn};
@@ -160,8 +162,8 @@ pub struct Client {
     /// SPEC T2: the newest T10 credential per (file, OSD), from opens in partitions with
     /// T10 credentials.
     t10: Locked<HashMap<(u64, u64), T10Credential>>,
-    /// SPEC T7: what T10 requests to each OSD are dated by (`data::T10Clock`).
-    t10_clock: Locked<HashMap<u64, data::T10Clock>>,
+    /// SPEC T7: what T10 requests to each OSD are dated by (`machines::T10Clock`).
+    t10_clock: Locked<HashMap<u64, machines::T10Clock>>,
     /// Nonces come from a ChaCha20 generator seeded from the OS, not a syscall each.
     rng: Locked<rand_chacha::ChaCha20Rng>,
     /// Long-lived secrets come from the OS each time (`rng.rs`).
@@ -169,7 +171,7 @@ pub struct Client {
     /// Merkle tree messages fetched from the MDS, by root (SPEC M4).
     trees: Locked<HashMap<[u8; 32], Vec<u8>>>,
     /// Capabilities in use and the renewal tokens that extend them, by id (SPEC M8).
-    held: Locked<HashMap<u64, renewal::HeldCapability>>,
+    held: Locked<machines::HeldCapabilities>,
     /// Job keys held, by key hash (SPEC M10).
     jobs: Locked<HashMap<[u8; 32], jobs::HeldJob>>,
     /// Range keys of encrypted files, by file id (SPEC H4).
