@@ -7,7 +7,6 @@
 
 use crate::ClientError;
 use maat_crypto::Secret32;
-use maat_proto::msg::FileStat;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -189,20 +188,7 @@ pub(crate) struct OsdSession {
     pub(crate) clock_offset: i64,
 }
 
-/// A cached open (SPEC M5 at the client).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OpenedEntry {
-    /// Path opened.
-    pub path: String,
-    /// Attributes then.
-    pub stat: FileStat,
-    /// Capability bytes.
-    pub capability: Vec<u8>,
-    /// Capability expiry.
-    pub expiry: u64,
-    /// Capability lifetime when received.
-    pub lifetime: u64,
-}
+pub(crate) use crate::machines::OpenedEntry;
 
 /// The `session.json` layout this client writes.
 pub const SESSION_FORMAT: u32 = 1;

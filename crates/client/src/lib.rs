@@ -31,7 +31,6 @@ mod kds_keys;
 mod key_grants;
 mod mds;
 mod namespace;
-mod open_cache;
 mod opens;
 use mds::EnvelopeKeys;
 pub(crate) use mds::{decode_answer, decode_answer_raw, offset_to, refusal, retry_stale};
@@ -154,7 +153,7 @@ pub struct Client {
     map: Arc<Locked<Option<ClusterMap>>>,
     session: Locked<Option<SessionState>>,
     /// Read opens (SPEC M5); the newest go into the session file with it.
-    opened: Locked<open_cache::OpenCache>,
+    opened: Locked<machines::OpenCache>,
     mds_key: VerifyingKey,
     insecure_user: Option<u64>,
     /// Envelope keys derived from session secrets, kept for the life of the client.
@@ -210,7 +209,7 @@ impl Client {
             Some(h) => h.load_session()?,
             None => None,
         };
-        let mut opened = open_cache::OpenCache::new(limits::OPENED_CACHED_MAX);
+        let mut opened = machines::OpenCache::new(limits::OPENED_CACHED_MAX);
         for entry in session
             .as_mut()
             .map(|s| std::mem::take(&mut s.opened))

@@ -7,25 +7,29 @@
 //! or takes a lock (a test below reads these files and fails if one does), so every
 //! decision is tested by calling it with chosen times and answers.
 //!
-//! So far: the capabilities held and their renewal (SPEC M8, [`held`]) and the dating
-//! of T10 requests (SPEC T7, [`t10_clock`]). Still in the driver and to move here: the
-//! open cache, sessions, jobs, the key store, placement and striping.
+//! So far: the capabilities held and their renewal (SPEC M8, [`held`]), the read opens
+//! kept (SPEC M5, [`open_cache`]) and the dating of T10 requests (SPEC T7,
+//! [`t10_clock`]). Still in the driver and to move here: sessions, jobs, the key store,
+//! placement and striping.
 //!
 //! [`Client`]: crate::Client
 
 pub(crate) mod held;
+pub(crate) mod open_cache;
 pub(crate) mod t10_clock;
 
 pub use held::RenewalOutcome;
 pub(crate) use held::{AfterExpired, HeldCapabilities};
+pub(crate) use open_cache::{OpenCache, OpenedEntry};
 pub(crate) use t10_clock::T10Clock;
 
 #[cfg(test)]
 mod tests {
     /// Every file of this module, by name.
-    const FILES: [(&str, &str); 3] = [
+    const FILES: [(&str, &str); 4] = [
         ("mod.rs", include_str!("mod.rs")),
         ("held.rs", include_str!("held.rs")),
+        ("open_cache.rs", include_str!("open_cache.rs")),
         ("t10_clock.rs", include_str!("t10_clock.rs")),
     ];
 

@@ -4,8 +4,24 @@
 //! client that writes and then reads back more files than fit keeps the newest. A kept
 //! read-write capability (a put's) also serves the file's removal (`UnlinkHeld`).
 
-use crate::home::OpenedEntry;
+use maat_proto::msg::FileStat;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
+
+/// A cached open (SPEC M5 at the client).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpenedEntry {
+    /// Path opened.
+    pub path: String,
+    /// Attributes then.
+    pub stat: FileStat,
+    /// Capability bytes.
+    pub capability: Vec<u8>,
+    /// Capability expiry.
+    pub expiry: u64,
+    /// Capability lifetime when received.
+    pub lifetime: u64,
+}
 
 /// Read opens by path, with the order they were stored in.
 #[derive(Debug, Default)]
