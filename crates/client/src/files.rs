@@ -87,6 +87,24 @@ impl FileHandle {
     pub fn dirty(&self) -> bool {
         self.dirty
     }
+
+    /// Another handle, or a truncate by path, set the file's size to `size` after this
+    /// handle's writes were sent and recorded: this handle's view follows, so that it
+    /// neither writes back nor reads stripes that are gone (issue 44: `echo ab > f` on a
+    /// mount, whose kernel opens, then truncates by path, then writes through the open,
+    /// fetched a removed stripe to merge its write into and left the file empty).
+    pub fn resized_elsewhere(&mut self, size: u64) {
+        let keep = crate::stripes_for(size);
+        self.pending.retain(|stripe, _| *stripe < keep);
+        let within = (size % STRIPE_UNIT_BYTES) as usize;
+        if within != 0 {
+            if let Some(last) = self.pending.get_mut(&(keep - 1)) {
+                last.truncate(within);
+            }
+        }
+        self.size = size;
+        self.opened.stat.size = size;
+    }
 }
 
 pub use crate::limits::FILE_IO_BYTES_MAX;

@@ -456,6 +456,14 @@ impl Client {
             stripe += n;
         }
         if done < expected {
+            // The open may be older than a shorter rewrite (an open kept in this client's
+            // cache, the file then rewritten by another client or a mount: issue 44): the
+            // bytes read are the objects as they are now, so the MDS's size now decides.
+            self.forget_opened_path(path);
+            let now = self.stat(path)?;
+            if now.id == opened.stat.id && now.size == done {
+                return Ok(done);
+            }
             return Err(ClientError::DataMissing(format!(
                 "{path}: {done} of {expected} bytes found"
             )));

@@ -306,7 +306,8 @@ impl State {
     pub(crate) fn truncate(&mut self, ino: u64, fh: Option<u64>, size: u64) -> Result<(), Errno> {
         self.flush_ino(ino)?;
         let path = self.path(ino)?;
-        let cut = match fh.filter(|fh| self.open.get(fh).is_some_and(|o| o.handle.writable())) {
+        let fh = fh.filter(|fh| self.open.get(fh).is_some_and(|o| o.handle.writable()));
+        let cut = match fh {
             Some(fh) => {
                 let Some(open) = self.open.get_mut(&fh) else {
                     return Err(Errno::EBADF);
@@ -324,7 +325,16 @@ impl State {
         };
         // Also after a failure: part of the file may be cut already.
         self.resized(ino);
-        cut.map_err(|e| errno(&e))
+        cut.map_err(|e| errno(&e))?;
+        // Every other open of the file in this mount (its writes sent and recorded by
+        // `flush_ino` above) sees the new size: the kernel truncates an `O_TRUNC` open
+        // by path, then writes through that open.
+        for (other, open) in self.open.iter_mut() {
+            if open.ino == ino && Some(*other) != fh {
+                open.handle.resized_elsewhere(size);
+            }
+        }
+        Ok(())
     }
 
     /// `ino` was cut (a truncate, an `O_TRUNC` open): what its open files read ahead is
