@@ -1,7 +1,12 @@
 //! Byte-range file handles (what FUSE and the Python package use) against a real cluster:
 //! a random sequence of writes, truncates and reads matches the same sequence on a
 //! byte vector, across stripe boundaries, and what `get` returns afterwards is the model.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 use common::{code, Cluster};
