@@ -480,4 +480,33 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
     sh(&format!(
         "echo mine > {mnt}/home/fbob/note && cat {mnt}/home/fbob/note"
     ));
+
+    // Issue 44: a file created without write permission (git's objects, tar's read-only
+    // files) is written through the descriptor that created it, then has its mode.
+    let made = m.path("home/fbob/ro");
+    python(
+        "import os, sys\n\
+         fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444)\n\
+         os.write(fd, b'read-only now')\n\
+         os.close(fd)",
+        &made,
+    );
+    assert_eq!(
+        cluster.ok(&bob_home, &["cat", "/home/fbob/ro"], None),
+        b"read-only now"
+    );
+    let listing = sh(&format!("ls -l {}", made.display()));
+    assert!(listing.starts_with("-r--r--r--"), "{listing}");
+    let err = sh_fails(&format!("echo more >> {}", made.display()));
+    assert!(err.contains("Permission denied"), "{err}");
+    // With a mode that has owner write, nothing changes at close.
+    python(
+        "import os, sys\n\
+         fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o640)\n\
+         os.write(fd, b'x')\n\
+         os.close(fd)",
+        &m.path("home/fbob/rw"),
+    );
+    let listing = sh(&format!("ls -l {}", m.path("home/fbob/rw").display()));
+    assert!(listing.starts_with("-rw-r-----"), "{listing}");
 }

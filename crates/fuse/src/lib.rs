@@ -371,9 +371,18 @@ impl Filesystem for MaatFs {
     ) {
         let mut s = self.state();
         let path = attempt!(reply, s.child(parent.0, name));
+        let mode = (mode & !umask & 0o7777) as u16;
+        // A new file whose mode lacks owner write is created writable by its owner and
+        // given `mode` at close (see `mode_at_close`); an existing one keeps its mode.
+        let mode_at_close = (mode & 0o200 == 0
+            && matches!(
+                s.client.stat(&path),
+                Err(ClientError::Refused(ref e)) if e.code == ErrorCode::NoSuchFile
+            ))
+        .then_some(mode);
         let open_flags = OpenFlags {
             write: true,
-            create: Some((mode & !umask & 0o7777) as u16),
+            create: Some(mode | if mode_at_close.is_some() { 0o200 } else { 0 }),
             exclusive: flags & rustix::fs::OFlags::EXCL.bits() as i32 != 0,
             truncate: flags & rustix::fs::OFlags::TRUNC.bits() as i32 != 0,
         };
@@ -381,9 +390,13 @@ impl Filesystem for MaatFs {
             reply,
             s.client.open_file(&path, open_flags).map_err(|e| errno(&e))
         );
-        let stat = handle.stat().clone();
+        let mut stat = handle.stat().clone();
         let ino = s.inodes.ino(&path);
         let fh = s.add_open(ino, handle);
+        if let (Some(mode), Some(open)) = (mode_at_close, s.open.get_mut(&fh)) {
+            open.mode_at_close = Some(mode);
+            stat.mode = (stat.mode & !0o7777) | mode;
+        }
         let attr = s.attr(ino, &stat);
         reply.created(&TTL, &attr, Generation(0), Fh(fh), FopenFlags::empty());
     }
@@ -446,8 +459,16 @@ impl Filesystem for MaatFs {
     ) {
         let mut s = self.state();
         let flushed = s.flush(fh.0);
-        s.open.remove(&fh.0);
+        let closed = s.open.remove(&fh.0);
         attempt!(reply, flushed);
+        if let Some((open, mode)) = closed.and_then(|o| o.mode_at_close.map(|m| (o, m))) {
+            attempt!(
+                reply,
+                s.client
+                    .chmod(open.handle.path(), mode)
+                    .map_err(|e| errno(&e))
+            );
+        }
         reply.ok();
     }
 

@@ -19,6 +19,12 @@ pub(crate) struct Open {
     /// A buffered write that failed, not yet reported to this file's writer: returned by
     /// its next write, flush, fsync or close.
     pub(crate) error: Option<Errno>,
+    /// A file this open created with a mode that lacks owner write (`open(O_CREAT,
+    /// 0444)`, as git and tar do): POSIX gives the creating descriptor write access all
+    /// the same, so the file is created writable by its owner and takes this mode when
+    /// the descriptor closes (the owner may change a mode anyway: nothing is granted
+    /// that the owner could not take).
+    pub(crate) mode_at_close: Option<u16>,
 }
 
 /// A read-ahead window being fetched: where it starts, and the thread fetching it.
@@ -184,6 +190,7 @@ impl State {
                 prefetch: None,
                 next_read: 0,
                 error: None,
+                mode_at_close: None,
             },
         );
         fh
