@@ -476,6 +476,17 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
         err.contains("Permission denied") || err.contains("not permitted"),
         "{err}"
     );
+    // A name past 255 bytes: POSIX's ENAMETOOLONG, for a lookup and a create alike.
+    let long = "n".repeat(256);
+    for cmd in [
+        format!("ls {mnt}/home/fbob/{long}"),
+        format!("echo x > {mnt}/home/fbob/{long}"),
+    ] {
+        let err = sh_fails(&cmd);
+        assert!(err.contains("File name too long"), "{cmd}: {err}");
+    }
+    sh(&format!("echo x > {mnt}/home/fbob/{}", "n".repeat(255)));
+
     // Bob's own directory works.
     sh(&format!(
         "echo mine > {mnt}/home/fbob/note && cat {mnt}/home/fbob/note"

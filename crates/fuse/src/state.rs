@@ -100,6 +100,11 @@ impl State {
     }
 
     pub(crate) fn child(&self, parent: u64, name: &OsStr) -> Result<String, Errno> {
+        // POSIX's answer for a name past the limit (issue 44: it was EINVAL, the MDS's
+        // InvalidArgument).
+        if name.len() > maat_proto::limits::NAME_BYTES_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
         let name = name.to_str().ok_or(Errno::EINVAL)?;
         self.inodes.child_path(parent, name).ok_or(Errno::ENOENT)
     }
