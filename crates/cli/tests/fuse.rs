@@ -476,6 +476,21 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
         err.contains("Permission denied") || err.contains("not permitted"),
         "{err}"
     );
+    // rename(2) of a directory over an empty one replaces it; over a non-empty one,
+    // ENOTEMPTY.
+    let out = python(
+        "import os, sys\n\
+         d = sys.argv[1]\n\
+         for p in ('src/in', 'empty', 'full/x'): os.makedirs(os.path.join(d, p))\n\
+         try:\n    os.rename(os.path.join(d, 'src'), os.path.join(d, 'full'))\n\
+         except OSError as e: print(e.strerror)\n\
+         os.rename(os.path.join(d, 'src'), os.path.join(d, 'empty'))\n\
+         print(sorted(os.listdir(d)), os.listdir(os.path.join(d, 'empty')))",
+        &m.path("home/fbob"),
+    );
+    assert!(out.contains("Directory not empty"), "{out}");
+    assert!(out.contains("['in']") && !out.contains("'src'"), "{out}");
+
     // A name past 255 bytes: POSIX's ENAMETOOLONG, for a lookup and a create alike.
     let long = "n".repeat(256);
     for cmd in [

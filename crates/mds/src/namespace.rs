@@ -722,14 +722,41 @@ impl<S: MetaStore> crate::Mds<S> {
                 return Ok(MdsResponse::Ok);
             }
             let target = self.load(existing, to)?;
-            if target.is_dir {
-                return Err(MdsError::refused(ErrorCode::AlreadyExists, to.to_string()));
+            match (moving.is_dir, target.is_dir) {
+                // rename(2): a directory replaces an empty directory, in one commit
+                // (issue 44), under the target's sticky rule too.
+                (true, true) => {
+                    require_sticky(who, &to_parent, &target, to)?;
+                    if !self.store.entries(target.id)?.is_empty() {
+                        return Err(MdsError::refused(ErrorCode::NotEmpty, to.to_string()));
+                    }
+                    batch.push(Op::DeleteEntry {
+                        parent: to_parent.id,
+                        name: to_name.to_string(),
+                    });
+                    batch.push(Op::DeleteInode(target.id));
+                }
+                (true, false) => {
+                    return Err(MdsError::refused(
+                        ErrorCode::NotADirectory,
+                        format!("{to} is a file; a directory cannot replace it"),
+                    ))
+                }
+                (false, true) => {
+                    return Err(MdsError::refused(
+                        ErrorCode::IsADirectory,
+                        format!("{to} is a directory; a file cannot replace it"),
+                    ))
+                }
+                // Replacing a file leaves its objects behind; refuse instead of leaking
+                // them (the mount removes it first).
+                (false, false) => {
+                    return Err(MdsError::refused(
+                        ErrorCode::AlreadyExists,
+                        format!("{to} (remove it first)"),
+                    ))
+                }
             }
-            // Replacing a file leaves its objects behind; refuse instead of leaking them.
-            return Err(MdsError::refused(
-                ErrorCode::AlreadyExists,
-                format!("{to} (remove it first)"),
-            ));
         }
         batch.push(Op::DeleteEntry {
             parent: from_parent.id,

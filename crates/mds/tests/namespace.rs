@@ -387,3 +387,66 @@ fn each_users_umask_clears_bits_of_everything_they_create() {
     create(&m, ALICE, "/w/shared", 0o644);
     assert_eq!(mode_of(&m, "/w/shared"), 0o644);
 }
+
+/// Issue 44: rename(2) lets a directory replace an empty directory (in one commit),
+/// refuses a non-empty one (ENOTEMPTY), and a directory and a file never replace each
+/// other (ENOTDIR, EISDIR); a file over a file stays refused (its objects would stay).
+#[test]
+fn a_directory_replaces_an_empty_directory_and_nothing_else() {
+    let store = MemStore::default();
+    add_users(&store, &["alice"]);
+    let m = mds(&store);
+    let admin = |r| call(&m, ADMIN_UID, r, T0 + 5);
+    admin(MdsRequest::Mkdir {
+        path: "/w".into(),
+        mode: 0o777,
+        parents: false,
+        partition: None,
+    })
+    .unwrap();
+    let as_alice = |r| call(&m, ALICE, r, T0 + 30);
+    let mkdir = |path: &str| MdsRequest::Mkdir {
+        path: path.into(),
+        mode: 0o755,
+        parents: true,
+        partition: None,
+    };
+    let rename = |from: &str, to: &str| MdsRequest::Rename {
+        from: from.into(),
+        to: to.into(),
+    };
+    let home = "/w";
+    for d in ["src/inner", "empty", "full/x"] {
+        as_alice(mkdir(&format!("{home}/{d}"))).unwrap();
+    }
+    create(&m, ALICE, &format!("{home}/file"), 0o644);
+    create(&m, ALICE, &format!("{home}/other"), 0o644);
+    let code = |r: Result<MdsResponse, maat_proto::msg::WireError>| r.unwrap_err().code;
+    let at = |p: &str| format!("{home}/{p}");
+    assert_eq!(
+        code(as_alice(rename(&at("src"), &at("full")))),
+        ErrorCode::NotEmpty
+    );
+    assert_eq!(
+        code(as_alice(rename(&at("src"), &at("file")))),
+        ErrorCode::NotADirectory
+    );
+    assert_eq!(
+        code(as_alice(rename(&at("file"), &at("empty")))),
+        ErrorCode::IsADirectory
+    );
+    assert_eq!(
+        code(as_alice(rename(&at("file"), &at("other")))),
+        ErrorCode::AlreadyExists
+    );
+    as_alice(rename(&at("src"), &at("empty"))).unwrap();
+    // The moved directory, with its entry, is at the new name; the old name is gone.
+    let entries = |p: &str| match as_alice(MdsRequest::Readdir { path: p.into() }) {
+        Ok(MdsResponse::Entries(e)) => e.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(entries(&at("empty")), vec!["inner".to_string()]);
+    let mut names = entries(home);
+    names.sort();
+    assert_eq!(names, vec!["empty", "file", "full", "other"]);
+}
