@@ -491,6 +491,45 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
     assert!(out.contains("Directory not empty"), "{out}");
     assert!(out.contains("['in']") && !out.contains("'src'"), "{out}");
 
+    // Times (issue 44): touch -d and cp -p keep the time asked; a directory's time moves
+    // with its entries; rsync -a (when installed) sends nothing the second time.
+    let home = m.path("home/fbob").display().to_string();
+    sh(&format!(
+        "mkdir {home}/t && touch -d @1000000000 {home}/t/old"
+    ));
+    assert_eq!(sh(&format!("stat -c %Y {home}/t/old")).trim(), "1000000000");
+    sh(&format!("touch -d @1100000000 {home}/t"));
+    sh(&format!("echo x > {home}/t/new"));
+    let dir_time: u64 = sh(&format!("stat -c %Y {home}/t")).trim().parse().unwrap();
+    assert!(
+        dir_time > 1_100_000_000,
+        "the directory's time did not move"
+    );
+    let local = cluster.dir.path().join("times");
+    std::fs::create_dir_all(local.join("sub")).unwrap();
+    std::fs::write(local.join("sub/a"), b"aaa").unwrap();
+    sh(&format!("touch -d @1200000000 {}/sub/a", local.display()));
+    sh(&format!("cp -p {}/sub/a {home}/t/copied", local.display()));
+    assert_eq!(
+        sh(&format!("stat -c %Y {home}/t/copied")).trim(),
+        "1200000000"
+    );
+    if Command::new("rsync").arg("--version").output().is_ok() {
+        let sync = format!(
+            "rsync -a --stats {}/ {home}/synced/ | grep 'files transferred'",
+            local.display()
+        );
+        let first = sh(&sync);
+        assert!(first.contains(": 1"), "{first}");
+        let second = sh(&sync);
+        assert!(second.contains(": 0"), "rsync sent again: {second}");
+    } else {
+        skip(
+            test,
+            "rsync is not installed: its second-run check did not run",
+        );
+    }
+
     // A name past 255 bytes: POSIX's ENAMETOOLONG, for a lookup and a create alike.
     let long = "n".repeat(256);
     for cmd in [

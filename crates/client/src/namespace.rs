@@ -228,6 +228,16 @@ impl Client {
         }
     }
 
+    /// Sets `path`'s modification time (protocol milliseconds; `None`: the MDS's time
+    /// now). A time other than now is the owner's to set (issue 44: utimensat).
+    pub fn set_mtime(&self, path: &str, mtime: Option<u64>) -> Result<()> {
+        self.forget_opened_path(path);
+        self.expect_ok(MdsRequest::SetMtime {
+            path: path.into(),
+            mtime,
+        })
+    }
+
     /// chown.
     pub fn chown(&self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
         self.forget_opens();

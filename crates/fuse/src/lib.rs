@@ -176,7 +176,7 @@ impl Filesystem for MaatFs {
         gid: Option<u32>,
         size: Option<u64>,
         _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
         fh: Option<Fh>,
         _crtime: Option<std::time::SystemTime>,
@@ -202,8 +202,21 @@ impl Filesystem for MaatFs {
         if let Some(size) = size {
             attempt!(reply, s.truncate(ino.0, fh.map(|f| f.0), size));
         }
-        // Times: Maat records the modification time itself; setting it is accepted and
-        // has no effect (as `touch` on many network filesystems).
+        // The modification time, as utimensat(2) sets it (after a size change, which
+        // sets it too). Maat keeps no access time: setting one alone changes nothing.
+        if let Some(mtime) = mtime {
+            let at = match mtime {
+                TimeOrNow::SpecificTime(t) => Some(
+                    t.duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_millis() as u64)
+                        .unwrap_or(0),
+                ),
+                TimeOrNow::Now => None,
+            };
+            // Buffered writes first, so that their size record does not move it again.
+            attempt!(reply, s.flush_ino(ino.0));
+            attempt!(reply, s.client.set_mtime(&path, at).map_err(|e| errno(&e)));
+        }
         let attr = attempt!(reply, s.current_attr(ino.0));
         reply.attr(&TTL, &attr);
     }

@@ -334,6 +334,7 @@ impl<S: MetaStore> crate::Mds<S> {
                         name: part.to_string(),
                         child: dir.id,
                     });
+                    touch_dir(&mut batch, &current, now);
                     batch.push(Op::PutInode(dir.clone()));
                     current = dir;
                 }
@@ -395,6 +396,7 @@ impl<S: MetaStore> crate::Mds<S> {
             name: name.to_string(),
         });
         batch.push(Op::DeleteInode(inode.id));
+        touch_dir(&mut batch, &parent, now);
         if directory {
             self.store.commit_deferred(batch)?;
         } else {
@@ -478,6 +480,7 @@ impl<S: MetaStore> crate::Mds<S> {
             child: inode.id,
         });
         batch.push(Op::PutInode(inode.clone()));
+        touch_dir(&mut batch, &parent, now);
         self.store.commit_deferred(batch)?;
         Ok(inode)
     }
@@ -767,9 +770,12 @@ impl<S: MetaStore> crate::Mds<S> {
             name: to_name.to_string(),
             child: moving.id,
         });
-        let mut moved = moving;
-        moved.mtime = now.0;
-        batch.push(Op::PutInode(moved));
+        // The moved entry keeps its own modification time (rename(2) changes the
+        // directories'; `rsync` sets a file's time, then renames it into place).
+        touch_dir(&mut batch, &from_parent, now);
+        if to_parent.id != from_parent.id {
+            touch_dir(&mut batch, &to_parent, now);
+        }
         self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Ok)
     }
@@ -793,6 +799,35 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
         self.acl_change(|| Ok(self.store.commit(batch)?))?;
+        Ok(MdsResponse::Ok)
+    }
+
+    /// Issue 44: sets `path`'s modification time to `mtime` (owner or administrator) or
+    /// to now (also anyone who may write it), as utimensat(2) allows.
+    pub(crate) fn set_mtime(
+        &self,
+        who: &Principal,
+        path: &str,
+        mtime: Option<u64>,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve(who, path)?;
+        let owner = inode.uid == who.uid || who.is_admin();
+        match mtime {
+            Some(_) if !owner => {
+                return Err(MdsError::refused(
+                    ErrorCode::PermissionDenied,
+                    "only the owner may set a modification time other than now",
+                ))
+            }
+            None if !owner => require(who, &inode, WRITE, path)?,
+            _ => {}
+        }
+        inode.mtime = mtime.unwrap_or(now.0);
+        let mut batch = Batch::default();
+        batch.push(Op::PutInode(inode));
+        self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Ok)
     }
 
@@ -837,4 +872,12 @@ impl<S: MetaStore> crate::Mds<S> {
         self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
     }
+}
+
+/// Issue 44: a directory's modification time follows its entries (an entry made,
+/// removed or renamed in or out), as POSIX says, so that `rsync -a` and `make` see it.
+fn touch_dir(batch: &mut Batch, dir: &Inode, now: UnixMillis) {
+    let mut dir = dir.clone();
+    dir.mtime = now.0;
+    batch.push(Op::PutInode(dir));
 }

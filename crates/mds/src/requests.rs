@@ -373,6 +373,7 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::GroupMemberAdd { group, user } => self.group_member_add(who, &group, &user),
             MdsRequest::GroupMemberRm { group, user } => self.group_member_rm(who, &group, &user),
             MdsRequest::Umask { set } => self.umask(who, set),
+            MdsRequest::SetMtime { path, mtime } => self.set_mtime(who, &path, mtime, now),
             MdsRequest::ChangePassphrase {
                 state,
                 ke3,

@@ -450,3 +450,80 @@ fn a_directory_replaces_an_empty_directory_and_nothing_else() {
     names.sort();
     assert_eq!(names, vec!["empty", "file", "full", "other"]);
 }
+
+/// Issue 44: a modification time set by its owner (utimensat, `cp -a`, `rsync -a`), to now
+/// by a writer too; a directory's time follows its entries; a rename moves no time but
+/// the directories'.
+#[test]
+fn times_are_set_by_their_owner_and_directories_follow_their_entries() {
+    let store = MemStore::default();
+    add_users(&store, &["alice", "bob"]);
+    let m = mds(&store);
+    call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/w".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        T0 + 5,
+    )
+    .unwrap();
+    let mtime = |p: &str| match call(&m, ADMIN_UID, MdsRequest::Stat { path: p.into() }, T0) {
+        Ok(MdsResponse::Stat(s)) => s.mtime,
+        other => panic!("{other:?}"),
+    };
+    let set = |uid, path: &str, mtime, at| {
+        call(
+            &m,
+            uid,
+            MdsRequest::SetMtime {
+                path: path.into(),
+                mtime,
+            },
+            at,
+        )
+    };
+    create(&m, ALICE, "/w/f", 0o666);
+    assert_eq!(mtime("/w"), T0 + 10, "the directory took the create's time");
+    set(ALICE, "/w/f", Some(1_000), T0 + 20).unwrap();
+    assert_eq!(mtime("/w/f"), 1_000);
+    // Bob may write the file, so he may set now, but no other time.
+    assert_eq!(
+        set(BOB, "/w/f", Some(2_000), T0 + 30).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    set(BOB, "/w/f", None, T0 + 40).unwrap();
+    assert_eq!(mtime("/w/f"), T0 + 40);
+    create(&m, ALICE, "/w/private", 0o600);
+    assert_eq!(
+        set(BOB, "/w/private", None, T0 + 50).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    // A rename keeps the file's time and moves the directories'.
+    set(ALICE, "/w/f", Some(3_000), T0 + 60).unwrap();
+    call(
+        &m,
+        ALICE,
+        MdsRequest::Rename {
+            from: "/w/f".into(),
+            to: "/w/g".into(),
+        },
+        T0 + 70,
+    )
+    .unwrap();
+    assert_eq!(mtime("/w/g"), 3_000);
+    assert_eq!(mtime("/w"), T0 + 70);
+    call(
+        &m,
+        ALICE,
+        MdsRequest::Unlink {
+            path: "/w/g".into(),
+        },
+        T0 + 80,
+    )
+    .unwrap();
+    assert_eq!(mtime("/w"), T0 + 80);
+}

@@ -734,6 +734,16 @@ pub enum MdsRequest {
         #[serde(with = "serde_bytes")]
         sealed_upload: Vec<u8>,
     },
+    /// Sets the modification time of `path` (issue 44: utimensat, `touch`, `cp -a`,
+    /// `rsync -a`): to `mtime` (protocol milliseconds), which only the owner or the
+    /// administrator may do (else `PermissionDenied`), or, with `None`, to the MDS's
+    /// time now, which write permission also allows. Answer `Ok`.
+    SetMtime {
+        /// Path.
+        path: String,
+        /// The time to set, or `None` for now.
+        mtime: Option<u64>,
+    },
 }
 
 /// The credential format a partition's opens get (SPEC T2).
@@ -856,6 +866,7 @@ impl MdsRequest {
             MdsRequest::Umask { .. } => "umask",
             MdsRequest::ChangePassphrase { .. } => "change_passphrase",
             MdsRequest::UserResetPassphrase { .. } => "user_reset_passphrase",
+            MdsRequest::SetMtime { .. } => "set_mtime",
         }
     }
 }
