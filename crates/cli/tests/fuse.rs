@@ -530,6 +530,25 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
         );
     }
 
+    // A file removed while open stays usable through its descriptor, out of sight,
+    // and goes with its last close (issue 44: it was ENOENT/EIO at once).
+    let out = python(
+        "import os, sys\n\
+         d = sys.argv[1]\n\
+         p = os.path.join(d, 'scratch')\n\
+         fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600)\n\
+         os.write(fd, b'before ')\n\
+         os.unlink(p)\n\
+         print(os.path.exists(p), [n for n in os.listdir(d) if 'scratch' in n or n.startswith('.maat')])\n\
+         os.write(fd, b'after')\n\
+         print(os.pread(fd, 100, 0).decode(), os.fstat(fd).st_size)\n\
+         os.close(fd)",
+        &m.path("home/fbob"),
+    );
+    assert_eq!(out, "False []\nbefore after 12\n", "{out}");
+    let listing = String::from_utf8(cluster.ok(&bob_home, &["ls", "/home/fbob"], None)).unwrap();
+    assert!(!listing.contains("maat-unlinked"), "{listing}");
+
     // A name past 255 bytes: POSIX's ENAMETOOLONG, for a lookup and a create alike.
     let long = "n".repeat(256);
     for cmd in [

@@ -43,6 +43,11 @@ impl Inodes {
         Some(join(dir, name))
     }
 
+    /// The inode of `path`, if it has one yet.
+    pub fn find(&self, path: &str) -> Option<u64> {
+        self.by_path.get(path).copied()
+    }
+
     /// The inode of `path`, numbering it on first sight.
     pub fn ino(&mut self, path: &str) -> u64 {
         if let Some(&ino) = self.by_path.get(path) {

@@ -117,6 +117,7 @@ impl MaatFs {
                 next_fh: 1,
                 uid: rustix::process::getuid().as_raw(),
                 gid: rustix::process::getgid().as_raw(),
+                unlinked: HashMap::new(),
             }),
         })
     }
@@ -150,6 +151,11 @@ impl Filesystem for MaatFs {
         let fhs: Vec<u64> = s.open.keys().copied().collect();
         for fh in fhs {
             let _ = s.flush(fh);
+        }
+        // Files removed while open go now (their descriptors end with the mount).
+        let hidden: Vec<String> = s.unlinked.drain().map(|(_, path)| path).collect();
+        for path in hidden {
+            let _ = s.client.unlink(&path);
         }
         let _ = s.client.save();
     }
@@ -258,8 +264,7 @@ impl Filesystem for MaatFs {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let mut s = self.state();
         let path = attempt!(reply, s.child(parent.0, name));
-        attempt!(reply, s.client.unlink(&path).map_err(|e| errno(&e)));
-        s.inodes.remove(&path);
+        attempt!(reply, s.remove_file(&path));
         reply.ok();
     }
 
@@ -329,7 +334,7 @@ impl Filesystem for MaatFs {
                     // rename(2): a directory cannot replace a file.
                     return reply.error(Errno::ENOTDIR);
                 }
-                attempt!(reply, s.client.unlink(&to).map_err(|e| errno(&e)));
+                attempt!(reply, s.remove_file(&to));
                 attempt!(reply, s.client.rename(&from, &to).map_err(|e| errno(&e)));
             }
             Err(e) => return reply.error(errno(&e)),
@@ -472,16 +477,21 @@ impl Filesystem for MaatFs {
     ) {
         let mut s = self.state();
         let flushed = s.flush(fh.0);
-        let closed = s.open.remove(&fh.0);
+        let Some(closed) = s.open.remove(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        // The mode asked at create (see `mode_at_close`), unless the file is gone.
+        let moded = match closed.mode_at_close {
+            Some(mode) if !s.unlinked.contains_key(&closed.ino) => s
+                .client
+                .chmod(closed.handle.path(), mode)
+                .map_err(|e| errno(&e)),
+            _ => Ok(()),
+        };
+        let removed = s.closed(closed.ino);
         attempt!(reply, flushed);
-        if let Some((open, mode)) = closed.and_then(|o| o.mode_at_close.map(|m| (o, m))) {
-            attempt!(
-                reply,
-                s.client
-                    .chmod(open.handle.path(), mode)
-                    .map_err(|e| errno(&e))
-            );
-        }
+        attempt!(reply, moded);
+        attempt!(reply, removed);
         reply.ok();
     }
 
@@ -509,6 +519,9 @@ impl Filesystem for MaatFs {
             (ino.0, FileType::Directory, "..".to_string()),
         ];
         for (name, stat) in &listing {
+            if name.starts_with(state::UNLINKED_PREFIX) {
+                continue;
+            }
             let child = s.inodes.child_path(ino.0, name).unwrap_or_default();
             entries.push((s.inodes.ino(&child), kind(stat), name.clone()));
         }

@@ -60,9 +60,52 @@ pub(crate) struct State {
     pub(crate) next_fh: u64,
     pub(crate) uid: u32,
     pub(crate) gid: u32,
+    /// Files removed while open in this mount (issue 44), by inode: the hidden name each
+    /// was moved to, removed for good when its last open closes (as NFS clients do).
+    pub(crate) unlinked: HashMap<u64, String>,
 }
 
+/// The hidden names of files removed while open start so; listings leave them out.
+pub(crate) const UNLINKED_PREFIX: &str = ".maat-unlinked-";
+
 impl State {
+    /// Removes the file at `path`. One open in this mount is moved to a hidden name in
+    /// the same directory instead, so that its descriptors keep reading and writing it as
+    /// POSIX promises; the last close removes it ([`State::closed`]).
+    pub(crate) fn remove_file(&mut self, path: &str) -> Result<(), Errno> {
+        let ino = self
+            .inodes
+            .find(path)
+            .filter(|ino| self.open.values().any(|o| o.ino == *ino));
+        let Some(ino) = ino else {
+            self.client.unlink(path).map_err(|e| errno(&e))?;
+            self.inodes.remove(path);
+            return Ok(());
+        };
+        self.flush_ino(ino)?;
+        let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+        let hidden = format!("{dir}/{UNLINKED_PREFIX}{ino}");
+        self.client.rename(path, &hidden).map_err(|e| errno(&e))?;
+        self.inodes.rename(path, &hidden);
+        for open in self.open.values_mut().filter(|o| o.ino == ino) {
+            open.handle.renamed(&hidden);
+        }
+        self.unlinked.insert(ino, hidden);
+        Ok(())
+    }
+
+    /// An open of `ino` closed: a file removed while open goes for good with its last.
+    pub(crate) fn closed(&mut self, ino: u64) -> Result<(), Errno> {
+        if self.open.values().any(|o| o.ino == ino) {
+            return Ok(());
+        }
+        let Some(hidden) = self.unlinked.remove(&ino) else {
+            return Ok(());
+        };
+        self.inodes.remove(&hidden);
+        self.client.unlink(&hidden).map_err(|e| errno(&e))
+    }
+
     pub(crate) fn attr(&self, ino: u64, s: &FileStat) -> FileAttr {
         let size = self
             .open
