@@ -80,6 +80,23 @@ pub(crate) enum FileCommand {
         /// Path.
         path: String,
     },
+    /// Make a symbolic link PATH pointing to TARGET (`ln -s`; only symbolic links: Maat
+    /// has no hard links yet). The MDS never follows links; a mount's kernel does.
+    Ln {
+        /// Make a symbolic link (required).
+        #[arg(short = 's', long = "symbolic", required = true)]
+        symbolic: bool,
+        /// What the link points to, kept as given (relative to the link's directory, or
+        /// absolute).
+        target: String,
+        /// Where the link is made.
+        path: String,
+    },
+    /// Print a symbolic link's target.
+    Readlink {
+        /// The link.
+        path: String,
+    },
     /// Rename or move.
     Mv {
         /// From.
@@ -295,6 +312,14 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
         FileCommand::Rm { path } => Ok(client(cluster)?.unlink(&path)?),
         FileCommand::Rmdir { path } => Ok(client(cluster)?.rmdir(&path)?),
         FileCommand::Mv { from, to } => Ok(client(cluster)?.rename(&from, &to)?),
+        FileCommand::Ln { target, path, .. } => {
+            client(cluster)?.symlink(&target, &path)?;
+            Ok(())
+        }
+        FileCommand::Readlink { path } => {
+            say!("{}", show::name(&client(cluster)?.readlink(&path)?));
+            Ok(())
+        }
         FileCommand::Stat { epoch, path } => {
             let mut c = client(cluster)?;
             let s = c.stat(&path)?;
@@ -307,7 +332,13 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
                 "path: {}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
                 show::name(&path),
                 s.id,
-                if s.is_dir { "directory" } else { "file" },
+                if s.is_dir {
+                    "directory"
+                } else if s.is_symlink() {
+                    "symbolic link"
+                } else {
+                    "file"
+                },
                 s.mode,
                 mode_string(&s),
                 show::name(&s.owner),
@@ -434,7 +465,13 @@ fn utc(ms: u64) -> String {
 /// sticky shown in the execute places (`s`/`S`, `s`/`S`, `t`/`T`).
 fn mode_string(s: &FileStat) -> String {
     let mut out = String::with_capacity(10);
-    out.push(if s.is_dir { 'd' } else { '-' });
+    out.push(if s.is_dir {
+        'd'
+    } else if s.is_symlink() {
+        'l'
+    } else {
+        '-'
+    });
     for (shift, special, set, unset) in [
         (6u16, 0o4000u16, 's', 'S'),
         (3, 0o2000, 's', 'S'),

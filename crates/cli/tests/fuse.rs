@@ -295,7 +295,9 @@ fn unix_tools_work_on_a_mount() {
     assert!(err.contains("not empty"), "{err}");
     sh(&format!("rmdir {mnt}/a/b/c {mnt}/a/b {mnt}/a"));
     assert!(!m.path("a").exists());
-    let err = sh_fails(&format!("ln -s x {mnt}/link"));
+    // Hard links are not made yet (symbolic links are: the permissions test).
+    sh(&format!("echo x > {mnt}/hl"));
+    let err = sh_fails(&format!("ln {mnt}/hl {mnt}/hl2"));
     assert!(err.contains("not permitted"), "{err}");
 }
 
@@ -548,6 +550,41 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
     assert_eq!(out, "False []\nbefore after 12\n", "{out}");
     let listing = String::from_utf8(cluster.ok(&bob_home, &["ls", "/home/fbob"], None)).unwrap();
     assert!(!listing.contains("maat-unlinked"), "{listing}");
+
+    // Symbolic links (issue 44): made and read through the mount and the CLI, followed
+    // by the kernel to files and directories, removed without their targets; a
+    // virtualenv (links to the interpreter and lib64 -> lib) works on the mount.
+    sh(&format!(
+        "cd {home} && mkdir -p real/sub && echo linked > real/sub/f && ln -s real/sub/f lf \
+         && ln -s real rd && ln -s /nowhere dangling"
+    ));
+    assert_eq!(sh(&format!("cat {home}/lf")), "linked\n");
+    assert_eq!(sh(&format!("readlink {home}/lf")), "real/sub/f\n");
+    assert_eq!(sh(&format!("ls {home}/rd/sub")), "f\n");
+    assert!(sh(&format!("ls -l {home}/lf")).starts_with('l'));
+    sh_fails(&format!("cat {home}/dangling"));
+    cluster.ok(
+        &bob_home,
+        &["ln", "-s", "real/sub/f", "/home/fbob/cli-link"],
+        None,
+    );
+    assert_eq!(sh(&format!("cat {home}/cli-link")), "linked\n");
+    assert_eq!(
+        cluster.ok(&bob_home, &["readlink", "/home/fbob/lf"], None),
+        b"real/sub/f\n"
+    );
+    let listing =
+        String::from_utf8(cluster.ok(&bob_home, &["ls", "-l", "/home/fbob"], None)).unwrap();
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with('l') && l.ends_with("lf")),
+        "{listing}"
+    );
+    sh(&format!("rm {home}/lf {home}/rd && cat {home}/real/sub/f"));
+    sh(&format!(
+        "python3 -m venv --without-pip {home}/venv && {home}/venv/bin/python -c 'import sys; print(sys.prefix)'"
+    ));
 
     // A name past 255 bytes: POSIX's ENAMETOOLONG, for a lookup and a create alike.
     let long = "n".repeat(256);

@@ -238,6 +238,26 @@ impl Client {
         })
     }
 
+    /// Makes a symbolic link at `path` pointing to `target` (issue 44). The MDS never
+    /// follows links; a mount's kernel does.
+    pub fn symlink(&self, target: &str, path: &str) -> Result<FileStat> {
+        match self.mds_call(MdsRequest::Symlink {
+            path: path.into(),
+            target: target.into(),
+        })? {
+            MdsResponse::Stat(s) => Ok(s),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// The target of the symbolic link at `path`.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        match self.mds_call(MdsRequest::Readlink { path: path.into() })? {
+            MdsResponse::Link(target) => Ok(target),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// chown.
     pub fn chown(&self, path: &str, owner: Option<&str>, group: Option<&str>) -> Result<()> {
         self.forget_opens();

@@ -97,6 +97,8 @@ pub fn errno(e: &ClientError) -> Errno {
 fn kind(s: &FileStat) -> FileType {
     if s.is_dir {
         FileType::Directory
+    } else if s.is_symlink() {
+        FileType::Symlink
     } else {
         FileType::RegularFile
     }
@@ -279,12 +281,28 @@ impl Filesystem for MaatFs {
     fn symlink(
         &self,
         _req: &Request,
-        _parent: INodeNo,
-        _link_name: &OsStr,
-        _target: &Path,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EPERM);
+        let mut s = self.state();
+        let path = attempt!(reply, s.child(parent.0, link_name));
+        let target = attempt!(reply, target.to_str().ok_or(Errno::EINVAL));
+        let stat = attempt!(
+            reply,
+            s.client.symlink(target, &path).map_err(|e| errno(&e))
+        );
+        let ino = s.inodes.ino(&path);
+        let attr = s.attr(ino, &stat);
+        reply.entry(&TTL, &attr, Generation(0));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let s = self.state();
+        let path = attempt!(reply, s.path(ino.0));
+        let target = attempt!(reply, s.client.readlink(&path).map_err(|e| errno(&e)));
+        reply.data(target.as_bytes());
     }
 
     fn link(

@@ -14,6 +14,7 @@ mod filesets;
 pub mod grouping;
 mod jobs;
 mod key_grants;
+mod links;
 mod namespace;
 mod partitions;
 pub mod predict;
@@ -297,6 +298,7 @@ impl<S: MetaStore> Mds<S> {
                 partition: DEFAULT_PARTITION,
                 crypt: None,
                 key_grants: Vec::new(),
+                symlink: None,
             }));
             batch.push(Op::PutEntry {
                 parent: ROOT_INODE,
@@ -314,6 +316,7 @@ impl<S: MetaStore> Mds<S> {
                 partition: DEFAULT_PARTITION,
                 crypt: None,
                 key_grants: Vec::new(),
+                symlink: None,
             }));
             batch.push(Op::PutMeta(
                 "next_inode".into(),

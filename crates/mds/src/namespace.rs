@@ -124,6 +124,7 @@ pub(crate) fn fresh_inode(
         partition: partition.unwrap_or(parent.partition),
         crypt: None,
         key_grants: Vec::new(),
+        symlink: None,
     }
 }
 
@@ -233,13 +234,18 @@ impl<S: MetaStore> crate::Mds<S> {
             .unwrap_or_else(|| inode.gid.to_string());
         let partition = self.partition(inode.partition)?;
         let protection = method_of(partition.protection, inode.crypt.is_some());
+        // A symbolic link shows its type bits and its target's length (issue 44).
+        let (mode, size) = match &inode.symlink {
+            Some(target) => (maat_proto::msg::S_IFLNK | 0o777, target.len() as u64),
+            None => (inode.mode, inode.size),
+        };
         Ok(FileStat {
             id: inode.id,
             is_dir: inode.is_dir,
-            mode: inode.mode,
+            mode,
             owner,
             group,
-            size: inode.size,
+            size,
             mtime: inode.mtime,
             partition: partition.name,
             protection,
@@ -268,7 +274,7 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn new_inode(
+    pub(crate) fn new_inode(
         &self,
         who: &Principal,
         parent: &Inode,
@@ -507,6 +513,12 @@ impl<S: MetaStore> crate::Mds<S> {
         };
         if inode.is_dir {
             return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
+        }
+        if inode.symlink.is_some() {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!("{path} is a symbolic link: open what it points to"),
+            ));
         }
         if access == Access::Read
             && !allowed(who, &inode, READ)
@@ -876,7 +888,7 @@ impl<S: MetaStore> crate::Mds<S> {
 
 /// Issue 44: a directory's modification time follows its entries (an entry made,
 /// removed or renamed in or out), as POSIX says, so that `rsync -a` and `make` see it.
-fn touch_dir(batch: &mut Batch, dir: &Inode, now: UnixMillis) {
+pub(crate) fn touch_dir(batch: &mut Batch, dir: &Inode, now: UnixMillis) {
     let mut dir = dir.clone();
     dir.mtime = now.0;
     batch.push(Op::PutInode(dir));

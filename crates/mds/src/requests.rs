@@ -374,6 +374,8 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::GroupMemberRm { group, user } => self.group_member_rm(who, &group, &user),
             MdsRequest::Umask { set } => self.umask(who, set),
             MdsRequest::SetMtime { path, mtime } => self.set_mtime(who, &path, mtime, now),
+            MdsRequest::Symlink { path, target } => self.symlink(who, &path, &target, now),
+            MdsRequest::Readlink { path } => self.readlink(who, &path),
             MdsRequest::ChangePassphrase {
                 state,
                 ke3,

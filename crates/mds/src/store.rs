@@ -9,7 +9,7 @@
 use maat_proto::encrypted::FileCrypt;
 
 mod legacy;
-use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, PartitionV1, UserRecordV1};
+use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, PartitionV1, UserRecordV1};
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +39,9 @@ pub struct Inode {
     /// Who may read which ranges of an encrypted file beside its permission bits, as its
     /// owner granted (SPEC H6; since version 4).
     pub key_grants: Vec<KeyGrant>,
+    /// A symbolic link's target (issue 44; since version 6): the entry holds no data and
+    /// is never opened; clients follow it.
+    pub symlink: Option<String>,
 }
 
 /// SPEC H6: a range grant on an encrypted file, made by its owner.
@@ -304,13 +307,14 @@ macro_rules! record_v1 {
 
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 5;
+    const VERSION: u8 = 6;
     fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
         match version {
             1 => Ok(postcard_value::<InodeV1>(Self::WHAT, body)?.into()),
             2 => Ok(postcard_value::<InodeV2>(Self::WHAT, body)?.into()),
             3 => Ok(postcard_value::<InodeV3>(Self::WHAT, body)?.into()),
             4 => Ok(postcard_value::<InodeV4>(Self::WHAT, body)?.into()),
+            5 => Ok(postcard_value::<InodeV5>(Self::WHAT, body)?.into()),
             _ => postcard_value(Self::WHAT, body),
         }
     }
@@ -542,7 +546,7 @@ mod tests {
     }
 
     #[test]
-    fn inodes_of_every_earlier_version_load_and_v5_round_trips() {
+    fn inodes_of_every_earlier_version_load_and_v6_round_trips() {
         // Versions 3 and 4 stored the crypt record as its lockbox and generations.
         let crypt_v1 = (
             serde_bytes::ByteBuf::from(vec![1, 2, 3]),
@@ -625,12 +629,19 @@ mod tests {
         crypt.record(0, 3, 5).unwrap();
         crypt.begin_rekey(vec![10], 1, 3).unwrap();
         now.crypt = Some(crypt);
-        let stored = now.encode().unwrap();
-        assert_eq!(stored[0], 5);
-        assert_eq!(Inode::decode(&stored).unwrap(), now);
+        // Version 5 is today's inode without the symbolic link's target.
+        let mut v5 = vec![5u8];
+        v5.extend(postcard::to_stdvec(&now).unwrap());
+        v5.pop(); // the `None` of `symlink`: one byte
+        assert_eq!(Inode::decode(&v5).unwrap(), now);
+        let mut link = now.clone();
+        link.symlink = Some("../target".into());
+        let stored = link.encode().unwrap();
+        assert_eq!(stored[0], 6);
+        assert_eq!(Inode::decode(&stored).unwrap(), link);
         // A version this MDS does not know is refused, not guessed at.
         let mut newer = stored;
-        newer[0] = 6;
+        newer[0] = 7;
         assert!(Inode::decode(&newer).is_err());
     }
 }

@@ -527,3 +527,131 @@ fn times_are_set_by_their_owner_and_directories_follow_their_entries() {
     .unwrap();
     assert_eq!(mtime("/w"), T0 + 80);
 }
+
+/// Issue 44: symbolic links are entries that name a path; the MDS stores, lists and
+/// removes them, never follows or opens one, and makes them under a file's rules.
+#[test]
+fn symbolic_links_are_made_read_and_removed_but_never_opened() {
+    let store = MemStore::default();
+    add_users(&store, &["alice", "bob"]);
+    let m = mds(&store);
+    call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/w".into(),
+            mode: 0o755,
+            parents: false,
+            partition: None,
+        },
+        T0 + 5,
+    )
+    .unwrap();
+    call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Chown {
+            path: "/w".into(),
+            owner: Some("alice".into()),
+            group: None,
+        },
+        T0 + 5,
+    )
+    .unwrap();
+    create(&m, ALICE, "/w/file", 0o644);
+    let file_mode = mode_of(&m, "/w/file");
+    let link = |uid, path: &str, target: &str| {
+        call(
+            &m,
+            uid,
+            MdsRequest::Symlink {
+                path: path.into(),
+                target: target.into(),
+            },
+            T0 + 40,
+        )
+    };
+    match link(ALICE, "/w/l", "file").unwrap() {
+        MdsResponse::Stat(s) => {
+            assert!(s.is_symlink() && !s.is_dir, "{s:?}");
+            assert_eq!((s.mode, s.size), (maat_proto::msg::S_IFLNK | 0o777, 4));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        call(
+            &m,
+            BOB,
+            MdsRequest::Readlink {
+                path: "/w/l".into()
+            },
+            T0 + 50
+        )
+        .unwrap(),
+        MdsResponse::Link("file".into())
+    );
+    let code = |r: Result<MdsResponse, maat_proto::msg::WireError>| r.unwrap_err().code;
+    // Never opened: the client follows it.
+    assert_eq!(
+        code(call(
+            &m,
+            ALICE,
+            MdsRequest::Open {
+                path: "/w/l".into(),
+                access: Access::Read,
+                create: None
+            },
+            T0 + 50
+        )),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        code(call(
+            &m,
+            ALICE,
+            MdsRequest::Readlink {
+                path: "/w/file".into()
+            },
+            T0 + 50
+        )),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(code(link(ALICE, "/w/l", "x")), ErrorCode::AlreadyExists);
+    assert_eq!(code(link(ALICE, "/w/e", "")), ErrorCode::InvalidArgument);
+    assert_eq!(
+        code(link(ALICE, "/w/z", "a\0b")),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        code(link(
+            ALICE,
+            "/w/long",
+            &"x".repeat(maat_proto::msg::SYMLINK_TARGET_BYTES_MAX + 1)
+        )),
+        ErrorCode::InvalidArgument
+    );
+    // Bob may not write alice's 0755 directory: no link of his there.
+    assert_eq!(code(link(BOB, "/w/b", "file")), ErrorCode::PermissionDenied);
+    call(
+        &m,
+        ALICE,
+        MdsRequest::Unlink {
+            path: "/w/l".into(),
+        },
+        T0 + 60,
+    )
+    .unwrap();
+    assert_eq!(
+        code(call(
+            &m,
+            ALICE,
+            MdsRequest::Readlink {
+                path: "/w/l".into()
+            },
+            T0 + 70
+        )),
+        ErrorCode::NoSuchFile
+    );
+    // The file it pointed to is untouched.
+    assert_eq!(mode_of(&m, "/w/file"), file_mode);
+}

@@ -28,6 +28,39 @@ impl From<FileCryptV1> for FileCrypt {
     }
 }
 
+/// An inode as version 5 stored it: before symbolic links.
+#[derive(Deserialize)]
+pub(super) struct InodeV5 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+    partition: u64,
+    crypt: Option<FileCrypt>,
+    key_grants: Vec<KeyGrant>,
+}
+
+impl From<InodeV5> for Inode {
+    fn from(v: InodeV5) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: v.partition,
+            crypt: v.crypt,
+            key_grants: v.key_grants,
+            symlink: None,
+        }
+    }
+}
+
 /// An inode as version 4 stored it: before tree versions.
 #[derive(Deserialize)]
 pub(super) struct InodeV4 {
@@ -56,6 +89,7 @@ impl From<InodeV4> for Inode {
             partition: v.partition,
             crypt: v.crypt.map(Into::into),
             key_grants: v.key_grants,
+            symlink: None,
         }
     }
 }
@@ -87,6 +121,7 @@ impl From<InodeV3> for Inode {
             partition: v.partition,
             crypt: v.crypt.map(Into::into),
             key_grants: Vec::new(),
+            symlink: None,
         }
     }
 }
@@ -117,6 +152,7 @@ impl From<InodeV2> for Inode {
             partition: v.partition,
             crypt: None,
             key_grants: Vec::new(),
+            symlink: None,
         }
     }
 }
@@ -146,6 +182,7 @@ impl From<InodeV1> for Inode {
             partition: DEFAULT_PARTITION,
             crypt: None,
             key_grants: Vec::new(),
+            symlink: None,
         }
     }
 }

@@ -744,7 +744,29 @@ pub enum MdsRequest {
         /// The time to set, or `None` for now.
         mtime: Option<u64>,
     },
+    /// Makes a symbolic link at `path` to `target` (issue 44): at most
+    /// [`SYMLINK_TARGET_BYTES_MAX`] bytes, not empty, no NUL; never followed by the MDS
+    /// (clients follow links). Its `FileStat` has the mode `S_IFLNK | 0o777` and the
+    /// target's length as its size. Answer `Stat`.
+    Symlink {
+        /// Where the link is made.
+        path: String,
+        /// What it points to, as given (relative or absolute).
+        target: String,
+    },
+    /// A symbolic link's target. Answer `Link`; `InvalidArgument` for anything else.
+    Readlink {
+        /// The link.
+        path: String,
+    },
 }
+
+/// The longest symbolic link target (Linux's `PATH_MAX`).
+pub const SYMLINK_TARGET_BYTES_MAX: usize = 4096;
+
+/// The file-type bits of a symbolic link in [`FileStat::mode`] (as `st_mode` has them);
+/// files and directories carry none.
+pub const S_IFLNK: u16 = 0o120000;
 
 /// The credential format a partition's opens get (SPEC T2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -867,6 +889,8 @@ impl MdsRequest {
             MdsRequest::ChangePassphrase { .. } => "change_passphrase",
             MdsRequest::UserResetPassphrase { .. } => "user_reset_passphrase",
             MdsRequest::SetMtime { .. } => "set_mtime",
+            MdsRequest::Symlink { .. } => "symlink",
+            MdsRequest::Readlink { .. } => "readlink",
         }
     }
 }
@@ -907,6 +931,13 @@ pub struct FileStat {
     /// (answers to opens only).
     #[serde(default, with = "serde_bytes")]
     pub key_ranges: Option<Vec<u8>>,
+}
+
+impl FileStat {
+    /// A symbolic link (issue 44: the mode's file-type bits are [`S_IFLNK`]).
+    pub fn is_symlink(&self) -> bool {
+        self.mode & 0o170000 == S_IFLNK
+    }
 }
 
 /// SPEC H6: one user's range grant on a file, as `maat keys list` shows it.
@@ -1142,6 +1173,8 @@ pub enum MdsResponse {
     },
     /// The caller's umask (answers `Umask`).
     Umask(u16),
+    /// A symbolic link's target (answers `Readlink`).
+    Link(String),
 }
 
 /// What `maat admin keys revoke-object` did (SPEC T4 by policy access tag).
