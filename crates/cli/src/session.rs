@@ -33,9 +33,14 @@ pub(crate) enum SessionCommand {
     /// Serves in the foreground until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`;
     /// open files' buffered writes and sizes are sent before it unmounts. Every access is
     /// decided by the MDS, not by the kernel's view of the permission bits; files show the
-    /// mounting user as owner. Consistency is close-to-open, as on NFS. Needs /dev/fuse and
-    /// fusermount3 (Debian: `apt install fuse3`).
+    /// mounting user as owner. Consistency is close-to-open, as on NFS. Mounted `nosuid`
+    /// and `nodev` unless `--suid`. Needs /dev/fuse and fusermount3 (Debian: `apt install
+    /// fuse3`).
     Mount {
+        /// Honour setuid and setgid bits of programs run from the mount (off: any Maat
+        /// user who may write a directory could plant one for this machine's users).
+        #[arg(long)]
+        suid: bool,
         /// Directory in Maat (`/` for everything the user can see).
         path: String,
         /// Empty local directory to mount on.
@@ -80,7 +85,11 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: SessionCommand) -> Result<
             eprintln!("passphrase of {name} changed; your other sessions have ended");
             Ok(())
         }
-        SessionCommand::Mount { path, mountpoint } => {
+        SessionCommand::Mount {
+            suid,
+            path,
+            mountpoint,
+        } => {
             let c = client(cluster)?;
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -94,7 +103,8 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: SessionCommand) -> Result<
                     mountpoint.display()
                 )
             };
-            maat_fuse::mount(c, &path, &mountpoint, mounted, || {
+            let settings = maat_fuse::MountSettings { suid };
+            maat_fuse::mount(c, &path, &mountpoint, settings, mounted, || {
                 stop.load(std::sync::atomic::Ordering::Relaxed)
             })?;
             eprintln!("maat: unmounted {}", mountpoint.display());

@@ -596,6 +596,15 @@ impl Filesystem for MaatFs {
     }
 }
 
+/// How a mount is made.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MountSettings {
+    /// Honour setuid and setgid bits of programs run from the mount. Off by default
+    /// (`nosuid`, and always `nodev`): any Maat user who may write a directory could
+    /// otherwise plant a setuid program for the local machine's users (issue 44).
+    pub suid: bool,
+}
+
 /// Mounts the Maat directory `root` at `mountpoint` and serves until it is unmounted
 /// (`fusermount3 -u MOUNTPOINT`) or `stop` returns true (checked every 100 ms); then
 /// unmounts, sending every open file's buffered writes and size first.
@@ -603,6 +612,7 @@ pub fn mount(
     client: Client,
     root: &str,
     mountpoint: &Path,
+    settings: MountSettings,
     mounted: impl FnOnce(),
     mut stop: impl FnMut() -> bool,
 ) -> Result<(), FuseError> {
@@ -614,6 +624,12 @@ pub fn mount(
     config
         .mount_options
         .push(fuser::MountOption::Subtype("maat".into()));
+    config.mount_options.push(fuser::MountOption::NoDev);
+    config.mount_options.push(if settings.suid {
+        fuser::MountOption::Suid
+    } else {
+        fuser::MountOption::NoSuid
+    });
     let failed = |source| FuseError::Mount {
         mountpoint: mountpoint.display().to_string(),
         source,
