@@ -336,6 +336,10 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
                     "directory"
                 } else if s.is_symlink() {
                     "symbolic link"
+                } else if s.is_fifo() {
+                    "FIFO"
+                } else if s.is_socket() {
+                    "socket"
                 } else {
                     "file"
                 },
@@ -469,6 +473,10 @@ fn mode_string(s: &FileStat) -> String {
         'd'
     } else if s.is_symlink() {
         'l'
+    } else if s.is_fifo() {
+        'p'
+    } else if s.is_socket() {
+        's'
     } else {
         '-'
     });

@@ -598,6 +598,36 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
         "python3 -m venv --without-pip {home}/venv && {home}/venv/bin/python -c 'import sys; print(sys.prefix)'"
     ));
 
+    // A FIFO and a socket's name (issue 44): entries of their type, served by this
+    // machine's kernel (a writer and a reader meet through the FIFO on the mount).
+    let out = python(
+        "import os, socket, stat, sys, threading\n\
+         d = sys.argv[1]\n\
+         f = os.path.join(d, 'pipe')\n\
+         os.mkfifo(f, 0o600)\n\
+         def write():\n    with open(f, 'w') as w: w.write('through the pipe')\n\
+         t = threading.Thread(target=write); t.start()\n\
+         with open(f) as r: print(r.read())\n\
+         t.join()\n\
+         s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(d, 'sock')); s.close()\n\
+         print(stat.S_ISFIFO(os.stat(f).st_mode), stat.S_ISSOCK(os.stat(os.path.join(d, 'sock')).st_mode))\n\
+         os.mknod(os.path.join(d, 'plain'), 0o600 | stat.S_IFREG)\n\
+         print(stat.S_ISREG(os.stat(os.path.join(d, 'plain')).st_mode))",
+        &m.path("home/fbob"),
+    );
+    assert_eq!(out, "through the pipe\nTrue True\nTrue\n", "{out}");
+    let listing =
+        String::from_utf8(cluster.ok(&bob_home, &["ls", "-l", "/home/fbob"], None)).unwrap();
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with('p') && l.ends_with("pipe"))
+            && listing
+                .lines()
+                .any(|l| l.starts_with('s') && l.ends_with("sock")),
+        "{listing}"
+    );
+
     // A name past 255 bytes: POSIX's ENAMETOOLONG, for a lookup and a create alike.
     let long = "n".repeat(256);
     for cmd in [

@@ -250,6 +250,18 @@ impl Client {
         }
     }
 
+    /// Makes a FIFO or a socket's name at `path` (`mode`: `S_IFIFO` or `S_IFSOCK` with
+    /// permission bits). Each machine's kernel serves it; it holds no data in Maat.
+    pub fn mknod(&self, path: &str, mode: u16) -> Result<FileStat> {
+        match self.mds_call(MdsRequest::Mknod {
+            path: path.into(),
+            mode,
+        })? {
+            MdsResponse::Stat(s) => Ok(s),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// The target of the symbolic link at `path`.
     pub fn readlink(&self, path: &str) -> Result<String> {
         match self.mds_call(MdsRequest::Readlink { path: path.into() })? {

@@ -27,7 +27,7 @@ use fuser::{
 };
 use inodes::Inodes;
 use maat_client::{Client, ClientError, FileHandle, OpenFlags};
-use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES};
+use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES, S_IFIFO, S_IFMT, S_IFSOCK};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -99,6 +99,10 @@ fn kind(s: &FileStat) -> FileType {
         FileType::Directory
     } else if s.is_symlink() {
         FileType::Symlink
+    } else if s.is_fifo() {
+        FileType::NamedPipe
+    } else if s.is_socket() {
+        FileType::Socket
     } else {
         FileType::RegularFile
     }
@@ -232,15 +236,47 @@ impl Filesystem for MaatFs {
     fn mknod(
         &self,
         _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Regular files are made by create; Maat has no devices, FIFOs or sockets.
-        reply.error(Errno::EPERM);
+        let mut s = self.state();
+        let path = attempt!(reply, s.child(parent.0, name));
+        let bits = (mode & !umask & 0o7777) as u16;
+        let kind = (mode & u32::from(S_IFMT)) as u16;
+        let stat =
+            if kind == 0 || u32::from(kind) == rustix::fs::FileType::RegularFile.as_raw_mode() {
+                // A regular file: made empty, as `create` makes one.
+                let flags = OpenFlags {
+                    write: true,
+                    create: Some(bits),
+                    exclusive: true,
+                    truncate: false,
+                };
+                let mut handle = attempt!(
+                    reply,
+                    s.client.open_file(&path, flags).map_err(|e| errno(&e))
+                );
+                attempt!(
+                    reply,
+                    s.client.flush_file(&mut handle).map_err(|e| errno(&e))
+                );
+                attempt!(reply, s.client.stat(&path).map_err(|e| errno(&e)))
+            } else if kind == S_IFIFO || kind == S_IFSOCK {
+                attempt!(
+                    reply,
+                    s.client.mknod(&path, kind | bits).map_err(|e| errno(&e))
+                )
+            } else {
+                // Devices: never on a mount of shared storage (it is `nodev` anyway).
+                return reply.error(Errno::EPERM);
+            };
+        let ino = s.inodes.ino(&path);
+        let attr = s.attr(ino, &stat);
+        reply.entry(&TTL, &attr, Generation(0));
     }
 
     fn mkdir(

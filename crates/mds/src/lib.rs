@@ -49,8 +49,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 pub use store::{
-    Batch, GroupRecord, Inode, KeyGrant, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
-    UserCredential, UserRecord, DEFAULT_PARTITION,
+    Batch, GroupRecord, Inode, KeyGrant, MetaStore, Op, PartitionRecord, SessionRecord, Special,
+    StoreError, UserCredential, UserRecord, DEFAULT_PARTITION,
 };
 pub use t10::{working_refresh_millis, ChannelError, T10Channel};
 pub use users::MdsSecrets;
@@ -298,7 +298,7 @@ impl<S: MetaStore> Mds<S> {
                 partition: DEFAULT_PARTITION,
                 crypt: None,
                 key_grants: Vec::new(),
-                symlink: None,
+                special: None,
             }));
             batch.push(Op::PutEntry {
                 parent: ROOT_INODE,
@@ -316,7 +316,7 @@ impl<S: MetaStore> Mds<S> {
                 partition: DEFAULT_PARTITION,
                 crypt: None,
                 key_grants: Vec::new(),
-                symlink: None,
+                special: None,
             }));
             batch.push(Op::PutMeta(
                 "next_inode".into(),

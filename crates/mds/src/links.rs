@@ -1,9 +1,13 @@
-//! Symbolic links (issue 44): entries that name a path and hold no data. The MDS stores
-//! and lists them and never follows one; clients (the kernel, for a mount) do.
+//! Special entries (issue 44): symbolic links, which name a path, and FIFOs and sockets,
+//! which each machine's kernel serves. None holds data at the MDS. The MDS stores and
+//! lists them and never follows a link; clients (the kernel, for a mount) do.
 
 use crate::namespace::{check_new_name, require, touch_dir, EXEC, WRITE};
+use crate::store::Special;
 use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result};
-use maat_proto::msg::{ErrorCode, MdsResponse, SYMLINK_TARGET_BYTES_MAX};
+use maat_proto::msg::{
+    ErrorCode, MdsResponse, SYMLINK_TARGET_BYTES_MAX, S_IFIFO, S_IFMT, S_IFSOCK,
+};
 use maat_proto::UnixMillis;
 
 impl<S: MetaStore> crate::Mds<S> {
@@ -22,6 +26,42 @@ impl<S: MetaStore> crate::Mds<S> {
                 format!("a link's target is 1 to {SYMLINK_TARGET_BYTES_MAX} bytes without NUL"),
             ));
         }
+        // (A link's own permission bits mean nothing: 0777, as Linux shows them.)
+        self.make_special(who, path, 0o777, Special::Symlink(target.to_string()), now)
+    }
+
+    /// Makes a FIFO or a socket's name at `path` (mknod(2); `mode`: type and permission
+    /// bits, the creator's umask applied to the latter).
+    pub(crate) fn mknod(
+        &self,
+        who: &Principal,
+        path: &str,
+        mode: u16,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let special = match mode & S_IFMT {
+            S_IFIFO => Special::Fifo,
+            S_IFSOCK => Special::Socket,
+            _ => {
+                return Err(MdsError::refused(
+                    ErrorCode::InvalidArgument,
+                    "only FIFOs and sockets are made by mknod here (no devices)",
+                ))
+            }
+        };
+        self.make_special(who, path, mode & !S_IFMT, special, now)
+    }
+
+    /// A new special entry at `path`, under a new file's rules (the name rules, write
+    /// and search permission on the directory).
+    fn make_special(
+        &self,
+        who: &Principal,
+        path: &str,
+        mode: u16,
+        special: Special,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
         let (parent, name) = self.parent_of(who, path)?;
         if self.store.lookup(parent.id, name)?.is_some() {
@@ -33,9 +73,12 @@ impl<S: MetaStore> crate::Mds<S> {
         check_new_name(name)?;
         require(who, &parent, WRITE | EXEC, path)?;
         let mut batch = Batch::default();
-        // (The mode is kept for the record; a link's own bits mean nothing.)
-        let mut inode = self.new_inode(who, &parent, false, 0o777, None, now, &mut batch)?;
-        inode.symlink = Some(target.to_string());
+        let link = matches!(special, Special::Symlink(_));
+        let mut inode = self.new_inode(who, &parent, false, mode, None, now, &mut batch)?;
+        if link {
+            inode.mode = 0o777;
+        }
+        inode.special = Some(special);
         batch.push(Op::PutEntry {
             parent: parent.id,
             name: name.to_string(),
@@ -49,9 +92,9 @@ impl<S: MetaStore> crate::Mds<S> {
 
     /// The target of the symbolic link at `path`.
     pub(crate) fn readlink(&self, who: &Principal, path: &str) -> Result<MdsResponse> {
-        match self.resolve(who, path)?.symlink {
-            Some(target) => Ok(MdsResponse::Link(target)),
-            None => Err(MdsError::refused(
+        match self.resolve(who, path)?.special {
+            Some(Special::Symlink(target)) => Ok(MdsResponse::Link(target)),
+            _ => Err(MdsError::refused(
                 ErrorCode::InvalidArgument,
                 format!("{path} is not a symbolic link"),
             )),

@@ -124,7 +124,7 @@ pub(crate) fn fresh_inode(
         partition: partition.unwrap_or(parent.partition),
         crypt: None,
         key_grants: Vec::new(),
-        symlink: None,
+        special: None,
     }
 }
 
@@ -234,9 +234,12 @@ impl<S: MetaStore> crate::Mds<S> {
             .unwrap_or_else(|| inode.gid.to_string());
         let partition = self.partition(inode.partition)?;
         let protection = method_of(partition.protection, inode.crypt.is_some());
-        // A symbolic link shows its type bits and its target's length (issue 44).
-        let (mode, size) = match &inode.symlink {
-            Some(target) => (maat_proto::msg::S_IFLNK | 0o777, target.len() as u64),
+        // A special entry shows its type bits; a link, its target's length (issue 44).
+        let (mode, size) = match &inode.special {
+            Some(crate::store::Special::Symlink(target)) => {
+                (maat_proto::msg::S_IFLNK | 0o777, target.len() as u64)
+            }
+            Some(special) => (special.type_bits() | inode.mode, 0),
             None => (inode.mode, inode.size),
         };
         Ok(FileStat {
@@ -514,10 +517,10 @@ impl<S: MetaStore> crate::Mds<S> {
         if inode.is_dir {
             return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));
         }
-        if inode.symlink.is_some() {
+        if inode.special.is_some() {
             return Err(MdsError::refused(
                 ErrorCode::InvalidArgument,
-                format!("{path} is a symbolic link: open what it points to"),
+                format!("{path} is a symbolic link, FIFO or socket: it holds no data here"),
             ));
         }
         if access == Access::Read

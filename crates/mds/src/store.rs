@@ -39,9 +39,31 @@ pub struct Inode {
     /// Who may read which ranges of an encrypted file beside its permission bits, as its
     /// owner granted (SPEC H6; since version 4).
     pub key_grants: Vec<KeyGrant>,
-    /// A symbolic link's target (issue 44; since version 6): the entry holds no data and
-    /// is never opened; clients follow it.
-    pub symlink: Option<String>,
+    /// What a special entry is (issue 44; since version 6): a symbolic link, a FIFO or a
+    /// socket. Such an entry holds no data and is never opened at the MDS.
+    pub special: Option<Special>,
+}
+
+/// A special entry (issue 44).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Special {
+    /// A symbolic link and its target (clients follow it; the MDS never does).
+    Symlink(String),
+    /// A named pipe: the kernel of each machine that opens it serves it.
+    Fifo,
+    /// A socket's name: the kernel of each machine serves it.
+    Socket,
+}
+
+impl Special {
+    /// The file-type bits `FileStat::mode` shows for it.
+    pub fn type_bits(&self) -> u16 {
+        match self {
+            Special::Symlink(_) => maat_proto::msg::S_IFLNK,
+            Special::Fifo => maat_proto::msg::S_IFIFO,
+            Special::Socket => maat_proto::msg::S_IFSOCK,
+        }
+    }
 }
 
 /// SPEC H6: a range grant on an encrypted file, made by its owner.
@@ -632,10 +654,13 @@ mod tests {
         // Version 5 is today's inode without the symbolic link's target.
         let mut v5 = vec![5u8];
         v5.extend(postcard::to_stdvec(&now).unwrap());
-        v5.pop(); // the `None` of `symlink`: one byte
+        v5.pop(); // the `None` of `special`: one byte
         assert_eq!(Inode::decode(&v5).unwrap(), now);
         let mut link = now.clone();
-        link.symlink = Some("../target".into());
+        link.special = Some(Special::Symlink("../target".into()));
+        let mut fifo = now.clone();
+        fifo.special = Some(Special::Fifo);
+        assert_eq!(Inode::decode(&fifo.encode().unwrap()).unwrap(), fifo);
         let stored = link.encode().unwrap();
         assert_eq!(stored[0], 6);
         assert_eq!(Inode::decode(&stored).unwrap(), link);

@@ -709,7 +709,7 @@ impl<S: MetaStore> Mds<S> {
                 partition: store::DEFAULT_PARTITION,
                 crypt: None,
                 key_grants: Vec::new(),
-                symlink: None,
+                special: None,
             }));
             batch.push(Op::PutEntry {
                 parent: home,

@@ -655,3 +655,86 @@ fn symbolic_links_are_made_read_and_removed_but_never_opened() {
     // The file it pointed to is untouched.
     assert_eq!(mode_of(&m, "/w/file"), file_mode);
 }
+
+/// Issue 44: FIFOs and sockets' names are entries of their own type, holding no data at
+/// the MDS (each machine's kernel serves them); devices are not made.
+#[test]
+fn fifos_and_sockets_are_entries_and_devices_are_not_made() {
+    let store = MemStore::default();
+    add_users(&store, &["alice"]);
+    let m = mds(&store);
+    call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/w".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        T0 + 5,
+    )
+    .unwrap();
+    let mknod = |path: &str, mode| {
+        call(
+            &m,
+            ALICE,
+            MdsRequest::Mknod {
+                path: path.into(),
+                mode,
+            },
+            T0 + 10,
+        )
+    };
+    use maat_proto::msg::{S_IFIFO, S_IFMT, S_IFSOCK};
+    for (path, kind) in [("/w/fifo", S_IFIFO), ("/w/sock", S_IFSOCK)] {
+        match mknod(path, kind | 0o640).unwrap() {
+            MdsResponse::Stat(s) => {
+                assert_eq!(s.mode & S_IFMT, kind, "{s:?}");
+                assert_eq!(s.mode & 0o777 & !0o640, 0, "{s:?}");
+                assert!(!s.is_symlink() && !s.is_dir && s.size == 0);
+            }
+            other => panic!("{other:?}"),
+        }
+        let open = call(
+            &m,
+            ALICE,
+            MdsRequest::Open {
+                path: path.into(),
+                access: Access::ReadWrite,
+                create: None,
+            },
+            T0 + 20,
+        );
+        assert_eq!(open.unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+    assert!(call(
+        &m,
+        ALICE,
+        MdsRequest::Stat {
+            path: "/w/fifo".into()
+        },
+        T0 + 20
+    )
+    .is_ok_and(|r| matches!(r, MdsResponse::Stat(s) if s.is_fifo())));
+    // Character and block devices, and a plain file by this request: refused.
+    for kind in [0o020000u16, 0o060000, 0o100000, 0] {
+        assert_eq!(
+            mknod("/w/dev", kind | 0o600).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+    }
+    assert_eq!(
+        mknod("/w/fifo", S_IFIFO | 0o600).unwrap_err().code,
+        ErrorCode::AlreadyExists
+    );
+    call(
+        &m,
+        ALICE,
+        MdsRequest::Unlink {
+            path: "/w/fifo".into(),
+        },
+        T0 + 30,
+    )
+    .unwrap();
+}

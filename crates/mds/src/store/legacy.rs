@@ -56,7 +56,7 @@ impl From<InodeV5> for Inode {
             partition: v.partition,
             crypt: v.crypt,
             key_grants: v.key_grants,
-            symlink: None,
+            special: None,
         }
     }
 }
@@ -89,7 +89,7 @@ impl From<InodeV4> for Inode {
             partition: v.partition,
             crypt: v.crypt.map(Into::into),
             key_grants: v.key_grants,
-            symlink: None,
+            special: None,
         }
     }
 }
@@ -121,7 +121,7 @@ impl From<InodeV3> for Inode {
             partition: v.partition,
             crypt: v.crypt.map(Into::into),
             key_grants: Vec::new(),
-            symlink: None,
+            special: None,
         }
     }
 }
@@ -152,7 +152,7 @@ impl From<InodeV2> for Inode {
             partition: v.partition,
             crypt: None,
             key_grants: Vec::new(),
-            symlink: None,
+            special: None,
         }
     }
 }
@@ -182,7 +182,7 @@ impl From<InodeV1> for Inode {
             partition: DEFAULT_PARTITION,
             crypt: None,
             key_grants: Vec::new(),
-            symlink: None,
+            special: None,
         }
     }
 }

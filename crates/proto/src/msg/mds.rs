@@ -759,6 +759,16 @@ pub enum MdsRequest {
         /// The link.
         path: String,
     },
+    /// Makes a FIFO or a socket's name at `path` (issue 44, mknod(2)): `mode` is
+    /// [`S_IFIFO`] or [`S_IFSOCK`] with permission bits (the creator's umask applies).
+    /// Such an entry holds no data at the MDS: each machine's kernel serves it. Devices
+    /// and other types are `InvalidArgument`. Answer `Stat`.
+    Mknod {
+        /// Where it is made.
+        path: String,
+        /// Its type bits and permission bits.
+        mode: u16,
+    },
 }
 
 /// The longest symbolic link target (Linux's `PATH_MAX`).
@@ -767,6 +777,12 @@ pub const SYMLINK_TARGET_BYTES_MAX: usize = 4096;
 /// The file-type bits of a symbolic link in [`FileStat::mode`] (as `st_mode` has them);
 /// files and directories carry none.
 pub const S_IFLNK: u16 = 0o120000;
+/// The file-type bits of a FIFO in [`FileStat::mode`].
+pub const S_IFIFO: u16 = 0o010000;
+/// The file-type bits of a socket's name in [`FileStat::mode`].
+pub const S_IFSOCK: u16 = 0o140000;
+/// The mask of the file-type bits.
+pub const S_IFMT: u16 = 0o170000;
 
 /// The credential format a partition's opens get (SPEC T2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -891,6 +907,7 @@ impl MdsRequest {
             MdsRequest::SetMtime { .. } => "set_mtime",
             MdsRequest::Symlink { .. } => "symlink",
             MdsRequest::Readlink { .. } => "readlink",
+            MdsRequest::Mknod { .. } => "mknod",
         }
     }
 }
@@ -936,7 +953,17 @@ pub struct FileStat {
 impl FileStat {
     /// A symbolic link (issue 44: the mode's file-type bits are [`S_IFLNK`]).
     pub fn is_symlink(&self) -> bool {
-        self.mode & 0o170000 == S_IFLNK
+        self.mode & S_IFMT == S_IFLNK
+    }
+
+    /// A FIFO ([`S_IFIFO`]).
+    pub fn is_fifo(&self) -> bool {
+        self.mode & S_IFMT == S_IFIFO
+    }
+
+    /// A socket's name ([`S_IFSOCK`]).
+    pub fn is_socket(&self) -> bool {
+        self.mode & S_IFMT == S_IFSOCK
     }
 }
 
