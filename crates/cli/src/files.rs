@@ -340,6 +340,10 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
                     "FIFO"
                 } else if s.is_socket() {
                     "socket"
+                } else if s.is_device() == Some(true) {
+                    "block device"
+                } else if s.is_device() == Some(false) {
+                    "character device"
                 } else {
                     "file"
                 },
@@ -477,6 +481,12 @@ fn mode_string(s: &FileStat) -> String {
         'p'
     } else if s.is_socket() {
         's'
+    } else if let Some(block) = s.is_device() {
+        if block {
+            'b'
+        } else {
+            'c'
+        }
     } else {
         '-'
     });

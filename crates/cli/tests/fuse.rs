@@ -307,6 +307,15 @@ fn unix_tools_work_on_a_mount() {
         options.contains(&"nosuid") && options.contains(&"nodev"),
         "{line}"
     );
+    // Device nodes: the administrator's (this mount), never opened (nodev).
+    sh(&format!("mknod {mnt}/blk b 1 2 && mknod {mnt}/chr c 1 3"));
+    let listing = sh(&format!("ls -l {mnt}/blk {mnt}/chr"));
+    assert!(
+        listing.lines().any(|l| l.starts_with('b')) && listing.lines().any(|l| l.starts_with('c')),
+        "{listing}"
+    );
+    sh_fails(&format!("head -c 1 {mnt}/chr"));
+    sh(&format!("rm {mnt}/blk {mnt}/chr"));
     // Hard links are not made yet (symbolic links are: the permissions test).
     sh(&format!("echo x > {mnt}/hl"));
     let err = sh_fails(&format!("ln {mnt}/hl {mnt}/hl2"));

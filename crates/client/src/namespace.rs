@@ -250,12 +250,14 @@ impl Client {
         }
     }
 
-    /// Makes a FIFO or a socket's name at `path` (`mode`: `S_IFIFO` or `S_IFSOCK` with
-    /// permission bits). Each machine's kernel serves it; it holds no data in Maat.
-    pub fn mknod(&self, path: &str, mode: u16) -> Result<FileStat> {
+    /// Makes a FIFO, a socket's name or (the administrator only) a device node at `path`
+    /// (`mode`: type and permission bits; `rdev`: a device's number). Each machine's
+    /// kernel serves it; it holds no data in Maat.
+    pub fn mknod(&self, path: &str, mode: u16, rdev: u32) -> Result<FileStat> {
         match self.mds_call(MdsRequest::Mknod {
             path: path.into(),
             mode,
+            rdev,
         })? {
             MdsResponse::Stat(s) => Ok(s),
             _ => Err(self.bad("mds", "unexpected answer")),

@@ -27,7 +27,7 @@ use fuser::{
 };
 use inodes::Inodes;
 use maat_client::{Client, ClientError, FileHandle, OpenFlags};
-use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES, S_IFIFO, S_IFMT, S_IFSOCK};
+use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES, S_IFMT};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -103,6 +103,12 @@ fn kind(s: &FileStat) -> FileType {
         FileType::NamedPipe
     } else if s.is_socket() {
         FileType::Socket
+    } else if let Some(block) = s.is_device() {
+        if block {
+            FileType::BlockDevice
+        } else {
+            FileType::CharDevice
+        }
     } else {
         FileType::RegularFile
     }
@@ -240,7 +246,7 @@ impl Filesystem for MaatFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let mut s = self.state();
@@ -265,14 +271,15 @@ impl Filesystem for MaatFs {
                     s.client.flush_file(&mut handle).map_err(|e| errno(&e))
                 );
                 attempt!(reply, s.client.stat(&path).map_err(|e| errno(&e)))
-            } else if kind == S_IFIFO || kind == S_IFSOCK {
-                attempt!(
-                    reply,
-                    s.client.mknod(&path, kind | bits).map_err(|e| errno(&e))
-                )
             } else {
-                // Devices: never on a mount of shared storage (it is `nodev` anyway).
-                return reply.error(Errno::EPERM);
+                // FIFOs and sockets; device nodes only by the administrator (the kernel
+                // lets only a privileged process ask, and the mount is `nodev`).
+                match s.client.mknod(&path, kind | bits, rdev) {
+                    Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => {
+                        return reply.error(Errno::EPERM)
+                    }
+                    other => attempt!(reply, other.map_err(|e| errno(&e))),
+                }
             };
         let ino = s.inodes.ino(&path);
         let attr = s.attr(ino, &stat);

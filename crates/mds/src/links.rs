@@ -6,7 +6,7 @@ use crate::namespace::{check_new_name, require, touch_dir, EXEC, WRITE};
 use crate::store::Special;
 use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result};
 use maat_proto::msg::{
-    ErrorCode, MdsResponse, SYMLINK_TARGET_BYTES_MAX, S_IFIFO, S_IFMT, S_IFSOCK,
+    ErrorCode, MdsResponse, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFSOCK,
 };
 use maat_proto::UnixMillis;
 
@@ -30,22 +30,32 @@ impl<S: MetaStore> crate::Mds<S> {
         self.make_special(who, path, 0o777, Special::Symlink(target.to_string()), now)
     }
 
-    /// Makes a FIFO or a socket's name at `path` (mknod(2); `mode`: type and permission
-    /// bits, the creator's umask applied to the latter).
+    /// Makes a FIFO, a socket's name or (the administrator only) a device node at `path`
+    /// (mknod(2); `mode`: type and permission bits, the creator's umask applied to the
+    /// latter; `rdev`: a device's number).
     pub(crate) fn mknod(
         &self,
         who: &Principal,
         path: &str,
         mode: u16,
+        rdev: u32,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let special = match mode & S_IFMT {
             S_IFIFO => Special::Fifo,
             S_IFSOCK => Special::Socket,
+            S_IFBLK | S_IFCHR if !who.is_admin() => {
+                return Err(MdsError::refused(
+                    ErrorCode::PermissionDenied,
+                    "device nodes are made by the administrator only",
+                ))
+            }
+            S_IFBLK => Special::Block(rdev),
+            S_IFCHR => Special::Char(rdev),
             _ => {
                 return Err(MdsError::refused(
                     ErrorCode::InvalidArgument,
-                    "only FIFOs and sockets are made by mknod here (no devices)",
+                    "mknod makes FIFOs, sockets and device nodes (files: Open with create)",
                 ))
             }
         };

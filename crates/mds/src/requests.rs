@@ -376,7 +376,7 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::SetMtime { path, mtime } => self.set_mtime(who, &path, mtime, now),
             MdsRequest::Symlink { path, target } => self.symlink(who, &path, &target, now),
             MdsRequest::Readlink { path } => self.readlink(who, &path),
-            MdsRequest::Mknod { path, mode } => self.mknod(who, &path, mode, now),
+            MdsRequest::Mknod { path, mode, rdev } => self.mknod(who, &path, mode, rdev, now),
             MdsRequest::ChangePassphrase {
                 state,
                 ke3,

@@ -53,6 +53,11 @@ pub enum Special {
     Fifo,
     /// A socket's name: the kernel of each machine serves it.
     Socket,
+    /// A block device node and its device number (made by the administrator only;
+    /// mounts are `nodev`, so none is ever opened through Maat).
+    Block(u32),
+    /// A character device node and its device number (as `Block`).
+    Char(u32),
 }
 
 impl Special {
@@ -62,6 +67,8 @@ impl Special {
             Special::Symlink(_) => maat_proto::msg::S_IFLNK,
             Special::Fifo => maat_proto::msg::S_IFIFO,
             Special::Socket => maat_proto::msg::S_IFSOCK,
+            Special::Block(_) => maat_proto::msg::S_IFBLK,
+            Special::Char(_) => maat_proto::msg::S_IFCHR,
         }
     }
 }

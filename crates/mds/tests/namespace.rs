@@ -657,9 +657,9 @@ fn symbolic_links_are_made_read_and_removed_but_never_opened() {
 }
 
 /// Issue 44: FIFOs and sockets' names are entries of their own type, holding no data at
-/// the MDS (each machine's kernel serves them); devices are not made.
+/// the MDS (each machine's kernel serves them); device nodes are the administrator's.
 #[test]
-fn fifos_and_sockets_are_entries_and_devices_are_not_made() {
+fn fifos_and_sockets_are_entries_and_devices_are_the_administrators() {
     let store = MemStore::default();
     add_users(&store, &["alice"]);
     let m = mds(&store);
@@ -682,6 +682,7 @@ fn fifos_and_sockets_are_entries_and_devices_are_not_made() {
             MdsRequest::Mknod {
                 path: path.into(),
                 mode,
+                rdev: 0,
             },
             T0 + 10,
         )
@@ -717,13 +718,30 @@ fn fifos_and_sockets_are_entries_and_devices_are_not_made() {
         T0 + 20
     )
     .is_ok_and(|r| matches!(r, MdsResponse::Stat(s) if s.is_fifo())));
-    // Character and block devices, and a plain file by this request: refused.
-    for kind in [0o020000u16, 0o060000, 0o100000, 0] {
+    // A plain file by this request: refused; devices: the administrator's only.
+    for kind in [0o100000u16, 0] {
         assert_eq!(
             mknod("/w/dev", kind | 0o600).unwrap_err().code,
             ErrorCode::InvalidArgument
         );
     }
+    for kind in [maat_proto::msg::S_IFBLK, maat_proto::msg::S_IFCHR] {
+        assert_eq!(
+            mknod("/w/dev", kind | 0o600).unwrap_err().code,
+            ErrorCode::PermissionDenied
+        );
+    }
+    let made = call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Mknod {
+            path: "/w/blk".into(),
+            mode: maat_proto::msg::S_IFBLK | 0o600,
+            rdev: 0x0102,
+        },
+        T0 + 10,
+    );
+    assert!(matches!(made, Ok(MdsResponse::Stat(s)) if s.is_device() == Some(true)));
     assert_eq!(
         mknod("/w/fifo", S_IFIFO | 0o600).unwrap_err().code,
         ErrorCode::AlreadyExists

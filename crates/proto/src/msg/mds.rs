@@ -759,15 +759,18 @@ pub enum MdsRequest {
         /// The link.
         path: String,
     },
-    /// Makes a FIFO or a socket's name at `path` (issue 44, mknod(2)): `mode` is
-    /// [`S_IFIFO`] or [`S_IFSOCK`] with permission bits (the creator's umask applies).
-    /// Such an entry holds no data at the MDS: each machine's kernel serves it. Devices
-    /// and other types are `InvalidArgument`. Answer `Stat`.
+    /// Makes a FIFO, a socket's name or (the administrator only) a device node at `path`
+    /// (issue 44, mknod(2)): `mode` is [`S_IFIFO`], [`S_IFSOCK`], [`S_IFBLK`] or
+    /// [`S_IFCHR`] with permission bits (the creator's umask applies). Such an entry holds
+    /// no data at the MDS: each machine's kernel serves it. Other types are
+    /// `InvalidArgument`, a device by anyone else `PermissionDenied`. Answer `Stat`.
     Mknod {
         /// Where it is made.
         path: String,
         /// Its type bits and permission bits.
         mode: u16,
+        /// A device's number (`makedev(major, minor)`); 0 for the others.
+        rdev: u32,
     },
 }
 
@@ -781,6 +784,10 @@ pub const S_IFLNK: u16 = 0o120000;
 pub const S_IFIFO: u16 = 0o010000;
 /// The file-type bits of a socket's name in [`FileStat::mode`].
 pub const S_IFSOCK: u16 = 0o140000;
+/// The file-type bits of a block device node in [`FileStat::mode`].
+pub const S_IFBLK: u16 = 0o060000;
+/// The file-type bits of a character device node in [`FileStat::mode`].
+pub const S_IFCHR: u16 = 0o020000;
 /// The mask of the file-type bits.
 pub const S_IFMT: u16 = 0o170000;
 
@@ -964,6 +971,15 @@ impl FileStat {
     /// A socket's name ([`S_IFSOCK`]).
     pub fn is_socket(&self) -> bool {
         self.mode & S_IFMT == S_IFSOCK
+    }
+
+    /// A block ([`S_IFBLK`]) or character ([`S_IFCHR`]) device node.
+    pub fn is_device(&self) -> Option<bool> {
+        match self.mode & S_IFMT {
+            S_IFBLK => Some(true),
+            S_IFCHR => Some(false),
+            _ => None,
+        }
     }
 }
 
