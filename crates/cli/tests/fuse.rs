@@ -494,6 +494,16 @@ fn permissions_on_a_mount_are_the_mds_decisions() {
     assert!(err.contains("Permission denied"), "{err}");
     let err = sh_fails(&format!("rm {mnt}/shared/public"));
     assert!(err.contains("Permission denied"), "{err}");
+    // access(2) answers what the MDS would decide (issue 44: it always said yes).
+    let out = python(
+        "import os, sys\n\
+         d = sys.argv[1]\n\
+         print([os.access(os.path.join(d, p), m) for p, m in [\n\
+             ('private', os.R_OK), ('public', os.R_OK), ('public', os.W_OK),\n\
+             ('public', os.X_OK), ('private', os.F_OK), ('nothing', os.F_OK)]])",
+        &m.path("shared"),
+    );
+    assert_eq!(out, "[False, True, False, False, True, False]\n", "{out}");
     let err = sh_fails(&format!("chmod 666 {mnt}/shared/private"));
     assert!(
         err.contains("Permission denied") || err.contains("not permitted"),

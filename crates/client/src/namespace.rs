@@ -264,6 +264,15 @@ impl Client {
         }
     }
 
+    /// Whether this user may access `path` as `mask` asks (access(2): 4 read, 2 write,
+    /// 1 execute or search, 0 exists): `Ok`, or the MDS's refusal.
+    pub fn access(&self, path: &str, mask: u8) -> Result<()> {
+        self.expect_ok(MdsRequest::Access {
+            path: path.into(),
+            mask,
+        })
+    }
+
     /// The target of the symbolic link at `path`.
     pub fn readlink(&self, path: &str) -> Result<String> {
         match self.mds_call(MdsRequest::Readlink { path: path.into() })? {

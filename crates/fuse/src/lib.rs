@@ -341,6 +341,15 @@ impl Filesystem for MaatFs {
         reply.entry(&TTL, &attr, Generation(0));
     }
 
+    fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // The MDS's decision, as for every access (issue 44: it always said yes).
+        let s = self.state();
+        let path = attempt!(reply, s.path(ino.0));
+        let mask = (mask.bits() & 7) as u8;
+        attempt!(reply, s.client.access(&path, mask).map_err(|e| errno(&e)));
+        reply.ok();
+    }
+
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let s = self.state();
         let path = attempt!(reply, s.path(ino.0));

@@ -8,6 +8,7 @@
 
 pub mod limits;
 
+mod access;
 mod capabilities;
 mod encryption;
 mod filesets;

@@ -94,7 +94,7 @@ fn require_sticky(who: &Principal, dir: &Inode, entry: &Inode, path: &str) -> Re
     ))
 }
 
-fn allowed(who: &Principal, inode: &Inode, want: u16) -> bool {
+pub(crate) fn allowed(who: &Principal, inode: &Inode, want: u16) -> bool {
     // The one permission rule, shared with capability grouping (SPEC M6's invariant).
     crate::grouping::permits(who.uid, &who.gids, inode.into(), want)
 }

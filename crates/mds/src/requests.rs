@@ -377,6 +377,7 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::Symlink { path, target } => self.symlink(who, &path, &target, now),
             MdsRequest::Readlink { path } => self.readlink(who, &path),
             MdsRequest::Mknod { path, mode, rdev } => self.mknod(who, &path, mode, rdev, now),
+            MdsRequest::Access { path, mask } => self.access(who, &path, mask),
             MdsRequest::ChangePassphrase {
                 state,
                 ke3,

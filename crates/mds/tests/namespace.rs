@@ -756,3 +756,65 @@ fn fifos_and_sockets_are_entries_and_devices_are_the_administrators() {
     )
     .unwrap();
 }
+
+/// Issue 44: access(2) gets the decision an open or a write would: per user, the
+/// administrator's execute only where some execute bit is set, a mask past 7 refused.
+#[test]
+fn access_answers_what_an_open_would() {
+    let store = MemStore::default();
+    add_users(&store, &["alice", "bob"]);
+    let m = mds(&store);
+    call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/w".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        T0 + 5,
+    )
+    .unwrap();
+    create(&m, ALICE, "/w/f", 0o640);
+    let access = |uid, mask| {
+        call(
+            &m,
+            uid,
+            MdsRequest::Access {
+                path: "/w/f".into(),
+                mask,
+            },
+            T0 + 20,
+        )
+        .map_err(|e| e.code)
+    };
+    let mode = mode_of(&m, "/w/f");
+    assert_eq!(access(ALICE, 6), Ok(MdsResponse::Ok), "mode {mode:o}");
+    assert_eq!(access(ALICE, 1), Err(ErrorCode::PermissionDenied));
+    assert_eq!(access(BOB, 0), Ok(MdsResponse::Ok));
+    for (uid, mask, access_mode) in [
+        (BOB, 4, Access::Read),
+        (BOB, 6, Access::ReadWrite),
+        (ALICE, 6, Access::ReadWrite),
+    ] {
+        let open = call(
+            &m,
+            uid,
+            MdsRequest::Open {
+                path: "/w/f".into(),
+                access: access_mode,
+                create: None,
+            },
+            T0 + 20,
+        );
+        assert_eq!(
+            access(uid, mask).is_ok(),
+            open.is_ok(),
+            "{uid} {mask} {mode:o}"
+        );
+    }
+    assert_eq!(access(ADMIN_UID, 6), Ok(MdsResponse::Ok));
+    assert_eq!(access(ADMIN_UID, 1), Err(ErrorCode::PermissionDenied));
+    assert_eq!(access(ALICE, 8), Err(ErrorCode::InvalidArgument));
+}

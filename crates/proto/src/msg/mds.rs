@@ -772,6 +772,16 @@ pub enum MdsRequest {
         /// A device's number (`makedev(major, minor)`); 0 for the others.
         rdev: u32,
     },
+    /// Whether the caller may access `path` as `mask` asks (access(2), issue 44): the
+    /// bits 4 (read), 2 (write), 1 (execute or search); 0 asks only that it exists and
+    /// its directories may be searched. Answer `Ok`, or `PermissionDenied` as an open, a
+    /// write or a lookup through it would be refused.
+    Access {
+        /// Path.
+        path: String,
+        /// What is asked (at most 7).
+        mask: u8,
+    },
 }
 
 /// The longest symbolic link target (Linux's `PATH_MAX`).
@@ -915,6 +925,7 @@ impl MdsRequest {
             MdsRequest::Symlink { .. } => "symlink",
             MdsRequest::Readlink { .. } => "readlink",
             MdsRequest::Mknod { .. } => "mknod",
+            MdsRequest::Access { .. } => "access",
         }
     }
 }
