@@ -332,21 +332,7 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
                 "path: {}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
                 show::name(&path),
                 s.id,
-                if s.is_dir {
-                    "directory"
-                } else if s.is_symlink() {
-                    "symbolic link"
-                } else if s.is_fifo() {
-                    "FIFO"
-                } else if s.is_socket() {
-                    "socket"
-                } else if s.is_device() == Some(true) {
-                    "block device"
-                } else if s.is_device() == Some(false) {
-                    "character device"
-                } else {
-                    "file"
-                },
+                file_type(&s).1,
                 s.mode,
                 mode_string(&s),
                 show::name(&s.owner),
@@ -469,27 +455,30 @@ fn utc(ms: u64) -> String {
     )
 }
 
+/// `ls -l`'s type letter and `stat`'s name of the type of `s`.
+fn file_type(s: &FileStat) -> (char, &'static str) {
+    if s.is_dir {
+        ('d', "directory")
+    } else if s.is_symlink() {
+        ('l', "symbolic link")
+    } else if s.is_fifo() {
+        ('p', "FIFO")
+    } else if s.is_socket() {
+        ('s', "socket")
+    } else if s.is_device() == Some(true) {
+        ('b', "block device")
+    } else if s.is_device() == Some(false) {
+        ('c', "character device")
+    } else {
+        ('-', "file")
+    }
+}
+
 /// `ls -l`'s mode column: type, then owner, group and other, with setuid, setgid and
 /// sticky shown in the execute places (`s`/`S`, `s`/`S`, `t`/`T`).
 fn mode_string(s: &FileStat) -> String {
     let mut out = String::with_capacity(10);
-    out.push(if s.is_dir {
-        'd'
-    } else if s.is_symlink() {
-        'l'
-    } else if s.is_fifo() {
-        'p'
-    } else if s.is_socket() {
-        's'
-    } else if let Some(block) = s.is_device() {
-        if block {
-            'b'
-        } else {
-            'c'
-        }
-    } else {
-        '-'
-    });
+    out.push(file_type(s).0);
     for (shift, special, set, unset) in [
         (6u16, 0o4000u16, 's', 'S'),
         (3, 0o2000, 's', 'S'),

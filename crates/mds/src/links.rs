@@ -2,9 +2,9 @@
 //! which each machine's kernel serves. None holds data at the MDS. The MDS stores and
 //! lists them and never follows a link; clients (the kernel, for a mount) do.
 
-use crate::namespace::{check_new_name, require, touch_dir, EXEC, WRITE};
+use crate::namespace::{check_new_name, enter, require, EXEC, WRITE};
 use crate::store::Special;
-use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result};
+use crate::{lock, Batch, MdsError, MetaStore, Principal, Result};
 use maat_proto::msg::{
     ErrorCode, MdsResponse, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFSOCK,
 };
@@ -89,13 +89,7 @@ impl<S: MetaStore> crate::Mds<S> {
             inode.mode = 0o777;
         }
         inode.special = Some(special);
-        batch.push(Op::PutEntry {
-            parent: parent.id,
-            name: name.to_string(),
-            child: inode.id,
-        });
-        batch.push(Op::PutInode(inode.clone()));
-        touch_dir(&mut batch, &parent, now);
+        enter(&mut batch, &parent, name, &inode, now);
         self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Stat(self.stat_of(&inode)?))
     }

@@ -483,13 +483,7 @@ impl<S: MetaStore> crate::Mds<S> {
         if sealed {
             inode.crypt = Some(maat_proto::encrypted::FileCrypt::default());
         }
-        batch.push(Op::PutEntry {
-            parent: parent.id,
-            name: name.to_string(),
-            child: inode.id,
-        });
-        batch.push(Op::PutInode(inode.clone()));
-        touch_dir(&mut batch, &parent, now);
+        enter(&mut batch, &parent, name, &inode, now);
         self.store.commit_deferred(batch)?;
         Ok(inode)
     }
@@ -891,6 +885,17 @@ impl<S: MetaStore> crate::Mds<S> {
 
 /// Issue 44: a directory's modification time follows its entries (an entry made,
 /// removed or renamed in or out), as POSIX says, so that `rsync -a` and `make` see it.
+/// Puts the new `inode` in `batch` under `name` in `parent`, whose time moves.
+pub(crate) fn enter(batch: &mut Batch, parent: &Inode, name: &str, inode: &Inode, now: UnixMillis) {
+    batch.push(Op::PutEntry {
+        parent: parent.id,
+        name: name.to_string(),
+        child: inode.id,
+    });
+    batch.push(Op::PutInode(inode.clone()));
+    touch_dir(batch, parent, now);
+}
+
 pub(crate) fn touch_dir(batch: &mut Batch, dir: &Inode, now: UnixMillis) {
     let mut dir = dir.clone();
     dir.mtime = now.0;

@@ -30,6 +30,21 @@ fn create(m: &maat_mds::Mds<&MemStore>, uid: u64, path: &str, mode: u16) {
     .unwrap();
 }
 
+fn admin_mkdir(m: &maat_mds::Mds<&MemStore>, path: &str, mode: u16) {
+    call(
+        m,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: path.into(),
+            mode,
+            parents: false,
+            partition: None,
+        },
+        T0 + 5,
+    )
+    .unwrap();
+}
+
 fn mode_of(m: &maat_mds::Mds<&MemStore>, path: &str) -> u16 {
     match call(
         m,
@@ -396,14 +411,7 @@ fn a_directory_replaces_an_empty_directory_and_nothing_else() {
     let store = MemStore::default();
     add_users(&store, &["alice"]);
     let m = mds(&store);
-    let admin = |r| call(&m, ADMIN_UID, r, T0 + 5);
-    admin(MdsRequest::Mkdir {
-        path: "/w".into(),
-        mode: 0o777,
-        parents: false,
-        partition: None,
-    })
-    .unwrap();
+    admin_mkdir(&m, "/w", 0o777);
     let as_alice = |r| call(&m, ALICE, r, T0 + 30);
     let mkdir = |path: &str| MdsRequest::Mkdir {
         path: path.into(),
@@ -459,18 +467,7 @@ fn times_are_set_by_their_owner_and_directories_follow_their_entries() {
     let store = MemStore::default();
     add_users(&store, &["alice", "bob"]);
     let m = mds(&store);
-    call(
-        &m,
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/w".into(),
-            mode: 0o777,
-            parents: false,
-            partition: None,
-        },
-        T0 + 5,
-    )
-    .unwrap();
+    admin_mkdir(&m, "/w", 0o777);
     let mtime = |p: &str| match call(&m, ADMIN_UID, MdsRequest::Stat { path: p.into() }, T0) {
         Ok(MdsResponse::Stat(s)) => s.mtime,
         other => panic!("{other:?}"),
@@ -535,18 +532,7 @@ fn symbolic_links_are_made_read_and_removed_but_never_opened() {
     let store = MemStore::default();
     add_users(&store, &["alice", "bob"]);
     let m = mds(&store);
-    call(
-        &m,
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/w".into(),
-            mode: 0o755,
-            parents: false,
-            partition: None,
-        },
-        T0 + 5,
-    )
-    .unwrap();
+    admin_mkdir(&m, "/w", 0o755);
     call(
         &m,
         ADMIN_UID,
@@ -663,18 +649,7 @@ fn fifos_and_sockets_are_entries_and_devices_are_the_administrators() {
     let store = MemStore::default();
     add_users(&store, &["alice"]);
     let m = mds(&store);
-    call(
-        &m,
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/w".into(),
-            mode: 0o777,
-            parents: false,
-            partition: None,
-        },
-        T0 + 5,
-    )
-    .unwrap();
+    admin_mkdir(&m, "/w", 0o777);
     let mknod = |path: &str, mode| {
         call(
             &m,
@@ -764,18 +739,7 @@ fn access_answers_what_an_open_would() {
     let store = MemStore::default();
     add_users(&store, &["alice", "bob"]);
     let m = mds(&store);
-    call(
-        &m,
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/w".into(),
-            mode: 0o777,
-            parents: false,
-            partition: None,
-        },
-        T0 + 5,
-    )
-    .unwrap();
+    admin_mkdir(&m, "/w", 0o777);
     create(&m, ALICE, "/w/f", 0o640);
     let access = |uid, mask| {
         call(
