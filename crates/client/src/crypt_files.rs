@@ -241,21 +241,15 @@ impl Client {
             return self.crypt_write(handle, size, &[]);
         }
         let keep = crate::stripes_for(size);
-        handle.pending.retain(|s, _| *s < keep);
-        let within = size % STRIPE_UNIT_BYTES;
-        if within != 0 {
-            let last = keep - 1;
-            if !handle.pending.contains_key(&last) {
-                let plain = self
-                    .fetch_plain(handle, &[(last, WHOLE)])?
-                    .pop()
-                    .unwrap_or_default();
-                handle.pending.insert(last, plain);
-            }
-            if let Some(p) = handle.pending.get_mut(&last) {
-                p.truncate(within as usize);
-            }
+        if size % STRIPE_UNIT_BYTES != 0 && !handle.pending.contains_key(&(keep - 1)) {
+            // The new last stripe, whole, to be cut and sealed again.
+            let plain = self
+                .fetch_plain(handle, &[(keep - 1, WHOLE)])?
+                .pop()
+                .unwrap_or_default();
+            handle.pending.insert(keep - 1, plain);
         }
+        handle.cut_pending(size);
         self.send_pending(handle)?;
         let known = crate::stripes_for(handle.size).max(keep);
         self.remove_stripes_range(&handle.opened.clone(), keep, known)?;

@@ -94,6 +94,13 @@ impl FileHandle {
     /// mount, whose kernel opens, then truncates by path, then writes through the open,
     /// fetched a removed stripe to merge its write into and left the file empty).
     pub fn resized_elsewhere(&mut self, size: u64) {
+        self.cut_pending(size);
+        self.size = size;
+        self.opened.stat.size = size;
+    }
+
+    /// Drops the kept stripes (encrypted files) past `size` and cuts the last one there.
+    pub(crate) fn cut_pending(&mut self, size: u64) {
         let keep = crate::stripes_for(size);
         self.pending.retain(|stripe, _| *stripe < keep);
         let within = (size % STRIPE_UNIT_BYTES) as usize;
@@ -102,8 +109,6 @@ impl FileHandle {
                 last.truncate(within);
             }
         }
-        self.size = size;
-        self.opened.stat.size = size;
     }
 }
 
