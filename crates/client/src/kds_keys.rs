@@ -480,8 +480,21 @@ impl Client {
 
     /// Sends a key request to a KDS: the instances in turn from one picked by file (so
     /// load spreads over them), the next when one cannot be reached or is not ready.
-    /// Returns the grants.
+    /// When none could answer and one said it is not ready (just started, or its last
+    /// catch-up with the MDS is stale, SPEC M9), the round is tried again after a wait,
+    /// as a just-started daemon's refusal is. Returns the grants.
     fn kds_call(
+        &self,
+        file: u64,
+        payload: &[u8],
+    ) -> Result<Vec<std::result::Result<Vec<u8>, WireError>>> {
+        let clock = self.clock.clone();
+        retry_stale(&clock, || self.kds_call_once(file, payload))
+    }
+
+    /// One round of [`Client::kds_call`]: a not-ready refusal is what it answers when no
+    /// instance answered and one said so (the round is worth repeating).
+    fn kds_call_once(
         &self,
         file: u64,
         payload: &[u8],
@@ -492,6 +505,7 @@ impl Client {
             return Err(ClientError::NoKds("the cluster map lists no KDS".into()));
         }
         let mut last = None;
+        let mut not_ready = None;
         for i in 0..n {
             let Some(entry) = kds.get((file as usize + i) % n) else {
                 continue;
@@ -502,9 +516,9 @@ impl Client {
                     match decode_answer::<KdsResponse>(&address, &answer) {
                         Ok(KdsResponse::Grants(grants)) => return Ok(grants),
                         Ok(_) => return Err(self.bad(&address, "unexpected KDS answer")),
-                        // Just started, it has not yet learned the revocations in force
-                        // (SPEC M9): another instance may have.
-                        Err(e) if e.code() == Some(ErrorCode::NotReady) => last = Some(e),
+                        // Just started, or its revocations are stale (SPEC M9): another
+                        // instance may be current.
+                        Err(e) if e.code() == Some(ErrorCode::NotReady) => not_ready = Some(e),
                         Err(e) => return Err(e),
                     }
                 }
@@ -512,7 +526,9 @@ impl Client {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| ClientError::NoKds("no KDS reachable".into())))
+        Err(not_ready
+            .or(last)
+            .unwrap_or_else(|| ClientError::NoKds("no KDS reachable".into())))
     }
 
     /// Counters of every KDS in the cluster map (`daemon` is `kds N`, N its place in the
