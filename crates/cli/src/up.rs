@@ -87,6 +87,14 @@ pub struct UpArgs {
     /// reports is on disk.
     #[arg(long)]
     pub no_group_commit: bool,
+    /// Copies of each object the `default` partition keeps, each on a different OSD
+    /// (first start only; issue 41): fewer are kept while the cluster has fewer OSDs,
+    /// and copies go to different hosts while there are enough. A write is acknowledged
+    /// once every copy is on disk; a read fails over to another copy. Other partitions
+    /// choose theirs: `maat admin partition create NAME --replicas N`.
+    #[arg(long, default_value_t = maat_proto::limits::REPLICAS_DEFAULT,
+          value_parser = clap::value_parser!(u8).range(1..=i64::from(maat_proto::limits::REPLICAS_MAX)))]
+    pub replicas: u8,
 }
 
 fn parse_umask(text: &str) -> Result<String, String> {
@@ -240,6 +248,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
         encrypt_new_files: !args.no_encrypt,
         group_commit: !args.no_group_commit,
         default_umask: Some(args.umask.clone()),
+        default_replicas: Some(args.replicas),
     };
     let mut mds = mds;
     if args.kds > 0 {

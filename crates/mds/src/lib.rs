@@ -136,6 +136,10 @@ pub struct MdsConfig {
     /// start): permission bits cleared from every mode it creates (issue 40; 077 unless
     /// the operator chose otherwise).
     pub default_umask: u16,
+    /// Copies of each object in the `default` partition when the MDS creates it (a new
+    /// cluster; issue 41): [`maat_proto::limits::REPLICAS_DEFAULT`] unless the operator
+    /// chose otherwise. Fewer are kept while the cluster has fewer OSDs.
+    pub default_replicas: u8,
 }
 
 #[derive(Default)]
@@ -284,7 +288,9 @@ impl<S: MetaStore> Mds<S> {
                 "a NOSEC default partition needs the danger flag",
             ));
         }
-        if let Some(op) = Self::default_partition_op(&store, config.default_protection)? {
+        if let Some(op) =
+            Self::default_partition_op(&store, config.default_protection, config.default_replicas)?
+        {
             batch.push(op);
         }
         if store.inode(ROOT_INODE)?.is_none() {

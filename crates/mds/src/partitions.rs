@@ -6,6 +6,7 @@
 //! method travels in the capability, so an OSD needs no partition table of its own.
 
 use super::*;
+use maat_proto::limits::REPLICAS_MAX;
 use maat_proto::msg::{Credentials, PartitionInfo};
 use maat_proto::protection::Protection;
 use store::{PartitionRecord, DEFAULT_PARTITION};
@@ -58,9 +59,11 @@ impl<S: MetaStore> Mds<S> {
         who: &Principal,
         name: &str,
         protection: Protection,
+        replicas: u8,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
         self.allowed(protection)?;
+        check_replicas(replicas)?;
         if name.is_empty()
             || name.len() > PARTITION_NAME_BYTES_MAX
             || !name
@@ -86,6 +89,7 @@ impl<S: MetaStore> Mds<S> {
             name: name.into(),
             protection,
             credentials: Credentials::Maat,
+            replicas,
         };
         batch.push(Op::PutPartition(record.clone()));
         self.store.commit(batch)?;
@@ -136,8 +140,22 @@ impl<S: MetaStore> Mds<S> {
         Ok(MdsResponse::Partitions(all))
     }
 
-    /// The default partition for a new cluster, or an existing one from before partitions.
-    pub(crate) fn default_partition_op(store: &S, protection: Protection) -> Result<Option<Op>> {
+    /// Issue 41: every partition's copies per object, for clients to place them.
+    pub(crate) fn partition_copies(&self) -> Result<MdsResponse> {
+        let mut all = self.store.partitions()?;
+        all.sort_by_key(|p| p.id);
+        Ok(MdsResponse::PartitionCopies(
+            all.into_iter().map(|p| (p.name, p.replicas)).collect(),
+        ))
+    }
+
+    /// The default partition for a new cluster (kept in `replicas` copies), or an
+    /// existing one from before partitions (one copy, as its objects are).
+    pub(crate) fn default_partition_op(
+        store: &S,
+        protection: Protection,
+        replicas: u8,
+    ) -> Result<Option<Op>> {
         if store.partition(DEFAULT_PARTITION)?.is_some() {
             return Ok(None);
         }
@@ -146,6 +164,18 @@ impl<S: MetaStore> Mds<S> {
             name: "default".into(),
             protection,
             credentials: Credentials::Maat,
+            replicas,
         })))
     }
+}
+
+/// A partition keeps 1 to [`REPLICAS_MAX`] copies of each object.
+fn check_replicas(replicas: u8) -> Result<()> {
+    if (1..=REPLICAS_MAX).contains(&replicas) {
+        return Ok(());
+    }
+    Err(MdsError::refused(
+        ErrorCode::InvalidArgument,
+        format!("a partition keeps 1 to {REPLICAS_MAX} copies of each object, not {replicas}"),
+    ))
 }

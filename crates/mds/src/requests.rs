@@ -391,8 +391,14 @@ impl<S: MetaStore> Mds<S> {
             } => self.user_reset_passphrase(who, &name, params, &sealed_upload),
             MdsRequest::Stats => Ok(MdsResponse::Stats(self.stats())),
             MdsRequest::PartitionCreate { name, protection } => {
-                self.partition_create(who, &name, protection)
+                self.partition_create(who, &name, protection, 1)
             }
+            MdsRequest::PartitionCreateReplicated {
+                name,
+                protection,
+                replicas,
+            } => self.partition_create(who, &name, protection, replicas),
+            MdsRequest::PartitionCopies => self.partition_copies(),
             MdsRequest::PartitionSetSecurity { name, protection } => {
                 self.partition_set_security(who, &name, protection)
             }

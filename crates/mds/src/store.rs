@@ -9,7 +9,7 @@
 use maat_proto::encrypted::FileCrypt;
 
 mod legacy;
-use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, PartitionV1, UserRecordV1};
+use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, PartitionV1, PartitionV2, UserRecordV1};
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +107,9 @@ pub struct PartitionRecord {
     pub protection: maat_proto::protection::Protection,
     /// The credential format of its opens (SPEC T2; version 2).
     pub credentials: maat_proto::msg::Credentials,
+    /// How many copies of each object its files keep, on distinct OSDs (issue 41;
+    /// version 3, and 1 for records from before).
+    pub replicas: u8,
 }
 
 /// A user.
@@ -356,10 +359,11 @@ impl Record for Inode {
 }
 impl Record for PartitionRecord {
     const WHAT: &'static str = "partition";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
         match version {
             1 => Ok(postcard_value::<PartitionV1>(Self::WHAT, body)?.into()),
+            2 => Ok(postcard_value::<PartitionV2>(Self::WHAT, body)?.into()),
             _ => postcard_value(Self::WHAT, body),
         }
     }
@@ -534,6 +538,42 @@ pub struct DurabilityCounts {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
+
+    #[test]
+    fn partitions_of_versions_1_and_2_load_with_one_copy_and_v3_round_trips() {
+        use maat_proto::msg::Credentials;
+        use maat_proto::protection::Protection;
+        // Version 1: id, name, protection.
+        let v1 = (3u64, "lab".to_string(), Protection::CmdRsp);
+        let mut bytes = vec![1u8];
+        bytes.extend(postcard::to_stdvec(&v1).unwrap());
+        let expected = PartitionRecord {
+            id: 3,
+            name: "lab".into(),
+            protection: Protection::CmdRsp,
+            credentials: Credentials::Maat,
+            replicas: 1,
+        };
+        assert_eq!(PartitionRecord::decode(&bytes).unwrap(), expected);
+        // Version 2: and the credential format; its objects have one copy.
+        let v2 = (
+            3u64,
+            "lab".to_string(),
+            Protection::CmdRsp,
+            Credentials::T10,
+        );
+        let mut bytes = vec![2u8];
+        bytes.extend(postcard::to_stdvec(&v2).unwrap());
+        let t10 = PartitionRecord {
+            credentials: Credentials::T10,
+            ..expected
+        };
+        assert_eq!(PartitionRecord::decode(&bytes).unwrap(), t10);
+        let three = PartitionRecord { replicas: 3, ..t10 };
+        let encoded = three.encode().unwrap();
+        assert_eq!(encoded.first(), Some(&3u8));
+        assert_eq!(PartitionRecord::decode(&encoded).unwrap(), three);
+    }
 
     #[test]
     fn users_of_version_1_load_with_the_default_umask_and_v2_round_trips() {

@@ -66,6 +66,7 @@ fn mds_predicting(
             encrypt_new_files: false,
             // These tests ask for the modes they mean.
             default_umask: 0,
+            default_replicas: 1,
         },
         MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
         &[0xad; 32],

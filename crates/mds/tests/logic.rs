@@ -32,6 +32,7 @@ fn config(ticket_millis: u64) -> MdsConfig {
         encrypt_new_files: false,
         // These tests ask for the modes they mean.
         default_umask: 0,
+        default_replicas: 1,
         ticket_lifetime_millis: ticket_millis,
         capability_lifetime_millis: 300_000,
         danger_allow_insecure: false,

@@ -782,3 +782,60 @@ fn access_answers_what_an_open_would() {
     assert_eq!(access(ADMIN_UID, 1), Err(ErrorCode::PermissionDenied));
     assert_eq!(access(ALICE, 8), Err(ErrorCode::InvalidArgument));
 }
+
+/// Issue 41: a partition's copies per object are chosen by the administrator at creation
+/// (1 to 7), and every user may ask every partition's count (to place every copy).
+#[test]
+fn partitions_keep_the_copies_the_administrator_chose_and_anyone_may_ask() {
+    let store = MemStore::default();
+    let m = mds(&store);
+    add_users(&store, &["alice"]);
+    let create = |uid: u64, name: &str, replicas: u8| {
+        call(
+            &m,
+            uid,
+            MdsRequest::PartitionCreateReplicated {
+                name: name.into(),
+                protection: maat_proto::protection::Protection::AllData,
+                replicas,
+            },
+            T0 + 10,
+        )
+    };
+    assert!(create(ADMIN_UID, "three", 3).is_ok());
+    assert!(create(ADMIN_UID, "seven", 7).is_ok());
+    for bad in [0, 8, 255] {
+        assert_eq!(
+            create(ADMIN_UID, "bad", bad).unwrap_err().code,
+            ErrorCode::InvalidArgument,
+            "{bad} copies"
+        );
+    }
+    assert_eq!(
+        create(ALICE, "mine", 2).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    // The old request makes one copy.
+    call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::PartitionCreate {
+            name: "one".into(),
+            protection: maat_proto::protection::Protection::AllData,
+        },
+        T0 + 10,
+    )
+    .unwrap();
+    let MdsResponse::PartitionCopies(all) =
+        call(&m, ALICE, MdsRequest::PartitionCopies, T0 + 20).unwrap()
+    else {
+        panic!("not PartitionCopies")
+    };
+    let default = all.iter().find(|(n, _)| n == "default").map(|(_, c)| *c);
+    // The test MDS makes `default` with one copy (its config says so).
+    assert_eq!(default, Some(1));
+    for (name, copies) in [("three", 3u8), ("seven", 7), ("one", 1)] {
+        assert!(all.contains(&(name.to_string(), copies)), "{name}: {all:?}");
+    }
+    assert!(!all.iter().any(|(n, _)| n == "bad" || n == "mine"));
+}

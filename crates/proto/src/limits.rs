@@ -26,6 +26,11 @@ pub const FILE_BYTES_MAX: u64 = 1 << 40;
 pub const PATH_BYTES_MAX: usize = 4096;
 /// Most nodes in one range-key grant (SPEC H4).
 pub const RANGE_GRANT_NODES_MAX: usize = 4096;
+/// Most copies a partition may keep of each object (issue 41).
+pub const REPLICAS_MAX: u8 = 7;
+/// Copies of each object in a new cluster's `default` partition (issue 41; fewer while
+/// the cluster has fewer OSDs).
+pub const REPLICAS_DEFAULT: u8 = 3;
 /// Number of T10 working-key slots per partition (paper 003 §5.5).
 pub const T10_WORKING_KEYS_PER_PARTITION: usize = 16;
 /// Length of request / session nonces.

@@ -86,6 +86,11 @@ pub struct MdsFileConfig {
     /// theirs alone until they run `maat umask`; issue 40).
     #[serde(default)]
     pub default_umask: Option<String>,
+    /// Copies of each object the `default` partition keeps, set when the MDS makes it (a
+    /// new cluster; 3 when unset, fewer while there are fewer OSDs; issue 41). Other
+    /// partitions choose theirs: `maat admin partition create NAME --replicas N`.
+    #[serde(default)]
+    pub default_replicas: Option<u8>,
 }
 
 /// `maat kds --config FILE`: a key distribution server (SPEC H4). It keeps no state: the
@@ -225,6 +230,23 @@ impl MdsFileConfig {
                     reason: format!("default_umask = {text:?}: expected octal bits like \"077\""),
                 }),
         }
+    }
+
+    /// Copies of each object in a new cluster's `default` partition.
+    pub fn default_replicas(&self) -> Result<u8, ServerError> {
+        let replicas = self
+            .default_replicas
+            .unwrap_or(maat_proto::limits::REPLICAS_DEFAULT);
+        if (1..=maat_proto::limits::REPLICAS_MAX).contains(&replicas) {
+            return Ok(replicas);
+        }
+        Err(ServerError::Config {
+            path: "mds config".into(),
+            reason: format!(
+                "default_replicas = {replicas}: expected 1 to {}",
+                maat_proto::limits::REPLICAS_MAX
+            ),
+        })
     }
 
     /// The grouping settings (SPEC M6), defaults filled in.

@@ -119,6 +119,7 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
         kds_keys: config.kds_keys()?,
         encrypt_new_files: config.encrypt_new_files,
         default_umask: config.default_umask()?,
+        default_replicas: config.default_replicas()?,
     };
     store.on_failure(env.store_failed_hook());
     #[cfg(feature = "sim")]

@@ -203,6 +203,29 @@ impl From<PartitionV1> for PartitionRecord {
             name: v.name,
             protection: v.protection,
             credentials: maat_proto::msg::Credentials::Maat,
+            replicas: 1,
+        }
+    }
+}
+
+/// A partition as version 2 stored it: before copies (issue 41), so its objects keep
+/// the one copy they have.
+#[derive(Deserialize)]
+pub(super) struct PartitionV2 {
+    id: u64,
+    name: String,
+    protection: maat_proto::protection::Protection,
+    credentials: maat_proto::msg::Credentials,
+}
+
+impl From<PartitionV2> for PartitionRecord {
+    fn from(v: PartitionV2) -> Self {
+        PartitionRecord {
+            id: v.id,
+            name: v.name,
+            protection: v.protection,
+            credentials: v.credentials,
+            replicas: 1,
         }
     }
 }

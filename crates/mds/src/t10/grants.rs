@@ -152,9 +152,9 @@ impl<S: MetaStore> Mds<S> {
         let (tag, revoked_at) =
             self.with_t10_revocations(|r| (r.tag(partition.id, file), r.revoked_at(partition.id)))?;
         let osds = self.store.osds()?;
-        let holders = want
-            .placed_size
-            .map(|size| maat_proto::placement::holders(&osds, file, size));
+        let holders = want.placed_size.map(|size| {
+            maat_proto::placement::holders(&osds, file, size, usize::from(partition.replicas))
+        });
         let mut grants = Vec::new();
         let (mut made, mut reused, mut skipped) = (0u64, 0u64, 0usize);
         for osd in osds {

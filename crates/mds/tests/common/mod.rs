@@ -202,6 +202,7 @@ pub fn mds(store: &MemStore) -> Mds<&MemStore> {
             encrypt_new_files: false,
             // These tests ask for the modes they mean.
             default_umask: 0,
+            default_replicas: 1,
         },
         MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99)),
         &[0xad; 32],

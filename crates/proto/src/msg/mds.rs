@@ -782,6 +782,21 @@ pub enum MdsRequest {
         /// What is asked (at most 7).
         mask: u8,
     },
+    /// Administrator: create a partition whose objects are kept in `replicas` copies on
+    /// distinct OSDs (issue 41; 1 to [`crate::limits::REPLICAS_MAX`]; fewer while the
+    /// cluster has fewer OSDs). Answer `Partitions`.
+    PartitionCreateReplicated {
+        /// Name.
+        name: String,
+        /// Method.
+        protection: crate::protection::Protection,
+        /// Copies of each object.
+        replicas: u8,
+    },
+    /// How many copies each partition keeps of its objects (issue 41): any logged-in
+    /// user asks, to place every copy of what it writes and read any copy. Answer
+    /// `PartitionCopies`.
+    PartitionCopies,
 }
 
 /// The longest symbolic link target (Linux's `PATH_MAX`).
@@ -904,6 +919,8 @@ impl MdsRequest {
             MdsRequest::KeysList { .. } => "keys_list",
             MdsRequest::Rekey { .. } => "rekey",
             MdsRequest::PartitionSetCredentials { .. } => "partition_set_credentials",
+            MdsRequest::PartitionCreateReplicated { .. } => "partition_create",
+            MdsRequest::PartitionCopies => "partition_copies",
             MdsRequest::T10KeysShow => "t10_keys_show",
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
             MdsRequest::T10RevokeObject { .. } => "t10_revoke_object",
@@ -1229,6 +1246,8 @@ pub enum MdsResponse {
     Umask(u16),
     /// A symbolic link's target (answers `Readlink`).
     Link(String),
+    /// Each partition's name and copies per object (answers `PartitionCopies`).
+    PartitionCopies(Vec<(String, u8)>),
 }
 
 /// What `maat admin keys revoke-object` did (SPEC T4 by policy access tag).
