@@ -115,6 +115,13 @@ pub enum PartitionCommand {
         /// CONFIDENTIAL (everything MACed and encrypted on the wire).
         #[arg(long, value_parser = crate::up::parse_protection)]
         security: maat_proto::protection::Protection,
+        /// Copies of each object, each on a different OSD and on different hosts while
+        /// there are enough (issue 41). A write is acknowledged once every copy is on
+        /// disk; a read fails over to another copy. Fewer are kept while the cluster has
+        /// fewer OSDs. Fixed at creation (changing it needs recovery, not built yet).
+        #[arg(long, default_value_t = maat_proto::limits::REPLICAS_DEFAULT,
+              value_parser = clap::value_parser!(u8).range(1..=i64::from(maat_proto::limits::REPLICAS_MAX)))]
+        replicas: u8,
     },
     /// Change a partition's method (capabilities already issued keep theirs until expiry).
     SetSecurity {
@@ -269,9 +276,17 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
             }
         },
         AdminCommand::Partition { command } => match command {
-            PartitionCommand::Create { name, security } => {
-                c.partition_create(&name, security)?;
-                eprintln!("created partition {name} ({security}); put files in it with `maat mkdir --partition {name} DIR`");
+            PartitionCommand::Create {
+                name,
+                security,
+                replicas,
+            } => {
+                c.partition_create_replicated(&name, security, replicas)?;
+                let osds = c.cluster_map()?.osds.len();
+                eprintln!("created partition {name} ({security}, {replicas} copies of each object); put files in it with `maat mkdir --partition {name} DIR`");
+                if osds < usize::from(replicas) {
+                    eprintln!("note: the cluster has {osds} OSDs, so its objects get {osds} copies until more join");
+                }
             }
             PartitionCommand::SetSecurity { name, security } => {
                 c.partition_set_security(&name, security)?;
@@ -285,14 +300,33 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                 );
             }
             PartitionCommand::List => {
-                say!("{:>4}  {:<24} {:<13} credentials", "id", "name", "security");
+                let copies = c.partitions_copies()?;
+                let osds = c.cluster_map()?.osds.len();
+                say!(
+                    "{:>4}  {:<24} {:<13} {:<12} copies",
+                    "id",
+                    "name",
+                    "security",
+                    "credentials"
+                );
                 for p in c.partitions()? {
+                    let wanted = copies
+                        .iter()
+                        .find(|(name, _)| *name == p.name)
+                        .map_or(1, |(_, n)| *n);
+                    let kept = usize::from(wanted).min(osds);
+                    let shown = if kept < usize::from(wanted) {
+                        format!("{kept} of {wanted} (too few OSDs)")
+                    } else {
+                        wanted.to_string()
+                    };
                     say!(
-                        "{:>4}  {:<24} {:<13} {}",
+                        "{:>4}  {:<24} {:<13} {:<12} {}",
                         p.id,
                         p.name,
                         p.protection.to_string(),
-                        p.credentials.name()
+                        p.credentials.name(),
+                        shown
                     );
                 }
             }

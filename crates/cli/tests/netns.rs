@@ -221,14 +221,15 @@ fn put_and_get_across_five_network_namespaces() {
         String::from_utf8_lossy(&get.stderr)
     );
     assert_eq!(std::fs::read(d.join("out.bin")).unwrap(), data);
-    // The data really crossed to the OSD hosts: a 2 MB file has 4 stripes over 3 OSDs.
+    // The data really crossed to the OSD hosts: a 2 MB file has 4 stripes, each kept in
+    // three copies (the default), one on each of the 3 OSD hosts.
     let stats = net.client(4, d, &["stats", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     let written: u64 = ["osd 1", "osd 2", "osd 3"]
         .iter()
         .map(|k| v[*k]["bytes_written"].as_u64().unwrap())
         .sum();
-    assert_eq!(written, data.len() as u64);
+    assert_eq!(written, 3 * data.len() as u64);
     // The hosts really are apart: from the client's namespace nothing listens on its own
     // loopback at the MDS port, so the traffic above went over the veth links.
     let probe = Command::new("ip")

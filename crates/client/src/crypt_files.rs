@@ -80,7 +80,17 @@ impl Client {
                 Err(e) => return Err(e),
             };
             let expected = (size - start).min(STRIPE_UNIT_BYTES);
-            out.push(crypt.open(s, sealed, expected, need.clone())?);
+            let plain = match crypt.open(s, sealed, expected, need.clone()) {
+                // A copy whose blocks fail authentication: another copy's may pass
+                // (issue 41).
+                Err(e @ ClientError::Integrity { .. }) => self
+                    .read_other_copies(&opened, s, full, |other| {
+                        crypt.open(s, other, expected, need.clone())
+                    })
+                    .ok_or(e)?,
+                other => other?,
+            };
+            out.push(plain);
         }
         Ok(out)
     }

@@ -197,7 +197,7 @@ impl Client {
     /// `calls`.
     /// A request refused at the envelope (unknown session, stale timestamp) was not
     /// applied: it is retried alone through [`Client::osd_call`], which renegotiates.
-    pub(crate) fn parallel(
+    pub(crate) fn parallel_exact(
         &self,
         opened: &Opened,
         calls: Vec<(u64, OsdRequest)>,
@@ -205,6 +205,8 @@ impl Client {
         let insecure = self.insecure_for(opened)?;
         let mut lanes: Vec<Lane> = Vec::new();
         let mut per_osd: Vec<(u64, usize)> = Vec::new();
+        let mut unreachable: Vec<(u64, ClientError)> = Vec::new();
+        let mut failed: Vec<(usize, Result<OsdResponse>)> = Vec::new();
         for (index, (osd, request)) in calls.into_iter().enumerate() {
             // The n-th request to an OSD goes on its lane n mod LANES_PER_OSD.
             let slot = match per_osd.iter_mut().find(|(o, _)| *o == osd) {
@@ -221,11 +223,27 @@ impl Client {
                 lane.calls.push((index, request));
                 continue;
             }
-            if insecure.is_none() {
-                self.prepare_capability(osd, &request.capability)?;
+            // An OSD that cannot be reached (no session, no trees supplied) fails its
+            // requests, not the batch: another copy may serve them (issue 41).
+            if let Some((_, e)) = unreachable.iter().find(|(o, _)| *o == osd) {
+                failed.push((index, Err(e.again())));
+                continue;
             }
-            let auth = self.auth_for(osd, &request, insecure)?;
-            let address = self.osd_entry(osd)?.address;
+            let ready = (|| {
+                if insecure.is_none() {
+                    self.prepare_capability(osd, &request.capability)?;
+                }
+                let auth = self.auth_for(osd, &request, insecure)?;
+                Ok::<_, ClientError>((auth, self.osd_entry(osd)?.address))
+            })();
+            let (auth, address) = match ready {
+                Ok(ready) => ready,
+                Err(e) => {
+                    failed.push((index, Err(e.again())));
+                    unreachable.push((osd, e));
+                    continue;
+                }
+            };
             let conn = self.connections.take(&self.network, &address);
             lanes.push(Lane {
                 osd,
@@ -257,7 +275,7 @@ impl Client {
         // A thread per lane (one lane: the caller's); in a simulation, a simulated task
         // per lane, interleaved by the scheduler like the threads they are.
         self.network.run_lanes(&mut lanes, &run);
-        let mut answers = Vec::new();
+        let mut answers = failed;
         let mut renewed: Vec<u64> = Vec::new();
         for lane in lanes {
             self.stats.lock().requests += lane.calls.len() as u64;
@@ -288,7 +306,7 @@ impl Client {
                                 s.osd_sessions.retain(|o| o.osd != lane.osd);
                             }
                         }
-                        self.data_call(opened, lane.osd, request)
+                        self.data_call_exact(opened, lane.osd, request)
                     }
                     other => other,
                 };
@@ -307,13 +325,15 @@ impl Client {
     }
 
     #[doc(hidden)]
-    /// Where stripe `stripe` of `file` lives (SPEC T8: computed, not looked up).
+    /// Where the first copy of stripe `stripe` of `file` lives (SPEC T8: computed, not
+    /// looked up); [`Client::copies_of`] gives every copy.
     pub fn place(&self, file: u64, stripe: u32) -> Result<u64> {
         let map = self.cluster_map()?;
         placement::place(&map, file, stripe).ok_or(ClientError::NoOsds)
     }
 
-    /// The object holding stripe `stripe` of an opened file, and the OSD it lives on.
+    /// The object holding stripe `stripe` of an opened file, and the OSD of its first
+    /// copy ([`Client::parallel`] and [`Client::data_call`] reach the others).
     pub(crate) fn stripe_target(&self, opened: &Opened, stripe: u32) -> Result<(u64, ObjectId)> {
         let object = ObjectId {
             partition: DATA_PARTITION,
@@ -325,7 +345,7 @@ impl Client {
 
     /// A data request for an opened file: protected as its partition requires, or NOSEC
     /// for a NOSEC partition (which only a cluster with the danger flag has).
-    pub(crate) fn data_call(
+    pub(crate) fn data_call_exact(
         &self,
         opened: &Opened,
         osd: u64,

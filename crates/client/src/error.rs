@@ -105,3 +105,29 @@ impl ClientError {
         }
     }
 }
+
+impl ClientError {
+    /// The same failure again, for another request that met it (a peer that could not
+    /// be reached fails every request sent its way). Kinds that carry what cannot be
+    /// copied (an I/O error) keep their kind and message.
+    pub(crate) fn again(&self) -> ClientError {
+        match self {
+            ClientError::Refused(w) => ClientError::Refused(w.clone()),
+            ClientError::Net { address, source } => ClientError::Net {
+                address: address.clone(),
+                source: match source {
+                    NetError::Io(e) => NetError::Io(std::io::Error::new(e.kind(), e.to_string())),
+                    NetError::Closed => NetError::Closed,
+                    NetError::Resolve(name) => NetError::Resolve(name.clone()),
+                    other => NetError::Io(std::io::Error::other(other.to_string())),
+                },
+            },
+            ClientError::BadAnswer { address, reason } => ClientError::BadAnswer {
+                address: address.clone(),
+                reason: reason.clone(),
+            },
+            ClientError::NoOsds => ClientError::NoOsds,
+            other => ClientError::Internal(other.to_string()),
+        }
+    }
+}

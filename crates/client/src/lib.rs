@@ -17,6 +17,7 @@ mod rng;
 pub(crate) use clock::LocalClock;
 pub use clock::{local_now, ClockFn, SleepFn};
 pub use error::ClientError;
+mod copies;
 mod crypt;
 mod crypt_files;
 pub use crypt::FILE_KEYS_CACHED_MAX;
@@ -102,6 +103,12 @@ pub struct ClientStats {
     /// Renewal tokens received (SPEC M8).
     #[serde(default)]
     pub renewals: u64,
+    /// Reads answered by another copy after the first could not serve (issue 41).
+    #[serde(default)]
+    pub copy_failovers: u64,
+    /// Copies a change did not reach, so the change was refused (issue 41).
+    #[serde(default)]
+    pub copies_failed: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.
@@ -151,6 +158,9 @@ pub struct Client {
     connections: Arc<Pool>,
     /// The cluster map, once fetched (shared as the connections are).
     map: Arc<Locked<Option<ClusterMap>>>,
+    /// Copies per object of each partition, by name, as the MDS said (issue 41; shared
+    /// as the map is).
+    copies: Arc<Locked<HashMap<String, u8>>>,
     session: Locked<Option<SessionState>>,
     /// Read opens (SPEC M5); the newest go into the session file with it.
     opened: Locked<machines::OpenCache>,
@@ -228,6 +238,7 @@ impl Client {
             home,
             connections: Arc::default(),
             map: Arc::default(),
+            copies: Arc::default(),
             session: Locked::new(session),
             opened: Locked::new(opened),
             mds_key,
@@ -273,6 +284,7 @@ impl Client {
         other.clock = self.clock.clone();
         other.connections = Arc::clone(&self.connections);
         other.map = Arc::clone(&self.map);
+        other.copies = Arc::clone(&self.copies);
         other.key_level = self.key_level;
         other.key_prefetch = self.key_prefetch;
         // Drawn from this client's generators: a simulation stays repeatable.

@@ -12,6 +12,10 @@ impl Client {
         match self.mds_call(MdsRequest::ClusterMap)? {
             MdsResponse::ClusterMap(m) => {
                 *self.map.lock() = Some(m.clone());
+                // The other input of placement, fetched with the map so that a client
+                // holding the map can place every copy while the MDS is away (issue 41).
+                // A failure here is met again, and reported, where a copy is placed.
+                let _prefetched = self.partition_copies("default");
                 Ok(m)
             }
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -56,13 +60,41 @@ impl Client {
         })
     }
 
-    /// Administrator: creates a partition with a protection method.
+    /// Administrator: creates a partition with a protection method, its objects kept in
+    /// one copy.
     pub fn partition_create(&self, name: &str, protection: Protection) -> Result<()> {
         self.mds_call(MdsRequest::PartitionCreate {
             name: name.into(),
             protection,
         })
         .map(drop)
+    }
+
+    /// Administrator: creates a partition with a protection method whose objects are
+    /// kept in `replicas` copies on distinct OSDs (issue 41).
+    pub fn partition_create_replicated(
+        &self,
+        name: &str,
+        protection: Protection,
+        replicas: u8,
+    ) -> Result<()> {
+        self.mds_call(MdsRequest::PartitionCreateReplicated {
+            name: name.into(),
+            protection,
+            replicas,
+        })
+        .map(drop)
+    }
+
+    /// Each partition's name and copies per object (issue 41), asked anew.
+    pub fn partitions_copies(&self) -> Result<Vec<(String, u8)>> {
+        match self.mds_call(MdsRequest::PartitionCopies)? {
+            MdsResponse::PartitionCopies(all) => {
+                self.copies.lock().extend(all.iter().cloned());
+                Ok(all)
+            }
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
     }
 
     /// Administrator: changes a partition's protection method.

@@ -21,6 +21,9 @@ pub use crate::limits::{RESERVED_DIRECTORIES_MAX, RESERVE_RETRY_MILLIS};
 /// acting (none: the session's user), so that a switch of mode finds its own.
 pub(crate) type Key = (String, bool, Option<u64>);
 
+/// A reserved id, the capability over it, its method and its directory's partition.
+type ReservedId = (u64, Vec<u8>, maat_proto::protection::Protection, String);
+
 /// What this client holds for one directory.
 pub(crate) enum Reserved {
     /// Ids `next..end` to use, under `capability`, until `expiry` (protocol time, ms).
@@ -29,6 +32,9 @@ pub(crate) enum Reserved {
         end: u64,
         capability: Vec<u8>,
         protection: maat_proto::protection::Protection,
+        /// The directory's partition, which the files inherit (where their copies go:
+        /// issue 41).
+        partition: String,
         expiry: u64,
         /// Lifetime when received: ids are not used in its second half, so that a
         /// link never races the expiry.
@@ -98,7 +104,7 @@ impl Client {
     ) -> Result<Option<FileStat>> {
         let began = self.now();
         let dir = directory_of(path);
-        let Some((id, capability, protection)) = self.reserved_id(dir, sealed)? else {
+        let Some((id, capability, protection, partition)) = self.reserved_id(dir, sealed)? else {
             return Ok(None);
         };
         let size = data.len() as u64;
@@ -111,7 +117,7 @@ impl Client {
                 group: String::new(),
                 size: 0,
                 mtime: 0,
-                partition: String::new(),
+                partition,
                 protection,
                 encrypted: sealed,
                 crypt: sealed.then(maat_proto::file_crypt::FileCrypt::default),
@@ -204,11 +210,7 @@ impl Client {
     /// The next reserved id for a put in `dir` (of an encrypted file when `sealed`), its
     /// capability and method, reserving a new block when none is left or the held one
     /// is in the second half of its lifetime; `None` when the MDS reserves nothing there.
-    fn reserved_id(
-        &self,
-        dir: &str,
-        sealed: bool,
-    ) -> Result<Option<(u64, Vec<u8>, maat_proto::protection::Protection)>> {
+    fn reserved_id(&self, dir: &str, sealed: bool) -> Result<Option<ReservedId>> {
         let now = self.now();
         let key = (dir.to_string(), sealed, self.insecure_user);
         {
@@ -219,12 +221,18 @@ impl Client {
                     end,
                     capability,
                     protection,
+                    partition,
                     expiry,
                     lifetime,
                 }) if *next < *end && expiry.saturating_sub(now) > *lifetime / 2 => {
                     let id = *next;
                     *next += 1;
-                    return Ok(Some((id, capability.clone(), *protection)));
+                    return Ok(Some((
+                        id,
+                        capability.clone(),
+                        *protection,
+                        partition.clone(),
+                    )));
                 }
                 Some(Reserved::Refused { until }) if *until > now => return Ok(None),
                 _ => {}
@@ -243,16 +251,19 @@ impl Client {
                 expiry,
             }) => {
                 let end = first.saturating_add(u64::from(count));
+                // The files inherit the directory's partition, hence its copies.
+                let partition = self.stat(dir)?.partition;
                 (first < end)
                     .then(|| Reserved::Ids {
                         next: first + 1,
                         end,
                         capability: capability.clone(),
                         protection,
+                        partition: partition.clone(),
                         expiry: expiry.0,
                         lifetime: expiry.0.saturating_sub(now),
                     })
-                    .map(|r| (r, (first, capability, protection)))
+                    .map(|r| (r, (first, capability, protection, partition)))
             }
             Ok(_) => return Err(self.bad("mds", "unexpected answer to Reserve")),
             Err(ClientError::Refused(_)) => None,

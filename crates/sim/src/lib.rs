@@ -545,6 +545,41 @@ impl SimCluster {
         Ok(())
     }
 
+    /// OSD `id` loses its disk's objects (issue 41: a replaced disk): stopped, every
+    /// object file deleted (its identity and T10 keys stay, as an OSD re-made under the
+    /// same id would have them), started again as [`SimCluster::restart_osd`] does.
+    /// Returns how many object files went.
+    pub fn lose_osd_objects(&mut self, id: u64) -> Result<usize, SimError> {
+        let objects = {
+            let osds = locked(&self.daemons.osds);
+            let slot = usize::try_from(id)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| osds.get(i))
+                .ok_or_else(|| setup(format!("no osd {id}")))?;
+            slot.config.data_dir.join("objects")
+        };
+        self.net.detach(&osd_address(id));
+        let mut lost = 0;
+        let mut stack = vec![objects];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry.map_err(setup)?.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    std::fs::remove_file(&path).map_err(setup)?;
+                    lost += 1;
+                }
+            }
+        }
+        self.restart_osd(id)?;
+        Ok(lost)
+    }
+
     /// OSD `id`.
     pub fn osd(&self, id: u64) -> Option<Arc<OsdNode>> {
         locked(&self.daemons.osds)

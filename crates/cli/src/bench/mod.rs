@@ -366,6 +366,13 @@ pub enum BenchCommand {
         /// writer reads back what it wrote, as `rados bench` does.
         #[arg(long)]
         cold_readers: bool,
+        /// Copies of each object, on distinct OSDs (issue 41): 1 compares with a
+        /// `rados bench` pool of size 1, 3 with Ceph's default of three copies
+        /// (`POOL_SIZE=3 NUM_OSDS=3` in `../shared/peers/ceph/run.sh`). A write is
+        /// acknowledged once every copy is durable.
+        #[arg(long, default_value_t = 1,
+              value_parser = clap::value_parser!(u8).range(1..=i64::from(maat_proto::limits::REPLICAS_MAX)))]
+        replicas: u8,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -391,6 +398,9 @@ struct LocalCluster {
     local: maat_local::LocalCluster,
     data: PathBuf,
     file: ClusterFile,
+    /// Copies of each object in the partitions it makes (issue 41; 1, the papers'
+    /// shape, unless `--replicas` was passed to `maat up`).
+    replicas: u8,
 }
 
 impl LocalCluster {
@@ -402,10 +412,21 @@ impl LocalCluster {
     fn start_with(data: Option<PathBuf>, extra: &[&str]) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let mut args: Vec<&str> = Vec::new();
-        // Four OSDs unless the caller names a count.
+        // Four OSDs unless the caller names a count; one copy of each object (the
+        // papers measured one) unless it names a number of copies.
         if !extra.contains(&"--osds") {
             args.extend(["--osds", "4"]);
         }
+        let replicas = match extra.iter().position(|a| *a == "--replicas") {
+            Some(i) => extra
+                .get(i + 1)
+                .and_then(|r| r.parse::<u8>().ok())
+                .ok_or_else(|| anyhow::anyhow!("--replicas needs a number"))?,
+            None => {
+                args.extend(["--replicas", "1"]);
+                1
+            }
+        };
         args.extend([
             "--listen",
             "127.0.0.1:0",
@@ -423,7 +444,12 @@ impl LocalCluster {
             .context("starting the local cluster")?;
         let file = local.cluster_file()?;
         let data = local.data().to_path_buf();
-        Ok(Self { local, data, file })
+        Ok(Self {
+            local,
+            data,
+            file,
+            replicas,
+        })
     }
 
     /// Adds users `{prefix}{i}` for `i` in `range` (Argon2id defaults, as the MDS
@@ -496,6 +522,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
             rounds,
             data,
             cold_readers,
+            replicas,
             json,
         } => objects::run_objects(
             size,
@@ -503,6 +530,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
             seconds,
             &security,
             rounds,
+            replicas,
             data,
             cold_readers,
             json,

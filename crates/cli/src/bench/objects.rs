@@ -143,7 +143,7 @@ fn objects_mode(
             Mode::Method(m) => {
                 let name = format!("bench-{tag}");
                 if !admin.partitions()?.iter().any(|p| p.name == name) {
-                    admin.partition_create(&name, m)?;
+                    admin.partition_create_replicated(&name, m, cluster.replicas)?;
                 }
                 Some(name)
             }
@@ -275,6 +275,7 @@ pub(super) fn run_objects(
     seconds: u64,
     methods: &[Mode],
     rounds: u32,
+    replicas: u8,
     data: Option<PathBuf>,
     cold: bool,
     json: bool,
@@ -288,7 +289,8 @@ pub(super) fn run_objects(
     if methods.is_empty() {
         bail!("--security names no method");
     }
-    let cluster = LocalCluster::start(data)?;
+    let copies = replicas.to_string();
+    let cluster = LocalCluster::start_with(data, &["--replicas", &copies])?;
     // An untimed warm-up round: the first mode to run otherwise pays for growing every
     // daemon's heap and the page cache (measured: the first mode ran ~35% slower than
     // the same mode run later).
@@ -371,10 +373,12 @@ pub(super) fn run_objects(
         obj.insert("threads".into(), threads.into());
         obj.insert("seconds".into(), seconds.into());
         obj.insert("cold_readers".into(), cold.into());
+        obj.insert("replicas".into(), replicas.into());
         say!("{}", serde_json::Value::Object(obj));
     } else {
         say!(
-            "objects of {size} B, {threads} threads, {seconds} s of writes per method and round, means over {rounds} rounds in alternating order; {}",
+            "objects of {size} B in {replicas} cop{} each, {threads} threads, {seconds} s of writes per method and round, means over {rounds} rounds in alternating order; {}",
+            if replicas == 1 { "y" } else { "ies" },
             if cold {
                 "cold readers (every get opens at the MDS, encrypted ones ask the KDS)"
             } else {

@@ -8,16 +8,19 @@
 //! decision is tested by calling it with chosen times and answers.
 //!
 //! So far: the capabilities held and their renewal (SPEC M8, [`held`]), the read opens
-//! kept (SPEC M5, [`open_cache`]) and the dating of T10 requests (SPEC T7,
-//! [`t10_clock`]). Still in the driver and to move here: sessions, jobs, the key store,
-//! placement and striping.
+//! kept (SPEC M5, [`open_cache`]), the dating of T10 requests (SPEC T7, [`t10_clock`])
+//! and object requests over an object's copies (issue 41, [`copies`]; where the copies
+//! are is `maat_proto::placement`). Still in the driver and to move here: sessions,
+//! jobs, the key store and striping.
 //!
 //! [`Client`]: crate::Client
 
+pub(crate) mod copies;
 pub(crate) mod held;
 pub(crate) mod open_cache;
 pub(crate) mod t10_clock;
 
+pub(crate) use copies::{change_outcome, CopyAnswer, ReadOverCopies, ReadStep};
 pub use held::RenewalOutcome;
 pub(crate) use held::{AfterExpired, HeldCapabilities};
 pub(crate) use open_cache::{OpenCache, OpenedEntry};
@@ -26,8 +29,9 @@ pub(crate) use t10_clock::T10Clock;
 #[cfg(test)]
 mod tests {
     /// Every file of this module, by name.
-    const FILES: [(&str, &str); 4] = [
+    const FILES: [(&str, &str); 5] = [
         ("mod.rs", include_str!("mod.rs")),
+        ("copies.rs", include_str!("copies.rs")),
         ("held.rs", include_str!("held.rs")),
         ("open_cache.rs", include_str!("open_cache.rs")),
         ("t10_clock.rs", include_str!("t10_clock.rs")),

@@ -1,0 +1,251 @@
+//! Issue 41: object requests over every copy of the object. A partition keeps each of its
+//! objects in N copies on distinct OSDs (the top N of the rendezvous, on distinct hosts
+//! while there are enough: `maat_proto::placement::copies_among`). A change goes to
+//! every copy, in parallel, and is acknowledged only when every copy took it (each OSD
+//! checks the client's capability itself: no OSD acts on another's word); a read goes to
+//! the first copy and fails over to the next on a missing object, a damaged one, an
+//! unreachable OSD or an answer that does not authenticate. The decisions are
+//! `machines::copies`; this is their driver.
+
+use super::*;
+use machines::{change_outcome, CopyAnswer, ReadOverCopies, ReadStep};
+
+impl Client {
+    #[doc(hidden)]
+    /// The OSDs holding the copies of stripe `stripe` of `file` in partition `partition`
+    /// (by name), first copy first.
+    pub fn copies_of(&self, partition: &str, file: u64, stripe: u32) -> Result<Vec<u64>> {
+        let map = self.cluster_map()?;
+        let n = self.partition_copies(partition)?;
+        let copies = placement::copies_among(&map.osds, file, stripe, usize::from(n));
+        if copies.is_empty() {
+            return Err(ClientError::NoOsds);
+        }
+        Ok(copies)
+    }
+
+    /// How many copies partition `partition` keeps of each object: asked of the MDS once,
+    /// and again for a partition made since. An MDS from before copies keeps one. A file
+    /// reached through a job's handle (SPEC M10) comes with no partition: the most any
+    /// partition keeps, so that a read tries every copy there may be.
+    pub(crate) fn partition_copies(&self, partition: &str) -> Result<u8> {
+        let known = |table: &HashMap<String, u8>| match partition {
+            "" => table.values().max().copied(),
+            name => table.get(name).copied(),
+        };
+        if let Some(n) = known(&self.copies.lock()) {
+            return Ok(n);
+        }
+        let all = match self.mds_call(MdsRequest::PartitionCopies) {
+            Ok(MdsResponse::PartitionCopies(all)) => all,
+            Ok(_) => return Err(self.bad("mds", "unexpected answer")),
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::Malformed => {
+                // An MDS that does not know the request keeps one copy of everything.
+                return Ok(1);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut table = self.copies.lock();
+        table.extend(all);
+        known(&table)
+            .ok_or_else(|| self.bad("mds", "a file's partition is not in the partition list"))
+    }
+
+    /// The copies a request reaches: every copy of its object, first copy first, or
+    /// `[osd]` for a request that names no object of the file.
+    fn reach(&self, opened: &Opened, osd: u64, request: &OsdRequest) -> Result<Vec<u64>> {
+        match object_of(&request.command) {
+            Some(object) if object.file == opened.stat.id => {
+                self.copies_of(&opened.stat.partition, object.file, object.stripe)
+            }
+            _ => Ok(vec![osd]),
+        }
+    }
+
+    /// Runs the object requests `calls` (first copy's OSD, request) for `opened`: every
+    /// change on every copy of its object, every read on the first copy and, when that
+    /// fails in a way another copy may not, on the next ([`machines::copies`]). Answers in
+    /// the order of `calls`, as [`Client::parallel_exact`] gives them.
+    pub(crate) fn parallel(
+        &self,
+        opened: &Opened,
+        calls: Vec<(u64, OsdRequest)>,
+    ) -> Result<Vec<Result<OsdResponse>>> {
+        enum Plan {
+            /// A change: its answers are `exact[range]`.
+            Every(std::ops::Range<usize>),
+            /// A read (or a change of an object with one copy): its first answer is
+            /// `exact[at]`; the request and copies to ask more.
+            One(usize, OsdRequest, Vec<u64>),
+        }
+        let mut exact: Vec<(u64, OsdRequest)> = Vec::with_capacity(calls.len());
+        let mut plans = Vec::with_capacity(calls.len());
+        for (osd, request) in calls {
+            let copies = self.reach(opened, osd, &request)?;
+            if copies.len() > 1 && changes(&request.command) {
+                let start = exact.len();
+                for copy in copies {
+                    exact.push((copy, request.clone()));
+                }
+                plans.push(Plan::Every(start..exact.len()));
+            } else {
+                let first = copies.first().copied().unwrap_or(osd);
+                plans.push(Plan::One(exact.len(), request.clone(), copies));
+                exact.push((first, request));
+            }
+        }
+        let mut answers: Vec<Option<Result<OsdResponse>>> = self
+            .parallel_exact(opened, exact)?
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut out = Vec::with_capacity(plans.len());
+        for plan in plans {
+            match plan {
+                Plan::Every(range) => {
+                    let mut got: Vec<Result<OsdResponse>> = range
+                        .filter_map(|i| answers.get_mut(i).and_then(Option::take))
+                        .collect();
+                    let kinds: Vec<CopyAnswer> = got.iter().map(classify).collect();
+                    let stands = change_outcome(&kinds)
+                        .ok_or_else(|| ClientError::Internal("a change with no copy".into()))?;
+                    self.note_copies_failed(&kinds);
+                    out.push(got.swap_remove(stands));
+                }
+                Plan::One(at, request, copies) => {
+                    let first = answers
+                        .get_mut(at)
+                        .and_then(Option::take)
+                        .ok_or_else(|| ClientError::Internal("a read with no answer".into()))?;
+                    out.push(self.read_on(opened, &request, ReadOverCopies::new(copies), first));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One object request for `opened` ([`Client::parallel`] for one: a change on every
+    /// copy at once, a read on one copy at a time until one serves).
+    pub(crate) fn data_call(
+        &self,
+        opened: &Opened,
+        osd: u64,
+        request: OsdRequest,
+    ) -> Result<OsdResponse> {
+        let copies = self.reach(opened, osd, &request)?;
+        if copies.len() > 1 && changes(&request.command) {
+            return self
+                .parallel(opened, vec![(osd, request)])?
+                .pop()
+                .unwrap_or_else(|| Err(ClientError::Internal("no answer".into())));
+        }
+        let read = ReadOverCopies::new(copies);
+        let first = read.first().unwrap_or(osd);
+        let answer = self.data_call_exact(opened, first, request.clone());
+        self.read_on(opened, &request, read, answer)
+    }
+
+    /// A read's answer from its first copy, and from the next while one may do better.
+    fn read_on(
+        &self,
+        opened: &Opened,
+        request: &OsdRequest,
+        mut read: ReadOverCopies,
+        first: Result<OsdResponse>,
+    ) -> Result<OsdResponse> {
+        let mut answers = vec![first];
+        loop {
+            let kind = answers.last().map(classify).unwrap_or(CopyAnswer::Failed);
+            match read.answer(kind) {
+                ReadStep::Ask(osd) => {
+                    self.stats.lock().copy_failovers += 1;
+                    answers.push(self.data_call_exact(opened, osd, request.clone()));
+                }
+                ReadStep::Stand(n) => {
+                    if n >= answers.len() {
+                        return Err(ClientError::Internal("a read stood on no answer".into()));
+                    }
+                    return answers.swap_remove(n);
+                }
+            }
+        }
+    }
+
+    /// Issue 41: stripe `stripe` of `opened` (`length` bytes at most) read from each copy
+    /// but the first until `check` accepts one: the first copy's bytes failed a check
+    /// only the client can make (an encrypted block's authentication, SPEC H2). `None`
+    /// when no other copy passes (or there is none): the caller's error stands.
+    pub(crate) fn read_other_copies<T>(
+        &self,
+        opened: &Opened,
+        stripe: u32,
+        length: u64,
+        mut check: impl FnMut(Vec<u8>) -> Result<T>,
+    ) -> Option<T> {
+        let (_, object) = self.stripe_target(opened, stripe).ok()?;
+        let copies = self
+            .copies_of(&opened.stat.partition, object.file, stripe)
+            .ok()?;
+        for osd in copies.into_iter().skip(1) {
+            self.stats.lock().copy_failovers += 1;
+            let request = crate::data::read_request(opened, object, length);
+            if let Ok(OsdResponse::Data(bytes)) = self.data_call_exact(opened, osd, request) {
+                if let Ok(accepted) = check(bytes) {
+                    return Some(accepted);
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts the copies a change did not reach (recovery of them is not built yet:
+    /// the change is refused, and written again by whoever retries it).
+    fn note_copies_failed(&self, kinds: &[CopyAnswer]) {
+        let failed = kinds.iter().filter(|k| **k == CopyAnswer::Failed).count();
+        if failed > 0 && failed < kinds.len() {
+            self.stats.lock().copies_failed += failed as u64;
+        }
+    }
+}
+
+/// The object a data request names, if any.
+fn object_of(command: &OsdCommand) -> Option<ObjectId> {
+    match command {
+        OsdCommand::Create { object }
+        | OsdCommand::Remove { object }
+        | OsdCommand::Read { object, .. }
+        | OsdCommand::Write { object, .. }
+        | OsdCommand::Append { object, .. }
+        | OsdCommand::GetAttributes { object }
+        | OsdCommand::SetAttributes { object, .. } => Some(*object),
+        _ => None,
+    }
+}
+
+/// Whether a request changes its object (so goes to every copy).
+fn changes(command: &OsdCommand) -> bool {
+    matches!(
+        command,
+        OsdCommand::Create { .. }
+            | OsdCommand::Remove { .. }
+            | OsdCommand::Write { .. }
+            | OsdCommand::Append { .. }
+            | OsdCommand::SetAttributes { .. }
+    )
+}
+
+/// How one copy's answer counts ([`CopyAnswer`]).
+fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
+    match answer {
+        Ok(_) => CopyAnswer::Done,
+        Err(ClientError::Refused(e)) => match e.code {
+            ErrorCode::NoSuchObject => CopyAnswer::Missing,
+            ErrorCode::ObjectDamaged | ErrorCode::Internal | ErrorCode::Busy => CopyAnswer::Failed,
+            _ => CopyAnswer::Refused,
+        },
+        Err(
+            ClientError::Net { .. } | ClientError::BadAnswer { .. } | ClientError::Crypto { .. },
+        ) => CopyAnswer::Failed,
+        Err(_) => CopyAnswer::Refused,
+    }
+}

@@ -1,0 +1,140 @@
+//! Issue 41: one object request over the copies of the object. A change (write, remove,
+//! attributes) goes to every copy and stands only if every copy took it; a read goes to
+//! the first copy and fails over, copy by copy, while the answers say another copy may
+//! do better (missing, damaged, unreachable), never when they say the request itself is
+//! refused (a permission, a capability), which every copy would say alike.
+//!
+//! The driver classifies each copy's answer as a [`CopyAnswer`], and these functions say
+//! which copy to ask next and which answer stands for the request.
+
+/// How one copy's answer counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyAnswer {
+    /// Served.
+    Done,
+    /// The copy does not hold the object (never written there, or its disk was lost).
+    Missing,
+    /// The copy could not serve: unreachable, damaged, a bad or undecodable answer.
+    Failed,
+    /// Refused for a reason every copy shares (permissions, capability, arguments).
+    Refused,
+}
+
+/// Which of every copy's answers to a change stands for it: the first refusal or
+/// failure when there is one (the change did not reach every copy), else the first
+/// copy that did it, else (every copy lacked the object) the first. `None` for no
+/// answers.
+pub(crate) fn change_outcome(answers: &[CopyAnswer]) -> Option<usize> {
+    let failed = answers
+        .iter()
+        .position(|a| matches!(a, CopyAnswer::Failed | CopyAnswer::Refused));
+    let done = answers.iter().position(|a| *a == CopyAnswer::Done);
+    failed
+        .or(done)
+        .or(if answers.is_empty() { None } else { Some(0) })
+}
+
+/// What a read over copies does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadStep {
+    /// Ask this copy (an OSD id).
+    Ask(u64),
+    /// Stop: the answer of the `n`-th copy asked (from 0) stands.
+    Stand(usize),
+}
+
+/// A read of one object over its copies, first copy first.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadOverCopies {
+    copies: Vec<u64>,
+    /// Answers so far, one per copy asked, in order.
+    answers: Vec<CopyAnswer>,
+}
+
+impl ReadOverCopies {
+    /// A read of an object held by `copies` (OSD ids, first copy first).
+    pub(crate) fn new(copies: Vec<u64>) -> Self {
+        ReadOverCopies {
+            copies,
+            answers: Vec::new(),
+        }
+    }
+
+    /// The copy to ask first (`None`: the object has no copy, the map has no OSD).
+    pub(crate) fn first(&self) -> Option<u64> {
+        self.copies.first().copied()
+    }
+
+    /// After the answer of the copy last asked: the next copy to ask, or which answer
+    /// stands. A served read or a refusal stands at once; after a missing or failed
+    /// copy the next is asked; when none is left, the first failure stands (another
+    /// copy might have held the object), else the last "missing" (no copy holds it).
+    pub(crate) fn answer(&mut self, answer: CopyAnswer) -> ReadStep {
+        self.answers.push(answer);
+        let n = self.answers.len() - 1;
+        if matches!(answer, CopyAnswer::Done | CopyAnswer::Refused) {
+            return ReadStep::Stand(n);
+        }
+        if let Some(next) = self.copies.get(self.answers.len()) {
+            return ReadStep::Ask(*next);
+        }
+        ReadStep::Stand(
+            self.answers
+                .iter()
+                .position(|a| *a == CopyAnswer::Failed)
+                .unwrap_or(n),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CopyAnswer::{Done, Failed, Missing, Refused};
+    use super::*;
+
+    #[test]
+    fn a_change_stands_only_when_every_copy_took_it() {
+        assert_eq!(change_outcome(&[Done, Done, Done]), Some(0));
+        // One copy down: the change fails with that copy's answer.
+        assert_eq!(change_outcome(&[Done, Failed, Done]), Some(1));
+        assert_eq!(change_outcome(&[Done, Done, Refused]), Some(2));
+        // A removal that found the object on some copies only: done.
+        assert_eq!(change_outcome(&[Missing, Done, Missing]), Some(1));
+        // Nowhere: the object is missing.
+        assert_eq!(change_outcome(&[Missing, Missing]), Some(0));
+        assert_eq!(change_outcome(&[Missing, Failed]), Some(1));
+        assert_eq!(change_outcome(&[]), None);
+    }
+
+    #[test]
+    fn a_read_fails_over_past_missing_and_failed_copies_but_not_past_a_refusal() {
+        let mut r = ReadOverCopies::new(vec![4, 2, 7]);
+        assert_eq!(r.first(), Some(4));
+        assert_eq!(r.answer(Failed), ReadStep::Ask(2));
+        assert_eq!(r.answer(Missing), ReadStep::Ask(7));
+        assert_eq!(r.answer(Done), ReadStep::Stand(2));
+
+        let mut r = ReadOverCopies::new(vec![4, 2, 7]);
+        assert_eq!(r.answer(Done), ReadStep::Stand(0));
+
+        // A refusal is the same on every copy: it stands.
+        let mut r = ReadOverCopies::new(vec![4, 2, 7]);
+        assert_eq!(r.answer(Refused), ReadStep::Stand(0));
+
+        // Missing everywhere: really missing (the last answer stands).
+        let mut r = ReadOverCopies::new(vec![4, 2]);
+        assert_eq!(r.answer(Missing), ReadStep::Ask(2));
+        assert_eq!(r.answer(Missing), ReadStep::Stand(1));
+
+        // Missing on one, unreachable on the other: the failure stands, as the
+        // unreachable copy may hold it.
+        let mut r = ReadOverCopies::new(vec![4, 2]);
+        assert_eq!(r.answer(Missing), ReadStep::Ask(2));
+        assert_eq!(r.answer(Failed), ReadStep::Stand(1));
+
+        // One copy: as before replication.
+        let mut r = ReadOverCopies::new(vec![9]);
+        assert_eq!(r.answer(Failed), ReadStep::Stand(0));
+        assert_eq!(ReadOverCopies::new(Vec::new()).first(), None);
+    }
+}
