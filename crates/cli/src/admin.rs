@@ -38,6 +38,11 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: GroupingCommand,
     },
+    /// OSDs (issue 41).
+    Osd {
+        #[command(subcommand)]
+        command: OsdCommand,
+    },
     /// Emergency revocation (SPEC M9), e.g. of a compromised client: every OSD refuses
     /// the named users' and capabilities' requests at once (an OSD that is down learns it
     /// before it serves again), and the MDS renews none of them and gives the users no
@@ -101,6 +106,18 @@ pub enum KeysCommand {
     RevokeObject {
         /// The file (in a partition with T10 credentials).
         path: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum OsdCommand {
+    /// Every OSD: id, address, host (its failure domain: copies of an object go to
+    /// different hosts while there are enough), weight, and up or DOWN as the MDS knows it
+    /// (an OSD checks in every second; one silent for 5 s is down).
+    Ls {
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -300,7 +317,7 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                 );
             }
             PartitionCommand::List => {
-                let copies = c.partitions_copies()?;
+                let copies = c.refresh_placement()?.partitions;
                 let osds = c.cluster_map()?.osds.len();
                 say!(
                     "{:>4}  {:<24} {:<13} {:<12} copies",
@@ -365,6 +382,9 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
             c.set_grouping(&strategies)?;
             eprintln!("grouping is now {strategies} for capabilities issued from now on");
         }
+        AdminCommand::Osd {
+            command: OsdCommand::Ls { json },
+        } => return crate::health::osd_ls(cluster, json),
         AdminCommand::Revoke {
             users,
             capabilities,

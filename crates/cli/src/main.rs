@@ -14,6 +14,7 @@ mod admin;
 mod bench;
 mod files;
 mod fileset;
+mod health;
 mod job;
 mod keys;
 mod model;
@@ -87,6 +88,15 @@ enum Command {
     Session(session::SessionCommand),
     #[command(flatten)]
     Files(files::FileCommand),
+    /// The cluster at a glance (issue 41): OSDs up and down as the MDS knows it (an OSD
+    /// silent for 5 s is down), hosts, each partition's copies, and what is wrong, as
+    /// HEALTH_OK or HEALTH_WARN with one line per warning. `maat admin osd ls` lists the
+    /// OSDs.
+    Health {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Requests, signatures, MACs and cache hit ratios per daemon and for this client.
     Stats {
         /// One JSON object.
@@ -302,5 +312,6 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Command::Admin { command } => admin::run(&cli.cluster, command),
         Command::Stats { json } => stats::run(&cli.cluster, json),
+        Command::Health { json } => health::health(&cli.cluster, json),
     }
 }

@@ -196,3 +196,63 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     }
     assert!(reader.client_stats().copy_failovers > 0);
 }
+
+/// The first case: one OSD hung (SIGSTOP), not dead. The MDS stops hearing from
+/// it and shows it down (`maat health`, `maat admin osd ls`); a new client learns that
+/// with the cluster map and reads every file from other copies without asking the hung
+/// OSD first (no failover needed: the copies are ordered before the first request).
+#[test]
+fn a_hung_osd_is_shown_down_and_read_around_without_waiting_for_it() {
+    let cluster = Cluster::start(4, &[]);
+    let admin = cluster.admin_home();
+    let c = cluster.admin_client();
+    let files = files();
+    for (path, data) in &files {
+        put(&c, path, data).unwrap();
+    }
+    let health = |cluster: &Cluster| -> serde_json::Value {
+        serde_json::from_slice(&cluster.ok(&admin, &["health", "--json"], None)).unwrap()
+    };
+    let h = health(&cluster);
+    assert_eq!(h["status"], "HEALTH_OK", "{h}");
+    assert_eq!(h["osds_up"], 4, "{h}");
+
+    let _supervisor = Held::stop(cluster.local.supervisor_pid());
+    let hung = Held::stop(cluster.pid("osd-2"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while health(&cluster)["osds_up"] != 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "osd-2 never shown down"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let h = health(&cluster);
+    assert_eq!(h["status"], "HEALTH_WARN", "{h}");
+    assert!(h["warnings"][0].as_str().unwrap().contains("osd 2 "), "{h}");
+    let ls: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&admin, &["admin", "osd", "ls", "--json"], None))
+            .unwrap();
+    let states: Vec<(u64, bool)> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["id"].as_u64().unwrap(), o["up"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(states, vec![(1, true), (2, false), (3, true), (4, true)]);
+
+    let reader = cluster.admin_client();
+    let mut first_on_hung = 0;
+    for (path, data) in &files {
+        let id = reader.stat(path).unwrap().id;
+        first_on_hung += usize::from(reader.copies_of("default", id, 0).unwrap()[0] == 2);
+        assert_eq!(&get(&reader, path).unwrap(), data, "{path} with osd-2 hung");
+    }
+    assert!(first_on_hung >= 3, "{first_on_hung}");
+    assert_eq!(
+        reader.client_stats().copy_failovers,
+        0,
+        "the hung OSD was asked (and waited for) first"
+    );
+    drop(hung);
+}

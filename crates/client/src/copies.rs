@@ -8,6 +8,7 @@
 //! `machines::copies`; this is their driver.
 
 use super::*;
+use maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
 use machines::{change_outcome, CopyAnswer, ReadOverCopies, ReadStep};
 
 impl Client {
@@ -36,19 +37,38 @@ impl Client {
         if let Some(n) = known(&self.copies.lock()) {
             return Ok(n);
         }
-        let all = match self.mds_call(MdsRequest::PartitionCopies) {
-            Ok(MdsResponse::PartitionCopies(all)) => all,
-            Ok(_) => return Err(self.bad("mds", "unexpected answer")),
+        match self.refresh_placement() {
+            Ok(_) => {}
             Err(ClientError::Refused(e)) if e.code == ErrorCode::Malformed => {
                 // An MDS that does not know the request keeps one copy of everything.
                 return Ok(1);
             }
             Err(e) => return Err(e),
-        };
-        let mut table = self.copies.lock();
-        table.extend(all);
-        known(&table)
+        }
+        known(&self.copies.lock())
             .ok_or_else(|| self.bad("mds", "a file's partition is not in the partition list"))
+    }
+
+    /// Asks the MDS for every partition's copies and every OSD's liveness (issue 41):
+    /// remembers the copies, and takes each OSD the MDS has not heard from lately for
+    /// failed, so that reads ask its copies last without waiting for it first.
+    pub fn refresh_placement(&self) -> Result<maat_proto::msg::Placement> {
+        let placement = match self.mds_call(MdsRequest::Placement)? {
+            MdsResponse::Placement(p) => p,
+            _ => return Err(self.bad("mds", "unexpected answer")),
+        };
+        self.copies
+            .lock()
+            .extend(placement.partitions.iter().cloned());
+        let now = self.now();
+        {
+            let mut suspects = self.suspects.lock();
+            for osd in placement.osds.iter().filter(|o| !o.up) {
+                suspects.failed(osd.id, now);
+            }
+        }
+        *self.placement_at.lock() = Some(now);
+        Ok(placement)
     }
 
     /// The copies a request reaches: every copy of its object, first copy first, or
@@ -89,11 +109,13 @@ impl Client {
                 }
                 plans.push(Plan::Every(start..exact.len()));
             } else {
+                let copies = self.suspects.lock().order(copies, self.now());
                 let first = copies.first().copied().unwrap_or(osd);
                 plans.push(Plan::One(exact.len(), request.clone(), copies));
                 exact.push((first, request));
             }
         }
+        let exact_osds: Vec<u64> = exact.iter().map(|(osd, _)| *osd).collect();
         let mut answers: Vec<Option<Result<OsdResponse>>> = self
             .parallel_exact(opened, exact)?
             .into_iter()
@@ -103,9 +125,14 @@ impl Client {
         for plan in plans {
             match plan {
                 Plan::Every(range) => {
-                    let mut got: Vec<Result<OsdResponse>> = range
-                        .filter_map(|i| answers.get_mut(i).and_then(Option::take))
-                        .collect();
+                    let mut got: Vec<Result<OsdResponse>> = Vec::with_capacity(range.len());
+                    for i in range {
+                        if let Some(answer) = answers.get_mut(i).and_then(Option::take) {
+                            let osd = exact_osds.get(i).copied().unwrap_or_default();
+                            self.note_answer(osd, &answer);
+                            got.push(answer);
+                        }
+                    }
                     let kinds: Vec<CopyAnswer> = got.iter().map(classify).collect();
                     let stands = change_outcome(&kinds)
                         .ok_or_else(|| ClientError::Internal("a change with no copy".into()))?;
@@ -117,7 +144,7 @@ impl Client {
                         .get_mut(at)
                         .and_then(Option::take)
                         .ok_or_else(|| ClientError::Internal("a read with no answer".into()))?;
-                    out.push(self.read_on(opened, &request, ReadOverCopies::new(copies), first));
+                    out.push(self.read_on(opened, &request, copies, first));
                 }
             }
         }
@@ -139,26 +166,36 @@ impl Client {
                 .pop()
                 .unwrap_or_else(|| Err(ClientError::Internal("no answer".into())));
         }
-        let read = ReadOverCopies::new(copies);
-        let first = read.first().unwrap_or(osd);
+        let copies = self.suspects.lock().order(copies, self.now());
+        let first = copies.first().copied().unwrap_or(osd);
         let answer = self.data_call_exact(opened, first, request.clone());
-        self.read_on(opened, &request, read, answer)
+        self.read_on(opened, &request, copies, answer)
     }
 
-    /// A read's answer from its first copy, and from the next while one may do better.
+    /// A read's answer from its first copy (of `copies`, in the order asked), and from
+    /// the next while one may do better.
     fn read_on(
         &self,
         opened: &Opened,
         request: &OsdRequest,
-        mut read: ReadOverCopies,
+        copies: Vec<u64>,
         first: Result<OsdResponse>,
     ) -> Result<OsdResponse> {
+        let mut asked = copies.first().copied().unwrap_or_default();
+        let mut read = ReadOverCopies::new(copies);
         let mut answers = vec![first];
         loop {
-            let kind = answers.last().map(classify).unwrap_or(CopyAnswer::Failed);
+            let kind = match answers.last() {
+                Some(answer) => {
+                    self.note_answer(asked, answer);
+                    classify(answer)
+                }
+                None => CopyAnswer::Failed,
+            };
             match read.answer(kind) {
                 ReadStep::Ask(osd) => {
                     self.stats.lock().copy_failovers += 1;
+                    asked = osd;
                     answers.push(self.data_call_exact(opened, osd, request.clone()));
                 }
                 ReadStep::Stand(n) => {
@@ -196,6 +233,30 @@ impl Client {
             }
         }
         None
+    }
+
+    /// What `osd`'s answer says of it: unreachable or silent, it is asked last for a
+    /// while ([`machines::Suspects`]); answering, it is not.
+    fn note_answer(&self, osd: u64, answer: &Result<OsdResponse>) {
+        match answer {
+            Err(ClientError::Net { .. }) => {
+                let now = self.now();
+                self.suspects.lock().failed(osd, now);
+                // Which other OSDs are down, as the MDS knows (at most once per the time
+                // it takes to notice): the next reads skip them without waiting.
+                let stale = self
+                    .placement_at
+                    .lock()
+                    .is_none_or(|at| now.saturating_sub(at) >= OSD_DOWN_AFTER_MILLIS);
+                if stale {
+                    *self.placement_at.lock() = Some(now);
+                    // A failure to ask is met again where it matters (placing a copy).
+                    let _asked = self.refresh_placement();
+                }
+            }
+            Ok(_) => self.suspects.lock().served(osd),
+            Err(_) => {}
+        }
     }
 
     /// Counts the copies a change did not reach (recovery of them is not built yet:

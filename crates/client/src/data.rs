@@ -145,6 +145,7 @@ impl Client {
         self.stats.lock().requests += 1;
         let address = self.osd_entry(osd)?.address;
         let mut conn = self.connections.take(&self.network, &address);
+        conn.set_io_timeout(crate::limits::OSD_ANSWER_TIMEOUT);
         let mut learned = None;
         let answer = call_on(
             &mut conn,
@@ -244,7 +245,8 @@ impl Client {
                     continue;
                 }
             };
-            let conn = self.connections.take(&self.network, &address);
+            let mut conn = self.connections.take(&self.network, &address);
+            conn.set_io_timeout(crate::limits::OSD_ANSWER_TIMEOUT);
             lanes.push(Lane {
                 osd,
                 slot,

@@ -161,6 +161,11 @@ pub struct Client {
     /// Copies per object of each partition, by name, as the MDS said (issue 41; shared
     /// as the map is).
     copies: Arc<Locked<HashMap<String, u8>>>,
+    /// OSDs that recently failed to answer, asked last by reads (issue 41; shared as the
+    /// connections are).
+    suspects: Arc<Locked<machines::Suspects>>,
+    /// When the MDS last said which OSDs are up (protocol ms).
+    placement_at: Arc<Locked<Option<u64>>>,
     session: Locked<Option<SessionState>>,
     /// Read opens (SPEC M5); the newest go into the session file with it.
     opened: Locked<machines::OpenCache>,
@@ -239,6 +244,8 @@ impl Client {
             connections: Arc::default(),
             map: Arc::default(),
             copies: Arc::default(),
+            suspects: Arc::default(),
+            placement_at: Arc::default(),
             session: Locked::new(session),
             opened: Locked::new(opened),
             mds_key,
@@ -285,6 +292,8 @@ impl Client {
         other.connections = Arc::clone(&self.connections);
         other.map = Arc::clone(&self.map);
         other.copies = Arc::clone(&self.copies);
+        other.suspects = Arc::clone(&self.suspects);
+        other.placement_at = Arc::clone(&self.placement_at);
         other.key_level = self.key_level;
         other.key_prefetch = self.key_prefetch;
         // Drawn from this client's generators: a simulation stays repeatable.

@@ -25,6 +25,11 @@ pub const PENDING_STRIPES_MAX: usize = 8;
 /// get).
 pub const STRIPES_IN_FLIGHT_MAX: u32 = 16;
 
+/// How long an OSD may stay silent in the middle of a data request before the client
+/// takes it for failed and (for a read) asks another copy, and asks it last for a while
+/// (issue 41). Daemons and the other peers keep `maat_net::IO_TIMEOUT` (60 s).
+pub const OSD_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Largest single read or write call (bounds the memory one call holds).
 pub const FILE_IO_BYTES_MAX: usize = 64 * 1024 * 1024;
 

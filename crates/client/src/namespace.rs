@@ -12,10 +12,11 @@ impl Client {
         match self.mds_call(MdsRequest::ClusterMap)? {
             MdsResponse::ClusterMap(m) => {
                 *self.map.lock() = Some(m.clone());
-                // The other input of placement, fetched with the map so that a client
-                // holding the map can place every copy while the MDS is away (issue 41).
-                // A failure here is met again, and reported, where a copy is placed.
-                let _prefetched = self.partition_copies("default");
+                // The other inputs of placement, fetched with the map so that a client
+                // holding the map can place every copy while the MDS is away, and reads
+                // skip a down OSD at once (issue 41). A failure here is met again, and
+                // reported, where a copy is placed.
+                let _prefetched = self.refresh_placement();
                 Ok(m)
             }
             _ => Err(self.bad("mds", "unexpected answer")),
@@ -84,17 +85,6 @@ impl Client {
             replicas,
         })
         .map(drop)
-    }
-
-    /// Each partition's name and copies per object (issue 41), asked anew.
-    pub fn partitions_copies(&self) -> Result<Vec<(String, u8)>> {
-        match self.mds_call(MdsRequest::PartitionCopies)? {
-            MdsResponse::PartitionCopies(all) => {
-                self.copies.lock().extend(all.iter().cloned());
-                Ok(all)
-            }
-            _ => Err(self.bad("mds", "unexpected answer")),
-        }
     }
 
     /// Administrator: changes a partition's protection method.

@@ -16,6 +16,7 @@ pub mod grouping;
 mod jobs;
 mod key_grants;
 mod links;
+mod liveness;
 mod namespace;
 mod partitions;
 pub mod predict;
@@ -225,6 +226,8 @@ pub struct Mds<S: MetaStore> {
     t10: t10::T10Keys,
     /// Seals T10 key states for the store (derived from the sealing secret).
     t10_wrap: maat_crypto::aead::BlockKey,
+    /// Issue 41: when each OSD last checked in.
+    liveness: liveness::Liveness,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
     /// Where the shell records administrative acts that bypass a user's own proof (a
@@ -389,6 +392,7 @@ impl<S: MetaStore> Mds<S> {
             stats: Stats::default(),
             audit: Mutex::new(None),
             replay: Mutex::new(ReplayWindow::new(boot)),
+            liveness: liveness::Liveness::new(boot.0),
             sessions: std::sync::RwLock::new(HashMap::new()),
             issuer: capabilities::Issuer::new(config.grouping),
             revocations: revocations::Revocations::default(),
@@ -562,7 +566,10 @@ impl<S: MetaStore> Mds<S> {
                 }
             }
             MdsPlainRequest::Revocations { osd, nonce, mac } => {
-                self.revocations_for(osd, &nonce, &mac, now)
+                let answer = self.revocations_for(osd, &nonce, &mac, now)?;
+                // An OSD's catch-up (MACed under the join key) is its check-in.
+                self.liveness.heard(osd, now.0);
+                Ok(answer)
             }
             MdsPlainRequest::KdsRevocations {
                 nonce,

@@ -140,13 +140,17 @@ impl<S: MetaStore> Mds<S> {
         Ok(MdsResponse::Partitions(all))
     }
 
-    /// Issue 41: every partition's copies per object, for clients to place them.
-    pub(crate) fn partition_copies(&self) -> Result<MdsResponse> {
+    /// Issue 41: every partition's copies per object and every OSD's liveness, for
+    /// clients to place copies and read a down OSD's last.
+    pub(crate) fn placement(&self, now: UnixMillis) -> Result<MdsResponse> {
         let mut all = self.store.partitions()?;
         all.sort_by_key(|p| p.id);
-        Ok(MdsResponse::PartitionCopies(
-            all.into_iter().map(|p| (p.name, p.replicas)).collect(),
-        ))
+        let mut osds = self.store.osds()?;
+        osds.sort_by_key(|o| o.id);
+        Ok(MdsResponse::Placement(maat_proto::msg::Placement {
+            partitions: all.into_iter().map(|p| (p.name, p.replicas)).collect(),
+            osds: self.liveness.states(&osds, now.0),
+        }))
     }
 
     /// The default partition for a new cluster (kept in `replicas` copies), or an

@@ -398,7 +398,7 @@ impl<S: MetaStore> Mds<S> {
                 protection,
                 replicas,
             } => self.partition_create(who, &name, protection, replicas),
-            MdsRequest::PartitionCopies => self.partition_copies(),
+            MdsRequest::Placement => self.placement(now),
             MdsRequest::PartitionSetSecurity { name, protection } => {
                 self.partition_set_security(who, &name, protection)
             }

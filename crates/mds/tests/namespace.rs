@@ -826,11 +826,12 @@ fn partitions_keep_the_copies_the_administrator_chose_and_anyone_may_ask() {
         T0 + 10,
     )
     .unwrap();
-    let MdsResponse::PartitionCopies(all) =
-        call(&m, ALICE, MdsRequest::PartitionCopies, T0 + 20).unwrap()
+    let MdsResponse::Placement(placement) =
+        call(&m, ALICE, MdsRequest::Placement, T0 + 20).unwrap()
     else {
-        panic!("not PartitionCopies")
+        panic!("not Placement")
     };
+    let all = placement.partitions;
     let default = all.iter().find(|(n, _)| n == "default").map(|(_, c)| *c);
     // The test MDS makes `default` with one copy (its config says so).
     assert_eq!(default, Some(1));

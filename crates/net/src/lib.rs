@@ -336,6 +336,9 @@ pub struct Connection {
     memory: Option<MemoryLink>,
     /// The nonces of the requests sealed for this connection, once one was.
     nonces: Option<NonceStream>,
+    /// How long the peer may stay silent in the middle of a call ([`IO_TIMEOUT`] unless
+    /// set otherwise).
+    io_timeout: std::time::Duration,
 }
 
 #[cfg(feature = "sim")]
@@ -367,6 +370,25 @@ impl Connection {
             #[cfg(feature = "sim")]
             memory: None,
             nonces: None,
+            io_timeout: IO_TIMEOUT,
+        }
+    }
+
+    /// How long the peer may stay silent in the middle of a call on this connection,
+    /// from now on (a client that can ask another copy gives up on a hung OSD sooner
+    /// than [`IO_TIMEOUT`]). No effect on an in-process network, whose time is simulated.
+    pub fn set_io_timeout(&mut self, timeout: std::time::Duration) {
+        if timeout == self.io_timeout || timeout.is_zero() {
+            return;
+        }
+        self.io_timeout = timeout;
+        if let Some(stream) = &self.stream {
+            let s = stream.get_ref();
+            // A socket that refuses the setting (it never does on Linux for a non-zero
+            // duration) keeps the one it has: slower failover, nothing worse.
+            let _kept = s
+                .set_read_timeout(Some(timeout))
+                .and_then(|()| s.set_write_timeout(Some(timeout)));
         }
     }
 
@@ -417,6 +439,10 @@ impl Connection {
             match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
                 Ok(s) => {
                     configure(&s)?;
+                    if self.io_timeout != IO_TIMEOUT {
+                        s.set_read_timeout(Some(self.io_timeout))?;
+                        s.set_write_timeout(Some(self.io_timeout))?;
+                    }
                     return Ok(BufReader::with_capacity(READ_AHEAD_BYTES, s));
                 }
                 Err(e) => last = Some(e),
@@ -581,6 +607,21 @@ impl Connection {
         let read = self.read_next();
         let (head, payload) = match read {
             Ok(frame) => frame,
+            Err(NetError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                self.drop_stream();
+                return Err(NetError::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer within {} s (the peer is hung or overloaded)",
+                        self.io_timeout.as_secs()
+                    ),
+                )));
+            }
             Err(e) => {
                 self.drop_stream();
                 return Err(e);

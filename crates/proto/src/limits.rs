@@ -31,6 +31,9 @@ pub const REPLICAS_MAX: u8 = 7;
 /// Copies of each object in a new cluster's `default` partition (issue 41; fewer while
 /// the cluster has fewer OSDs).
 pub const REPLICAS_DEFAULT: u8 = 3;
+/// An OSD the MDS has not heard from for this long is shown down and asked last by
+/// reads (issue 41; OSDs check in every second).
+pub const OSD_DOWN_AFTER_MILLIS: u64 = 5_000;
 /// Number of T10 working-key slots per partition (paper 003 §5.5).
 pub const T10_WORKING_KEYS_PER_PARTITION: usize = 16;
 /// Length of request / session nonces.

@@ -60,11 +60,6 @@ impl ReadOverCopies {
         }
     }
 
-    /// The copy to ask first (`None`: the object has no copy, the map has no OSD).
-    pub(crate) fn first(&self) -> Option<u64> {
-        self.copies.first().copied()
-    }
-
     /// After the answer of the copy last asked: the next copy to ask, or which answer
     /// stands. A served read or a refusal stands at once; after a missing or failed
     /// copy the next is asked; when none is left, the first failure stands (another
@@ -84,6 +79,49 @@ impl ReadOverCopies {
                 .position(|a| *a == CopyAnswer::Failed)
                 .unwrap_or(n),
         )
+    }
+}
+
+/// How long an OSD that failed to answer is asked last by reads that have another copy
+/// to ask (protocol milliseconds).
+pub(crate) const SUSPECT_MILLIS: u64 = 30_000;
+
+/// Most OSDs remembered as suspect (the oldest goes first).
+const SUSPECTS_MAX: usize = 1024;
+
+/// OSDs that recently failed to answer (unreachable, hung, refusing as damaged), and
+/// until when reads ask them last: a client that met a hung OSD once does not wait for it
+/// again on every read while another copy serves. Changes still go to every copy.
+#[derive(Debug, Default)]
+pub(crate) struct Suspects {
+    /// OSD id → until when it is suspect.
+    until: std::collections::BTreeMap<u64, u64>,
+}
+
+impl Suspects {
+    /// `osd` failed to answer at `now`.
+    pub(crate) fn failed(&mut self, osd: u64, now: u64) {
+        if self.until.len() >= SUSPECTS_MAX && !self.until.contains_key(&osd) {
+            if let Some((&oldest, _)) = self.until.iter().min_by_key(|(_, until)| **until) {
+                self.until.remove(&oldest);
+            }
+        }
+        self.until.insert(osd, now.saturating_add(SUSPECT_MILLIS));
+    }
+
+    /// `osd` answered: no longer suspect.
+    pub(crate) fn served(&mut self, osd: u64) {
+        self.until.remove(&osd);
+    }
+
+    /// `copies` in the order a read asks them at `now`: those not suspect first, each
+    /// group in placement order (so the first copy still serves most reads).
+    pub(crate) fn order(&self, copies: Vec<u64>, now: u64) -> Vec<u64> {
+        let suspect = |osd: &u64| self.until.get(osd).is_some_and(|until| *until > now);
+        let (mut fine, doubtful): (Vec<u64>, Vec<u64>) =
+            copies.into_iter().partition(|o| !suspect(o));
+        fine.extend(doubtful);
+        fine
     }
 }
 
@@ -109,7 +147,6 @@ mod tests {
     #[test]
     fn a_read_fails_over_past_missing_and_failed_copies_but_not_past_a_refusal() {
         let mut r = ReadOverCopies::new(vec![4, 2, 7]);
-        assert_eq!(r.first(), Some(4));
         assert_eq!(r.answer(Failed), ReadStep::Ask(2));
         assert_eq!(r.answer(Missing), ReadStep::Ask(7));
         assert_eq!(r.answer(Done), ReadStep::Stand(2));
@@ -135,6 +172,33 @@ mod tests {
         // One copy: as before replication.
         let mut r = ReadOverCopies::new(vec![9]);
         assert_eq!(r.answer(Failed), ReadStep::Stand(0));
-        assert_eq!(ReadOverCopies::new(Vec::new()).first(), None);
+        // No copy at all (no OSD): the answer given stands.
+        let mut r = ReadOverCopies::new(Vec::new());
+        assert_eq!(r.answer(Failed), ReadStep::Stand(0));
+    }
+
+    #[test]
+    fn a_copy_that_failed_is_asked_last_until_its_time_is_up_or_it_serves() {
+        let mut s = Suspects::default();
+        assert_eq!(s.order(vec![4, 2, 7], 0), vec![4, 2, 7]);
+        s.failed(4, 1_000);
+        assert_eq!(s.order(vec![4, 2, 7], 1_000), vec![2, 7, 4]);
+        assert_eq!(s.order(vec![2, 4, 7], 30_999), vec![2, 7, 4]);
+        // Its time is up: placement order again.
+        assert_eq!(s.order(vec![4, 2, 7], 31_000), vec![4, 2, 7]);
+        s.failed(4, 40_000);
+        s.failed(7, 40_000);
+        assert_eq!(s.order(vec![4, 2, 7], 40_001), vec![2, 4, 7]);
+        s.served(4);
+        assert_eq!(s.order(vec![4, 2, 7], 40_001), vec![4, 2, 7]);
+        // Every copy suspect: all asked, in placement order.
+        s.failed(4, 40_000);
+        s.failed(2, 40_000);
+        assert_eq!(s.order(vec![4, 2, 7], 40_001), vec![4, 2, 7]);
+        // Bounded.
+        for osd in 0..(SUSPECTS_MAX as u64 + 10) {
+            s.failed(1000 + osd, 50_000 + osd);
+        }
+        assert!(s.until.len() <= SUSPECTS_MAX);
     }
 }

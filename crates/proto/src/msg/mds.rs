@@ -793,10 +793,10 @@ pub enum MdsRequest {
         /// Copies of each object.
         replicas: u8,
     },
-    /// How many copies each partition keeps of its objects (issue 41): any logged-in
-    /// user asks, to place every copy of what it writes and read any copy. Answer
-    /// `PartitionCopies`.
-    PartitionCopies,
+    /// What a client places copies by besides the cluster map (issue 41): how many
+    /// copies each partition keeps, and which OSDs the MDS has heard from lately (reads
+    /// ask an OSD that is down last). Any session. Answer `Placement`.
+    Placement,
 }
 
 /// The longest symbolic link target (Linux's `PATH_MAX`).
@@ -920,7 +920,7 @@ impl MdsRequest {
             MdsRequest::Rekey { .. } => "rekey",
             MdsRequest::PartitionSetCredentials { .. } => "partition_set_credentials",
             MdsRequest::PartitionCreateReplicated { .. } => "partition_create",
-            MdsRequest::PartitionCopies => "partition_copies",
+            MdsRequest::Placement => "placement",
             MdsRequest::T10KeysShow => "t10_keys_show",
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
             MdsRequest::T10RevokeObject { .. } => "t10_revoke_object",
@@ -1246,8 +1246,34 @@ pub enum MdsResponse {
     Umask(u16),
     /// A symbolic link's target (answers `Readlink`).
     Link(String),
-    /// Each partition's name and copies per object (answers `PartitionCopies`).
-    PartitionCopies(Vec<(String, u8)>),
+    /// Copies per partition and OSD liveness (answers `Placement`).
+    Placement(Placement),
+}
+
+/// What a client places copies by besides the cluster map (issue 41).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Each partition's name and copies per object.
+    pub partitions: Vec<(String, u8)>,
+    /// Each registered OSD as the MDS sees it.
+    pub osds: Vec<OsdState>,
+}
+
+/// One OSD as the MDS sees it (`maat admin osd ls`, issue 41).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdState {
+    /// Id.
+    pub id: u64,
+    /// Address clients reach it at (its host part is its failure domain).
+    pub address: String,
+    /// Placement weight.
+    pub weight: u32,
+    /// Whether it checked in with the MDS within
+    /// [`crate::limits::OSD_DOWN_AFTER_MILLIS`] (or the MDS started more recently than
+    /// that and has not heard from it yet).
+    pub up: bool,
+    /// Milliseconds since the MDS last heard from it; `None`: not since the MDS started.
+    pub heard_ms_ago: Option<u64>,
 }
 
 /// What `maat admin keys revoke-object` did (SPEC T4 by policy access tag).

@@ -1,0 +1,148 @@
+//! `maat health` and `maat admin osd ls` (issue 41), in the spirit of `ceph -s` and `ceph
+//! osd tree`: which OSDs are up as the MDS knows it, their failure domains, and what
+//! each partition's copies mean while some are down.
+
+use anyhow::Result;
+use maat_client::placement::failure_domain;
+use maat_proto::msg::{OsdEntry, OsdState};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn domain(o: &OsdState) -> String {
+    failure_domain(&OsdEntry {
+        id: o.id,
+        address: o.address.clone(),
+        sealing_key: [0; 32],
+        weight: o.weight,
+    })
+    .to_string()
+}
+
+fn heard(o: &OsdState) -> String {
+    match o.heard_ms_ago {
+        Some(ms) => format!("{:.1} s ago", ms as f64 / 1000.0),
+        None => "not since the MDS started".into(),
+    }
+}
+
+/// `maat admin osd ls`.
+pub fn osd_ls(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
+    let c = crate::client(cluster)?;
+    let placement = c.refresh_placement()?;
+    if json {
+        let rows: Vec<serde_json::Value> = placement
+            .osds
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "id": o.id,
+                    "address": o.address,
+                    "host": domain(o),
+                    "weight": o.weight,
+                    "up": o.up,
+                    "heard_ms_ago": o.heard_ms_ago,
+                })
+            })
+            .collect();
+        say!("{}", serde_json::Value::Array(rows));
+        return Ok(());
+    }
+    say!(
+        "{:>4}  {:<24} {:<18} {:>6}  {:<5} last heard",
+        "id",
+        "address",
+        "host (domain)",
+        "weight",
+        "state"
+    );
+    for o in &placement.osds {
+        say!(
+            "{:>4}  {:<24} {:<18} {:>6}  {:<5} {}",
+            o.id,
+            o.address,
+            domain(o),
+            o.weight,
+            if o.up { "up" } else { "DOWN" },
+            heard(o)
+        );
+    }
+    Ok(())
+}
+
+/// `maat health`.
+pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
+    let c = crate::client(cluster)?;
+    let placement = c.refresh_placement()?;
+    let osds = placement.osds.len();
+    let down: Vec<&OsdState> = placement.osds.iter().filter(|o| !o.up).collect();
+    let up = osds - down.len();
+    let hosts: BTreeSet<String> = placement.osds.iter().map(domain).collect();
+    let mut warnings = Vec::new();
+    let mut notes = Vec::new();
+    if osds == 0 {
+        warnings.push("no OSD has registered: nothing can be stored".to_string());
+    }
+    for o in &down {
+        warnings.push(format!(
+            "osd {} ({}) is down, last heard {}: reads of its copies go to other copies; writes to objects with a copy on it are refused until it returns",
+            o.id,
+            o.address,
+            heard(o)
+        ));
+    }
+    for (name, copies) in &placement.partitions {
+        let copies = usize::from(*copies);
+        if copies > osds {
+            warnings.push(format!(
+                "partition {name} keeps {copies} copies but the cluster has {osds} OSDs: its objects get {osds}"
+            ));
+        } else if copies > hosts.len() && copies > 1 {
+            // A local cluster's normal state, not a fault: said, not warned.
+            notes.push(format!(
+                "partition {name} keeps {copies} copies on {} host(s): copies share a host, so one host's loss can take them all",
+                hosts.len()
+            ));
+        }
+    }
+    let status = if warnings.is_empty() {
+        "HEALTH_OK"
+    } else {
+        "HEALTH_WARN"
+    };
+    if json {
+        say!(
+            "{}",
+            serde_json::json!({
+                "status": status,
+                "osds": osds,
+                "osds_up": up,
+                "hosts": hosts.len(),
+                "partitions": placement.partitions.iter().map(|(n, c)| serde_json::json!({"name": n, "copies": c})).collect::<Vec<_>>(),
+                "warnings": warnings,
+                "notes": notes,
+            })
+        );
+        return Ok(());
+    }
+    say!("cluster: {status}");
+    say!(
+        "  osds:       {osds} ({up} up, {} down) on {} host(s)",
+        down.len(),
+        hosts.len()
+    );
+    let partitions: Vec<String> = placement
+        .partitions
+        .iter()
+        .map(|(n, c)| format!("{n} ({c} cop{})", if *c == 1 { "y" } else { "ies" }))
+        .collect();
+    say!("  partitions: {}", partitions.join(", "));
+    // Said plainly until it exists: nothing re-creates a copy that was lost.
+    say!("  recovery:   not built yet (a copy lost with a disk stays lost until its object is written again)");
+    for w in &warnings {
+        say!("  warning: {w}");
+    }
+    for n in &notes {
+        say!("  note:    {n}");
+    }
+    Ok(())
+}
