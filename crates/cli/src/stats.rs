@@ -18,6 +18,9 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
             "capability_cache_misses".to_string(),
             cs.capability_cache_misses,
         ),
+        // Issue 41: reads another copy served, and copies a change did not reach.
+        ("copy_failovers".to_string(), cs.copy_failovers),
+        ("copies_failed".to_string(), cs.copies_failed),
     ];
     if json {
         let mut obj = serde_json::Map::new();
