@@ -12,11 +12,11 @@
 )]
 
 mod common;
-use common::{content, signal, Cluster, Held};
+use common::{content, object_files, signal, Cluster, Held};
 use maat_client::Client;
 use maat_proto::msg::STRIPE_UNIT_BYTES;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn put(c: &Client, path: &str, data: &[u8]) -> Result<(), maat_client::ClientError> {
     c.put(&mut &data[..], data.len() as u64, path, &mut |_| {})
@@ -27,27 +27,6 @@ fn get(c: &Client, path: &str) -> Result<Vec<u8>, maat_client::ClientError> {
     let mut out = Vec::new();
     c.get(path, &mut out, &mut |_| {})?;
     Ok(out)
-}
-
-/// The object files of stripe `stripe` of file `id`, one per OSD that holds a copy.
-fn copies_on_disk(data: &Path, id: u64, stripe: u32) -> Vec<PathBuf> {
-    let name = format!("{id:016x}.{stripe:08x}");
-    let mut found = Vec::new();
-    let mut stack = vec![data.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if e.file_name().to_string_lossy() == name
-                && p.to_string_lossy().contains("/osd-")
-            {
-                found.push(p);
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 /// The OSD directory ("osd-N") an object file lies in.
@@ -88,7 +67,7 @@ fn every_stripe_has_three_copies_and_every_file_survives_a_lost_osd() {
     for (path, data) in &files {
         let id = c.stat(path).unwrap().id;
         for stripe in 0..stripes(data.len()) {
-            let copies = copies_on_disk(&data_dir, id, stripe);
+            let copies = object_files(&data_dir, id, stripe);
             let osds: BTreeSet<String> = copies.iter().map(|p| osd_of(p)).collect();
             assert_eq!(osds.len(), 3, "{path} stripe {stripe}: {copies:?}");
             let expected: BTreeSet<String> = c
@@ -150,7 +129,7 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         let mut wiped = 0;
         for ((_, bytes), id) in files.iter().zip(&ids) {
             for stripe in 0..stripes(bytes.len()) {
-                for p in copies_on_disk(data, *id, stripe) {
+                for p in object_files(data, *id, stripe) {
                     if osd_of(&p) == "osd-3" {
                         std::fs::remove_file(&p).unwrap();
                         wiped += 1;
@@ -174,7 +153,7 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     cluster.restart_with(|data| {
         for ((_, _), id) in files.iter().zip(&ids).take(6) {
             let first = c.copies_of("default", *id, 0).unwrap()[0];
-            let copy = copies_on_disk(data, *id, 0)
+            let copy = object_files(data, *id, 0)
                 .into_iter()
                 .find(|p| osd_of(p) == format!("osd-{first}"));
             let Some(copy) = copy else {

@@ -53,6 +53,15 @@ pub enum SimError {
     Setup(String),
 }
 
+/// What a simulated task's panic said (its message), for a test's report.
+pub fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 fn setup(what: impl std::fmt::Display) -> SimError {
     SimError::Setup(what.to_string())
 }

@@ -30,7 +30,7 @@ use maat_client::{Client, ClientError, OpenFlags};
 use maat_net::memory::{Faults, Run};
 use maat_proto::msg::{ErrorCode, STRIPE_UNIT_BYTES};
 use maat_server::faults::{StorageFaultRates, StorageFaults};
-use maat_sim::{Access, SimCluster};
+use maat_sim::{panic_text, Access, SimCluster};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -727,15 +727,6 @@ fn audit(
         return Err(format!("{what}: beyond the ACL"));
     }
     Ok((accesses.len() - unknown, others, unknown))
-}
-
-/// What a task's panic said.
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// Runs every owner's `phase` as a task at once; returns the owners back, or the first

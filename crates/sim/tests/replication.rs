@@ -21,7 +21,7 @@ use maat_proto::msg::{
     Access, ObjectId, OsdCommand, OsdRequest, OsdResponse, DATA_PARTITION, STRIPE_UNIT_BYTES,
 };
 use maat_server::faults::StorageFaultRates;
-use maat_sim::{osd_address, SimCluster};
+use maat_sim::{osd_address, panic_text, SimCluster};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,14 +55,6 @@ fn get(c: &Client, path: &str) -> Result<Vec<u8>, ClientError> {
 
 fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
     rng.next_u64() % n
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// Runs `f` as a simulated task (so that the network's faults reach its frames) to its

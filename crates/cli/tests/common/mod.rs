@@ -223,9 +223,20 @@ impl Cluster {
     }
 }
 
-/// The object file of stripe `stripe` of file `id`, on whichever OSD under `data` holds it.
+/// The object file of stripe `stripe` of file `id`, on whichever OSD under `data` holds it
+/// (the first [`object_files`] finds when several hold copies).
 pub fn object_file(data: &Path, id: u64, stripe: u32) -> PathBuf {
+    object_files(data, id, stripe)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no object {id:016x}.{stripe:08x}"))
+}
+
+/// Every copy of stripe `stripe` of file `id` under `data`, one file per OSD holding one,
+/// in the order a depth-first walk finds them.
+pub fn object_files(data: &Path, id: u64, stripe: u32) -> Vec<PathBuf> {
     let name = format!("{id:016x}.{stripe:08x}");
+    let mut found = Vec::new();
     let mut stack = vec![data.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -235,11 +246,11 @@ pub fn object_file(data: &Path, id: u64, stripe: u32) -> PathBuf {
             } else if e.file_name().to_string_lossy() == name
                 && p.to_string_lossy().contains("/osd-")
             {
-                return p;
+                found.push(p);
             }
         }
     }
-    panic!("no object {name}")
+    found
 }
 
 /// Sends `sig` to `pid` (`kill`), asserting it was delivered.
