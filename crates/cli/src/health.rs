@@ -146,3 +146,36 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     }
     Ok(())
 }
+
+/// `maat admin scrub [PATH]`.
+pub fn scrub(c: &maat_client::Client, path: &str, json: bool) -> Result<()> {
+    let mut files = 0u64;
+    let report = c.scrub(path, &mut |p| {
+        files += 1;
+        if !json && files % 100 == 0 {
+            eprintln!("maat: scrub: {files} files, at {p}");
+        }
+    })?;
+    if json {
+        say!("{}", serde_json::to_string(&report)?);
+    } else {
+        say!(
+            "scrubbed {} files, {} objects: {} copies good, {} missing, {} bad; {} objects with no good copy",
+            report.files,
+            report.objects,
+            report.copies_good,
+            report.copies_missing,
+            report.copies_bad,
+            report.objects_lost
+        );
+        for f in &report.findings {
+            say!("  {f}");
+        }
+    }
+    if !report.findings.is_empty() {
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -123,21 +123,36 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         put(&c, path, data).unwrap();
     }
     let ids: Vec<u64> = files.iter().map(|(p, _)| c.stat(p).unwrap().id).collect();
+    let objects: u64 = files.iter().map(|(_, d)| u64::from(stripes(d.len()))).sum();
+    // A healthy cluster scrubs clean: every copy of every object read and good.
+    let clean = c.scrub("/", &mut |_| {}).unwrap();
+    assert_eq!((clean.files, clean.objects), (24, objects), "{clean:?}");
+    assert_eq!(clean.copies_good, 3 * objects, "{clean:?}");
+    assert!(clean.findings.is_empty(), "{clean:?}");
+    let admin = cluster.admin_home();
+    let out = cluster.ok(&admin, &["admin", "scrub"], None);
+    assert!(
+        String::from_utf8_lossy(&out).contains("0 missing, 0 bad"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     // One OSD loses every object (its identity stays, as a replaced disk under the same
     // OSD id would after `maat osd` formats it... here: the objects deleted while down).
+    let wiped = std::cell::Cell::new(0u64);
     cluster.restart_with(|data| {
-        let mut wiped = 0;
+        let mut wiped_here = 0;
         for ((_, bytes), id) in files.iter().zip(&ids) {
             for stripe in 0..stripes(bytes.len()) {
                 for p in object_files(data, *id, stripe) {
                     if osd_of(&p) == "osd-3" {
                         std::fs::remove_file(&p).unwrap();
-                        wiped += 1;
+                        wiped_here += 1;
                     }
                 }
             }
         }
-        assert!(wiped >= 12, "{wiped}");
+        assert!(wiped_here >= 12, "{wiped_here}");
+        wiped.set(wiped_here);
     });
     let reader = cluster.admin_client();
     for (path, data) in &files {
@@ -148,8 +163,26 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         );
     }
     assert!(reader.client_stats().copy_failovers > 0);
+    // Scrub finds exactly the wiped copies, and no object without a good copy.
+    let after_wipe = reader.scrub("/", &mut |_| {}).unwrap();
+    assert_eq!(after_wipe.copies_missing, wiped.get(), "{after_wipe:?}");
+    assert_eq!(
+        (after_wipe.copies_bad, after_wipe.objects_lost),
+        (0, 0),
+        "{after_wipe:?}"
+    );
+    assert_eq!(after_wipe.copies_good, 3 * objects - wiped.get());
+    assert!(after_wipe
+        .findings
+        .iter()
+        .all(|f| f.contains("osd 3: missing")));
+    let failed = cluster.maat(&admin, &["admin", "scrub", "--json"], None);
+    assert_eq!(failed.status.code(), Some(1), "findings exit 1");
+    let json: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
+    assert_eq!(json["copies_missing"], wiped.get(), "{json}");
 
     // One byte flipped in the first copy of each stripe-0 object: still the right bytes.
+    let flipped = std::cell::Cell::new(0u64);
     cluster.restart_with(|data| {
         for ((_, _), id) in files.iter().zip(&ids).take(6) {
             let first = c.copies_of("default", *id, 0).unwrap()[0];
@@ -163,9 +196,15 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
             let at = bytes.len() / 2;
             bytes[at] ^= 0x40;
             std::fs::write(&copy, bytes).unwrap();
+            flipped.set(flipped.get() + 1);
         }
     });
     let reader = cluster.admin_client();
+    // Scrub names each flipped copy (it no longer authenticates) before any read.
+    let after_flip = reader.scrub("/", &mut |_| {}).unwrap();
+    assert_eq!(after_flip.copies_missing, wiped.get(), "{after_flip:?}");
+    assert_eq!(after_flip.copies_bad, flipped.get(), "{after_flip:?}");
+    assert_eq!(after_flip.objects_lost, 0, "{after_flip:?}");
     for (path, data) in files.iter().take(6) {
         assert_eq!(
             &get(&reader, path).unwrap(),

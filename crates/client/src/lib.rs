@@ -46,6 +46,8 @@ pub use shared::IDLE_CONNECTIONS_PER_PEER_MAX;
 pub(crate) use shared::{Locked, Pool};
 mod renewal;
 mod reserved;
+mod scrub;
+pub use scrub::ScrubReport;
 mod transfer;
 mod trees;
 
