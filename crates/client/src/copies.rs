@@ -95,23 +95,28 @@ impl Client {
             /// A change: its answers are `exact[range]`.
             Every(std::ops::Range<usize>),
             /// A read (or a change of an object with one copy): its first answer is
-            /// `exact[at]`; the request and copies to ask more.
-            One(usize, OsdRequest, Vec<u64>),
+            /// `exact[at]`; the request and copies to ask more, when there are more.
+            One(usize, Option<(OsdRequest, Vec<u64>)>),
         }
         let mut exact: Vec<(u64, OsdRequest)> = Vec::with_capacity(calls.len());
         let mut plans = Vec::with_capacity(calls.len());
         for (osd, request) in calls {
-            let copies = self.reach(opened, osd, &request)?;
+            let mut copies = self.reach(opened, osd, &request)?;
             if copies.len() > 1 && changes(&request.command) {
                 let start = exact.len();
+                // Each copy's request owns its data: one copy fewer made by giving the
+                // last copy the request itself.
+                let last = copies.pop();
                 for copy in copies {
                     exact.push((copy, request.clone()));
                 }
+                exact.extend(last.map(|copy| (copy, request)));
                 plans.push(Plan::Every(start..exact.len()));
             } else {
                 let copies = self.suspects.lock().order(copies, self.now());
                 let first = copies.first().copied().unwrap_or(osd);
-                plans.push(Plan::One(exact.len(), request.clone(), copies));
+                let more = (copies.len() > 1).then(|| (request.clone(), copies));
+                plans.push(Plan::One(exact.len(), more));
                 exact.push((first, request));
             }
         }
@@ -139,12 +144,19 @@ impl Client {
                     self.note_copies_failed(&kinds);
                     out.push(got.swap_remove(stands));
                 }
-                Plan::One(at, request, copies) => {
+                Plan::One(at, more) => {
                     let first = answers
                         .get_mut(at)
                         .and_then(Option::take)
                         .ok_or_else(|| ClientError::Internal("a read with no answer".into()))?;
-                    out.push(self.read_on(opened, &request, copies, first));
+                    out.push(match more {
+                        Some((request, copies)) => self.read_on(opened, &request, copies, first),
+                        None => {
+                            let osd = exact_osds.get(at).copied().unwrap_or_default();
+                            self.note_answer(osd, &first);
+                            first
+                        }
+                    });
                 }
             }
         }
@@ -168,6 +180,11 @@ impl Client {
         }
         let copies = self.suspects.lock().order(copies, self.now());
         let first = copies.first().copied().unwrap_or(osd);
+        if copies.len() <= 1 {
+            let answer = self.data_call_exact(opened, first, request);
+            self.note_answer(first, &answer);
+            return answer;
+        }
         let answer = self.data_call_exact(opened, first, request.clone());
         self.read_on(opened, &request, copies, answer)
     }
@@ -208,31 +225,41 @@ impl Client {
         }
     }
 
-    /// Issue 41: stripe `stripe` of `opened` (`length` bytes at most) read from each copy
-    /// but the first until `check` accepts one: the first copy's bytes failed a check
-    /// only the client can make (an encrypted block's authentication, SPEC H2). `None`
-    /// when no other copy passes (or there is none): the caller's error stands.
-    pub(crate) fn read_other_copies<T>(
+    /// Issue 41: `first`, what the first copy of stripe `stripe` of `opened` gave, unless
+    /// its bytes failed a check only the client can make (an encrypted block's
+    /// authentication, SPEC H2, `ClientError::Integrity`): then the stripe (`length` bytes
+    /// at most) read from each other copy until `check` accepts one, and `first`'s error
+    /// when none does.
+    pub(crate) fn or_other_copies<T>(
         &self,
         opened: &Opened,
         stripe: u32,
         length: u64,
+        first: Result<T>,
         mut check: impl FnMut(Vec<u8>) -> Result<T>,
-    ) -> Option<T> {
-        let (_, object) = self.stripe_target(opened, stripe).ok()?;
-        let copies = self
-            .copies_of(&opened.stat.partition, object.file, stripe)
-            .ok()?;
+    ) -> Result<T> {
+        let e = match first {
+            Err(e @ ClientError::Integrity { .. }) => e,
+            other => return other,
+        };
+        let Ok((_, object)) = self.stripe_target(opened, stripe) else {
+            return Err(e);
+        };
+        let Ok(copies) = self.copies_of(&opened.stat.partition, object.file, stripe) else {
+            return Err(e);
+        };
+        // In the order the first read took (it asked the first of these).
+        let copies = self.suspects.lock().order(copies, self.now());
         for osd in copies.into_iter().skip(1) {
             self.stats.lock().copy_failovers += 1;
             let request = crate::data::read_request(opened, object, length);
             if let Ok(OsdResponse::Data(bytes)) = self.data_call_exact(opened, osd, request) {
                 if let Ok(accepted) = check(bytes) {
-                    return Some(accepted);
+                    return Ok(accepted);
                 }
             }
         }
-        None
+        Err(e)
     }
 
     /// What `osd`'s answer says of it: unreachable or silent, it is asked last for a

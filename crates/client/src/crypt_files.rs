@@ -80,17 +80,11 @@ impl Client {
                 Err(e) => return Err(e),
             };
             let expected = (size - start).min(STRIPE_UNIT_BYTES);
-            let plain = match crypt.open(s, sealed, expected, need.clone()) {
-                // A copy whose blocks fail authentication: another copy's may pass
-                // (issue 41).
-                Err(e @ ClientError::Integrity { .. }) => self
-                    .read_other_copies(&opened, s, full, |other| {
-                        crypt.open(s, other, expected, need.clone())
-                    })
-                    .ok_or(e)?,
-                other => other?,
-            };
-            out.push(plain);
+            // A copy whose blocks fail authentication: another copy's may pass (issue 41).
+            let first = crypt.open(s, sealed, expected, need.clone());
+            out.push(self.or_other_copies(&opened, s, full, first, |other| {
+                crypt.open(s, other, expected, need.clone())
+            })?);
         }
         Ok(out)
     }

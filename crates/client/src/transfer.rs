@@ -423,17 +423,12 @@ impl Client {
                 }
                 if let Some(c) = &crypt {
                     let within = expected.saturating_sub(u64::from(k) * STRIPE_UNIT_BYTES);
-                    let first = c.open(k, data, within, 0..STRIPE_UNIT_BYTES);
                     // A copy whose blocks fail authentication: another copy's may pass
                     // (issue 41).
-                    let first = match first {
-                        Err(e @ ClientError::Integrity { .. }) => self
-                            .read_other_copies(&opened, k, full, |other| {
-                                c.open(k, other, within, 0..STRIPE_UNIT_BYTES)
-                            })
-                            .ok_or(e),
-                        other => other,
-                    };
+                    let first = c.open(k, data, within, 0..STRIPE_UNIT_BYTES);
+                    let first = self.or_other_copies(&opened, k, full, first, |other| {
+                        c.open(k, other, within, 0..STRIPE_UNIT_BYTES)
+                    });
                     data = match first {
                         Ok(plain) => plain,
                         // A writer may have rewritten the stripe since this open: open the
