@@ -41,14 +41,18 @@ pub enum AdminCommand {
     /// Reads every copy of every object of the files under PATH (`/` by default), each
     /// from its own OSD, and reports copies missing, damaged (an encrypted copy that does
     /// not authenticate, a plaintext one its OSD finds changed since written, or one
-    /// differing from the others) or unreadable (issue 41). Detection only: repair is not
-    /// built yet (it needs object versions to be safe while files are written); rewrite
-    /// a file (`maat get` then `maat put`) to give it every copy again. Exits 1 when it
-    /// finds anything.
+    /// differing from what most copies hold) or unreadable (issue 41). With `--repair`,
+    /// each missing or damaged copy is replaced by a good one, only if it did not change
+    /// since it was read (a write at work is never undone: such a copy is left for the
+    /// next scrub). An OSD that does not answer is not repaired. Exits 1 when it finds
+    /// anything it did not repair.
     Scrub {
         /// A file or directory.
         #[arg(default_value = "/")]
         path: String,
+        /// Replace missing and damaged copies with a good copy.
+        #[arg(long)]
+        repair: bool,
         /// One JSON object.
         #[arg(long)]
         json: bool,
@@ -400,7 +404,9 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
         AdminCommand::Osd {
             command: OsdCommand::Ls { json },
         } => return crate::health::osd_ls(cluster, json),
-        AdminCommand::Scrub { path, json } => return crate::health::scrub(&c, &path, json),
+        AdminCommand::Scrub { path, repair, json } => {
+            return crate::health::scrub(&c, &path, repair, json)
+        }
         AdminCommand::Revoke {
             users,
             capabilities,

@@ -125,7 +125,7 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     let ids: Vec<u64> = files.iter().map(|(p, _)| c.stat(p).unwrap().id).collect();
     let objects: u64 = files.iter().map(|(_, d)| u64::from(stripes(d.len()))).sum();
     // A healthy cluster scrubs clean: every copy of every object read and good.
-    let clean = c.scrub("/", &mut |_| {}).unwrap();
+    let clean = c.scrub("/", false, &mut |_| {}).unwrap();
     assert_eq!((clean.files, clean.objects), (24, objects), "{clean:?}");
     assert_eq!(clean.copies_good, 3 * objects, "{clean:?}");
     assert!(clean.findings.is_empty(), "{clean:?}");
@@ -164,7 +164,7 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     }
     assert!(reader.client_stats().copy_failovers > 0);
     // Scrub finds exactly the wiped copies, and no object without a good copy.
-    let after_wipe = reader.scrub("/", &mut |_| {}).unwrap();
+    let after_wipe = reader.scrub("/", false, &mut |_| {}).unwrap();
     assert_eq!(after_wipe.copies_missing, wiped.get(), "{after_wipe:?}");
     assert_eq!(
         (after_wipe.copies_bad, after_wipe.objects_lost),
@@ -180,6 +180,31 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     assert_eq!(failed.status.code(), Some(1), "findings exit 1");
     let json: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
     assert_eq!(json["copies_missing"], wiped.get(), "{json}");
+
+    // Repair puts every wiped copy back from a good one, on the OSD placement names;
+    // a second scrub finds every copy good.
+    let repaired = reader.scrub("/", true, &mut |_| {}).unwrap();
+    assert_eq!(repaired.copies_repaired, wiped.get(), "{repaired:?}");
+    assert!(
+        repaired.findings.iter().all(|f| f.ends_with("; repaired")),
+        "{repaired:?}"
+    );
+    let on_osd3 = |data: &Path| -> u64 {
+        let mut n = 0;
+        for ((_, bytes), id) in files.iter().zip(&ids) {
+            for stripe in 0..stripes(bytes.len()) {
+                n += object_files(data, *id, stripe)
+                    .iter()
+                    .filter(|p| osd_of(p) == "osd-3")
+                    .count() as u64;
+            }
+        }
+        n
+    };
+    assert_eq!(on_osd3(&cluster.data()), wiped.get());
+    let healed = reader.scrub("/", false, &mut |_| {}).unwrap();
+    assert!(healed.findings.is_empty(), "{healed:?}");
+    assert_eq!(healed.copies_good, 3 * objects, "{healed:?}");
 
     // One byte flipped in the first copy of each stripe-0 object: still the right bytes.
     let flipped = std::cell::Cell::new(0u64);
@@ -201,8 +226,9 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     });
     let reader = cluster.admin_client();
     // Scrub names each flipped copy (it no longer authenticates) before any read.
-    let after_flip = reader.scrub("/", &mut |_| {}).unwrap();
-    assert_eq!(after_flip.copies_missing, wiped.get(), "{after_flip:?}");
+    let after_flip = reader.scrub("/", false, &mut |_| {}).unwrap();
+    assert_eq!(flipped.get(), 6);
+    assert_eq!(after_flip.copies_missing, 0, "{after_flip:?}");
     assert_eq!(after_flip.copies_bad, flipped.get(), "{after_flip:?}");
     assert_eq!(after_flip.objects_lost, 0, "{after_flip:?}");
     for (path, data) in files.iter().take(6) {
@@ -213,6 +239,112 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         );
     }
     assert!(reader.client_stats().copy_failovers > 0);
+    // `maat admin scrub --repair` replaces each flipped copy (exit 0: all repaired);
+    // then no read needs another copy.
+    let out = cluster.maat(&admin, &["admin", "scrub", "--repair", "--json"], None);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["copies_repaired"], flipped.get(), "{json}");
+    let fresh = cluster.admin_client();
+    for (path, data) in &files {
+        assert_eq!(&get(&fresh, path).unwrap(), data, "{path} after repair");
+    }
+    assert_eq!(fresh.client_stats().copy_failovers, 0);
+    let healed = fresh.scrub("/", false, &mut |_| {}).unwrap();
+    assert!(healed.findings.is_empty(), "{healed:?}");
+}
+
+/// A repair is a write like any other, checked by the OSD that takes it: a read
+/// capability cannot make one, nor another user's capability, nor one for another file;
+/// and the OSD replaces a copy only if it is still in the state the repair read, so a
+/// write that landed in between is never undone.
+#[test]
+fn a_repair_needs_write_access_and_never_overwrites_a_changed_copy() {
+    use maat_proto::msg::{Access, ErrorCode, ObjectId, OsdCommand, OsdRequest, OsdResponse};
+    let cluster = Cluster::start(3, &[]);
+    cluster.add_user("alice", "alice pass phrase", None);
+    let admin = cluster.admin_client();
+    put(&admin, "/f", b"the right bytes").unwrap();
+    put(&admin, "/g", b"another file").unwrap();
+    let alice = cluster.user_client("alice", "alice pass phrase");
+    let f = admin.open("/f", Access::ReadWrite, None).unwrap();
+    let g = admin.open("/g", Access::ReadWrite, None).unwrap();
+    let object = |id: u64| ObjectId {
+        partition: maat_proto::msg::DATA_PARTITION,
+        file: id,
+        stripe: 0,
+    };
+    let osd = admin.copies_of("default", f.stat.id, 0).unwrap()[1];
+    let call = |c: &Client, capability: &[u8], command: OsdCommand| {
+        c.osd_call(
+            osd,
+            OsdRequest {
+                capability: capability.to_vec(),
+                command,
+            },
+        )
+    };
+    let digest = |c: &Client, capability: &[u8]| match call(
+        c,
+        capability,
+        OsdCommand::Digest {
+            object: object(f.stat.id),
+        },
+    ) {
+        Ok(OsdResponse::Digest(d)) => d,
+        other => panic!("{other:?}"),
+    };
+    let before = digest(&admin, &f.capability);
+    assert_eq!(before, maat_crypto::hash::blake3(&[b"the right bytes"]));
+    let replace = |expect: Option<[u8; 32]>| OsdCommand::ReplaceIf {
+        object: object(f.stat.id),
+        expect,
+        data: b"a forged copy!!".to_vec(),
+    };
+    let refused = |r: Result<OsdResponse, maat_client::ClientError>| {
+        r.unwrap_err().code().expect("a typed refusal")
+    };
+    // Alice may read /f (0644), so she may ask its digest, but not replace it.
+    let alice_read = alice.open("/f", Access::Read, None).unwrap();
+    assert_eq!(digest(&alice, &alice_read.capability), before);
+    assert_eq!(
+        refused(call(&alice, &alice_read.capability, replace(Some(before)))),
+        ErrorCode::PermissionDenied
+    );
+    // The administrator's capability in alice's hands: not hers.
+    assert_eq!(
+        refused(call(&alice, &f.capability, replace(Some(before)))),
+        ErrorCode::WrongUser
+    );
+    // A capability for /g on /f's object.
+    assert_eq!(
+        refused(call(&admin, &g.capability, replace(Some(before)))),
+        ErrorCode::WrongFile
+    );
+    // The right capability, but the copy is not in the state expected: it exists
+    // (expected absent), or has other bytes (a write landed since it was read).
+    assert_eq!(
+        refused(call(&admin, &f.capability, replace(None))),
+        ErrorCode::ObjectChanged
+    );
+    let stale = maat_crypto::hash::blake3(&[b"what it held before a write"]);
+    assert_eq!(
+        refused(call(&admin, &f.capability, replace(Some(stale)))),
+        ErrorCode::ObjectChanged
+    );
+    // Nothing of any of these was written.
+    assert_eq!(digest(&admin, &f.capability), before);
+    assert_eq!(get(&admin, "/f").unwrap(), b"the right bytes");
+    // In the state expected, it is replaced.
+    call(&admin, &f.capability, replace(Some(before))).unwrap();
+    assert_eq!(
+        digest(&admin, &f.capability),
+        maat_crypto::hash::blake3(&[b"a forged copy!!"])
+    );
+    // ... and a scrub finds that copy differs from the two others, and repairs it back.
+    let report = admin.scrub("/f", true, &mut |_| {}).unwrap();
+    assert_eq!(report.copies_repaired, 1, "{report:?}");
+    assert_eq!(digest(&admin, &f.capability), before);
 }
 
 /// The first case: one OSD hung (SIGSTOP), not dead. The MDS stops hearing from

@@ -298,28 +298,14 @@ impl Client {
 
 /// The object a data request names, if any.
 fn object_of(command: &OsdCommand) -> Option<ObjectId> {
-    match command {
-        OsdCommand::Create { object }
-        | OsdCommand::Remove { object }
-        | OsdCommand::Read { object, .. }
-        | OsdCommand::Write { object, .. }
-        | OsdCommand::Append { object, .. }
-        | OsdCommand::GetAttributes { object }
-        | OsdCommand::SetAttributes { object, .. } => Some(*object),
-        _ => None,
-    }
+    command.object_access().map(|(object, _)| object)
 }
 
 /// Whether a request changes its object (so goes to every copy).
 fn changes(command: &OsdCommand) -> bool {
-    matches!(
-        command,
-        OsdCommand::Create { .. }
-            | OsdCommand::Remove { .. }
-            | OsdCommand::Write { .. }
-            | OsdCommand::Append { .. }
-            | OsdCommand::SetAttributes { .. }
-    )
+    command
+        .object_access()
+        .is_some_and(|(_, mode)| mode.allows(maat_proto::capability::Mode::WRITE))
 }
 
 /// How one copy's answer counts ([`CopyAnswer`]).

@@ -45,6 +45,7 @@ pub use rekey::RekeyReport;
 pub use shared::IDLE_CONNECTIONS_PER_PEER_MAX;
 pub(crate) use shared::{Locked, Pool};
 mod renewal;
+mod repair;
 mod reserved;
 mod scrub;
 pub use scrub::ScrubReport;

@@ -1,9 +1,9 @@
-//! Issue 41, first part of scrub: every copy of every object of a file read from its own
-//! OSD and checked. An encrypted file's copy must open under the file's keys (its blocks
+//! Issue 41, scrub: every copy of every object of a file read from its own OSD and
+//! checked. An encrypted file's copy must open under the file's keys (its blocks
 //! authenticate); a plaintext copy must be read without error (an OSD checks a whole
 //! object against the digest it kept under ALLDATA and answers `ObjectDamaged` when it
-//! does not match) and equal the other copies. Detection only: repairing a copy safely
-//! while writers may be at work needs object versions, which are not built yet.
+//! does not match); and every copy must equal what most copies hold. With `repair`, a
+//! missing or bad copy is replaced by a good one ([`crate::repair`]).
 
 use super::*;
 
@@ -23,22 +23,30 @@ pub struct ScrubReport {
     pub copies_bad: u64,
     /// Objects with no good copy at all.
     pub objects_lost: u64,
+    /// Missing or bad copies replaced by a good copy (a repairing scrub).
+    pub copies_repaired: u64,
     /// One line per object with a copy that is not good: path, stripe, OSD, why.
     pub findings: Vec<String>,
 }
 
 /// How one copy of an object read.
-enum Copy {
+pub(crate) enum Copy {
     Good(Vec<u8>),
     Missing,
     Bad(String),
+    /// Its OSD did not answer (not repairable now).
+    Unreachable(String),
 }
 
 impl Client {
     /// Checks every copy of every object of the file at `path` (the administrator, or a
-    /// user who may read it), adding to `report`.
-    pub fn scrub_file(&self, path: &str, report: &mut ScrubReport) -> Result<()> {
-        let opened = self.open(path, Access::Read, None)?;
+    /// user who may read it; to `repair`, write it), adding to `report`.
+    pub fn scrub_file(&self, path: &str, repair: bool, report: &mut ScrubReport) -> Result<()> {
+        let access = match repair {
+            true => Access::ReadWrite,
+            false => Access::Read,
+        };
+        let opened = self.open(path, access, None)?;
         report.files += 1;
         let size = opened.stat.size;
         if size == 0 {
@@ -78,52 +86,57 @@ impl Client {
                     Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
                         Copy::Missing
                     }
+                    Err(e @ ClientError::Net { .. }) => Copy::Unreachable(e.to_string()),
                     Err(e) => Copy::Bad(e.to_string()),
                 };
                 read.push((osd, copy));
             }
-            // Plaintext copies that read well must also agree: the bytes most copies
-            // hold are taken as good (a tie: the first copy's).
-            if crypt.is_none() {
-                let goods: Vec<&Vec<u8>> = read
-                    .iter()
-                    .filter_map(|(_, c)| match c {
-                        Copy::Good(b) => Some(b),
-                        _ => None,
-                    })
-                    .collect();
-                let majority = goods
-                    .iter()
-                    .max_by_key(|b| goods.iter().filter(|o| o == b).count())
-                    .map(|b| (*b).clone());
-                if let Some(majority) = majority {
-                    for (_, c) in read.iter_mut() {
-                        if matches!(c, Copy::Good(b) if *b != majority) {
-                            *c = Copy::Bad("differs from the other copies".into());
-                        }
-                    }
-                }
+            // Copies that read well must also agree (a copy that missed a write still
+            // authenticates): the bytes most copies hold are good; with no majority,
+            // none is known to be.
+            let majority = agreed(&mut read);
+            let goods = read
+                .iter()
+                .filter(|(_, c)| matches!(c, Copy::Good(_)))
+                .count();
+            if majority.is_none() && goods > 1 {
+                report.findings.push(format!(
+                    "{path} stripe {stripe}: its {goods} good copies differ and most hold no \
+                     one version: none repaired (rewrite the file)"
+                ));
+            }
+            let mut repaired = Vec::new();
+            if let (true, Some(good)) = (repair, &majority) {
+                repaired = self.repair_copies(&opened, object, full, good, &read);
             }
             let mut any_good = false;
             for (osd, copy) in read {
-                match copy {
+                let why = match copy {
                     Copy::Good(_) => {
                         report.copies_good += 1;
                         any_good = true;
+                        continue;
                     }
                     Copy::Missing => {
                         report.copies_missing += 1;
-                        report
-                            .findings
-                            .push(format!("{path} stripe {stripe}: osd {osd}: missing"));
+                        "missing".to_string()
                     }
-                    Copy::Bad(why) => {
+                    Copy::Bad(why) | Copy::Unreachable(why) => {
                         report.copies_bad += 1;
-                        report
-                            .findings
-                            .push(format!("{path} stripe {stripe}: osd {osd}: {why}"));
+                        why
                     }
-                }
+                };
+                let outcome = match repaired.iter().find(|(o, _)| *o == osd) {
+                    Some((_, Ok(()))) => {
+                        report.copies_repaired += 1;
+                        "; repaired".to_string()
+                    }
+                    Some((_, Err(e))) => format!("; not repaired: {e}"),
+                    None => String::new(),
+                };
+                report
+                    .findings
+                    .push(format!("{path} stripe {stripe}: osd {osd}: {why}{outcome}"));
             }
             if !any_good {
                 report.objects_lost += 1;
@@ -135,7 +148,12 @@ impl Client {
     /// [`Client::scrub_file`] on every file under `root` (a file, or a directory walked
     /// depth first); `progress` hears each file's path as it starts. A file that cannot
     /// be opened is a finding, not an end.
-    pub fn scrub(&self, root: &str, progress: &mut dyn FnMut(&str)) -> Result<ScrubReport> {
+    pub fn scrub(
+        &self,
+        root: &str,
+        repair: bool,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<ScrubReport> {
         let mut report = ScrubReport::default();
         let mut stack = vec![root.to_string()];
         while let Some(path) = stack.pop() {
@@ -156,10 +174,37 @@ impl Client {
                 continue; // links, FIFOs, sockets, devices: no objects
             }
             progress(&path);
-            if let Err(e) = self.scrub_file(&path, &mut report) {
+            if let Err(e) = self.scrub_file(&path, repair, &mut report) {
                 report.findings.push(format!("{path}: not checked: {e}"));
             }
         }
         Ok(report)
     }
+}
+
+/// Marks the good copies that differ from what most good copies hold as bad, and gives
+/// those bytes; `None` when there is no good copy, or the good copies disagree with no
+/// strict majority (then none is known to be the right one; they are left as read).
+fn agreed(read: &mut [(u64, Copy)]) -> Option<Vec<u8>> {
+    let goods: Vec<&Vec<u8>> = read
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Copy::Good(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let (count, bytes) = goods
+        .iter()
+        .map(|b| (goods.iter().filter(|o| o == &b).count(), *b))
+        .max_by_key(|(n, _)| *n)?;
+    if count * 2 <= goods.len() {
+        return None;
+    }
+    let bytes = bytes.clone();
+    for (_, c) in read.iter_mut() {
+        if matches!(c, Copy::Good(b) if *b != bytes) {
+            *c = Copy::Bad("differs from the other copies".into());
+        }
+    }
+    Some(bytes)
 }

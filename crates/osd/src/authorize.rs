@@ -343,6 +343,9 @@ fn check_bounds(command: &OsdCommand) -> Result<(), WireError> {
         {
             Err(too_large("write"))
         }
+        OsdCommand::ReplaceIf { data, .. } if data.len() as u64 > ENCRYPTED_OBJECT_BYTES_MAX => {
+            Err(too_large("replace"))
+        }
         OsdCommand::Append { data, .. } if data.len() as u64 > ENCRYPTED_OBJECT_BYTES_MAX => {
             Err(too_large("append"))
         }

@@ -175,6 +175,21 @@ impl OsdCore {
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 OsdResponse::Ok
             }),
+            OsdCommand::ReplaceIf { expect, data, .. } => {
+                let digest = caller
+                    .secure
+                    .as_ref()
+                    .and_then(|c| c.request_digest.as_ref());
+                store
+                    .replace_if(&auth, expect.as_ref(), data, digest)
+                    .map(|()| {
+                        self.stats
+                            .bytes_written
+                            .fetch_add(data.len() as u64, Ordering::Relaxed);
+                        OsdResponse::Ok
+                    })
+            }
+            OsdCommand::Digest { .. } => store.digest(&auth).map(OsdResponse::Digest),
             OsdCommand::Append { data, .. } => store.append(&auth, data).map(|()| {
                 self.stats
                     .bytes_written

@@ -60,6 +60,9 @@ pub enum StoreError {
     /// The object's bytes are not the ones written (changed on disk since).
     #[error("the stored object fails its check: {0}")]
     Damaged(String),
+    /// A conditional replace found the object changed since its state was read.
+    #[error("the object changed since its state was read")]
+    Changed,
 }
 
 /// Proof that a data command passed every check for this object and mode.
@@ -73,6 +76,18 @@ pub struct Authorized {
 }
 
 impl Authorized {
+    /// An authorization no OSD checked: for a store's own tests only (feature
+    /// `store-tests`, which no daemon enables).
+    #[cfg(feature = "store-tests")]
+    #[doc(hidden)]
+    pub fn for_store_tests(object: ObjectId, mode: Mode) -> Self {
+        Authorized {
+            object,
+            mode,
+            policy_tag: None,
+        }
+    }
+
     /// The object the checks were for.
     pub fn object(&self) -> ObjectId {
         self.object
@@ -169,6 +184,20 @@ pub trait ObjectStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Appends; durable before it returns.
     fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError>;
+    /// The BLAKE3 digest of the object's stored bytes, as they are on the disk (no
+    /// check): [`StoreError::NotFound`] when it does not exist.
+    fn digest(&self, auth: &Authorized) -> Result<[u8; 32], StoreError>;
+    /// [`ObjectStore::write`] of the whole object (`replace`), only if the object's
+    /// stored bytes still have the digest `expect` (`None`: it does not exist), decided
+    /// and done atomically against every other change of the object; else
+    /// [`StoreError::Changed`] and nothing written.
+    fn replace_if(
+        &self,
+        auth: &Authorized,
+        expect: Option<&[u8; 32]>,
+        data: &[u8],
+        digest: Option<&DataDigest>,
+    ) -> Result<(), StoreError>;
     /// Attributes.
     fn attributes(&self, auth: &Authorized) -> Result<ObjectAttributes, StoreError>;
     /// Sets the policy tag and user attributes.
@@ -297,6 +326,7 @@ fn store_refusal(e: StoreError) -> WireError {
         StoreError::Partition(why) => refuse(ErrorCode::InvalidArgument, why),
         StoreError::Io(e) => refuse(ErrorCode::Internal, e.to_string()),
         StoreError::Damaged(why) => refuse(ErrorCode::ObjectDamaged, why),
+        StoreError::Changed => refuse(ErrorCode::ObjectChanged, ""),
     }
 }
 

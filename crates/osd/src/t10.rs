@@ -50,11 +50,11 @@ pub(crate) struct T10State {
 /// The permission a data command needs under a T10 capability.
 fn needed(command: &OsdCommand) -> Option<Permissions> {
     Some(match command {
-        OsdCommand::Read { .. } => Permissions::READ,
+        OsdCommand::Read { .. } | OsdCommand::Digest { .. } => Permissions::READ,
         OsdCommand::GetAttributes { .. } => Permissions::GET_ATTR,
         OsdCommand::Create { .. } => Permissions::CREATE,
         OsdCommand::Remove { .. } => Permissions::REMOVE,
-        OsdCommand::Write { .. } => Permissions::WRITE,
+        OsdCommand::Write { .. } | OsdCommand::ReplaceIf { .. } => Permissions::WRITE,
         OsdCommand::Append { .. } => Permissions::APPEND,
         OsdCommand::SetAttributes { .. } => Permissions::SET_ATTR,
         _ => return None,

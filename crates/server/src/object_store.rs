@@ -24,7 +24,9 @@
 //! restart, answers about sealed files are sealed from their data, as before.
 
 mod attributes;
+mod conditional;
 mod faulty;
+mod in_place;
 mod kept;
 
 use crate::limits::OBJECT_LOCKS;
@@ -193,12 +195,17 @@ impl FileObjectStore {
     /// (so that a copy-on-write in flight cannot put an older copy back over it), with,
     /// when its digest is given, the new file sealed and the digest kept (right after the
     /// rename, under the lock, with the change time the rename gave the file).
+    ///
+    /// `expect`: rename only if `target`'s bytes still have this digest (`Some(None)`:
+    /// only if it does not exist), decided under the object's lock, else
+    /// [`StoreError::Changed`] and nothing changed (see [`ObjectStore::replace_if`]).
     fn replace_file(
         &self,
         dir: &Path,
         target: &Path,
         data: &[u8],
         object: Option<(ObjectId, Option<&DataDigest>)>,
+        expect: Option<Option<&[u8; 32]>>,
     ) -> Result<(), StoreError> {
         let temp = self.temp_path(dir);
         let digest = object.and_then(|(_, d)| d.copied());
@@ -217,11 +224,16 @@ impl FileObjectStore {
             f.sync_all()?;
             Ok::<_, std::io::Error>(f.metadata()?.ino())
         })();
-        let renamed = written.and_then(|inode| {
+        let renamed = written.map_err(StoreError::from).and_then(|inode| {
             let Some((o, _)) = object else {
-                return fs::rename(&temp, target);
+                return Ok(fs::rename(&temp, target)?);
             };
             let _object = self.object_lock(o);
+            if let Some(expect) = expect {
+                if conditional::stored_digest(target)?.as_ref() != expect {
+                    return Err(StoreError::Changed);
+                }
+            }
             self.forget(o);
             fs::rename(&temp, target)?;
             // Kept once in place: a rename changes the file's change time, and the time
@@ -245,79 +257,8 @@ impl FileObjectStore {
         });
         if let Err(e) = renamed {
             let _ = fs::remove_file(&temp);
-            return Err(e.into());
+            return Err(e);
         }
-        sync_dir(dir)?;
-        Ok(())
-    }
-
-    /// Changes object `o`'s file in place with `edit`, unless it is sealed: then `edit`
-    /// changes a copy, which replaces it. Durable before it returns.
-    fn write_in_place(
-        &self,
-        o: ObjectId,
-        dir: &Path,
-        append: bool,
-        edit: impl FnOnce(&File) -> std::io::Result<()>,
-    ) -> Result<(), StoreError> {
-        let path = self.object_path(o);
-        let file = {
-            let _object = self.object_lock(o);
-            let opened = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .append(append)
-                .mode(OBJECT_FILE_MODE)
-                .open(&path);
-            let sealed = match &opened {
-                // The OSD's account may not open its sealed files for writing...
-                Err(e) => e.kind() == ErrorKind::PermissionDenied,
-                // ... but root may.
-                Ok(f) => is_sealed(&f.metadata()?),
-            };
-            if sealed {
-                return self.copy_on_write(o, dir, &path, edit);
-            }
-            opened?
-        };
-        edit(&file)?;
-        self.date(&file)?;
-        file.sync_data()?;
-        // Always: whoever created the file may not have made its entry durable yet, and
-        // this write must not be acknowledged before it is.
-        sync_dir(dir)?;
-        Ok(())
-    }
-
-    /// Copies the sealed file `path`, applies `edit` to the copy and renames it into
-    /// place. Called under the object's lock.
-    fn copy_on_write(
-        &self,
-        o: ObjectId,
-        dir: &Path,
-        path: &Path,
-        edit: impl FnOnce(&File) -> std::io::Result<()>,
-    ) -> Result<(), StoreError> {
-        let temp = self.temp_path(dir);
-        let copied = (|| {
-            let mut source = File::open(path)?;
-            let mut copy = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(OBJECT_FILE_MODE)
-                .open(&temp)?;
-            std::io::copy(&mut source, &mut copy)?;
-            edit(&copy)?;
-            self.date(&copy)?;
-            copy.sync_all()?;
-            fs::rename(&temp, path)
-        })();
-        if let Err(e) = copied {
-            let _ = fs::remove_file(&temp);
-            return Err(e.into());
-        }
-        self.forget(o);
         sync_dir(dir)?;
         Ok(())
     }
@@ -443,7 +384,7 @@ impl ObjectStore for FileObjectStore {
         }
         if replace && offset == 0 {
             let path = self.object_path(o);
-            return self.replace_file(&dir, &path, data, Some((o, digest)));
+            return self.replace_file(&dir, &path, data, Some((o, digest)), None);
         }
         self.write_in_place(o, &dir, false, |f| {
             f.write_all_at(data, offset)?;
@@ -452,6 +393,29 @@ impl ObjectStore for FileObjectStore {
             }
             Ok(())
         })
+    }
+
+    fn digest(&self, auth: &Authorized) -> Result<[u8; 32], StoreError> {
+        let o = auth.object();
+        self.check_partition(o)?;
+        conditional::stored_digest(&self.object_path(o))?.ok_or(StoreError::NotFound)
+    }
+
+    fn replace_if(
+        &self,
+        auth: &Authorized,
+        expect: Option<&[u8; 32]>,
+        data: &[u8],
+        digest: Option<&DataDigest>,
+    ) -> Result<(), StoreError> {
+        let o = auth.object();
+        let dir = self.check_partition(o)?;
+        if let Some(fault) = self.write_fault(data.len()) {
+            let write = |f: &File, d: &[u8]| f.write_all_at(d, 0);
+            return self.faulty_write(o, &dir, fault, write, data, true);
+        }
+        let path = self.object_path(o);
+        self.replace_file(&dir, &path, data, Some((o, digest)), Some(expect))
     }
 
     fn append(&self, auth: &Authorized, data: &[u8]) -> Result<(), StoreError> {
@@ -510,7 +474,7 @@ impl ObjectStore for FileObjectStore {
             user: user.to_vec(),
         }
         .encode()?;
-        self.replace_file(&dir, &self.attr_path(o), &bytes, None)
+        self.replace_file(&dir, &self.attr_path(o), &bytes, None, None)
     }
 
     fn list(&self, _auth: &AdminAuthorized, partition: u64) -> Result<Vec<ObjectId>, StoreError> {

@@ -4,7 +4,9 @@
 //! every step against a model of what was acknowledged: no read ever returns other bytes
 //! than acknowledged; without faults (and on every seed once they stop) a file whose
 //! every stripe keeps a good copy on an OSD that is up reads back; a write that cannot
-//! reach every copy is not acknowledged.
+//! reach every copy is not acknowledged. Repairing scrubs run beside puts; once the
+//! faults stop and the OSDs are back, one repairing scrub gives every acknowledged object
+//! its every copy again, each holding the acknowledged bytes.
 //!
 //! `MAAT_SIM_SEED=N` replays one seed; `MAAT_SIM_SOAK=SECONDS` runs random seeds for that
 //! long (printing each, so a failure names the seed to keep in `REGRESSIONS`).
@@ -196,9 +198,95 @@ fn copies_agree(
     compared
 }
 
+/// A path and new bytes for it (up to three stripes).
+fn new_content(rng: &mut ChaCha8Rng) -> (String, Vec<u8>) {
+    let path = format!("/f{}", below(rng, PATHS));
+    let len = below(rng, 3 * STRIPE_UNIT_BYTES) as usize + 1;
+    let fill = rng.next_u64() as u8;
+    let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) ^ fill).collect();
+    (path, data)
+}
+
+type Placed = Result<Vec<BTreeSet<u64>>, ClientError>;
+
+/// A put of `data` to `path` as a simulated task, giving the copies of each stripe.
+fn put_task(
+    sim: &SimCluster,
+    admin: &Arc<Client>,
+    path: &str,
+    data: &[u8],
+) -> maat_net::memory::Task<Placed> {
+    let (writer, p, d) = (admin.clone(), path.to_string(), data.to_vec());
+    sim.spawn("put", move || {
+        put(&writer, &p, &d)?;
+        // The file's id, to place its copies (asked again past lost frames).
+        let mut stat = writer.stat(&p);
+        for _ in 0..8 {
+            if stat.is_ok() {
+                break;
+            }
+            stat = writer.stat(&p);
+        }
+        let id = stat?.id;
+        let stripes = (d.len() as u64).div_ceil(STRIPE_UNIT_BYTES) as u32;
+        (0..stripes)
+            .map(|s| {
+                writer
+                    .copies_of("default", id, s)
+                    .map(|c| c.into_iter().collect::<BTreeSet<u64>>())
+            })
+            .collect()
+    })
+}
+
+/// Runs the simulation until every task has ended.
+fn finish(sim: &SimCluster, at: &str) {
+    match sim.run(None) {
+        Run::Idle => {}
+        other => panic!("{at}: the step did not end: {other:?}"),
+    }
+}
+
+/// What a put's outcome teaches the model.
+fn settle(
+    task: maat_net::memory::Task<Placed>,
+    model: &mut BTreeMap<String, Known>,
+    down: &BTreeSet<u64>,
+    faulty: bool,
+    path: String,
+    data: Vec<u8>,
+    at: &str,
+) {
+    let outcome = match task.take() {
+        Some(Ok(outcome)) => outcome,
+        Some(Err(panic)) => panic!("{at}: {}", panic_text(&panic)),
+        None => panic!("{at}: the put gave no result"),
+    };
+    match outcome {
+        Ok(good) => {
+            for copies in &good {
+                assert_eq!(copies.len(), 3, "{at}");
+                assert!(
+                    copies.is_disjoint(down),
+                    "{at}: {path} acknowledged with a copy on a down OSD"
+                );
+            }
+            model.insert(path, Known::Data(data, good));
+        }
+        Err(_) => {
+            assert!(
+                faulty || !down.is_empty(),
+                "{at}: a put failed with every OSD up and no faults"
+            );
+            model.insert(path, Known::Torn);
+        }
+    }
+}
+
 fn run(seed: u64) {
     let mut sim = SimCluster::start(seed, OSDS).unwrap();
     let admin = Arc::new(sim.admin().unwrap());
+    let repairer = Arc::new(sim.admin().unwrap());
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     // Odd seeds: frames late, lost and replayed, disks failing reads and writes and
     // flipping bits. Even seeds: only OSDs down and disks lost.
@@ -220,56 +308,33 @@ fn run(seed: u64) {
     let mut model: BTreeMap<String, Known> = BTreeMap::new();
     let mut down: BTreeSet<u64> = BTreeSet::new();
     let mut disks_lost = 0;
-    let (mut acknowledged, mut refused, mut needed_another) = (0u32, 0u32, 0u32);
+    let mut needed_another = 0u32;
+    let mut repaired = 0u64;
     for step in 0..STEPS {
         let at = format!("seed {seed} step {step}");
         match below(&mut rng, 10) {
             0..=4 => {
-                let path = format!("/f{}", below(&mut rng, PATHS));
-                let len = below(&mut rng, 3 * STRIPE_UNIT_BYTES) as usize + 1;
-                let fill = rng.next_u64() as u8;
-                let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) ^ fill).collect();
-                let (writer, p, d) = (admin.clone(), path.clone(), data.clone());
-                let outcome = in_task(&sim, move || {
-                    put(&writer, &p, &d)?;
-                    // The file's id, to place its copies (asked again past lost frames).
-                    let mut stat = writer.stat(&p);
-                    for _ in 0..8 {
-                        if stat.is_ok() {
-                            break;
-                        }
-                        stat = writer.stat(&p);
-                    }
-                    let id = stat?.id;
-                    let stripes = (d.len() as u64).div_ceil(STRIPE_UNIT_BYTES) as u32;
-                    (0..stripes)
-                        .map(|s| {
-                            writer
-                                .copies_of("default", id, s)
-                                .map(|c| c.into_iter().collect::<BTreeSet<u64>>())
-                        })
-                        .collect::<Result<Vec<_>, _>>()
+                let (path, data) = new_content(&mut rng);
+                let task = put_task(&sim, &admin, &path, &data);
+                finish(&sim, &at);
+                settle(task, &mut model, &down, faulty, path, data, &at);
+            }
+            // A repairing scrub while a put is at work on the same files: the repair may
+            // never undo the put (every read after it is checked), and what it writes is
+            // what most copies held.
+            8 => {
+                let (path, data) = new_content(&mut rng);
+                let repairer = repairer.clone();
+                let repair = sim.spawn("repair", move || {
+                    repairer
+                        .scrub("/", true, &mut |_| {})
+                        .map_err(|e| e.to_string())
                 });
-                match outcome {
-                    Ok(good) => {
-                        for copies in &good {
-                            assert_eq!(copies.len(), 3, "{at}");
-                            assert!(
-                                copies.is_disjoint(&down),
-                                "{at}: {path} acknowledged with a copy on a down OSD"
-                            );
-                        }
-                        acknowledged += 1;
-                        model.insert(path, Known::Data(data, good));
-                    }
-                    Err(_) => {
-                        assert!(
-                            faulty || !down.is_empty(),
-                            "{at}: a put failed with every OSD up and no faults"
-                        );
-                        refused += 1;
-                        model.insert(path, Known::Torn);
-                    }
+                let task = put_task(&sim, &admin, &path, &data);
+                finish(&sim, &at);
+                settle(task, &mut model, &down, faulty, path, data, &at);
+                if let Some(Ok(Ok(report))) = repair.take() {
+                    repaired += report.copies_repaired;
                 }
             }
             5 if down.len() < 2 => {
@@ -309,8 +374,71 @@ fn run(seed: u64) {
     let after = format!("seed {seed} after the faults");
     needed_another += check(&sim, &admin, &model, &down, true, &after);
     let compared = copies_agree(&sim, &admin, &model, &down, &after);
+    // Then the down OSDs come back and one repairing scrub gives every acknowledged
+    // object its every copy again, each holding the acknowledged bytes.
+    for id in std::mem::take(&mut down) {
+        sim.net().set_down(&osd_address(id), false);
+    }
+    // (Files whose last put failed are written whole again, and one more disk is lost,
+    // so that the repair has every file to do.)
+    let torn: Vec<String> = model
+        .iter()
+        .filter(|(_, k)| matches!(k, Known::Torn))
+        .map(|(p, _)| p.clone())
+        .collect();
+    for path in torn {
+        let data = new_content(&mut rng).1;
+        let task = put_task(&sim, &admin, &path, &data);
+        finish(&sim, &after);
+        settle(task, &mut model, &down, false, path, data, &after);
+    }
+    sim.lose_osd_objects(1 + below(&mut rng, OSDS)).unwrap();
+    let r = repairer.clone();
+    let report = in_task(&sim, move || r.scrub("/", true, &mut |_| {}));
+    let report = report.unwrap_or_else(|e| panic!("{after}: the repair failed: {e}"));
+    repaired += report.copies_repaired;
+    let full: Vec<String> = model
+        .iter()
+        .filter(|(_, k)| matches!(k, Known::Data(..)))
+        .map(|(p, _)| p.clone())
+        .collect();
+    let placed = {
+        let r = repairer.clone();
+        in_task(&sim, move || {
+            full.iter()
+                .map(|p| {
+                    let id = r.stat(p)?.id;
+                    let stripes = r.stat(p)?.size.div_ceil(STRIPE_UNIT_BYTES).max(1) as u32;
+                    (0..stripes)
+                        .map(|s| r.copies_of("default", id, s).map(BTreeSet::from_iter))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(|c| (p.clone(), c))
+                })
+                .collect::<Result<Vec<_>, ClientError>>()
+        })
+    };
+    for (path, copies) in placed.unwrap_or_else(|e| panic!("{after}: {e}")) {
+        if let Some(Known::Data(_, good)) = model.get_mut(&path) {
+            *good = copies;
+        }
+    }
+    let healed = format!("seed {seed} after the repair");
+    let whole = copies_agree(&sim, &admin, &model, &down, &healed);
+    check(&sim, &admin, &model, &down, true, &healed);
+    for (path, known) in &model {
+        if let Known::Data(_, good) = known {
+            assert!(
+                good.iter().all(|c| c.len() == 3),
+                "{healed}: {path} placed on fewer than 3 OSDs"
+            );
+        }
+    }
+    let acknowledged = model
+        .values()
+        .filter(|k| matches!(k, Known::Data(..)))
+        .count();
     println!(
-        "seed {seed}{}: {acknowledged} puts acknowledged, {refused} refused, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, disk faults {:?}",
+        "seed {seed}{}: {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
         if faulty { " (faults)" } else { "" },
         sim.storage_faults().counts()
     );

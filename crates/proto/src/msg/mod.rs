@@ -133,6 +133,9 @@ pub enum ErrorCode {
     /// The stored object fails its own check: its bytes on the OSD's disk are not the
     /// ones written (changed outside Maat, or bit rot). Appended (issue 40).
     ObjectDamaged,
+    /// A conditional command's condition no longer holds: the object changed since its
+    /// state was read (issue 41, `ReplaceIf`). Appended.
+    ObjectChanged,
 }
 
 impl ErrorCode {
@@ -176,6 +179,7 @@ impl ErrorCode {
             ErrorCode::ObjectDamaged => {
                 "the stored object fails its check (changed on the OSD's disk since it was written)"
             }
+            ErrorCode::ObjectChanged => "the object changed since its state was read",
         }
     }
 

@@ -135,6 +135,27 @@ pub enum OsdCommand {
         #[serde(with = "serde_bytes")]
         proof: Vec<u8>,
     },
+    /// Issue 41: the BLAKE3 digest of the object's stored bytes as they are on the disk,
+    /// checked or not (answer [`OsdResponse::Digest`]; `NoSuchObject` when absent). The
+    /// state a repair makes its [`OsdCommand::ReplaceIf`] conditional on. Appended.
+    Digest {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Issue 41: makes the object exactly `data`, atomically and durably, only if its
+    /// stored bytes still have the digest `expect` (`None`: only if it does not exist);
+    /// otherwise refused with `ObjectChanged` and nothing written. How a repair puts a
+    /// good copy over a missing or damaged one without undoing a write that landed in
+    /// between. Needs write access, like any write. Appended.
+    ReplaceIf {
+        /// Object.
+        object: ObjectId,
+        /// The digest the object must still have, or `None`: it must not exist.
+        expect: Option<[u8; 32]>,
+        /// The object's new bytes.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
 }
 
 impl OsdCommand {
@@ -156,6 +177,8 @@ impl OsdCommand {
             OsdCommand::SupplyTree { .. } => "supply_tree",
             OsdCommand::SupplyRenewal { .. } => "supply_renewal",
             OsdCommand::SupplyProof { .. } => "supply_proof",
+            OsdCommand::Digest { .. } => "digest",
+            OsdCommand::ReplaceIf { .. } => "replace_if",
         }
     }
 
@@ -164,12 +187,13 @@ impl OsdCommand {
     pub fn object_access(&self) -> Option<(ObjectId, crate::capability::Mode)> {
         use crate::capability::Mode;
         match self {
-            OsdCommand::Read { object, .. } | OsdCommand::GetAttributes { object } => {
-                Some((*object, Mode::READ))
-            }
+            OsdCommand::Read { object, .. }
+            | OsdCommand::GetAttributes { object }
+            | OsdCommand::Digest { object } => Some((*object, Mode::READ)),
             OsdCommand::Create { object }
             | OsdCommand::Remove { object }
             | OsdCommand::Write { object, .. }
+            | OsdCommand::ReplaceIf { object, .. }
             | OsdCommand::Append { object, .. }
             | OsdCommand::SetAttributes { object, .. } => Some((*object, Mode::WRITE)),
             _ => None,
@@ -193,9 +217,9 @@ impl OsdRequest {
     /// see `protection`); empty for commands without data.
     pub fn take_bulk(&mut self) -> Vec<u8> {
         match &mut self.command {
-            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } => {
-                std::mem::take(data)
-            }
+            OsdCommand::Write { data, .. }
+            | OsdCommand::Append { data, .. }
+            | OsdCommand::ReplaceIf { data, .. } => std::mem::take(data),
             _ => Vec::new(),
         }
     }
@@ -225,6 +249,18 @@ impl OsdRequest {
                 },
                 data.as_slice(),
             ),
+            OsdCommand::ReplaceIf {
+                object,
+                expect,
+                data,
+            } => (
+                OsdCommand::ReplaceIf {
+                    object: *object,
+                    expect: *expect,
+                    data: Vec::new(),
+                },
+                data.as_slice(),
+            ),
             other => (other.clone(), &[][..]),
         };
         (
@@ -242,7 +278,9 @@ impl OsdRequest {
     pub fn put_bulk_digested<D>(&mut self, bulk: Vec<u8>, digest: Option<D>) -> Result<Option<D>> {
         let in_message = matches!(
             &self.command,
-            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } if !data.is_empty()
+            OsdCommand::Write { data, .. }
+            | OsdCommand::Append { data, .. }
+            | OsdCommand::ReplaceIf { data, .. } if !data.is_empty()
         );
         self.put_bulk(bulk)?;
         Ok(if in_message { None } else { digest })
@@ -252,7 +290,11 @@ impl OsdRequest {
     /// that carries none.
     pub fn put_bulk(&mut self, bulk: Vec<u8>) -> Result<()> {
         match &mut self.command {
-            OsdCommand::Write { data, .. } | OsdCommand::Append { data, .. } if data.is_empty() => {
+            OsdCommand::Write { data, .. }
+            | OsdCommand::Append { data, .. }
+            | OsdCommand::ReplaceIf { data, .. }
+                if data.is_empty() =>
+            {
                 *data = bulk;
                 Ok(())
             }
@@ -387,6 +429,9 @@ pub enum OsdResponse {
     Objects(Vec<ObjectId>),
     /// Counters.
     Stats(DaemonStats),
+    /// Issue 41: the digest of an object's stored bytes ([`OsdCommand::Digest`]).
+    /// Appended.
+    Digest([u8; 32]),
 }
 
 /// Unauthenticated messages to an OSD (frame type Plain).

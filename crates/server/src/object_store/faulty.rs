@@ -35,7 +35,7 @@ impl FileObjectStore {
         o: ObjectId,
         dir: &Path,
         fault: crate::faults::WriteFault,
-        write: impl FnOnce(&File, &[u8]) -> std::io::Result<()>,
+        write: impl Fn(&File, &[u8]) -> std::io::Result<()>,
         data: &[u8],
         whole: bool,
     ) -> Result<(), StoreError> {
