@@ -136,8 +136,8 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         .map(|(n, c)| format!("{n} ({c} cop{})", if *c == 1 { "y" } else { "ies" }))
         .collect();
     say!("  partitions: {}", partitions.join(", "));
-    // Said plainly until it exists: nothing re-creates a lost copy by itself.
-    say!("  recovery:   on demand only: `maat admin scrub --repair` puts back lost and damaged copies");
+    // Said plainly: copies come back only by a repairing scrub.
+    say!("  recovery:   by repairing scrubs: `maat up`'s scrubber (after an OSD restarts or returns, and daily), or `maat admin scrub --repair`");
     for w in &warnings {
         say!("  warning: {w}");
     }

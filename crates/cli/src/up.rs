@@ -95,6 +95,15 @@ pub struct UpArgs {
     #[arg(long, default_value_t = maat_proto::limits::REPLICAS_DEFAULT,
           value_parser = clap::value_parser!(u8).range(1..=i64::from(maat_proto::limits::REPLICAS_MAX)))]
     pub replicas: u8,
+    /// Seconds between the scrubber's repairing scrubs of every copy of every object
+    /// (issue 41; 0: none but those below). The scrubber also runs after the cluster
+    /// starts, when an OSD was restarted, and when the MDS shows an OSD up again, and
+    /// puts back missing and damaged copies from good ones (`maat admin scrub --repair`).
+    #[arg(long, default_value_t = 86_400)]
+    pub scrub_every: u64,
+    /// Run no scrubber: lost copies stay lost until `maat admin scrub --repair`.
+    #[arg(long)]
+    pub no_scrubber: bool,
 }
 
 fn parse_umask(text: &str) -> Result<String, String> {
@@ -603,6 +612,11 @@ pub fn run(args: UpArgs) -> Result<()> {
         "maat: in another terminal (Ctrl-C here stops the cluster):\n  export MAAT_CLUSTER={0}/client.toml MAAT_HOME={0}/admin\n  {maat} put README.md /readme && {maat} cat /readme\n  {maat} ls -l / && {maat} stats\n  {maat} --help",
         data.display()
     );
+    let wanted = crate::scrubber::Wanted::default();
+    if !args.no_scrubber {
+        let every = (args.scrub_every > 0).then(|| Duration::from_secs(args.scrub_every));
+        crate::scrubber::spawn(&data, every, wanted.clone(), stop.clone());
+    }
     // Supervise: restart daemons that die; stop on a signal.
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
@@ -614,6 +628,8 @@ pub fn run(args: UpArgs) -> Result<()> {
                 eprintln!("maat: {} exited unexpectedly; restarting", d.name);
                 if let Err(e) = d.start(&exe, &data, &mut Vec::new()) {
                     eprintln!("maat: restarting {} failed: {e}", d.name);
+                } else if d.kind == "osd" {
+                    wanted.ask(format!("{} was restarted", d.name));
                 }
             }
         }

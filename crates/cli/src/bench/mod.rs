@@ -428,6 +428,8 @@ impl LocalCluster {
             }
         };
         args.extend([
+            // Nothing in the background of a measurement.
+            "--no-scrubber",
             "--listen",
             "127.0.0.1:0",
             "--danger-allow-insecure",

@@ -79,6 +79,11 @@ impl Cluster {
         if !extra.contains(&"--umask") {
             args.extend(["--umask", "000"]);
         }
+        // No scrubber (its reads and repairs would move the counters other suites
+        // check) unless the caller sets its period.
+        if !extra.contains(&"--scrub-every") {
+            args.push("--no-scrubber");
+        }
         args.extend_from_slice(extra);
         Self::start_as_shipped(osds, &args)
     }

@@ -1,0 +1,191 @@
+//! Issue 41: the scrubber `maat up` runs beside its daemons. It is a client, logged in as
+//! the administrator from the cluster's `admin` home, and does what `maat admin scrub
+//! --repair /` does (`maat_client::Client::scrub`): it reads every copy of every object
+//! and puts the missing and damaged ones back from a good copy, each write checked by the
+//! OSD that takes it. It runs
+//!
+//! * once after the cluster starts (a disk replaced while the cluster was stopped),
+//! * when the supervisor restarted an OSD, or the MDS shows an OSD up again that it
+//!   showed down (a disk lost with its process, copies an OSD missed while away),
+//! * every `--scrub-every` seconds (bit rot),
+//!
+//! and only while every OSD is up (an OSD that does not answer costs each of its copies
+//! a timeout and can be repaired by no one): until then the run waits. It says on
+//! standard error when it starts a run, why, and what the run found and repaired.
+
+use maat_client::{Client, ClusterFile, Home};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the scrubber asks the MDS which OSDs are up.
+const POLL: Duration = Duration::from_secs(2);
+/// After a run that left copies unrepaired (an OSD that had not registered again yet, a
+/// write at work), the next run after this long, doubled each time up to an hour.
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(3600);
+
+/// The reasons the next run has, shared with the supervisor.
+#[derive(Clone, Default)]
+pub struct Wanted(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Wanted {
+    /// Asks for a run, saying why.
+    pub fn ask(&self, why: impl Into<String>) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(why.into());
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    fn pending(&self) -> bool {
+        !self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+}
+
+/// Starts the scrubber of the cluster in `data`; it ends when `stop` is set (between
+/// runs: a run in progress ends with the daemons it talks to).
+pub fn spawn(
+    data: &Path,
+    every: Option<Duration>,
+    wanted: Wanted,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let data = data.to_path_buf();
+    wanted.ask("the cluster started");
+    std::thread::spawn(move || run(&data, every, &wanted, &stop))
+}
+
+fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn client(data: &Path) -> anyhow::Result<Client> {
+    let file = ClusterFile::load(&data.join("client.toml"))?;
+    Ok(Client::new(file, Some(Home::new(data.join("admin"))))?)
+}
+
+fn run(data: &PathBuf, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool) {
+    let mut c: Option<Client> = None;
+    let mut down_seen: BTreeSet<u64> = BTreeSet::new();
+    let mut next_periodic = every.map(|e| Instant::now() + e);
+    let mut waiting_said = false;
+    let mut retry: Option<(Instant, String)> = None;
+    let mut backoff = RETRY_FIRST;
+    while !stop.load(Ordering::SeqCst) {
+        if c.is_none() {
+            match client(data) {
+                Ok(new) => c = Some(new),
+                Err(e) => {
+                    eprintln!("maat: scrubber: cannot log in as the administrator: {e}");
+                    sleep_unless_stopped(stop, POLL * 5);
+                    continue;
+                }
+            }
+        }
+        let Some(client) = c.as_ref() else { continue };
+        let placement = match client.refresh_placement() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("maat: scrubber: the MDS did not answer: {e}");
+                c = None;
+                sleep_unless_stopped(stop, POLL);
+                continue;
+            }
+        };
+        let down: Vec<u64> = placement
+            .osds
+            .iter()
+            .filter(|o| !o.up)
+            .map(|o| o.id)
+            .collect();
+        for o in &placement.osds {
+            if o.up && down_seen.remove(&o.id) {
+                wanted.ask(format!("osd {} is up again", o.id));
+            }
+        }
+        down_seen.extend(&down);
+        if let Some((at, why)) = retry.take() {
+            match Instant::now() >= at {
+                true => wanted.ask(why),
+                false => retry = Some((at, why)),
+            }
+        }
+        if let Some(at) = next_periodic {
+            if Instant::now() >= at {
+                wanted.ask("its period passed");
+                next_periodic = every.map(|e| Instant::now() + e);
+            }
+        }
+        if wanted.pending() && !down.is_empty() {
+            if !waiting_said {
+                eprintln!("maat: scrubber: a repair is due; waiting for osd {down:?} to come up");
+                waiting_said = true;
+            }
+        } else if wanted.pending() {
+            waiting_said = false;
+            let why = wanted.take().join(", ");
+            eprintln!("maat: scrubber: repairing scrub of / ({why})");
+            let started = Instant::now();
+            match client.scrub("/", true, &mut |_| {}) {
+                Ok(r) => {
+                    let left = r
+                        .findings
+                        .iter()
+                        .filter(|f| !f.ends_with("; repaired"))
+                        .count();
+                    eprintln!(
+                        "maat: scrubber: {} files, {} objects in {:.1} s: {} copies missing, {} bad, {} repaired{}",
+                        r.files,
+                        r.objects,
+                        started.elapsed().as_secs_f64(),
+                        r.copies_missing,
+                        r.copies_bad,
+                        r.copies_repaired,
+                        match left {
+                            0 => String::new(),
+                            n => format!("; {n} findings not repaired (`maat admin scrub` names them), next try in {} s", backoff.as_secs()),
+                        }
+                    );
+                    if left == 0 {
+                        backoff = RETRY_FIRST;
+                    } else {
+                        // With a fresh map: an OSD may serve at a new address.
+                        let why = format!("{left} findings were left unrepaired");
+                        retry = Some((Instant::now() + backoff, why));
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                        c = None;
+                    }
+                }
+                Err(e) => {
+                    eprintln!(
+                        "maat: scrubber: the scrub failed: {e}; next try in {} s",
+                        backoff.as_secs()
+                    );
+                    retry = Some((Instant::now() + backoff, "the last run failed".into()));
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    c = None;
+                }
+            }
+        }
+        sleep_unless_stopped(stop, POLL);
+    }
+}
