@@ -15,7 +15,7 @@
 
 use maat_client::{Client, ClusterFile, Home};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,7 +83,7 @@ fn client(data: &Path) -> anyhow::Result<Client> {
     Ok(Client::new(file, Some(Home::new(data.join("admin"))))?)
 }
 
-fn run(data: &PathBuf, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool) {
+fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool) {
     let mut c: Option<Client> = None;
     let mut down_seen: BTreeSet<u64> = BTreeSet::new();
     let mut next_periodic = every.map(|e| Instant::now() + e);
