@@ -148,9 +148,15 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
 }
 
 /// `maat admin scrub [PATH] [--repair]`.
-pub fn scrub(c: &maat_client::Client, path: &str, repair: bool, json: bool) -> Result<()> {
+pub fn scrub(
+    c: &maat_client::Client,
+    path: &str,
+    depth: maat_client::ScrubDepth,
+    repair: bool,
+    json: bool,
+) -> Result<()> {
     let mut files = 0u64;
-    let report = c.scrub(path, repair, &mut |p| {
+    let report = c.scrub(path, depth, repair, &mut |p| {
         files += 1;
         if !json && files % 100 == 0 {
             eprintln!("maat: scrub: {files} files, at {p}");

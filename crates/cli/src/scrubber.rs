@@ -7,13 +7,17 @@
 //! * once after the cluster starts (a disk replaced while the cluster was stopped),
 //! * when the supervisor restarted an OSD, or the MDS shows an OSD up again that it
 //!   showed down (a disk lost with its process, copies an OSD missed while away),
-//! * every `--scrub-every` seconds (bit rot),
+//!
+//! each a *light* scrub (copies compared by their OSDs' digests, only those that
+//! disagree read), and every `--scrub-every` seconds a *deep* one (every copy read and
+//! checked: bit rot that struck copies alike, encrypted blocks that no longer
+//! authenticate),
 //!
 //! and only while every OSD is up (an OSD that does not answer costs each of its copies
 //! a timeout and can be repaired by no one): until then the run waits. It says on
 //! standard error when it starts a run, why, and what the run found and repaired.
 
-use maat_client::{Client, ClusterFile, Home};
+use maat_client::{Client, ClusterFile, Home, ScrubDepth};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,18 +33,22 @@ const RETRY_MAX: Duration = Duration::from_secs(3600);
 
 /// The reasons the next run has, shared with the supervisor.
 #[derive(Clone, Default)]
-pub struct Wanted(Arc<std::sync::Mutex<Vec<String>>>);
+pub struct Wanted(Arc<std::sync::Mutex<Vec<(String, ScrubDepth)>>>);
 
 impl Wanted {
-    /// Asks for a run, saying why.
+    /// Asks for a light run, saying why.
     pub fn ask(&self, why: impl Into<String>) {
+        self.ask_for(why, ScrubDepth::Light);
+    }
+
+    fn ask_for(&self, why: impl Into<String>, depth: ScrubDepth) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(why.into());
+            .push((why.into(), depth));
     }
 
-    fn take(&self) -> Vec<String> {
+    fn take(&self) -> Vec<(String, ScrubDepth)> {
         std::mem::take(
             &mut *self
                 .0
@@ -131,7 +139,7 @@ fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool)
         }
         if let Some(at) = next_periodic {
             if Instant::now() >= at {
-                wanted.ask("its period passed");
+                wanted.ask_for("its period passed", ScrubDepth::Deep);
                 next_periodic = every.map(|e| Instant::now() + e);
             }
         }
@@ -142,10 +150,22 @@ fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool)
             }
         } else if wanted.pending() {
             waiting_said = false;
-            let why = wanted.take().join(", ");
-            eprintln!("maat: scrubber: repairing scrub of / ({why})");
+            let reasons = wanted.take();
+            let depth = match reasons.iter().any(|(_, d)| *d == ScrubDepth::Deep) {
+                true => ScrubDepth::Deep,
+                false => ScrubDepth::Light,
+            };
+            let why: Vec<String> = reasons.into_iter().map(|(w, _)| w).collect();
+            eprintln!(
+                "maat: scrubber: {} repairing scrub of / ({})",
+                match depth {
+                    ScrubDepth::Deep => "deep",
+                    ScrubDepth::Light => "light",
+                },
+                why.join(", ")
+            );
             let started = Instant::now();
-            match client.scrub("/", true, &mut |_| {}) {
+            match client.scrub("/", depth, true, &mut |_| {}) {
                 Ok(r) => {
                     let left = r
                         .findings

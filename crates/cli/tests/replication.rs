@@ -13,7 +13,7 @@
 
 mod common;
 use common::{content, object_files, signal, Cluster, Held};
-use maat_client::Client;
+use maat_client::{Client, ScrubDepth};
 use maat_proto::msg::STRIPE_UNIT_BYTES;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -125,7 +125,7 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     let ids: Vec<u64> = files.iter().map(|(p, _)| c.stat(p).unwrap().id).collect();
     let objects: u64 = files.iter().map(|(_, d)| u64::from(stripes(d.len()))).sum();
     // A healthy cluster scrubs clean: every copy of every object read and good.
-    let clean = c.scrub("/", false, &mut |_| {}).unwrap();
+    let clean = c.scrub("/", ScrubDepth::Deep, false, &mut |_| {}).unwrap();
     assert_eq!((clean.files, clean.objects), (24, objects), "{clean:?}");
     assert_eq!(clean.copies_good, 3 * objects, "{clean:?}");
     assert!(clean.findings.is_empty(), "{clean:?}");
@@ -164,7 +164,9 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     }
     assert!(reader.client_stats().copy_failovers > 0);
     // Scrub finds exactly the wiped copies, and no object without a good copy.
-    let after_wipe = reader.scrub("/", false, &mut |_| {}).unwrap();
+    let after_wipe = reader
+        .scrub("/", ScrubDepth::Deep, false, &mut |_| {})
+        .unwrap();
     assert_eq!(after_wipe.copies_missing, wiped.get(), "{after_wipe:?}");
     assert_eq!(
         (after_wipe.copies_bad, after_wipe.objects_lost),
@@ -181,9 +183,12 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     let json: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
     assert_eq!(json["copies_missing"], wiped.get(), "{json}");
 
-    // Repair puts every wiped copy back from a good one, on the OSD placement names;
-    // a second scrub finds every copy good.
-    let repaired = reader.scrub("/", true, &mut |_| {}).unwrap();
+    // A light repair (digests compared, only good copies read) puts every wiped copy
+    // back from a good one, on the OSD placement names; a deep scrub then finds every
+    // copy good.
+    let repaired = reader
+        .scrub("/", ScrubDepth::Light, true, &mut |_| {})
+        .unwrap();
     assert_eq!(repaired.copies_repaired, wiped.get(), "{repaired:?}");
     assert!(
         repaired.findings.iter().all(|f| f.ends_with("; repaired")),
@@ -202,7 +207,9 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         n
     };
     assert_eq!(on_osd3(&cluster.data()), wiped.get());
-    let healed = reader.scrub("/", false, &mut |_| {}).unwrap();
+    let healed = reader
+        .scrub("/", ScrubDepth::Deep, false, &mut |_| {})
+        .unwrap();
     assert!(healed.findings.is_empty(), "{healed:?}");
     assert_eq!(healed.copies_good, 3 * objects, "{healed:?}");
 
@@ -225,8 +232,11 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         }
     });
     let reader = cluster.admin_client();
-    // Scrub names each flipped copy (it no longer authenticates) before any read.
-    let after_flip = reader.scrub("/", false, &mut |_| {}).unwrap();
+    // A light scrub names each flipped copy (its digest differs from the two others')
+    // before any read.
+    let after_flip = reader
+        .scrub("/", ScrubDepth::Light, false, &mut |_| {})
+        .unwrap();
     assert_eq!(flipped.get(), 6);
     assert_eq!(after_flip.copies_missing, 0, "{after_flip:?}");
     assert_eq!(after_flip.copies_bad, flipped.get(), "{after_flip:?}");
@@ -250,7 +260,9 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         assert_eq!(&get(&fresh, path).unwrap(), data, "{path} after repair");
     }
     assert_eq!(fresh.client_stats().copy_failovers, 0);
-    let healed = fresh.scrub("/", false, &mut |_| {}).unwrap();
+    let healed = fresh
+        .scrub("/", ScrubDepth::Deep, false, &mut |_| {})
+        .unwrap();
     assert!(healed.findings.is_empty(), "{healed:?}");
 }
 
@@ -342,7 +354,9 @@ fn a_repair_needs_write_access_and_never_overwrites_a_changed_copy() {
         maat_crypto::hash::blake3(&[b"a forged copy!!"])
     );
     // ... and a scrub finds that copy differs from the two others, and repairs it back.
-    let report = admin.scrub("/f", true, &mut |_| {}).unwrap();
+    let report = admin
+        .scrub("/f", ScrubDepth::Deep, true, &mut |_| {})
+        .unwrap();
     assert_eq!(report.copies_repaired, 1, "{report:?}");
     assert_eq!(digest(&admin, &f.capability), before);
 }
@@ -453,7 +467,9 @@ fn the_scrubber_puts_back_the_copies_of_an_osd_restarted_with_an_empty_disk() {
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
     let reader = cluster.admin_client();
-    let report = reader.scrub("/", false, &mut |_| {}).unwrap();
+    let report = reader
+        .scrub("/", ScrubDepth::Deep, false, &mut |_| {})
+        .unwrap();
     assert!(report.findings.is_empty(), "{report:?}");
     for (path, data) in &files {
         assert_eq!(&get(&reader, path).unwrap(), data, "{path} after recovery");

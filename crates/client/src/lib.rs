@@ -48,7 +48,7 @@ mod renewal;
 mod repair;
 mod reserved;
 mod scrub;
-pub use scrub::ScrubReport;
+pub use scrub::{ScrubDepth, ScrubReport};
 mod transfer;
 mod trees;
 

@@ -21,6 +21,10 @@ pub const FILE_KEYS_CACHED_MAX: usize = 4096;
 /// Most stripes a handle of an encrypted file keeps unsent (4 MiB of plaintext).
 pub const PENDING_STRIPES_MAX: usize = 8;
 
+/// Files a scrub checks at once (each its objects one after another): repairs wait on
+/// their OSDs' fsyncs, so one at a time leaves the disks idle.
+pub const SCRUB_FILES_AT_ONCE: usize = 8;
+
 /// Most stripes of one file in flight at once (memory: this many stripe units per put or
 /// get).
 pub const STRIPES_IN_FLIGHT_MAX: u32 = 16;

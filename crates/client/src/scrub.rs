@@ -4,6 +4,11 @@
 //! object against the digest it kept under ALLDATA and answers `ObjectDamaged` when it
 //! does not match); and every copy must equal what most copies hold. With `repair`, a
 //! missing or bad copy is replaced by a good one ([`crate::repair`]).
+//!
+//! A *light* scrub reads no copy whose OSD's digest of its stored bytes (`Digest`)
+//! agrees with most copies' digests: only the copies of an object that disagree, or are
+//! missing, cost a read (of one good copy, checked as a deep scrub checks it). It finds
+//! lost, damaged and stale copies as a deep scrub does, except two copies damaged alike.
 
 use super::*;
 
@@ -29,6 +34,15 @@ pub struct ScrubReport {
     pub findings: Vec<String>,
 }
 
+/// How thorough a scrub is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScrubDepth {
+    /// Every copy read and checked.
+    Deep,
+    /// Copies compared by their OSDs' digests; read only where they disagree.
+    Light,
+}
+
 /// How one copy of an object read.
 pub(crate) enum Copy {
     Good(Vec<u8>),
@@ -41,7 +55,13 @@ pub(crate) enum Copy {
 impl Client {
     /// Checks every copy of every object of the file at `path` (the administrator, or a
     /// user who may read it; to `repair`, write it), adding to `report`.
-    pub fn scrub_file(&self, path: &str, repair: bool, report: &mut ScrubReport) -> Result<()> {
+    pub fn scrub_file(
+        &self,
+        path: &str,
+        depth: ScrubDepth,
+        repair: bool,
+        report: &mut ScrubReport,
+    ) -> Result<()> {
         let access = match repair {
             true => Access::ReadWrite,
             false => Access::Read,
@@ -65,10 +85,10 @@ impl Client {
             let (_, object) = self.stripe_target(&opened, stripe)?;
             let copies = self.copies_of(&opened.stat.partition, object.file, stripe)?;
             let expected = (size - u64::from(stripe) * STRIPE_UNIT_BYTES).min(STRIPE_UNIT_BYTES);
-            let mut read: Vec<(u64, Copy)> = Vec::with_capacity(copies.len());
-            for osd in copies {
+            // One copy read and checked.
+            let read_copy = |osd: u64| {
                 let request = crate::data::read_request(&opened, object, full);
-                let copy = match self.data_call_exact(&opened, osd, request) {
+                match self.data_call_exact(&opened, osd, request) {
                     Ok(OsdResponse::Data(bytes)) => match &crypt {
                         Some(c) => {
                             match c.open(stripe, bytes.clone(), expected, 0..STRIPE_UNIT_BYTES) {
@@ -83,78 +103,119 @@ impl Client {
                         None => Copy::Good(bytes),
                     },
                     Ok(_) => Copy::Bad("unexpected answer".into()),
-                    Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
-                        Copy::Missing
+                    Err(e) => unanswered(e),
+                }
+            };
+            let read = match depth {
+                ScrubDepth::Deep => copies.iter().map(|&osd| (osd, read_copy(osd))).collect(),
+                ScrubDepth::Light => {
+                    let digests = copies
+                        .iter()
+                        .map(|&osd| {
+                            let request = OsdRequest {
+                                capability: opened.capability.clone(),
+                                command: OsdCommand::Digest { object },
+                            };
+                            let digest = match self.data_call_exact(&opened, osd, request) {
+                                Ok(OsdResponse::Digest(d)) => Ok(d),
+                                Ok(_) => Err(Copy::Bad("unexpected answer".into())),
+                                Err(e) => Err(unanswered(e)),
+                            };
+                            (osd, digest)
+                        })
+                        .collect();
+                    match by_digest(digests, &read_copy) {
+                        Some(read) => read,
+                        None => {
+                            report.copies_good += copies.len() as u64;
+                            continue;
+                        }
                     }
-                    Err(e @ ClientError::Net { .. }) => Copy::Unreachable(e.to_string()),
-                    Err(e) => Copy::Bad(e.to_string()),
-                };
-                read.push((osd, copy));
-            }
-            // Copies that read well must also agree (a copy that missed a write still
-            // authenticates): the bytes most copies hold are good; with no majority,
-            // none is known to be.
-            let majority = agreed(&mut read);
-            let goods = read
-                .iter()
-                .filter(|(_, c)| matches!(c, Copy::Good(_)))
-                .count();
-            if majority.is_none() && goods > 1 {
-                report.findings.push(format!(
-                    "{path} stripe {stripe}: its {goods} good copies differ and most hold no \
-                     one version: none repaired (rewrite the file)"
-                ));
-            }
-            let mut repaired = Vec::new();
-            if let (true, Some(good)) = (repair, &majority) {
-                repaired = self.repair_copies(&opened, object, full, good, &read);
-            }
-            let mut any_good = false;
-            for (osd, copy) in read {
-                let why = match copy {
-                    Copy::Good(_) => {
-                        report.copies_good += 1;
-                        any_good = true;
-                        continue;
-                    }
-                    Copy::Missing => {
-                        report.copies_missing += 1;
-                        "missing".to_string()
-                    }
-                    Copy::Bad(why) | Copy::Unreachable(why) => {
-                        report.copies_bad += 1;
-                        why
-                    }
-                };
-                let outcome = match repaired.iter().find(|(o, _)| *o == osd) {
-                    Some((_, Ok(()))) => {
-                        report.copies_repaired += 1;
-                        "; repaired".to_string()
-                    }
-                    Some((_, Err(e))) => format!("; not repaired: {e}"),
-                    None => String::new(),
-                };
-                report
-                    .findings
-                    .push(format!("{path} stripe {stripe}: osd {osd}: {why}{outcome}"));
-            }
-            if !any_good {
-                report.objects_lost += 1;
-            }
+                }
+            };
+            self.settle_object(&opened, object, full, path, stripe, read, repair, report);
         }
         Ok(())
     }
 
+    /// Counts and reports one object's copies as read; with `repair`, first replaces the
+    /// missing and bad ones with what most copies hold.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_object(
+        &self,
+        opened: &Opened,
+        object: ObjectId,
+        full: u64,
+        path: &str,
+        stripe: u32,
+        mut read: Vec<(u64, Copy)>,
+        repair: bool,
+        report: &mut ScrubReport,
+    ) {
+        // Copies that read well must also agree (a copy that missed a write still
+        // authenticates): the bytes most copies hold are good; with no majority,
+        // none is known to be.
+        let majority = agreed(&mut read);
+        let goods = read
+            .iter()
+            .filter(|(_, c)| matches!(c, Copy::Good(_)))
+            .count();
+        if majority.is_none() && goods > 1 {
+            report.findings.push(format!(
+                "{path} stripe {stripe}: its {goods} good copies differ and most hold no \
+                 one version: none repaired (rewrite the file)"
+            ));
+        }
+        let mut repaired = Vec::new();
+        if let (true, Some(good)) = (repair, &majority) {
+            repaired = self.repair_copies(opened, object, full, good, &read);
+        }
+        let mut any_good = false;
+        for (osd, copy) in read {
+            let why = match copy {
+                Copy::Good(_) => {
+                    report.copies_good += 1;
+                    any_good = true;
+                    continue;
+                }
+                Copy::Missing => {
+                    report.copies_missing += 1;
+                    "missing".to_string()
+                }
+                Copy::Bad(why) | Copy::Unreachable(why) => {
+                    report.copies_bad += 1;
+                    why
+                }
+            };
+            let outcome = match repaired.iter().find(|(o, _)| *o == osd) {
+                Some((_, Ok(()))) => {
+                    report.copies_repaired += 1;
+                    "; repaired".to_string()
+                }
+                Some((_, Err(e))) => format!("; not repaired: {e}"),
+                None => String::new(),
+            };
+            report
+                .findings
+                .push(format!("{path} stripe {stripe}: osd {osd}: {why}{outcome}"));
+        }
+        if !any_good {
+            report.objects_lost += 1;
+        }
+    }
+
     /// [`Client::scrub_file`] on every file under `root` (a file, or a directory walked
-    /// depth first); `progress` hears each file's path as it starts. A file that cannot
-    /// be opened is a finding, not an end.
+    /// depth first), [`SCRUB_FILES_AT_ONCE`](crate::limits::SCRUB_FILES_AT_ONCE) files at
+    /// a time; `progress` hears each file's path as it starts. A file that cannot be
+    /// opened is a finding, not an end. Findings come sorted.
     pub fn scrub(
         &self,
         root: &str,
+        depth: ScrubDepth,
         repair: bool,
-        progress: &mut dyn FnMut(&str),
+        progress: &mut (dyn FnMut(&str) + Send),
     ) -> Result<ScrubReport> {
-        let mut report = ScrubReport::default();
+        let mut files = Vec::new();
         let mut stack = vec![root.to_string()];
         while let Some(path) = stack.pop() {
             let stat = self.stat(&path)?;
@@ -173,13 +234,93 @@ impl Client {
             if stat.mode & msg::S_IFMT != 0 {
                 continue; // links, FIFOs, sockets, devices: no objects
             }
-            progress(&path);
-            if let Err(e) = self.scrub_file(&path, repair, &mut report) {
-                report.findings.push(format!("{path}: not checked: {e}"));
-            }
+            files.push(path);
         }
-        Ok(report)
+        files.reverse(); // taken from the end: the walk's order
+        let queue = crate::shared::Locked::new((files, progress));
+        let mut lanes: Vec<ScrubReport> = (0..crate::limits::SCRUB_FILES_AT_ONCE)
+            .map(|_| ScrubReport::default())
+            .collect();
+        self.network
+            .run_lanes(&mut lanes, &|report: &mut ScrubReport| loop {
+                let path = {
+                    let mut q = queue.lock();
+                    let Some(path) = q.0.pop() else { break };
+                    (q.1)(&path);
+                    path
+                };
+                if let Err(e) = self.scrub_file(&path, depth, repair, report) {
+                    report.findings.push(format!("{path}: not checked: {e}"));
+                }
+            });
+        let mut total = ScrubReport::default();
+        for r in lanes {
+            total.files += r.files;
+            total.objects += r.objects;
+            total.copies_good += r.copies_good;
+            total.copies_missing += r.copies_missing;
+            total.copies_bad += r.copies_bad;
+            total.objects_lost += r.objects_lost;
+            total.copies_repaired += r.copies_repaired;
+            total.findings.extend(r.findings);
+        }
+        total.findings.sort();
+        Ok(total)
     }
+}
+
+/// A copy whose OSD refused or did not answer.
+fn unanswered(e: ClientError) -> Copy {
+    match e {
+        ClientError::Refused(e) if e.code == ErrorCode::NoSuchObject => Copy::Missing,
+        e @ ClientError::Net { .. } => Copy::Unreachable(e.to_string()),
+        e => Copy::Bad(e.to_string()),
+    }
+}
+
+/// A light scrub's copies: `None` when every copy's digest is the same (all good, none
+/// read); else each copy as a deep scrub would see it, reading (with `read_copy`) only
+/// copies holding the digest most copies hold, until one checks good, whose bytes then
+/// stand for every copy with that digest. Copies with other digests are bad.
+fn by_digest(
+    digests: Vec<(u64, std::result::Result<[u8; 32], Copy>)>,
+    read_copy: &dyn Fn(u64) -> Copy,
+) -> Option<Vec<(u64, Copy)>> {
+    let held: Vec<[u8; 32]> = digests
+        .iter()
+        .filter_map(|(_, d)| d.as_ref().ok().copied())
+        .collect();
+    let (count, top) = held
+        .iter()
+        .map(|d| (held.iter().filter(|o| *o == d).count(), *d))
+        .max_by_key(|(n, _)| *n)
+        .unwrap_or((0, [0; 32]));
+    if count == digests.len() {
+        return None;
+    }
+    let mut good: Option<Vec<u8>> = None;
+    let mut out = Vec::with_capacity(digests.len());
+    for (osd, digest) in digests {
+        let copy = match digest {
+            Err(copy) => copy,
+            Ok(d) if d == top && count * 2 > held.len() => match &good {
+                Some(bytes) => Copy::Good(bytes.clone()),
+                None => match read_copy(osd) {
+                    Copy::Good(bytes) if maat_crypto::hash::blake3(&[&bytes]) == d => {
+                        good = Some(bytes.clone());
+                        Copy::Good(bytes)
+                    }
+                    Copy::Good(_) => Copy::Bad("changed between its digest and its read".into()),
+                    other => other,
+                },
+            },
+            // No majority: each such copy read and checked, compared after.
+            Ok(_) if count * 2 <= held.len() => read_copy(osd),
+            Ok(_) => Copy::Bad("differs from the other copies".into()),
+        };
+        out.push((osd, copy));
+    }
+    Some(out)
 }
 
 /// Marks the good copies that differ from what most good copies hold as bad, and gives

@@ -46,11 +46,35 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LocalError {
     move |source| LocalError::Io { what, source }
 }
 
+/// The options of `maat up` that apply to one run, not to the cluster made at its first
+/// start (with the number of values each takes): given again when it starts again.
+const EVERY_RUN_OPTIONS: &[(&str, usize)] = &[("--no-scrubber", 0), ("--scrub-every", 1)];
+
+/// The options among `args` that [`EVERY_RUN_OPTIONS`] names, with their values.
+fn every_run(args: &[&str]) -> Vec<String> {
+    let mut kept = Vec::new();
+    let mut i = 0;
+    while let Some(arg) = args.get(i) {
+        let takes = EVERY_RUN_OPTIONS
+            .iter()
+            .find(|(name, _)| name == arg)
+            .map(|(_, n)| *n);
+        if let Some(n) = takes {
+            kept.extend(args.iter().skip(i).take(n + 1).map(|a| a.to_string()));
+            i += n;
+        }
+        i += 1;
+    }
+    kept
+}
+
 /// A cluster run by `maat up` (the child process); stopped when dropped.
 pub struct LocalCluster {
     exe: PathBuf,
     child: Child,
     data: PathBuf,
+    /// The options given again at every start ([`EVERY_RUN_OPTIONS`]).
+    again: Vec<String>,
     /// The temporary directory holding `data`, when the launcher made it.
     _temp: Option<tempfile::TempDir>,
 }
@@ -79,6 +103,7 @@ impl LocalCluster {
             exe: exe.to_path_buf(),
             child,
             data,
+            again: every_run(args),
             _temp: temp,
         })
     }
@@ -90,6 +115,7 @@ impl LocalCluster {
             exe: exe.to_path_buf(),
             child,
             data: data.to_path_buf(),
+            again: Vec::new(),
             _temp: None,
         })
     }
@@ -166,7 +192,8 @@ impl LocalCluster {
 
     /// Starts `maat up` again on the same data directory after [`LocalCluster::stop`].
     pub fn start_again(&mut self) -> Result<(), LocalError> {
-        self.child = spawn_up(&self.exe, &[], &self.data)?;
+        let again: Vec<&str> = self.again.iter().map(String::as_str).collect();
+        self.child = spawn_up(&self.exe, &again, &self.data)?;
         Ok(())
     }
 }
@@ -208,4 +235,25 @@ fn spawn_up(exe: &Path, args: &[&str], data: &Path) -> Result<Child, LocalError>
     }
     std::thread::spawn(move || for _ in lines {});
     Ok(child)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_options_of_every_run_are_kept_with_their_values() {
+        let args = [
+            "--osds",
+            "4",
+            "--no-scrubber",
+            "--listen",
+            "127.0.0.1:0",
+            "--scrub-every",
+            "60",
+        ];
+        assert_eq!(
+            super::every_run(&args),
+            ["--no-scrubber", "--scrub-every", "60"]
+        );
+        assert!(super::every_run(&["--osds", "2"]).is_empty());
+    }
 }

@@ -327,7 +327,7 @@ fn run(seed: u64) {
                 let repairer = repairer.clone();
                 let repair = sim.spawn("repair", move || {
                     repairer
-                        .scrub("/", true, &mut |_| {})
+                        .scrub("/", maat_client::ScrubDepth::Deep, true, &mut |_| {})
                         .map_err(|e| e.to_string())
                 });
                 let task = put_task(&sim, &admin, &path, &data);
@@ -374,8 +374,9 @@ fn run(seed: u64) {
     let after = format!("seed {seed} after the faults");
     needed_another += check(&sim, &admin, &model, &down, true, &after);
     let compared = copies_agree(&sim, &admin, &model, &down, &after);
-    // Then the down OSDs come back and one repairing scrub gives every acknowledged
-    // object its every copy again, each holding the acknowledged bytes.
+    // Then the down OSDs come back and one light repairing scrub (the scrubber's after
+    // an OSD returns) gives every acknowledged object its every copy again, each holding
+    // the acknowledged bytes. (The repairs beside puts are deep.)
     for id in std::mem::take(&mut down) {
         sim.net().set_down(&osd_address(id), false);
     }
@@ -394,7 +395,9 @@ fn run(seed: u64) {
     }
     sim.lose_osd_objects(1 + below(&mut rng, OSDS)).unwrap();
     let r = repairer.clone();
-    let report = in_task(&sim, move || r.scrub("/", true, &mut |_| {}));
+    let report = in_task(&sim, move || {
+        r.scrub("/", maat_client::ScrubDepth::Light, true, &mut |_| {})
+    });
     let report = report.unwrap_or_else(|e| panic!("{after}: the repair failed: {e}"));
     repaired += report.copies_repaired;
     let full: Vec<String> = model
