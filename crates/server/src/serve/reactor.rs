@@ -342,8 +342,10 @@ impl Reactor {
             return false;
         };
         self.evicted_unlogged += 1;
-        self.close(index);
+        // Counted before the close, so that whoever sees the connection closed also sees
+        // it counted (a test once read the counter between the two).
         self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        self.close(index);
         true
     }
 
