@@ -96,6 +96,7 @@ fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool)
     let mut down_seen: BTreeSet<u64> = BTreeSet::new();
     let mut next_periodic = every.map(|e| Instant::now() + e);
     let mut waiting_said = false;
+    let mut mds_silent = false;
     let mut retry: Option<(Instant, String)> = None;
     let mut backoff = RETRY_FIRST;
     while !stop.load(Ordering::SeqCst) {
@@ -113,12 +114,22 @@ fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool)
         let placement = match client.refresh_placement() {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("maat: scrubber: the MDS did not answer: {e}");
+                if !mds_silent {
+                    eprintln!(
+                        "maat: scrubber: the MDS did not answer: {e}; asking again every {} s",
+                        POLL.as_secs()
+                    );
+                    mds_silent = true;
+                }
                 c = None;
                 sleep_unless_stopped(stop, POLL);
                 continue;
             }
         };
+        if mds_silent {
+            eprintln!("maat: scrubber: the MDS answers again");
+            mds_silent = false;
+        }
         let down: Vec<u64> = placement
             .osds
             .iter()

@@ -34,6 +34,13 @@ pub const STRIPES_IN_FLIGHT_MAX: u32 = 16;
 /// (issue 41). Daemons and the other peers keep `maat_net::IO_TIMEOUT` (60 s).
 pub const OSD_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// How long a copy that exists but is bad must keep the state a scrub found it in before
+/// a repair replaces it: longer than a client waits for a write's answers
+/// ([`OSD_ANSWER_TIMEOUT`]), so that a write that reached that copy first is by then on
+/// the good copies too, or was never acknowledged (see `repair.rs`).
+pub const REPAIR_SETTLE: std::time::Duration =
+    std::time::Duration::from_secs(OSD_ANSWER_TIMEOUT.as_secs() + 5);
+
 /// Largest single read or write call (bounds the memory one call holds).
 pub const FILE_IO_BYTES_MAX: usize = 64 * 1024 * 1024;
 

@@ -4,46 +4,49 @@
 //! No OSD trusts another: the repairing client (the administrator) reads the good copy
 //! under its own capability and writes it to the other OSD under the same capability,
 //! which that OSD checks like any write. What makes a repair safe while writers may be
-//! at work is the order and the condition:
+//! at work is the order, the conditions and, for a copy that exists, time:
 //!
 //! 1. the state of every copy to repair is read first (the digest of its stored bytes,
-//!    or that it is absent: `Digest`);
-//! 2. then the good copy is read again, and must still be what the scrub found;
+//!    or that it is absent: `Digest`). A missing copy must still be absent. A copy that
+//!    exists but is bad must still have the digest the scrub found it with at least
+//!    [`REPAIR_SETTLE`](crate::limits::REPAIR_SETTLE) earlier: longer than a client waits
+//!    for a write, so a write that reached this copy first and the good copies later is
+//!    either on the good copies by now (then they changed: step 2 refuses) or was never
+//!    acknowledged;
+//! 2. then a good copy is read again, and must still be what the scrub found;
 //! 3. each copy is replaced only if it is still in the state of step 1 (`ReplaceIf`,
 //!    decided by its OSD under the object's lock), so a write that reached it after
 //!    step 1 is never undone: the repair is refused (`ObjectChanged`) and left to the
 //!    next scrub;
-//! 4. the good copy is checked once more: if it changed since step 2, a write was at
-//!    work and the copy just written may lack it, which is reported (scrub again).
-//!
-//! What remains (no object versions yet): a write that reached the repaired copy before
-//! step 1 and reaches the good copy only after step 4 leaves the repaired copy without
-//! it until the next scrub finds the two differ.
+//! 4. every good copy is checked once more: if one changed since step 2, a write was at
+//!    work and the copy just written may lack it (reported: scrub again); if one is gone,
+//!    an unlink or truncation was at work, and a copy this repair created is removed
+//!    again (it would outlive its file).
 
 use super::*;
-use crate::scrub::Copy;
+
+/// What a copy to repair was when the scrub found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Absent.
+    Missing,
+    /// Present with these bytes' digest, but bad.
+    Bad([u8; 32]),
+}
 
 impl Client {
-    /// Replaces each missing or bad copy in `read` (not those whose OSD did not answer)
-    /// with `good`, the bytes of the good copies, under the conditions above. `full`:
-    /// the length a whole-object read asks for. One outcome per copy it tried.
+    /// Replaces each copy of `targets` with `good`, the bytes the `sources` hold, under
+    /// the conditions above. `full`: the length a whole-object read asks for. One
+    /// outcome per target.
     pub(crate) fn repair_copies(
         &self,
         opened: &Opened,
         object: ObjectId,
         full: u64,
         good: &[u8],
-        read: &[(u64, Copy)],
+        sources: &[u64],
+        targets: &[(u64, Found)],
     ) -> Vec<(u64, std::result::Result<(), String>)> {
-        let sources: Vec<u64> = read
-            .iter()
-            .filter(|(_, c)| matches!(c, Copy::Good(b) if b == good))
-            .map(|(osd, _)| *osd)
-            .collect();
-        let targets = read
-            .iter()
-            .filter(|(_, c)| matches!(c, Copy::Missing | Copy::Bad(_)))
-            .map(|(osd, _)| *osd);
         let call = |osd: u64, command: OsdCommand| {
             let request = OsdRequest {
                 capability: opened.capability.clone(),
@@ -51,53 +54,69 @@ impl Client {
             };
             self.data_call_exact(opened, osd, request)
         };
-        // 1. Each copy's state.
+        let digest_of = |osd: u64| match call(osd, OsdCommand::Digest { object }) {
+            Ok(OsdResponse::Digest(d)) => Ok(Some(d)),
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),
+            Ok(_) => Err("unexpected answer to Digest".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        // 1. Each copy's state, as the scrub found it.
         let mut outcomes = Vec::new();
         let mut states = Vec::new();
-        for osd in targets {
-            match call(osd, OsdCommand::Digest { object }) {
-                Ok(OsdResponse::Digest(d)) => states.push((osd, Some(d))),
-                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
-                    states.push((osd, None))
-                }
-                Ok(_) => outcomes.push((osd, Err("unexpected answer to Digest".into()))),
-                Err(e) => outcomes.push((osd, Err(e.to_string()))),
+        for &(osd, found) in targets {
+            match (digest_of(osd), found) {
+                (Ok(None), Found::Missing) => states.push((osd, None, found)),
+                (Ok(Some(d)), Found::Bad(seen)) if d == seen => states.push((osd, Some(d), found)),
+                (Ok(_), _) => outcomes.push((
+                    osd,
+                    Err(
+                        "the copy changed since the scrub found it (a write at work?): scrub again"
+                            .to_string(),
+                    ),
+                )),
+                (Err(e), _) => outcomes.push((osd, Err(e))),
             }
         }
         if states.is_empty() {
             return outcomes;
         }
-        // 2. The good copy, again.
+        let refuse_all = |outcomes: &mut Vec<_>, states: &[(u64, _, Found)], why: &str| {
+            outcomes.extend(
+                states
+                    .iter()
+                    .map(|(osd, _, _)| (*osd, Err(why.to_string()))),
+            );
+        };
+        // 2. A good copy, again.
         let again = sources.iter().find_map(|&osd| {
             match call(osd, crate::data::read_request(opened, object, full).command) {
-                Ok(OsdResponse::Data(bytes)) => Some((osd, bytes)),
+                Ok(OsdResponse::Data(bytes)) => Some(bytes),
                 _ => None,
             }
         });
-        let source = match again {
-            Some((osd, bytes)) if bytes == good => osd,
+        match again {
+            Some(bytes) if bytes == good => {}
             Some(_) => {
                 let why =
-                    "the good copy changed while it was scrubbed (a write at work?): scrub again";
-                outcomes.extend(states.iter().map(|(osd, _)| (*osd, Err(why.to_string()))));
+                    "the good copy changed since the scrub read it (a write at work?): scrub again";
+                refuse_all(&mut outcomes, &states, why);
                 return outcomes;
             }
             None => {
-                let why = "no good copy could be read again";
-                outcomes.extend(states.iter().map(|(osd, _)| (*osd, Err(why.to_string()))));
+                refuse_all(&mut outcomes, &states, "no good copy could be read again");
                 return outcomes;
             }
-        };
+        }
         // 3. Each copy, if it did not change since step 1.
         let mut written = Vec::new();
-        for (osd, expect) in states {
+        for (osd, expect, found) in states {
             let command = OsdCommand::ReplaceIf {
                 object,
                 expect,
                 data: good.to_vec(),
             };
             match call(osd, command) {
-                Ok(_) => written.push(osd),
+                Ok(_) => written.push((osd, found)),
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::ObjectChanged => outcomes
                     .push((
                     osd,
@@ -109,18 +128,31 @@ impl Client {
                 Err(e) => outcomes.push((osd, Err(e.to_string()))),
             }
         }
-        // 4. The good copy did not change meanwhile.
-        let unchanged = match call(source, OsdCommand::Digest { object }) {
-            Ok(OsdResponse::Digest(d)) => d == maat_crypto::hash::blake3(&[good]),
-            _ => false,
-        };
-        let outcome = match unchanged {
+        // 4. Every good copy as it was.
+        let want = maat_crypto::hash::blake3(&[good]);
+        let now: Vec<std::result::Result<Option<[u8; 32]>, String>> =
+            sources.iter().map(|&osd| digest_of(osd)).collect();
+        if now.iter().any(|d| matches!(d, Ok(None))) {
+            for (osd, found) in written {
+                let why = match found {
+                    Found::Missing => match call(osd, OsdCommand::Remove { object }) {
+                        Ok(_) => "the object was removed meanwhile (an unlink or truncation at work): the copy written was removed again".to_string(),
+                        Err(e) => format!("the object was removed meanwhile, and the copy written could not be removed again: {e}"),
+                    },
+                    Found::Bad(_) => "the object was removed meanwhile (an unlink or truncation at work): scrub again".to_string(),
+                };
+                outcomes.push((osd, Err(why)));
+            }
+            return outcomes;
+        }
+        let outcome = match now.iter().all(|d| matches!(d, Ok(Some(d)) if *d == want)) {
             true => Ok(()),
-            false => Err(format!(
-                "written, but the good copy on osd {source} changed meanwhile (a write at work?): scrub again"
-            )),
+            false => Err(
+                "written, but a good copy changed or did not answer meanwhile (a write at work?): scrub again"
+                    .to_string(),
+            ),
         };
-        outcomes.extend(written.into_iter().map(|osd| (osd, outcome.clone())));
+        outcomes.extend(written.into_iter().map(|(osd, _)| (osd, outcome.clone())));
         outcomes
     }
 }

@@ -11,6 +11,7 @@
 //! lost, damaged and stale copies as a deep scrub does, except two copies damaged alike.
 
 use super::*;
+use crate::repair::Found;
 
 /// What a scrub found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -32,6 +33,27 @@ pub struct ScrubReport {
     pub copies_repaired: u64,
     /// One line per object with a copy that is not good: path, stripe, OSD, why.
     pub findings: Vec<String>,
+    /// Bad copies that exist, to repair once they kept their state for
+    /// [`REPAIR_SETTLE`](crate::limits::REPAIR_SETTLE).
+    #[serde(skip)]
+    pub(crate) deferred: Vec<Deferred>,
+}
+
+/// A bad copy that exists, found by a scrub, to repair later (see `repair.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Deferred {
+    path: String,
+    stripe: u32,
+    osd: u64,
+    /// Its digest when found.
+    seen: [u8; 32],
+    /// The digest of the good copies' bytes, and which OSDs hold them.
+    good: [u8; 32],
+    sources: Vec<u64>,
+    /// When it was found (protocol clock, ms).
+    at: u64,
+    /// Its line in the findings.
+    finding: String,
 }
 
 /// How thorough a scrub is.
@@ -55,7 +77,7 @@ pub(crate) enum Copy {
 impl Client {
     /// Checks every copy of every object of the file at `path` (the administrator, or a
     /// user who may read it; to `repair`, write it), adding to `report`.
-    pub fn scrub_file(
+    pub(crate) fn scrub_file(
         &self,
         path: &str,
         depth: ScrubDepth,
@@ -166,9 +188,49 @@ impl Client {
                  one version: none repaired (rewrite the file)"
             ));
         }
+        // Missing copies are repaired now; copies that exist but are bad once they kept
+        // their state long enough (`repair.rs`).
         let mut repaired = Vec::new();
+        let mut deferred = Vec::new();
         if let (true, Some(good)) = (repair, &majority) {
-            repaired = self.repair_copies(opened, object, full, good, &read);
+            let sources: Vec<u64> = read
+                .iter()
+                .filter(|(_, c)| matches!(c, Copy::Good(b) if b == good))
+                .map(|(osd, _)| *osd)
+                .collect();
+            let missing: Vec<(u64, Found)> = read
+                .iter()
+                .filter(|(_, c)| matches!(c, Copy::Missing))
+                .map(|(osd, _)| (*osd, Found::Missing))
+                .collect();
+            if !missing.is_empty() {
+                repaired = self.repair_copies(opened, object, full, good, &sources, &missing);
+            }
+            for (osd, _) in read.iter().filter(|(_, c)| matches!(c, Copy::Bad(_))) {
+                let request = OsdRequest {
+                    capability: opened.capability.clone(),
+                    command: OsdCommand::Digest { object },
+                };
+                match self.data_call_exact(opened, *osd, request) {
+                    Ok(OsdResponse::Digest(seen)) => deferred.push((*osd, seen)),
+                    Ok(_) => repaired.push((*osd, Err("unexpected answer to Digest".into()))),
+                    Err(e) => repaired.push((*osd, Err(e.to_string()))),
+                }
+            }
+            let good = maat_crypto::hash::blake3(&[good]);
+            let at = self.now();
+            for (osd, seen) in deferred.drain(..) {
+                report.deferred.push(Deferred {
+                    path: path.to_string(),
+                    stripe,
+                    osd,
+                    seen,
+                    good,
+                    sources: sources.clone(),
+                    at,
+                    finding: String::new(),
+                });
+            }
         }
         let mut any_good = false;
         for (osd, copy) in read {
@@ -195,9 +257,13 @@ impl Client {
                 Some((_, Err(e))) => format!("; not repaired: {e}"),
                 None => String::new(),
             };
-            report
-                .findings
-                .push(format!("{path} stripe {stripe}: osd {osd}: {why}{outcome}"));
+            let finding = format!("{path} stripe {stripe}: osd {osd}: {why}{outcome}");
+            if let Some(d) = report.deferred.iter_mut().find(|d| {
+                d.finding.is_empty() && d.osd == osd && d.stripe == stripe && d.path == path
+            }) {
+                d.finding = finding.clone();
+            }
+            report.findings.push(finding);
         }
         if !any_good {
             report.objects_lost += 1;
@@ -217,10 +283,19 @@ impl Client {
     ) -> Result<ScrubReport> {
         let mut files = Vec::new();
         let mut stack = vec![root.to_string()];
+        // An entry removed since its directory was read is skipped, not an error.
+        let gone = |e: &ClientError| e.code() == Some(ErrorCode::NoSuchFile);
         while let Some(path) = stack.pop() {
-            let stat = self.stat(&path)?;
+            let stat = match self.stat(&path) {
+                Err(e) if gone(&e) && path != root => continue,
+                other => other?,
+            };
             if stat.is_dir {
-                for (name, entry) in self.readdir(&path)? {
+                let entries = match self.readdir(&path) {
+                    Err(e) if gone(&e) && path != root => continue,
+                    other => other?,
+                };
+                for (name, entry) in entries {
                     let child = match path.as_str() {
                         "/" => format!("/{name}"),
                         dir => format!("{dir}/{name}"),
@@ -249,11 +324,17 @@ impl Client {
                     (q.1)(&path);
                     path
                 };
-                if let Err(e) = self.scrub_file(&path, depth, repair, report) {
-                    report.findings.push(format!("{path}: not checked: {e}"));
+                match self.scrub_file(&path, depth, repair, report) {
+                    Err(e) if gone(&e) => {} // removed since the walk
+                    Err(e) => report.findings.push(format!("{path}: not checked: {e}")),
+                    Ok(()) => {}
                 }
             });
         let mut total = ScrubReport::default();
+        for r in lanes.iter_mut() {
+            total.deferred.append(&mut r.deferred);
+        }
+        self.repair_deferred(&mut total);
         for r in lanes {
             total.files += r.files;
             total.objects += r.objects;
@@ -266,6 +347,69 @@ impl Client {
         }
         total.findings.sort();
         Ok(total)
+    }
+
+    /// The repairs of bad copies that exist, once each kept its state for
+    /// [`REPAIR_SETTLE`](crate::limits::REPAIR_SETTLE) since the scrub found it: waits
+    /// until then, and writes each outcome into its finding.
+    fn repair_deferred(&self, report: &mut ScrubReport) {
+        let deferred = std::mem::take(&mut report.deferred);
+        let Some(last) = deferred.iter().map(|d| d.at).max() else {
+            return;
+        };
+        let settle = crate::limits::REPAIR_SETTLE.as_millis() as u64;
+        let wait = (last + settle).saturating_sub(self.now());
+        self.network.sleep(wait);
+        for d in deferred {
+            let outcome = self.repair_one(&d);
+            let suffix = match &outcome {
+                Ok(()) => {
+                    report.copies_repaired += 1;
+                    "; repaired".to_string()
+                }
+                Err(e) => format!("; not repaired: {e}"),
+            };
+            if let Some(f) = report.findings.iter_mut().find(|f| **f == d.finding) {
+                f.push_str(&suffix);
+            }
+        }
+    }
+
+    /// One deferred repair: the file opened again, a good copy read, and the copy
+    /// replaced if it still is as found ([`Client::repair_copies`]).
+    fn repair_one(&self, d: &Deferred) -> std::result::Result<(), String> {
+        let opened = self
+            .open(&d.path, Access::ReadWrite, None)
+            .map_err(|e| e.to_string())?;
+        let (_, object) = self
+            .stripe_target(&opened, d.stripe)
+            .map_err(|e| e.to_string())?;
+        let full = match opened.stat.encrypted {
+            true => self
+                .stripe_crypt(&opened, d.stripe..d.stripe + 1)
+                .map_err(|e| e.to_string())?
+                .full_stripe_sealed(),
+            false => STRIPE_UNIT_BYTES,
+        };
+        let good = d.sources.iter().find_map(|&osd| {
+            let request = crate::data::read_request(&opened, object, full);
+            match self.data_call_exact(&opened, osd, request) {
+                Ok(OsdResponse::Data(bytes)) if maat_crypto::hash::blake3(&[&bytes]) == d.good => {
+                    Some(bytes)
+                }
+                _ => None,
+            }
+        });
+        let Some(good) = good else {
+            return Err(
+                "no good copy reads as the scrub found it (a write at work?): scrub again".into(),
+            );
+        };
+        let targets = [(d.osd, Found::Bad(d.seen))];
+        self.repair_copies(&opened, object, full, &good, &d.sources, &targets)
+            .into_iter()
+            .next()
+            .map_or(Ok(()), |(_, outcome)| outcome)
     }
 }
 
@@ -298,6 +442,7 @@ fn by_digest(
     if count == digests.len() {
         return None;
     }
+    let osds: Vec<u64> = digests.iter().map(|(osd, _)| *osd).collect();
     let mut good: Option<Vec<u8>> = None;
     let mut out = Vec::with_capacity(digests.len());
     for (osd, digest) in digests {
@@ -319,6 +464,10 @@ fn by_digest(
             Ok(_) => Copy::Bad("differs from the other copies".into()),
         };
         out.push((osd, copy));
+    }
+    if good.is_none() && count * 2 > held.len() {
+        // No copy with the most held digest reads good: every copy read, as deep.
+        return Some(osds.into_iter().map(|osd| (osd, read_copy(osd))).collect());
     }
     Some(out)
 }

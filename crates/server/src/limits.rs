@@ -98,7 +98,3 @@ pub const DIGESTS_KEPT_MAX: usize = 65_536;
 /// whole copy-on-write of one (a copy and an fsync of up to a stripe), which then delays
 /// the other objects of its stripe of locks.
 pub const OBJECT_LOCKS: usize = 64;
-
-/// How many times a write in place is made again when the object's file was replaced
-/// under it (by a whole-object write or a repair) before it is refused.
-pub const IN_PLACE_WRITE_ATTEMPTS: usize = 8;

@@ -336,8 +336,13 @@ fn run(seed: u64) {
                 let task = put_task(&sim, &admin, &path, &data);
                 finish(&sim, &at);
                 settle(task, &mut model, &down, faulty, path, data, &at);
-                if let Some(Ok(Ok(report))) = repair.take() {
-                    repaired += report.copies_repaired;
+                match repair.take() {
+                    Some(Ok(Ok(report))) => repaired += report.copies_repaired,
+                    // (Under faults a scrub may fail; it changed nothing it was not
+                    // allowed to: every read after is checked.)
+                    Some(Ok(Err(_))) => {}
+                    Some(Err(panic)) => panic!("{at}: the repair panicked: {}", panic_text(&panic)),
+                    None => panic!("{at}: the repair gave no result"),
                 }
             }
             5 if down.len() < 2 => {

@@ -146,7 +146,8 @@ pub enum OsdCommand {
     /// stored bytes still have the digest `expect` (`None`: only if it does not exist);
     /// otherwise refused with `ObjectChanged` and nothing written. How a repair puts a
     /// good copy over a missing or damaged one without undoing a write that landed in
-    /// between. Needs write access, like any write. Appended.
+    /// between. Needs read and write access (whether it was refused tells whether the
+    /// object had that digest). Appended.
     ReplaceIf {
         /// Object.
         object: ObjectId,
@@ -190,10 +191,12 @@ impl OsdCommand {
             OsdCommand::Read { object, .. }
             | OsdCommand::GetAttributes { object }
             | OsdCommand::Digest { object } => Some((*object, Mode::READ)),
+            // Read too: its answer tells whether the object had the digest `expect`,
+            // which a write-only capability must not learn.
+            OsdCommand::ReplaceIf { object, .. } => Some((*object, Mode::READ_WRITE)),
             OsdCommand::Create { object }
             | OsdCommand::Remove { object }
             | OsdCommand::Write { object, .. }
-            | OsdCommand::ReplaceIf { object, .. }
             | OsdCommand::Append { object, .. }
             | OsdCommand::SetAttributes { object, .. } => Some((*object, Mode::WRITE)),
             _ => None,

@@ -6,66 +6,55 @@ use maat_osd::StoreError;
 use maat_proto::msg::ObjectId;
 use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 impl FileObjectStore {
     /// Changes object `o`'s file in place with `edit`, unless it is sealed: then `edit`
     /// changes a copy, which replaces it. Durable before it returns.
     ///
-    /// The file is opened under the object's lock but changed outside it, so a whole
-    /// file renamed over the object in between (another write's, a repair's) would leave
-    /// this change in a file that is no longer the object: after its fsync, the change
-    /// checks under the lock that the object is still the file it changed, and is made
-    /// again on the new one when not (it then follows the replacement).
+    /// The file is opened and changed under the object's lock (its fsync is not), so no
+    /// whole file is renamed over the object between the open and the change (another
+    /// write's, a repair's `ReplaceIf`, which decides its condition under the same lock):
+    /// the change lands in the object's file, and a rename after it is a later change.
+    /// (Changed outside the lock, a write could land in a file renamed away meanwhile,
+    /// and be acknowledged but lost.)
     pub(super) fn write_in_place(
         &self,
         o: ObjectId,
         dir: &Path,
         append: bool,
-        edit: impl Fn(&File) -> std::io::Result<()>,
+        edit: impl FnOnce(&File) -> std::io::Result<()>,
     ) -> Result<(), StoreError> {
         let path = self.object_path(o);
-        for _ in 0..crate::limits::IN_PLACE_WRITE_ATTEMPTS {
-            let file = {
-                let _object = self.object_lock(o);
-                let opened = OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .append(append)
-                    .mode(OBJECT_FILE_MODE)
-                    .open(&path);
-                let sealed = match &opened {
-                    // The OSD's account may not open its sealed files for writing...
-                    Err(e) => e.kind() == ErrorKind::PermissionDenied,
-                    // ... but root may.
-                    Ok(f) => is_sealed(&f.metadata()?),
-                };
-                if sealed {
-                    return self.copy_on_write(o, dir, &path, edit);
-                }
-                opened?
+        let file = {
+            let _object = self.object_lock(o);
+            let opened = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .append(append)
+                .mode(OBJECT_FILE_MODE)
+                .open(&path);
+            let sealed = match &opened {
+                // The OSD's account may not open its sealed files for writing...
+                Err(e) => e.kind() == ErrorKind::PermissionDenied,
+                // ... but root may.
+                Ok(f) => is_sealed(&f.metadata()?),
             };
+            if sealed {
+                return self.copy_on_write(o, dir, &path, edit);
+            }
+            let file = opened?;
             edit(&file)?;
             self.date(&file)?;
-            file.sync_data()?;
-            let changed = file.metadata()?.ino();
-            let current = {
-                let _object = self.object_lock(o);
-                fs::metadata(&path).map(|m| m.ino())
-            };
-            if current.ok() == Some(changed) {
-                // Always: whoever created the file may not have made its entry durable
-                // yet, and this write must not be acknowledged before it is.
-                sync_dir(dir)?;
-                return Ok(());
-            }
-        }
-        Err(StoreError::Io(std::io::Error::other(format!(
-            "the object was replaced under each of {} attempts to write it in place",
-            crate::limits::IN_PLACE_WRITE_ATTEMPTS
-        ))))
+            file
+        };
+        file.sync_data()?;
+        // Always: whoever created the file may not have made its entry durable yet, and
+        // this write must not be acknowledged before it is.
+        sync_dir(dir)?;
+        Ok(())
     }
 
     /// Copies the sealed file `path`, applies `edit` to the copy and renames it into
