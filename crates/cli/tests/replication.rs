@@ -323,6 +323,15 @@ fn a_repair_needs_write_access_and_never_overwrites_a_changed_copy() {
         refused(call(&alice, &alice_read.capability, replace(Some(before)))),
         ErrorCode::PermissionDenied
     );
+    // With write access alone (/f made 0602), she could learn from ReplaceIf's answer
+    // whether /f holds bytes she guesses: it needs read access too.
+    admin.chmod("/f", 0o602).unwrap();
+    let alice_write = alice.open("/f", Access::ReadWrite, None).unwrap();
+    assert_eq!(
+        refused(call(&alice, &alice_write.capability, replace(Some(before)))),
+        ErrorCode::PermissionDenied
+    );
+    admin.chmod("/f", 0o644).unwrap();
     // The administrator's capability in alice's hands: not hers.
     assert_eq!(
         refused(call(&alice, &f.capability, replace(Some(before)))),
@@ -358,6 +367,10 @@ fn a_repair_needs_write_access_and_never_overwrites_a_changed_copy() {
         .scrub("/f", ScrubDepth::Deep, true, &mut |_| {})
         .unwrap();
     assert_eq!(report.copies_repaired, 1, "{report:?}");
+    assert!(
+        report.findings.len() == 1 && report.findings[0].ends_with("; repaired"),
+        "{report:?}"
+    );
     assert_eq!(digest(&admin, &f.capability), before);
 }
 

@@ -331,11 +331,8 @@ impl Client {
                 }
             });
         let mut total = ScrubReport::default();
-        for r in lanes.iter_mut() {
-            total.deferred.append(&mut r.deferred);
-        }
-        self.repair_deferred(&mut total);
         for r in lanes {
+            total.deferred.extend(r.deferred);
             total.files += r.files;
             total.objects += r.objects;
             total.copies_good += r.copies_good;
@@ -345,6 +342,7 @@ impl Client {
             total.copies_repaired += r.copies_repaired;
             total.findings.extend(r.findings);
         }
+        self.repair_deferred(&mut total);
         total.findings.sort();
         Ok(total)
     }
