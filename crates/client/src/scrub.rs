@@ -39,6 +39,21 @@ pub struct ScrubReport {
     pub(crate) deferred: Vec<Deferred>,
 }
 
+impl ScrubReport {
+    /// Adds what another part of the same scrub found.
+    fn absorb(&mut self, r: ScrubReport) {
+        self.files += r.files;
+        self.objects += r.objects;
+        self.copies_good += r.copies_good;
+        self.copies_missing += r.copies_missing;
+        self.copies_bad += r.copies_bad;
+        self.objects_lost += r.objects_lost;
+        self.copies_repaired += r.copies_repaired;
+        self.findings.extend(r.findings);
+        self.deferred.extend(r.deferred);
+    }
+}
+
 /// A bad copy that exists, found by a scrub, to repair later (see `repair.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Deferred {
@@ -332,15 +347,7 @@ impl Client {
             });
         let mut total = ScrubReport::default();
         for r in lanes {
-            total.deferred.extend(r.deferred);
-            total.files += r.files;
-            total.objects += r.objects;
-            total.copies_good += r.copies_good;
-            total.copies_missing += r.copies_missing;
-            total.copies_bad += r.copies_bad;
-            total.objects_lost += r.objects_lost;
-            total.copies_repaired += r.copies_repaired;
-            total.findings.extend(r.findings);
+            total.absorb(r);
         }
         self.repair_deferred(&mut total);
         total.findings.sort();

@@ -286,6 +286,18 @@ fn settle(
     }
 }
 
+/// A light repairing scrub of everything, which must lose no object; the copies it
+/// repaired.
+fn repair_all(sim: &SimCluster, repairer: &Arc<Client>, at: &str) -> u64 {
+    let r = repairer.clone();
+    let report = in_task(sim, move || {
+        r.scrub("/", maat_client::ScrubDepth::Light, true, &mut |_| {})
+    });
+    let report = report.unwrap_or_else(|e| panic!("{at}: the repair failed: {e}"));
+    assert_eq!(report.objects_lost, 0, "{at}: {report:?}");
+    report.copies_repaired
+}
+
 fn run(seed: u64) {
     let mut sim = SimCluster::start(seed, OSDS).unwrap();
     let admin = Arc::new(sim.admin().unwrap());
@@ -403,21 +415,9 @@ fn run(seed: u64) {
         finish(&sim, &after);
         settle(task, &mut model, &down, false, path, data, &after);
     }
-    let r = repairer.clone();
-    let first = in_task(&sim, move || {
-        r.scrub("/", maat_client::ScrubDepth::Light, true, &mut |_| {})
-    });
-    let first = first.unwrap_or_else(|e| panic!("{after}: the repair failed: {e}"));
-    assert_eq!(first.objects_lost, 0, "{after}: {first:?}");
-    repaired += first.copies_repaired;
+    repaired += repair_all(&sim, &repairer, &after);
     sim.lose_osd_objects(1 + below(&mut rng, OSDS)).unwrap();
-    let r = repairer.clone();
-    let report = in_task(&sim, move || {
-        r.scrub("/", maat_client::ScrubDepth::Light, true, &mut |_| {})
-    });
-    let report = report.unwrap_or_else(|e| panic!("{after}: the repair failed: {e}"));
-    assert_eq!(report.objects_lost, 0, "{after}: {report:?}");
-    repaired += report.copies_repaired;
+    repaired += repair_all(&sim, &repairer, &after);
     let full: Vec<String> = model
         .iter()
         .filter(|(_, k)| matches!(k, Known::Data(..)))
