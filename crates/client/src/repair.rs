@@ -35,15 +35,34 @@ pub(crate) enum Found {
 }
 
 impl Client {
-    /// Replaces each copy of `targets` with `good`, the bytes the `sources` hold, under
-    /// the conditions above. `full`: the length a whole-object read asks for. One
-    /// outcome per target.
+    /// The digest of the stored bytes of `object`'s copy on `osd` (`None`: it has none).
+    pub(crate) fn stored_digest(
+        &self,
+        opened: &Opened,
+        osd: u64,
+        object: ObjectId,
+    ) -> Result<Option<[u8; 32]>> {
+        let request = OsdRequest {
+            capability: opened.capability.clone(),
+            command: OsdCommand::Digest { object },
+        };
+        match self.data_call_exact(opened, osd, request) {
+            Ok(OsdResponse::Digest(d)) => Ok(Some(d)),
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),
+            Ok(_) => Err(self.bad("osd", "unexpected answer to Digest")),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces each copy of `targets` with the bytes the `sources` hold, whose digest
+    /// is `good`, under the conditions above. `full`: the length a whole-object read asks
+    /// for. One outcome per target.
     pub(crate) fn repair_copies(
         &self,
         opened: &Opened,
         object: ObjectId,
         full: u64,
-        good: &[u8],
+        good: &[u8; 32],
         sources: &[u64],
         targets: &[(u64, Found)],
     ) -> Vec<(u64, std::result::Result<(), String>)> {
@@ -54,11 +73,9 @@ impl Client {
             };
             self.data_call_exact(opened, osd, request)
         };
-        let digest_of = |osd: u64| match call(osd, OsdCommand::Digest { object }) {
-            Ok(OsdResponse::Digest(d)) => Ok(Some(d)),
-            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(None),
-            Ok(_) => Err("unexpected answer to Digest".to_string()),
-            Err(e) => Err(e.to_string()),
+        let digest_of = |osd: u64| {
+            self.stored_digest(opened, osd, object)
+                .map_err(|e| e.to_string())
         };
         // 1. Each copy's state, as the scrub found it.
         let mut outcomes = Vec::new();
@@ -87,33 +104,37 @@ impl Client {
                     .map(|(osd, _, _)| (*osd, Err(why.to_string()))),
             );
         };
-        // 2. A good copy, again.
+        // 2. A good copy, again: the bytes to write.
+        let mut changed = false;
         let again = sources.iter().find_map(|&osd| {
             match call(osd, crate::data::read_request(opened, object, full).command) {
-                Ok(OsdResponse::Data(bytes)) => Some(bytes),
+                Ok(OsdResponse::Data(bytes)) if maat_crypto::hash::blake3(&[&bytes]) == *good => {
+                    Some(bytes)
+                }
+                Ok(OsdResponse::Data(_)) => {
+                    changed = true;
+                    None
+                }
                 _ => None,
             }
         });
-        match again {
-            Some(bytes) if bytes == good => {}
-            Some(_) => {
-                let why =
-                    "the good copy changed since the scrub read it (a write at work?): scrub again";
-                refuse_all(&mut outcomes, &states, why);
-                return outcomes;
-            }
-            None => {
-                refuse_all(&mut outcomes, &states, "no good copy could be read again");
-                return outcomes;
-            }
-        }
+        let Some(good_bytes) = again else {
+            let why = match changed {
+                true => {
+                    "the good copy changed since the scrub read it (a write at work?): scrub again"
+                }
+                false => "no good copy could be read again",
+            };
+            refuse_all(&mut outcomes, &states, why);
+            return outcomes;
+        };
         // 3. Each copy, if it did not change since step 1.
         let mut written = Vec::new();
         for (osd, expect, found) in states {
             let command = OsdCommand::ReplaceIf {
                 object,
                 expect,
-                data: good.to_vec(),
+                data: good_bytes.clone(),
             };
             match call(osd, command) {
                 Ok(_) => written.push((osd, found)),
@@ -129,7 +150,6 @@ impl Client {
             }
         }
         // 4. Every good copy as it was.
-        let want = maat_crypto::hash::blake3(&[good]);
         let now: Vec<std::result::Result<Option<[u8; 32]>, String>> =
             sources.iter().map(|&osd| digest_of(osd)).collect();
         if now.iter().any(|d| matches!(d, Ok(None))) {
@@ -145,7 +165,7 @@ impl Client {
             }
             return outcomes;
         }
-        let outcome = match now.iter().all(|d| matches!(d, Ok(Some(d)) if *d == want)) {
+        let outcome = match now.iter().all(|d| matches!(d, Ok(Some(d)) if d == good)) {
             true => Ok(()),
             false => Err(
                 "written, but a good copy changed or did not answer meanwhile (a write at work?): scrub again"

@@ -149,13 +149,9 @@ impl Client {
                     let digests = copies
                         .iter()
                         .map(|&osd| {
-                            let request = OsdRequest {
-                                capability: opened.capability.clone(),
-                                command: OsdCommand::Digest { object },
-                            };
-                            let digest = match self.data_call_exact(&opened, osd, request) {
-                                Ok(OsdResponse::Digest(d)) => Ok(d),
-                                Ok(_) => Err(Copy::Bad("unexpected answer".into())),
+                            let digest = match self.stored_digest(&opened, osd, object) {
+                                Ok(Some(d)) => Ok(d),
+                                Ok(None) => Err(Copy::Missing),
                                 Err(e) => Err(unanswered(e)),
                             };
                             (osd, digest)
@@ -207,10 +203,11 @@ impl Client {
         // their state long enough (`repair.rs`).
         let mut repaired = Vec::new();
         let mut deferred = Vec::new();
-        if let (true, Some(good)) = (repair, &majority) {
+        if let (true, Some(majority)) = (repair, &majority) {
+            let good = maat_crypto::hash::blake3(&[majority]);
             let sources: Vec<u64> = read
                 .iter()
-                .filter(|(_, c)| matches!(c, Copy::Good(b) if b == good))
+                .filter(|(_, c)| matches!(c, Copy::Good(b) if b == majority))
                 .map(|(osd, _)| *osd)
                 .collect();
             let missing: Vec<(u64, Found)> = read
@@ -219,20 +216,15 @@ impl Client {
                 .map(|(osd, _)| (*osd, Found::Missing))
                 .collect();
             if !missing.is_empty() {
-                repaired = self.repair_copies(opened, object, full, good, &sources, &missing);
+                repaired = self.repair_copies(opened, object, full, &good, &sources, &missing);
             }
             for (osd, _) in read.iter().filter(|(_, c)| matches!(c, Copy::Bad(_))) {
-                let request = OsdRequest {
-                    capability: opened.capability.clone(),
-                    command: OsdCommand::Digest { object },
-                };
-                match self.data_call_exact(opened, *osd, request) {
-                    Ok(OsdResponse::Digest(seen)) => deferred.push((*osd, seen)),
-                    Ok(_) => repaired.push((*osd, Err("unexpected answer to Digest".into()))),
+                match self.stored_digest(opened, *osd, object) {
+                    Ok(Some(seen)) => deferred.push((*osd, seen)),
+                    Ok(None) => repaired.push((*osd, Err("removed since it was read".into()))),
                     Err(e) => repaired.push((*osd, Err(e.to_string()))),
                 }
             }
-            let good = maat_crypto::hash::blake3(&[good]);
             let at = self.now();
             for (osd, seen) in deferred.drain(..) {
                 report.deferred.push(Deferred {
@@ -380,8 +372,8 @@ impl Client {
         }
     }
 
-    /// One deferred repair: the file opened again, a good copy read, and the copy
-    /// replaced if it still is as found ([`Client::repair_copies`]).
+    /// One deferred repair: the file opened again, and the copy replaced by a good one if
+    /// it still is as found ([`Client::repair_copies`]).
     fn repair_one(&self, d: &Deferred) -> std::result::Result<(), String> {
         let opened = self
             .open(&d.path, Access::ReadWrite, None)
@@ -396,22 +388,8 @@ impl Client {
                 .full_stripe_sealed(),
             false => STRIPE_UNIT_BYTES,
         };
-        let good = d.sources.iter().find_map(|&osd| {
-            let request = crate::data::read_request(&opened, object, full);
-            match self.data_call_exact(&opened, osd, request) {
-                Ok(OsdResponse::Data(bytes)) if maat_crypto::hash::blake3(&[&bytes]) == d.good => {
-                    Some(bytes)
-                }
-                _ => None,
-            }
-        });
-        let Some(good) = good else {
-            return Err(
-                "no good copy reads as the scrub found it (a write at work?): scrub again".into(),
-            );
-        };
         let targets = [(d.osd, Found::Bad(d.seen))];
-        self.repair_copies(&opened, object, full, &good, &d.sources, &targets)
+        self.repair_copies(&opened, object, full, &d.good, &d.sources, &targets)
             .into_iter()
             .next()
             .map_or(Ok(()), |(_, outcome)| outcome)
