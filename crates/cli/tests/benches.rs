@@ -258,8 +258,14 @@ fn bench_grouping_counts_one_signature_per_fresh_open_without_grouping_and_fewer
 
 #[test]
 fn bench_flash_crowd_batches_a_crowd_into_few_signatures() {
-    let j = bench_json(&["flash-crowd", "--clients", "20"]);
+    let j = bench_json(&["flash-crowd", "--clients", "20", "--rounds", "2"]);
     assert_eq!(num(&j, "signatures_none_20"), 20.0);
+    // Every side measured once per round, each round's own figure kept.
+    for key in ["open_nosec_rounds_us_20", "signatures_batched_rounds_20"] {
+        let rounds = j[key].as_array().map(Vec::len);
+        assert_eq!(rounds, Some(2), "{key}: {j}");
+    }
+    assert!(num(&j, "crowd_spread_nosec_us_20") >= num(&j, "open_nosec_us_20"));
     assert!(num(&j, "signatures_unix_20") <= 2.0);
     assert!(num(&j, "signatures_batched_20") < 20.0);
     assert!(num(&j, "open_batched_over_nosec_20") > 0.0);

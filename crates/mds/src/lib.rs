@@ -261,6 +261,11 @@ fn meta_array<S: MetaStore>(store: &S, key: &str) -> Result<Option<[u8; 32]>> {
 }
 
 impl<S: MetaStore> Mds<S> {
+    /// Whether this MDS takes NOSEC requests (`danger_allow_insecure`, benchmarks only).
+    pub fn allows_insecure(&self) -> bool {
+        self.config.danger_allow_insecure
+    }
+
     /// Opens the MDS over `store` with `secrets`, creating the root directory and the
     /// administrator on first start. `admin_key` is the administrator's long-term key,
     /// used only when the administrator is created (registered as an OPAQUE password).

@@ -178,10 +178,19 @@ pub fn mds_handler(
                         Err(refusal) => refusal_frame(&refusal),
                     }
                 }
-                FrameType::Insecure => (
-                    FrameType::Plain,
-                    env.with_rng(|mut rng| mds.handle_insecure(payload, now, &mut rng)),
-                ),
+                FrameType::Insecure => {
+                    let answer: Answer = (
+                        FrameType::Plain,
+                        env.with_rng(|mut rng| mds.handle_insecure(payload, now, &mut rng)),
+                    )
+                        .into();
+                    // A daemon that takes NOSEC requests has no key to ask for.
+                    return if mds.allows_insecure() {
+                        answer.proving()
+                    } else {
+                        answer
+                    };
+                }
                 FrameType::SecRequest | FrameType::T10Request | FrameType::InsecureBulk => {
                     refusal_frame(&WireError::new(
                         msg::ErrorCode::Malformed,

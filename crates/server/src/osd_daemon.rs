@@ -184,6 +184,14 @@ impl OsdNode {
                                 ) {
                                     answer.file = aside.file.map(|f| (1, f));
                                 }
+                                // Opened insecure: this OSD takes NOSEC requests, and
+                                // has no key to ask for.
+                                if matches!(
+                                    frame_type,
+                                    FrameType::Insecure | FrameType::InsecureBulk
+                                ) {
+                                    answer.proves = true;
+                                }
                                 answer
                             }
                             Err(refusal) => refusal_frame(&refusal).into(),

@@ -67,6 +67,12 @@ pub struct Answer {
     /// A range of an object's file sent before `parts[index]`, straight from the file
     /// (`maat_osd::OsdCore::execute_zero_copy`).
     pub file: Option<(usize, maat_osd::FileRange)>,
+    /// The request was taken as its sender's own although it proved no key: an insecure
+    /// (NOSEC) request served by a daemon configured to allow them (benchmarks only),
+    /// where there is no key to prove. Its connection is then served in the class of
+    /// those that proved one, so that a NOSEC baseline is not held to the few threads
+    /// kept for unproven senders (issue 45: 100 NOSEC clients waited on 64 threads).
+    pub proves: bool,
 }
 
 impl Answer {
@@ -76,7 +82,14 @@ impl Answer {
             frame_type,
             parts,
             file: None,
+            proves: false,
         }
+    }
+
+    /// This answer, marked as taking its insecure request ([`Answer::proves`]).
+    pub fn proving(mut self) -> Self {
+        self.proves = true;
+        self
     }
 
     /// The whole payload in memory, the file range read (for an in-process network,

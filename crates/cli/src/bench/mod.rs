@@ -29,11 +29,16 @@ pub enum BenchCommand {
     /// median open and exact MDS signatures without grouping, with temporal and
     /// on-the-fly batching, and with UNIX grouping, beside NOSEC. JSON keys
     /// `signatures_<none|batched|unix>_<N>`, `open_<mode>_us_<N>`,
-    /// `open_<mode>_over_nosec_<N>`, `open_nosec_us_<N>`.
+    /// `open_<mode>_over_nosec_<N>`, `open_nosec_us_<N>` (medians over the rounds; each
+    /// round's under `..._rounds_...`), `crowd_spread_nosec_us_<N>`.
     FlashCrowd {
         /// Crowd sizes.
         #[arg(long, value_delimiter = ',', default_value = "20,40,60,80,100")]
         clients: Vec<u32>,
+        /// Crowds per size and side; each figure is the median over them (one crowd
+        /// on two shared cores swings several-fold).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -539,9 +544,10 @@ pub fn run(command: BenchCommand) -> Result<()> {
         ),
         BenchCommand::FlashCrowd {
             clients,
+            rounds,
             data,
             json,
-        } => crowd::run_flash_crowd(&clients, data, json),
+        } => crowd::run_flash_crowd(&clients, rounds, data, json),
         BenchCommand::Ior {
             procs,
             files,

@@ -23,8 +23,12 @@ fn limits(n: usize) -> ServeLimits {
 }
 
 /// Answers a `Request` frame with a `Response` (so the connection proves a key, as a real
-/// daemon's sealed answer does) and any other frame with itself.
+/// daemon's sealed answer does), an `Insecure` one with a `Plain` that takes it (as a
+/// daemon that allows NOSEC does) and any other frame with itself.
 fn echo(_: &[u8], t: FrameType, p: &[u8]) -> Answer {
+    if t == FrameType::Insecure {
+        return Answer::from((FrameType::Plain, p.to_vec())).proving();
+    }
     let t = if t == FrameType::Request {
         FrameType::Response
     } else {
@@ -88,7 +92,19 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let mut b = [0u8; 64];
-    matches!(stream.read(&mut b), Ok(0) | Err(_))
+    match stream.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        // Still open after the wait (a timeout is not a close).
+        Err(e) if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) =>
+        {
+            false
+        }
+        Err(_) => true,
+    }
 }
 
 #[test]
@@ -191,6 +207,33 @@ fn connections_that_proved_a_key_are_kept_over_those_that_did_not() {
     assert_eq!(counter(&stats, "connections_evicted"), 1);
     let (t, answer) = proven.call(FrameType::Request, b"again").unwrap();
     assert_eq!((t, &answer[..]), (FrameType::Response, &b"again"[..]));
+    shutdown.trigger();
+}
+
+/// Issue 45: a daemon that takes NOSEC requests serves their connections in the class of
+/// those that proved a key (no key to prove), so a NOSEC baseline is not held to the
+/// threads kept for unproven senders, nor closed first.
+#[test]
+fn a_connection_whose_insecure_request_was_taken_counts_as_proven() {
+    let (addr, shutdown, stats) = echo_server(3);
+    let mut nosec = Connection::new(addr.to_string());
+    let (t, _) = nosec.call(FrameType::Insecure, b"as user 7").unwrap();
+    assert_eq!(t, FrameType::Plain);
+    // Back in the accept loop's table (a thread keeps a connection a while after its
+    // answer, and one held by a thread is not closed for a new one).
+    std::thread::sleep(crate::limits::LINGER * 4);
+    let mut first = TcpStream::connect(addr).unwrap();
+    let _second = TcpStream::connect(addr).unwrap();
+    eventually("three connections accepted", || {
+        counter(&stats, "connections_accepted") == 3
+    });
+    let _third = TcpStream::connect(addr).unwrap();
+    assert!(
+        closed_by_server(&mut first),
+        "the NOSEC connection was closed before an unproven one"
+    );
+    let (t, answer) = nosec.call(FrameType::Insecure, b"again").unwrap();
+    assert_eq!((t, &answer[..]), (FrameType::Plain, &b"again"[..]));
     shutdown.trigger();
 }
 

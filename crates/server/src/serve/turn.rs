@@ -176,7 +176,7 @@ fn answer_one(
         {
             tracing::info!(peer = %conn.from, code = ?e.code, detail = %e.detail, "refused");
         }
-    } else if proves_a_key(head.frame_type, answer.frame_type) {
+    } else if answer.proves || proves_a_key(head.frame_type, answer.frame_type) {
         conn.proven = true;
     }
     let parts: Vec<&[u8]> = answer.parts.iter().map(Vec::as_slice).collect();
