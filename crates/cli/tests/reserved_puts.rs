@@ -240,3 +240,89 @@ fn removing_a_file_put_here_signs_nothing_and_a_replaced_path_is_removed_the_usu
     );
     assert_eq!(files_under(&objects), 4);
 }
+
+/// Issue 45 (E5, SPEC M6): an open that creates a file takes a reserved id too, so a
+/// process creating many files in a directory is given one capability per block of ids,
+/// not one per file (IOR's creates); it writes them through the open, others read them
+/// back, and a create of an existing path opens that file. With grouping off (the
+/// papers' baseline) nothing is reserved and every create has a capability of its own.
+#[test]
+fn opens_that_create_files_take_reserved_ids_unless_grouping_is_off() {
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("alice", "alice passphrase", None);
+    let admin = cluster.admin_client();
+    let alice = cluster.user_client("alice", "alice passphrase");
+    let create = |path: &str, data: &[u8]| {
+        let opened = alice.open(path, Access::ReadWrite, Some(0o644)).unwrap();
+        alice.write_at(&opened, 0, data.to_vec()).unwrap();
+        alice.set_size(path, &opened, data.len() as u64).unwrap();
+        opened
+    };
+    // The first create reserves a block, and its write meets the OSD with its
+    // capability once.
+    create("/home/alice/first", b"first");
+    let verified = counter(&admin, "osd", "signatures_verified");
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let opened = create(
+            &format!("/home/alice/c{i}"),
+            format!("created {i}").as_bytes(),
+        );
+        let cap = Unverified::<Capability>::decode(&opened.capability)
+            .unwrap()
+            .unverified_body()
+            .clone();
+        assert!(
+            matches!(cap.files, Files::Range { first, count }
+                if opened.stat.id >= first.0 && opened.stat.id < first.0 + u64::from(count)),
+            "c{i}: {:?}",
+            cap.files
+        );
+        ids.push(opened.stat.id);
+    }
+    // No capability was verified for the 20 files: they went under the block's.
+    assert_eq!(counter(&admin, "osd", "signatures_verified") - verified, 0);
+    // Another client of alice's (no kept opens) reads them back.
+    let reader = cluster.user_client("alice", "alice passphrase");
+    let read = |path: &str| {
+        let mut out = Vec::new();
+        reader.get(path, &mut out, &mut |_| {}).unwrap();
+        out
+    };
+    for (i, id) in ids.iter().enumerate() {
+        let path = format!("/home/alice/c{i}");
+        assert_eq!(read(&path), format!("created {i}").as_bytes());
+        assert_eq!(reader.stat(&path).unwrap().id, *id);
+    }
+    // A create of an existing path opens it: same file, its data untouched until
+    // written.
+    let again = alice
+        .open("/home/alice/c3", Access::ReadWrite, Some(0o644))
+        .unwrap();
+    assert_eq!(again.stat.id, ids[3]);
+    assert_eq!(read("/home/alice/c3"), b"created 3");
+    // Grouping off: every create is a capability of its own, verified at its write.
+    admin.set_grouping("none").unwrap();
+    let alice = cluster.user_client("alice", "alice passphrase");
+    // Its first write meets the OSD (a session, with what that verifies).
+    let warm = alice
+        .open("/home/alice/n-warm", Access::ReadWrite, Some(0o644))
+        .unwrap();
+    alice.write_at(&warm, 0, b"warm".to_vec()).unwrap();
+    let verified = counter(&admin, "osd", "signatures_verified");
+    for i in 0..5 {
+        let path = format!("/home/alice/n{i}");
+        let opened = alice.open(&path, Access::ReadWrite, Some(0o644)).unwrap();
+        alice.write_at(&opened, 0, b"plain".to_vec()).unwrap();
+        let cap = Unverified::<Capability>::decode(&opened.capability)
+            .unwrap()
+            .unverified_body()
+            .clone();
+        assert!(
+            !matches!(cap.files, Files::Range { .. }),
+            "n{i}: {:?}",
+            cap.files
+        );
+    }
+    assert_eq!(counter(&admin, "osd", "signatures_verified") - verified, 5);
+}

@@ -54,6 +54,13 @@ impl Client {
     /// capability (or, in a partition with T10 credentials, the credentials held for the
     /// file) has more than half its lifetime left (SPEC M5).
     pub fn open(&self, path: &str, access: Access, create: Option<u16>) -> Result<Opened> {
+        // A new file: created under a reserved id where this client holds or gets a
+        // block of them, so that many creates share one capability (`reserved`).
+        if let (Some(mode), Access::ReadWrite) = (create, access) {
+            if let Some(opened) = self.create_reserved(path, mode)? {
+                return Ok(opened);
+            }
+        }
         self.open_predicting(path, access, create, &[])
     }
 

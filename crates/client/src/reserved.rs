@@ -103,16 +103,69 @@ impl Client {
         progress: Progress<'_>,
     ) -> Result<Option<FileStat>> {
         let began = self.now();
+        let Some((opened, lockbox)) = self.reserved_opened(path, sealed, 0o644)? else {
+            return Ok(None);
+        };
+        let size = data.len() as u64;
+        let stored = self.put_opened(&opened, &mut &data[..], size, Some(0), progress);
+        let written = match stored {
+            Ok(written) => written,
+            Err(e) => {
+                // Not sent again, nor removed: an OSD that did not answer may not answer
+                // a removal either (what it stored stays unreachable, like the data of a
+                // client gone before its link).
+                self.file_keys.lock().remove(&(opened.stat.id, 1));
+                return Err(e);
+            }
+        };
+        let linked = self.link_reserved(path, opened, lockbox, size, 0o644, written, true)?;
+        let Some((linked, recorded)) = linked else {
+            return Ok(None);
+        };
+        if recorded {
+            self.remember_read_open(path, &linked, began);
+        }
+        Ok(Some(linked.stat))
+    }
+
+    /// SPEC M6, issue 45: an open that creates the new file `path` (`mode`) as a link of
+    /// size 0 to a reserved id, under the reservation's capability, so that a process
+    /// creating many files in a directory asks for one capability per block of ids,
+    /// not one per file (IOR's creates). `None` when that cannot be done here (nothing
+    /// reserved, grouping off, the path exists, a file that would be encrypted, whose
+    /// first lockbox and writes go the usual way for now): the caller opens the usual
+    /// way.
+    pub(crate) fn create_reserved(&self, path: &str, mode: u16) -> Result<Option<Opened>> {
+        if self.insecure_user.is_none() && self.session.lock().is_none() {
+            return Ok(None);
+        }
+        if self.opened.lock().fresh(path, self.now()).is_some() || self.seals_new_files(None)? {
+            return Ok(None);
+        }
+        let Some((opened, lockbox)) = self.reserved_opened(path, false, mode)? else {
+            return Ok(None);
+        };
+        let linked = self.link_reserved(path, opened, lockbox, 0, mode, Vec::new(), false)?;
+        Ok(linked.map(|(opened, _)| opened))
+    }
+
+    /// The next reserved id in `path`'s directory as the open of a new file (`sealed`:
+    /// encrypted, with the first lockbox made here), before any data or link.
+    fn reserved_opened(
+        &self,
+        path: &str,
+        sealed: bool,
+        mode: u16,
+    ) -> Result<Option<(Opened, Option<Vec<u8>>)>> {
         let dir = directory_of(path);
         let Some((id, capability, protection, partition)) = self.reserved_id(dir, sealed)? else {
             return Ok(None);
         };
-        let size = data.len() as u64;
         let mut opened = Opened {
             stat: FileStat {
                 id,
                 is_dir: false,
-                mode: 0o644,
+                mode,
                 owner: self.user_name().unwrap_or_default(),
                 group: String::new(),
                 size: 0,
@@ -133,23 +186,33 @@ impl Client {
             },
             false => None,
         };
-        let stored = self.put_opened(&opened, &mut &data[..], size, Some(0), progress);
-        let written = match stored {
-            Ok(written) => written,
-            Err(e) => {
-                // Not sent again, nor removed: an OSD that did not answer may not answer
-                // a removal either (what it stored stays unreachable, like the data of a
-                // client gone before its link).
-                self.file_keys.lock().remove(&(id, 1));
-                return Err(e);
-            }
-        };
+        Ok(Some((opened, lockbox)))
+    }
+
+    /// Links `path` to the reserved file `opened` (`size` bytes, `written` its sealed
+    /// ranges, `stored`: its data is on the OSDs): the open as linked, its capability
+    /// reading and writing what it names (with the keys made here and under the
+    /// reservation's method) and whether its sealed ranges were recorded whole (an open
+    /// to keep for reads), or `None` when the MDS refused before linking: then what was
+    /// stored goes, with its keys, and the caller goes the usual way.
+    #[allow(clippy::too_many_arguments)]
+    fn link_reserved(
+        &self,
+        path: &str,
+        mut opened: Opened,
+        lockbox: Option<Vec<u8>>,
+        size: u64,
+        mode: u16,
+        written: Vec<(u32, u32, u64)>,
+        stored: bool,
+    ) -> Result<Option<(Opened, bool)>> {
+        let id = opened.stat.id;
         let request = match lockbox {
             Some(lockbox) => MdsRequest::LinkSealed {
                 path: path.into(),
                 file: id,
                 size,
-                mode: 0o644,
+                mode,
                 written: written.clone(),
                 lockbox,
             },
@@ -157,7 +220,7 @@ impl Client {
                 path: path.into(),
                 file: id,
                 size,
-                mode: 0o644,
+                mode,
             },
         };
         let code = match self.mds_call(request) {
@@ -169,20 +232,16 @@ impl Client {
                         .all(|&(first, end, generation)| c.record(first, end, generation).is_ok())
                         && c.check().is_ok()
                 });
-                // The capability reads what it wrote, as a read-write open's would (with
-                // the keys made here and under the reservation's method).
+                let protection = opened.stat.protection;
                 let linked = Opened {
                     stat: FileStat {
                         crypt,
                         protection,
-                        ..stat.clone()
+                        ..stat
                     },
                     ..opened
                 };
-                if recorded {
-                    self.remember_read_open(path, &linked, began);
-                }
-                return Ok(Some(stat));
+                return Ok(Some((linked, recorded)));
             }
             Ok(_) => return Err(self.bad("mds", "unexpected answer to Link")),
             Err(ClientError::Refused(e)) if refused_before_linking(e.code) => e.code,
@@ -191,12 +250,18 @@ impl Client {
             Err(e) => return Err(e),
         };
         // The link was refused: nobody can reach what was stored, so it goes, with its
-        // keys, and the put goes the usual way.
-        let _ = self.remove_object(&opened, 0);
+        // keys.
+        if stored {
+            let _ = self.remove_object(&opened, 0);
+        }
         self.file_keys.lock().remove(&(id, 1));
         if code != ErrorCode::AlreadyExists {
             // This block is no good any more (unless another thread replaced it).
-            let key = (dir.to_string(), sealed, self.insecure_user);
+            let key = (
+                directory_of(path).to_string(),
+                opened.stat.encrypted,
+                self.insecure_user,
+            );
             let mut table = self.reserved.lock();
             if let Some(Reserved::Ids { capability, .. }) = table.get(&key) {
                 if *capability == opened.capability {

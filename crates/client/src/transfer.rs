@@ -48,19 +48,22 @@ impl Client {
             if let Some(stat) = self.put_reserved(&data, path, sealed, &mut *progress)? {
                 return Ok(stat);
             }
-            return self.put_usual(&mut &data[..], size, path, encrypt, progress);
+            // Not through a reserved id again: the path exists, or none is reserved.
+            return self.put_usual(&mut &data[..], size, path, encrypt, false, progress);
         }
-        self.put_usual(reader, size, path, encrypt, progress)
+        self.put_usual(reader, size, path, encrypt, true, progress)
     }
 
     /// [`Client::put_with`] through an open: the file is created (if new) before its
-    /// data is stored, and its size recorded after.
+    /// data is stored, and its size recorded after; under a reserved id when `reserve`
+    /// and one is held or given (`reserved`).
     fn put_usual(
         &self,
         reader: &mut dyn Read,
         size: u64,
         path: &str,
         encrypt: Option<bool>,
+        reserve: bool,
         progress: Progress<'_>,
     ) -> Result<FileStat> {
         self.forget_opened_path(path);
@@ -70,8 +73,10 @@ impl Client {
         // A file this put creates encrypted gets its lockbox with its size (SPEC H5).
         let mut opened = if self.seals_new_files(encrypt)? {
             self.open_sealed(path, 0o644)?
-        } else {
+        } else if reserve {
             self.open(path, Access::ReadWrite, Some(0o644))?
+        } else {
+            self.open_predicting(path, Access::ReadWrite, Some(0o644), &[])?
         };
         let first_lockbox = self.seal_pending(&mut opened)?;
         let sealing = first_lockbox.is_some();

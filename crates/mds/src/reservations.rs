@@ -171,6 +171,15 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
+        if self.issuer.grouping().strategies == crate::grouping::Strategies::default() {
+            // A block of ids under one capability groups files not made yet: with
+            // grouping off (the papers' baseline) every file gets its own capability.
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "no file ids are reserved while capability grouping is off \
+                 (maat admin grouping): files are created the usual way",
+            ));
+        }
         let guard = lock(&self.write);
         let inode = self.resolve(who, dir)?;
         if !inode.is_dir {

@@ -97,56 +97,55 @@ pub(super) fn run_flash_crowd(
     for &n in sizes {
         let n = n as usize;
         // Per side (NOSEC, then MODES): each round's median open and signatures made.
-        let mut opens: Vec<Vec<f64>> = vec![Vec::new(); MODES.len() + 1];
-        let mut signed: Vec<Vec<f64>> = vec![Vec::new(); MODES.len() + 1];
+        let mut sides: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); MODES.len() + 1];
         let mut spread = Vec::new();
         for round in 0..rounds {
             // Sides in turn, the order reversed every other round, so that no side
             // always meets the machine fresh or tired (as `bench objects` does).
-            let mut order: Vec<usize> = (0..=MODES.len()).collect();
+            let mut order: Vec<usize> = (0..sides.len()).collect();
             if round % 2 == 1 {
                 order.reverse();
             }
             for side in order {
-                let Some(mode) = side.checked_sub(1) else {
-                    let path = make(&mut admin, &format!("nosec-r{round}"), n)?;
-                    let latencies = crowd(insecure.get_mut(..n).unwrap_or_default(), &path)?;
-                    spread.push(latencies.iter().copied().fold(0.0, f64::max));
-                    opens[0].push(median(latencies));
-                    signed[0].push(0.0);
-                    continue;
+                let (latency, made) = match side.checked_sub(1).and_then(|m| MODES.get(m)) {
+                    None => {
+                        let path = make(&mut admin, &format!("nosec-r{round}"), n)?;
+                        let latencies = crowd(insecure.get_mut(..n).unwrap_or_default(), &path)?;
+                        spread.push(latencies.iter().copied().fold(0.0, f64::max));
+                        (median(latencies), 0)
+                    }
+                    Some((name, strategies)) => {
+                        let path = make(&mut admin, &format!("{name}-r{round}"), n)?;
+                        admin.set_grouping(strategies)?;
+                        let before = counter(&mut admin, "mds", "signatures_made")?;
+                        let latencies = crowd(secure.get_mut(..n).unwrap_or_default(), &path)?;
+                        let after = counter(&mut admin, "mds", "signatures_made")?;
+                        (median(latencies), after.saturating_sub(before))
+                    }
                 };
-                let (name, strategies) = MODES[mode];
-                let path = make(&mut admin, &format!("{name}-r{round}"), n)?;
-                admin.set_grouping(strategies)?;
-                let before = counter(&mut admin, "mds", "signatures_made")?;
-                let latency = median(crowd(secure.get_mut(..n).unwrap_or_default(), &path)?);
-                let made = counter(&mut admin, "mds", "signatures_made")?.saturating_sub(before);
-                opens[side].push(latency);
-                signed[side].push(made as f64);
+                if let Some((opens, signed)) = sides.get_mut(side) {
+                    opens.push(latency);
+                    signed.push(made as f64);
+                }
             }
         }
-        let nosec = median(opens[0].clone());
+        let mut sides = sides.into_iter();
+        let (nosec_rounds, _) = sides.next().unwrap_or_default();
+        let nosec = median(nosec_rounds.clone());
         obj.insert(format!("open_nosec_us_{n}"), nosec.into());
-        obj.insert(format!("open_nosec_rounds_us_{n}"), opens[0].clone().into());
+        obj.insert(format!("open_nosec_rounds_us_{n}"), nosec_rounds.into());
         // The slowest NOSEC open: how long the crowd takes to arrive and be served
         // with no security at all (the time a batch that waits for the crowd waits).
         let spread = median(spread);
         obj.insert(format!("crowd_spread_nosec_us_{n}"), spread.into());
         let mut row = vec![n as f64, nosec];
-        for (mode, (name, _)) in MODES.iter().enumerate() {
-            let latency = median(opens[mode + 1].clone());
-            let made = median(signed[mode + 1].clone());
+        for ((name, _), (opens, signed)) in MODES.iter().zip(sides) {
+            let latency = median(opens.clone());
+            let made = median(signed.clone());
             obj.insert(format!("open_{name}_us_{n}"), latency.into());
-            obj.insert(
-                format!("open_{name}_rounds_us_{n}"),
-                opens[mode + 1].clone().into(),
-            );
+            obj.insert(format!("open_{name}_rounds_us_{n}"), opens.into());
             obj.insert(format!("signatures_{name}_{n}"), made.into());
-            obj.insert(
-                format!("signatures_{name}_rounds_{n}"),
-                signed[mode + 1].clone().into(),
-            );
+            obj.insert(format!("signatures_{name}_rounds_{n}"), signed.into());
             obj.insert(
                 format!("open_{name}_over_nosec_{n}"),
                 (latency / nosec.max(1.0)).into(),
@@ -180,8 +179,7 @@ pub(super) fn run_flash_crowd(
         "sigs"
     );
     for r in rows {
-        if let [n, nosec, none, none_s, batched, batched_s, unix, unix_s, spread] = r.as_slice()
-        {
+        if let [n, nosec, none, none_s, batched, batched_s, unix, unix_s, spread] = r.as_slice() {
             say!(
                 "{n:>7} {nosec:>10.0} {spread:>10.0} | {none:>10.0} {none_s:>5} | {batched:>10.0} {batched_s:>5} {:>6.2} | {unix:>10.0} {unix_s:>5}",
                 batched / nosec.max(1.0)

@@ -96,10 +96,11 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
         Ok(0) => true,
         Ok(_) => false,
         // Still open after the wait (a timeout is not a close).
-        Err(e) if matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ) =>
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
         {
             false
         }
