@@ -11,7 +11,7 @@
 mod common;
 use common::{code, counter, Cluster};
 use maat_proto::capability::{Capability, Files};
-use maat_proto::msg::Access;
+use maat_proto::msg::{Access, ErrorCode};
 use maat_proto::signed::Unverified;
 use std::path::Path;
 
@@ -296,11 +296,23 @@ fn opens_that_create_files_take_reserved_ids_unless_grouping_is_off() {
     }
     // A create of an existing path opens it: same file, its data untouched until
     // written.
+    let asked = alice.client_stats().requests;
     let again = alice
         .open("/home/alice/c3", Access::ReadWrite, Some(0o644))
         .unwrap();
     assert_eq!(again.stat.id, ids[3]);
+    // In one round trip, as an `Open` (`OpenOrLink`), not a link refused then an open.
+    assert_eq!(alice.client_stats().requests - asked, 1);
     assert_eq!(read("/home/alice/c3"), b"created 3");
+    // Removing them goes under the block's capability, which the MDS hands back: no
+    // capability signed, none verified (the OSD knows the block's).
+    let verified = counter(&admin, "osd", "signatures_verified");
+    for i in 10..15 {
+        alice.unlink(&format!("/home/alice/c{i}")).unwrap();
+        let gone = reader.stat(&format!("/home/alice/c{i}"));
+        assert_eq!(code(gone), ErrorCode::NoSuchFile);
+    }
+    assert_eq!(counter(&admin, "osd", "signatures_verified") - verified, 0);
     // Grouping off: every create is a capability of its own, verified at its write.
     admin.set_grouping("none").unwrap();
     let alice = cluster.user_client("alice", "alice passphrase");

@@ -118,7 +118,7 @@ impl Client {
                 return Err(e);
             }
         };
-        let linked = self.link_reserved(path, opened, lockbox, size, 0o644, written, true)?;
+        let linked = self.link_reserved(path, opened, lockbox, size, 0o644, written)?;
         let Some((linked, recorded)) = linked else {
             return Ok(None);
         };
@@ -128,13 +128,14 @@ impl Client {
         Ok(Some(linked.stat))
     }
 
-    /// SPEC M6, issue 45: an open that creates the new file `path` (`mode`) as a link of
-    /// size 0 to a reserved id, under the reservation's capability, so that a process
-    /// creating many files in a directory asks for one capability per block of ids,
-    /// not one per file (IOR's creates). `None` when that cannot be done here (nothing
-    /// reserved, grouping off, the path exists, a file that would be encrypted, whose
-    /// first lockbox and writes go the usual way for now): the caller opens the usual
-    /// way.
+    /// SPEC M6, issue 45: an open that creates: `OpenOrLink`, which opens `path` when it
+    /// exists and otherwise links the next reserved id as the new, empty file `path`
+    /// (`mode`), reached under the reservation's capability, so that a process creating
+    /// many files in a directory is given one capability per block of ids, not one per
+    /// file (IOR's creates), in the one round trip an `Open` takes. `None` when that
+    /// cannot be done here (nothing reserved, grouping off, an MDS before `OpenOrLink`,
+    /// a file that would be encrypted, whose first lockbox goes with `OpenSealed`): the
+    /// caller opens the usual way.
     pub(crate) fn create_reserved(&self, path: &str, mode: u16) -> Result<Option<Opened>> {
         if self.insecure_user.is_none() && self.session.lock().is_none() {
             return Ok(None);
@@ -142,11 +143,62 @@ impl Client {
         if self.opened.lock().fresh(path, self.now()).is_some() || self.seals_new_files(None)? {
             return Ok(None);
         }
-        let Some((opened, lockbox)) = self.reserved_opened(path, false, mode)? else {
+        let Some((opened, _)) = self.reserved_opened(path, false, mode)? else {
             return Ok(None);
         };
-        let linked = self.link_reserved(path, opened, lockbox, 0, mode, Vec::new(), false)?;
-        Ok(linked.map(|(opened, _)| opened))
+        let request = MdsRequest::OpenOrLink {
+            path: path.into(),
+            access: Access::ReadWrite,
+            file: opened.stat.id,
+            mode,
+        };
+        let code = match self.mds_call(request) {
+            Ok(MdsResponse::Stat(stat)) => {
+                let protection = opened.stat.protection;
+                return Ok(Some(Opened {
+                    stat: FileStat { protection, ..stat },
+                    ..opened
+                }));
+            }
+            // It exists: opened as `Open` opens it (the id stays unused).
+            Ok(response @ MdsResponse::Opened { .. }) => {
+                return self.opened_from(response).map(Some);
+            }
+            Ok(_) => return Err(self.bad("mds", "unexpected answer to OpenOrLink")),
+            Err(ClientError::Refused(e))
+                if e.code == ErrorCode::Malformed || refused_before_linking(e.code) =>
+            {
+                e.code
+            }
+            Err(e) => return Err(e),
+        };
+        // This block is no good here (an MDS that does not know `OpenOrLink` keeps none).
+        self.forget_block(
+            path,
+            false,
+            &opened.capability,
+            code == ErrorCode::Malformed,
+        );
+        Ok(None)
+    }
+
+    /// Drops the block of `path`'s directory held under `capability` (unless another
+    /// thread replaced it); `refuse`: none is asked for there for a while.
+    fn forget_block(&self, path: &str, sealed: bool, capability: &[u8], refuse: bool) {
+        let key = (directory_of(path).to_string(), sealed, self.insecure_user);
+        let mut table = self.reserved.lock();
+        if let Some(Reserved::Ids {
+            capability: held, ..
+        }) = table.get(&key)
+        {
+            if held.as_slice() == capability {
+                table.remove(&key);
+            }
+        }
+        if refuse {
+            let until = self.now().saturating_add(RESERVE_RETRY_MILLIS);
+            table.insert(key, Reserved::Refused { until });
+        }
     }
 
     /// The next reserved id in `path`'s directory as the open of a new file (`sealed`:
@@ -189,8 +241,8 @@ impl Client {
         Ok(Some((opened, lockbox)))
     }
 
-    /// Links `path` to the reserved file `opened` (`size` bytes, `written` its sealed
-    /// ranges, `stored`: its data is on the OSDs): the open as linked, its capability
+    /// Links `path` to the reserved file `opened` (`size` bytes stored, `written` its
+    /// sealed ranges): the open as linked, its capability
     /// reading and writing what it names (with the keys made here and under the
     /// reservation's method) and whether its sealed ranges were recorded whole (an open
     /// to keep for reads), or `None` when the MDS refused before linking: then what was
@@ -204,7 +256,6 @@ impl Client {
         size: u64,
         mode: u16,
         written: Vec<(u32, u32, u64)>,
-        stored: bool,
     ) -> Result<Option<(Opened, bool)>> {
         let id = opened.stat.id;
         let request = match lockbox {
@@ -251,23 +302,11 @@ impl Client {
         };
         // The link was refused: nobody can reach what was stored, so it goes, with its
         // keys.
-        if stored {
-            let _ = self.remove_object(&opened, 0);
-        }
+        let _ = self.remove_object(&opened, 0);
         self.file_keys.lock().remove(&(id, 1));
         if code != ErrorCode::AlreadyExists {
-            // This block is no good any more (unless another thread replaced it).
-            let key = (
-                directory_of(path).to_string(),
-                opened.stat.encrypted,
-                self.insecure_user,
-            );
-            let mut table = self.reserved.lock();
-            if let Some(Reserved::Ids { capability, .. }) = table.get(&key) {
-                if *capability == opened.capability {
-                    table.remove(&key);
-                }
-            }
+            // This block is no good any more.
+            self.forget_block(path, opened.stat.encrypted, &opened.capability, false);
         }
         Ok(None)
     }

@@ -827,6 +827,10 @@ impl<S: MetaStore> crate::Mds<S> {
         if let Some(encoded) = self.cached_under(writes, now) {
             return Ok((encoded, true));
         }
+        // A file this user made under a reserved id: the block's capability.
+        if let Some(encoded) = self.reserved_capability(uid, file, protection, now)? {
+            return Ok((encoded, true));
+        }
         let signed = self.single_capability(uid, file, Mode::WRITE, protection, now, rng)?;
         Ok((signed.0, false))
     }

@@ -241,6 +241,12 @@ impl<S: MetaStore> Mds<S> {
                 size,
                 mode,
             } => self.link(who, &path, file, size, mode, None, now),
+            MdsRequest::OpenOrLink {
+                path,
+                access,
+                file,
+                mode,
+            } => self.open_or_link(who, &path, access, file, mode, session, now, rng),
             MdsRequest::LinkSealed {
                 path,
                 file,

@@ -11,6 +11,11 @@
 //! authorizes access to no file of anyone else. Reservations live in memory: one the MDS
 //! forgot (a restart, the bounds below) makes its links refused, and those puts go the
 //! usual way; its ids are never handed out again.
+//!
+//! Opens that create take reserved ids too (`OpenOrLink`, issue 45: the open when the
+//! path exists, else the link of an empty file), so that a process creating many files
+//! is given one capability per block; the removal of such a file gets the block's
+//! capability back. None is reserved while capability grouping is off.
 
 use crate::encryption::{first_lockbox, record_generations};
 use crate::namespace::{fresh_inode, require, EXEC, WRITE};
@@ -49,6 +54,10 @@ struct Reservation {
     used: u32,
     /// Ids of the block linked already, one bit each.
     linked: Vec<u64>,
+    /// The capability signed over the block and its id, once signed (none under NOSEC):
+    /// handed back for the removal of a file linked from it (issue 45), as a file's
+    /// cached write capability is.
+    capability: Option<(Vec<u8>, u64)>,
 }
 
 impl Reservation {
@@ -101,6 +110,15 @@ impl Reservations {
     }
 }
 
+impl Reservations {
+    fn find_mut(&mut self, uid: u64, first: u64) -> Option<&mut Reservation> {
+        self.by_user
+            .get_mut(&uid)?
+            .iter_mut()
+            .find(|r| r.first == first)
+    }
+}
+
 fn not_reserved(why: &str) -> MdsError {
     MdsError::refused(
         ErrorCode::PermissionDenied,
@@ -132,6 +150,73 @@ impl<S: MetaStore> crate::Mds<S> {
             return Ok(Some(Unserved::T10));
         }
         Ok(self.user_revoked(uid, now)?.then_some(Unserved::Revoked))
+    }
+
+    /// `OpenOrLink` (issue 45): the open of `path` when it exists, else the link of
+    /// the reserved id `file` as the new, empty file `path` (`mode`), in one round trip.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_or_link(
+        &self,
+        who: &Principal,
+        path: &str,
+        access: maat_proto::msg::Access,
+        file: u64,
+        mode: u16,
+        session: Option<&[u8; 16]>,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        match self.resolve(who, path) {
+            Ok(_) => {}
+            Err(MdsError::Refused(e)) if e.code == ErrorCode::NoSuchFile => {
+                match self.link(who, path, file, 0, mode, None, now) {
+                    // Made meanwhile by someone else: opened as it is now.
+                    Err(MdsError::Refused(e))
+                        if e.code == ErrorCode::AlreadyExists
+                            && self.resolve(who, path).is_ok() => {}
+                    linked => return linked,
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        self.open_file(who, path, access, None, &[], session, now, rng)
+    }
+
+    /// Issue 45: the capability of `uid`'s reservation that linked `file` in method
+    /// `protection`, while it has more than half its lifetime left and is not revoked:
+    /// what the removal of a file created under a reserved id goes under (the files'
+    /// write capability, no signature), as a file's cached one is.
+    pub(crate) fn reserved_capability(
+        &self,
+        uid: u64,
+        file: u64,
+        protection: Protection,
+        now: UnixMillis,
+    ) -> Result<Option<Vec<u8>>> {
+        let half = self.config.capability_lifetime_millis / 2;
+        let held = {
+            let table = lock(&self.reservations);
+            table.by_user.get(&uid).and_then(|list| {
+                list.iter()
+                    .find(|r| {
+                        r.holds(file).is_some_and(|bit| {
+                            r.linked
+                                .get(bit / 64)
+                                .is_some_and(|w| w & (1u64 << (bit % 64)) != 0)
+                        }) && r.protection == protection
+                            && r.expiry.0.saturating_sub(now.0) > half
+                    })
+                    .and_then(|r| r.capability.clone())
+            })
+        };
+        match held {
+            Some((encoded, id))
+                if !self.capability_revoked(id, now)? && !self.user_revoked(uid, now)? =>
+            {
+                Ok(Some(encoded))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The method files of `partition` get now (encrypted ones when `sealed`), which a
@@ -205,29 +290,38 @@ impl<S: MetaStore> crate::Mds<S> {
                 expiry,
                 used: 0,
                 linked: vec![0; (count as usize).div_ceil(64)],
+                capability: None,
             },
             now,
         )?;
         // Signed after the namespace lock: other requests need not wait for it.
         drop(guard);
         let capability = match session {
-            Some(_) => signed::sign(
-                Capability {
-                    users: Principals::User(UserId(who.uid)),
-                    files: Files::Range {
-                        first: FileId(first),
-                        count,
+            Some(_) => {
+                let id = rng.next_u64();
+                let encoded = signed::sign(
+                    Capability {
+                        users: Principals::User(UserId(who.uid)),
+                        files: Files::Range {
+                            first: FileId(first),
+                            count,
+                        },
+                        id: CapabilityId(id),
+                        mode: Mode::READ_WRITE,
+                        protection,
+                        start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
+                        expiry,
                     },
-                    id: CapabilityId(rng.next_u64()),
-                    mode: Mode::READ_WRITE,
-                    protection,
-                    start: UnixMillis(now.0.saturating_sub(CLOCK_SKEW_MILLIS)),
-                    expiry,
-                },
-                &self.signing,
-            )
-            .encoded()
-            .to_vec(),
+                    &self.signing,
+                )
+                .encoded()
+                .to_vec();
+                let mut table = lock(&self.reservations);
+                if let Some(r) = table.find_mut(who.uid, first) {
+                    r.capability = Some((encoded.clone(), id));
+                }
+                encoded
+            }
             None => Vec::new(),
         };
         Ok(MdsResponse::Reserved {

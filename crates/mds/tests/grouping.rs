@@ -1622,7 +1622,23 @@ fn link_as(
 fn reserved_ids_link_once_for_their_user_in_their_partition_before_expiry() {
     let store = MemStore::default();
     let lifetime = 300_000;
-    let mds = mds(&store, Strategies::default(), lifetime);
+    // Grouping off (the papers' baseline): a capability per file, no block of ids.
+    {
+        let off = MemStore::default();
+        let mds = mds(&off, Strategies::default(), lifetime);
+        seed_users(&off, &[(10, vec![]), (10, vec![])]);
+        let mut rng = ChaCha20Rng::seed_from_u64(63);
+        shared_dir(&mds, T0 + 1_000, &mut rng);
+        assert_eq!(
+            reserve_as(&mds, 100, "/d", T0 + 1_000, &mut rng).map(|_| ()),
+            Err(ErrorCode::InvalidArgument)
+        );
+    }
+    let on_the_fly = Strategies {
+        onthefly: true,
+        ..Strategies::default()
+    };
+    let mds = mds(&store, on_the_fly, lifetime);
     seed_users(&store, &[(10, vec![]), (10, vec![])]);
     let mut rng = ChaCha20Rng::seed_from_u64(63);
     let now = T0 + 1_000;

@@ -797,6 +797,20 @@ pub enum MdsRequest {
     /// copies each partition keeps, and which OSDs the MDS has heard from lately (reads
     /// ask an OSD that is down last). Any session. Answer `Placement`.
     Placement,
+    /// An open that creates (issue 45): `Open` of `path` when it exists (answer
+    /// `Opened`, no `create`), else `Link` of the reserved id `file` as `path`, empty,
+    /// with permission bits `mode` (answer `Stat`: the file is reached under the
+    /// reservation's capability). One round trip either way.
+    OpenOrLink {
+        /// Path.
+        path: String,
+        /// Access wanted when `path` exists.
+        access: Access,
+        /// A reserved id of the caller's, linked when `path` does not exist.
+        file: u64,
+        /// Permission bits of a new file.
+        mode: u16,
+    },
 }
 
 /// The longest symbolic link target (Linux's `PATH_MAX`).
@@ -921,6 +935,7 @@ impl MdsRequest {
             MdsRequest::PartitionSetCredentials { .. } => "partition_set_credentials",
             MdsRequest::PartitionCreateReplicated { .. } => "partition_create",
             MdsRequest::Placement => "placement",
+            MdsRequest::OpenOrLink { .. } => "open_or_link",
             MdsRequest::T10KeysShow => "t10_keys_show",
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
             MdsRequest::T10RevokeObject { .. } => "t10_revoke_object",
