@@ -104,6 +104,25 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
             ));
         }
     }
+    // What `maat up`'s scrubber last did, where this is its cluster's file.
+    let scrub = match cluster {
+        Some(path) => crate::scrub_status::load_beside(path)?,
+        None => None,
+    };
+    let now = crate::scrub_status::now_ms();
+    if let Some(st) = &scrub {
+        if let Some(e) = &st.error {
+            warnings.push(format!(
+                "the scrubber's last run failed ({}): {e}",
+                crate::scrub_status::ago(st.finished_ms, now)
+            ));
+        } else if st.unrepaired > 0 {
+            warnings.push(format!(
+                "the scrubber's last run left {} findings unrepaired (`maat admin scrub` names them)",
+                st.unrepaired
+            ));
+        }
+    }
     let status = if warnings.is_empty() {
         "HEALTH_OK"
     } else {
@@ -120,6 +139,7 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                 "partitions": placement.partitions.iter().map(|(n, c)| serde_json::json!({"name": n, "copies": c})).collect::<Vec<_>>(),
                 "warnings": warnings,
                 "notes": notes,
+                "scrub": scrub,
             })
         );
         return Ok(());
@@ -138,6 +158,24 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     say!("  partitions: {}", partitions.join(", "));
     // Said plainly: copies come back only by a repairing scrub.
     say!("  recovery:   by repairing scrubs: `maat up`'s scrubber (after an OSD restarts or returns, and daily), or `maat admin scrub --repair`");
+    match &scrub {
+        Some(st) if st.error.is_none() => say!(
+            "  scrub:      last {} run {} ({:.1} s): {} files, {} objects, {} copies missing, {} bad, {} repaired ({} in all); last deep run {}",
+            st.depth,
+            crate::scrub_status::ago(st.finished_ms, now),
+            st.seconds,
+            st.files,
+            st.objects,
+            st.copies_missing,
+            st.copies_bad,
+            st.copies_repaired,
+            st.copies_repaired_total,
+            st.last_deep_ms
+                .map_or("never".into(), |ms| crate::scrub_status::ago(ms, now))
+        ),
+        Some(_) => {}
+        None => say!("  scrub:      no run recorded beside this cluster file"),
+    }
     for w in &warnings {
         say!("  warning: {w}");
     }

@@ -18,6 +18,7 @@ mod health;
 mod job;
 mod keys;
 mod model;
+mod scrub_status;
 mod scrubber;
 mod session;
 mod show;

@@ -15,9 +15,11 @@
 //!
 //! and only while every OSD is up (an OSD that does not answer costs each of its copies
 //! a timeout and can be repaired by no one): until then the run waits. It says on
-//! standard error when it starts a run, why, and what the run found and repaired.
+//! standard error when it starts a run, why, and what the run found and repaired, and
+//! keeps the last run's outcome in `DATA/scrub-status.json` for `maat health`.
 
-use maat_client::{Client, ClusterFile, Home, ScrubDepth};
+use crate::scrub_status::{self, ScrubStatus};
+use maat_client::{Client, ClusterFile, Home, ScrubDepth, ScrubReport};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,7 +93,63 @@ fn client(data: &Path) -> anyhow::Result<Client> {
     Ok(Client::new(file, Some(Home::new(data.join("admin"))))?)
 }
 
+/// Findings of `report` not put right.
+fn unrepaired(report: &ScrubReport) -> usize {
+    report
+        .findings
+        .iter()
+        .filter(|f| !f.ends_with("; repaired"))
+        .count()
+}
+
+/// Writes what a run that began at `started` for `reasons` ended in to the status file
+/// `maat health` reads ([`crate::scrub_status`]); the status written, for the next run.
+fn record(
+    data: &Path,
+    before: Option<ScrubStatus>,
+    depth: ScrubDepth,
+    reasons: Vec<String>,
+    started: Instant,
+    outcome: &Result<ScrubReport, maat_client::ClientError>,
+) -> ScrubStatus {
+    let now = scrub_status::now_ms();
+    let deep = depth == ScrubDepth::Deep;
+    let mut status = ScrubStatus {
+        version: scrub_status::VERSION,
+        finished_ms: now,
+        depth: if deep { "deep" } else { "light" }.into(),
+        reasons,
+        seconds: started.elapsed().as_secs_f64(),
+        last_deep_ms: before.as_ref().and_then(|b| b.last_deep_ms),
+        copies_repaired_total: before.map_or(0, |b| b.copies_repaired_total),
+        ..ScrubStatus::default()
+    };
+    match outcome {
+        Ok(r) => {
+            status.files = r.files;
+            status.objects = r.objects;
+            status.copies_missing = r.copies_missing;
+            status.copies_bad = r.copies_bad;
+            status.copies_repaired = r.copies_repaired;
+            status.copies_repaired_total += r.copies_repaired;
+            status.unrepaired = unrepaired(r) as u64;
+            if deep {
+                status.last_deep_ms = Some(now);
+            }
+        }
+        Err(e) => status.error = Some(e.to_string()),
+    }
+    if let Err(e) = scrub_status::save(data, &status) {
+        eprintln!("maat: scrubber: {e:#}");
+    }
+    status
+}
+
 fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool) {
+    // The last deep run survives a restart of `maat up`.
+    let mut status = scrub_status::load_beside(&data.join("client.toml"))
+        .ok()
+        .flatten();
     let mut c: Option<Client> = None;
     let mut down_seen: BTreeSet<u64> = BTreeSet::new();
     let mut next_periodic = every.map(|e| Instant::now() + e);
@@ -167,22 +225,21 @@ fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool)
                 false => ScrubDepth::Light,
             };
             let why: Vec<String> = reasons.into_iter().map(|(w, _)| w).collect();
+            let said = why.join(", ");
             eprintln!(
                 "maat: scrubber: {} repairing scrub of / ({})",
                 match depth {
                     ScrubDepth::Deep => "deep",
                     ScrubDepth::Light => "light",
                 },
-                why.join(", ")
+                said
             );
             let started = Instant::now();
-            match client.scrub("/", depth, true, &mut |_| {}) {
+            let outcome = client.scrub("/", depth, true, &mut |_| {});
+            status = Some(record(data, status.take(), depth, why, started, &outcome));
+            match outcome {
                 Ok(r) => {
-                    let left = r
-                        .findings
-                        .iter()
-                        .filter(|f| !f.ends_with("; repaired"))
-                        .count();
+                    let left = unrepaired(&r);
                     eprintln!(
                         "maat: scrubber: {} files, {} objects in {:.1} s: {} copies missing, {} bad, {} repaired{}",
                         r.files,

@@ -488,4 +488,28 @@ fn the_scrubber_puts_back_the_copies_of_an_osd_restarted_with_an_empty_disk() {
         assert_eq!(&get(&reader, path).unwrap(), data, "{path} after recovery");
     }
     assert_eq!(reader.client_stats().copy_failovers, 0);
+    // `maat health` says what the scrubber did: every copy put back, by one run or
+    // more (its status is written just after the run's last copy: a moment later).
+    let admin = cluster.admin_home();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let scrub = loop {
+        let h: serde_json::Value =
+            serde_json::from_slice(&cluster.ok(&admin, &["health", "--json"], None)).unwrap();
+        let total = h["scrub"]["copies_repaired_total"].as_u64().unwrap_or(0);
+        if total >= lost.len() as u64 {
+            assert_eq!(h["status"], "HEALTH_OK", "{h}");
+            break h["scrub"].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "{h}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert_eq!(
+        scrub["copies_repaired_total"].as_u64(),
+        Some(lost.len() as u64),
+        "{scrub}"
+    );
+    assert_eq!(scrub["unrepaired"], 0, "{scrub}");
+    assert_eq!(scrub["depth"], "light", "{scrub}");
+    let text = String::from_utf8(cluster.ok(&admin, &["health"], None)).unwrap();
+    assert!(text.contains("scrub:      last light run"), "{text}");
 }
