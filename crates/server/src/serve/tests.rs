@@ -187,39 +187,14 @@ fn busy_connections_past_the_limit_are_refused_with_a_reason() {
     shutdown.trigger();
 }
 
-/// At the limit the connection closed for a new one is one that proved no key, even when
-/// one that did has been idle longer.
-#[test]
-fn connections_that_proved_a_key_are_kept_over_those_that_did_not() {
+/// A connection that sent a `request` frame (answered `answer`) and has been idle
+/// longest is kept when the server, at its limit of three, closes one for a new one:
+/// an unproven connection goes instead.
+fn kept_over_unproven(request: FrameType, answer: FrameType) {
     let (addr, shutdown, stats) = echo_server(3);
-    let mut proven = Connection::new(addr.to_string());
-    let (t, _) = proven.call(FrameType::Request, b"sealed").unwrap();
-    assert_eq!(t, FrameType::Response);
-    let mut first = TcpStream::connect(addr).unwrap();
-    let _second = TcpStream::connect(addr).unwrap();
-    eventually("three connections accepted", || {
-        counter(&stats, "connections_accepted") == 3
-    });
-    let _third = TcpStream::connect(addr).unwrap();
-    assert!(
-        closed_by_server(&mut first),
-        "the unproven connection idle longest stays open"
-    );
-    assert_eq!(counter(&stats, "connections_evicted"), 1);
-    let (t, answer) = proven.call(FrameType::Request, b"again").unwrap();
-    assert_eq!((t, &answer[..]), (FrameType::Response, &b"again"[..]));
-    shutdown.trigger();
-}
-
-/// Issue 45: a daemon that takes NOSEC requests serves their connections in the class of
-/// those that proved a key (no key to prove), so a NOSEC baseline is not held to the
-/// threads kept for unproven senders, nor closed first.
-#[test]
-fn a_connection_whose_insecure_request_was_taken_counts_as_proven() {
-    let (addr, shutdown, stats) = echo_server(3);
-    let mut nosec = Connection::new(addr.to_string());
-    let (t, _) = nosec.call(FrameType::Insecure, b"as user 7").unwrap();
-    assert_eq!(t, FrameType::Plain);
+    let mut kept = Connection::new(addr.to_string());
+    let (t, _) = kept.call(request, b"first").unwrap();
+    assert_eq!(t, answer);
     // Back in the accept loop's table (a thread keeps a connection a while after its
     // answer, and one held by a thread is not closed for a new one).
     std::thread::sleep(crate::limits::LINGER * 4);
@@ -231,11 +206,27 @@ fn a_connection_whose_insecure_request_was_taken_counts_as_proven() {
     let _third = TcpStream::connect(addr).unwrap();
     assert!(
         closed_by_server(&mut first),
-        "the NOSEC connection was closed before an unproven one"
+        "the unproven connection stays open; the one that sent {request:?} was closed"
     );
-    let (t, answer) = nosec.call(FrameType::Insecure, b"again").unwrap();
-    assert_eq!((t, &answer[..]), (FrameType::Plain, &b"again"[..]));
+    assert_eq!(counter(&stats, "connections_evicted"), 1);
+    let (t, back) = kept.call(request, b"again").unwrap();
+    assert_eq!((t, &back[..]), (answer, &b"again"[..]));
     shutdown.trigger();
+}
+
+/// At the limit the connection closed for a new one is one that proved no key, even when
+/// one that did has been idle longer.
+#[test]
+fn connections_that_proved_a_key_are_kept_over_those_that_did_not() {
+    kept_over_unproven(FrameType::Request, FrameType::Response);
+}
+
+/// Issue 45: a daemon that takes NOSEC requests serves their connections in the class of
+/// those that proved a key (no key to prove), so a NOSEC baseline is not held to the
+/// threads kept for unproven senders, nor closed first.
+#[test]
+fn a_connection_whose_insecure_request_was_taken_counts_as_proven() {
+    kept_over_unproven(FrameType::Insecure, FrameType::Plain);
 }
 
 /// Issue 40, item 2: a byte of a frame header every 50 s kept a connection forever. A
