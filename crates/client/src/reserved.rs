@@ -118,7 +118,7 @@ impl Client {
                 return Err(e);
             }
         };
-        let linked = self.link_reserved(path, opened, lockbox, size, 0o644, written)?;
+        let linked = self.link_reserved(path, opened, lockbox, size, written)?;
         let Some((linked, recorded)) = linked else {
             return Ok(None);
         };
@@ -241,23 +241,21 @@ impl Client {
         Ok(Some((opened, lockbox)))
     }
 
-    /// Links `path` to the reserved file `opened` (`size` bytes stored, `written` its
-    /// sealed ranges): the open as linked, its capability
-    /// reading and writing what it names (with the keys made here and under the
+    /// Links `path` to the reserved file `opened` (its mode; `size` bytes stored,
+    /// `written` its sealed ranges): the open as linked, its capability reading and
+    /// writing what it names (with the keys made here and under the
     /// reservation's method) and whether its sealed ranges were recorded whole (an open
     /// to keep for reads), or `None` when the MDS refused before linking: then what was
     /// stored goes, with its keys, and the caller goes the usual way.
-    #[allow(clippy::too_many_arguments)]
     fn link_reserved(
         &self,
         path: &str,
         mut opened: Opened,
         lockbox: Option<Vec<u8>>,
         size: u64,
-        mode: u16,
         written: Vec<(u32, u32, u64)>,
     ) -> Result<Option<(Opened, bool)>> {
-        let id = opened.stat.id;
+        let (id, mode) = (opened.stat.id, opened.stat.mode);
         let request = match lockbox {
             Some(lockbox) => MdsRequest::LinkSealed {
                 path: path.into(),

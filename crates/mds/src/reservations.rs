@@ -65,6 +65,19 @@ impl Reservation {
         let offset = id.checked_sub(self.first)?;
         (offset < u64::from(self.count)).then_some(offset as usize)
     }
+
+    /// Where the bit of the id at `offset` in the block lives in `linked`: word, mask.
+    fn bit(offset: usize) -> (usize, u64) {
+        (offset / 64, 1u64 << (offset % 64))
+    }
+
+    /// Whether `id` is of this block and linked.
+    fn is_linked(&self, id: u64) -> bool {
+        self.holds(id).is_some_and(|offset| {
+            let (word, mask) = Self::bit(offset);
+            self.linked.get(word).is_some_and(|w| w & mask != 0)
+        })
+    }
 }
 
 #[derive(Default)]
@@ -74,6 +87,13 @@ pub(crate) struct Reservations {
 }
 
 impl Reservations {
+    fn find_mut(&mut self, uid: u64, first: u64) -> Option<&mut Reservation> {
+        self.by_user
+            .get_mut(&uid)?
+            .iter_mut()
+            .find(|r| r.first == first)
+    }
+
     fn sweep(&mut self, now: UnixMillis) {
         self.by_user.retain(|_, list| {
             list.retain(|r| r.expiry > now);
@@ -107,15 +127,6 @@ impl Reservations {
         list.push(r);
         self.total += 1;
         Ok(())
-    }
-}
-
-impl Reservations {
-    fn find_mut(&mut self, uid: u64, first: u64) -> Option<&mut Reservation> {
-        self.by_user
-            .get_mut(&uid)?
-            .iter_mut()
-            .find(|r| r.first == first)
     }
 }
 
@@ -199,11 +210,8 @@ impl<S: MetaStore> crate::Mds<S> {
             table.by_user.get(&uid).and_then(|list| {
                 list.iter()
                     .find(|r| {
-                        r.holds(file).is_some_and(|bit| {
-                            r.linked
-                                .get(bit / 64)
-                                .is_some_and(|w| w & (1u64 << (bit % 64)) != 0)
-                        }) && r.protection == protection
+                        r.is_linked(file)
+                            && r.protection == protection
                             && r.expiry.0.saturating_sub(now.0) > half
                     })
                     .and_then(|r| r.capability.clone())
@@ -413,7 +421,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 ));
             }
             let offset = r.holds(file).unwrap_or_default();
-            let (word, bit) = (offset / 64, 1u64 << (offset % 64));
+            let (word, bit) = Reservation::bit(offset);
             let slot = r
                 .linked
                 .get_mut(word)
