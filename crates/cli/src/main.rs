@@ -245,15 +245,19 @@ fn home_dir() -> PathBuf {
 static KEY_LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
 
 fn client(cluster: &Option<PathBuf>) -> Result<Client> {
-    let path = cluster.clone().ok_or_else(|| {
-        anyhow!("no cluster file: pass --cluster FILE or set MAAT_CLUSTER (maat up writes DIR/client.toml)")
-    })?;
-    let file = ClusterFile::load(&path)?;
-    let mut c = Client::new(file, Some(Home::new(home_dir())))?;
+    let mut c = Client::new(cluster_file(cluster)?, Some(Home::new(home_dir())))?;
     if let Some(level) = KEY_LEVEL.get() {
         c.set_key_level(*level);
     }
     Ok(c)
+}
+
+/// The cluster file `--cluster`/`MAAT_CLUSTER` names.
+fn cluster_file(cluster: &Option<PathBuf>) -> Result<ClusterFile> {
+    let path = cluster.clone().ok_or_else(|| {
+        anyhow!("no cluster file: pass --cluster FILE or set MAAT_CLUSTER (maat up writes DIR/client.toml)")
+    })?;
+    Ok(ClusterFile::load(&path)?)
 }
 
 fn read_passphrase(from_stdin: bool, prompt: &str) -> Result<Vec<u8>> {

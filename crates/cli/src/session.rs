@@ -1,7 +1,7 @@
 //! The session commands: login, passwd, logout, mount.
 
 use crate::{client, read_passphrase};
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
 use maat_client::Credential;
 use std::path::PathBuf;
@@ -33,14 +33,30 @@ pub(crate) enum SessionCommand {
     /// Serves in the foreground until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`;
     /// open files' buffered writes and sizes are sent before it unmounts. Every access is
     /// decided by the MDS, not by the kernel's view of the permission bits; files show the
-    /// mounting user as owner. Consistency is close-to-open, as on NFS. Mounted `nosuid`
-    /// and `nodev` unless `--suid`. Needs /dev/fuse and fusermount3 (Debian: `apt install
-    /// fuse3`).
+    /// mounting user as owner unless `--idmap` maps owners to local ids. Consistency is
+    /// close-to-open, as on NFS. Mounted `nosuid` and `nodev` unless `--suid`. Needs
+    /// /dev/fuse and fusermount3 (Debian: `apt install fuse3`).
+    ///
+    /// With `--many-users` every local user may use the mount (`allow_other`: an ordinary
+    /// user needs `user_allow_other` in /etc/fuse.conf), each as their own Maat login: the
+    /// session in their home under `--homes` (made by `MAAT_HOME=... maat login NAME`), a
+    /// directory they own that no other account may write. A user without one is refused
+    /// (EACCES); root is no exception unless root mounted.
     Mount {
         /// Honour setuid and setgid bits of programs run from the mount (off: any Maat
         /// user who may write a directory could plant one for this machine's users).
         #[arg(long)]
         suid: bool,
+        /// Serve every local user, each through their own session (see `--homes`).
+        #[arg(long)]
+        many_users: bool,
+        /// Where each local user's MAAT_HOME is, with `{uid}` for the user's number.
+        #[arg(long, value_name = "PATTERN", default_value = maat_fuse::users::DEFAULT_HOMES, requires = "many_users")]
+        homes: String,
+        /// Show owners and groups as local ids and take local ids in chown: a file of
+        /// `user UID NAME` and `group GID NAME` lines. Unmapped names show as 65534.
+        #[arg(long, value_name = "FILE")]
+        idmap: Option<PathBuf>,
         /// Directory in Maat (`/` for everything the user can see).
         path: String,
         /// Empty local directory to mount on.
@@ -87,10 +103,39 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: SessionCommand) -> Result<
         }
         SessionCommand::Mount {
             suid,
+            many_users,
+            homes,
+            idmap,
             path,
             mountpoint,
         } => {
             let c = client(cluster)?;
+            let idmap = idmap
+                .map(|file| {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading the identity map {}", file.display()))?;
+                    anyhow::Ok(maat_fuse::IdMap::parse(&text, &file.display().to_string())?)
+                })
+                .transpose()?;
+            let many_users = many_users
+                .then(|| {
+                    let file = crate::cluster_file(cluster)?;
+                    let level = crate::KEY_LEVEL.get().copied();
+                    anyhow::Ok(maat_fuse::ManyUsers {
+                        homes,
+                        connect: Box::new(move |home: &std::path::Path| {
+                            let mut c = maat_client::Client::new(
+                                file.clone(),
+                                Some(maat_client::Home::new(home)),
+                            )?;
+                            if let Some(level) = level {
+                                c.set_key_level(level);
+                            }
+                            Ok(c)
+                        }),
+                    })
+                })
+                .transpose()?;
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone())?;
@@ -103,7 +148,11 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: SessionCommand) -> Result<
                     mountpoint.display()
                 )
             };
-            let settings = maat_fuse::MountSettings { suid };
+            let settings = maat_fuse::MountSettings {
+                suid,
+                many_users,
+                idmap,
+            };
             maat_fuse::mount(c, &path, &mountpoint, settings, mounted, || {
                 stop.load(std::sync::atomic::Ordering::Relaxed)
             })?;

@@ -17,7 +17,9 @@ pub mod limits;
 
 mod inodes;
 mod state;
+pub mod users;
 use state::State;
+pub use users::{IdMap, ManyUsers};
 
 use fuser::{
     Errno, FileAttr, FileHandle as Fh, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -52,6 +54,9 @@ pub enum FuseError {
     /// The path to mount is a file.
     #[error("{0} is not a directory")]
     NotADirectory(String),
+    /// An identity map (`--idmap`) that cannot be read.
+    #[error("identity map {0}")]
+    IdMap(String),
 }
 
 use crate::limits::TTL;
@@ -115,15 +120,26 @@ fn kind(s: &FileStat) -> FileType {
 }
 
 impl MaatFs {
-    /// A filesystem showing the Maat directory `root` through `client`.
-    pub fn new(client: Client, root: &str) -> Result<Self, FuseError> {
+    /// A filesystem showing the Maat directory `root` through `client` to the mounting
+    /// user, and to other local users through their own sessions when `many` is given;
+    /// owners and groups show through `idmap` when given.
+    pub fn new(
+        client: Client,
+        root: &str,
+        many: Option<ManyUsers>,
+        idmap: Option<IdMap>,
+    ) -> Result<Self, FuseError> {
         let stat = client.stat(root)?;
         if !stat.is_dir {
             return Err(FuseError::NotADirectory(root.to_string()));
         }
+        let own = Arc::new(client);
         Ok(Self {
             state: Mutex::new(State {
-                client: Arc::new(client),
+                client: Arc::clone(&own),
+                own,
+                many: many.map(|m| (m, users::Clients::default())),
+                idmap,
                 inodes: Inodes::new(root),
                 open: HashMap::new(),
                 next_fh: 1,
@@ -137,6 +153,14 @@ impl MaatFs {
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic in one operation must not stop the mount: the state stays usable.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state, acting for the local user who sent `req` (refused with `EACCES` on a
+    /// many-user mount when that user has no usable session).
+    fn state_as(&self, req: &Request) -> Result<MutexGuard<'_, State>, Errno> {
+        let mut s = self.state();
+        s.act_as(req.uid())?;
+        Ok(s)
     }
 }
 
@@ -165,29 +189,33 @@ impl Filesystem for MaatFs {
             let _ = s.flush(fh);
         }
         // Files removed while open go now (their descriptors end with the mount).
-        let hidden: Vec<String> = s.unlinked.drain().map(|(_, path)| path).collect();
-        for path in hidden {
-            let _ = s.client.unlink(&path);
+        for (path, remover) in s.unlinked.drain().map(|(_, hidden)| hidden) {
+            let _ = remover.unlink(&path);
         }
-        let _ = s.client.save();
+        let _ = s.own.save();
+        if let Some((_, clients)) = &s.many {
+            for client in clients.all() {
+                let _ = client.save();
+            }
+        }
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let mut s = self.state();
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, name));
         let attr = attempt!(reply, s.entry(&path));
         reply.entry(&TTL, &attr, Generation(0));
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
-        let mut s = self.state();
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
+        let mut s = attempt!(reply, self.state_as(req));
         let attr = attempt!(reply, s.current_attr(ino.0));
         reply.attr(&TTL, &attr);
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -203,11 +231,12 @@ impl Filesystem for MaatFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let mut s = self.state();
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.path(ino.0));
-        if uid.is_some_and(|u| u != s.uid) || gid.is_some_and(|g| g != s.gid) {
-            // Maat owners are names (`maat chown PATH --owner NAME`).
-            return reply.error(Errno::EPERM);
+        // Owner and group first: the kernel sends the mode that clears setuid and
+        // setgid with a chown, and expects it applied after.
+        if uid.is_some() || gid.is_some() {
+            attempt!(reply, s.chown(&path, uid, gid));
         }
         if let Some(mode) = mode {
             attempt!(
@@ -241,7 +270,7 @@ impl Filesystem for MaatFs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -249,7 +278,7 @@ impl Filesystem for MaatFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let mut s = self.state();
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, name));
         let bits = (mode & !umask & 0o7777) as u16;
         let kind = (mode & u32::from(S_IFMT)) as u16;
@@ -288,14 +317,14 @@ impl Filesystem for MaatFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let mut s = self.state();
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, name));
         let mode = (mode & !umask & 0o7777) as u16;
         attempt!(
@@ -306,15 +335,15 @@ impl Filesystem for MaatFs {
         reply.entry(&TTL, &attr, Generation(0));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut s = self.state();
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, name));
         attempt!(reply, s.remove_file(&path));
         reply.ok();
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut s = self.state();
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, name));
         attempt!(reply, s.client.rmdir(&path).map_err(|e| errno(&e)));
         s.inodes.remove(&path);
@@ -323,13 +352,13 @@ impl Filesystem for MaatFs {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let mut s = self.state();
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, link_name));
         let target = attempt!(reply, target.to_str().ok_or(Errno::EINVAL));
         let stat = attempt!(
@@ -341,17 +370,17 @@ impl Filesystem for MaatFs {
         reply.entry(&TTL, &attr, Generation(0));
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // The MDS's decision, as for every access (issue 44: it always said yes).
-        let s = self.state();
+        let s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.path(ino.0));
         let mask = (mask.bits() & 7) as u8;
         attempt!(reply, s.client.access(&path, mask).map_err(|e| errno(&e)));
         reply.ok();
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let s = self.state();
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.path(ino.0));
         let target = attempt!(reply, s.client.readlink(&path).map_err(|e| errno(&e)));
         reply.data(target.as_bytes());
@@ -370,7 +399,7 @@ impl Filesystem for MaatFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -378,7 +407,7 @@ impl Filesystem for MaatFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let mut s = self.state();
+        let mut s = attempt!(reply, self.state_as(req));
         let from = attempt!(reply, s.child(parent.0, name));
         let to = attempt!(reply, s.child(newparent.0, newname));
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -422,8 +451,8 @@ impl Filesystem for MaatFs {
         reply.ok();
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: KernelOpenFlags, reply: ReplyOpen) {
-        let mut s = self.state();
+    fn open(&self, req: &Request, ino: INodeNo, flags: KernelOpenFlags, reply: ReplyOpen) {
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.path(ino.0));
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY);
         let truncate = flags.0 & rustix::fs::OFlags::TRUNC.bits() as i32 != 0;
@@ -449,7 +478,7 @@ impl Filesystem for MaatFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -457,7 +486,7 @@ impl Filesystem for MaatFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let mut s = self.state();
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, name));
         let mode = (mode & !umask & 0o7777) as u16;
         // A new file whose mode lacks owner write is created writable by its owner and
@@ -550,6 +579,9 @@ impl Filesystem for MaatFs {
         let Some(closed) = s.open.remove(&fh.0) else {
             return reply.error(Errno::EBADF);
         };
+        // The kernel sends a release without the closer's credentials: what it does is
+        // done for the user who opened the file.
+        s.client = Arc::clone(&closed.client);
         // The mode asked at create (see `mode_at_close`), unless the file is gone.
         let moded = match closed.mode_at_close {
             Some(mode) if !s.unlinked.contains_key(&closed.ino) => s
@@ -575,13 +607,13 @@ impl Filesystem for MaatFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: Fh,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let mut s = self.state();
+        let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.path(ino.0));
         let listing = attempt!(reply, s.client.readdir(&path).map_err(|e| errno(&e)));
         let mut entries = vec![
@@ -649,12 +681,17 @@ impl Filesystem for MaatFs {
 }
 
 /// How a mount is made.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub struct MountSettings {
     /// Honour setuid and setgid bits of programs run from the mount. Off by default
     /// (`nosuid`, and always `nodev`): any Maat user who may write a directory could
     /// otherwise plant a setuid program for the local machine's users (issue 44).
     pub suid: bool,
+    /// Serve every local user, each through their own session (mounted `allow_other`);
+    /// `None`: only the mounting user (the kernel refuses everyone else).
+    pub many_users: Option<ManyUsers>,
+    /// Show owners and groups as local ids, and take local ids in `chown`.
+    pub idmap: Option<IdMap>,
 }
 
 /// Mounts the Maat directory `root` at `mountpoint` and serves until it is unmounted
@@ -668,7 +705,8 @@ pub fn mount(
     mounted: impl FnOnce(),
     mut stop: impl FnMut() -> bool,
 ) -> Result<(), FuseError> {
-    let fs = MaatFs::new(client, root)?;
+    let many = settings.many_users.is_some();
+    let fs = MaatFs::new(client, root, settings.many_users, settings.idmap)?;
     let mut config = fuser::Config::default();
     config
         .mount_options
@@ -677,6 +715,10 @@ pub fn mount(
         .mount_options
         .push(fuser::MountOption::Subtype("maat".into()));
     config.mount_options.push(fuser::MountOption::NoDev);
+    if many {
+        // `allow_other`: the kernel lets every local user in; each acts as themselves.
+        config.acl = fuser::SessionACL::All;
+    }
     config.mount_options.push(if settings.suid {
         fuser::MountOption::Suid
     } else {

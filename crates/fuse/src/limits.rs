@@ -16,3 +16,7 @@ pub const WRITE_BACK_BYTES: usize = 8 * STRIPE_UNIT_BYTES as usize;
 
 /// Largest read and write the kernel sends at once (it splits larger ones).
 pub(crate) const KERNEL_IO_BYTES: u32 = 1024 * 1024;
+
+/// The local id an owner or group without a mapping shows as on a mount with an identity
+/// map: the kernel's overflow id (`nobody`), as NFSv4 shows an unknown owner.
+pub const UNMAPPED_ID: u32 = 65_534;

@@ -2,11 +2,15 @@
 //! prefetch, and the inode numbers; every operation on them as a client call.
 
 use super::*;
+use crate::users::Clients;
 
 /// One open file of the mount.
 pub(crate) struct Open {
     pub(crate) ino: u64,
     pub(crate) handle: FileHandle,
+    /// The client of the user who opened it: its writes, reads and size record act for
+    /// that user, whoever's request sends them (a release may come from another).
+    pub(crate) client: Arc<Client>,
     /// Contiguous writes not yet sent: (offset, bytes).
     pub(crate) pending: Option<(u64, Vec<u8>)>,
     /// Bytes read ahead: (offset, bytes).
@@ -53,8 +57,15 @@ impl Open {
 }
 
 pub(crate) struct State {
-    /// Shared with prefetch threads (the client takes `&self`).
+    /// The client of the user whose request is being served (shared with prefetch
+    /// threads: the client takes `&self`).
     pub(crate) client: Arc<Client>,
+    /// The mount's own client (`MAAT_HOME` of `maat mount`), for the mounting user.
+    pub(crate) own: Arc<Client>,
+    /// Other local users' clients, on a many-user mount.
+    pub(crate) many: Option<(ManyUsers, Clients)>,
+    /// Owners and groups as local ids (`--idmap`); without one, the mounting user's.
+    pub(crate) idmap: Option<IdMap>,
     pub(crate) inodes: Inodes,
     pub(crate) open: HashMap<u64, Open>,
     pub(crate) next_fh: u64,
@@ -62,13 +73,24 @@ pub(crate) struct State {
     pub(crate) gid: u32,
     /// Files removed while open in this mount (issue 44), by inode: the hidden name each
     /// was moved to, removed for good when its last open closes (as NFS clients do).
-    pub(crate) unlinked: HashMap<u64, String>,
+    /// With the client of the user who removed it, who removes it then.
+    pub(crate) unlinked: HashMap<u64, (String, Arc<Client>)>,
 }
 
 /// The hidden names of files removed while open start so; listings leave them out.
 pub(crate) const UNLINKED_PREFIX: &str = ".maat-unlinked-";
 
 impl State {
+    /// Acts for local user `uid` until the next request: the mount's own client for the
+    /// mounting user (and for everyone on a single-user mount), the user's own otherwise.
+    pub(crate) fn act_as(&mut self, uid: u32) -> Result<(), Errno> {
+        self.client = match &mut self.many {
+            Some((users, clients)) if uid != self.uid => clients.get(users, uid)?,
+            _ => Arc::clone(&self.own),
+        };
+        Ok(())
+    }
+
     /// Removes the file at `path`. One open in this mount is moved to a hidden name in
     /// the same directory instead, so that its descriptors keep reading and writing it as
     /// POSIX promises; the last close removes it ([`State::closed`]).
@@ -90,8 +112,41 @@ impl State {
         for open in self.open.values_mut().filter(|o| o.ino == ino) {
             open.handle.renamed(&hidden);
         }
-        self.unlinked.insert(ino, hidden);
+        self.unlinked
+            .insert(ino, (hidden, Arc::clone(&self.client)));
         Ok(())
+    }
+
+    /// chown(2) of `path` to local ids, through the identity map. Without one, Maat
+    /// owners are names (`maat chown PATH --owner NAME`): only the ids the mount shows
+    /// (the mounting user's) are accepted, and change nothing.
+    pub(crate) fn chown(
+        &mut self,
+        path: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<(), Errno> {
+        let Some(map) = &self.idmap else {
+            if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
+                return Err(Errno::EPERM);
+            }
+            return Ok(());
+        };
+        // An id with no Maat name cannot be stored, as in a user namespace.
+        let owner = uid
+            .map(|u| map.user_name(u).ok_or(Errno::EINVAL))
+            .transpose()?;
+        let group = gid
+            .map(|g| map.group_name(g).ok_or(Errno::EINVAL))
+            .transpose()?;
+        // A path this user cannot reach is EACCES; a change they may not make, EPERM.
+        self.client.stat(path).map_err(|e| errno(&e))?;
+        match self.client.chown(path, owner, group) {
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => {
+                Err(Errno::EPERM)
+            }
+            other => other.map_err(|e| errno(&e)),
+        }
     }
 
     /// An open of `ino` closed: a file removed while open goes for good with its last.
@@ -99,11 +154,11 @@ impl State {
         if self.open.values().any(|o| o.ino == ino) {
             return Ok(());
         }
-        let Some(hidden) = self.unlinked.remove(&ino) else {
+        let Some((hidden, remover)) = self.unlinked.remove(&ino) else {
             return Ok(());
         };
         self.inodes.remove(&hidden);
-        self.client.unlink(&hidden).map_err(|e| errno(&e))
+        remover.unlink(&hidden).map_err(|e| errno(&e))
     }
 
     pub(crate) fn attr(&self, ino: u64, s: &FileStat) -> FileAttr {
@@ -125,10 +180,10 @@ impl State {
             kind: kind(s),
             perm: s.mode & 0o7777,
             nlink: if s.is_dir { 2 } else { 1 },
-            // Maat owners are names, not numbers: the mounting user is shown as owner,
-            // and the MDS decides every access by the Maat identity.
-            uid: self.uid,
-            gid: self.gid,
+            // Maat owners are names, not numbers: shown through the identity map, or
+            // as the mounting user; the MDS decides every access by the Maat identity.
+            uid: self.idmap.as_ref().map_or(self.uid, |m| m.uid(&s.owner)),
+            gid: self.idmap.as_ref().map_or(self.gid, |m| m.gid(&s.group)),
             rdev: 0,
             flags: 0,
             blksize: STRIPE_UNIT_BYTES as u32,
@@ -176,7 +231,7 @@ impl State {
         }
         if let Some((at, data)) = open.pending.take() {
             open.forget_read_ahead();
-            if let Err(e) = self.client.write_file_at(&mut open.handle, at, &data) {
+            if let Err(e) = open.client.write_file_at(&mut open.handle, at, &data) {
                 // Kept for the writer: whoever triggered the send (a read, another
                 // process's truncate) is told too, but the writer must hear it at close.
                 let e = errno(&e);
@@ -193,7 +248,7 @@ impl State {
         let Some(open) = self.open.get_mut(&fh) else {
             return Err(Errno::EBADF);
         };
-        self.client
+        open.client
             .flush_file(&mut open.handle)
             .map_err(|e| errno(&e))
     }
@@ -233,6 +288,7 @@ impl State {
             Open {
                 ino,
                 handle,
+                client: Arc::clone(&self.client),
                 pending: None,
                 ahead: None,
                 prefetch: None,
@@ -246,10 +302,10 @@ impl State {
 
     pub(crate) fn read(&mut self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         self.send_pending(fh)?;
-        let client = Arc::clone(&self.client);
         let Some(open) = self.open.get_mut(&fh) else {
             return Err(Errno::EBADF);
         };
+        let client = Arc::clone(&open.client);
         let out = Self::read_open(&client, open, offset, size)?;
         Self::start_prefetch(&client, open);
         Ok(out)
@@ -367,7 +423,7 @@ impl State {
                 let Some(open) = self.open.get_mut(&fh) else {
                     return Err(Errno::EBADF);
                 };
-                self.client.truncate_file(&mut open.handle, size)
+                open.client.truncate_file(&mut open.handle, size)
             }
             None => {
                 let flags = OpenFlags {

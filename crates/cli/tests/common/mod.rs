@@ -8,6 +8,8 @@
     clippy::indexing_slicing
 )]
 
+pub mod mount;
+
 use maat_client::{Client, ClusterFile, Credential};
 use std::io::Write;
 use std::path::{Path, PathBuf};

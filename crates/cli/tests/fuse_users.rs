@@ -1,0 +1,161 @@
+//! Issue 44: one mount for many local users (`maat mount --many-users --idmap`). Each
+//! local uid acts as its own Maat login, found in its own home; owners show as local ids
+//! through the identity map; a uid without a trustworthy home is refused.
+//!
+//! Needs root (to switch uids with setpriv) besides FUSE; skipped, saying so in the test
+//! output, where either is missing (MAAT_REQUIRE_FUSE makes that a failure).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::mount::{sh, skip, Mount};
+use common::Cluster;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+const ALICE: u32 = 50_001;
+const BOB: u32 = 50_002;
+/// Holds bob's session, in a home its group may write: trusted by nobody.
+const PLANTED: u32 = 50_003;
+/// Has no home at all.
+const STRANGER: u32 = 50_009;
+
+/// Runs a shell command line as local user `uid` (its own group, no others); returns
+/// (success, standard output, standard error).
+fn sh_as(uid: u32, cmd: &str) -> (bool, String, String) {
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "sh",
+            "-c",
+            cmd,
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok_as(uid: u32, cmd: &str) -> String {
+    let (ok, out, err) = sh_as(uid, cmd);
+    assert!(ok, "`{cmd}` as {uid} failed: {err}");
+    out
+}
+
+fn refused_as(uid: u32, cmd: &str) -> String {
+    let (ok, _, err) = sh_as(uid, cmd);
+    assert!(!ok, "`{cmd}` as {uid} unexpectedly succeeded");
+    err
+}
+
+/// A home for local `uid` under `homes`, logged in as Maat user `name`, owned by `uid`
+/// with `mode`.
+fn home_for(cluster: &Cluster, homes: &Path, uid: u32, name: &str, pass: &str, mode: u32) {
+    let home = homes.join(uid.to_string());
+    std::fs::create_dir_all(&home).unwrap();
+    cluster.ok(
+        &home,
+        &["login", name, "--passphrase-stdin"],
+        Some(format!("{pass}\n").as_bytes()),
+    );
+    sh(&format!("chown -R {uid}:{uid} {}", home.display()));
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
+    let test = "each_local_user_acts_as_their_own_login_on_a_many_user_mount";
+    if !rustix::process::getuid().is_root()
+        || Command::new("setpriv").arg("--help").output().is_err()
+    {
+        skip(
+            test,
+            "not root, or no setpriv (util-linux): cannot act as other local users",
+        );
+        return;
+    }
+    let cluster = Cluster::start(1, &[]);
+    cluster.add_user("ua", "ua passphrase", None);
+    cluster.add_user("ub", "ub passphrase", None);
+    // The local users must reach the mount point inside the test's directory.
+    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let homes = cluster.dir.path().join("homes");
+    home_for(&cluster, &homes, ALICE, "ua", "ua passphrase", 0o700);
+    home_for(&cluster, &homes, BOB, "ub", "ub passphrase", 0o700);
+    home_for(&cluster, &homes, PLANTED, "ub", "ub passphrase", 0o770);
+    let map = cluster.dir.path().join("idmap");
+    std::fs::write(
+        &map,
+        format!(
+            "# local id, Maat name\nuser 0 admin\ngroup 0 admin\n\
+             user {ALICE} ua\ngroup {ALICE} ua\nuser {BOB} ub\ngroup {BOB} ub\n"
+        ),
+    )
+    .unwrap();
+    let pattern = format!("{}/{{uid}}", homes.display());
+    let options = [
+        "--many-users",
+        "--homes",
+        pattern.as_str(),
+        "--idmap",
+        map.to_str().unwrap(),
+    ];
+    let Some(m) = Mount::with(&cluster, &cluster.admin_home(), test, &options) else {
+        return;
+    };
+    let mnt = m.point.display().to_string();
+
+    // Alice writes in her Maat home as herself: the file is ua's, shown as her uid.
+    ok_as(ALICE, &format!("echo from alice > {mnt}/home/ua/f"));
+    assert_eq!(
+        ok_as(ALICE, &format!("stat -c %u:%g {mnt}/home/ua/f")).trim(),
+        format!("{ALICE}:{ALICE}")
+    );
+    let stored = cluster.ok(&cluster.admin_home(), &["stat", "/home/ua/f"], None);
+    let stored = String::from_utf8_lossy(&stored);
+    assert!(stored.contains("ua"), "{stored}");
+    assert_eq!(
+        cluster.ok(&cluster.admin_home(), &["cat", "/home/ua/f"], None),
+        b"from alice\n"
+    );
+    // Bob is bob at the MDS: he reads alice's file while she lets everyone, not after
+    // she closed it to others (the test cluster's umask is 000).
+    assert_eq!(ok_as(BOB, &format!("cat {mnt}/home/ua/f")), "from alice\n");
+    ok_as(ALICE, &format!("chmod 600 {mnt}/home/ua/f"));
+    let err = refused_as(BOB, &format!("cat {mnt}/home/ua/f"));
+    assert!(err.contains("Permission denied"), "{err}");
+    ok_as(BOB, &format!("echo from bob > {mnt}/home/ub/g"));
+    // A uid with no home, and one whose home another account may write (it holds
+    // bob's valid session), act for nobody.
+    for uid in [STRANGER, PLANTED] {
+        let err = refused_as(uid, &format!("ls {mnt}/"));
+        assert!(err.contains("Permission denied"), "{uid}: {err}");
+    }
+    // chown takes local ids through the map: alice may not give her file away; the
+    // administrator (root, who mounted) may; an id with no Maat name is refused.
+    let err = refused_as(ALICE, &format!("chown {BOB} {mnt}/home/ua/f"));
+    assert!(err.contains("not permitted"), "{err}");
+    sh(&format!("chown {BOB}:{BOB} {mnt}/home/ua/f"));
+    assert_eq!(
+        sh(&format!("stat -c %u:%g {mnt}/home/ua/f")).trim(),
+        format!("{BOB}:{BOB}")
+    );
+    let err = common::mount::sh_fails(&format!("chown 777 {mnt}/home/ua/f"));
+    assert!(err.contains("Invalid argument"), "{err}");
+    // Names the map lacks show as the overflow id.
+    cluster.add_user("uc", "uc passphrase", None);
+    assert_eq!(
+        sh(&format!("stat -c %u:%g {mnt}/home/uc")).trim(),
+        "65534:65534"
+    );
+}
