@@ -310,6 +310,31 @@ fn a_write_into_the_window_read_ahead_is_read_back() {
     assert!(std::fs::read(m.path("seq")).unwrap() == want);
 }
 
+/// Issue 44: a program's path is at most PATH_MAX, but the absolute path a mount sends
+/// the MDS may be longer (a relative path under a deep directory, pjdfstest's `*/03.t`):
+/// a file 5,000 bytes deep is made, read and removed.
+#[test]
+fn absolute_paths_longer_than_path_max_resolve() {
+    let cluster = Cluster::start(1, &[]);
+    let test = "absolute_paths_longer_than_path_max_resolve";
+    let Some(m) = Mount::new(&cluster, &cluster.admin_home(), test) else {
+        return;
+    };
+    let out = python(
+        "import os, sys\n\
+         os.chdir(sys.argv[1])\n\
+         for _ in range(25):\n    os.mkdir('d' * 200)\n    os.chdir('d' * 200)\n\
+         open('f', 'w').write('deep')\n\
+         print(len(os.getcwd()) > 5000, open('f').read())\n\
+         os.unlink('f')",
+        &m.point,
+    );
+    assert_eq!(out, "True deep\n", "{out}");
+    let deep = format!("/{}", vec!["d".repeat(200); 25].join("/"));
+    let listing = cluster.ok(&cluster.admin_home(), &["ls", &deep], None);
+    assert!(listing.is_empty(), "{}", String::from_utf8_lossy(&listing));
+}
+
 fn read_full(f: &std::fs::File, buf: &mut [u8], offset: u64) -> usize {
     let mut done = 0;
     while done < buf.len() {

@@ -28,10 +28,15 @@ const STRANGER: u32 = 50_009;
 /// Runs a shell command line as local user `uid` (its own group, no others); returns
 /// (success, standard output, standard error).
 fn sh_as(uid: u32, cmd: &str) -> (bool, String, String) {
+    sh_as_in(uid, uid, cmd)
+}
+
+/// As [`sh_as`], with group `gid`.
+fn sh_as_in(uid: u32, gid: u32, cmd: &str) -> (bool, String, String) {
     let out = Command::new("setpriv")
         .args([
             &format!("--reuid={uid}"),
-            &format!("--regid={uid}"),
+            &format!("--regid={gid}"),
             "--clear-groups",
             "sh",
             "-c",
@@ -152,6 +157,30 @@ fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
     );
     let err = common::mount::sh_fails(&format!("chown 777 {mnt}/home/ua/f"));
     assert!(err.contains("Invalid argument"), "{err}");
+    // A new entry takes the process's group, as on Linux, when the user belongs to it
+    // in Maat; a local group the Maat user is not in is no proof, and Maat's choice
+    // (the user's own group) stands.
+    cluster.ok(
+        &cluster.admin_home(),
+        &["admin", "group", "member", "add", "ub", "ua"],
+        None,
+    );
+    let (ok, _, err) = sh_as_in(
+        ALICE,
+        BOB,
+        &format!("mkdir {mnt}/home/ua/d && touch {mnt}/home/ua/d/in-b"),
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = sh_as_in(ALICE, STRANGER, &format!("touch {mnt}/home/ua/d/own"));
+    assert!(ok, "{err}");
+    assert_eq!(
+        sh(&format!(
+            "stat -c %g {mnt}/home/ua/d {mnt}/home/ua/d/in-b {mnt}/home/ua/d/own"
+        ))
+        .split_whitespace()
+        .collect::<Vec<_>>(),
+        [BOB.to_string(), BOB.to_string(), ALICE.to_string()]
+    );
     // Names the map lacks show as the overflow id.
     cluster.add_user("uc", "uc passphrase", None);
     assert_eq!(

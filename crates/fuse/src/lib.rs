@@ -282,7 +282,7 @@ impl Filesystem for MaatFs {
         let path = attempt!(reply, s.child(parent.0, name));
         let bits = (mode & !umask & 0o7777) as u16;
         let kind = (mode & u32::from(S_IFMT)) as u16;
-        let stat =
+        let mut stat =
             if kind == 0 || u32::from(kind) == rustix::fs::FileType::RegularFile.as_raw_mode() {
                 // A regular file: made empty, as `create` makes one.
                 let flags = OpenFlags {
@@ -310,6 +310,8 @@ impl Filesystem for MaatFs {
                     other => attempt!(reply, other.map_err(|e| errno(&e))),
                 }
             };
+        let group = s.process_group(req.gid());
+        s.adopt_group(&path, &mut stat, group);
         let ino = s.inodes.ino(&path);
         let attr = s.attr(ino, &stat);
         reply.entry(&TTL, &attr, Generation(0));
@@ -331,6 +333,9 @@ impl Filesystem for MaatFs {
             reply,
             s.client.mkdir(&path, mode, false).map_err(|e| errno(&e))
         );
+        if let Some(group) = s.process_group(req.gid()) {
+            let _ = s.client.chown(&path, None, Some(&group));
+        }
         let attr = attempt!(reply, s.entry(&path));
         reply.entry(&TTL, &attr, Generation(0));
     }
@@ -361,10 +366,12 @@ impl Filesystem for MaatFs {
         let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.child(parent.0, link_name));
         let target = attempt!(reply, target.to_str().ok_or(Errno::EINVAL));
-        let stat = attempt!(
+        let mut stat = attempt!(
             reply,
             s.client.symlink(target, &path).map_err(|e| errno(&e))
         );
+        let group = s.process_group(req.gid());
+        s.adopt_group(&path, &mut stat, group);
         let ino = s.inodes.ino(&path);
         let attr = s.attr(ino, &stat);
         reply.entry(&TTL, &attr, Generation(0));
@@ -503,11 +510,17 @@ impl Filesystem for MaatFs {
             exclusive: flags & rustix::fs::OFlags::EXCL.bits() as i32 != 0,
             truncate: flags & rustix::fs::OFlags::TRUNC.bits() as i32 != 0,
         };
+        // The process's group for a file this call makes (an existing one keeps its own:
+        // asked first only when the group would differ, so rarely).
+        let group = s.process_group(req.gid()).filter(|_| {
+            open_flags.exclusive || mode_at_close.is_some() || s.client.stat(&path).is_err()
+        });
         let handle = attempt!(
             reply,
             s.client.open_file(&path, open_flags).map_err(|e| errno(&e))
         );
         let mut stat = handle.stat().clone();
+        s.adopt_group(&path, &mut stat, group);
         let ino = s.inodes.ino(&path);
         let fh = s.add_open(ino, handle);
         if let (Some(mode), Some(open)) = (mode_at_close, s.open.get_mut(&fh)) {

@@ -117,6 +117,26 @@ impl State {
         Ok(())
     }
 
+    /// The Maat group a new entry of this user takes, as Linux gives a new file the
+    /// creating process's group: `Some` only with an identity map that names the
+    /// process's group `gid`, when it is not the user's own (Maat's choice for new
+    /// entries, which stands otherwise).
+    pub(crate) fn process_group(&self, gid: u32) -> Option<String> {
+        let name = self.idmap.as_ref()?.group_name(gid)?;
+        (Some(name) != self.client.user_name().as_deref()).then(|| name.to_string())
+    }
+
+    /// Gives the entry at `path`, just made by this user, the group `group` from
+    /// [`State::process_group`]. The MDS refuses unless the user belongs to that group
+    /// in Maat (a local group is no proof): then Maat's choice stands.
+    pub(crate) fn adopt_group(&self, path: &str, stat: &mut FileStat, group: Option<String>) {
+        if let Some(group) = group.filter(|g| *g != stat.group) {
+            if self.client.chown(path, None, Some(&group)).is_ok() {
+                stat.group = group;
+            }
+        }
+    }
+
     /// chown(2) of `path` to local ids, through the identity map. Without one, Maat
     /// owners are names (`maat chown PATH --owner NAME`): only the ids the mount shows
     /// (the mounting user's) are accepted, and change nothing.

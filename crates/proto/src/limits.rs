@@ -22,8 +22,12 @@ pub const MERKLE_MESSAGE_SUBTREES_MAX: usize = 1024;
 /// Largest file size the MDS records (1 TiB: two million stripes); clients refuse I/O
 /// past it before sending anything.
 pub const FILE_BYTES_MAX: u64 = 1 << 40;
-/// Longest path carried in a delegation file handle.
-pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest absolute path the MDS resolves, also carried in a delegation file handle:
+/// four times Linux's `PATH_MAX`, which bounds what a program passes, not the absolute
+/// path (a relative path of `PATH_MAX` bytes under a directory deep in a mount must
+/// resolve: issue 44, pjdfstest's `*/03.t`). 4,096 until 2026-11-27; a longer handle
+/// only names a path an older MDS could not hold.
+pub const PATH_BYTES_MAX: usize = 16_384;
 /// Most nodes in one range-key grant (SPEC H4).
 pub const RANGE_GRANT_NODES_MAX: usize = 4096;
 /// Most copies a partition may keep of each object (issue 41).
