@@ -140,6 +140,30 @@ fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
     let err = refused_as(BOB, &format!("cat {mnt}/home/ua/f"));
     assert!(err.contains("Permission denied"), "{err}");
     ok_as(BOB, &format!("echo from bob > {mnt}/home/ub/g"));
+    // utimensat(2) as the MDS decides it: "now" needs write permission, a time given
+    // explicitly is the owner's alone (EPERM).
+    let err = refused_as(ALICE, &format!("touch {mnt}/home/ub/g"));
+    assert!(err.contains("Permission denied"), "{err}");
+    ok_as(BOB, &format!("chmod 666 {mnt}/home/ub/g"));
+    ok_as(ALICE, &format!("touch {mnt}/home/ub/g"));
+    let err = refused_as(ALICE, &format!("touch -d @1000000000 {mnt}/home/ub/g"));
+    assert!(err.contains("not permitted"), "{err}");
+    ok_as(BOB, &format!("touch -d @1000000000 {mnt}/home/ub/g"));
+    // chmod(2) of another's file is EPERM; a FIFO in a directory one may not write,
+    // EACCES (the administrator's alone is a device node: EPERM).
+    let err = refused_as(ALICE, &format!("chmod 600 {mnt}/home/ub/g"));
+    assert!(err.contains("not permitted"), "{err}");
+    let err = refused_as(ALICE, &format!("mkfifo {mnt}/home/ub/p"));
+    assert!(err.contains("Permission denied"), "{err}");
+    // A file removed while open has no link left: fstat says nlink 0.
+    let nlink = ok_as(
+        ALICE,
+        &format!(
+            "python3 -c \"import os; f = open('{mnt}/home/ua/gone', 'w'); \
+             os.unlink('{mnt}/home/ua/gone'); print(os.fstat(f.fileno()).st_nlink)\""
+        ),
+    );
+    assert_eq!(nlink.trim(), "0");
     // A uid with no home, and one whose home another account may write (it holds
     // bob's valid session), act for nobody.
     for uid in [STRANGER, PLANTED] {

@@ -29,7 +29,7 @@ use fuser::{
 };
 use inodes::Inodes;
 use maat_client::{Client, ClientError, FileHandle, OpenFlags};
-use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES, S_IFMT};
+use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES, S_IFBLK, S_IFCHR, S_IFMT};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -239,12 +239,8 @@ impl Filesystem for MaatFs {
             attempt!(reply, s.chown(&path, uid, gid));
         }
         if let Some(mode) = mode {
-            attempt!(
-                reply,
-                s.client
-                    .chmod(&path, (mode & 0o7777) as u16)
-                    .map_err(|e| errno(&e))
-            );
+            let changed = s.client.chmod(&path, (mode & 0o7777) as u16);
+            attempt!(reply, s.owner_only(&path, changed));
         }
         if let Some(size) = size {
             attempt!(reply, s.truncate(ino.0, fh.map(|f| f.0), size));
@@ -262,7 +258,16 @@ impl Filesystem for MaatFs {
             };
             // Buffered writes first, so that their size record does not move it again.
             attempt!(reply, s.flush_ino(ino.0));
-            attempt!(reply, s.client.set_mtime(&path, at).map_err(|e| errno(&e)));
+            // utimensat(2): a time given explicitly is the owner's to set (EPERM for
+            // others); "now" needs write permission (EACCES).
+            match s.client.set_mtime(&path, at) {
+                Err(ClientError::Refused(e))
+                    if e.code == ErrorCode::PermissionDenied && at.is_some() =>
+                {
+                    return reply.error(Errno::EPERM)
+                }
+                other => attempt!(reply, other.map_err(|e| errno(&e))),
+            }
         }
         let attr = attempt!(reply, s.current_attr(ino.0));
         reply.attr(&TTL, &attr);
@@ -282,34 +287,36 @@ impl Filesystem for MaatFs {
         let path = attempt!(reply, s.child(parent.0, name));
         let bits = (mode & !umask & 0o7777) as u16;
         let kind = (mode & u32::from(S_IFMT)) as u16;
-        let mut stat =
-            if kind == 0 || u32::from(kind) == rustix::fs::FileType::RegularFile.as_raw_mode() {
-                // A regular file: made empty, as `create` makes one.
-                let flags = OpenFlags {
-                    write: true,
-                    create: Some(bits),
-                    exclusive: true,
-                    truncate: false,
-                };
-                let mut handle = attempt!(
-                    reply,
-                    s.client.open_file(&path, flags).map_err(|e| errno(&e))
-                );
-                attempt!(
-                    reply,
-                    s.client.flush_file(&mut handle).map_err(|e| errno(&e))
-                );
-                attempt!(reply, s.client.stat(&path).map_err(|e| errno(&e)))
-            } else {
-                // FIFOs and sockets; device nodes only by the administrator (the kernel
-                // lets only a privileged process ask, and the mount is `nodev`).
-                match s.client.mknod(&path, kind | bits, rdev) {
-                    Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => {
-                        return reply.error(Errno::EPERM)
-                    }
-                    other => attempt!(reply, other.map_err(|e| errno(&e))),
-                }
+        let mut stat = if kind == 0
+            || u32::from(kind) == rustix::fs::FileType::RegularFile.as_raw_mode()
+        {
+            // A regular file: made empty, as `create` makes one.
+            let flags = OpenFlags {
+                write: true,
+                create: Some(bits),
+                exclusive: true,
+                truncate: false,
             };
+            let mut handle = attempt!(
+                reply,
+                s.client.open_file(&path, flags).map_err(|e| errno(&e))
+            );
+            attempt!(
+                reply,
+                s.client.flush_file(&mut handle).map_err(|e| errno(&e))
+            );
+            attempt!(reply, s.client.stat(&path).map_err(|e| errno(&e)))
+        } else {
+            // FIFOs and sockets; device nodes only by the administrator (the kernel
+            // lets only a privileged process ask, and the mount is `nodev`).
+            let device = [S_IFBLK, S_IFCHR].contains(&kind);
+            match s.client.mknod(&path, kind | bits, rdev) {
+                Err(ClientError::Refused(e)) if device && e.code == ErrorCode::PermissionDenied => {
+                    return reply.error(Errno::EPERM)
+                }
+                other => attempt!(reply, other.map_err(|e| errno(&e))),
+            }
+        };
         let group = s.process_group(req.gid());
         s.adopt_group(&path, &mut stat, group);
         let ino = s.inodes.ino(&path);

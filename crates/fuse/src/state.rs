@@ -159,10 +159,21 @@ impl State {
         let group = gid
             .map(|g| map.group_name(g).ok_or(Errno::EINVAL))
             .transpose()?;
-        // A path this user cannot reach is EACCES; a change they may not make, EPERM.
-        self.client.stat(path).map_err(|e| errno(&e))?;
-        match self.client.chown(path, owner, group) {
+        let changed = self.client.chown(path, owner, group);
+        self.owner_only(path, changed)
+    }
+
+    /// The errno of a change only a file's owner (or the administrator) may make, as
+    /// chmod(2) and chown(2) give it: `EPERM` when the refusal was about the change, but
+    /// `EACCES` when the user cannot even reach `path` (asked only after a refusal).
+    pub(crate) fn owner_only(
+        &self,
+        path: &str,
+        changed: Result<(), ClientError>,
+    ) -> Result<(), Errno> {
+        match changed {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => {
+                self.client.stat(path).map_err(|e| errno(&e))?;
                 Err(Errno::EPERM)
             }
             other => other.map_err(|e| errno(&e)),
@@ -199,7 +210,14 @@ impl State {
             crtime: time,
             kind: kind(s),
             perm: s.mode & 0o7777,
-            nlink: if s.is_dir { 2 } else { 1 },
+            // A file removed while open here has no name left (fstat says 0).
+            nlink: if s.is_dir {
+                2
+            } else if self.unlinked.contains_key(&ino) {
+                0
+            } else {
+                1
+            },
             // Maat owners are names, not numbers: shown through the identity map, or
             // as the mounting user; the MDS decides every access by the Maat identity.
             uid: self.idmap.as_ref().map_or(self.uid, |m| m.uid(&s.owner)),
