@@ -77,18 +77,23 @@ fn home_for(cluster: &Cluster, homes: &Path, uid: u32, name: &str, pass: &str, m
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-#[test]
-fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
-    let test = "each_local_user_acts_as_their_own_login_on_a_many_user_mount";
-    if !rustix::process::getuid().is_root()
-        || Command::new("setpriv").arg("--help").output().is_err()
-    {
+/// Whether this test can act as other local users (says why not, once, if it cannot).
+fn can_switch_users(test: &str) -> bool {
+    let root = rustix::process::getuid().is_root();
+    if !root || Command::new("setpriv").arg("--help").output().is_err() {
         skip(
             test,
             "not root, or no setpriv (util-linux): cannot act as other local users",
         );
-        return;
+        return false;
     }
+    true
+}
+
+/// A cluster with Maat users ua (local ALICE) and ub (local BOB, and PLANTED's home in
+/// a group-writable directory), and the administrator's many-user mount of `/` with the
+/// identity map of the two.
+fn many_user_mount(test: &str) -> Option<(Cluster, Mount)> {
     let cluster = Cluster::start(1, &[]);
     cluster.add_user("ua", "ua passphrase", None);
     cluster.add_user("ub", "ub passphrase", None);
@@ -115,7 +120,17 @@ fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
         "--idmap",
         map.to_str().unwrap(),
     ];
-    let Some(m) = Mount::with(&cluster, &cluster.admin_home(), test, &options) else {
+    let m = Mount::with(&cluster, &cluster.admin_home(), test, &options)?;
+    Some((cluster, m))
+}
+
+#[test]
+fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
+    let test = "each_local_user_acts_as_their_own_login_on_a_many_user_mount";
+    if !can_switch_users(test) {
+        return;
+    }
+    let Some((cluster, m)) = many_user_mount(test) else {
         return;
     };
     let mnt = m.point.display().to_string();
@@ -211,4 +226,81 @@ fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
         sh(&format!("stat -c %u:%g {mnt}/home/uc")).trim(),
         "65534:65534"
     );
+}
+
+/// Issue 44, "everyday work on the mount as an ordinary user": git, tar with modes, times
+/// and symbolic links, cp -a, rsync -a twice (the second sends nothing), sqlite3 with
+/// WAL and make with a C compiler, as local user ALICE in her Maat home. A tool that is
+/// not installed is skipped, saying so.
+#[test]
+fn everyday_tools_work_for_an_ordinary_user() {
+    let test = "everyday_tools_work_for_an_ordinary_user";
+    if !can_switch_users(test) {
+        return;
+    }
+    let Some((_cluster, m)) = many_user_mount(test) else {
+        return;
+    };
+    let home = m.path("home/ua").display().to_string();
+    let steps: [(&str, &str, &str); 6] = [
+        (
+            "git",
+            "git init -q repo && cd repo && echo hello > a && mkdir sub && echo x > sub/b \
+             && git add . && git commit -qm one && echo more >> a && git commit -qam two \
+             && git gc -q && git fsck --no-progress 2>/dev/null && cd .. && git clone -q repo clone \
+             && git -C clone log --oneline | wc -l",
+            "2",
+        ),
+        (
+            "tar",
+            "mkdir src && echo data > src/f && chmod 640 src/f && ln -s f src/link \
+             && touch -d @1000000000 src/f && tar cf t.tar src && mkdir x \
+             && tar xf t.tar -C x && echo $(stat -c '%a %Y' x/src/f) $(readlink x/src/link)",
+            "640 1000000000 f",
+        ),
+        (
+            "cp",
+            "cp -a src cpa && stat -c '%a %Y' cpa/f",
+            "640 1000000000",
+        ),
+        (
+            "rsync",
+            "rsync -a src/ r/ && rsync -ai src/ r/ | wc -l",
+            "0",
+        ),
+        (
+            "sqlite3",
+            "sqlite3 db 'pragma journal_mode=wal; create table t(x); \
+             insert into t values(1),(2);' >/dev/null && sqlite3 db 'select count(*) from t'",
+            "2",
+        ),
+        (
+            "make",
+            "mkdir proj && cd proj && printf 'int main(void){return 7;}\\n' > m.c \
+             && printf 'm: m.c\\n\\tcc -o m m.c\\n' > Makefile && make -s; ./m; echo $?",
+            "7",
+        ),
+    ];
+    for (tool, script, want) in steps {
+        let present = Command::new("sh")
+            .args(["-c", &format!("command -v {tool} && command -v cc")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !present {
+            skip(
+                &format!("{test} ({tool})"),
+                &format!("{tool} or cc is not installed"),
+            );
+            continue;
+        }
+        let out = ok_as(
+            ALICE,
+            &format!(
+                "cd {home} && export HOME={home} GIT_CONFIG_GLOBAL=/dev/null \
+                      GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a \
+                      GIT_COMMITTER_EMAIL=a@b && {script}"
+            ),
+        );
+        assert_eq!(out.trim(), want, "{tool}");
+    }
 }
