@@ -24,6 +24,9 @@ const BOB: u32 = 50_002;
 const PLANTED: u32 = 50_003;
 /// Has no home at all.
 const STRANGER: u32 = 50_009;
+/// Own homes holding a symbolic link, and a hard link, to bob's session file.
+const SYMLINKER: u32 = 50_004;
+const HARDLINKER: u32 = 50_005;
 
 /// Runs a shell command line as local user `uid` (its own group, no others); returns
 /// (success, standard output, standard error).
@@ -103,6 +106,26 @@ fn many_user_mount(test: &str) -> Option<(Cluster, Mount)> {
     home_for(&cluster, &homes, ALICE, "ua", "ua passphrase", 0o700);
     home_for(&cluster, &homes, BOB, "ub", "ub passphrase", 0o700);
     home_for(&cluster, &homes, PLANTED, "ub", "ub passphrase", 0o770);
+    let bobs = homes.join(BOB.to_string()).join("session.json");
+    for (uid, hard) in [(SYMLINKER, false), (HARDLINKER, true)] {
+        let home = homes.join(uid.to_string());
+        std::fs::create_dir_all(&home).unwrap();
+        if hard {
+            std::fs::hard_link(&bobs, home.join("session.json")).unwrap();
+        } else {
+            std::os::unix::fs::symlink(&bobs, home.join("session.json")).unwrap();
+        }
+        // The directory and a symbolic link itself are the user's; a hard link is
+        // bob's file (one inode), which the user cannot change.
+        sh(&format!(
+            "chown -h {uid}:{uid} {0} {0}/session.json",
+            home.display()
+        ));
+        if hard {
+            sh(&format!("chown {BOB}:{BOB} {}", bobs.display()));
+        }
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
     let map = cluster.dir.path().join("idmap");
     std::fs::write(
         &map,
@@ -179,9 +202,9 @@ fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
         ),
     );
     assert_eq!(nlink.trim(), "0");
-    // A uid with no home, and one whose home another account may write (it holds
-    // bob's valid session), act for nobody.
-    for uid in [STRANGER, PLANTED] {
+    // A uid with no home, one whose home another account may write (it holds bob's
+    // valid session), and ones whose own homes link to bob's session act for nobody.
+    for uid in [STRANGER, PLANTED, SYMLINKER, HARDLINKER] {
         let err = refused_as(uid, &format!("ls {mnt}/"));
         assert!(err.contains("Permission denied"), "{uid}: {err}");
     }

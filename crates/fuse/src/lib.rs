@@ -138,7 +138,10 @@ impl MaatFs {
             state: Mutex::new(State {
                 client: Arc::clone(&own),
                 own,
-                many: many.map(|m| (m, users::Clients::default())),
+                many: match many {
+                    Some(m) => Some((m, users::Clients::new()?)),
+                    None => None,
+                },
                 idmap,
                 inodes: Inodes::new(root),
                 open: HashMap::new(),
@@ -193,10 +196,11 @@ impl Filesystem for MaatFs {
             let _ = remover.unlink(&path);
         }
         let _ = s.own.save();
-        if let Some((_, clients)) = &s.many {
+        if let Some((_, clients)) = &mut s.many {
             for client in clients.all() {
                 let _ = client.save();
             }
+            clients.forget_all();
         }
     }
 

@@ -11,9 +11,9 @@
 
 use crate::FuseError;
 use fuser::Errno;
-use maat_client::{Client, ClientError};
+use maat_client::{write_private_file, Client, ClientError};
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -116,34 +116,67 @@ impl ManyUsers {
     }
 }
 
-/// The clients of the local users met so far, each kept until its session file changes.
-#[derive(Default)]
+/// The session file of a home (as `maat login` writes it).
+const SESSION_FILE: &str = "session.json";
+
+/// The clients of the local users met so far, each kept until its session changes.
 pub(crate) struct Clients {
-    by_uid: HashMap<u32, (Arc<Client>, Option<SystemTime>)>,
+    by_uid: HashMap<u32, (Arc<Client>, SystemTime)>,
+    /// The mount's own directory (0700) for the copies of the sessions it acts with.
+    private: PathBuf,
 }
 
 impl Clients {
-    /// The client acting for `uid`, loaded from its home when first met or when its
-    /// session changed since (a new `maat login`). Refused with `EACCES` when the home
-    /// is missing, not the user's own, writable by another account, or holds no session.
+    /// No client yet; the copies of sessions go to a new directory only this process's
+    /// account may enter, removed by [`Clients::forget_all`].
+    pub(crate) fn new() -> Result<Self, FuseError> {
+        let nanos = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let private =
+            std::env::temp_dir().join(format!("maat-mount-{}-{nanos:08x}", std::process::id()));
+        // `create_dir` (not `_all`): a directory planted at that name is an error.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&private)
+            .map_err(|e| FuseError::IdMap(format!("{}: {e}", private.display())))?;
+        Ok(Self {
+            by_uid: HashMap::new(),
+            private,
+        })
+    }
+
+    /// The client acting for `uid`, made from a copy of the session in its home, taken
+    /// when first met or when that session changed since (a new `maat login`). Refused
+    /// with `EACCES` when the home is missing, not the user's own, writable by another
+    /// account, or holds no session that the user owns.
     pub(crate) fn get(&mut self, users: &ManyUsers, uid: u32) -> Result<Arc<Client>, Errno> {
         let home = users.home(uid);
-        let session = std::fs::metadata(home.join("session.json"))
-            .and_then(|m| m.modified())
-            .ok();
+        trusted_home(&home, uid)?;
+        let path = home.join(SESSION_FILE);
         if let Some((client, seen)) = self.by_uid.get(&uid) {
-            if *seen == session && session.is_some() {
+            // The same file as copied (a link put in its place has a time of its own).
+            let same = std::fs::symlink_metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.uid() == uid && m.modified().ok() == Some(*seen));
+            if same {
                 return Ok(Arc::clone(client));
             }
         }
         self.by_uid.remove(&uid);
-        trusted_home(&home, uid)?;
-        let client = (users.connect)(&home).map_err(|_| Errno::EACCES)?;
+        let (bytes, changed) = own_session(&path, uid)?;
+        // The client reads and writes only a copy in the mount's private directory:
+        // nothing the user can change (a link planted after these checks) is read again.
+        let copy = self.private.join(uid.to_string());
+        std::fs::create_dir_all(&copy).map_err(|_| Errno::EIO)?;
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o700))
+            .map_err(|_| Errno::EIO)?;
+        write_private_file(&copy.join(SESSION_FILE), &bytes, false).map_err(|_| Errno::EIO)?;
+        let client = (users.connect)(&copy).map_err(|_| Errno::EACCES)?;
         if client.user_name().is_none() {
             return Err(Errno::EACCES);
         }
         let client = Arc::new(client);
-        self.by_uid.insert(uid, (Arc::clone(&client), session));
+        self.by_uid.insert(uid, (Arc::clone(&client), changed));
         Ok(client)
     }
 
@@ -151,6 +184,34 @@ impl Clients {
     pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<Client>> {
         self.by_uid.values().map(|(c, _)| c)
     }
+
+    /// Removes the copies of the sessions (the mount ends).
+    pub(crate) fn forget_all(&mut self) {
+        self.by_uid.clear();
+        let _ = std::fs::remove_dir_all(&self.private);
+    }
+}
+
+/// The bytes and modification time of the session file at `path`, when it is a regular
+/// file that `uid` owns and only `uid` may read. Opened without following a final
+/// symbolic link and checked on the open file itself: a link or a hard link to another
+/// user's session names that user as owner and is refused.
+fn own_session(path: &Path, uid: u32) -> Result<(Vec<u8>, SystemTime), Errno> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|_| Errno::EACCES)?;
+    let meta = file.metadata().map_err(|_| Errno::EACCES)?;
+    if !meta.is_file() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(Errno::EACCES);
+    }
+    let changed = meta.modified().map_err(|_| Errno::EACCES)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(|_| Errno::EACCES)?;
+    Ok((bytes, changed))
 }
 
 /// A home another account could have planted or changed acts for nobody: it must be a
