@@ -708,6 +708,13 @@ impl<S: MetaStore> crate::Mds<S> {
         let (to_parent, to_name) = self.parent_of(who, to)?;
         check_new_name(to_name)?;
         require(who, &to_parent, WRITE | EXEC, to)?;
+        if moving.is_dir && from_parent.id != to_parent.id {
+            // rename(2): a directory moved to another parent has its `..` rewritten,
+            // which takes write permission on the directory itself (pjdfstest
+            // rename/09: a user could move another's directory out of a sticky
+            // directory the user owned).
+            require(who, &moving, WRITE, from)?;
+        }
         if moving.is_dir {
             // Refuse moving a directory under itself.
             let to_parts = components(to)?;

@@ -840,3 +840,45 @@ fn partitions_keep_the_copies_the_administrator_chose_and_anyone_may_ask() {
     }
     assert!(!all.iter().any(|(n, _)| n == "bad" || n == "mine"));
 }
+
+/// rename(2): moving a directory to another parent rewrites its `..`, so it takes write
+/// permission on the directory itself, not only on the two parents (pjdfstest
+/// rename/09: bob moved the administrator's directory out of his own sticky directory).
+/// Renaming it within its parent does not.
+#[test]
+fn moving_a_directory_to_another_parent_takes_write_permission_on_it() {
+    let store = MemStore::default();
+    add_users(&store, &["alice", "bob"]);
+    let m = mds(&store);
+    for dir in ["/from", "/to"] {
+        admin_mkdir(&m, dir, 0o777);
+    }
+    admin_mkdir(&m, "/from/theirs", 0o755);
+    let rename = |uid, from: &str, to: &str| {
+        call(
+            &m,
+            uid,
+            MdsRequest::Rename {
+                from: from.into(),
+                to: to.into(),
+            },
+            T0 + 30,
+        )
+    };
+    let e = rename(BOB, "/from/theirs", "/to/mine").unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e:?}");
+    assert_eq!(mode_of(&m, "/from/theirs"), 0o755);
+    rename(BOB, "/from/theirs", "/from/renamed").unwrap();
+    call(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Chmod {
+            path: "/from/renamed".into(),
+            mode: 0o777,
+        },
+        T0 + 31,
+    )
+    .unwrap();
+    rename(BOB, "/from/renamed", "/to/mine").unwrap();
+    assert_eq!(mode_of(&m, "/to/mine"), 0o777);
+}
