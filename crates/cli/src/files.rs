@@ -80,14 +80,16 @@ pub(crate) enum FileCommand {
         /// Path.
         path: String,
     },
-    /// Make a symbolic link PATH pointing to TARGET (`ln -s`; only symbolic links: Maat
-    /// has no hard links yet). The MDS never follows links; a mount's kernel does.
+    /// Make PATH another name of the file TARGET (a hard link: one file, one set of
+    /// permissions, under both names; not of a directory), or with `-s` a symbolic link
+    /// PATH pointing to TARGET. The MDS never follows symbolic links; a mount's kernel
+    /// does.
     Ln {
-        /// Make a symbolic link (required).
-        #[arg(short = 's', long = "symbolic", required = true)]
+        /// Make a symbolic link instead of a hard link.
+        #[arg(short = 's', long = "symbolic")]
         symbolic: bool,
-        /// What the link points to, kept as given (relative to the link's directory, or
-        /// absolute).
+        /// The existing file (hard link), or what the link points to, kept as given
+        /// (symbolic link: relative to the link's directory, or absolute).
         target: String,
         /// Where the link is made.
         path: String,
@@ -312,8 +314,16 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
         FileCommand::Rm { path } => Ok(client(cluster)?.unlink(&path)?),
         FileCommand::Rmdir { path } => Ok(client(cluster)?.rmdir(&path)?),
         FileCommand::Mv { from, to } => Ok(client(cluster)?.rename(&from, &to)?),
-        FileCommand::Ln { target, path, .. } => {
-            client(cluster)?.symlink(&target, &path)?;
+        FileCommand::Ln {
+            symbolic,
+            target,
+            path,
+        } => {
+            if symbolic {
+                client(cluster)?.symlink(&target, &path)?;
+            } else {
+                client(cluster)?.hard_link(&target, &path)?;
+            }
             Ok(())
         }
         FileCommand::Readlink { path } => {

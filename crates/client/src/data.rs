@@ -477,6 +477,8 @@ impl Client {
                 }
                 // Unlinked, but what is held would not serve: what the MDS gave instead.
                 Ok(opened @ MdsResponse::Opened { .. }) => response = Some(opened),
+                // One name of several removed (issue 44): the objects stay.
+                Ok(MdsResponse::Ok) => return Ok(()),
                 Ok(_) => return Err(self.bad("mds", "unexpected answer to UnlinkHeld")),
                 // The path names another file now: unlinked the usual way.
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::WrongFile => {}
@@ -487,6 +489,10 @@ impl Client {
             Some(r) => r,
             None => self.mds_call(MdsRequest::Unlink { path: path.into() })?,
         };
+        if response == MdsResponse::Ok {
+            // One name of several removed (hard links, issue 44): the objects stay.
+            return Ok(());
+        }
         let opened = self.opened_from(response)?;
         self.remove_objects(&opened)?;
         // Credentials the MDS gave for the removal (SPEC T2) serve no further purpose.

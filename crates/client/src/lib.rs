@@ -64,9 +64,9 @@ use maat_net::{Connection, Network};
 use maat_proto::login;
 use maat_proto::msg::{
     self, Access, ClusterMap, DaemonStats, ErrorCode, FileStat, InsecureRequest, KdfParams,
-    MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, ObjectId, OsdCommand,
-    OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, WireError, DATA_PARTITION,
-    STRIPE_UNIT_BYTES,
+    LinksAndTimes, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, ObjectId,
+    OsdCommand, OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, SetTime, WireError,
+    DATA_PARTITION, STRIPE_UNIT_BYTES,
 };
 use maat_proto::protection::{self, Protection};
 use maat_proto::session::{self, SessionConfirm};

@@ -31,6 +31,27 @@ impl Client {
         }
     }
 
+    /// Attributes of a path with its link count and its access and change times
+    /// (issue 44).
+    pub fn stat_full(&self, path: &str) -> Result<(FileStat, LinksAndTimes)> {
+        match self.mds_call(MdsRequest::StatFull { path: path.into() })? {
+            MdsResponse::StatFull { stat, more } => Ok((stat, more)),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
+    /// Makes `to` another name of the inode at `from` (a hard link, issue 44; not of a
+    /// directory). Answers the inode's attributes.
+    pub fn hard_link(&self, from: &str, to: &str) -> Result<FileStat> {
+        match self.mds_call(MdsRequest::HardLink {
+            from: from.into(),
+            to: to.into(),
+        })? {
+            MdsResponse::Stat(s) => Ok(s),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// Directory entries (or the file itself).
     pub fn readdir(&self, path: &str) -> Result<Vec<(String, FileStat)>> {
         match self.mds_call(MdsRequest::Readdir { path: path.into() })? {
@@ -256,6 +277,22 @@ impl Client {
         self.forget_opened_path(path);
         self.expect_ok(MdsRequest::SetMtime {
             path: path.into(),
+            mtime,
+        })
+    }
+
+    /// Sets `path`'s access time, modification time or both (utimensat(2), issue 44),
+    /// each to a time (the owner's to set) or to now (also a writer's).
+    pub fn set_times(
+        &self,
+        path: &str,
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
+    ) -> Result<()> {
+        self.forget_opened_path(path);
+        self.expect_ok(MdsRequest::SetTimes {
+            path: path.into(),
+            atime,
             mtime,
         })
     }

@@ -29,7 +29,9 @@ use fuser::{
 };
 use inodes::Inodes;
 use maat_client::{Client, ClientError, FileHandle, OpenFlags};
-use maat_proto::msg::{ErrorCode, FileStat, STRIPE_UNIT_BYTES, S_IFBLK, S_IFCHR, S_IFMT};
+use maat_proto::msg::{
+    ErrorCode, FileStat, LinksAndTimes, SetTime, STRIPE_UNIT_BYTES, S_IFBLK, S_IFCHR, S_IFMT,
+};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -225,7 +227,7 @@ impl Filesystem for MaatFs {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
         fh: Option<Fh>,
@@ -249,24 +251,30 @@ impl Filesystem for MaatFs {
         if let Some(size) = size {
             attempt!(reply, s.truncate(ino.0, fh.map(|f| f.0), size));
         }
-        // The modification time, as utimensat(2) sets it (after a size change, which
-        // sets it too). Maat keeps no access time: setting one alone changes nothing.
-        if let Some(mtime) = mtime {
-            let at = match mtime {
-                TimeOrNow::SpecificTime(t) => Some(
+        // The access and modification times, as utimensat(2) sets them (after a size
+        // change, which sets the latter too).
+        if atime.is_some() || mtime.is_some() {
+            let at = |t: TimeOrNow| match t {
+                TimeOrNow::SpecificTime(t) => SetTime::At(
                     t.duration_since(UNIX_EPOCH)
                         .map(|d| d.as_millis() as u64)
                         .unwrap_or(0),
                 ),
-                TimeOrNow::Now => None,
+                TimeOrNow::Now => SetTime::Now,
             };
+            let (atime, mtime) = (atime.map(at), mtime.map(at));
+            let explicit = [atime, mtime]
+                .iter()
+                .any(|t| matches!(t, Some(SetTime::At(_))));
             // Buffered writes first, so that their size record does not move it again.
-            attempt!(reply, s.flush_ino(ino.0));
+            if mtime.is_some() {
+                attempt!(reply, s.flush_ino(ino.0));
+            }
             // utimensat(2): a time given explicitly is the owner's to set (EPERM for
             // others); "now" needs write permission (EACCES).
-            match s.client.set_mtime(&path, at) {
+            match s.client.set_times(&path, atime, mtime) {
                 Err(ClientError::Refused(e))
-                    if e.code == ErrorCode::PermissionDenied && at.is_some() =>
+                    if e.code == ErrorCode::PermissionDenied && explicit =>
                 {
                     return reply.error(Errno::EPERM)
                 }
@@ -323,8 +331,8 @@ impl Filesystem for MaatFs {
         };
         let group = s.process_group(req.gid());
         s.adopt_group(&path, &mut stat, group);
-        let ino = s.inodes.ino(&path);
-        let attr = s.attr(ino, &stat);
+        let ino = s.inodes.ino(&path, stat.id);
+        let attr = s.attr(ino, &stat, None);
         reply.entry(&TTL, &attr, Generation(0));
     }
 
@@ -383,8 +391,8 @@ impl Filesystem for MaatFs {
         );
         let group = s.process_group(req.gid());
         s.adopt_group(&path, &mut stat, group);
-        let ino = s.inodes.ino(&path);
-        let attr = s.attr(ino, &stat);
+        let ino = s.inodes.ino(&path, stat.id);
+        let attr = s.attr(ino, &stat, None);
         reply.entry(&TTL, &attr, Generation(0));
     }
 
@@ -406,13 +414,27 @@ impl Filesystem for MaatFs {
 
     fn link(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EPERM);
+        let mut s = attempt!(reply, self.state_as(req));
+        let from = attempt!(reply, s.path(ino.0));
+        let to = attempt!(reply, s.child(newparent.0, newname));
+        let stat = match s.client.hard_link(&from, &to) {
+            Ok(stat) => stat,
+            // link(2): EMLINK at the most names an inode may have.
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::TooLarge => {
+                return reply.error(Errno::EMLINK)
+            }
+            Err(e) => return reply.error(errno(&e)),
+        };
+        // The new name shares the inode's number (the kernel links the two).
+        let linked = s.inodes.ino(&to, stat.id);
+        let attr = attempt!(reply, s.current_attr(linked));
+        reply.entry(&TTL, &attr, Generation(0));
     }
 
     fn rename(
@@ -532,13 +554,14 @@ impl Filesystem for MaatFs {
         );
         let mut stat = handle.stat().clone();
         s.adopt_group(&path, &mut stat, group);
-        let ino = s.inodes.ino(&path);
+        let ino = s.inodes.ino(&path, stat.id);
         let fh = s.add_open(ino, handle);
         if let (Some(mode), Some(open)) = (mode_at_close, s.open.get_mut(&fh)) {
             open.mode_at_close = Some(mode);
             stat.mode = (stat.mode & !0o7777) | mode;
         }
-        let attr = s.attr(ino, &stat);
+        // (An existing file with other names shows one until the kernel asks again.)
+        let attr = s.attr(ino, &stat, None);
         reply.created(&TTL, &attr, Generation(0), Fh(fh), FopenFlags::empty());
     }
 
@@ -649,7 +672,7 @@ impl Filesystem for MaatFs {
                 continue;
             }
             let child = s.inodes.child_path(ino.0, name).unwrap_or_default();
-            entries.push((s.inodes.ino(&child), kind(stat), name.clone()));
+            entries.push((s.inodes.ino(&child, stat.id), kind(stat), name.clone()));
         }
         for (i, (child, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*child), (i + 1) as u64, *kind, name) {

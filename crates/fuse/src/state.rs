@@ -192,31 +192,33 @@ impl State {
         remover.unlink(&hidden).map_err(|e| errno(&e))
     }
 
-    pub(crate) fn attr(&self, ino: u64, s: &FileStat) -> FileAttr {
+    /// The kernel's attributes of `ino` from its stat, with its link count and times when
+    /// the MDS gave them (else those of a new entry: one name, times all equal).
+    pub(crate) fn attr(&self, ino: u64, s: &FileStat, more: Option<&LinksAndTimes>) -> FileAttr {
         let size = self
             .open
             .values()
             .filter(|o| o.ino == ino && o.handle.writable())
             .map(Open::size)
             .fold(s.size, u64::max);
-        let time = UNIX_EPOCH + Duration::from_millis(s.mtime);
+        let time = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        let nlink = more.map_or(if s.is_dir { 2 } else { 1 }, |m| m.nlink);
         FileAttr {
             ino: INodeNo(ino),
             size,
             blocks: size.div_ceil(512),
-            atime: time,
-            mtime: time,
-            ctime: time,
-            crtime: time,
+            atime: time(more.map_or(s.mtime, |m| m.atime)),
+            mtime: time(s.mtime),
+            ctime: time(more.map_or(s.mtime, |m| m.ctime)),
+            crtime: time(s.mtime),
             kind: kind(s),
             perm: s.mode & 0o7777,
-            // A file removed while open here has no name left (fstat says 0).
-            nlink: if s.is_dir {
-                2
-            } else if self.unlinked.contains_key(&ino) {
-                0
+            // A file removed while open here has that name no more (its hidden name
+            // does not count: fstat says 0 when it was the last).
+            nlink: if self.unlinked.contains_key(&ino) {
+                nlink.saturating_sub(1)
             } else {
-                1
+                nlink
             },
             // Maat owners are names, not numbers: shown through the identity map, or
             // as the mounting user; the MDS decides every access by the Maat identity.
@@ -248,15 +250,15 @@ impl State {
     /// Attributes of a known inode, asked of the MDS now.
     pub(crate) fn current_attr(&mut self, ino: u64) -> Result<FileAttr, Errno> {
         let path = self.path(ino)?;
-        let s = self.client.stat(&path).map_err(|e| errno(&e))?;
-        Ok(self.attr(ino, &s))
+        let (s, more) = self.client.stat_full(&path).map_err(|e| errno(&e))?;
+        Ok(self.attr(ino, &s, Some(&more)))
     }
 
     /// Stat of `path` as an entry (numbering it).
     pub(crate) fn entry(&mut self, path: &str) -> Result<FileAttr, Errno> {
-        let s = self.client.stat(path).map_err(|e| errno(&e))?;
-        let ino = self.inodes.ino(path);
-        Ok(self.attr(ino, &s))
+        let (s, more) = self.client.stat_full(path).map_err(|e| errno(&e))?;
+        let ino = self.inodes.ino(path, s.id);
+        Ok(self.attr(ino, &s, Some(&more)))
     }
 
     /// Sends an open file's buffered writes.

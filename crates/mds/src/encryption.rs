@@ -49,6 +49,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 first_lockbox(&mut inode, lockbox, path)?;
             }
             inode.mtime = now.0;
+            inode.ctime = now.0;
             let mut batch = Batch::default();
             batch.push(Op::PutInode(inode));
             self.store.commit(batch)?;

@@ -314,6 +314,9 @@ impl<S: MetaStore> Mds<S> {
                 crypt: None,
                 key_grants: Vec::new(),
                 special: None,
+                nlink: 1,
+                atime: boot.0,
+                ctime: boot.0,
             }));
             batch.push(Op::PutEntry {
                 parent: ROOT_INODE,
@@ -332,6 +335,9 @@ impl<S: MetaStore> Mds<S> {
                 crypt: None,
                 key_grants: Vec::new(),
                 special: None,
+                nlink: 1,
+                atime: boot.0,
+                ctime: boot.0,
             }));
             batch.push(Op::PutMeta(
                 "next_inode".into(),

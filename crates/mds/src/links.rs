@@ -1,12 +1,15 @@
 //! Special entries (issue 44): symbolic links, which name a path, and FIFOs and sockets,
 //! which each machine's kernel serves. None holds data at the MDS. The MDS stores and
-//! lists them and never follows a link; clients (the kernel, for a mount) do.
+//! lists them and never follows a link; clients (the kernel, for a mount) do. And hard
+//! links: more names of one inode, whose permissions, capabilities and lockbox stay the
+//! inode's whatever name it is reached by.
 
-use crate::namespace::{check_new_name, enter, require, EXEC, WRITE};
+use crate::namespace::{allowed, check_new_name, enter, require, touch_dir, EXEC, READ, WRITE};
 use crate::store::Special;
-use crate::{lock, Batch, MdsError, MetaStore, Principal, Result};
+use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result};
 use maat_proto::msg::{
-    ErrorCode, MdsResponse, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFSOCK,
+    ErrorCode, LinksAndTimes, MdsResponse, LINKS_MAX, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR,
+    S_IFIFO, S_IFMT, S_IFSOCK,
 };
 use maat_proto::UnixMillis;
 
@@ -103,5 +106,72 @@ impl<S: MetaStore> crate::Mds<S> {
                 format!("{path} is not a symbolic link"),
             )),
         }
+    }
+
+    /// `path`'s attributes with its link count and its access and change times.
+    pub(crate) fn stat_full(&self, who: &Principal, path: &str) -> Result<MdsResponse> {
+        let inode = self.resolve(who, path)?;
+        let more = LinksAndTimes {
+            // (A directory's subdirectories are not counted: 2, as FUSE file systems
+            // without the count show.)
+            nlink: if inode.is_dir { 2 } else { inode.nlink },
+            atime: inode.atime,
+            ctime: inode.ctime,
+        };
+        Ok(MdsResponse::StatFull {
+            stat: self.stat_of(&inode)?,
+            more,
+        })
+    }
+
+    /// Makes `to` another name of the inode at `from` (link(2)): never a directory; write
+    /// and search permission on `to`'s directory; and, as Linux's `protected_hardlinks`,
+    /// only by its owner, the administrator or a user who may read and write it (a user
+    /// could otherwise keep anyone's file alive after its owner removed it).
+    pub(crate) fn hard_link(
+        &self,
+        who: &Principal,
+        from: &str,
+        to: &str,
+        now: UnixMillis,
+    ) -> Result<MdsResponse> {
+        let _guard = lock(&self.write);
+        let mut inode = self.resolve(who, from)?;
+        if inode.is_dir {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                format!("{from} is a directory: directories have one name"),
+            ));
+        }
+        let (parent, name) = self.parent_of(who, to)?;
+        if self.store.lookup(parent.id, name)?.is_some() {
+            return Err(MdsError::refused(ErrorCode::AlreadyExists, to.to_string()));
+        }
+        check_new_name(name)?;
+        require(who, &parent, WRITE | EXEC, to)?;
+        if inode.uid != who.uid && !who.is_admin() && !allowed(who, &inode, READ | WRITE) {
+            return Err(MdsError::refused(
+                ErrorCode::PermissionDenied,
+                format!("{from}: only its owner, or a user who may read and write it, links it"),
+            ));
+        }
+        if inode.nlink >= LINKS_MAX {
+            return Err(MdsError::refused(
+                ErrorCode::TooLarge,
+                format!("{from} has {LINKS_MAX} names, the most one inode may have"),
+            ));
+        }
+        inode.nlink += 1;
+        inode.ctime = now.0;
+        let mut batch = Batch::default();
+        batch.push(Op::PutEntry {
+            parent: parent.id,
+            name: name.to_string(),
+            child: inode.id,
+        });
+        batch.push(Op::PutInode(inode.clone()));
+        touch_dir(&mut batch, &parent, now);
+        self.store.commit_deferred(batch)?;
+        Ok(MdsResponse::Stat(self.stat_of(&inode)?))
     }
 }

@@ -5,14 +5,14 @@ use maat_crypto::CryptoRngCore;
 use maat_proto::capability::Mode;
 use maat_proto::limits::PATH_BYTES_MAX;
 use maat_proto::msg::{
-    Access, ErrorCode, FileStat, MdsResponse, NAME_BYTES_MAX, STRIPE_UNIT_BYTES,
+    Access, ErrorCode, FileStat, MdsResponse, SetTime, NAME_BYTES_MAX, STRIPE_UNIT_BYTES,
 };
 use maat_proto::protection::Protection;
 use maat_proto::UnixMillis;
 
 pub use maat_proto::limits::FILE_BYTES_MAX;
 
-const READ: u16 = 4;
+pub(crate) const READ: u16 = 4;
 pub(crate) const WRITE: u16 = 2;
 pub(crate) const EXEC: u16 = 1;
 
@@ -125,6 +125,9 @@ pub(crate) fn fresh_inode(
         crypt: None,
         key_grants: Vec::new(),
         special: None,
+        nlink: 1,
+        atime: now.0,
+        ctime: now.0,
     }
 }
 
@@ -404,8 +407,18 @@ impl<S: MetaStore> crate::Mds<S> {
             parent: parent.id,
             name: name.to_string(),
         });
-        batch.push(Op::DeleteInode(inode.id));
         touch_dir(&mut batch, &parent, now);
+        if !directory && inode.nlink > 1 {
+            // One name of several (hard links, issue 44): the inode stays, with its
+            // objects, permissions and capabilities; nothing for the client to delete.
+            let mut kept = inode;
+            kept.nlink -= 1;
+            kept.ctime = now.0;
+            batch.push(Op::PutInode(kept));
+            self.store.commit_deferred(batch)?;
+            return Ok(MdsResponse::Ok);
+        }
+        batch.push(Op::DeleteInode(inode.id));
         if directory {
             self.store.commit_deferred(batch)?;
         } else {
@@ -677,6 +690,7 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         inode.size = size;
         inode.mtime = now.0;
+        inode.ctime = now.0;
         if let Some(crypt) = &mut inode.crypt {
             crypt.truncate(size.div_ceil(STRIPE_UNIT_BYTES) as u32);
             // SPEC H7: an earlier key tree no stripe is sealed under any more (a rekey
@@ -786,6 +800,10 @@ impl<S: MetaStore> crate::Mds<S> {
             name: to_name.to_string(),
             child: moving.id,
         });
+        // Its change time moves, as Linux's does (its name changed).
+        let mut moved = moving.clone();
+        moved.ctime = now.0;
+        batch.push(Op::PutInode(moved));
         // The moved entry keeps its own modification time (rename(2) changes the
         // directories'; `rsync` sets a file's time, then renames it into place).
         touch_dir(&mut batch, &from_parent, now);
@@ -801,7 +819,7 @@ impl<S: MetaStore> crate::Mds<S> {
         who: &Principal,
         path: &str,
         mode: u16,
-        _now: UnixMillis,
+        now: UnixMillis,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve(who, path)?;
@@ -812,35 +830,50 @@ impl<S: MetaStore> crate::Mds<S> {
             ));
         }
         inode.mode = mode & MODE_BITS;
+        inode.ctime = now.0;
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
         self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
     }
 
-    /// Issue 44: sets `path`'s modification time to `mtime` (owner or administrator) or
-    /// to now (also anyone who may write it), as utimensat(2) allows.
-    pub(crate) fn set_mtime(
+    /// Issue 44: sets `path`'s access and modification times, each to a given time
+    /// (owner or administrator) or to now (also anyone who may write it), as
+    /// utimensat(2) allows; the change time becomes now.
+    pub(crate) fn set_times(
         &self,
         who: &Principal,
         path: &str,
-        mtime: Option<u64>,
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve(who, path)?;
         let owner = inode.uid == who.uid || who.is_admin();
-        match mtime {
-            Some(_) if !owner => {
+        let explicit = [atime, mtime]
+            .iter()
+            .any(|t| matches!(t, Some(SetTime::At(_))));
+        if !owner {
+            if explicit {
                 return Err(MdsError::refused(
                     ErrorCode::PermissionDenied,
-                    "only the owner may set a modification time other than now",
-                ))
+                    "only the owner may set a time other than now",
+                ));
             }
-            None if !owner => require(who, &inode, WRITE, path)?,
-            _ => {}
+            require(who, &inode, WRITE, path)?;
         }
-        inode.mtime = mtime.unwrap_or(now.0);
+        let at = |t: SetTime| match t {
+            SetTime::Now => now.0,
+            SetTime::At(ms) => ms,
+        };
+        if let Some(t) = atime {
+            inode.atime = at(t);
+        }
+        if let Some(t) = mtime {
+            inode.mtime = at(t);
+        }
+        inode.ctime = now.0;
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
         self.store.commit_deferred(batch)?;
@@ -853,7 +886,7 @@ impl<S: MetaStore> crate::Mds<S> {
         path: &str,
         owner: Option<&str>,
         group: Option<&str>,
-        _now: UnixMillis,
+        now: UnixMillis,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve(who, path)?;
@@ -883,6 +916,7 @@ impl<S: MetaStore> crate::Mds<S> {
             }
             inode.gid = g.id;
         }
+        inode.ctime = now.0;
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
         self.acl_change(|| Ok(self.store.commit(batch)?))?;
@@ -906,5 +940,6 @@ pub(crate) fn enter(batch: &mut Batch, parent: &Inode, name: &str, inode: &Inode
 pub(crate) fn touch_dir(batch: &mut Batch, dir: &Inode, now: UnixMillis) {
     let mut dir = dir.clone();
     dir.mtime = now.0;
+    dir.ctime = now.0;
     batch.push(Op::PutInode(dir));
 }

@@ -2,6 +2,7 @@
 //! they rest on, and the dispatch of every `MdsRequest` to the module that decides it.
 
 use super::*;
+use maat_proto::msg::SetTime;
 
 impl<S: MetaStore> Mds<S> {
     /// Handles an authenticated request envelope. `Ok` is the sealed response payload;
@@ -379,7 +380,15 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::GroupMemberAdd { group, user } => self.group_member_add(who, &group, &user),
             MdsRequest::GroupMemberRm { group, user } => self.group_member_rm(who, &group, &user),
             MdsRequest::Umask { set } => self.umask(who, set),
-            MdsRequest::SetMtime { path, mtime } => self.set_mtime(who, &path, mtime, now),
+            MdsRequest::SetMtime { path, mtime } => {
+                let mtime = Some(mtime.map_or(SetTime::Now, SetTime::At));
+                self.set_times(who, &path, None, mtime, now)
+            }
+            MdsRequest::SetTimes { path, atime, mtime } => {
+                self.set_times(who, &path, atime, mtime, now)
+            }
+            MdsRequest::StatFull { path } => self.stat_full(who, &path),
+            MdsRequest::HardLink { from, to } => self.hard_link(who, &from, &to, now),
             MdsRequest::Symlink { path, target } => self.symlink(who, &path, &target, now),
             MdsRequest::Readlink { path } => self.readlink(who, &path),
             MdsRequest::Mknod { path, mode, rdev } => self.mknod(who, &path, mode, rdev, now),

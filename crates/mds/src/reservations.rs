@@ -442,9 +442,7 @@ impl<S: MetaStore> crate::Mds<S> {
             child: inode.id,
         });
         batch.push(Op::PutInode(inode.clone()));
-        let mut dir = parent.clone();
-        dir.mtime = now.0;
-        batch.push(Op::PutInode(dir));
+        crate::namespace::touch_dir(&mut batch, &parent, now);
         self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Stat(stat))
     }

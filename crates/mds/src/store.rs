@@ -9,7 +9,9 @@
 use maat_proto::encrypted::FileCrypt;
 
 mod legacy;
-use legacy::{InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, PartitionV1, PartitionV2, UserRecordV1};
+use legacy::{
+    InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, InodeV6, PartitionV1, PartitionV2, UserRecordV1,
+};
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +44,13 @@ pub struct Inode {
     /// What a special entry is (issue 44; since version 6): a symbolic link, a FIFO or a
     /// socket. Such an entry holds no data and is never opened at the MDS.
     pub special: Option<Special>,
+    /// Names it has (hard links, issue 44; since version 7, and 1 before). Directories
+    /// keep 1 here.
+    pub nlink: u32,
+    /// Access time, ms since the epoch (since version 7; before: the modification time).
+    pub atime: u64,
+    /// Change time, ms since the epoch (since version 7; before: the modification time).
+    pub ctime: u64,
 }
 
 /// A special entry (issue 44).
@@ -339,7 +348,7 @@ macro_rules! record_v1 {
 
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 6;
+    const VERSION: u8 = 7;
     fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
         match version {
             1 => Ok(postcard_value::<InodeV1>(Self::WHAT, body)?.into()),
@@ -347,6 +356,7 @@ impl Record for Inode {
             3 => Ok(postcard_value::<InodeV3>(Self::WHAT, body)?.into()),
             4 => Ok(postcard_value::<InodeV4>(Self::WHAT, body)?.into()),
             5 => Ok(postcard_value::<InodeV5>(Self::WHAT, body)?.into()),
+            6 => Ok(postcard_value::<InodeV6>(Self::WHAT, body)?.into()),
             _ => postcard_value(Self::WHAT, body),
         }
     }
@@ -615,7 +625,7 @@ mod tests {
     }
 
     #[test]
-    fn inodes_of_every_earlier_version_load_and_v6_round_trips() {
+    fn inodes_of_every_earlier_version_load_and_v7_round_trips() {
         // Versions 3 and 4 stored the crypt record as its lockbox and generations.
         let crypt_v1 = (
             serde_bytes::ByteBuf::from(vec![1, 2, 3]),
@@ -680,8 +690,10 @@ mod tests {
             (inode.id, inode.partition, inode.crypt.is_none()),
             (6, 3, true)
         );
+        assert_eq!((inode.nlink, inode.atime, inode.ctime), (1, 9, 9));
 
         let mut now = inode.clone();
+        now.mtime = 10;
         now.key_grants = vec![
             KeyGrant::Ranges {
                 user: 1002,
@@ -698,22 +710,48 @@ mod tests {
         crypt.record(0, 3, 5).unwrap();
         crypt.begin_rekey(vec![10], 1, 3).unwrap();
         now.crypt = Some(crypt);
-        // Version 5 is today's inode without the symbolic link's target.
-        let mut v5 = vec![5u8];
-        v5.extend(postcard::to_stdvec(&now).unwrap());
+        now.nlink = 1;
+        now.atime = now.mtime;
+        now.ctime = now.mtime;
+        // Version 6 is today's inode up to the special entry: no link count, access or
+        // change time (they load as one name, both times the modification time).
+        let v6_of = |i: &Inode| {
+            let fields = (
+                i.id,
+                i.is_dir,
+                i.mode,
+                i.uid,
+                i.gid,
+                i.size,
+                i.mtime,
+                i.partition,
+                i.crypt.clone(),
+                i.key_grants.clone(),
+                i.special.clone(),
+            );
+            let mut bytes = vec![6u8];
+            bytes.extend(postcard::to_stdvec(&fields).unwrap());
+            bytes
+        };
+        // Version 5 is version 6 without the symbolic link's target.
+        let mut v5 = v6_of(&now);
+        v5[0] = 5;
         v5.pop(); // the `None` of `special`: one byte
         assert_eq!(Inode::decode(&v5).unwrap(), now);
         let mut link = now.clone();
         link.special = Some(Special::Symlink("../target".into()));
+        assert_eq!(Inode::decode(&v6_of(&link)).unwrap(), link);
         let mut fifo = now.clone();
         fifo.special = Some(Special::Fifo);
         assert_eq!(Inode::decode(&fifo.encode().unwrap()).unwrap(), fifo);
-        let stored = link.encode().unwrap();
-        assert_eq!(stored[0], 6);
-        assert_eq!(Inode::decode(&stored).unwrap(), link);
+        let mut linked = link.clone();
+        (linked.nlink, linked.atime, linked.ctime) = (3, 11, 12);
+        let stored = linked.encode().unwrap();
+        assert_eq!(stored[0], 7);
+        assert_eq!(Inode::decode(&stored).unwrap(), linked);
         // A version this MDS does not know is refused, not guessed at.
         let mut newer = stored;
-        newer[0] = 7;
+        newer[0] = 8;
         assert!(Inode::decode(&newer).is_err());
     }
 }

@@ -710,6 +710,9 @@ impl<S: MetaStore> Mds<S> {
                 crypt: None,
                 key_grants: Vec::new(),
                 special: None,
+                nlink: 1,
+                atime: now.0,
+                ctime: now.0,
             }));
             batch.push(Op::PutEntry {
                 parent: home,

@@ -261,6 +261,21 @@ impl NativeClient {
         with_client(py, &self.inner, move |c| c.unlink(&path))
     }
 
+    /// Makes `dst` another name of the file `src` (a hard link, issue 44: one file and
+    /// one set of permissions under both names; not of a directory).
+    fn link(&self, py: Python<'_>, src: String, dst: String) -> PyResult<()> {
+        with_client(py, &self.inner, move |c| {
+            c.hard_link(&src, &dst).map(|_| ())
+        })
+    }
+
+    /// Makes a symbolic link at `path` pointing to `target` (never followed by Maat).
+    fn symlink(&self, py: Python<'_>, target: String, path: String) -> PyResult<()> {
+        with_client(py, &self.inner, move |c| {
+            c.symlink(&target, &path).map(|_| ())
+        })
+    }
+
     /// Renames `src` to `dst`.
     fn mv(&self, py: Python<'_>, src: String, dst: String) -> PyResult<()> {
         with_client(py, &self.inner, move |c| c.rename(&src, &dst))

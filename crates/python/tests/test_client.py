@@ -97,6 +97,13 @@ def test_namespace_calls_and_their_errors(admin, unique):
     with pytest.raises(OSError) as e:
         admin.rmdir(f"{unique}/a")
     assert e.value.errno == errno.ENOTEMPTY
+    # A hard link: one file under two names; removing one keeps it (issue 44).
+    admin.link(f"{unique}/a/g", f"{unique}/a/h")
+    assert admin.stat(f"{unique}/a/h")["id"] == admin.stat(f"{unique}/a/g")["id"]
+    with pytest.raises(FileExistsError):
+        admin.link(f"{unique}/a/g", f"{unique}/a/h")
+    admin.rm(f"{unique}/a/h")
+    assert admin.read_bytes(f"{unique}/a/g") == b"hello"
     admin.rm(f"{unique}/a/g")
     admin.rmdir(f"{unique}/a/b")
     admin.rmdir(f"{unique}/a")

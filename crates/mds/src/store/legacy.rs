@@ -3,8 +3,8 @@
 //! earlier Maat still loads).
 
 use super::{
-    FileCrypt, Inode, KeyGrant, PartitionRecord, UserCredential, UserRecord, DEFAULT_PARTITION,
-    DEFAULT_UMASK,
+    FileCrypt, Inode, KeyGrant, PartitionRecord, Special, UserCredential, UserRecord,
+    DEFAULT_PARTITION, DEFAULT_UMASK,
 };
 use serde::Deserialize;
 
@@ -24,6 +24,43 @@ impl From<FileCryptV1> for FileCrypt {
             generations: v.generations,
             earlier: Vec::new(),
             versions: Vec::new(),
+        }
+    }
+}
+
+/// An inode as version 6 stored it: before hard links, access and change times.
+#[derive(Deserialize)]
+pub(super) struct InodeV6 {
+    id: u64,
+    is_dir: bool,
+    mode: u16,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    mtime: u64,
+    partition: u64,
+    crypt: Option<FileCrypt>,
+    key_grants: Vec<KeyGrant>,
+    special: Option<Special>,
+}
+
+impl From<InodeV6> for Inode {
+    fn from(v: InodeV6) -> Self {
+        Inode {
+            id: v.id,
+            is_dir: v.is_dir,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            mtime: v.mtime,
+            partition: v.partition,
+            crypt: v.crypt,
+            key_grants: v.key_grants,
+            special: v.special,
+            nlink: 1,
+            atime: v.mtime,
+            ctime: v.mtime,
         }
     }
 }
@@ -57,6 +94,9 @@ impl From<InodeV5> for Inode {
             crypt: v.crypt,
             key_grants: v.key_grants,
             special: None,
+            nlink: 1,
+            atime: v.mtime,
+            ctime: v.mtime,
         }
     }
 }
@@ -90,6 +130,9 @@ impl From<InodeV4> for Inode {
             crypt: v.crypt.map(Into::into),
             key_grants: v.key_grants,
             special: None,
+            nlink: 1,
+            atime: v.mtime,
+            ctime: v.mtime,
         }
     }
 }
@@ -122,6 +165,9 @@ impl From<InodeV3> for Inode {
             crypt: v.crypt.map(Into::into),
             key_grants: Vec::new(),
             special: None,
+            nlink: 1,
+            atime: v.mtime,
+            ctime: v.mtime,
         }
     }
 }
@@ -153,6 +199,9 @@ impl From<InodeV2> for Inode {
             crypt: None,
             key_grants: Vec::new(),
             special: None,
+            nlink: 1,
+            atime: v.mtime,
+            ctime: v.mtime,
         }
     }
 }
@@ -183,6 +232,9 @@ impl From<InodeV1> for Inode {
             crypt: None,
             key_grants: Vec::new(),
             special: None,
+            nlink: 1,
+            atime: v.mtime,
+            ctime: v.mtime,
         }
     }
 }

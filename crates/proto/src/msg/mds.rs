@@ -230,7 +230,9 @@ pub enum MdsRequest {
         /// New size in bytes.
         size: u64,
     },
-    /// Remove a file; the answer carries a capability to delete its objects.
+    /// Remove a file; the answer carries a capability to delete its objects. A name of
+    /// an inode that keeps other names (hard links, issue 44) is removed alone: answer
+    /// `Ok`, nothing to delete.
     Unlink {
         /// Path.
         path: String,
@@ -656,7 +658,8 @@ pub enum MdsRequest {
     /// handed out for the removal, so it costs no signature. `WrongFile` when `path`
     /// names another file (nothing is removed; the client unlinks the usual way).
     /// Answer `Stat`, of the file removed; `Opened` as for `Unlink` when the held
-    /// capability would not serve (it or its user revoked, T10 credentials now).
+    /// capability would not serve (it or its user revoked, T10 credentials now); `Ok`
+    /// when the inode keeps other names (nothing to delete).
     UnlinkHeld {
         /// The file's path.
         path: String,
@@ -811,6 +814,63 @@ pub enum MdsRequest {
         /// Permission bits of a new file.
         mode: u16,
     },
+    /// Attributes of `path` with its link count and its access and change times (issue
+    /// 44; `Stat` has no room for them). Answer `StatFull`.
+    StatFull {
+        /// Path.
+        path: String,
+    },
+    /// Makes `to` a new name of the file, FIFO, socket, device node or symbolic link at
+    /// `from` (link(2), issue 44): a hard link, one inode under both names, its
+    /// permissions, capabilities and lockbox the inode's. Directories cannot be linked
+    /// (`PermissionDenied`, EPERM); `to` must not exist (`AlreadyExists`); write and
+    /// search permission on `to`'s directory; and, as Linux's `protected_hardlinks`,
+    /// only the owner, the administrator or a user who may read and write the inode
+    /// links it (else `PermissionDenied`). At most [`LINKS_MAX`] names (`TooLarge`).
+    /// Answer `Stat`, of the inode.
+    HardLink {
+        /// An existing entry (not followed if it is a symbolic link).
+        from: String,
+        /// The new name.
+        to: String,
+    },
+    /// Sets the access time, the modification time or both of `path` (utimensat(2),
+    /// issue 44; `SetMtime` sets only the latter): a time given explicitly is the owner's
+    /// or the administrator's to set (else `PermissionDenied`), `Now` also anyone who
+    /// may write it. The change time becomes now. Answer `Ok`.
+    SetTimes {
+        /// Path.
+        path: String,
+        /// The access time to set, if any.
+        atime: Option<SetTime>,
+        /// The modification time to set, if any.
+        mtime: Option<SetTime>,
+    },
+}
+
+/// A time `SetTimes` sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetTime {
+    /// The MDS's time now.
+    Now,
+    /// This time (protocol milliseconds).
+    At(u64),
+}
+
+/// The most names (hard links) one inode may have.
+pub const LINKS_MAX: u32 = 65_000;
+
+/// What `StatFull` adds to [`FileStat`] (issue 44).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinksAndTimes {
+    /// Names the inode has (a directory: 2).
+    pub nlink: u32,
+    /// Access time (ms since the epoch): set by `SetTimes` and at creation; reads do
+    /// not move it (as a `noatime` mount).
+    pub atime: u64,
+    /// Change time (ms since the epoch): when the inode last changed (its data, mode,
+    /// owner, names or times).
+    pub ctime: u64,
 }
 
 /// The longest symbolic link target (Linux's `PATH_MAX`).
@@ -958,6 +1018,9 @@ impl MdsRequest {
             MdsRequest::Readlink { .. } => "readlink",
             MdsRequest::Mknod { .. } => "mknod",
             MdsRequest::Access { .. } => "access",
+            MdsRequest::StatFull { .. } => "stat",
+            MdsRequest::HardLink { .. } => "hard_link",
+            MdsRequest::SetTimes { .. } => "set_times",
         }
     }
 }
@@ -1263,6 +1326,13 @@ pub enum MdsResponse {
     Link(String),
     /// Copies per partition and OSD liveness (answers `Placement`).
     Placement(Placement),
+    /// Attributes with the link count and times (answers `StatFull`).
+    StatFull {
+        /// What `Stat` says.
+        stat: FileStat,
+        /// The rest.
+        more: LinksAndTimes,
+    },
 }
 
 /// What a client places copies by besides the cluster map (issue 41).

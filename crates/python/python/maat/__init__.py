@@ -182,6 +182,17 @@ class Client:
         """Renames ``src`` to ``dst``."""
         self._native.mv(src, dst)
 
+    def link(self, src: str, dst: str) -> None:
+        """Makes ``dst`` another name of the file ``src`` (a hard link: one file and one
+        set of permissions under both names; removing one name keeps the file). Not of a
+        directory (``PermissionError``)."""
+        self._native.link(src, dst)
+
+    def symlink(self, target: str, path: str) -> None:
+        """Makes a symbolic link at ``path`` pointing to ``target`` (kept as given;
+        Maat never follows it, a mount's kernel does)."""
+        self._native.symlink(target, path)
+
     def chmod(self, path: str, mode: int) -> None:
         """Sets the permission bits (owner or administrator only). Capabilities already
         issued stop being renewed; access ends within one capability lifetime."""

@@ -1,0 +1,338 @@
+//! Hard links and the inode's times at the MDS (issue 44): one inode under several
+//! names, its permissions and objects the inode's whatever name it is reached by, gone
+//! with its last name; and a change time that follows POSIX.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::{add_users, call, mds, MemStore, T0};
+
+use maat_mds::{MetaStore, ADMIN_UID};
+use maat_proto::msg::{
+    Access, ErrorCode, FileStat, LinksAndTimes, MdsRequest, MdsResponse, SetTime, WireError,
+};
+
+const ALICE: u64 = 100;
+const BOB: u64 = 101;
+
+type M<'a> = maat_mds::Mds<&'a MemStore>;
+
+fn ok(m: &M, uid: u64, r: MdsRequest, at: u64) -> MdsResponse {
+    call(m, uid, r, at).unwrap()
+}
+
+fn refused(m: &M, uid: u64, r: MdsRequest, at: u64) -> ErrorCode {
+    let e: WireError = call(m, uid, r, at).unwrap_err();
+    e.code
+}
+
+fn stat(m: &M, path: &str) -> (FileStat, LinksAndTimes) {
+    match ok(m, ADMIN_UID, MdsRequest::StatFull { path: path.into() }, T0) {
+        MdsResponse::StatFull { stat, more } => (stat, more),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn link(from: &str, to: &str) -> MdsRequest {
+    MdsRequest::HardLink {
+        from: from.into(),
+        to: to.into(),
+    }
+}
+
+fn unlink(path: &str) -> MdsRequest {
+    MdsRequest::Unlink { path: path.into() }
+}
+
+/// A store with /w (0777), alice's file /w/f (0640) and her directory /w/d.
+fn setup(store: &MemStore) -> M<'_> {
+    add_users(store, &["alice", "bob"]);
+    let m = mds(store);
+    let mkdir = |path: &str, mode| MdsRequest::Mkdir {
+        path: path.into(),
+        mode,
+        parents: false,
+        partition: None,
+    };
+    ok(&m, ADMIN_UID, mkdir("/w", 0o777), T0);
+    ok(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Chmod {
+            path: "/w".into(),
+            mode: 0o777,
+        },
+        T0,
+    );
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Open {
+            path: "/w/f".into(),
+            access: Access::ReadWrite,
+            create: Some(0o640),
+        },
+        T0 + 10,
+    );
+    ok(&m, ALICE, mkdir("/w/d", 0o755), T0 + 10);
+    m
+}
+
+#[test]
+fn one_inode_under_several_names_goes_with_its_last() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let (f, more) = stat(&m, "/w/f");
+    assert_eq!(more.nlink, 1);
+    let linked = match ok(&m, ALICE, link("/w/f", "/w/d/g"), T0 + 20) {
+        MdsResponse::Stat(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(linked.id, f.id, "the new name is the same inode");
+    let (g, more) = stat(&m, "/w/d/g");
+    assert_eq!((g.id, more.nlink), (f.id, 2));
+    assert_eq!(stat(&m, "/w/f").1.nlink, 2);
+    assert_eq!(
+        stat(&m, "/w/d").0.mtime,
+        T0 + 20,
+        "the directory that gained a name changed"
+    );
+
+    // Permissions are the inode's: a chmod through one name shows through the other.
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Chmod {
+            path: "/w/d/g".into(),
+            mode: 0o644,
+        },
+        T0 + 30,
+    );
+    assert_eq!(stat(&m, "/w/f").0.mode, 0o644);
+
+    // Removing one name removes only the name: nothing for the client to delete.
+    assert_eq!(ok(&m, ALICE, unlink("/w/f"), T0 + 40), MdsResponse::Ok);
+    assert_eq!(
+        refused(
+            &m,
+            ADMIN_UID,
+            MdsRequest::StatFull {
+                path: "/w/f".into()
+            },
+            T0 + 41
+        ),
+        ErrorCode::NoSuchFile
+    );
+    let (g, more) = stat(&m, "/w/d/g");
+    assert_eq!((g.id, more.nlink, more.ctime), (f.id, 1, T0 + 40));
+    // Bob may read it by the name left, as the inode says.
+    ok(
+        &m,
+        BOB,
+        MdsRequest::Open {
+            path: "/w/d/g".into(),
+            access: Access::Read,
+            create: None,
+        },
+        T0 + 45,
+    );
+    // The last name goes with the inode: the answer lets the remover delete the objects.
+    match ok(&m, ALICE, unlink("/w/d/g"), T0 + 50) {
+        MdsResponse::Opened { stat, .. } => assert_eq!(stat.id, f.id),
+        other => panic!("the last name's removal answers a capability: {other:?}"),
+    }
+    assert!((&store).inode(f.id).unwrap().is_none(), "the inode is gone");
+}
+
+#[test]
+fn links_are_refused_where_link_2_refuses_them() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    // Not of a directory; not over an existing name; not from nothing.
+    assert_eq!(
+        refused(&m, ALICE, link("/w/d", "/w/e"), T0 + 20),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        refused(&m, ALICE, link("/w/f", "/w/d"), T0 + 20),
+        ErrorCode::AlreadyExists
+    );
+    assert_eq!(
+        refused(&m, ALICE, link("/w/none", "/w/e"), T0 + 20),
+        ErrorCode::NoSuchFile
+    );
+    // Bob may not write in alice's directory /w/d.
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Chmod {
+            path: "/w/f".into(),
+            mode: 0o666,
+        },
+        T0 + 21,
+    );
+    assert_eq!(
+        refused(&m, BOB, link("/w/f", "/w/d/mine"), T0 + 22),
+        ErrorCode::PermissionDenied
+    );
+    // protected_hardlinks: bob, who may only read alice's file, may not give it a name
+    // of his (it would keep her file alive after she removed it).
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Chmod {
+            path: "/w/f".into(),
+            mode: 0o644,
+        },
+        T0 + 23,
+    );
+    assert_eq!(
+        refused(&m, BOB, link("/w/f", "/w/bobs"), T0 + 24),
+        ErrorCode::PermissionDenied
+    );
+    assert!(matches!(
+        call(&m, BOB, MdsRequest::Stat { path: "/w/bobs".into() }, T0 + 25),
+        Err(e) if e.code == ErrorCode::NoSuchFile
+    ));
+    // ...but may when he may read and write it, as Linux allows.
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Chmod {
+            path: "/w/f".into(),
+            mode: 0o666,
+        },
+        T0 + 26,
+    );
+    ok(&m, BOB, link("/w/f", "/w/bobs"), T0 + 27);
+    assert_eq!(stat(&m, "/w/bobs").0.owner, "alice", "the inode stays hers");
+    // A failed link changed nothing.
+    assert_eq!(stat(&m, "/w/f").1.nlink, 2);
+}
+
+#[test]
+fn renaming_onto_another_name_of_the_same_inode_does_nothing() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    ok(&m, ALICE, link("/w/f", "/w/g"), T0 + 20);
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Rename {
+            from: "/w/f".into(),
+            to: "/w/g".into(),
+        },
+        T0 + 30,
+    );
+    // rename(2): both names stay.
+    assert_eq!(stat(&m, "/w/f").1.nlink, 2);
+    assert_eq!(stat(&m, "/w/g").1.nlink, 2);
+}
+
+#[test]
+fn the_change_time_follows_every_change_and_the_access_time_is_settable() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let (f, more) = stat(&m, "/w/f");
+    assert_eq!(
+        (f.mtime, more.atime, more.ctime),
+        (T0 + 10, T0 + 10, T0 + 10)
+    );
+    let times = |p: &str| {
+        let (s, more) = stat(&m, p);
+        (s.mtime, more.atime, more.ctime)
+    };
+    let chmod = |mode| MdsRequest::Chmod {
+        path: "/w/f".into(),
+        mode,
+    };
+    ok(&m, ALICE, chmod(0o660), T0 + 20);
+    assert_eq!(
+        times("/w/f"),
+        (T0 + 10, T0 + 10, T0 + 20),
+        "chmod: ctime only"
+    );
+    ok(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Chown {
+            path: "/w/f".into(),
+            owner: Some("alice".into()),
+            group: None,
+        },
+        T0 + 30,
+    );
+    assert_eq!(times("/w/f").2, T0 + 30, "chown moves ctime");
+    let set = |atime, mtime| MdsRequest::SetTimes {
+        path: "/w/f".into(),
+        atime,
+        mtime,
+    };
+    ok(&m, ALICE, set(Some(SetTime::At(5_000)), None), T0 + 40);
+    assert_eq!(times("/w/f"), (T0 + 10, 5_000, T0 + 40));
+    ok(
+        &m,
+        ALICE,
+        set(Some(SetTime::At(6_000)), Some(SetTime::At(7_000))),
+        T0 + 50,
+    );
+    assert_eq!(times("/w/f"), (7_000, 6_000, T0 + 50));
+    // Bob may write it as anyone may, but set no time other than now.
+    ok(&m, ALICE, chmod(0o666), T0 + 55);
+    assert_eq!(
+        refused(&m, BOB, set(Some(SetTime::At(1)), None), T0 + 60),
+        ErrorCode::PermissionDenied,
+        "an access time other than now is the owner's to set"
+    );
+    assert_eq!(
+        times("/w/f"),
+        (7_000, 6_000, T0 + 55),
+        "a refusal changed nothing"
+    );
+    ok(
+        &m,
+        BOB,
+        set(Some(SetTime::Now), Some(SetTime::Now)),
+        T0 + 70,
+    );
+    assert_eq!(times("/w/f"), (T0 + 70, T0 + 70, T0 + 70));
+    ok(&m, ALICE, chmod(0o600), T0 + 75);
+    assert_eq!(
+        refused(&m, BOB, set(Some(SetTime::Now), None), T0 + 80),
+        ErrorCode::PermissionDenied,
+        "now needs write permission"
+    );
+    // A rename moves the inode's ctime and keeps its mtime; the directory's both move.
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Rename {
+            from: "/w/f".into(),
+            to: "/w/d/f".into(),
+        },
+        T0 + 90,
+    );
+    assert_eq!(times("/w/d/f"), (T0 + 70, T0 + 70, T0 + 90));
+    let (_, dir_more) = stat(&m, "/w/d");
+    assert_eq!(
+        (stat(&m, "/w/d").0.mtime, dir_more.ctime),
+        (T0 + 90, T0 + 90)
+    );
+    // A write (its size record) moves mtime and ctime.
+    let id = stat(&m, "/w/d/f").0.id;
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::SetSize {
+            path: "/w/d/f".into(),
+            file: id,
+            size: 3,
+        },
+        T0 + 100,
+    );
+    assert_eq!(times("/w/d/f"), (T0 + 100, T0 + 70, T0 + 100));
+}
