@@ -251,8 +251,8 @@ fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
     );
 }
 
-/// Issue 44, "everyday work on the mount as an ordinary user": git, tar with modes, times
-/// and symbolic links, cp -a, rsync -a twice (the second sends nothing), sqlite3 with
+/// Issue 44, "everyday work on the mount as an ordinary user": git, tar with modes, times,
+/// symbolic and hard links, cp -a, rsync -a twice (the second sends nothing), sqlite3 with
 /// WAL and make with a C compiler, as local user ALICE in her Maat home. A tool that is
 /// not installed is skipped, saying so.
 #[test]
@@ -274,9 +274,10 @@ fn everyday_tools_work_for_an_ordinary_user() {
         (
             "tar",
             "mkdir src && echo data > src/f && chmod 640 src/f && ln -s f src/link \
-             && touch -d @1000000000 src/f && tar cf t.tar src && mkdir x \
-             && tar xf t.tar -C x && echo $(stat -c '%a %Y' x/src/f) $(readlink x/src/link)",
-            "640 1000000000 f",
+             && ln src/f src/hard && touch -d @1000000000 src/f && tar cf t.tar src \
+             && mkdir x && tar xf t.tar -C x \
+             && echo $(stat -c '%a %Y %h' x/src/f) $(readlink x/src/link)",
+            "640 1000000000 2 f",
         ),
         (
             "cp",

@@ -64,8 +64,8 @@ use maat_net::{Connection, Network};
 use maat_proto::login;
 use maat_proto::msg::{
     self, Access, ClusterMap, DaemonStats, ErrorCode, FileStat, InsecureRequest, KdfParams,
-    LinksAndTimes, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, ObjectId,
-    OsdCommand, OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, SetTime, WireError,
+    MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse, ObjectId, OsdCommand,
+    OsdPlainRequest, OsdPlainResponse, OsdRequest, OsdResponse, SetTime, StatMore, WireError,
     DATA_PARTITION, STRIPE_UNIT_BYTES,
 };
 use maat_proto::protection::{self, Protection};

@@ -33,7 +33,7 @@ impl Client {
 
     /// Attributes of a path with its link count and its access and change times
     /// (issue 44).
-    pub fn stat_full(&self, path: &str) -> Result<(FileStat, LinksAndTimes)> {
+    pub fn stat_full(&self, path: &str) -> Result<(FileStat, StatMore)> {
         match self.mds_call(MdsRequest::StatFull { path: path.into() })? {
             MdsResponse::StatFull { stat, more } => Ok((stat, more)),
             _ => Err(self.bad("mds", "unexpected answer")),

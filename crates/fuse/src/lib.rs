@@ -15,8 +15,13 @@
 
 pub mod limits;
 
+mod errno;
 mod inodes;
+mod mount;
 mod state;
+pub use errno::errno;
+use errno::kind;
+pub use mount::{mount, MountSettings};
 pub mod users;
 use state::State;
 pub use users::{IdMap, ManyUsers};
@@ -30,7 +35,7 @@ use fuser::{
 use inodes::Inodes;
 use maat_client::{Client, ClientError, FileHandle, OpenFlags};
 use maat_proto::msg::{
-    ErrorCode, FileStat, LinksAndTimes, SetTime, STRIPE_UNIT_BYTES, S_IFBLK, S_IFCHR, S_IFMT,
+    ErrorCode, FileStat, SetTime, StatMore, STRIPE_UNIT_BYTES, S_IFBLK, S_IFCHR, S_IFMT,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -72,53 +77,6 @@ use crate::limits::KERNEL_IO_BYTES;
 /// The filesystem `maat mount` serves.
 pub struct MaatFs {
     state: Mutex<State>,
-}
-
-/// The errno for a client error.
-pub fn errno(e: &ClientError) -> Errno {
-    match e {
-        ClientError::Refused(w) => match w.code {
-            ErrorCode::NoSuchFile | ErrorCode::NoSuchUser | ErrorCode::NoSuchGroup => Errno::ENOENT,
-            ErrorCode::AlreadyExists => Errno::EEXIST,
-            ErrorCode::NotADirectory => Errno::ENOTDIR,
-            ErrorCode::IsADirectory => Errno::EISDIR,
-            ErrorCode::NotEmpty => Errno::ENOTEMPTY,
-            ErrorCode::InvalidArgument | ErrorCode::Malformed => Errno::EINVAL,
-            ErrorCode::TooLarge => Errno::EFBIG,
-            ErrorCode::Busy | ErrorCode::NotReady => Errno::EAGAIN,
-            ErrorCode::ObjectDamaged => Errno::EIO,
-            // Every other refusal is a security decision: permission, expiry,
-            // revocation, a bad MAC or signature, a replay.
-            _ => Errno::EACCES,
-        },
-        ClientError::NotOpenForWriting(_) => Errno::EBADF,
-        ClientError::NotLoggedIn => Errno::EACCES,
-        ClientError::Net { .. } => Errno::ENOTCONN,
-        ClientError::Io { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
-        ClientError::NotInJob(_) => Errno::EACCES,
-        ClientError::InvalidArgument(_) => Errno::EINVAL,
-        _ => Errno::EIO,
-    }
-}
-
-fn kind(s: &FileStat) -> FileType {
-    if s.is_dir {
-        FileType::Directory
-    } else if s.is_symlink() {
-        FileType::Symlink
-    } else if s.is_fifo() {
-        FileType::NamedPipe
-    } else if s.is_socket() {
-        FileType::Socket
-    } else if let Some(block) = s.is_device() {
-        if block {
-            FileType::BlockDevice
-        } else {
-            FileType::CharDevice
-        }
-    } else {
-        FileType::RegularFile
-    }
 }
 
 impl MaatFs {
@@ -254,32 +212,7 @@ impl Filesystem for MaatFs {
         // The access and modification times, as utimensat(2) sets them (after a size
         // change, which sets the latter too).
         if atime.is_some() || mtime.is_some() {
-            let at = |t: TimeOrNow| match t {
-                TimeOrNow::SpecificTime(t) => SetTime::At(
-                    t.duration_since(UNIX_EPOCH)
-                        .map(|d| d.as_millis() as u64)
-                        .unwrap_or(0),
-                ),
-                TimeOrNow::Now => SetTime::Now,
-            };
-            let (atime, mtime) = (atime.map(at), mtime.map(at));
-            let explicit = [atime, mtime]
-                .iter()
-                .any(|t| matches!(t, Some(SetTime::At(_))));
-            // Buffered writes first, so that their size record does not move it again.
-            if mtime.is_some() {
-                attempt!(reply, s.flush_ino(ino.0));
-            }
-            // utimensat(2): a time given explicitly is the owner's to set (EPERM for
-            // others); "now" needs write permission (EACCES).
-            match s.client.set_times(&path, atime, mtime) {
-                Err(ClientError::Refused(e))
-                    if e.code == ErrorCode::PermissionDenied && explicit =>
-                {
-                    return reply.error(Errno::EPERM)
-                }
-                other => attempt!(reply, other.map_err(|e| errno(&e))),
-            }
+            attempt!(reply, s.set_times(ino.0, &path, atime, mtime));
         }
         let attr = attempt!(reply, s.current_attr(ino.0));
         reply.attr(&TTL, &attr);
@@ -332,7 +265,10 @@ impl Filesystem for MaatFs {
         let group = s.process_group(req.gid());
         s.adopt_group(&path, &mut stat, group);
         let ino = s.inodes.ino(&path, stat.id);
-        let attr = s.attr(ino, &stat, None);
+        let mut attr = s.attr(ino, &stat, None);
+        if stat.is_device().is_some() {
+            attr.rdev = rdev;
+        }
         reply.entry(&TTL, &attr, Generation(0));
     }
 
@@ -724,99 +660,5 @@ impl Filesystem for MaatFs {
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
         reply.error(Errno::ENOTSUP);
-    }
-}
-
-/// How a mount is made.
-#[derive(Debug, Default)]
-pub struct MountSettings {
-    /// Honour setuid and setgid bits of programs run from the mount. Off by default
-    /// (`nosuid`, and always `nodev`): any Maat user who may write a directory could
-    /// otherwise plant a setuid program for the local machine's users (issue 44).
-    pub suid: bool,
-    /// Serve every local user, each through their own session (mounted `allow_other`);
-    /// `None`: only the mounting user (the kernel refuses everyone else).
-    pub many_users: Option<ManyUsers>,
-    /// Show owners and groups as local ids, and take local ids in `chown`.
-    pub idmap: Option<IdMap>,
-}
-
-/// Mounts the Maat directory `root` at `mountpoint` and serves until it is unmounted
-/// (`fusermount3 -u MOUNTPOINT`) or `stop` returns true (checked every 100 ms); then
-/// unmounts, sending every open file's buffered writes and size first.
-pub fn mount(
-    client: Client,
-    root: &str,
-    mountpoint: &Path,
-    settings: MountSettings,
-    mounted: impl FnOnce(),
-    mut stop: impl FnMut() -> bool,
-) -> Result<(), FuseError> {
-    let many = settings.many_users.is_some();
-    let fs = MaatFs::new(client, root, settings.many_users, settings.idmap)?;
-    let mut config = fuser::Config::default();
-    config
-        .mount_options
-        .push(fuser::MountOption::FSName(format!("maat:{root}")));
-    config
-        .mount_options
-        .push(fuser::MountOption::Subtype("maat".into()));
-    config.mount_options.push(fuser::MountOption::NoDev);
-    if many {
-        // `allow_other`: the kernel lets every local user in; each acts as themselves.
-        config.acl = fuser::SessionACL::All;
-    }
-    config.mount_options.push(if settings.suid {
-        fuser::MountOption::Suid
-    } else {
-        fuser::MountOption::NoSuid
-    });
-    let failed = |source| FuseError::Mount {
-        mountpoint: mountpoint.display().to_string(),
-        source,
-    };
-    let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(failed)?;
-    mounted();
-    loop {
-        if session.guard.is_finished() {
-            return session.join().map_err(failed);
-        }
-        if stop() {
-            return session.umount_and_join().map_err(failed);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use maat_proto::msg::WireError;
-
-    #[test]
-    fn refusals_map_to_the_errno_posix_programs_expect() {
-        let refused = |code| ClientError::Refused(WireError::new(code, "x"));
-        assert_eq!(errno(&refused(ErrorCode::PermissionDenied)), Errno::EACCES);
-        assert_eq!(errno(&refused(ErrorCode::Revoked)), Errno::EACCES);
-        assert_eq!(errno(&refused(ErrorCode::NoSuchFile)), Errno::ENOENT);
-        assert_eq!(errno(&refused(ErrorCode::AlreadyExists)), Errno::EEXIST);
-        assert_eq!(errno(&refused(ErrorCode::NotEmpty)), Errno::ENOTEMPTY);
-        assert_eq!(errno(&refused(ErrorCode::IsADirectory)), Errno::EISDIR);
-        assert_eq!(errno(&refused(ErrorCode::NotADirectory)), Errno::ENOTDIR);
-        assert_eq!(
-            errno(&ClientError::NotOpenForWriting("f".into())),
-            Errno::EBADF
-        );
-        // Typed client errors keep their errno: a local I/O error its own.
-        let io = ClientError::Io {
-            what: "f".into(),
-            source: std::io::Error::from_raw_os_error(28),
-        };
-        assert_eq!(errno(&io), Errno::from_i32(28));
-        assert_eq!(
-            errno(&ClientError::InvalidArgument("x".into())),
-            Errno::EINVAL
-        );
-        assert_eq!(errno(&ClientError::NotInJob("x".into())), Errno::EACCES);
     }
 }

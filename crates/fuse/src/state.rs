@@ -117,6 +117,40 @@ impl State {
         Ok(())
     }
 
+    /// Sets the access and modification times of `ino` at `path` as utimensat(2) does: a
+    /// time given explicitly is the owner's to set (EPERM for others); "now" needs write
+    /// permission (EACCES).
+    pub(crate) fn set_times(
+        &mut self,
+        ino: u64,
+        path: &str,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> Result<(), Errno> {
+        let at = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => SetTime::At(
+                t.duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+            ),
+            TimeOrNow::Now => SetTime::Now,
+        };
+        let (atime, mtime) = (atime.map(at), mtime.map(at));
+        let explicit = [atime, mtime]
+            .iter()
+            .any(|t| matches!(t, Some(SetTime::At(_))));
+        // Buffered writes first, so that their size record does not move it again.
+        if mtime.is_some() {
+            self.flush_ino(ino)?;
+        }
+        match self.client.set_times(path, atime, mtime) {
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied && explicit => {
+                Err(Errno::EPERM)
+            }
+            other => other.map_err(|e| errno(&e)),
+        }
+    }
+
     /// The Maat group a new entry of this user takes, as Linux gives a new file the
     /// creating process's group: `Some` only with an identity map that names the
     /// process's group `gid`, when it is not the user's own (Maat's choice for new
@@ -194,7 +228,7 @@ impl State {
 
     /// The kernel's attributes of `ino` from its stat, with its link count and times when
     /// the MDS gave them (else those of a new entry: one name, times all equal).
-    pub(crate) fn attr(&self, ino: u64, s: &FileStat, more: Option<&LinksAndTimes>) -> FileAttr {
+    pub(crate) fn attr(&self, ino: u64, s: &FileStat, more: Option<&StatMore>) -> FileAttr {
         let size = self
             .open
             .values()
@@ -224,7 +258,7 @@ impl State {
             // as the mounting user; the MDS decides every access by the Maat identity.
             uid: self.idmap.as_ref().map_or(self.uid, |m| m.uid(&s.owner)),
             gid: self.idmap.as_ref().map_or(self.gid, |m| m.gid(&s.group)),
-            rdev: 0,
+            rdev: more.map_or(0, |m| m.rdev),
             flags: 0,
             blksize: STRIPE_UNIT_BYTES as u32,
         }

@@ -8,7 +8,7 @@ use crate::namespace::{allowed, check_new_name, enter, require, touch_dir, EXEC,
 use crate::store::Special;
 use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result};
 use maat_proto::msg::{
-    ErrorCode, LinksAndTimes, MdsResponse, LINKS_MAX, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR,
+    ErrorCode, MdsResponse, StatMore, LINKS_MAX, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR,
     S_IFIFO, S_IFMT, S_IFSOCK,
 };
 use maat_proto::UnixMillis;
@@ -111,12 +111,16 @@ impl<S: MetaStore> crate::Mds<S> {
     /// `path`'s attributes with its link count and its access and change times.
     pub(crate) fn stat_full(&self, who: &Principal, path: &str) -> Result<MdsResponse> {
         let inode = self.resolve(who, path)?;
-        let more = LinksAndTimes {
+        let more = StatMore {
             // (A directory's subdirectories are not counted: 2, as FUSE file systems
             // without the count show.)
             nlink: if inode.is_dir { 2 } else { inode.nlink },
             atime: inode.atime,
             ctime: inode.ctime,
+            rdev: match inode.special {
+                Some(Special::Block(rdev) | Special::Char(rdev)) => rdev,
+                _ => 0,
+            },
         };
         Ok(MdsResponse::StatFull {
             stat: self.stat_of(&inode)?,

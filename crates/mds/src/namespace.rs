@@ -72,6 +72,8 @@ pub(crate) const MODE_BITS: u16 = 0o7777;
 
 /// The sticky bit of a directory.
 const STICKY: u16 = 0o1000;
+/// The setuid and setgid bits.
+const SETID: u16 = 0o6000;
 
 /// Issue 40, item 7: in a sticky directory (`/tmp`'s 1777) only the entry's owner, the
 /// directory's owner or the administrator may remove or rename the entry, whatever the
@@ -823,13 +825,22 @@ impl<S: MetaStore> crate::Mds<S> {
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
         let mut inode = self.resolve(who, path)?;
-        if inode.uid != who.uid && !who.is_admin() {
+        let mode = mode & MODE_BITS;
+        // What a write by anyone does to a file (POSIX: setuid and setgid are cleared
+        // when a non-owner writes it; the kernel asks for it as the writer): clearing
+        // those bits alone, for a user who may write it.
+        let kills_privileges = mode != inode.mode
+            && mode | SETID == inode.mode | SETID
+            && mode & SETID & !inode.mode == 0
+            && !inode.is_dir
+            && allowed(who, &inode, WRITE);
+        if inode.uid != who.uid && !who.is_admin() && !kills_privileges {
             return Err(MdsError::refused(
                 ErrorCode::PermissionDenied,
-                "only the owner may chmod",
+                "only the owner may chmod (a writer may only clear setuid and setgid)",
             ));
         }
-        inode.mode = mode & MODE_BITS;
+        inode.mode = mode;
         inode.ctime = now.0;
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));

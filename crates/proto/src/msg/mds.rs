@@ -860,9 +860,9 @@ pub enum SetTime {
 /// The most names (hard links) one inode may have.
 pub const LINKS_MAX: u32 = 65_000;
 
-/// What `StatFull` adds to [`FileStat`] (issue 44).
+/// What `StatFull` adds to [`FileStat`] (issue 44): links, times, a device's number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LinksAndTimes {
+pub struct StatMore {
     /// Names the inode has (a directory: 2).
     pub nlink: u32,
     /// Access time (ms since the epoch): set by `SetTimes` and at creation; reads do
@@ -871,6 +871,8 @@ pub struct LinksAndTimes {
     /// Change time (ms since the epoch): when the inode last changed (its data, mode,
     /// owner, names or times).
     pub ctime: u64,
+    /// A device node's number (`makedev(major, minor)`); 0 for everything else.
+    pub rdev: u32,
 }
 
 /// The longest symbolic link target (Linux's `PATH_MAX`).
@@ -1331,7 +1333,7 @@ pub enum MdsResponse {
         /// What `Stat` says.
         stat: FileStat,
         /// The rest.
-        more: LinksAndTimes,
+        more: StatMore,
     },
 }
 

@@ -1,6 +1,6 @@
-//! Hard links and the inode's times at the MDS (issue 44): one inode under several
-//! names, its permissions and objects the inode's whatever name it is reached by, gone
-//! with its last name; and a change time that follows POSIX.
+//! The inode at the MDS (issue 44): hard links (one inode under several names, its
+//! permissions and objects the inode's whatever name it is reached by, gone with its last
+//! name), a change time that follows POSIX, and setuid and setgid cleared by a writer.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,7 +13,7 @@ use common::{add_users, call, mds, MemStore, T0};
 
 use maat_mds::{MetaStore, ADMIN_UID};
 use maat_proto::msg::{
-    Access, ErrorCode, FileStat, LinksAndTimes, MdsRequest, MdsResponse, SetTime, WireError,
+    Access, ErrorCode, FileStat, MdsRequest, MdsResponse, SetTime, StatMore, WireError,
 };
 
 const ALICE: u64 = 100;
@@ -30,7 +30,7 @@ fn refused(m: &M, uid: u64, r: MdsRequest, at: u64) -> ErrorCode {
     e.code
 }
 
-fn stat(m: &M, path: &str) -> (FileStat, LinksAndTimes) {
+fn stat(m: &M, path: &str) -> (FileStat, StatMore) {
     match ok(m, ADMIN_UID, MdsRequest::StatFull { path: path.into() }, T0) {
         MdsResponse::StatFull { stat, more } => (stat, more),
         other => panic!("{other:?}"),
@@ -335,4 +335,62 @@ fn the_change_time_follows_every_change_and_the_access_time_is_settable() {
         T0 + 100,
     );
     assert_eq!(times("/w/d/f"), (T0 + 100, T0 + 70, T0 + 100));
+}
+
+/// chmod/12 of pjdfstest: a write by a non-owner clears setuid and setgid, which the
+/// kernel asks for as a chmod by the writer. A writer may clear them and nothing else.
+#[test]
+fn a_writer_may_clear_setuid_and_setgid_and_nothing_else() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let chmod = |mode| MdsRequest::Chmod {
+        path: "/w/f".into(),
+        mode,
+    };
+    let mode = || stat(&m, "/w/f").0.mode & 0o7777;
+    ok(&m, ALICE, chmod(0o6666), T0 + 20);
+    // Bob may write it: he may clear the bits, one or both...
+    ok(&m, BOB, chmod(0o2666), T0 + 30);
+    assert_eq!(mode(), 0o2666);
+    // ...but not set one, or change any other bit while at it.
+    for (wanted, why) in [
+        (0o6666, "setting setuid"),
+        (0o0644, "clearing write bits"),
+        (0o0667, "adding execute"),
+    ] {
+        assert_eq!(
+            refused(&m, BOB, chmod(wanted), T0 + 40),
+            ErrorCode::PermissionDenied,
+            "{why}"
+        );
+    }
+    ok(&m, BOB, chmod(0o0666), T0 + 50);
+    assert_eq!(mode(), 0o0666);
+    // A user who may not write the file may not clear them either.
+    ok(&m, ALICE, chmod(0o6644), T0 + 60);
+    assert_eq!(
+        refused(&m, BOB, chmod(0o0644), T0 + 70),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(mode(), 0o6644);
+}
+
+/// mknod/11 of pjdfstest: a device node shows the number it was made with.
+#[test]
+fn a_device_node_shows_its_number() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let rdev = (4 << 8) | 7;
+    ok(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Mknod {
+            path: "/w/tty".into(),
+            mode: maat_proto::msg::S_IFCHR | 0o600,
+            rdev,
+        },
+        T0 + 20,
+    );
+    assert_eq!(stat(&m, "/w/tty").1.rdev, rdev);
+    assert_eq!(stat(&m, "/w/f").1.rdev, 0);
 }
