@@ -119,18 +119,6 @@ use crate::limits::ZERO_FILL_CHUNK;
 impl Client {
     /// Opens `path` for byte-range I/O.
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<FileHandle> {
-        if flags.exclusive && flags.create.is_some() {
-            match self.stat(path) {
-                Ok(_) => {
-                    return Err(ClientError::Refused(WireError::new(
-                        ErrorCode::AlreadyExists,
-                        path,
-                    )))
-                }
-                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchFile => {}
-                Err(e) => return Err(e),
-            }
-        }
         let access = if flags.write {
             Access::ReadWrite
         } else {
@@ -142,6 +130,18 @@ impl Client {
         // A file this call creates, the cluster encrypting new files, is created
         // encrypted with its lockbox to come, recorded with its size (SPEC H5).
         let mut opened = match flags.create {
+            // O_CREAT | O_EXCL: made by this call or refused, in one step at the MDS
+            // (issue 44: a stat first let two creators both succeed).
+            Some(mode) if flags.exclusive => {
+                let sealed = flags.write && self.seals_new_files(None)?;
+                self.stats.lock().capability_cache_misses += 1;
+                self.opened_from(self.mds_call(maat_proto::msg::MdsRequest::OpenExclusive {
+                    path: path.into(),
+                    access,
+                    mode,
+                    sealed,
+                })?)?
+            }
             Some(mode) if flags.write && self.seals_new_files(None)? => {
                 self.open_sealed(path, mode)?
             }

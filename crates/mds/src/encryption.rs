@@ -73,12 +73,36 @@ impl<S: MetaStore> crate::Mds<S> {
         if let Some(mode) = create {
             match self.resolve(who, path) {
                 Err(MdsError::Refused(e)) if e.code == ErrorCode::NoSuchFile => {
-                    self.create_file(who, path, mode, true, now)?;
+                    self.create_file(who, path, mode, true, false, now)?;
                 }
                 Err(e) => return Err(e),
                 Ok(_) => {}
             }
         }
+        self.open_file(who, path, access, None, &[], session, now, rng)
+    }
+
+    /// `OpenExclusive`: creates `path` (encrypted, its lockbox to come, when `sealed`) or
+    /// refuses because it exists, then opens it as `Open` does.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_exclusive(
+        &self,
+        who: &Principal,
+        path: &str,
+        access: Access,
+        mode: u16,
+        sealed: bool,
+        session: Option<&[u8; 16]>,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        if sealed && access != Access::ReadWrite {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                "a file created encrypted is opened read-write (its lockbox is to come)",
+            ));
+        }
+        self.create_file(who, path, mode, sealed, true, now)?;
         self.open_file(who, path, access, None, &[], session, now, rng)
     }
 

@@ -476,19 +476,27 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// The file at `path`, created with permission bits `mode` unless it exists (a file
-    /// made meanwhile by another request is the one returned). `sealed`: created
-    /// encrypted, its lockbox to come (SPEC H5, `OpenSealed`).
+    /// made meanwhile by another request is the one returned; with `exclusive`, refused
+    /// `AlreadyExists`). `sealed`: created encrypted, its lockbox to come (SPEC H5,
+    /// `OpenSealed`).
     pub(crate) fn create_file(
         &self,
         who: &Principal,
         path: &str,
         mode: u16,
         sealed: bool,
+        exclusive: bool,
         now: UnixMillis,
     ) -> Result<Inode> {
         let _guard = lock(&self.write);
         let (parent, name) = self.parent_of(who, path)?;
         if let Some(id) = self.store.lookup(parent.id, name)? {
+            if exclusive {
+                return Err(MdsError::refused(
+                    ErrorCode::AlreadyExists,
+                    path.to_string(),
+                ));
+            }
             return self.load(id, path);
         }
         check_new_name(name)?;
@@ -519,7 +527,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let inode = match (self.resolve(who, path), create) {
             (Ok(inode), _) => inode,
             (Err(MdsError::Refused(e)), Some(mode)) if e.code == ErrorCode::NoSuchFile => {
-                self.create_file(who, path, mode, false, now)?
+                self.create_file(who, path, mode, false, false, now)?
             }
             (Err(e), _) => return Err(e),
         };

@@ -333,6 +333,12 @@ impl<S: MetaStore> Mds<S> {
                 access,
                 create,
             } => self.open_sealed(who, &path, access, create, session, now, rng),
+            MdsRequest::OpenExclusive {
+                path,
+                access,
+                mode,
+                sealed,
+            } => self.open_exclusive(who, &path, access, mode, sealed, session, now, rng),
             MdsRequest::SetSizeLockbox {
                 path,
                 file,

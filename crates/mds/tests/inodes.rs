@@ -394,3 +394,47 @@ fn a_device_node_shows_its_number() {
     assert_eq!(stat(&m, "/w/tty").1.rdev, rdev);
     assert_eq!(stat(&m, "/w/f").1.rdev, 0);
 }
+
+/// open(2) with O_CREAT | O_EXCL in one step (issue 44): the client asked whether the
+/// name existed, then created, so two creators could both succeed (lock files).
+#[test]
+fn an_exclusive_create_makes_the_file_or_refuses() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let excl = |path: &str, access| MdsRequest::OpenExclusive {
+        path: path.into(),
+        access,
+        mode: 0o644,
+        sealed: false,
+    };
+    match ok(&m, BOB, excl("/w/lock", Access::ReadWrite), T0 + 20) {
+        MdsResponse::Opened { stat, .. } => assert_eq!(stat.owner, "bob"),
+        other => panic!("{other:?}"),
+    }
+    for who in [BOB, ALICE] {
+        assert_eq!(
+            refused(&m, who, excl("/w/lock", Access::ReadWrite), T0 + 30),
+            ErrorCode::AlreadyExists
+        );
+    }
+    assert_eq!(
+        refused(&m, ALICE, excl("/w/f", Access::Read), T0 + 30),
+        ErrorCode::AlreadyExists,
+        "an existing file, whoever made it"
+    );
+    // Created encrypted only for a read-write open; and where the user may create.
+    let sealed_read = MdsRequest::OpenExclusive {
+        path: "/w/s".into(),
+        access: Access::Read,
+        mode: 0o644,
+        sealed: true,
+    };
+    assert_eq!(
+        refused(&m, BOB, sealed_read, T0 + 40),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        refused(&m, BOB, excl("/w/d/x", Access::ReadWrite), T0 + 40),
+        ErrorCode::PermissionDenied
+    );
+}

@@ -846,6 +846,20 @@ pub enum MdsRequest {
         /// The modification time to set, if any.
         mtime: Option<SetTime>,
     },
+    /// Creates the file `path` and opens it read-write, or refuses (`AlreadyExists`) if
+    /// the name exists, in one step at the MDS (open(2) with `O_CREAT | O_EXCL`, issue
+    /// 44: lock files rely on only one creator succeeding). `sealed`: created encrypted,
+    /// its lockbox to come as with `OpenSealed` (read-write opens only). Answer `Opened`.
+    OpenExclusive {
+        /// Path of the new file.
+        path: String,
+        /// Access wanted.
+        access: Access,
+        /// Its permission bits (the creator's umask applies).
+        mode: u16,
+        /// Encrypted, its first lockbox recorded with its size (SPEC H5).
+        sealed: bool,
+    },
 }
 
 /// A time `SetTimes` sets.
@@ -1023,6 +1037,7 @@ impl MdsRequest {
             MdsRequest::StatFull { .. } => "stat",
             MdsRequest::HardLink { .. } => "hard_link",
             MdsRequest::SetTimes { .. } => "set_times",
+            MdsRequest::OpenExclusive { .. } => "open",
         }
     }
 }
