@@ -297,6 +297,32 @@ impl Client {
         })
     }
 
+    /// Changes any of `path`'s mode, owner, group and times in one commit (each under
+    /// the rules of [`Client::chmod`], [`Client::chown`] and [`Client::set_times`]; a
+    /// refusal changes nothing) and answers the attributes after (issue 44).
+    pub fn set_attr(
+        &self,
+        path: &str,
+        mode: Option<u16>,
+        owner: Option<&str>,
+        group: Option<&str>,
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
+    ) -> Result<(FileStat, StatMore)> {
+        self.forget_opened_path(path);
+        match self.mds_call(MdsRequest::SetAttr {
+            path: path.into(),
+            mode,
+            owner: owner.map(str::to_string),
+            group: group.map(str::to_string),
+            atime,
+            mtime,
+        })? {
+            MdsResponse::StatFull { stat, more } => Ok((stat, more)),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// Makes a symbolic link at `path` pointing to `target` (issue 44). The MDS never
     /// follows links; a mount's kernel does.
     pub fn symlink(&self, target: &str, path: &str) -> Result<FileStat> {

@@ -18,6 +18,7 @@ pub mod limits;
 mod errno;
 mod inodes;
 mod mount;
+mod setattr;
 mod state;
 pub use errno::errno;
 use errno::kind;
@@ -197,24 +198,20 @@ impl Filesystem for MaatFs {
     ) {
         let mut s = attempt!(reply, self.state_as(req));
         let path = attempt!(reply, s.path(ino.0));
-        // Owner and group first: the kernel sends the mode that clears setuid and
-        // setgid with a chown, and expects it applied after.
-        if uid.is_some() || gid.is_some() {
-            attempt!(reply, s.chown(&path, uid, gid));
-        }
-        if let Some(mode) = mode {
-            let changed = s.client.chmod(&path, (mode & 0o7777) as u16);
-            attempt!(reply, s.owner_only(&path, changed));
-        }
-        if let Some(size) = size {
-            attempt!(reply, s.truncate(ino.0, fh.map(|f| f.0), size));
-        }
-        // The access and modification times, as utimensat(2) sets them (after a size
-        // change, which sets the latter too).
-        if atime.is_some() || mtime.is_some() {
-            attempt!(reply, s.set_times(ino.0, &path, atime, mtime));
-        }
-        let attr = attempt!(reply, s.current_attr(ino.0));
+        let change = attempt!(reply, s.attr_change(uid, gid, mode, atime, mtime));
+        let attr = match size {
+            // Owner, group and mode, the size, then the times (a size change sets the
+            // modification time too). The kernel sends a size alone, nearly always.
+            Some(size) => {
+                attempt!(reply, s.apply(ino.0, &path, change.without_times()));
+                attempt!(reply, s.truncate(ino.0, fh.map(|f| f.0), size));
+                attempt!(reply, s.apply(ino.0, &path, change.times()))
+            }
+            // One request: owner and group first (the kernel sends the mode that
+            // clears setuid and setgid with a chown, and expects it applied after),
+            // then the mode and the times.
+            None => attempt!(reply, s.apply(ino.0, &path, change)),
+        };
         reply.attr(&TTL, &attr);
     }
 

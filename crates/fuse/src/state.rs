@@ -117,40 +117,6 @@ impl State {
         Ok(())
     }
 
-    /// Sets the access and modification times of `ino` at `path` as utimensat(2) does: a
-    /// time given explicitly is the owner's to set (EPERM for others); "now" needs write
-    /// permission (EACCES).
-    pub(crate) fn set_times(
-        &mut self,
-        ino: u64,
-        path: &str,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-    ) -> Result<(), Errno> {
-        let at = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => SetTime::At(
-                t.duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0),
-            ),
-            TimeOrNow::Now => SetTime::Now,
-        };
-        let (atime, mtime) = (atime.map(at), mtime.map(at));
-        let explicit = [atime, mtime]
-            .iter()
-            .any(|t| matches!(t, Some(SetTime::At(_))));
-        // Buffered writes first, so that their size record does not move it again.
-        if mtime.is_some() {
-            self.flush_ino(ino)?;
-        }
-        match self.client.set_times(path, atime, mtime) {
-            Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied && explicit => {
-                Err(Errno::EPERM)
-            }
-            other => other.map_err(|e| errno(&e)),
-        }
-    }
-
     /// The Maat group a new entry of this user takes, as Linux gives a new file the
     /// creating process's group: `Some` only with an identity map that names the
     /// process's group `gid`, when it is not the user's own (Maat's choice for new
@@ -168,49 +134,6 @@ impl State {
             if self.client.chown(path, None, Some(&group)).is_ok() {
                 stat.group = group;
             }
-        }
-    }
-
-    /// chown(2) of `path` to local ids, through the identity map. Without one, Maat
-    /// owners are names (`maat chown PATH --owner NAME`): only the ids the mount shows
-    /// (the mounting user's) are accepted, and change nothing.
-    pub(crate) fn chown(
-        &mut self,
-        path: &str,
-        uid: Option<u32>,
-        gid: Option<u32>,
-    ) -> Result<(), Errno> {
-        let Some(map) = &self.idmap else {
-            if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
-                return Err(Errno::EPERM);
-            }
-            return Ok(());
-        };
-        // An id with no Maat name cannot be stored, as in a user namespace.
-        let owner = uid
-            .map(|u| map.user_name(u).ok_or(Errno::EINVAL))
-            .transpose()?;
-        let group = gid
-            .map(|g| map.group_name(g).ok_or(Errno::EINVAL))
-            .transpose()?;
-        let changed = self.client.chown(path, owner, group);
-        self.owner_only(path, changed)
-    }
-
-    /// The errno of a change only a file's owner (or the administrator) may make, as
-    /// chmod(2) and chown(2) give it: `EPERM` when the refusal was about the change, but
-    /// `EACCES` when the user cannot even reach `path` (asked only after a refusal).
-    pub(crate) fn owner_only(
-        &self,
-        path: &str,
-        changed: Result<(), ClientError>,
-    ) -> Result<(), Errno> {
-        match changed {
-            Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => {
-                self.client.stat(path).map_err(|e| errno(&e))?;
-                Err(Errno::EPERM)
-            }
-            other => other.map_err(|e| errno(&e)),
         }
     }
 

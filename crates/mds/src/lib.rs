@@ -9,6 +9,7 @@
 pub mod limits;
 
 mod access;
+mod attributes;
 mod capabilities;
 mod encryption;
 mod filesets;

@@ -111,7 +111,15 @@ impl<S: MetaStore> crate::Mds<S> {
     /// `path`'s attributes with its link count and its access and change times.
     pub(crate) fn stat_full(&self, who: &Principal, path: &str) -> Result<MdsResponse> {
         let inode = self.resolve(who, path)?;
-        let more = StatMore {
+        Ok(MdsResponse::StatFull {
+            stat: self.stat_of(&inode)?,
+            more: self.more_of(&inode),
+        })
+    }
+
+    /// What `StatFull` adds to an inode's `FileStat`.
+    pub(crate) fn more_of(&self, inode: &crate::Inode) -> StatMore {
+        StatMore {
             // (A directory's subdirectories are not counted: 2, as FUSE file systems
             // without the count show.)
             nlink: if inode.is_dir { 2 } else { inode.nlink },
@@ -121,11 +129,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 Some(Special::Block(rdev) | Special::Char(rdev)) => rdev,
                 _ => 0,
             },
-        };
-        Ok(MdsResponse::StatFull {
-            stat: self.stat_of(&inode)?,
-            more,
-        })
+        }
     }
 
     /// Makes `to` another name of the inode at `from` (link(2)): never a directory; write

@@ -5,7 +5,7 @@ use maat_crypto::CryptoRngCore;
 use maat_proto::capability::Mode;
 use maat_proto::limits::PATH_BYTES_MAX;
 use maat_proto::msg::{
-    Access, ErrorCode, FileStat, MdsResponse, SetTime, NAME_BYTES_MAX, STRIPE_UNIT_BYTES,
+    Access, ErrorCode, FileStat, MdsResponse, NAME_BYTES_MAX, STRIPE_UNIT_BYTES,
 };
 use maat_proto::protection::Protection;
 use maat_proto::UnixMillis;
@@ -72,8 +72,6 @@ pub(crate) const MODE_BITS: u16 = 0o7777;
 
 /// The sticky bit of a directory.
 const STICKY: u16 = 0o1000;
-/// The setuid and setgid bits.
-const SETID: u16 = 0o6000;
 
 /// Issue 40, item 7: in a sticky directory (`/tmp`'s 1777) only the entry's owner, the
 /// directory's owner or the administrator may remove or rename the entry, whatever the
@@ -821,124 +819,6 @@ impl<S: MetaStore> crate::Mds<S> {
             touch_dir(&mut batch, &to_parent, now);
         }
         self.store.commit_deferred(batch)?;
-        Ok(MdsResponse::Ok)
-    }
-
-    pub(crate) fn chmod(
-        &self,
-        who: &Principal,
-        path: &str,
-        mode: u16,
-        now: UnixMillis,
-    ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
-        let mut inode = self.resolve(who, path)?;
-        let mode = mode & MODE_BITS;
-        // What a write by anyone does to a file (POSIX: setuid and setgid are cleared
-        // when a non-owner writes it; the kernel asks for it as the writer): clearing
-        // those bits alone, for a user who may write it.
-        let kills_privileges = mode != inode.mode
-            && mode | SETID == inode.mode | SETID
-            && mode & SETID & !inode.mode == 0
-            && !inode.is_dir
-            && allowed(who, &inode, WRITE);
-        if inode.uid != who.uid && !who.is_admin() && !kills_privileges {
-            return Err(MdsError::refused(
-                ErrorCode::PermissionDenied,
-                "only the owner may chmod (a writer may only clear setuid and setgid)",
-            ));
-        }
-        inode.mode = mode;
-        inode.ctime = now.0;
-        let mut batch = Batch::default();
-        batch.push(Op::PutInode(inode));
-        self.acl_change(|| Ok(self.store.commit(batch)?))?;
-        Ok(MdsResponse::Ok)
-    }
-
-    /// Issue 44: sets `path`'s access and modification times, each to a given time
-    /// (owner or administrator) or to now (also anyone who may write it), as
-    /// utimensat(2) allows; the change time becomes now.
-    pub(crate) fn set_times(
-        &self,
-        who: &Principal,
-        path: &str,
-        atime: Option<SetTime>,
-        mtime: Option<SetTime>,
-        now: UnixMillis,
-    ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
-        let mut inode = self.resolve(who, path)?;
-        let owner = inode.uid == who.uid || who.is_admin();
-        let explicit = [atime, mtime]
-            .iter()
-            .any(|t| matches!(t, Some(SetTime::At(_))));
-        if !owner {
-            if explicit {
-                return Err(MdsError::refused(
-                    ErrorCode::PermissionDenied,
-                    "only the owner may set a time other than now",
-                ));
-            }
-            require(who, &inode, WRITE, path)?;
-        }
-        let at = |t: SetTime| match t {
-            SetTime::Now => now.0,
-            SetTime::At(ms) => ms,
-        };
-        if let Some(t) = atime {
-            inode.atime = at(t);
-        }
-        if let Some(t) = mtime {
-            inode.mtime = at(t);
-        }
-        inode.ctime = now.0;
-        let mut batch = Batch::default();
-        batch.push(Op::PutInode(inode));
-        self.store.commit_deferred(batch)?;
-        Ok(MdsResponse::Ok)
-    }
-
-    pub(crate) fn chown(
-        &self,
-        who: &Principal,
-        path: &str,
-        owner: Option<&str>,
-        group: Option<&str>,
-        now: UnixMillis,
-    ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
-        let mut inode = self.resolve(who, path)?;
-        if let Some(owner) = owner {
-            let user = self
-                .store
-                .user_by_name(owner)?
-                .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, owner.to_string()))?;
-            if user.id != inode.uid && !who.is_admin() {
-                return Err(MdsError::refused(
-                    ErrorCode::PermissionDenied,
-                    "only the administrator may change the owner",
-                ));
-            }
-            inode.uid = user.id;
-        }
-        if let Some(group) = group {
-            let g = self
-                .store
-                .group_by_name(group)?
-                .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchGroup, group.to_string()))?;
-            if !who.is_admin() && (inode.uid != who.uid || !who.gids.contains(&g.id)) {
-                return Err(MdsError::refused(
-                    ErrorCode::PermissionDenied,
-                    "the owner may only give a file to a group they belong to",
-                ));
-            }
-            inode.gid = g.id;
-        }
-        inode.ctime = now.0;
-        let mut batch = Batch::default();
-        batch.push(Op::PutInode(inode));
-        self.acl_change(|| Ok(self.store.commit(batch)?))?;
         Ok(MdsResponse::Ok)
     }
 }

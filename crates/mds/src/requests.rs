@@ -394,6 +394,23 @@ impl<S: MetaStore> Mds<S> {
                 self.set_times(who, &path, atime, mtime, now)
             }
             MdsRequest::StatFull { path } => self.stat_full(who, &path),
+            MdsRequest::SetAttr {
+                path,
+                mode,
+                owner,
+                group,
+                atime,
+                mtime,
+            } => {
+                let changes = crate::attributes::Changes {
+                    mode,
+                    owner: owner.as_deref(),
+                    group: group.as_deref(),
+                    atime,
+                    mtime,
+                };
+                self.set_attr(who, &path, changes, now)
+            }
             MdsRequest::HardLink { from, to } => self.hard_link(who, &from, &to, now),
             MdsRequest::Symlink { path, target } => self.symlink(who, &path, &target, now),
             MdsRequest::Readlink { path } => self.readlink(who, &path),

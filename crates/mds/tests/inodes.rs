@@ -438,3 +438,59 @@ fn an_exclusive_create_makes_the_file_or_refuses() {
         ErrorCode::PermissionDenied
     );
 }
+
+/// `SetAttr` (a mount's setattr in one request): every change under its own rule, all
+/// or none, answering the attributes after.
+#[test]
+fn set_attr_changes_all_or_nothing_and_answers_the_attributes() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let set = |mode, owner: Option<&str>, mtime| MdsRequest::SetAttr {
+        path: "/w/f".into(),
+        mode,
+        owner: owner.map(str::to_string),
+        group: None,
+        atime: None,
+        mtime,
+    };
+    match ok(
+        &m,
+        ALICE,
+        set(Some(0o600), None, Some(SetTime::At(9_000))),
+        T0 + 20,
+    ) {
+        MdsResponse::StatFull { stat, more } => {
+            assert_eq!((stat.mode, stat.mtime, more.ctime), (0o600, 9_000, T0 + 20));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Alice may set her mode but not give the file away: nothing changes.
+    assert_eq!(
+        refused(&m, ALICE, set(Some(0o644), Some("bob"), None), T0 + 30),
+        ErrorCode::PermissionDenied
+    );
+    let (f, more) = stat(&m, "/w/f");
+    assert_eq!(
+        (f.mode, f.owner.as_str(), more.ctime),
+        (0o600, "alice", T0 + 20)
+    );
+    // Bob, no owner: neither a mode nor a time of his choosing.
+    for r in [
+        set(Some(0o777), None, None),
+        set(None, None, Some(SetTime::At(1))),
+    ] {
+        assert_eq!(refused(&m, BOB, r, T0 + 40), ErrorCode::PermissionDenied);
+    }
+    // The administrator may do all at once.
+    ok(
+        &m,
+        ADMIN_UID,
+        set(Some(0o640), Some("bob"), Some(SetTime::Now)),
+        T0 + 50,
+    );
+    let (f, more) = stat(&m, "/w/f");
+    assert_eq!(
+        (f.mode, f.owner.as_str(), f.mtime, more.ctime),
+        (0o640, "bob", T0 + 50, T0 + 50)
+    );
+}

@@ -860,6 +860,24 @@ pub enum MdsRequest {
         /// Encrypted, its first lockbox recorded with its size (SPEC H5).
         sealed: bool,
     },
+    /// Changes any of `path`'s owner, group, mode and times in one commit, each under
+    /// the rules of `Chown`, `Chmod` and `SetTimes` (checked in that order; a refusal
+    /// changes nothing), and answers the attributes after (issue 44: a mount's setattr in
+    /// one round trip). Answer `StatFull`.
+    SetAttr {
+        /// Path.
+        path: String,
+        /// New permission bits.
+        mode: Option<u16>,
+        /// New owner (administrator).
+        owner: Option<String>,
+        /// New group.
+        group: Option<String>,
+        /// New access time.
+        atime: Option<SetTime>,
+        /// New modification time.
+        mtime: Option<SetTime>,
+    },
 }
 
 /// A time `SetTimes` sets.
@@ -1038,6 +1056,7 @@ impl MdsRequest {
             MdsRequest::HardLink { .. } => "hard_link",
             MdsRequest::SetTimes { .. } => "set_times",
             MdsRequest::OpenExclusive { .. } => "open",
+            MdsRequest::SetAttr { .. } => "set_attr",
         }
     }
 }
