@@ -3,8 +3,8 @@
 use crate::{client, keys, show};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
-use maat_client::Client;
-use maat_proto::msg::FileStat;
+use maat_client::{Client, ClientError};
+use maat_proto::msg::{ErrorCode, FileStat, SetTime};
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -105,6 +105,22 @@ pub(crate) enum FileCommand {
         from: String,
         /// To.
         to: String,
+    },
+    /// Set a file's access and modification times to now (or to `--time`), making an
+    /// empty file where nothing is (as `touch`). A time other than now is the owner's to
+    /// set; now, also a writer's.
+    Touch {
+        /// The time to set instead of now, in milliseconds since the epoch.
+        #[arg(long, value_name = "MS")]
+        time: Option<u64>,
+        /// Set only the access time.
+        #[arg(short = 'a', conflicts_with = "modification_only")]
+        access_only: bool,
+        /// Set only the modification time.
+        #[arg(short = 'm')]
+        modification_only: bool,
+        /// Path.
+        path: String,
     },
     /// Show attributes.
     Stat {
@@ -330,16 +346,48 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
             say!("{}", show::name(&client(cluster)?.readlink(&path)?));
             Ok(())
         }
+        FileCommand::Touch {
+            time,
+            access_only,
+            modification_only,
+            path,
+        } => {
+            let c = client(cluster)?;
+            let at = time.map_or(SetTime::Now, SetTime::At);
+            if let Err(ClientError::Refused(e)) = c.stat(&path) {
+                if e.code != ErrorCode::NoSuchFile {
+                    return Err(ClientError::Refused(e).into());
+                }
+                let flags = maat_client::OpenFlags {
+                    write: true,
+                    create: Some(0o666),
+                    exclusive: false,
+                    truncate: false,
+                };
+                let mut made = c.open_file(&path, flags)?;
+                c.flush_file(&mut made)?;
+            }
+            let atime = (!modification_only).then_some(at);
+            let mtime = (!access_only).then_some(at);
+            Ok(c.set_times(&path, atime, mtime)?)
+        }
         FileCommand::Stat { epoch, path } => {
             let mut c = client(cluster)?;
-            let s = c.stat(&path)?;
+            let (s, more) = c.stat_full(&path)?;
+            let time = |ms: u64| {
+                if epoch {
+                    ms.to_string()
+                } else {
+                    format!("{} UTC ({ms} ms since the epoch)", utc(ms))
+                }
+            };
             let tree = if s.encrypted {
                 keys::tree_summary(&mut c, &path).map_or(String::new(), |t| format!("; {t}"))
             } else {
                 String::new()
             };
             say!(
-                "path: {}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nmodified: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
+                "path: {}\nid: {}\ntype: {}\nmode: {:04o} ({})\nowner: {}\ngroup: {}\nsize: {}\nlinks: {}{}\nmodified: {}\nchanged: {}\naccessed: {}\npartition: {}\nsecurity: {}{}\nencrypted: {}{}",
                 show::name(&path),
                 s.id,
                 file_type(&s).1,
@@ -348,11 +396,16 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
                 show::name(&s.owner),
                 show::name(&s.group),
                 s.size,
-                if epoch {
-                    s.mtime.to_string()
+                more.nlink,
+                if s.is_device().is_some() {
+                    let (major, minor) = (more.rdev >> 8 & 0xfff, (more.rdev & 0xff) | (more.rdev >> 12 & 0xf_ff00));
+                    format!("\ndevice: {major}, {minor}")
                 } else {
-                    format!("{} UTC ({} ms since the epoch)", utc(s.mtime), s.mtime)
+                    String::new()
                 },
+                time(s.mtime),
+                time(more.ctime),
+                time(more.atime),
                 s.partition,
                 s.protection,
                 if s.encrypted {

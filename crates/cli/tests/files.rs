@@ -298,3 +298,38 @@ fn truncate_on_open_then_a_shorter_write_keeps_the_new_bytes() {
         }
     }
 }
+
+/// Issue 44 from the CLI: `maat ln` makes a hard link (one file under two names, its
+/// objects kept until the last goes), `maat touch` makes a file or sets its times, and
+/// `maat stat` shows the links and the three times.
+#[test]
+fn the_cli_makes_hard_links_and_sets_times() {
+    let cluster = Cluster::start(2, &[]);
+    let home = cluster.admin_home();
+    let field = |path: &str, name: &str| -> String {
+        let out = cluster.ok(&home, &["stat", "--epoch", path], None);
+        String::from_utf8_lossy(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {name} in {}", String::from_utf8_lossy(&out)))
+    };
+    cluster.ok(&home, &["touch", "/f"], None);
+    assert_eq!(field("/f", "size"), "0", "touch made an empty file");
+    cluster.ok(&home, &["put", "-", "/f"], Some(b"data"));
+    cluster.ok(&home, &["ln", "/f", "/g"], None);
+    assert_eq!(field("/f", "links"), "2");
+    assert_eq!(field("/g", "id"), field("/f", "id"));
+    let refused = cluster.fails(&home, &["ln", "/f", "/g"], None);
+    assert!(
+        refused.contains("AlreadyExists") || refused.contains("exists"),
+        "{refused}"
+    );
+    cluster.ok(&home, &["rm", "/f"], None);
+    assert_eq!(cluster.ok(&home, &["cat", "/g"], None), b"data");
+    assert_eq!(field("/g", "links"), "1");
+    cluster.ok(&home, &["touch", "-a", "--time", "5000", "/g"], None);
+    cluster.ok(&home, &["touch", "-m", "--time", "7000", "/g"], None);
+    assert_eq!(field("/g", "accessed"), "5000");
+    assert_eq!(field("/g", "modified"), "7000");
+    assert!(field("/g", "changed").parse::<u64>().unwrap() > 7000);
+}

@@ -8,7 +8,7 @@
 //! separate clients run side by side.
 
 use maat_client::{Client, ClientError, ClusterFile, Credential, FileHandle, Home, OpenFlags};
-use maat_proto::msg::{ErrorCode, FileStat};
+use maat_proto::msg::{ErrorCode, FileStat, SetTime};
 use pyo3::exceptions::{
     PyConnectionError, PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError,
     PyNotADirectoryError, PyOSError, PyPermissionError,
@@ -226,10 +226,34 @@ impl NativeClient {
         Ok(self.inner.user_name())
     }
 
-    /// Attributes of `path`.
+    /// Attributes of `path`, with its link count and its change and access times.
     fn stat<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyDict>> {
-        let s = with_client(py, &self.inner, move |c| c.stat(&path))?;
-        stat_dict(py, &s)
+        let (s, more) = with_client(py, &self.inner, move |c| c.stat_full(&path))?;
+        let d = stat_dict(py, &s)?;
+        d.set_item("nlink", more.nlink)?;
+        d.set_item("ctime", more.ctime as f64 / 1000.0)?;
+        d.set_item("atime", more.atime as f64 / 1000.0)?;
+        Ok(d)
+    }
+
+    /// Sets the access and/or modification time of `path` (seconds since the epoch, as
+    /// `os.utime`; `None` leaves one as it is); `now=True` sets both to the MDS's time now.
+    #[pyo3(signature = (path, atime=None, mtime=None, now=false))]
+    fn utime(
+        &self,
+        py: Python<'_>,
+        path: String,
+        atime: Option<f64>,
+        mtime: Option<f64>,
+        now: bool,
+    ) -> PyResult<()> {
+        let ms = |t: f64| SetTime::At((t.max(0.0) * 1000.0).round() as u64);
+        let (atime, mtime) = if now {
+            (Some(SetTime::Now), Some(SetTime::Now))
+        } else {
+            (atime.map(ms), mtime.map(ms))
+        };
+        with_client(py, &self.inner, move |c| c.set_times(&path, atime, mtime))
     }
 
     /// Entries of the directory `path`: (name, attributes).

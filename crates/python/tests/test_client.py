@@ -102,8 +102,13 @@ def test_namespace_calls_and_their_errors(admin, unique):
     assert admin.stat(f"{unique}/a/h")["id"] == admin.stat(f"{unique}/a/g")["id"]
     with pytest.raises(FileExistsError):
         admin.link(f"{unique}/a/g", f"{unique}/a/h")
+    assert admin.stat(f"{unique}/a/g")["nlink"] == 2
     admin.rm(f"{unique}/a/h")
     assert admin.read_bytes(f"{unique}/a/g") == b"hello"
+    assert admin.stat(f"{unique}/a/g")["nlink"] == 1
+    admin.utime(f"{unique}/a/g", atime=1_000.5, mtime=2_000)
+    s = admin.stat(f"{unique}/a/g")
+    assert (s["atime"], s["mtime"]) == (1_000.5, 2_000) and s["ctime"] > 2_000
     admin.rm(f"{unique}/a/g")
     admin.rmdir(f"{unique}/a/b")
     admin.rmdir(f"{unique}/a")

@@ -134,7 +134,8 @@ class Client:
 
     def stat(self, path: str) -> Dict[str, Any]:
         """Attributes of ``path``: ``type`` (``"file"`` or ``"directory"``), ``size``,
-        ``mode``, ``owner``, ``group``, ``mtime`` (seconds since the epoch), ``id``,
+        ``mode``, ``owner``, ``group``, ``mtime``, ``ctime`` and ``atime`` (seconds since
+        the epoch), ``nlink`` (names: hard links), ``id``,
         ``partition``, ``protection`` (the data path's method, e.g. ``"ALLDATA"``; an
         encrypted file in an ALLDATA partition uses ``"CMDRSP"``) and ``encrypted``.
 
@@ -192,6 +193,13 @@ class Client:
         """Makes a symbolic link at ``path`` pointing to ``target`` (kept as given;
         Maat never follows it, a mount's kernel does)."""
         self._native.symlink(target, path)
+
+    def utime(self, path: str, atime: Optional[float] = None, mtime: Optional[float] = None,
+              now: bool = False) -> None:
+        """Sets the access and/or modification time of ``path`` in seconds since the epoch
+        (``None`` leaves one as it is), or both to now with ``now=True``. A time
+        other than now is the owner's to set (``PermissionError``); now, also a writer's."""
+        self._native.utime(path, atime, mtime, now)
 
     def chmod(self, path: str, mode: int) -> None:
         """Sets the permission bits (owner or administrator only). Capabilities already
