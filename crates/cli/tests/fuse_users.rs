@@ -253,8 +253,8 @@ fn each_local_user_acts_as_their_own_login_on_a_many_user_mount() {
 
 /// Issue 44, "everyday work on the mount as an ordinary user": git, tar with modes, times,
 /// symbolic and hard links, cp -a, rsync -a twice (the second sends nothing), sqlite3 with
-/// WAL and make with a C compiler, as local user ALICE in her Maat home. A tool that is
-/// not installed is skipped, saying so.
+/// WAL, make with a C compiler and a Python venv with `pip install` of a wheel, as local
+/// user ALICE in her Maat home. A tool that is not installed is skipped, saying so.
 #[test]
 fn everyday_tools_work_for_an_ordinary_user() {
     let test = "everyday_tools_work_for_an_ordinary_user";
@@ -262,7 +262,7 @@ fn everyday_tools_work_for_an_ordinary_user() {
         return;
     };
     let home = m.path("home/ua").display().to_string();
-    let steps: [(&str, &str, &str); 6] = [
+    let steps: [(&str, &str, &str); 7] = [
         (
             "git",
             "git init -q repo && cd repo && echo hello > a && mkdir sub && echo x > sub/b \
@@ -300,6 +300,20 @@ fn everyday_tools_work_for_an_ordinary_user() {
             "mkdir proj && cd proj && printf 'int main(void){return 7;}\\n' > m.c \
              && printf 'm: m.c\\n\\tcc -o m m.c\\n' > Makefile && make -s; ./m; echo $?",
             "7",
+        ),
+        (
+            // A venv and `pip install` of a pure-Python package, offline: a wheel made
+            // here (the issue's own example downloads one).
+            "python3",
+            "python3 -c \"import zipfile; z = zipfile.ZipFile('hello-1.0-py3-none-any.whl', 'w'); \
+             d = 'hello-1.0.dist-info/'; z.writestr('hello.py', 'X = 42'); \
+             z.writestr(d + 'METADATA', 'Metadata-Version: 2.1\\nName: hello\\nVersion: 1.0\\n'); \
+             z.writestr(d + 'WHEEL', 'Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n'); \
+             z.writestr(d + 'RECORD', ''.join(f + ',,\\n' for f in ['hello.py', d + 'METADATA', d + 'WHEEL', d + 'RECORD'])); \
+             z.close()\" && python3 -m venv venv && venv/bin/pip install -q --no-index \
+             --disable-pip-version-check hello-1.0-py3-none-any.whl \
+             && venv/bin/python -c 'import hello; print(hello.X)'",
+            "42",
         ),
     ];
     for (tool, script, want) in steps {
