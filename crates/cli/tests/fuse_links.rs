@@ -62,6 +62,14 @@ fn hard_links_share_one_file_until_its_last_name_goes() {
         "first\nsecond\n"
     );
     assert_eq!(sh(&format!("stat -c '%h' {mnt}/c")), "2\n");
+    // rename(2) over a file replaces it in one step; over one of two names, that name.
+    sh(&format!("echo new > {mnt}/n && mv {mnt}/n {mnt}/c"));
+    assert_eq!(
+        sh(&format!("cat {mnt}/c {mnt}/d/b")),
+        "new\nfirst\nsecond\n"
+    );
+    assert_eq!(sh(&format!("stat -c '%h' {mnt}/d/b")), "1\n");
+    sh(&format!("rm {mnt}/c && ln {mnt}/d/b {mnt}/c"));
     // The last name takes the file with it.
     sh(&format!("rm {mnt}/d/b {mnt}/c"));
     let gone = cluster.fails(&home, &["cat", "/c"], None);

@@ -500,6 +500,24 @@ impl Client {
         Ok(())
     }
 
+    /// Renames `from` to `to`, replacing a file at `to` in the same step at the MDS, as
+    /// rename(2) does (issue 44); the replaced file's objects are removed when that was
+    /// its last name.
+    pub fn rename_replacing(&self, from: &str, to: &str) -> Result<()> {
+        self.forget_opens();
+        let response = self.mds_call(MdsRequest::RenameReplace {
+            from: from.into(),
+            to: to.into(),
+        })?;
+        if response == MdsResponse::Ok {
+            return Ok(());
+        }
+        let opened = self.opened_from(response)?;
+        self.remove_objects(&opened)?;
+        self.forget_t10(opened.stat.id);
+        Ok(())
+    }
+
     /// Removes the objects of an unlinked file.
     fn remove_objects(&self, opened: &Opened) -> Result<()> {
         for stripe in 0..stripes_for(opened.stat.size).max(1) {

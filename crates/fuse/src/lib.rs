@@ -388,29 +388,21 @@ impl Filesystem for MaatFs {
         }
         // Open files at or below `from` record their sizes under the old names first.
         attempt!(reply, s.flush_below(&from));
-        match s.client.rename(&from, &to) {
-            Ok(()) => {}
-            Err(ClientError::Refused(e))
-                if e.code == ErrorCode::AlreadyExists
-                    && !flags.contains(RenameFlags::RENAME_NOREPLACE) =>
-            {
-                // POSIX rename replaces a file; the MDS refuses to (it would leave the
-                // old file's objects behind), so remove it first. Not atomic: a crash
-                // in between leaves `to` missing and `from` in place.
-                let target = attempt!(reply, s.client.stat(&to).map_err(|e| errno(&e)));
-                if target.is_dir {
-                    return reply.error(Errno::EEXIST);
-                }
-                let moving = attempt!(reply, s.client.stat(&from).map_err(|e| errno(&e)));
-                if moving.is_dir {
-                    // rename(2): a directory cannot replace a file.
-                    return reply.error(Errno::ENOTDIR);
-                }
-                attempt!(reply, s.remove_file(&to));
-                attempt!(reply, s.client.rename(&from, &to).map_err(|e| errno(&e)));
-            }
-            Err(e) => return reply.error(errno(&e)),
-        }
+        // A file at `to` open in this mount is first moved aside (its descriptors keep
+        // it, as POSIX says); otherwise rename(2) replaces it in one step at the MDS.
+        let target_open = s
+            .inodes
+            .find(&to)
+            .is_some_and(|ino| s.open.values().any(|o| o.ino == ino));
+        let renamed = if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            s.client.rename(&from, &to)
+        } else if target_open {
+            attempt!(reply, s.remove_file(&to));
+            s.client.rename(&from, &to)
+        } else {
+            s.client.rename_replacing(&from, &to)
+        };
+        attempt!(reply, renamed.map_err(|e| errno(&e)));
         s.inodes.rename(&from, &to);
         // Open files now record their sizes under their new names.
         let State { inodes, open, .. } = &mut *s;

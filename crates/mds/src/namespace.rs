@@ -448,11 +448,24 @@ impl<S: MetaStore> crate::Mds<S> {
             }
             Removing::File => {}
         }
-        // The objects of a removed file are the remover's to delete (the unlink was the
-        // permission check): in a partition with T10 credentials, write credentials for
-        // the OSDs that hold them (SPEC T2: no signature), else a write capability for
-        // this user and file alone (the one it was issued for this file, when cached).
-        if let Some(t10) = self.removal_credentials(session, who.uid, &inode, now, rng)? {
+        self.removal_answer(who, &inode, stat, session, now, rng)
+    }
+
+    /// The answer to a removal that took a file's last name: what its remover deletes
+    /// the objects with. In a partition with T10 credentials, write credentials for the
+    /// OSDs that hold them (SPEC T2: no signature), else a write capability for this
+    /// user and file alone (the one it was issued for this file, when cached). The
+    /// removal was the permission check.
+    fn removal_answer(
+        &self,
+        who: &Principal,
+        inode: &Inode,
+        stat: FileStat,
+        session: Option<&[u8; 16]>,
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<MdsResponse> {
+        if let Some(t10) = self.removal_credentials(session, who.uid, inode, now, rng)? {
             return Ok(MdsResponse::Opened {
                 stat,
                 capability: Vec::new(),
@@ -711,12 +724,19 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(MdsResponse::Ok)
     }
 
+    /// Renames `from` to `to`. A file at `to` is replaced only with `replacing`
+    /// (`RenameReplace`, rename(2) in one commit): it loses that name, and when it was
+    /// its last, the answer lets the caller delete its objects as an unlink's does.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn rename(
         &self,
         who: &Principal,
         from: &str,
         to: &str,
+        replacing: bool,
+        session: Option<&[u8; 16]>,
         now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
         let _guard = lock(&self.write);
         let (from_parent, from_name) = self.parent_of(who, from)?;
@@ -758,6 +778,7 @@ impl<S: MetaStore> crate::Mds<S> {
             }
         }
         let mut batch = Batch::default();
+        let mut replaced = None;
         if let Some(existing) = self.store.lookup(to_parent.id, to_name)? {
             if existing == moving.id {
                 return Ok(MdsResponse::Ok);
@@ -789,12 +810,28 @@ impl<S: MetaStore> crate::Mds<S> {
                         format!("{to} is a directory; a file cannot replace it"),
                     ))
                 }
-                // Replacing a file leaves its objects behind; refuse instead of leaking
-                // them (the mount removes it first).
+                // A file replaces a file in one commit (`RenameReplace`); plain `Rename`
+                // refuses, for clients that remove the target first.
+                (false, false) if replacing => {
+                    require_sticky(who, &to_parent, &target, to)?;
+                    batch.push(Op::DeleteEntry {
+                        parent: to_parent.id,
+                        name: to_name.to_string(),
+                    });
+                    if target.nlink > 1 {
+                        let mut kept = target;
+                        kept.nlink -= 1;
+                        kept.ctime = now.0;
+                        batch.push(Op::PutInode(kept));
+                    } else {
+                        batch.push(Op::DeleteInode(target.id));
+                        replaced = Some(target);
+                    }
+                }
                 (false, false) => {
                     return Err(MdsError::refused(
                         ErrorCode::AlreadyExists,
-                        format!("{to} (remove it first)"),
+                        format!("{to} (remove it first, or RenameReplace)"),
                     ))
                 }
             }
@@ -818,8 +855,14 @@ impl<S: MetaStore> crate::Mds<S> {
         if to_parent.id != from_parent.id {
             touch_dir(&mut batch, &to_parent, now);
         }
-        self.store.commit_deferred(batch)?;
-        Ok(MdsResponse::Ok)
+        let Some(replaced) = replaced else {
+            self.store.commit_deferred(batch)?;
+            return Ok(MdsResponse::Ok);
+        };
+        // A file went: its capabilities must not be renewed (SPEC M7, M8).
+        self.acl_change(|| Ok(self.store.commit_deferred(batch)?))?;
+        let stat = self.stat_of(&replaced)?;
+        self.removal_answer(who, &replaced, stat, session, now, rng)
     }
 }
 

@@ -359,7 +359,12 @@ impl<S: MetaStore> Mds<S> {
                 file,
                 lockbox,
             } => self.set_lockbox(who, &path, file, &lockbox, true, session, now, rng),
-            MdsRequest::Rename { from, to } => self.rename(who, &from, &to, now),
+            MdsRequest::Rename { from, to } => {
+                self.rename(who, &from, &to, false, session, now, rng)
+            }
+            MdsRequest::RenameReplace { from, to } => {
+                self.rename(who, &from, &to, true, session, now, rng)
+            }
             MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
             MdsRequest::Chown { path, owner, group } => {
                 self.chown(who, &path, owner.as_deref(), group.as_deref(), now)

@@ -494,3 +494,79 @@ fn set_attr_changes_all_or_nothing_and_answers_the_attributes() {
         (0o640, "bob", T0 + 50, T0 + 50)
     );
 }
+
+/// rename(2) over a file in one commit (`RenameReplace`): the mount removed the target
+/// first, so a crash in between lost it. The replaced file's last name takes it (the
+/// answer lets the caller delete its objects); a file with other names keeps them.
+#[test]
+fn rename_replaces_a_file_in_one_step() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let create = |uid, path: &str| {
+        ok(
+            &m,
+            uid,
+            MdsRequest::Open {
+                path: path.into(),
+                access: Access::ReadWrite,
+                create: Some(0o644),
+            },
+            T0 + 15,
+        )
+    };
+    let replace = |from: &str, to: &str| MdsRequest::RenameReplace {
+        from: from.into(),
+        to: to.into(),
+    };
+    create(ALICE, "/w/new");
+    let (old, _) = stat(&m, "/w/f");
+    let (new, _) = stat(&m, "/w/new");
+    // Plain Rename still refuses, for clients that remove first.
+    assert_eq!(
+        refused(
+            &m,
+            ALICE,
+            MdsRequest::Rename {
+                from: "/w/new".into(),
+                to: "/w/f".into()
+            },
+            T0 + 20
+        ),
+        ErrorCode::AlreadyExists
+    );
+    match ok(&m, ALICE, replace("/w/new", "/w/f"), T0 + 30) {
+        MdsResponse::Opened { stat, .. } => assert_eq!(stat.id, old.id, "the replaced file"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(stat(&m, "/w/f").0.id, new.id);
+    assert!(
+        (&store).inode(old.id).unwrap().is_none(),
+        "the old inode is gone"
+    );
+    // A target with another name keeps it.
+    create(ALICE, "/w/a");
+    ok(&m, ALICE, link("/w/f", "/w/d/keep"), T0 + 40);
+    assert_eq!(
+        ok(&m, ALICE, replace("/w/a", "/w/f"), T0 + 50),
+        MdsResponse::Ok
+    );
+    assert_eq!(stat(&m, "/w/d/keep").0.id, new.id);
+    assert_eq!(stat(&m, "/w/d/keep").1.nlink, 1);
+    // The sticky bit protects the target too: bob may not replace alice's file.
+    ok(
+        &m,
+        ADMIN_UID,
+        MdsRequest::Chmod {
+            path: "/w".into(),
+            mode: 0o1777,
+        },
+        T0 + 60,
+    );
+    create(BOB, "/w/bobs");
+    assert_eq!(
+        refused(&m, BOB, replace("/w/bobs", "/w/f"), T0 + 70),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(stat(&m, "/w/f").0.owner, "alice", "nothing changed");
+    assert_eq!(stat(&m, "/w/bobs").0.owner, "bob");
+}

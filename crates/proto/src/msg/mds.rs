@@ -878,6 +878,17 @@ pub enum MdsRequest {
         /// New modification time.
         mtime: Option<SetTime>,
     },
+    /// `Rename`, where a file at `to` is replaced in the same commit (rename(2), issue
+    /// 44: `Rename` refuses `AlreadyExists`, and a client that removed the target first
+    /// left a moment, and after a crash a state, with neither). The replaced file loses
+    /// that name under the rules of `Unlink` (the sticky bit included); answer `Ok`, or,
+    /// when that was its last name, `Opened` as `Unlink` answers, to delete its objects.
+    RenameReplace {
+        /// From.
+        from: String,
+        /// To.
+        to: String,
+    },
 }
 
 /// A time `SetTimes` sets.
@@ -1057,6 +1068,7 @@ impl MdsRequest {
             MdsRequest::SetTimes { .. } => "set_times",
             MdsRequest::OpenExclusive { .. } => "open",
             MdsRequest::SetAttr { .. } => "set_attr",
+            MdsRequest::RenameReplace { .. } => "rename",
         }
     }
 }
