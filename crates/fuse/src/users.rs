@@ -119,6 +119,37 @@ impl ManyUsers {
 /// The session file of a home (as `maat login` writes it).
 const SESSION_FILE: &str = "session.json";
 
+/// The name of a mount's private directory of session copies starts so, followed by the
+/// mount's process id.
+const PRIVATE_PREFIX: &str = "maat-mount-";
+
+/// Removes the session copies of many-user mounts of this account that ended without
+/// removing them (killed, or the machine lost power): directories named for a process
+/// that no longer runs. Copies of other accounts' mounts, and anything that is not a
+/// directory, are left alone.
+fn sweep_stale_copies(temp: &Path) {
+    let me = rustix::process::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PRIVATE_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours =
+            std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// The clients of the local users met so far, each kept until its session changes.
 pub(crate) struct Clients {
     by_uid: HashMap<u32, (Arc<Client>, SystemTime)>,
@@ -133,8 +164,12 @@ impl Clients {
         let nanos = SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let private =
-            std::env::temp_dir().join(format!("maat-mount-{}-{nanos:08x}", std::process::id()));
+        let temp = std::env::temp_dir();
+        sweep_stale_copies(&temp);
+        let private = temp.join(format!(
+            "{PRIVATE_PREFIX}{}-{nanos:08x}",
+            std::process::id()
+        ));
         // `create_dir` (not `_all`): a directory planted at that name is an error.
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -264,6 +299,25 @@ mod tests {
             assert!(e.contains(why), "{bad}: {e}");
         }
         assert!(IdMap::parse("user 1 a\ngroup 1 a", "map").is_ok());
+    }
+
+    #[test]
+    fn session_copies_of_mounts_that_ended_are_swept() {
+        let temp = std::env::temp_dir().join(format!("maat-fuse-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&temp).unwrap();
+        // A process id above Linux's largest runs nowhere.
+        let dead = temp.join(format!("{PRIVATE_PREFIX}4294967295-0000abcd"));
+        std::fs::create_dir_all(dead.join("1000")).unwrap();
+        std::fs::write(dead.join("1000/session.json"), b"secret").unwrap();
+        let alive = temp.join(format!("{PRIVATE_PREFIX}{}-00000001", std::process::id()));
+        std::fs::create_dir_all(&alive).unwrap();
+        let other = temp.join("maat-mount-notes.txt");
+        std::fs::write(&other, b"not ours to touch").unwrap();
+        sweep_stale_copies(&temp);
+        assert!(!dead.exists(), "the copies of a mount that ended are gone");
+        assert!(alive.exists(), "a running mount's stay");
+        assert!(other.exists());
+        std::fs::remove_dir_all(&temp).unwrap();
     }
 
     #[test]
