@@ -47,6 +47,10 @@ use maat_proto::ticket::LoginTicket;
 use maat_proto::wire::{self, Freshness, ReplayWindow, UnverifiedRequest};
 use maat_proto::UnixMillis;
 use namespace::Removing;
+
+/// The `meta` key that says directories' link counts are kept (issue 44): a store
+/// without it has them counted at the MDS's start.
+const DIRECTORY_LINKS_KEY: &str = "directory_links";
 pub use namespace::FILE_BYTES_MAX;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -315,7 +319,7 @@ impl<S: MetaStore> Mds<S> {
                 crypt: None,
                 key_grants: Vec::new(),
                 special: None,
-                nlink: 1,
+                nlink: 3,
                 atime: boot.0,
                 ctime: boot.0,
             }));
@@ -336,7 +340,7 @@ impl<S: MetaStore> Mds<S> {
                 crypt: None,
                 key_grants: Vec::new(),
                 special: None,
-                nlink: 1,
+                nlink: 2,
                 atime: boot.0,
                 ctime: boot.0,
             }));
@@ -361,6 +365,12 @@ impl<S: MetaStore> Mds<S> {
                 "next_group".into(),
                 2u64.to_be_bytes().to_vec(),
             ));
+        }
+        // Directories' link counts (2 and one per subdirectory, issue 44), counted once
+        // in a store from before they were kept.
+        if store.meta(DIRECTORY_LINKS_KEY)?.is_none() {
+            namespace::count_directory_links(&store, &mut batch)?;
+            batch.push(Op::PutMeta(DIRECTORY_LINKS_KEY.into(), vec![1]));
         }
         // Expired sessions are dropped at start (and every SESSION_SWEEP_LOGINS logins).
         for (id, session) in store.sessions()? {

@@ -120,9 +120,12 @@ impl<S: MetaStore> crate::Mds<S> {
     /// What `StatFull` adds to an inode's `FileStat`.
     pub(crate) fn more_of(&self, inode: &crate::Inode) -> StatMore {
         StatMore {
-            // (A directory's subdirectories are not counted: 2, as FUSE file systems
-            // without the count show.)
-            nlink: if inode.is_dir { 2 } else { inode.nlink },
+            // A directory: 2 and one per subdirectory.
+            nlink: if inode.is_dir {
+                inode.nlink.max(2)
+            } else {
+                inode.nlink
+            },
             atime: inode.atime,
             ctime: inode.ctime,
             rdev: match inode.special {

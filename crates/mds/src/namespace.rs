@@ -125,7 +125,8 @@ pub(crate) fn fresh_inode(
         crypt: None,
         key_grants: Vec::new(),
         special: None,
-        nlink: 1,
+        // A directory: its own `.` and its name; each subdirectory's `..` adds one.
+        nlink: if is_dir { 2 } else { 1 },
         atime: now.0,
         ctime: now.0,
     }
@@ -346,7 +347,7 @@ impl<S: MetaStore> crate::Mds<S> {
                         name: part.to_string(),
                         child: dir.id,
                     });
-                    touch_dir(&mut batch, &current, now);
+                    relink_dir(&mut batch, &current, 1, now);
                     batch.push(Op::PutInode(dir.clone()));
                     current = dir;
                 }
@@ -407,7 +408,7 @@ impl<S: MetaStore> crate::Mds<S> {
             parent: parent.id,
             name: name.to_string(),
         });
-        touch_dir(&mut batch, &parent, now);
+        relink_dir(&mut batch, &parent, if directory { -1 } else { 0 }, now);
         if !directory && inode.nlink > 1 {
             // One name of several (hard links, issue 44): the inode stays, with its
             // objects, permissions and capabilities; nothing for the client to delete.
@@ -779,6 +780,11 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         let mut batch = Batch::default();
         let mut replaced = None;
+        // Subdirectories gained by `to`'s directory (and lost by `from`'s).
+        let (mut to_subdirs, mut from_subdirs) = (0i64, 0i64);
+        if moving.is_dir && from_parent.id != to_parent.id {
+            (to_subdirs, from_subdirs) = (1, -1);
+        }
         if let Some(existing) = self.store.lookup(to_parent.id, to_name)? {
             if existing == moving.id {
                 return Ok(MdsResponse::Ok);
@@ -797,6 +803,7 @@ impl<S: MetaStore> crate::Mds<S> {
                         name: to_name.to_string(),
                     });
                     batch.push(Op::DeleteInode(target.id));
+                    to_subdirs -= 1;
                 }
                 (true, false) => {
                     return Err(MdsError::refused(
@@ -851,9 +858,11 @@ impl<S: MetaStore> crate::Mds<S> {
         batch.push(Op::PutInode(moved));
         // The moved entry keeps its own modification time (rename(2) changes the
         // directories'; `rsync` sets a file's time, then renames it into place).
-        touch_dir(&mut batch, &from_parent, now);
-        if to_parent.id != from_parent.id {
-            touch_dir(&mut batch, &to_parent, now);
+        if to_parent.id == from_parent.id {
+            relink_dir(&mut batch, &from_parent, from_subdirs + to_subdirs, now);
+        } else {
+            relink_dir(&mut batch, &from_parent, from_subdirs, now);
+            relink_dir(&mut batch, &to_parent, to_subdirs, now);
         }
         let Some(replaced) = replaced else {
             self.store.commit_deferred(batch)?;
@@ -880,8 +889,44 @@ pub(crate) fn enter(batch: &mut Batch, parent: &Inode, name: &str, inode: &Inode
 }
 
 pub(crate) fn touch_dir(batch: &mut Batch, dir: &Inode, now: UnixMillis) {
+    relink_dir(batch, dir, 0, now);
+}
+
+/// [`touch_dir`], where the directory gains (`subdirs` > 0) or loses subdirectories:
+/// its link count follows (issue 44).
+pub(crate) fn relink_dir(batch: &mut Batch, dir: &Inode, subdirs: i64, now: UnixMillis) {
     let mut dir = dir.clone();
     dir.mtime = now.0;
     dir.ctime = now.0;
+    let links = i64::from(dir.nlink.max(2)) + subdirs;
+    dir.nlink = u32::try_from(links.max(2)).unwrap_or(u32::MAX);
     batch.push(Op::PutInode(dir));
+}
+
+/// Sets every directory's link count to 2 and one per subdirectory (a store from before
+/// they were kept: each directory's entries are read once).
+pub(crate) fn count_directory_links<S: MetaStore>(store: &S, batch: &mut Batch) -> Result<()> {
+    let mut todo = vec![ROOT_INODE];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let Some(mut dir) = store.inode(id)? else {
+            continue;
+        };
+        let mut subdirs = 0u32;
+        for (_, child) in store.entries(id)? {
+            if store.inode(child)?.is_some_and(|c| c.is_dir) {
+                subdirs = subdirs.saturating_add(1);
+                todo.push(child);
+            }
+        }
+        let links = subdirs.saturating_add(2);
+        if dir.nlink != links {
+            dir.nlink = links;
+            batch.push(Op::PutInode(dir));
+        }
+    }
+    Ok(())
 }

@@ -689,14 +689,16 @@ impl<S: MetaStore> Mds<S> {
         // have removed or replaced it: then the user has no home, rather than an entry
         // under a directory nobody reaches).
         let home = match self.store.lookup(ROOT_INODE, "home")? {
-            Some(id) => self.store.inode(id)?.filter(|i| i.is_dir).map(|i| i.id),
+            Some(id) => self.store.inode(id)?.filter(|i| i.is_dir),
             None => None,
         };
         let home = match home {
-            Some(h) if self.store.lookup(h, name)?.is_none() => Some(h),
+            Some(h) if self.store.lookup(h.id, name)?.is_none() => Some(h),
             _ => None,
         };
-        if let Some(home) = home {
+        if let Some(homes) = home {
+            let home = homes.id;
+            crate::namespace::relink_dir(&mut batch, &homes, 1, now);
             let ino = self.next_id("next_inode", &mut batch)?;
             batch.push(Op::PutInode(Inode {
                 id: ino,
@@ -710,7 +712,7 @@ impl<S: MetaStore> Mds<S> {
                 crypt: None,
                 key_grants: Vec::new(),
                 special: None,
-                nlink: 1,
+                nlink: 2,
                 atime: now.0,
                 ctime: now.0,
             }));

@@ -570,3 +570,83 @@ fn rename_replaces_a_file_in_one_step() {
     assert_eq!(stat(&m, "/w/f").0.owner, "alice", "nothing changed");
     assert_eq!(stat(&m, "/w/bobs").0.owner, "bob");
 }
+
+/// rename/24 of pjdfstest: a directory's link count is 2 and one per subdirectory,
+/// through mkdir (-p), rmdir and renames; a store from before the counts were kept has
+/// them counted at the MDS's start.
+#[test]
+fn a_directory_counts_its_subdirectories_in_its_links() {
+    let store = MemStore::default();
+    let m = setup(&store);
+    let links = |m: &M, p: &str| stat(m, p).1.nlink;
+    let mkdir = |path: &str, parents| MdsRequest::Mkdir {
+        path: path.into(),
+        mode: 0o755,
+        parents,
+        partition: None,
+    };
+    let rename = |from: &str, to: &str| MdsRequest::Rename {
+        from: from.into(),
+        to: to.into(),
+    };
+    // /w holds d (and the file f).
+    assert_eq!(links(&m, "/w"), 3);
+    assert_eq!(links(&m, "/w/d"), 2);
+    ok(&m, ALICE, mkdir("/w/d/a/b/c", true), T0 + 20);
+    assert_eq!(
+        (
+            links(&m, "/w/d"),
+            links(&m, "/w/d/a"),
+            links(&m, "/w/d/a/b")
+        ),
+        (3, 3, 3)
+    );
+    assert_eq!(links(&m, "/w/d/a/b/c"), 2);
+    ok(&m, ALICE, mkdir("/w/e", false), T0 + 30);
+    assert_eq!(links(&m, "/w"), 4);
+    // Moving a directory to another parent moves one link; within one, none.
+    ok(&m, ALICE, rename("/w/d/a/b/c", "/w/e/c"), T0 + 40);
+    assert_eq!((links(&m, "/w/d/a/b"), links(&m, "/w/e")), (2, 3));
+    ok(&m, ALICE, rename("/w/e/c", "/w/e/c2"), T0 + 50);
+    assert_eq!(links(&m, "/w/e"), 3);
+    // Over an empty directory: the replaced one's link goes.
+    ok(&m, ALICE, mkdir("/w/e/empty", false), T0 + 60);
+    assert_eq!(links(&m, "/w/e"), 4);
+    ok(&m, ALICE, rename("/w/e/c2", "/w/e/empty"), T0 + 70);
+    assert_eq!(links(&m, "/w/e"), 3);
+    ok(&m, ALICE, rename("/w/d/a", "/w/e/empty"), T0 + 80);
+    assert_eq!((links(&m, "/w/d"), links(&m, "/w/e")), (2, 3));
+    ok(
+        &m,
+        ALICE,
+        MdsRequest::Rmdir {
+            path: "/w/e/empty/b".into(),
+        },
+        T0 + 90,
+    );
+    assert_eq!(links(&m, "/w/e/empty"), 2);
+    assert_eq!(links(&m, "/"), 4, "/ holds home and w");
+
+    // A store from before: every directory at 1, no marker. The next start counts.
+    let mut batch = maat_mds::Batch::default();
+    for id in 1..40 {
+        if let Some(mut i) = (&store).inode(id).unwrap() {
+            if i.is_dir {
+                i.nlink = 1;
+                batch.push(maat_mds::Op::PutInode(i));
+            }
+        }
+    }
+    batch.push(maat_mds::Op::DeleteMeta("directory_links".into()));
+    (&store).commit(batch).unwrap();
+    let again = mds(&store);
+    assert_eq!(
+        (
+            links(&again, "/"),
+            links(&again, "/w"),
+            links(&again, "/w/e")
+        ),
+        (4, 4, 3)
+    );
+    assert_eq!(links(&again, "/w/e/empty"), 2);
+}
