@@ -300,6 +300,21 @@ impl NativeClient {
         })
     }
 
+    /// The target of the symbolic link at `path`.
+    fn readlink(&self, py: Python<'_>, path: String) -> PyResult<String> {
+        with_client(py, &self.inner, move |c| c.readlink(&path))
+    }
+
+    /// Makes a FIFO at `path` with permission bits `mode` (each machine's kernel
+    /// serves it; Maat keeps the name).
+    #[pyo3(signature = (path, mode=0o666))]
+    fn mkfifo(&self, py: Python<'_>, path: String, mode: u16) -> PyResult<()> {
+        let mode = maat_proto::msg::S_IFIFO | (mode & 0o7777);
+        with_client(py, &self.inner, move |c| {
+            c.mknod(&path, mode, 0).map(|_| ())
+        })
+    }
+
     /// Renames `src` to `dst`.
     fn mv(&self, py: Python<'_>, src: String, dst: String) -> PyResult<()> {
         with_client(py, &self.inner, move |c| c.rename(&src, &dst))

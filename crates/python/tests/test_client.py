@@ -109,6 +109,12 @@ def test_namespace_calls_and_their_errors(admin, unique):
     admin.utime(f"{unique}/a/g", atime=1_000.5, mtime=2_000)
     s = admin.stat(f"{unique}/a/g")
     assert (s["atime"], s["mtime"]) == (1_000.5, 2_000) and s["ctime"] > 2_000
+    admin.symlink("g", f"{unique}/a/sym")
+    assert admin.readlink(f"{unique}/a/sym") == "g"
+    admin.mkfifo(f"{unique}/a/pipe", 0o600)
+    assert admin.stat(f"{unique}/a/pipe")["mode"] & 0o170000 == 0o010000
+    admin.rm(f"{unique}/a/sym")
+    admin.rm(f"{unique}/a/pipe")
     admin.rm(f"{unique}/a/g")
     admin.rmdir(f"{unique}/a/b")
     admin.rmdir(f"{unique}/a")

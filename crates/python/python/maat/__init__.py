@@ -194,6 +194,16 @@ class Client:
         Maat never follows it, a mount's kernel does)."""
         self._native.symlink(target, path)
 
+    def readlink(self, path: str) -> str:
+        """The target of the symbolic link at ``path`` (``OSError`` with ``EINVAL`` for
+        anything else)."""
+        return self._native.readlink(path)
+
+    def mkfifo(self, path: str, mode: int = 0o666) -> None:
+        """Makes a named pipe at ``path`` (each machine's kernel serves it; Maat keeps the
+        name, its owner and its mode, the umask applied)."""
+        self._native.mkfifo(path, mode)
+
     def utime(self, path: str, atime: Optional[float] = None, mtime: Optional[float] = None,
               now: bool = False) -> None:
         """Sets the access and/or modification time of ``path`` in seconds since the epoch
