@@ -4,9 +4,9 @@
 //! links: more names of one inode, whose permissions, capabilities and lockbox stay the
 //! inode's whatever name it is reached by.
 
-use crate::namespace::{allowed, check_new_name, enter, require, touch_dir, EXEC, READ, WRITE};
+use crate::namespace::{allowed, check_new_name, enter, require, EXEC, READ, WRITE};
 use crate::store::Special;
-use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result};
+use crate::{lock, Batch, MdsError, MetaStore, Principal, Result};
 use maat_proto::msg::{
     ErrorCode, MdsResponse, StatMore, LINKS_MAX, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR,
     S_IFIFO, S_IFMT, S_IFSOCK,
@@ -175,13 +175,7 @@ impl<S: MetaStore> crate::Mds<S> {
         inode.nlink += 1;
         inode.ctime = now.0;
         let mut batch = Batch::default();
-        batch.push(Op::PutEntry {
-            parent: parent.id,
-            name: name.to_string(),
-            child: inode.id,
-        });
-        batch.push(Op::PutInode(inode.clone()));
-        touch_dir(&mut batch, &parent, now);
+        enter(&mut batch, &parent, name, &inode, now);
         self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Stat(self.stat_of(&inode)?))
     }

@@ -20,7 +20,7 @@
 use crate::encryption::{first_lockbox, record_generations};
 use crate::namespace::{fresh_inode, require, EXEC, WRITE};
 use crate::store::PartitionRecord;
-use crate::{lock, Batch, MdsError, MetaStore, Op, Principal, Result, CLOCK_SKEW_MILLIS};
+use crate::{lock, Batch, MdsError, MetaStore, Principal, Result, CLOCK_SKEW_MILLIS};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
 use maat_proto::ids::{CapabilityId, FileId, UserId};
@@ -436,13 +436,7 @@ impl<S: MetaStore> crate::Mds<S> {
             r.used += 1;
         }
         let mut batch = Batch::default();
-        batch.push(Op::PutEntry {
-            parent: parent.id,
-            name: name.to_string(),
-            child: inode.id,
-        });
-        batch.push(Op::PutInode(inode.clone()));
-        crate::namespace::touch_dir(&mut batch, &parent, now);
+        crate::namespace::enter(&mut batch, &parent, name, &inode, now);
         self.store.commit_deferred(batch)?;
         Ok(MdsResponse::Stat(stat))
     }

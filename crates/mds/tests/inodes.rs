@@ -593,14 +593,8 @@ fn a_directory_counts_its_subdirectories_in_its_links() {
     assert_eq!(links(&m, "/w"), 3);
     assert_eq!(links(&m, "/w/d"), 2);
     ok(&m, ALICE, mkdir("/w/d/a/b/c", true), T0 + 20);
-    assert_eq!(
-        (
-            links(&m, "/w/d"),
-            links(&m, "/w/d/a"),
-            links(&m, "/w/d/a/b")
-        ),
-        (3, 3, 3)
-    );
+    let three = |m: &M, [a, b, c]: [&str; 3]| (links(m, a), links(m, b), links(m, c));
+    assert_eq!(three(&m, ["/w/d", "/w/d/a", "/w/d/a/b"]), (3, 3, 3));
     assert_eq!(links(&m, "/w/d/a/b/c"), 2);
     ok(&m, ALICE, mkdir("/w/e", false), T0 + 30);
     assert_eq!(links(&m, "/w"), 4);
@@ -640,13 +634,6 @@ fn a_directory_counts_its_subdirectories_in_its_links() {
     batch.push(maat_mds::Op::DeleteMeta("directory_links".into()));
     (&store).commit(batch).unwrap();
     let again = mds(&store);
-    assert_eq!(
-        (
-            links(&again, "/"),
-            links(&again, "/w"),
-            links(&again, "/w/e")
-        ),
-        (4, 4, 3)
-    );
+    assert_eq!(three(&again, ["/", "/w", "/w/e"]), (4, 4, 3));
     assert_eq!(links(&again, "/w/e/empty"), 2);
 }
