@@ -489,8 +489,13 @@ impl Client {
             Some(r) => r,
             None => self.mds_call(MdsRequest::Unlink { path: path.into() })?,
         };
+        self.removed(response)
+    }
+
+    /// Finishes a removal the MDS answered: `Ok` when the file keeps other names (hard
+    /// links, issue 44: its objects stay), else its objects go under what it gave.
+    fn removed(&self, response: MdsResponse) -> Result<()> {
         if response == MdsResponse::Ok {
-            // One name of several removed (hard links, issue 44): the objects stay.
             return Ok(());
         }
         let opened = self.opened_from(response)?;
@@ -509,13 +514,7 @@ impl Client {
             from: from.into(),
             to: to.into(),
         })?;
-        if response == MdsResponse::Ok {
-            return Ok(());
-        }
-        let opened = self.opened_from(response)?;
-        self.remove_objects(&opened)?;
-        self.forget_t10(opened.stat.id);
-        Ok(())
+        self.removed(response)
     }
 
     /// Removes the objects of an unlinked file.

@@ -41,13 +41,13 @@ impl Client {
     }
 
     /// Makes `to` another name of the inode at `from` (a hard link, issue 44; not of a
-    /// directory). Answers the inode's attributes.
-    pub fn hard_link(&self, from: &str, to: &str) -> Result<FileStat> {
+    /// directory). Answers the inode's attributes, its link count among them.
+    pub fn hard_link(&self, from: &str, to: &str) -> Result<(FileStat, StatMore)> {
         match self.mds_call(MdsRequest::HardLink {
             from: from.into(),
             to: to.into(),
         })? {
-            MdsResponse::Stat(s) => Ok(s),
+            MdsResponse::StatFull { stat, more } => Ok((stat, more)),
             _ => Err(self.bad("mds", "unexpected answer")),
         }
     }

@@ -203,7 +203,10 @@ impl Filesystem for MaatFs {
             // Owner, group and mode, the size, then the times (a size change sets the
             // modification time too). The kernel sends a size alone, nearly always.
             Some(size) => {
-                attempt!(reply, s.apply(ino.0, &path, change.without_times()));
+                let before = change.without_times();
+                if !before.is_empty() {
+                    attempt!(reply, s.apply(ino.0, &path, before));
+                }
                 attempt!(reply, s.truncate(ino.0, fh.map(|f| f.0), size));
                 attempt!(reply, s.apply(ino.0, &path, change.times()))
             }
@@ -356,8 +359,8 @@ impl Filesystem for MaatFs {
         let mut s = attempt!(reply, self.state_as(req));
         let from = attempt!(reply, s.path(ino.0));
         let to = attempt!(reply, s.child(newparent.0, newname));
-        let stat = match s.client.hard_link(&from, &to) {
-            Ok(stat) => stat,
+        let (stat, more) = match s.client.hard_link(&from, &to) {
+            Ok(answer) => answer,
             // link(2): EMLINK at the most names an inode may have.
             Err(ClientError::Refused(e)) if e.code == ErrorCode::TooLarge => {
                 return reply.error(Errno::EMLINK)
@@ -366,7 +369,7 @@ impl Filesystem for MaatFs {
         };
         // The new name shares the inode's number (the kernel links the two).
         let linked = s.inodes.ino(&to, stat.id);
-        let attr = attempt!(reply, s.current_attr(linked));
+        let attr = s.attr(linked, &stat, Some(&more));
         reply.entry(&TTL, &attr, Generation(0));
     }
 

@@ -15,7 +15,7 @@ pub(crate) struct AttrChange {
 }
 
 impl AttrChange {
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.owner.is_none()
             && self.group.is_none()
             && self.mode.is_none()

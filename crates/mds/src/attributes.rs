@@ -21,54 +21,15 @@ pub(crate) struct Changes<'a> {
 }
 
 impl<S: MetaStore> crate::Mds<S> {
-    pub(crate) fn chmod(
+    /// `Chmod`, `Chown`, `SetMtime` and `SetTimes`: the changes of [`Self::set_attr`],
+    /// answered `Ok`.
+    pub(crate) fn change_answering_ok(
         &self,
         who: &Principal,
         path: &str,
-        mode: u16,
+        changes: Changes<'_>,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let changes = Changes {
-            mode: Some(mode),
-            ..Changes::default()
-        };
-        self.change(who, path, changes, now)
-            .map(|_| MdsResponse::Ok)
-    }
-
-    /// Issue 44: sets `path`'s access and modification times, each to a given time
-    /// (owner or administrator) or to now (also anyone who may write it), as
-    /// utimensat(2) allows; the change time becomes now.
-    pub(crate) fn set_times(
-        &self,
-        who: &Principal,
-        path: &str,
-        atime: Option<SetTime>,
-        mtime: Option<SetTime>,
-        now: UnixMillis,
-    ) -> Result<MdsResponse> {
-        let changes = Changes {
-            atime,
-            mtime,
-            ..Changes::default()
-        };
-        self.change(who, path, changes, now)
-            .map(|_| MdsResponse::Ok)
-    }
-
-    pub(crate) fn chown(
-        &self,
-        who: &Principal,
-        path: &str,
-        owner: Option<&str>,
-        group: Option<&str>,
-        now: UnixMillis,
-    ) -> Result<MdsResponse> {
-        let changes = Changes {
-            owner,
-            group,
-            ..Changes::default()
-        };
         self.change(who, path, changes, now)
             .map(|_| MdsResponse::Ok)
     }

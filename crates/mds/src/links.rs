@@ -177,6 +177,9 @@ impl<S: MetaStore> crate::Mds<S> {
         let mut batch = Batch::default();
         enter(&mut batch, &parent, name, &inode, now);
         self.store.commit_deferred(batch)?;
-        Ok(MdsResponse::Stat(self.stat_of(&inode)?))
+        Ok(MdsResponse::StatFull {
+            stat: self.stat_of(&inode)?,
+            more: self.more_of(&inode),
+        })
     }
 }

@@ -409,19 +409,14 @@ impl<S: MetaStore> crate::Mds<S> {
             name: name.to_string(),
         });
         relink_dir(&mut batch, &parent, if directory { -1 } else { 0 }, now);
-        if !directory && inode.nlink > 1 {
-            // One name of several (hard links, issue 44): the inode stays, with its
-            // objects, permissions and capabilities; nothing for the client to delete.
-            let mut kept = inode;
-            kept.nlink -= 1;
-            kept.ctime = now.0;
-            batch.push(Op::PutInode(kept));
+        if directory {
+            batch.push(Op::DeleteInode(inode.id));
+            self.store.commit_deferred(batch)?;
+        } else if !drop_name(&mut batch, &inode, now) {
+            // One name of several (hard links, issue 44): nothing for the client to
+            // delete.
             self.store.commit_deferred(batch)?;
             return Ok(MdsResponse::Ok);
-        }
-        batch.push(Op::DeleteInode(inode.id));
-        if directory {
-            self.store.commit_deferred(batch)?;
         } else {
             // Capabilities for the removed file must not be renewed (SPEC M7, M8): the
             // access-control version moves, so renewal re-checks and forgets them.
@@ -825,13 +820,7 @@ impl<S: MetaStore> crate::Mds<S> {
                         parent: to_parent.id,
                         name: to_name.to_string(),
                     });
-                    if target.nlink > 1 {
-                        let mut kept = target;
-                        kept.nlink -= 1;
-                        kept.ctime = now.0;
-                        batch.push(Op::PutInode(kept));
-                    } else {
-                        batch.push(Op::DeleteInode(target.id));
+                    if drop_name(&mut batch, &target, now) {
                         replaced = Some(target);
                     }
                 }
@@ -886,6 +875,23 @@ pub(crate) fn enter(batch: &mut Batch, parent: &Inode, name: &str, inode: &Inode
     });
     batch.push(Op::PutInode(inode.clone()));
     touch_dir(batch, parent, now);
+}
+
+/// Puts in `batch` what a file losing one of its names (its entry removed apart) does to
+/// its inode: one name fewer and a new change time, or, when it was the last, the inode
+/// gone (answers true: its objects are the caller's to delete). Permissions, objects and
+/// capabilities stay with a file that keeps a name (hard links, issue 44).
+fn drop_name(batch: &mut Batch, file: &Inode, now: UnixMillis) -> bool {
+    if file.nlink > 1 {
+        let mut kept = file.clone();
+        kept.nlink -= 1;
+        kept.ctime = now.0;
+        batch.push(Op::PutInode(kept));
+        false
+    } else {
+        batch.push(Op::DeleteInode(file.id));
+        true
+    }
 }
 
 pub(crate) fn touch_dir(batch: &mut Batch, dir: &Inode, now: UnixMillis) {

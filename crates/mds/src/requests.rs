@@ -2,6 +2,7 @@
 //! they rest on, and the dispatch of every `MdsRequest` to the module that decides it.
 
 use super::*;
+use crate::attributes::Changes;
 use maat_proto::msg::SetTime;
 
 impl<S: MetaStore> Mds<S> {
@@ -365,9 +366,20 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::RenameReplace { from, to } => {
                 self.rename(who, &from, &to, true, session, now, rng)
             }
-            MdsRequest::Chmod { path, mode } => self.chmod(who, &path, mode, now),
+            MdsRequest::Chmod { path, mode } => {
+                let changes = Changes {
+                    mode: Some(mode),
+                    ..Changes::default()
+                };
+                self.change_answering_ok(who, &path, changes, now)
+            }
             MdsRequest::Chown { path, owner, group } => {
-                self.chown(who, &path, owner.as_deref(), group.as_deref(), now)
+                let changes = Changes {
+                    owner: owner.as_deref(),
+                    group: group.as_deref(),
+                    ..Changes::default()
+                };
+                self.change_answering_ok(who, &path, changes, now)
             }
             MdsRequest::UserAdd { .. } => Err(MdsError::refused(
                 ErrorCode::InvalidArgument,
@@ -392,11 +404,19 @@ impl<S: MetaStore> Mds<S> {
             MdsRequest::GroupMemberRm { group, user } => self.group_member_rm(who, &group, &user),
             MdsRequest::Umask { set } => self.umask(who, set),
             MdsRequest::SetMtime { path, mtime } => {
-                let mtime = Some(mtime.map_or(SetTime::Now, SetTime::At));
-                self.set_times(who, &path, None, mtime, now)
+                let changes = Changes {
+                    mtime: Some(mtime.map_or(SetTime::Now, SetTime::At)),
+                    ..Changes::default()
+                };
+                self.change_answering_ok(who, &path, changes, now)
             }
             MdsRequest::SetTimes { path, atime, mtime } => {
-                self.set_times(who, &path, atime, mtime, now)
+                let changes = Changes {
+                    atime,
+                    mtime,
+                    ..Changes::default()
+                };
+                self.change_answering_ok(who, &path, changes, now)
             }
             MdsRequest::StatFull { path } => self.stat_full(who, &path),
             MdsRequest::SetAttr {
@@ -407,7 +427,7 @@ impl<S: MetaStore> Mds<S> {
                 atime,
                 mtime,
             } => {
-                let changes = crate::attributes::Changes {
+                let changes = Changes {
                     mode,
                     owner: owner.as_deref(),
                     group: group.as_deref(),

@@ -88,11 +88,12 @@ fn one_inode_under_several_names_goes_with_its_last() {
     let m = setup(&store);
     let (f, more) = stat(&m, "/w/f");
     assert_eq!(more.nlink, 1);
-    let linked = match ok(&m, ALICE, link("/w/f", "/w/d/g"), T0 + 20) {
-        MdsResponse::Stat(s) => s,
+    let (linked, more) = match ok(&m, ALICE, link("/w/f", "/w/d/g"), T0 + 20) {
+        MdsResponse::StatFull { stat, more } => (stat, more),
         other => panic!("{other:?}"),
     };
     assert_eq!(linked.id, f.id, "the new name is the same inode");
+    assert_eq!(more.nlink, 2, "the answer has the new count");
     let (g, more) = stat(&m, "/w/d/g");
     assert_eq!((g.id, more.nlink), (f.id, 2));
     assert_eq!(stat(&m, "/w/f").1.nlink, 2);

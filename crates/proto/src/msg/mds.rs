@@ -827,7 +827,7 @@ pub enum MdsRequest {
     /// search permission on `to`'s directory; and, as Linux's `protected_hardlinks`,
     /// only the owner, the administrator or a user who may read and write the inode
     /// links it (else `PermissionDenied`). At most [`LINKS_MAX`] names (`TooLarge`).
-    /// Answer `Stat`, of the inode.
+    /// Answer `StatFull`, of the inode.
     HardLink {
         /// An existing entry (not followed if it is a symbolic link).
         from: String,
