@@ -103,17 +103,20 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
             }
             grouping.extend(grouping_lines(&counters));
             let background = |k: &str| get(&format!("{k}_background"));
-            if background("signatures_made") != "-" || background("signatures_verified") != "-" {
+            let kinds = ["signatures_made", "signatures_verified", "macs_computed"];
+            if kinds.iter().any(|k| background(k) != "-") {
                 backgrounds.push(format!(
-                    "{name} {} made, {} verified",
+                    "{name} {} signed, {} verified, {} MACs",
                     background("signatures_made"),
-                    background("signatures_verified")
+                    background("signatures_verified"),
+                    background("macs_computed")
                 ));
             }
         }
         if !backgrounds.is_empty() {
             say!(
-                "of the signatures above, background work (KDS revocation catch-ups, no request): {}",
+                "of the crypto above, background work (revocation catch-ups of each KDS and OSD, \
+                 OSD registration; no request): {}",
                 backgrounds.join(", ")
             );
         }

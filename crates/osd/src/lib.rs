@@ -298,6 +298,8 @@ pub struct OsdCore {
     mds_key: RwLock<Option<VerifyingKey>>,
     danger_allow_insecure: bool,
     counters: Counters,
+    /// See [`OsdCore::background_counters`].
+    background: Counters,
     sessions: RwLock<HashMap<[u8; 16], Session>>,
     replay: Mutex<ReplayWindow>,
     capabilities: RwLock<HashMap<[u8; 32], CachedCapability>>,
@@ -357,6 +359,7 @@ impl OsdCore {
             mds_key: RwLock::new(None),
             danger_allow_insecure,
             counters,
+            background: OpCounters::new_handle(),
             sessions: RwLock::new(HashMap::new()),
             replay: Mutex::new(ReplayWindow::new(boot)),
             capabilities: RwLock::new(HashMap::new()),
@@ -596,7 +599,10 @@ impl OsdCore {
         counters.push(("capabilities_renewed".into(), self.renewed.len() as u64));
         counters.push(("revoked_entries".into(), self.revoked.entries() as u64));
         counters.push(("job_keys".into(), self.delegations.keys() as u64));
-        counters.extend(DaemonStats::operations(&self.counters));
+        counters.extend(DaemonStats::operations_with_background(
+            &self.counters,
+            &self.background,
+        ));
         counters.extend(self.stats.refused_by_reason.counters());
         DaemonStats {
             daemon: format!("osd {}", self.id),
@@ -607,6 +613,13 @@ impl OsdCore {
     /// This daemon's crypto counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The counters of work no request causes (the daemon's control channel to the MDS:
+    /// registration and the once-a-second revocation catch-up, SPEC M9). `stats` reports
+    /// it inside each total and on its own as `NAME_background`.
+    pub fn background_counters(&self) -> &Counters {
+        &self.background
     }
 }
 

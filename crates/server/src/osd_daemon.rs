@@ -72,7 +72,9 @@ pub fn open_osd(
             ),
         })?;
     }
-    let join = MacKey::new(Secret32::from_bytes(join_key)).with_counters(core.counters().clone());
+    // The join key's MACs (registration, catch-ups) are background work, by name.
+    let join = MacKey::new(Secret32::from_bytes(join_key))
+        .with_counters(core.background_counters().clone());
     Ok(OsdNode {
         core,
         store: Arc::new(store),
