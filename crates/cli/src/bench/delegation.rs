@@ -30,9 +30,9 @@ fn counts(admin: &mut Client) -> Result<[u64; 3]> {
     let stats = admin.daemon_stats()?;
     let sum = |prefix: &str, name: &str| super::sum_counter(&stats, prefix, name);
     Ok([
-        sum("mds", "requests"),
-        sum("mds", "signatures_made"),
-        sum("osd", "signatures_verified"),
+        sum("mds", "requests")?,
+        sum("mds", "signatures_made")?,
+        sum("osd", "signatures_verified")?,
     ])
 }
 

@@ -94,8 +94,8 @@ fn crypto(c: &mut Client) -> Result<(u64, u64)> {
     let stats = c.daemon_stats()?;
     let sum = |name: &str| super::sum_counter(&stats, "", name);
     Ok((
-        sum("signatures_made") + sum("signatures_verified"),
-        sum("macs_computed"),
+        sum("signatures_made")? + sum("signatures_verified")?,
+        sum("macs_computed")?,
     ))
 }
 

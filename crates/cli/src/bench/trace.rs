@@ -211,8 +211,9 @@ fn run_setting(
     })?;
     let seconds = started.elapsed().as_secs_f64();
     let after = admin.daemon_stats()?;
-    let delta = |prefix: &str, counter: &str| {
-        sum_counter(&after, prefix, counter).saturating_sub(sum_counter(&before, prefix, counter))
+    let delta = |prefix: &str, counter: &str| -> Result<u64> {
+        Ok(sum_counter(&after, prefix, counter)?
+            .saturating_sub(sum_counter(&before, prefix, counter)?))
     };
     let mut order: Vec<&OpenEvent> = events.iter().collect();
     order.sort_by(|a, b| a.done_us.total_cmp(&b.done_us));
@@ -226,10 +227,10 @@ fn run_setting(
         .collect();
     Ok(Outcome {
         seconds,
-        signatures: delta("mds", "signatures_made"),
-        hits: delta("mds", "capability_cache_hits"),
-        misses: delta("mds", "capability_cache_misses"),
-        verifications: delta("osd", "signatures_verified"),
+        signatures: delta("mds", "signatures_made")?,
+        hits: delta("mds", "capability_cache_hits")?,
+        misses: delta("mds", "capability_cache_misses")?,
+        verifications: delta("osd", "signatures_verified")?,
         hot_aggregate_ms: events
             .iter()
             .filter(|e| e.hot)
