@@ -262,6 +262,19 @@ fn bench_grouping_counts_one_signature_per_fresh_open_without_grouping_and_fewer
         assert_eq!(num(&j, &format!("signatures_none_{n}")), opens);
         assert_eq!(num(&j, &format!("osd_verifications_none_{n}")), opens);
         assert_eq!(num(&j, &format!("signatures_nosec_{n}")), 0.0);
+        // Repeated order (issue 45): each client in turn opens its group's 6 shared
+        // files. Without grouping, 6 signatures each. With prediction (a successor
+        // predicted once seen 4 times in the last 6), each group's first 4 clients teach
+        // the chain and sign 6 each, the other 6 sign once for all 6 files: 30 a group.
+        assert_eq!(
+            num(&j, &format!("repeat_signatures_none_{n}")),
+            6.0 * f64::from(n)
+        );
+        assert_eq!(
+            num(&j, &format!("repeat_signatures_predict_{n}")),
+            3.0 * f64::from(n)
+        );
+        assert!(num(&j, &format!("repeat_open_predict_us_{n}")) > 0.0);
     }
     // UNIX grouping: the 6 shared files' capabilities name the group, once each.
     assert!(num(&j, "signatures_unix_10") < 100.0);

@@ -7,6 +7,13 @@
 //! (Recent Popularity, learnt during the run: the clients of a group open its shared
 //! files in the same order, so earlier opens teach the successors of later ones), and
 //! combined (UNIX, directory, temporal batching, on-the-fly and prediction).
+//!
+//! Then a workload whose access order repeats (issue 45: in the mixed one, every client of
+//! a group opens the shared files at the same moment, so prediction has nothing learnt
+//! yet when it could help): the clients open their group's shared files in the same
+//! order one client after another, as job steps that read the same inputs in turn. Per
+//! client count, the mean open latency and the exact MDS signatures without grouping and
+//! with prediction alone.
 
 use super::{counter, LocalCluster};
 use anyhow::{anyhow, bail, Context, Result};
@@ -31,6 +38,8 @@ const MODES: [(&str, Option<&str>); 5] = [
     ("predict", Some("predict")),
     ("combined", Some("unix,directory,batch,onthefly,predict")),
 ];
+/// Settings of the repeated-order workload: no grouping against prediction alone.
+const REPEAT_MODES: [&str; 2] = ["none", "predict"];
 /// Where the combined setting's figures start in a row (after the client count).
 const COMBINED_AT: usize = 1 + 5 * (MODES.len() - 1);
 
@@ -103,19 +112,8 @@ fn run_mode(
     }
     // Fresh files: the shared ones made by the administrator for each group.
     let base = format!("/e2/{mode}-{n}-{tag}");
-    admin.mkdir(&base, 0o777, false)?;
+    make_shared(admin, &base, names, n)?;
     let mut plans: Vec<Vec<String>> = Vec::with_capacity(n);
-    for g in 0..n.div_ceil(GROUP) {
-        let dir = format!("{base}/g{g}");
-        admin.mkdir(&dir, 0o777, false)?;
-        let owner = names.get(g * GROUP).ok_or_else(|| anyhow!("no owner"))?;
-        for f in 0..SHARED {
-            let path = format!("{dir}/shared{f}");
-            admin.put(&mut &b""[..], 0, &path, &mut |_| {})?;
-            admin.chown(&path, Some(owner), Some(&format!("e2g{g}")))?;
-            admin.chmod(&path, 0o660)?;
-        }
-    }
     for (i, name) in names.iter().take(n).enumerate() {
         let dir = format!("{base}/g{}", i / GROUP);
         let mut paths: Vec<String> = (0..SHARED).map(|f| format!("{dir}/shared{f}")).collect();
@@ -162,6 +160,51 @@ fn run_mode(
         sigs as f64,
         verifs as f64,
     ])
+}
+
+/// Makes `base` and in it, for each group of the first `n` clients, `g<G>/shared<F>`:
+/// empty, owned by the group's first client and the group `e2g<G>`, mode 0660.
+fn make_shared(admin: &mut Client, base: &str, names: &[String], n: usize) -> Result<()> {
+    admin.mkdir(base, 0o777, false)?;
+    for g in 0..n.div_ceil(GROUP) {
+        let dir = format!("{base}/g{g}");
+        admin.mkdir(&dir, 0o777, false)?;
+        let owner = names.get(g * GROUP).ok_or_else(|| anyhow!("no owner"))?;
+        for f in 0..SHARED {
+            let path = format!("{dir}/shared{f}");
+            admin.put(&mut &b""[..], 0, &path, &mut |_| {})?;
+            admin.chown(&path, Some(owner), Some(&format!("e2g{g}")))?;
+            admin.chmod(&path, 0o660)?;
+        }
+    }
+    Ok(())
+}
+
+/// The repeated-order workload under `strategies` for the first `n` clients, on fresh
+/// files: each client in turn opens its group's shared files in order. [mean open µs,
+/// MDS signatures].
+fn run_repeated(
+    admin: &mut Client,
+    clients: &mut Clients,
+    strategies: &str,
+    n: usize,
+    tag: &str,
+) -> Result<[f64; 2]> {
+    admin.set_grouping(strategies)?;
+    let base = format!("/e2/repeat-{strategies}-{n}-{tag}");
+    make_shared(admin, &base, &clients.names, n)?;
+    let signed = counter(admin, "mds", "signatures_made")?;
+    let mut opens = Vec::with_capacity(n * SHARED);
+    for (i, c) in clients.secure.iter_mut().take(n).enumerate() {
+        let dir = format!("{base}/g{}", i / GROUP);
+        for f in 0..SHARED {
+            let t = Instant::now();
+            c.open(&format!("{dir}/shared{f}"), Access::ReadWrite, None)?;
+            opens.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    let sigs = counter(admin, "mds", "signatures_made")?.saturating_sub(signed);
+    Ok([mean(&opens), sigs as f64])
 }
 
 pub(super) fn run_grouping(
@@ -220,9 +263,11 @@ pub(super) fn run_grouping(
     };
     let mut obj = serde_json::Map::new();
     let mut rows = Vec::new();
+    let mut repeated = Vec::new();
     for &n in sizes {
         let n = n as usize;
         let mut sums = [[0f64; 5]; MODES.len()];
+        let mut repeat_sums = [[0f64; 2]; REPEAT_MODES.len()];
         for round in 0..rounds {
             // Forward, then backward: a store growing during the run favours no setting.
             let order: Vec<usize> = if round % 2 == 0 {
@@ -246,7 +291,38 @@ pub(super) fn run_grouping(
                     }
                 }
             }
+            for k in 0..REPEAT_MODES.len() {
+                let m = if round % 2 == 0 {
+                    k
+                } else {
+                    REPEAT_MODES.len() - 1 - k
+                };
+                let strategies = REPEAT_MODES
+                    .get(m)
+                    .copied()
+                    .ok_or_else(|| anyhow!("mode"))?;
+                let got = run_repeated(
+                    &mut admin,
+                    &mut clients,
+                    strategies,
+                    n,
+                    &format!("r{round}"),
+                )?;
+                if let Some(sum) = repeat_sums.get_mut(m) {
+                    for (acc, v) in sum.iter_mut().zip(got) {
+                        *acc += v;
+                    }
+                }
+            }
         }
+        let mut repeat_row = vec![n as f64];
+        for (mode, sum) in REPEAT_MODES.iter().zip(repeat_sums) {
+            let [open_us, sigs] = sum.map(|v| v / f64::from(rounds));
+            obj.insert(format!("repeat_open_{mode}_us_{n}"), open_us.into());
+            obj.insert(format!("repeat_signatures_{mode}_{n}"), sigs.into());
+            repeat_row.extend([open_us, sigs]);
+        }
+        repeated.push(repeat_row);
         let mut row = vec![n as f64];
         for ((mode, _), sum) in MODES.iter().zip(sums) {
             let [open_us, write_us, mb_s, sigs, verifs] = sum.map(|v| v / f64::from(rounds));
@@ -301,6 +377,21 @@ pub(super) fn run_grouping(
             cell(16),
             cell(21)
         );
+    }
+    say!(
+        "repeated order: the clients, one after another, open their group's {SHARED} shared \
+         files in the same order (mean open µs, MDS signatures)"
+    );
+    say!(
+        "{:>7} | {:>18} | {:>18}",
+        "clients",
+        "no grouping",
+        "prediction"
+    );
+    for r in repeated {
+        if let [n, none_us, none_sigs, predict_us, predict_sigs] = r.as_slice() {
+            say!("{n:>7} | {none_us:>8.0} {none_sigs:>9} | {predict_us:>8.0} {predict_sigs:>9}");
+        }
     }
     Ok(())
 }

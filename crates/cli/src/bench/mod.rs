@@ -105,7 +105,10 @@ pub enum BenchCommand {
     /// and every OSD before it is timed. JSON keys `open_<mode>_us_<N>`,
     /// `write_<mode>_us_<N>`, `write_<mode>_mb_s_<N>`, `signatures_<mode>_<N>`,
     /// `osd_verifications_<mode>_<N>`, `open_combined_over_nosec_<N>` (mode: nosec,
-    /// none, unix, predict, combined).
+    /// none, unix, predict, combined). Then a workload whose order repeats: the clients,
+    /// one after another, open their group's shared files in the same order, without
+    /// grouping and with prediction alone: `repeat_open_<none|predict>_us_<N>`,
+    /// `repeat_signatures_<none|predict>_<N>`.
     Grouping {
         /// Client counts (the paper: 10 to 140).
         #[arg(long, value_delimiter = ',', default_value = "10,20,40")]
