@@ -301,6 +301,16 @@ fn bench_flash_crowd_batches_a_crowd_into_few_signatures() {
     assert!(num(&j, "signatures_unix_20") <= 2.0);
     assert!(num(&j, "signatures_batched_20") < 20.0);
     assert!(num(&j, "open_batched_over_nosec_20") > 0.0);
+    // The model and the MDS's own account of its batches (issue 45).
+    for n in [10, 20] {
+        assert!(num(&j, &format!("batched_batches_{n}")) >= 1.0, "{j}");
+        assert!(
+            num(&j, &format!("batched_sign_us_per_batch_{n}")) > 0.0,
+            "{j}"
+        );
+        let bound = num(&j, &format!("batched_bound_2_signatures_us_{n}"));
+        assert!(bound >= num(&j, &format!("open_nosec_us_{n}")), "{j}");
+    }
     assert!(num(&j, "open_nosec_us_20") > 0.0);
 }
 

@@ -98,6 +98,12 @@ pub(crate) struct GroupingStats {
     issued: [AtomicU64; 7],
     authorizations: [AtomicU64; 7],
     hits: [AtomicU64; 7],
+    /// Where a gathered batch's leader spends its time (issue 45, E3): waiting for the
+    /// signature in progress for the same subject, gathering, and signing (µs, summed).
+    pub(crate) batch_turn_micros: AtomicU64,
+    pub(crate) batch_gather_micros: AtomicU64,
+    pub(crate) batch_sign_micros: AtomicU64,
+    pub(crate) batches_signed: AtomicU64,
 }
 
 /// Counter label `i`: `single` (no strategy widened it), then [`Strategies::NAMES`].
@@ -141,6 +147,14 @@ impl GroupingStats {
                 get(&self.authorizations),
             ));
             out.push((format!("grouping:{name}:cache_hits"), get(&self.hits)));
+        }
+        for (name, c) in [
+            ("batch_turn_micros", &self.batch_turn_micros),
+            ("batch_gather_micros", &self.batch_gather_micros),
+            ("batch_sign_micros", &self.batch_sign_micros),
+            ("batches_signed", &self.batches_signed),
+        ] {
+            out.push((name.to_string(), c.load(Ordering::Relaxed)));
         }
         out
     }

@@ -24,15 +24,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// Every client opens `path` at once (after a barrier); the open latencies in µs.
-fn crowd(clients: &mut [Client], path: &str) -> Result<Vec<f64>> {
+/// Every client opens `path` at once (after a barrier); per client, when its open
+/// started (µs after the first thread was spawned) and how long it took (µs).
+fn crowd(clients: &mut [Client], path: &str) -> Result<Vec<(f64, f64)>> {
     let barrier = Barrier::new(clients.len());
+    let origin = Instant::now();
     std::thread::scope(|s| {
         let handles: Vec<_> = clients
             .iter_mut()
             .map(|c| {
                 let barrier = &barrier;
-                s.spawn(move || -> Result<f64> {
+                s.spawn(move || -> Result<(f64, f64)> {
                     barrier.wait();
                     let t = Instant::now();
                     // Straight to the MDS: the client's own capability cache is not
@@ -42,7 +44,8 @@ fn crowd(clients: &mut [Client], path: &str) -> Result<Vec<f64>> {
                         access: Access::Read,
                         create: None,
                     })?;
-                    Ok(t.elapsed().as_secs_f64() * 1e6)
+                    let started = t.duration_since(origin).as_secs_f64() * 1e6;
+                    Ok((started, t.elapsed().as_secs_f64() * 1e6))
                 })
             })
             .collect();
@@ -51,6 +54,58 @@ fn crowd(clients: &mut [Client], path: &str) -> Result<Vec<f64>> {
             .map(|h| h.join().map_err(|_| anyhow!("a crowd thread panicked"))?)
             .collect()
     })
+}
+
+/// The model behind E3's batched row (issue 45): the least median open that any schedule
+/// signing at most `batches` capabilities could give clients that start at the measured
+/// times, even one that knew every arrival in advance and signed in no time. A client is
+/// answered by the first batch that closes at or after its start, and never sooner than
+/// `floor` (NOSEC's median open); the last batch closes at the last start, or someone is
+/// left unanswered. Returns (that median, the crowd's start spread), in µs.
+fn batching_bound(starts: &[f64], batches: usize, floor: f64) -> (f64, f64) {
+    let mut a = starts.to_vec();
+    a.sort_by(f64::total_cmp);
+    let (Some(&first), Some(&last)) = (a.first(), a.last()) else {
+        return (0.0, 0.0);
+    };
+    let median_for = |closes: &[f64]| {
+        median(
+            a.iter()
+                .map(|&t| {
+                    let close = closes.iter().copied().find(|&c| c >= t).unwrap_or(last);
+                    (close - t).max(floor)
+                })
+                .collect(),
+        )
+    };
+    // One batch closes at the last start; with two, the earlier close is best placed at
+    // some client's start (moving it later, up to the next start, only adds waiting).
+    let best = match batches {
+        0 | 1 => median_for(&[last]),
+        _ => a
+            .iter()
+            .map(|&c| median_for(&[c, last]))
+            .fold(f64::INFINITY, f64::min),
+    };
+    (best, last - first)
+}
+
+/// Where the MDS's batch leaders spent their time (summed µs: waiting for the signature
+/// in progress, gathering, signing) and how many batches they signed.
+const BATCH_TIMES: [&str; 4] = [
+    "batch_turn_micros",
+    "batch_gather_micros",
+    "batch_sign_micros",
+    "batches_signed",
+];
+
+fn batch_times(admin: &mut Client) -> Result<[u64; 4]> {
+    let stats = admin.daemon_stats()?;
+    let mut out = [0u64; 4];
+    for (o, name) in out.iter_mut().zip(BATCH_TIMES) {
+        *o = super::sum_counter(&stats, "mds", name)?;
+    }
+    Ok(out)
 }
 
 /// A fresh one-byte world-readable file for one measurement.
@@ -99,6 +154,10 @@ pub(super) fn run_flash_crowd(
         // Per side (NOSEC, then MODES): each round's median open and signatures made.
         let mut sides: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); MODES.len() + 1];
         let mut spread = Vec::new();
+        // The batched crowds' start times, per round, for the model.
+        let mut starts: Vec<Vec<f64>> = Vec::new();
+        // The batched crowds' leaders: summed turn, gather and sign µs, batches signed.
+        let mut leaders = [0u64; 4];
         for round in 0..rounds {
             // Sides in turn, the order reversed every other round, so that no side
             // always meets the machine fresh or tired (as `bench objects` does).
@@ -110,16 +169,26 @@ pub(super) fn run_flash_crowd(
                 let (latency, made) = match side.checked_sub(1).and_then(|m| MODES.get(m)) {
                     None => {
                         let path = make(&mut admin, &format!("nosec-r{round}"), n)?;
-                        let latencies = crowd(insecure.get_mut(..n).unwrap_or_default(), &path)?;
+                        let opens = crowd(insecure.get_mut(..n).unwrap_or_default(), &path)?;
+                        let latencies: Vec<f64> = opens.iter().map(|(_, l)| *l).collect();
                         spread.push(latencies.iter().copied().fold(0.0, f64::max));
                         (median(latencies), 0)
                     }
                     Some((name, strategies)) => {
                         let path = make(&mut admin, &format!("{name}-r{round}"), n)?;
                         admin.set_grouping(strategies)?;
+                        let times0 = batch_times(&mut admin)?;
                         let before = counter(&mut admin, "mds", "signatures_made")?;
-                        let latencies = crowd(secure.get_mut(..n).unwrap_or_default(), &path)?;
+                        let opens = crowd(secure.get_mut(..n).unwrap_or_default(), &path)?;
                         let after = counter(&mut admin, "mds", "signatures_made")?;
+                        if *name == "batched" {
+                            starts.push(opens.iter().map(|(s, _)| *s).collect::<Vec<f64>>());
+                            let times1 = batch_times(&mut admin)?;
+                            for (acc, (a, b)) in leaders.iter_mut().zip(times1.iter().zip(times0)) {
+                                *acc += a.saturating_sub(b);
+                            }
+                        }
+                        let latencies = opens.into_iter().map(|(_, l)| l).collect();
                         (median(latencies), after.saturating_sub(before))
                     }
                 };
@@ -138,6 +207,33 @@ pub(super) fn run_flash_crowd(
         // with no security at all (the time a batch that waits for the crowd waits).
         let spread = median(spread);
         obj.insert(format!("crowd_spread_nosec_us_{n}"), spread.into());
+        // The model: the best any 2-signature schedule could do for the batched crowds'
+        // own start times (median over rounds), against the target of 1.5 × NOSEC.
+        let (bounds, arrivals): (Vec<f64>, Vec<f64>) =
+            starts.iter().map(|s| batching_bound(s, 2, nosec)).unzip();
+        let bound = median(bounds);
+        let arrival = median(arrivals);
+        obj.insert(format!("batched_bound_2_signatures_us_{n}"), bound.into());
+        obj.insert(
+            format!("batched_bound_2_signatures_over_nosec_{n}"),
+            (bound / nosec.max(1.0)).into(),
+        );
+        obj.insert(
+            format!("crowd_starts_spread_batched_us_{n}"),
+            arrival.into(),
+        );
+        let [turn, gather, sign, batches] = leaders.map(|v| v as f64);
+        let per_batch = |v: f64| v / batches.max(1.0);
+        for (key, v) in [("turn", turn), ("gather", gather), ("sign", sign)] {
+            obj.insert(
+                format!("batched_{key}_us_per_batch_{n}"),
+                per_batch(v).into(),
+            );
+        }
+        obj.insert(
+            format!("batched_batches_{n}"),
+            (batches / rounds as f64).into(),
+        );
         let mut row = vec![n as f64, nosec];
         for ((name, _), (opens, signed)) in MODES.iter().zip(sides) {
             let latency = median(opens.clone());
@@ -152,7 +248,15 @@ pub(super) fn run_flash_crowd(
             );
             row.extend([latency, made]);
         }
-        row.push(spread);
+        row.extend([
+            spread,
+            bound,
+            arrival,
+            per_batch(turn),
+            per_batch(gather),
+            per_batch(sign),
+            batches / rounds as f64,
+        ]);
         rows.push(row);
     }
     // Back to the cluster's default.
@@ -178,13 +282,50 @@ pub(super) fn run_flash_crowd(
         "unix µs",
         "sigs"
     );
+    let mut models = Vec::new();
     for r in rows {
-        if let [n, nosec, none, none_s, batched, batched_s, unix, unix_s, spread] = r.as_slice() {
+        if let [n, nosec, none, none_s, batched, batched_s, unix, unix_s, spread, bound, arrival, turn, gather, sign, batches] =
+            r.as_slice()
+        {
             say!(
                 "{n:>7} {nosec:>10.0} {spread:>10.0} | {none:>10.0} {none_s:>5} | {batched:>10.0} {batched_s:>5} {:>6.2} | {unix:>10.0} {unix_s:>5}",
                 batched / nosec.max(1.0)
             );
+            models.push(format!(
+                "{n:>7} clients: they start over {arrival:.0} µs; the best any schedule of 2 \
+                 signatures could do is a median of {bound:.0} µs ({:.2} × NOSEC); the MDS \
+                 closed {batches:.1} batches a crowd, each leader waiting {turn:.0} µs for \
+                 the signature before, gathering {gather:.0} µs, signing {sign:.0} µs",
+                bound / nosec.max(1.0)
+            ));
         }
     }
+    say!(
+        "model (batched crowds' measured start times; a batch answers those started before \
+         it closes, never faster than NOSEC's median; target 1.5 × NOSEC):"
+    );
+    for m in models {
+        say!("{m}");
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batching_bound;
+
+    #[test]
+    fn the_batching_bound_waits_for_the_last_start_and_never_beats_the_floor() {
+        // 101 clients starting 1 µs apart: one batch must wait for the last start, so
+        // the median client (started at 50) waits 50.
+        let starts: Vec<f64> = (0..=100).map(f64::from).collect();
+        assert_eq!(batching_bound(&starts, 1, 0.0), (50.0, 100.0));
+        // Two batches: the best early close halves the wait of the clients before it.
+        let (two, _) = batching_bound(&starts, 2, 0.0);
+        assert!((25.0..50.0).contains(&two), "{two}");
+        // Nobody is answered faster than the floor.
+        assert_eq!(batching_bound(&starts, 2, 80.0).0, 80.0);
+        // Everyone at once: no wait at all beyond the floor.
+        assert_eq!(batching_bound(&[7.0; 10], 2, 3.0), (3.0, 0.0));
+    }
 }

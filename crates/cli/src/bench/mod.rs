@@ -30,7 +30,12 @@ pub enum BenchCommand {
     /// on-the-fly batching, and with UNIX grouping, beside NOSEC. JSON keys
     /// `signatures_<none|batched|unix>_<N>`, `open_<mode>_us_<N>`,
     /// `open_<mode>_over_nosec_<N>`, `open_nosec_us_<N>` (medians over the rounds; each
-    /// round's under `..._rounds_...`), `crowd_spread_nosec_us_<N>`.
+    /// round's under `..._rounds_...`), `crowd_spread_nosec_us_<N>`. Then a model: from
+    /// the batched crowds' own start times, the least median any schedule signing 2
+    /// capabilities could give (`batched_bound_2_signatures_us_<N>`,
+    /// `..._over_nosec_<N>`, `crowd_starts_spread_batched_us_<N>`), and where the MDS's
+    /// batch leaders spent their time (`batched_<turn|gather|sign>_us_per_batch_<N>`,
+    /// `batched_batches_<N>`).
     FlashCrowd {
         /// Crowd sizes.
         #[arg(long, value_delimiter = ',', default_value = "20,40,60,80,100")]

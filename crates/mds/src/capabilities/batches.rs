@@ -12,6 +12,7 @@ use crate::{lock, MetaStore, Result, ADMIN_UID};
 use maat_crypto::CryptoRngCore;
 use maat_proto::UnixMillis;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -139,6 +140,7 @@ impl<S: MetaStore> crate::Mds<S> {
         if !leader {
             return self.await_batch(&batch, me, r, rng);
         }
+        let turn_started = std::time::Instant::now();
         let hot = {
             // On-the-fly: while another capability for this file is being signed, this
             // batch stays open and gathers.
@@ -156,6 +158,14 @@ impl<S: MetaStore> crate::Mds<S> {
             // Opens that arrived meanwhile may have made the subject hot.
             hot || (cfg.strategies.batch && table.is_hot(subject, r.now))
         };
+        let stats = &self.issuer.stats;
+        let micros = |since: std::time::Instant| {
+            u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+        };
+        stats
+            .batch_turn_micros
+            .fetch_add(micros(turn_started), Ordering::Relaxed);
+        let gather_started = std::time::Instant::now();
         if hot {
             // Temporal batching: gather while the batch still grows (a crowd arriving),
             // at most the gather window.
@@ -178,7 +188,15 @@ impl<S: MetaStore> crate::Mds<S> {
             }
             table.signing.insert(key);
         }
+        stats
+            .batch_gather_micros
+            .fetch_add(micros(gather_started), Ordering::Relaxed);
+        let sign_started = std::time::Instant::now();
         let outcome = self.sign_batch(&batch, subject, hot, cfg.strategies, r, rng);
+        stats
+            .batch_sign_micros
+            .fetch_add(micros(sign_started), Ordering::Relaxed);
+        stats.batches_signed.fetch_add(1, Ordering::Relaxed);
         lock(&self.issuer.batches).signing.remove(&key);
         self.issuer.turn.notify_all();
         {
