@@ -107,6 +107,9 @@ pub(crate) const COOKIE_SLOT_MILLIS: u64 = 30_000;
 /// A gathering batch closes once it has not grown for this long (or at the gather window).
 pub const BATCH_QUIET_MICROS: u64 = 300;
 
+/// The shortest quiet period a dense crowd's batch waits (see `quiet_period`).
+pub const BATCH_QUIET_MIN_MICROS: u64 = 50;
+
 /// File ids one `Reserve` hands out (one signature for this many puts of new files).
 pub const RESERVED_IDS_PER_REQUEST: u32 = 64;
 

@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 pub use crate::limits::BATCH_QUIET_MICROS;
+pub use crate::limits::BATCH_QUIET_MIN_MICROS;
 pub use crate::limits::BATCH_TRACKED_FILES_MAX;
 pub use crate::limits::BATCH_WAIT_MILLIS_MAX;
 
@@ -90,6 +91,19 @@ impl Batches {
             .get(&subject)
             .is_some_and(|(_, hot)| *hot > now.0)
     }
+}
+
+/// How long a gathering batch waits for one more member: three times the mean gap between
+/// the members that joined so far (a dense crowd closes its batch soon after its last
+/// arrival), never under [`BATCH_QUIET_MIN_MICROS`] nor over [`BATCH_QUIET_MICROS`]
+/// (which it is until two have joined).
+fn quiet_period(elapsed: Duration, joined: usize) -> Duration {
+    let most = Duration::from_micros(BATCH_QUIET_MICROS);
+    if joined < 2 {
+        return most;
+    }
+    let gap = elapsed / u32::try_from(joined).unwrap_or(u32::MAX);
+    (gap * 3).clamp(Duration::from_micros(BATCH_QUIET_MIN_MICROS), most)
 }
 
 impl<S: MetaStore> crate::Mds<S> {
@@ -171,9 +185,10 @@ impl<S: MetaStore> crate::Mds<S> {
             // at most the gather window.
             let limit = Duration::from_millis(cfg.batch_gather_millis.min(BATCH_WAIT_MILLIS_MAX));
             let started = std::time::Instant::now();
-            let mut size = lock(&batch.state).members.len();
+            let first = lock(&batch.state).members.len();
+            let mut size = first;
             while started.elapsed() < limit {
-                std::thread::sleep(Duration::from_micros(BATCH_QUIET_MICROS));
+                std::thread::sleep(quiet_period(started.elapsed(), size - first));
                 let now_size = lock(&batch.state).members.len();
                 if now_size == size {
                     break;
@@ -320,5 +335,27 @@ impl<S: MetaStore> crate::Mds<S> {
             by: Strategies::default(),
         };
         Ok((self.sign_and_cache(&grant, r, &acl, false, rng)?, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{quiet_period, BATCH_QUIET_MICROS, BATCH_QUIET_MIN_MICROS};
+    use std::time::Duration;
+
+    fn us(v: u64) -> Duration {
+        Duration::from_micros(v)
+    }
+
+    #[test]
+    fn a_dense_crowd_closes_its_batch_sooner_than_a_trickle() {
+        // Until two have joined there is no gap to go by.
+        assert_eq!(quiet_period(us(5_000), 1), us(BATCH_QUIET_MICROS));
+        // Four joined in 200 µs: 50 µs apart, so wait three gaps.
+        assert_eq!(quiet_period(us(200), 4), us(150));
+        // Ten in 100 µs: never under the floor.
+        assert_eq!(quiet_period(us(100), 10), us(BATCH_QUIET_MIN_MICROS));
+        // Two in a millisecond: never over the ceiling.
+        assert_eq!(quiet_period(us(1_000), 2), us(BATCH_QUIET_MICROS));
     }
 }
