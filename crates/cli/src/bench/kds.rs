@@ -11,7 +11,9 @@
 //! Every key counted was granted by a KDS and checked by the client (the grant opened
 //! with the login's X25519 key, its KDS signature verified, the file matched), so the
 //! figures include the client's side of each request. Client threads and KDS instances
-//! share this machine's cores.
+//! share this machine's cores, so each measurement also reads the KDS instances' own CPU
+//! time from `/proc` (issue 45): requests per second of KDS CPU is what one KDS core
+//! serves, whatever the clients beside it take.
 
 use super::LocalCluster;
 use anyhow::{anyhow, bail, Result};
@@ -214,15 +216,52 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
                         "bench kds: {kind} requests, {t} threads, {instances} KDS, {seconds} s"
                     );
                 }
+                let kds_cpu = |cluster: &LocalCluster| -> Result<f64> {
+                    (1..=instances)
+                        .map(|k| cluster.daemon_cpu_secs(&format!("kds-{k}")))
+                        .sum()
+                };
+                let me = std::process::id().to_string();
+                let (cpu0, mine0) = (kds_cpu(&cluster)?, super::cpu_secs(&me)?);
                 let (keys, requests, secs) = measure(clients, used, shape, seconds)?;
+                let cpu = kds_cpu(&cluster)? - cpu0;
+                // The clients' CPU (this process): with the KDS's, what a request costs
+                // the machine, so what two cores could serve at most.
+                let clients_cpu = super::cpu_secs(&me)? - mine0;
+                let machine_most = 2.0 * requests as f64 / (cpu + clients_cpu).max(1e-9);
+                out.insert(
+                    format!("clients_cpu_s_{kind}_{instances}kds_{t}"),
+                    clients_cpu.into(),
+                );
+                out.insert(
+                    format!("requests_s_two_cores_most_{kind}_{instances}kds_{t}"),
+                    machine_most.into(),
+                );
                 let keys_s = keys as f64 / secs;
                 let req_s = requests as f64 / secs;
+                // Requests per second of KDS CPU: what one core of KDS serves.
+                let per_cpu_s = requests as f64 / cpu.max(1e-9);
+                out.insert(format!("kds_cpu_s_{kind}_{instances}kds_{t}"), cpu.into());
+                out.insert(
+                    format!("requests_per_kds_cpu_s_{kind}_{instances}kds_{t}"),
+                    per_cpu_s.into(),
+                );
                 out.insert(format!("keys_s_{kind}_{instances}kds_{t}"), keys_s.into());
                 out.insert(
                     format!("requests_s_{kind}_{instances}kds_{t}"),
                     req_s.into(),
                 );
-                rows.push((instances, kind, t, keys_s, req_s, keys / requests.max(1)));
+                rows.push((
+                    instances,
+                    kind,
+                    t,
+                    keys_s,
+                    req_s,
+                    keys / requests.max(1),
+                    cpu / secs,
+                    per_cpu_s,
+                    machine_most,
+                ));
             }
         }
     }
@@ -302,16 +341,26 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
         "range keys per second; single: 1 file, its level-0 key per request; batched: {batch_files} files, every level-{batch_level} node of each, per request"
     );
     say!(
-        "{:>4} {:<8} {:>8} {:>14} {:>12} {:>13}",
+        "(KDS cores: CPU seconds the KDS instances used per second of the run, from /proc; \
+         per KDS core: requests per second of KDS CPU, what one core of KDS serves; \
+         2-core most: two cores over the CPU a request cost the KDS and the clients together)"
+    );
+    say!(
+        "{:>4} {:<8} {:>8} {:>14} {:>12} {:>13} {:>10} {:>14} {:>12}",
         "KDS",
         "requests",
         "threads",
         "keys/s",
         "requests/s",
-        "keys/request"
+        "keys/request",
+        "KDS cores",
+        "req/s per core",
+        "2-core most"
     );
-    for (instances, kind, t, keys_s, req_s, per) in rows {
-        say!("{instances:>4} {kind:<8} {t:>8} {keys_s:>14.0} {req_s:>12.0} {per:>13}");
+    for (instances, kind, t, keys_s, req_s, per, cores, per_core, most) in rows {
+        say!(
+            "{instances:>4} {kind:<8} {t:>8} {keys_s:>14.0} {req_s:>12.0} {per:>13} {cores:>10.2} {per_core:>14.0} {most:>12.0}"
+        );
     }
     say!("request level sweep (SPEC H8): one client, one file per request, one KDS");
     say!(

@@ -4,7 +4,7 @@
 //! of the MDS each) and as a flood sends them (many in flight); and a real login timed
 //! with and without a flood running.
 
-use super::{counter, LocalCluster};
+use super::{counter, cpu_secs, LocalCluster};
 use anyhow::{anyhow, bail, Context, Result};
 use maat_client::{Client, Credential, Home};
 use maat_net::Connection;
@@ -17,23 +17,6 @@ use std::time::{Duration, Instant};
 
 /// Forged first messages a flooder keeps in flight on its connection.
 const FLOOD_WINDOW: u64 = 64;
-
-/// CPU seconds the process `pid` has used.
-fn cpu_secs(pid: &str) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| anyhow!("unexpected /proc/{pid}/stat"))?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| -> Result<f64> {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| anyhow!("unexpected /proc/{pid}/stat"))
-    };
-    Ok((field(11)? + field(12)?) / rustix::param::clock_ticks_per_second() as f64)
-}
 
 fn mds_pid(data: &Path) -> Result<String> {
     Ok(std::fs::read_to_string(data.join("mds.pid"))

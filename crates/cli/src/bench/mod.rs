@@ -190,7 +190,10 @@ pub enum BenchCommand {
     /// for trees of branching 2–16 and depth 3–11. Each key counted was checked by its
     /// client. JSON keys `keys_s_<single|batched>_<1|2>kds_<T>`, `requests_s_...`,
     /// `level_<L>_keys_per_request`, `level_<L>_us_per_request`, `level_<L>_keys_s`,
-    /// `shape_b<B>_d<D>_l<L>_<requested|calculated|keys_s>`.
+    /// `shape_b<B>_d<D>_l<L>_<requested|calculated|keys_s>`; per measurement also the KDS
+    /// instances' CPU from /proc (`kds_cpu_s_...`), requests per second of KDS CPU
+    /// (`requests_per_kds_cpu_s_...`), the clients' CPU (`clients_cpu_s_...`) and what two
+    /// cores could serve at that cost (`requests_s_two_cores_most_...`).
     Kds {
         /// Client thread counts (each its own login).
         #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
@@ -416,6 +419,23 @@ fn sum_counter(stats: &[maat_proto::msg::DaemonStats], prefix: &str, name: &str)
     ))
 }
 
+/// CPU seconds the process `pid` has used.
+pub(super) fn cpu_secs(pid: &str) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("unexpected /proc/{pid}/stat"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| -> Result<f64> {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| anyhow!("unexpected /proc/{pid}/stat"))
+    };
+    Ok((field(11)? + field(12)?) / rustix::param::clock_ticks_per_second() as f64)
+}
+
 /// [`sum_counter`] of a snapshot taken now.
 fn counter(admin: &mut Client, prefix: &str, name: &str) -> Result<u64> {
     sum_counter(&admin.daemon_stats()?, prefix, name)
@@ -481,6 +501,11 @@ impl LocalCluster {
             file,
             replicas,
         })
+    }
+
+    /// CPU seconds daemon `name` (`kds-1`, ...) has used so far, from `/proc`.
+    fn daemon_cpu_secs(&self, name: &str) -> Result<f64> {
+        cpu_secs(&self.local.pid(name)?.to_string())
     }
 
     /// Adds users `{prefix}{i}` for `i` in `range` (Argon2id defaults, as the MDS
