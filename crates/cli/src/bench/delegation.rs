@@ -12,7 +12,9 @@
 //! Per way: MDS requests, MDS signatures made, OSD signature verifications (each counted
 //! exactly by the daemons) and the wall time from the first request to the last byte
 //! (participants read in parallel, one thread each). Every participant holds a session
-//! with every OSD before anything is measured, so session offers are in no figure.
+//! with every OSD before anything is measured, so session offers are in no figure. The
+//! ways take turns over `--rounds`, in alternating order (forward, then backward), and the
+//! figures are means over the rounds (issue 45: the job always ran last).
 
 use super::LocalCluster;
 use anyhow::{anyhow, bail, Result};
@@ -68,9 +70,10 @@ fn read_through(c: &mut Client, handle: &JobHandle, expect: u64) -> Result<()> {
     Ok(())
 }
 
-/// One way for `participants`: (MDS requests, signatures, OSD verifications, seconds).
+/// One way for `participants` in one round (its files are its own): (MDS requests,
+/// signatures, OSD verifications, seconds).
 fn measure(
-    way: &str,
+    (way, round): (&str, u32),
     admin: &mut Client,
     lead: &mut Client,
     names: &[String],
@@ -78,7 +81,7 @@ fn measure(
     files: u32,
     content: &[u8],
 ) -> Result<([u64; 3], f64)> {
-    let dir = format!("/deleg/{way}-{}", participants.len());
+    let dir = format!("/deleg/{way}-{}-r{round}", participants.len());
     lead.mkdir(&dir, 0o755, false)?;
     let paths: Vec<String> = (0..files).map(|f| format!("{dir}/f{f}")).collect();
     for p in &paths {
@@ -140,12 +143,13 @@ pub(super) fn run_delegation(
     sizes: &[u32],
     files: u32,
     file_kib: u64,
+    rounds: u32,
     data: Option<PathBuf>,
     json: bool,
 ) -> Result<()> {
     let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
-    if largest == 0 || largest > 1000 || files == 0 || files > 1000 {
-        bail!("--participants and --files must be between 1 and 1000");
+    if largest == 0 || largest > 1000 || files == 0 || files > 1000 || rounds == 0 {
+        bail!("--participants and --files must be between 1 and 1000, --rounds at least 1");
     }
     let cluster = LocalCluster::start(data)?;
     let mut admin = cluster.admin()?;
@@ -168,22 +172,44 @@ pub(super) fn run_delegation(
     for &p in sizes {
         let p = p as usize;
         let mut row = vec![p as f64];
-        for way in WAYS {
-            let ([requests, signatures, verified], seconds) = measure(
-                way,
-                &mut admin,
-                &mut lead,
-                names.get(..p).unwrap_or_default(),
-                participants.get_mut(..p).unwrap_or_default(),
-                files,
-                &content,
-            )?;
+        // Per way: summed MDS requests, signatures, OSD verifications and seconds.
+        let mut sums = [[0f64; 4]; WAYS.len()];
+        for round in 0..rounds {
+            let mut order: Vec<usize> = (0..WAYS.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for w in order {
+                let way = WAYS.get(w).copied().ok_or_else(|| anyhow!("way"))?;
+                let ([requests, signatures, verified], seconds) = measure(
+                    (way, round),
+                    &mut admin,
+                    &mut lead,
+                    names.get(..p).unwrap_or_default(),
+                    participants.get_mut(..p).unwrap_or_default(),
+                    files,
+                    &content,
+                )?;
+                if let Some(sum) = sums.get_mut(w) {
+                    for (acc, v) in sum.iter_mut().zip([
+                        requests as f64,
+                        signatures as f64,
+                        verified as f64,
+                        seconds,
+                    ]) {
+                        *acc += v;
+                    }
+                }
+            }
+        }
+        for (way, sum) in WAYS.iter().zip(sums) {
+            let [requests, signatures, verified, seconds] = sum.map(|v| v / f64::from(rounds));
             let key = way.replace('-', "_");
             obj.insert(format!("mds_requests_{key}_{p}"), requests.into());
             obj.insert(format!("mds_signatures_{key}_{p}"), signatures.into());
             obj.insert(format!("osd_verifications_{key}_{p}"), verified.into());
             obj.insert(format!("seconds_{key}_{p}"), seconds.into());
-            row.extend([requests as f64, signatures as f64, verified as f64, seconds]);
+            row.extend([requests, signatures, verified, seconds]);
         }
         rows.push(row);
     }
@@ -194,7 +220,8 @@ pub(super) fn run_delegation(
     }
     say!(
         "M10 delegation: P participants read the same {files} files of {file_kib} KiB \
-         (MDS requests, MDS signatures, OSD verifications, seconds)"
+         (MDS requests, MDS signatures, OSD verifications, seconds; means of {rounds} \
+         round(s), the ways in alternating order)"
     );
     say!(
         "{:>5} | {:>26} | {:>26} | {:>26}",

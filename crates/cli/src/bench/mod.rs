@@ -147,6 +147,9 @@ pub enum BenchCommand {
         /// Size of each file, KiB.
         #[arg(long, default_value_t = 64)]
         file_kib: u64,
+        /// Rounds over the three ways, in alternating order; figures are means.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
@@ -634,9 +637,10 @@ pub fn run(command: BenchCommand) -> Result<()> {
             participants,
             files,
             file_kib,
+            rounds,
             data,
             json,
-        } => delegation::run_delegation(&participants, files, file_kib, data, json),
+        } => delegation::run_delegation(&participants, files, file_kib, rounds, data, json),
         BenchCommand::Trace {
             clients,
             ios,
