@@ -69,7 +69,7 @@ fn bench_kds_counts_the_keys_each_level_holds() {
         let cpu = num(&j, &format!("kds_cpu_s_single_{kds}kds_1"));
         assert!(cpu > 0.0 && cpu < 4.0, "{cpu}");
         assert!(num(&j, &format!("requests_per_kds_cpu_s_single_{kds}kds_1")) > 0.0);
-        assert!(num(&j, &format!("requests_s_two_cores_most_single_{kds}kds_1")) > 0.0);
+        assert!(num(&j, &format!("requests_s_cores_most_single_{kds}kds_1")) > 0.0);
     }
     // Paper 004 Table 1's counts for 1 MiB of 4 KiB leaves (256 leaf keys): asked of the
     // KDS at a level, the rest derived by the client.
@@ -308,15 +308,20 @@ fn bench_flash_crowd_batches_a_crowd_into_few_signatures() {
     assert!(num(&j, "signatures_unix_20") <= 2.0);
     assert!(num(&j, "signatures_batched_20") < 20.0);
     assert!(num(&j, "open_batched_over_nosec_20") > 0.0);
-    // The model and the MDS's own account of its batches (issue 45).
+    // The model's inputs are measured (issue 45): the batched crowd's start times
+    // (threads released by one barrier do not all start in the same microsecond) and
+    // the MDS's own account of its batch leaders.
     for n in [10, 20] {
+        assert!(
+            num(&j, &format!("crowd_starts_spread_batched_us_{n}")) > 0.0,
+            "{j}"
+        );
+        assert!(num(&j, &format!("open_nosec_fastest_us_{n}")) > 0.0, "{j}");
         assert!(num(&j, &format!("batched_batches_{n}")) >= 1.0, "{j}");
         assert!(
             num(&j, &format!("batched_sign_us_per_batch_{n}")) > 0.0,
             "{j}"
         );
-        let bound = num(&j, &format!("batched_bound_2_signatures_us_{n}"));
-        assert!(bound >= num(&j, &format!("open_nosec_us_{n}")), "{j}");
     }
     assert!(num(&j, "open_nosec_us_20") > 0.0);
 }
@@ -440,11 +445,13 @@ fn bench_ops_measures_cold_merkle_trees_with_their_round_trips() {
         let generated = format!("{op}_capability_generated");
         let merkle = format!("{op}_merkle_cold_trees");
         assert_eq!(num(&j, &format!("{merkle}_verifications_per_op")), 1.0);
+        // The request and its answer (2), then the refusal, GetTree and SupplyTree.
         assert_eq!(
-            num(&j, &format!("{merkle}_macs_per_op")),
-            num(&j, &format!("{generated}_macs_per_op")) + 6.0,
+            num(&j, &format!("{generated}_macs_per_op")),
+            2.0,
             "{op}: {j}"
         );
+        assert_eq!(num(&j, &format!("{merkle}_macs_per_op")), 8.0, "{op}: {j}");
         assert!(num(&j, &format!("{merkle}_over_nosec")) > 0.0);
     }
 }

@@ -610,8 +610,10 @@ impl<S: MetaStore> Mds<S> {
                 nonce,
                 mac,
             } => {
+                // An OSD's registration is its control channel, not a client's request:
+                // its MACs count as background (`macs_computed_background`).
                 let join = MacKey::new(Secret32::from_bytes(self.config.join_key))
-                    .with_counters(self.counters.clone());
+                    .with_counters(self.background.clone());
                 join.verify(
                     &register_mac_parts(id, &address, &sealing_key, weight, timestamp, &nonce)
                         .iter()

@@ -82,6 +82,8 @@ fn measure(
     content: &[u8],
 ) -> Result<([u64; 3], f64)> {
     let dir = format!("/deleg/{way}-{}-r{round}", participants.len());
+    // The lead's files are made with grouping off, whatever the way before left on.
+    admin.set_grouping("none")?;
     lead.mkdir(&dir, 0o755, false)?;
     let paths: Vec<String> = (0..files).map(|f| format!("{dir}/f{f}")).collect();
     for p in &paths {

@@ -195,8 +195,9 @@ pub enum BenchCommand {
     /// `level_<L>_keys_per_request`, `level_<L>_us_per_request`, `level_<L>_keys_s`,
     /// `shape_b<B>_d<D>_l<L>_<requested|calculated|keys_s>`; per measurement also the KDS
     /// instances' CPU from /proc (`kds_cpu_s_...`), requests per second of KDS CPU
-    /// (`requests_per_kds_cpu_s_...`), the clients' CPU (`clients_cpu_s_...`) and what two
-    /// cores could serve at that cost (`requests_s_two_cores_most_...`).
+    /// (`requests_per_kds_cpu_s_...`), the clients' CPU (`clients_cpu_s_...`) and what this machine's
+    /// cores could serve at that cost (`requests_s_cores_most_...`: equal to the measured rate
+    /// when the KDS and the clients fill every core).
     Kds {
         /// Client thread counts (each its own login).
         #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
