@@ -204,9 +204,14 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
     };
     let mut out = serde_json::Map::new();
     let mut rows = Vec::new();
-    for instances in [1usize, 2] {
-        for (kind, shape) in [("single", Shape::Single), ("batched", batched)] {
-            for &t in &threads {
+    // One KDS and two take turns, the order swapped at every step (issue 45: one KDS
+    // always ran first), so a machine getting slower or faster favours neither.
+    let mut step = 0usize;
+    for (kind, shape) in [("single", Shape::Single), ("batched", batched)] {
+        for &t in &threads {
+            let order: [usize; 2] = if step % 2 == 0 { [1, 2] } else { [2, 1] };
+            step += 1;
+            for instances in order {
                 let t = t as usize;
                 let used = sets.get(..instances).unwrap_or(&sets[..]);
                 let clients = clients
@@ -361,6 +366,8 @@ pub(super) fn run_kds(args: KdsArgs, data: Option<PathBuf>, json: bool) -> Resul
         "req/s per core",
         "cores most"
     );
+    // Printed by KDS count, then kind, then threads, whatever order they ran in.
+    rows.sort_by_key(|r| (r.0, r.1 != "single", r.2));
     for (instances, kind, t, keys_s, req_s, per, cores, per_core, most) in rows {
         say!(
             "{instances:>4} {kind:<8} {t:>8} {keys_s:>14.0} {req_s:>12.0} {per:>13} {cores:>10.2} {per_core:>14.0} {most:>12.0}"
