@@ -204,27 +204,37 @@ impl Client {
     /// they are now) and the read made once more under that open. Found by the simulator
     /// (issue 39): such reads failed `CapabilityExpired`, or an encrypted file's block
     /// "fails authentication", for good.
+    ///
+    /// The open made again can expire in turn while a slow read goes on (answers lost
+    /// and late, each waited for): then it is made again, [`STALE_REOPENS_MAX`] times at
+    /// most. Found by the simulator's soak (seed 1795768784292664129): the read under
+    /// the open made again took 20 s, longer than its capability's lifetime.
     pub fn read_file_at(&self, handle: &FileHandle, offset: u64, len: usize) -> Result<Vec<u8>> {
-        match self.read_file_at_with(handle, &handle.opened, handle.size, offset, len) {
-            Err(e) if stale_open(&e) && !handle.dirty && handle.pending.is_empty() => {
-                let access = if handle.writable {
-                    Access::ReadWrite
-                } else {
-                    Access::Read
-                };
-                self.forget_opened_path(&handle.path);
-                let fresh = self.open(&handle.path, access, None)?;
-                if fresh.stat.id != handle.opened.stat.id {
-                    // Another file under the path now: this handle's file is gone.
-                    return Err(e);
+        let mut result = self.read_file_at_with(handle, &handle.opened, handle.size, offset, len);
+        for _ in 0..STALE_REOPENS_MAX {
+            match result {
+                Err(e) if stale_open(&e) && !handle.dirty && handle.pending.is_empty() => {
+                    let access = if handle.writable {
+                        Access::ReadWrite
+                    } else {
+                        Access::Read
+                    };
+                    self.forget_opened_path(&handle.path);
+                    let fresh = self.open(&handle.path, access, None)?;
+                    if fresh.stat.id != handle.opened.stat.id {
+                        // Another file under the path now: this handle's file is gone.
+                        return Err(e);
+                    }
+                    // The handle wrote nothing: the file's size is the one the MDS
+                    // records now (a file another writer cut reads short, as POSIX has
+                    // it).
+                    let size = fresh.stat.size;
+                    result = self.read_file_at_with(handle, &fresh, size, offset, len);
                 }
-                // The handle wrote nothing: the file's size is the one the MDS records
-                // now (a file another writer cut reads short, as POSIX has it).
-                let size = fresh.stat.size;
-                self.read_file_at_with(handle, &fresh, size, offset, len)
+                r => return r,
             }
-            r => r,
         }
+        result
     }
 
     /// One read of [`Client::read_file_at`] under `opened`, of a file of `size` bytes.
@@ -499,6 +509,9 @@ pub(crate) fn pieces(offset: u64, end: u64) -> Vec<(u32, u64, u64)> {
 /// Whether a handle's read failed because its open is out of date: its capability
 /// expired, or the file changed under it (an encrypted block from a newer write, a stripe
 /// a shorter write removed).
+/// How many times one read through a handle opens its file again ([`Client::read_file_at`]).
+const STALE_REOPENS_MAX: usize = 3;
+
 fn stale_open(e: &ClientError) -> bool {
     matches!(
         e,
