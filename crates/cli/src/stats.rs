@@ -21,6 +21,10 @@ pub fn run(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         // Issue 41: reads another copy served, and copies a change did not reach.
         ("copy_failovers".to_string(), cs.copy_failovers),
         ("copies_failed".to_string(), cs.copies_failed),
+        (
+            "copies_recorded_missed".to_string(),
+            cs.copies_recorded_missed,
+        ),
     ];
     if json {
         let mut obj = serde_json::Map::new();

@@ -1,14 +1,18 @@
 //! Issue 41: object requests over every copy of the object. A partition keeps each of its
 //! objects in N copies on distinct OSDs (the top N of the rendezvous, on distinct hosts
 //! while there are enough: `maat_proto::placement::copies_among`). A change goes to
-//! every copy, in parallel, and is acknowledged only when every copy took it (each OSD
-//! checks the client's capability itself: no OSD acts on another's word); a read goes to
+//! every copy, in parallel (each OSD checks the client's capability itself: no OSD acts
+//! on another's word), and is acknowledged when every copy took it, or when at least
+//! `COPIES_DURABLE_MIN` did and the MDS has recorded the others as missed (their OSDs
+//! then refuse to serve them, `CopyStale`, until a repair); a read goes to
 //! the first copy and fails over to the next on a missing object, a damaged one, an
 //! unreachable OSD or an answer that does not authenticate. The decisions are
 //! `machines::copies`; this is their driver.
 
 use super::*;
-use maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
+use maat_proto::copies::durable_min;
+use maat_proto::limits::{MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS};
+use maat_proto::msg::MissedCopy;
 use machines::{change_outcome, CopyAnswer, ReadOverCopies, ReadStep};
 
 impl Client {
@@ -92,8 +96,8 @@ impl Client {
         calls: Vec<(u64, OsdRequest)>,
     ) -> Result<Vec<Result<OsdResponse>>> {
         enum Plan {
-            /// A change: its answers are `exact[range]`.
-            Every(std::ops::Range<usize>),
+            /// A change of `object`: its answers are `exact[range]`.
+            Every(std::ops::Range<usize>, ObjectId),
             /// A read (or a change of an object with one copy): its first answer is
             /// `exact[at]`; the request and copies to ask more, when there are more.
             One(usize, Option<(OsdRequest, Vec<u64>)>),
@@ -102,7 +106,8 @@ impl Client {
         let mut plans = Vec::with_capacity(calls.len());
         for (osd, request) in calls {
             let mut copies = self.reach(opened, osd, &request)?;
-            if copies.len() > 1 && changes(&request.command) {
+            let object = object_of(&request.command);
+            if let (true, Some(object)) = (copies.len() > 1 && changes(&request.command), object) {
                 let start = exact.len();
                 // Each copy's request owns its data: one copy fewer made by giving the
                 // last copy the request itself.
@@ -111,7 +116,7 @@ impl Client {
                     exact.push((copy, request.clone()));
                 }
                 exact.extend(last.map(|copy| (copy, request)));
-                plans.push(Plan::Every(start..exact.len()));
+                plans.push(Plan::Every(start..exact.len(), object));
             } else {
                 let copies = self.suspects.lock().order(copies, self.now());
                 let first = copies.first().copied().unwrap_or(osd);
@@ -127,22 +132,42 @@ impl Client {
             .map(Some)
             .collect();
         let mut out = Vec::with_capacity(plans.len());
+        // Changes that stand once the copies they missed are recorded: where in `out`,
+        // the answer that stands instead if they cannot be.
+        let mut degraded: Vec<(usize, Result<OsdResponse>)> = Vec::new();
+        let mut missed: Vec<MissedCopy> = Vec::new();
         for plan in plans {
             match plan {
-                Plan::Every(range) => {
-                    let mut got: Vec<Result<OsdResponse>> = Vec::with_capacity(range.len());
+                Plan::Every(range, object) => {
+                    let mut got: Vec<Option<Result<OsdResponse>>> = Vec::with_capacity(range.len());
+                    let mut osds = Vec::with_capacity(range.len());
                     for i in range {
                         if let Some(answer) = answers.get_mut(i).and_then(Option::take) {
                             let osd = exact_osds.get(i).copied().unwrap_or_default();
                             self.note_answer(osd, &answer);
-                            got.push(answer);
+                            got.push(Some(answer));
+                            osds.push(osd);
                         }
                     }
-                    let kinds: Vec<CopyAnswer> = got.iter().map(classify).collect();
-                    let stands = change_outcome(&kinds)
+                    let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
+                    let outcome = change_outcome(&kinds, durable_min(kinds.len()))
                         .ok_or_else(|| ClientError::Internal("a change with no copy".into()))?;
                     self.note_copies_failed(&kinds);
-                    out.push(got.swap_remove(stands));
+                    let mut take = |i: usize| got.get_mut(i).and_then(Option::take);
+                    let stands = take(outcome.stands).ok_or_else(|| {
+                        ClientError::Internal("a change stood on no answer".into())
+                    })?;
+                    if let Some(instead) = outcome.missed.first().and_then(|i| take(*i)) {
+                        degraded.push((out.len(), instead));
+                        missed.extend(outcome.missed.iter().filter_map(|i| {
+                            osds.get(*i).map(|osd| MissedCopy {
+                                stripe: object.stripe,
+                                osd: *osd,
+                                seq: 0,
+                            })
+                        }));
+                    }
+                    out.push(stands);
                 }
                 Plan::One(at, more) => {
                     let first = answers
@@ -160,7 +185,58 @@ impl Client {
                 }
             }
         }
+        if !degraded.is_empty() {
+            // Not recorded (the MDS unreachable, too many recorded): the change did not
+            // reach every copy and is not acknowledged, as before copies were recorded.
+            if self.record_missed(opened.stat.id, missed).is_err() {
+                for (at, instead) in degraded {
+                    if let Some(slot) = out.get_mut(at) {
+                        *slot = instead;
+                    }
+                }
+            }
+        }
         Ok(out)
+    }
+
+    /// Records at the MDS that `copies` of `file` missed a change that enough other
+    /// copies took (issue 41): their OSDs then refuse to serve them until a repair.
+    fn record_missed(&self, file: u64, mut copies: Vec<MissedCopy>) -> Result<()> {
+        copies.sort_unstable();
+        copies.dedup();
+        for chunk in copies.chunks(MISSED_COPIES_PER_REQUEST_MAX) {
+            let mut answer = self.mds_call(MdsRequest::CopiesMissed {
+                file,
+                copies: chunk.to_vec(),
+            })?;
+            // Records an OSD does not know yet: it learns them at its next check-in
+            // (every second), or counts as down within `OSD_DOWN_AFTER_MILLIS` (then it
+            // checks in before it serves again).
+            let mut waited = 0;
+            loop {
+                match answer {
+                    MdsResponse::Ok => break,
+                    MdsResponse::MissedCopies(pending)
+                        if waited <= OSD_DOWN_AFTER_MILLIS + RECORD_RETRY_MILLIS =>
+                    {
+                        self.network.sleep(RECORD_RETRY_MILLIS);
+                        waited += RECORD_RETRY_MILLIS;
+                        answer = self.mds_call(MdsRequest::MissedCopiesKnown {
+                            file,
+                            copies: pending,
+                        })?;
+                    }
+                    MdsResponse::MissedCopies(_) => {
+                        return Err(ClientError::Internal(
+                            "an OSD did not learn in time that its copy missed a change".into(),
+                        ))
+                    }
+                    _ => return Err(self.bad("mds", "unexpected answer")),
+                }
+            }
+            self.stats.lock().copies_recorded_missed += chunk.len() as u64;
+        }
+        Ok(())
     }
 
     /// One object request for `opened` ([`Client::parallel`] for one: a change on every
@@ -286,8 +362,8 @@ impl Client {
         }
     }
 
-    /// Counts the copies a change did not reach (recovery of them is not built yet:
-    /// the change is refused, and written again by whoever retries it).
+    /// Counts the copies a change did not reach (recorded as missed when enough others
+    /// took it, else the change is refused and written again by whoever retries it).
     fn note_copies_failed(&self, kinds: &[CopyAnswer]) {
         let failed = kinds.iter().filter(|k| **k == CopyAnswer::Failed).count();
         if failed > 0 && failed < kinds.len() {
@@ -295,6 +371,10 @@ impl Client {
         }
     }
 }
+
+/// How long a client waits before it asks again whether OSDs know the copies they
+/// missed.
+const RECORD_RETRY_MILLIS: u64 = 500;
 
 /// The object a data request names, if any.
 fn object_of(command: &OsdCommand) -> Option<ObjectId> {
@@ -314,6 +394,7 @@ fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
         Ok(_) => CopyAnswer::Done,
         Err(ClientError::Refused(e)) => match e.code {
             ErrorCode::NoSuchObject => CopyAnswer::Missing,
+            ErrorCode::CopyStale => CopyAnswer::Stale,
             ErrorCode::ObjectDamaged | ErrorCode::Internal | ErrorCode::Busy => CopyAnswer::Failed,
             _ => CopyAnswer::Refused,
         },

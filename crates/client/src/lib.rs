@@ -109,9 +109,13 @@ pub struct ClientStats {
     /// Reads answered by another copy after the first could not serve (issue 41).
     #[serde(default)]
     pub copy_failovers: u64,
-    /// Copies a change did not reach, so the change was refused (issue 41).
+    /// Copies a change did not reach (issue 41).
     #[serde(default)]
     pub copies_failed: u64,
+    /// Of those, copies recorded at the MDS as missed, the change acknowledged by the
+    /// others (issue 41).
+    #[serde(default)]
+    pub copies_recorded_missed: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.

@@ -12,6 +12,7 @@
 
 use super::*;
 use crate::repair::Found;
+use maat_proto::msg::MissedCopy;
 
 /// What a scrub found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -37,6 +38,10 @@ pub struct ScrubReport {
     /// [`REPAIR_SETTLE`](crate::limits::REPAIR_SETTLE).
     #[serde(skip)]
     pub(crate) deferred: Vec<Deferred>,
+    /// Records of copies that missed a change whose copy this scrub repaired, per file:
+    /// the MDS forgets them at the end ([`Client::forget_repaired`]).
+    #[serde(skip)]
+    pub(crate) repaired_missed: Vec<(u64, MissedCopy)>,
 }
 
 impl ScrubReport {
@@ -51,6 +56,7 @@ impl ScrubReport {
         self.copies_repaired += r.copies_repaired;
         self.findings.extend(r.findings);
         self.deferred.extend(r.deferred);
+        self.repaired_missed.extend(r.repaired_missed);
     }
 }
 
@@ -69,6 +75,9 @@ pub(crate) struct Deferred {
     at: u64,
     /// Its line in the findings.
     finding: String,
+    /// The file, and the MDS's record of this copy as having missed a change, if any.
+    file: u64,
+    missed: Option<MissedCopy>,
 }
 
 /// How thorough a scrub is.
@@ -117,10 +126,17 @@ impl Client {
         let full = crypt
             .as_ref()
             .map_or(STRIPE_UNIT_BYTES, |c| c.full_stripe_sealed());
+        let missed = self.missed_copies_of(opened.stat.id)?;
         for stripe in 0..stripes {
             report.objects += 1;
             let (_, object) = self.stripe_target(&opened, stripe)?;
             let copies = self.copies_of(&opened.stat.partition, object.file, stripe)?;
+            let missed_here: Vec<MissedCopy> = missed
+                .iter()
+                .filter(|m| m.stripe == stripe)
+                .copied()
+                .collect();
+            let is_missed = |osd: u64| missed_here.iter().any(|m| m.osd == osd);
             let expected = (size - u64::from(stripe) * STRIPE_UNIT_BYTES).min(STRIPE_UNIT_BYTES);
             // One copy read and checked.
             let read_copy = |osd: u64| {
@@ -150,6 +166,11 @@ impl Client {
                         .iter()
                         .map(|&osd| {
                             let digest = match self.stored_digest(&opened, osd, object) {
+                                // A copy that missed a change is never one of the votes
+                                // for the good bytes (however many missed one).
+                                Ok(Some(_)) if is_missed(osd) => {
+                                    Err(Copy::Bad(ErrorCode::CopyStale.reason().to_string()))
+                                }
                                 Ok(Some(d)) => Ok(d),
                                 Ok(None) => Err(Copy::Missing),
                                 Err(e) => Err(unanswered(e)),
@@ -166,9 +187,59 @@ impl Client {
                     }
                 }
             };
-            self.settle_object(&opened, object, full, path, stripe, read, repair, report);
+            // (A deep scrub's read of such a copy is refused `CopyStale`: bad as well.)
+            let before = report.deferred.len();
+            let repaired =
+                self.settle_object(&opened, object, full, path, stripe, read, repair, report);
+            for m in &missed_here {
+                if repaired.contains(&m.osd) {
+                    report.repaired_missed.push((opened.stat.id, *m));
+                }
+            }
+            for d in report.deferred.iter_mut().skip(before) {
+                d.file = opened.stat.id;
+                d.missed = missed_here.iter().find(|m| m.osd == d.osd).copied();
+            }
         }
         Ok(())
+    }
+
+    #[doc(hidden)]
+    /// The MDS's records of `file`'s copies that missed a change (issue 41); none when
+    /// the MDS keeps none or does not answer this (not the administrator, an older MDS).
+    pub fn missed_copies_of(&self, file: u64) -> Result<Vec<MissedCopy>> {
+        match self.mds_call(MdsRequest::MissedCopiesOf { file }) {
+            Ok(MdsResponse::MissedCopies(copies)) => Ok(copies),
+            Ok(_) => Err(self.bad("mds", "unexpected answer")),
+            Err(ClientError::Refused(e))
+                if matches!(e.code, ErrorCode::PermissionDenied | ErrorCode::Malformed) =>
+            {
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Tells the MDS which records of copies that missed a change a scrub repaired
+    /// (each forgotten only while it is the record the scrub read).
+    fn forget_repaired(&self, report: &mut ScrubReport) {
+        let mut all = std::mem::take(&mut report.repaired_missed);
+        all.sort_unstable();
+        all.dedup();
+        for (file, copies) in group_by_file(all) {
+            for chunk in copies.chunks(maat_proto::limits::MISSED_COPIES_PER_REQUEST_MAX) {
+                let request = MdsRequest::CopiesRepaired {
+                    file,
+                    copies: chunk.to_vec(),
+                };
+                if let Err(e) = self.mds_call(request) {
+                    report.findings.push(format!(
+                        "file {file}: {} copies repaired, but the MDS still records them as                          missed ({e}): the next scrub repairs them again",
+                        chunk.len()
+                    ));
+                }
+            }
+        }
     }
 
     /// Counts and reports one object's copies as read; with `repair`, first replaces the
@@ -184,7 +255,7 @@ impl Client {
         mut read: Vec<(u64, Copy)>,
         repair: bool,
         report: &mut ScrubReport,
-    ) {
+    ) -> Vec<u64> {
         // Copies that read well must also agree (a copy that missed a write still
         // authenticates): the bytes most copies hold are good; with no majority,
         // none is known to be.
@@ -236,10 +307,17 @@ impl Client {
                     sources: sources.clone(),
                     at,
                     finding: String::new(),
+                    file: 0,
+                    missed: None,
                 });
             }
         }
         let mut any_good = false;
+        let done: Vec<u64> = repaired
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(osd, _)| *osd)
+            .collect();
         for (osd, copy) in read {
             let why = match copy {
                 Copy::Good(_) => {
@@ -275,6 +353,7 @@ impl Client {
         if !any_good {
             report.objects_lost += 1;
         }
+        done
     }
 
     /// [`Client::scrub_file`] on every file under `root` (a file, or a directory walked
@@ -342,6 +421,7 @@ impl Client {
             total.absorb(r);
         }
         self.repair_deferred(&mut total);
+        self.forget_repaired(&mut total);
         total.findings.sort();
         Ok(total)
     }
@@ -362,6 +442,9 @@ impl Client {
             let suffix = match &outcome {
                 Ok(()) => {
                     report.copies_repaired += 1;
+                    if let Some(m) = d.missed {
+                        report.repaired_missed.push((d.file, m));
+                    }
                     "; repaired".to_string()
                 }
                 Err(e) => format!("; not repaired: {e}"),
@@ -394,6 +477,18 @@ impl Client {
             .next()
             .map_or(Ok(()), |(_, outcome)| outcome)
     }
+}
+
+/// `(file, copy)` pairs, sorted, as each file's copies.
+fn group_by_file(all: Vec<(u64, MissedCopy)>) -> Vec<(u64, Vec<MissedCopy>)> {
+    let mut out: Vec<(u64, Vec<MissedCopy>)> = Vec::new();
+    for (file, copy) in all {
+        match out.last_mut() {
+            Some((f, copies)) if *f == file => copies.push(copy),
+            _ => out.push((file, vec![copy])),
+        }
+    }
+    out
 }
 
 /// A copy whose OSD refused or did not answer.

@@ -11,6 +11,7 @@ pub mod limits;
 mod access;
 mod attributes;
 mod capabilities;
+mod copies_missed;
 mod encryption;
 mod filesets;
 pub mod grouping;
@@ -155,6 +156,8 @@ struct Stats {
     refused_by_reason: msg::RefusalCounts,
     logins: AtomicU64,
     login_cookies: AtomicU64,
+    /// Issue 41: copies recorded as having missed a change.
+    copies_missed: AtomicU64,
     t10_key_exchanges: AtomicU64,
     t10_keys_set: AtomicU64,
     t10_credentials_issued: AtomicU64,
@@ -233,6 +236,8 @@ pub struct Mds<S: MetaStore> {
     t10_wrap: maat_crypto::aead::BlockKey,
     /// Issue 41: when each OSD last checked in.
     liveness: liveness::Liveness,
+    /// Issue 41: telling OSDs of the copies they hold that missed a change.
+    missed: copies_missed::MissedState,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
     /// Where the shell records administrative acts that bypass a user's own proof (a
@@ -415,6 +420,7 @@ impl<S: MetaStore> Mds<S> {
             audit: Mutex::new(None),
             replay: Mutex::new(ReplayWindow::new(boot)),
             liveness: liveness::Liveness::new(boot.0),
+            missed: copies_missed::MissedState::default(),
             sessions: std::sync::RwLock::new(HashMap::new()),
             issuer: capabilities::Issuer::new(config.grouping),
             revocations: revocations::Revocations::default(),
@@ -593,6 +599,12 @@ impl<S: MetaStore> Mds<S> {
                 self.liveness.heard(osd, now.0);
                 Ok(answer)
             }
+            MdsPlainRequest::MissedCopies {
+                osd,
+                nonce,
+                applied,
+                mac,
+            } => self.missed_for_osd(osd, &nonce, applied, &mac),
             MdsPlainRequest::KdsRevocations {
                 nonce,
                 timestamp,

@@ -36,6 +36,14 @@ impl Liveness {
         *at = (*at).max(now);
     }
 
+    /// Whether OSD `osd` counts as up at `now`.
+    pub(crate) fn is_up(&self, osd: u64, now: u64) -> bool {
+        let ago = crate::lock(&self.heard)
+            .get(&osd)
+            .map(|at| now.saturating_sub(*at));
+        up(ago, now.saturating_sub(self.started))
+    }
+
     /// Every OSD of `osds` as of `now`.
     pub(crate) fn states(&self, osds: &[OsdEntry], now: u64) -> Vec<OsdState> {
         let heard = crate::lock(&self.heard);

@@ -462,6 +462,16 @@ impl<S: MetaStore> Mds<S> {
                 replicas,
             } => self.partition_create(who, &name, protection, replicas),
             MdsRequest::Placement => self.placement(now),
+            MdsRequest::CopiesMissed { file, copies } => {
+                self.copies_missed(who, file, &copies, now)
+            }
+            MdsRequest::MissedCopiesOf { file } => self.missed_copies_of(who, file),
+            MdsRequest::MissedCopiesKnown { file, copies } => {
+                self.missed_copies_known(who, file, &copies, now)
+            }
+            MdsRequest::CopiesRepaired { file, copies } => {
+                self.copies_repaired(who, file, &copies)
+            }
             MdsRequest::PartitionSetSecurity { name, protection } => {
                 self.partition_set_security(who, &name, protection)
             }
@@ -546,6 +556,10 @@ impl<S: MetaStore> Mds<S> {
             (
                 "login_cookies_sent".into(),
                 s.login_cookies.load(Ordering::Relaxed),
+            ),
+            (
+                "copies_missed_recorded".into(),
+                s.copies_missed.load(Ordering::Relaxed),
             ),
             (
                 "t10_master_key_exchanges".into(),

@@ -87,6 +87,15 @@ pub(crate) struct Reservations {
 }
 
 impl Reservations {
+    /// The partition of the block reserved to user `uid` that holds `id`, if any.
+    pub(crate) fn reserved_to(&self, uid: u64, id: u64) -> Option<u64> {
+        self.by_user
+            .get(&uid)?
+            .iter()
+            .find(|r| r.holds(id).is_some())
+            .map(|r| r.partition)
+    }
+
     fn find_mut(&mut self, uid: u64, first: u64) -> Option<&mut Reservation> {
         self.by_user
             .get_mut(&uid)?

@@ -16,7 +16,10 @@ impl OsdCore {
         request: &OsdRequest,
         now: UnixMillis,
     ) -> Result<Authorized, WireError> {
-        let r = self.authorize_inner(caller, request, now);
+        let r = self.authorize_inner(caller, request, now).and_then(|auth| {
+            self.missed.check(auth.object, &request.command)?;
+            Ok(auth)
+        });
         if let (Ok(auth), Some(observe)) = (&r, self.access_observer.get()) {
             observe(caller.user, auth, now);
         }

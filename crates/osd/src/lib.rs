@@ -13,11 +13,13 @@ pub mod limits;
 mod authorize;
 mod delegation;
 mod execute;
+mod missed;
 mod plain;
 mod renewals;
 mod t10;
 mod trees;
 
+pub use missed::CheckInHook;
 pub use t10::{KeyPersister, T10_NO_USER};
 
 use maat_crypto::seal::SealingSecretKey;
@@ -308,6 +310,8 @@ pub struct OsdCore {
     renewed: renewals::Renewed,
     /// Revocation notices in force (SPEC M9).
     revoked: maat_proto::revocation::RevokedTable,
+    /// Copies here that missed a change (issue 41).
+    missed: missed::Missed,
     /// Job key lifetimes and proofs of possession (SPEC M10).
     delegations: delegation::Delegations,
     /// SPEC T2, T3: key hierarchy and cached credentials.
@@ -366,6 +370,7 @@ impl OsdCore {
             trees: trees::TreeCache::default(),
             renewed: renewals::Renewed::default(),
             revoked: maat_proto::revocation::RevokedTable::default(),
+            missed: missed::Missed::default(),
             delegations: delegation::Delegations::default(),
             t10: t10::T10State::default(),
             stats: Stats::default(),

@@ -44,6 +44,31 @@ impl OsdCore {
         Ok(self.revoked.sync_signed(notices, &self.mds_key()?, now)?)
     }
 
+    /// Issue 41: the MDS's complete list of the copies here that missed a change (its
+    /// MAC checked by the caller) replaces the one known; returns how many there are.
+    pub fn sync_missed(&self, objects: &[(u64, u32)], next: u64, now: UnixMillis) -> usize {
+        self.missed.replace(objects, next, now.0);
+        self.missed.len()
+    }
+
+    /// Issue 41: `next` of the MDS's last list of missed copies applied here (the OSD
+    /// tells it at its next check-in, so that the MDS knows what the OSD knows).
+    pub fn missed_applied(&self) -> u64 {
+        self.missed.applied()
+    }
+
+    /// Issue 41: how the OSD checks in with the MDS on demand (before serving when its
+    /// list of missed copies is stale): set once by the daemon shell.
+    pub fn set_check_in(&self, hook: std::sync::Arc<CheckInHook>) {
+        self.missed.set_hook(hook);
+    }
+
+    /// Issue 41: checks in with the MDS first if the OSD's list of missed copies is
+    /// stale at `now` (the shell calls it before each data request).
+    pub fn check_in_if_stale(&self, now: UnixMillis) {
+        self.missed.check_in_if_stale(now.0);
+    }
+
     fn offer(
         &self,
         bytes: &[u8],

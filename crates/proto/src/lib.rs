@@ -28,6 +28,7 @@
 
 pub mod capability;
 pub mod codec;
+pub mod copies;
 pub mod decoders;
 pub mod delegation;
 pub mod encrypted;

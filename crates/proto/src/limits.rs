@@ -38,6 +38,19 @@ pub const REPLICAS_DEFAULT: u8 = 3;
 /// An OSD the MDS has not heard from for this long is shown down and asked last by
 /// reads (issue 41; OSDs check in every second).
 pub const OSD_DOWN_AFTER_MILLIS: u64 = 5_000;
+/// A change to an object with several copies is acknowledged when at least this many
+/// copies took it (or every copy, for fewer), the rest recorded at the MDS as missed
+/// (issue 41, Ceph's `min_size`).
+pub const COPIES_DURABLE_MIN: usize = 2;
+/// Most copies recorded as missed at the MDS at once (each 12 bytes in an OSD's
+/// check-in answer); past it a change must reach every copy again.
+pub const MISSED_COPIES_MAX: usize = 65_536;
+/// An OSD whose last check-in with the MDS is older than this checks in before it
+/// serves the next request (issue 41: it may have been hung or cut off while copies it
+/// holds were recorded as missed). Twice the check-in period.
+pub const CHECK_IN_STALE_MILLIS: u64 = 2_000;
+/// Most copies one `CopiesMissed` or `CopiesRepaired` request names.
+pub const MISSED_COPIES_PER_REQUEST_MAX: usize = 4_096;
 /// Number of T10 working-key slots per partition (paper 003 §5.5).
 pub const T10_WORKING_KEYS_PER_PARTITION: usize = 16;
 /// Length of request / session nonces.

@@ -173,6 +173,66 @@ pub(crate) fn sync_revocations(
     }
 }
 
+/// Issue 41: asks the MDS which copies on this OSD missed a change and makes that the
+/// list the OSD refuses to serve; returns how many. When the list is longer than the one
+/// applied before, asks once more, so that the MDS hears at once that the OSD has it
+/// (clients wait for that before they acknowledge a change that missed a copy here). An
+/// MDS from before copies missed (it does not know the request) records none.
+pub(crate) fn sync_missed(
+    env: &Env,
+    core: &OsdCore,
+    mds_address: &str,
+    id: u64,
+    join: &MacKey,
+) -> Result<usize, ServerError> {
+    let before = core.missed_applied();
+    let held = pull_missed(env, core, mds_address, id, join)?;
+    if core.missed_applied() > before {
+        return pull_missed(env, core, mds_address, id, join);
+    }
+    Ok(held)
+}
+
+/// One request of [`sync_missed`].
+fn pull_missed(
+    env: &Env,
+    core: &OsdCore,
+    mds_address: &str,
+    id: u64,
+    join: &MacKey,
+) -> Result<usize, ServerError> {
+    let mut nonce = [0u8; 16];
+    env.with_rng(|rng| rng.fill_bytes(&mut nonce));
+    let applied = core.missed_applied();
+    let mac = maat_proto::copies::missed_request_mac(join, id, &nonce, applied);
+    let request = MdsPlainRequest::MissedCopies {
+        osd: id,
+        nonce,
+        applied,
+        mac,
+    };
+    match plain_call(env, mds_address, &request) {
+        Ok(MdsPlainResponse::MissedCopies { objects, next, mac }) => {
+            let expected = maat_proto::copies::missed_mac(join, id, &nonce, next, &objects);
+            if !maat_crypto::ct_eq(&expected, &mac) {
+                return Err(bad_answer(
+                    mds_address,
+                    "the list of missed copies has a bad MAC",
+                ));
+            }
+            Ok(core.sync_missed(&objects, next, env.now()))
+        }
+        Ok(_) => Err(bad_answer(
+            mds_address,
+            "not the answer to a missed-copies request",
+        )),
+        Err(ServerError::Refused { error, .. }) if error.code == msg::ErrorCode::Malformed => {
+            Ok(core.sync_missed(&[], 0, env.now()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// SPEC M9 at a KDS: one catch-up, asking the MDS for every notice in force (the request
 /// signed by the KDS, the list by the MDS); returns how many are in force.
 pub(crate) fn sync_kds_revocations(

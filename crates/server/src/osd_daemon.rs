@@ -118,15 +118,26 @@ impl OsdNode {
         Ok(())
     }
 
-    /// One revocation catch-up with the MDS (SPEC M9).
+    /// One check-in with the MDS: the revocations in force (SPEC M9) and the copies here
+    /// that missed a change (issue 41), both before the OSD serves after a start.
     pub fn sync_revocations(&self, env: &Env) -> Result<(), ServerError> {
-        control::sync_revocations(env, &self.core, &self.mds_address, self.id, &self.join)
+        control::sync_revocations(env, &self.core, &self.mds_address, self.id, &self.join)?;
+        control::sync_missed(env, &self.core, &self.mds_address, self.id, &self.join).map(|_| ())
     }
 
     /// The OSD's frame handler: what it answers to each frame, timed into `latencies`.
     pub fn handler(&self, env: Env, latencies: Arc<metrics::Latencies>) -> Arc<Handler> {
         let core = self.core.clone();
         let store = self.store.clone();
+        // Issue 41: a check-in on demand (a stale list of missed copies before a
+        // request).
+        let (check_env, check_core) = (env.clone(), self.core.clone());
+        let (mds, id, join) = (self.mds_address.clone(), self.id, self.join.clone());
+        self.core.set_check_in(Arc::new(move || {
+            control::sync_revocations(&check_env, &check_core, &mds, id, &join)
+                .and_then(|()| control::sync_missed(&check_env, &check_core, &mds, id, &join))
+                .is_ok()
+        }));
         Arc::new(
             move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
                 let mut timer = LatencyTimer::start(&latencies, frame_type);
@@ -142,6 +153,7 @@ impl OsdNode {
                     | FrameType::T10Request
                     | FrameType::Insecure
                     | FrameType::InsecureBulk => {
+                        core.check_in_if_stale(now);
                         let opened = match frame_type {
                             FrameType::Request => core.open_request(payload, now),
                             FrameType::SecRequest => core.open_sec_request(payload, now),

@@ -2,9 +2,12 @@
 //! back and OSDs losing every object (a replaced disk), and on odd seeds frames late,
 //! lost and replayed and disks failing reads and writes and flipping bits, checked after
 //! every step against a model of what was acknowledged: no read ever returns other bytes
-//! than acknowledged; without faults (and on every seed once they stop) a file whose
-//! every stripe keeps a good copy on an OSD that is up reads back; a write that cannot
-//! reach every copy is not acknowledged. Repairing scrubs run beside puts; once the
+//! than acknowledged (a copy that missed a write is never read, even after its OSD comes
+//! back); without faults (and on every seed once they stop) a file whose every stripe
+//! keeps a good copy on an OSD that is up reads back; a write is acknowledged only with
+//! every copy it did not reach recorded as missed, and with one OSD down and no faults
+//! every write is acknowledged (two copies of three suffice). Repairing scrubs run
+//! beside puts; once the
 //! faults stop and the OSDs are back, one repairing scrub gives every acknowledged object
 //! its every copy again, each holding the acknowledged bytes.
 //!
@@ -201,6 +204,81 @@ fn copies_agree(
     compared
 }
 
+/// Every copy that an OSD up serves holds what the good copies hold (asked directly, as
+/// a client whose first copy it is would): a copy that missed a change is refused, never
+/// served, even after its OSD comes back. Returns the copies refused.
+fn served_copies_current(
+    sim: &SimCluster,
+    admin: &Arc<Client>,
+    model: &BTreeMap<String, Known>,
+    down: &BTreeSet<u64>,
+    at: &str,
+) -> u32 {
+    let wanted: Vec<(String, Vec<BTreeSet<u64>>)> = model
+        .iter()
+        .filter_map(|(path, known)| match known {
+            Known::Data(_, good) => Some((path.clone(), good.clone())),
+            Known::Torn => None,
+        })
+        .collect();
+    let reader = admin.clone();
+    let down = down.clone();
+    let found = in_task(sim, move || {
+        let mut out = Vec::new();
+        for (path, good) in &wanted {
+            let Ok(opened) = reader.open(path, Access::Read, None) else {
+                continue;
+            };
+            for (stripe, good) in good.iter().enumerate() {
+                let Ok(placed) = reader.copies_of("default", opened.stat.id, stripe as u32) else {
+                    continue;
+                };
+                let object = ObjectId {
+                    partition: DATA_PARTITION,
+                    file: opened.stat.id,
+                    stripe: stripe as u32,
+                };
+                let mut served = Vec::new();
+                for osd in placed.iter().filter(|o| !down.contains(o)) {
+                    let request = OsdRequest {
+                        capability: opened.capability.clone(),
+                        command: OsdCommand::Read {
+                            object,
+                            offset: 0,
+                            length: maat_proto::limits::ENCRYPTED_OBJECT_BYTES_MAX as u32,
+                        },
+                    };
+                    let answer = reader.osd_call(*osd, request);
+                    served.push((*osd, good.contains(osd), answer));
+                }
+                out.push((path.clone(), stripe, served));
+            }
+        }
+        out
+    });
+    let mut refused = 0;
+    for (path, stripe, served) in found {
+        let reference = served
+            .iter()
+            .find_map(|(_, good, answer)| match (good, answer) {
+                (true, Ok(OsdResponse::Data(bytes))) => Some(bytes.clone()),
+                _ => None,
+            });
+        for (osd, _, answer) in &served {
+            match (answer, &reference) {
+                (Ok(OsdResponse::Data(bytes)), Some(reference)) => assert!(
+                    bytes == reference,
+                    "{at}: {path} stripe {stripe}: osd {osd} served a copy other than the good \
+                     copies hold (a copy that missed a change, served)"
+                ),
+                (Ok(_), _) => {}
+                (Err(_), _) => refused += 1,
+            }
+        }
+    }
+    refused
+}
+
 /// A path and new bytes for it (up to three stripes).
 fn new_content(rng: &mut ChaCha8Rng) -> (String, Vec<u8>) {
     let path = format!("/f{}", below(rng, PATHS));
@@ -210,7 +288,9 @@ fn new_content(rng: &mut ChaCha8Rng) -> (String, Vec<u8>) {
     (path, data)
 }
 
-type Placed = Result<Vec<BTreeSet<u64>>, ClientError>;
+/// Per stripe: the OSDs placed to hold its copies, and those whose copy the MDS records
+/// as having missed a change.
+type Placed = Result<Vec<(BTreeSet<u64>, BTreeSet<u64>)>, ClientError>;
 
 /// A put of `data` to `path` as a simulated task, giving the copies of each stripe.
 fn put_task(
@@ -231,12 +311,25 @@ fn put_task(
             stat = writer.stat(&p);
         }
         let id = stat?.id;
+        let mut missed = writer.missed_copies_of(id);
+        for _ in 0..8 {
+            if missed.is_ok() {
+                break;
+            }
+            missed = writer.missed_copies_of(id);
+        }
+        let missed = missed?;
         let stripes = (d.len() as u64).div_ceil(STRIPE_UNIT_BYTES) as u32;
         (0..stripes)
             .map(|s| {
+                let marked = missed
+                    .iter()
+                    .filter(|m| m.stripe == s)
+                    .map(|m| m.osd)
+                    .collect::<BTreeSet<u64>>();
                 writer
                     .copies_of("default", id, s)
-                    .map(|c| c.into_iter().collect::<BTreeSet<u64>>())
+                    .map(|c| (c.into_iter().collect::<BTreeSet<u64>>(), marked))
             })
             .collect()
     })
@@ -260,26 +353,38 @@ fn settle(
     data: Vec<u8>,
     at: &str,
 ) {
+    // A copy of the path left missing a change (or a disk lost) since its last repair:
+    // a change that misses another copy of the same object now is refused (it would
+    // leave one current copy of three).
+    let degraded_before = match model.get(&path) {
+        None => false,
+        Some(Known::Torn) => true,
+        Some(Known::Data(_, good)) => good.iter().any(|g| g.len() < 3),
+    };
     let outcome = match task.take() {
         Some(Ok(outcome)) => outcome,
         Some(Err(panic)) => panic!("{at}: {}", panic_text(&panic)),
         None => panic!("{at}: the put gave no result"),
     };
     match outcome {
-        Ok(good) => {
-            for copies in &good {
-                assert_eq!(copies.len(), 3, "{at}");
+        Ok(stripes) => {
+            let mut good = Vec::with_capacity(stripes.len());
+            for (placed, marked) in stripes {
+                assert_eq!(placed.len(), 3, "{at}");
                 assert!(
-                    copies.is_disjoint(down),
-                    "{at}: {path} acknowledged with a copy on a down OSD"
+                    placed.intersection(down).all(|osd| marked.contains(osd)),
+                    "{at}: {path} acknowledged with a copy on a down OSD not recorded as missed \
+                     (placed {placed:?}, recorded {marked:?})"
                 );
+                good.push(placed.difference(&marked).copied().collect());
             }
             model.insert(path, Known::Data(data, good));
         }
-        Err(_) => {
+        Err(e) => {
             assert!(
-                faulty || !down.is_empty(),
-                "{at}: a put failed with every OSD up and no faults"
+                faulty || down.len() >= 2 || degraded_before,
+                "{at}: a put failed with at most one OSD down (down {down:?}), no faults and \
+                 every copy of the file current before: {e}"
             );
             model.insert(path, Known::Torn);
         }
@@ -295,6 +400,8 @@ fn repair_all(sim: &SimCluster, repairer: &Arc<Client>, at: &str) -> u64 {
     });
     let report = report.unwrap_or_else(|e| panic!("{at}: the repair failed: {e}"));
     assert_eq!(report.objects_lost, 0, "{at}: {report:?}");
+    // The OSDs serve the repaired copies once they check in (each does every second).
+    sim.tick().unwrap();
     report.copies_repaired
 }
 
@@ -325,6 +432,7 @@ fn run(seed: u64) {
     let mut disks_lost = 0;
     let mut needed_another = 0u32;
     let mut repaired = 0u64;
+    let mut refused = 0u32;
     for step in 0..STEPS {
         let at = format!("seed {seed} step {step}");
         match below(&mut rng, 10) {
@@ -386,6 +494,9 @@ fn run(seed: u64) {
         // Never other bytes; and without faults, whole while a good copy of each stripe
         // is up.
         needed_another += check(&sim, &admin, &model, &down, !faulty, &at);
+        if !faulty {
+            refused += served_copies_current(&sim, &admin, &model, &down, &at);
+        }
     }
     // Once the faults stop (the down OSDs stay down, the lost disks stay lost): every
     // acknowledged file with a good copy of each stripe up reads back.
@@ -404,6 +515,18 @@ fn run(seed: u64) {
     // back, as the scrubber would have done after each disk lost; then one more disk is
     // lost, so that the repair has every file to do. At most two of three copies of an
     // object were lost before: none is lost for good.)
+    // A write made while one copy was down lives on the two others only (two copies of
+    // three suffice, as with Ceph's min_size 2): two disks lost since take it for good.
+    // Such files are lost as the model expects, and written again like torn ones.
+    let mut lost_for_good = 0;
+    for known in model.values_mut() {
+        if let Known::Data(_, good) = known {
+            if good.iter().any(BTreeSet::is_empty) {
+                *known = Known::Torn;
+                lost_for_good += 1;
+            }
+        }
+    }
     let torn: Vec<String> = model
         .iter()
         .filter(|(_, k)| matches!(k, Known::Torn))
@@ -459,7 +582,7 @@ fn run(seed: u64) {
         .filter(|k| matches!(k, Known::Data(..)))
         .count();
     println!(
-        "seed {seed}{}: {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
+        "seed {seed}{}: {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
         if faulty { " (faults)" } else { "" },
         sim.storage_faults().counts()
     );

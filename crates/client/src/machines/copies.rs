@@ -1,5 +1,6 @@
 //! Issue 41: one object request over the copies of the object. A change (write, remove,
-//! attributes) goes to every copy and stands only if every copy took it; a read goes to
+//! attributes) goes to every copy and stands if every copy took it, or if at least
+//! `durable_min` did and the others are recorded as missed; a read goes to
 //! the first copy and fails over, copy by copy, while the answers say another copy may
 //! do better (missing, damaged, unreachable), never when they say the request itself is
 //! refused (a permission, a capability), which every copy would say alike.
@@ -18,20 +19,60 @@ pub(crate) enum CopyAnswer {
     Failed,
     /// Refused for a reason every copy shares (permissions, capability, arguments).
     Refused,
+    /// The copy missed a change and is not served (issue 41, `CopyStale`): another copy
+    /// holds the object as it is, or (when the others lack it) nobody does.
+    Stale,
 }
 
-/// Which of every copy's answers to a change stands for it: the first refusal or
-/// failure when there is one (the change did not reach every copy), else the first
-/// copy that did it, else (every copy lacked the object) the first. `None` for no
-/// answers.
-pub(crate) fn change_outcome(answers: &[CopyAnswer]) -> Option<usize> {
-    let failed = answers
-        .iter()
-        .position(|a| matches!(a, CopyAnswer::Failed | CopyAnswer::Refused));
-    let done = answers.iter().position(|a| *a == CopyAnswer::Done);
-    failed
-        .or(done)
-        .or(if answers.is_empty() { None } else { Some(0) })
+/// What every copy's answers to a change come to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChangeOutcome {
+    /// Which answer stands for the change.
+    pub(crate) stands: usize,
+    /// The copies (by answer index) that failed while enough others took the change:
+    /// the change stands only once the MDS has recorded them as missed; if it cannot,
+    /// the first of them stands instead.
+    pub(crate) missed: Vec<usize>,
+}
+
+/// Which of every copy's answers to a change stands for it, when `durable_min` copies
+/// must take it (`maat_proto::copies::durable_min`): a refusal when there is one (every
+/// copy would say so); else, when at least `durable_min` copies took it, the first copy
+/// that did, with the copies that failed to record as missed; else the first failure;
+/// else (every copy lacked the object) the first. `None` for no answers.
+pub(crate) fn change_outcome(answers: &[CopyAnswer], durable_min: usize) -> Option<ChangeOutcome> {
+    if answers.is_empty() {
+        return None;
+    }
+    let stands = |stands| {
+        Some(ChangeOutcome {
+            stands,
+            missed: Vec::new(),
+        })
+    };
+    if let Some(refused) = answers.iter().position(|a| *a == CopyAnswer::Refused) {
+        return stands(refused);
+    }
+    // (A change is never refused as stale; were it, it would count as failed.)
+    let failed: Vec<usize> = (0..answers.len())
+        .filter(|i| {
+            matches!(
+                answers.get(*i),
+                Some(CopyAnswer::Failed | CopyAnswer::Stale)
+            )
+        })
+        .collect();
+    let done = answers.iter().filter(|a| **a == CopyAnswer::Done).count();
+    let first_done = answers.iter().position(|a| *a == CopyAnswer::Done);
+    match (failed.first(), first_done) {
+        (None, Some(d)) => stands(d),
+        (None, None) => stands(0),
+        (Some(_), Some(d)) if done >= durable_min => Some(ChangeOutcome {
+            stands: d,
+            missed: failed,
+        }),
+        (Some(f), _) => stands(*f),
+    }
 }
 
 /// What a read over copies does next.
@@ -61,9 +102,10 @@ impl ReadOverCopies {
     }
 
     /// After the answer of the copy last asked: the next copy to ask, or which answer
-    /// stands. A served read or a refusal stands at once; after a missing or failed
-    /// copy the next is asked; when none is left, the first failure stands (another
-    /// copy might have held the object), else the last "missing" (no copy holds it).
+    /// stands. A served read or a refusal stands at once; after a missing, failed or
+    /// stale copy the next is asked; when none is left, the first failure stands
+    /// (another copy might have held the object), else the last "missing" (no current
+    /// copy holds it: a stale copy's bytes are never the answer), else the first stale.
     pub(crate) fn answer(&mut self, answer: CopyAnswer) -> ReadStep {
         self.answers.push(answer);
         let n = self.answers.len() - 1;
@@ -73,10 +115,12 @@ impl ReadOverCopies {
         if let Some(next) = self.copies.get(self.answers.len()) {
             return ReadStep::Ask(*next);
         }
+        let first = |kind: CopyAnswer| self.answers.iter().position(|a| *a == kind);
+        let last_missing = self.answers.iter().rposition(|a| *a == CopyAnswer::Missing);
         ReadStep::Stand(
-            self.answers
-                .iter()
-                .position(|a| *a == CopyAnswer::Failed)
+            first(CopyAnswer::Failed)
+                .or(last_missing)
+                .or(first(CopyAnswer::Stale))
                 .unwrap_or(n),
         )
     }
@@ -127,21 +171,36 @@ impl Suspects {
 
 #[cfg(test)]
 mod tests {
-    use super::CopyAnswer::{Done, Failed, Missing, Refused};
+    use super::CopyAnswer::{Done, Failed, Missing, Refused, Stale};
     use super::*;
 
     #[test]
-    fn a_change_stands_only_when_every_copy_took_it() {
-        assert_eq!(change_outcome(&[Done, Done, Done]), Some(0));
-        // One copy down: the change fails with that copy's answer.
-        assert_eq!(change_outcome(&[Done, Failed, Done]), Some(1));
-        assert_eq!(change_outcome(&[Done, Done, Refused]), Some(2));
+    fn a_change_stands_when_enough_copies_took_it_and_the_others_are_recorded() {
+        let stands = |answers: &[CopyAnswer], min| change_outcome(answers, min).map(|o| o.stands);
+        let missed = |answers: &[CopyAnswer], min| {
+            change_outcome(answers, min)
+                .map(|o| o.missed)
+                .unwrap_or_default()
+        };
+        assert_eq!(stands(&[Done, Done, Done], 2), Some(0));
+        assert!(missed(&[Done, Done, Done], 2).is_empty());
+        // One copy down of three, two needed: done, the down copy to record.
+        assert_eq!(stands(&[Failed, Done, Done], 2), Some(1));
+        assert_eq!(missed(&[Failed, Done, Done], 2), vec![0]);
+        // Two down: fewer than two took it; the failure stands.
+        assert_eq!(stands(&[Done, Failed, Failed], 2), Some(1));
+        assert!(missed(&[Done, Failed, Failed], 2).is_empty());
+        // Every copy needed (as with two copies of two): the failure stands.
+        assert_eq!(stands(&[Done, Failed, Done], 3), Some(1));
+        // A refusal stands, whatever took it.
+        assert_eq!(stands(&[Done, Done, Refused], 2), Some(2));
+        assert_eq!(stands(&[Failed, Done, Refused], 2), Some(2));
         // A removal that found the object on some copies only: done.
-        assert_eq!(change_outcome(&[Missing, Done, Missing]), Some(1));
+        assert_eq!(stands(&[Missing, Done, Missing], 2), Some(1));
         // Nowhere: the object is missing.
-        assert_eq!(change_outcome(&[Missing, Missing]), Some(0));
-        assert_eq!(change_outcome(&[Missing, Failed]), Some(1));
-        assert_eq!(change_outcome(&[]), None);
+        assert_eq!(stands(&[Missing, Missing], 2), Some(0));
+        assert_eq!(stands(&[Missing, Failed], 2), Some(1));
+        assert_eq!(change_outcome(&[], 2), None);
     }
 
     #[test]
@@ -168,6 +227,28 @@ mod tests {
         let mut r = ReadOverCopies::new(vec![4, 2]);
         assert_eq!(r.answer(Missing), ReadStep::Ask(2));
         assert_eq!(r.answer(Failed), ReadStep::Stand(1));
+
+        // A stale copy is never the answer: past it, the next copy serves; when the
+        // others lack the object, it is missing (found by the simulator: a file cut to
+        // nothing read "copy stale" from the one copy that missed the cut).
+        let mut r = ReadOverCopies::new(vec![4, 2, 7]);
+        assert_eq!(r.answer(Stale), ReadStep::Ask(2));
+        assert_eq!(r.answer(Done), ReadStep::Stand(1));
+        let mut r = ReadOverCopies::new(vec![4, 2, 7]);
+        assert_eq!(r.answer(Missing), ReadStep::Ask(2));
+        assert_eq!(r.answer(Stale), ReadStep::Ask(7));
+        assert_eq!(r.answer(Missing), ReadStep::Stand(2));
+        let mut r = ReadOverCopies::new(vec![4, 2]);
+        assert_eq!(r.answer(Stale), ReadStep::Ask(2));
+        assert_eq!(r.answer(Failed), ReadStep::Stand(1));
+        let mut r = ReadOverCopies::new(vec![4, 2]);
+        assert_eq!(r.answer(Stale), ReadStep::Ask(2));
+        assert_eq!(r.answer(Stale), ReadStep::Stand(0));
+        // A change no copy took as stale counts it failed.
+        assert_eq!(
+            change_outcome(&[Stale, Done, Done], 2).map(|o| o.missed),
+            Some(vec![0])
+        );
 
         // One copy: as before replication.
         let mut r = ReadOverCopies::new(vec![9]);

@@ -248,12 +248,34 @@ impl MemoryNet {
     }
 
     /// Waits `millis` of simulated time: a task sleeps until its timer fires (others run
-    /// meanwhile); anyone else (a test, a daemon's handler) moves the clock on.
+    /// meanwhile); anyone else (a test, a daemon's handler) moves the clock on, and runs
+    /// the periodic work that fell due meanwhile (a daemon's own threads would have run
+    /// it while the caller waited: a client waiting for an OSD's check-in, issue 41).
     pub fn sleep(&self, millis: u64) {
         let mut s = self.state();
         let Some(me) = current_task(self) else {
             if let Some(c) = &s.clock {
                 c.fetch_add(millis, Ordering::SeqCst);
+            }
+            let now = Self::now_locked(&s);
+            let due: Vec<(u64, u64)> = s
+                .events
+                .iter()
+                .filter(|((at, _), e)| *at <= now && matches!(e, Event::Every { .. }))
+                .map(|(k, _)| *k)
+                .collect();
+            let mut works = Vec::with_capacity(due.len());
+            for k in due {
+                if let Some(Event::Every { period, work }) = s.events.remove(&k) {
+                    works.push((period, work));
+                }
+            }
+            drop(s);
+            for (period, work) in works {
+                work();
+                let mut s = self.state();
+                let at = Self::now_locked(&s) + period;
+                s.schedule(at, Event::Every { period, work });
             }
             return;
         };

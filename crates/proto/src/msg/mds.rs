@@ -96,6 +96,19 @@ pub enum MdsPlainRequest {
         #[serde(with = "serde_bytes")]
         signature: Vec<u8>,
     },
+    /// Issue 41: an OSD asks which of its copies missed a change (at its start, before
+    /// it serves, and at every check-in), MACed like `Revocations`.
+    MissedCopies {
+        /// The OSD's id.
+        osd: u64,
+        /// Fresh nonce (the answer's MAC covers it).
+        nonce: [u8; 16],
+        /// `next` of the last answer the OSD applied (0: none yet): every copy recorded
+        /// below it is known to the OSD.
+        applied: u64,
+        /// `copies::missed_request_mac`.
+        mac: [u8; 32],
+    },
 }
 
 /// Answers to [`MdsPlainRequest`].
@@ -168,6 +181,16 @@ pub enum MdsPlainResponse {
         /// Ed25519 signature over `revocation::kds_revocations_message` (64 bytes).
         #[serde(with = "serde_bytes")]
         signature: Vec<u8>,
+    },
+    /// Issue 41: every object (file, stripe) whose copy on the asking OSD missed a
+    /// change, and a MAC under the join key over the OSD id, the nonce and the list.
+    MissedCopies {
+        /// (file, stripe), sorted.
+        objects: Vec<(u64, u32)>,
+        /// The number the next record will get: the list holds every record below it.
+        next: u64,
+        /// `copies::missed_mac`.
+        mac: [u8; 32],
     },
 }
 
@@ -889,6 +912,55 @@ pub enum MdsRequest {
         /// To.
         to: String,
     },
+    /// Issue 41: a change of `file`'s objects reached at least `COPIES_DURABLE_MIN`
+    /// copies but not these (their OSDs did not answer). The MDS records them, durably;
+    /// their OSDs learn it at their next check-in and refuse to serve those copies
+    /// (`CopyStale`) until a repair. Answer `Ok` once every such OSD knows (or counts as
+    /// down, so that it checks in before it serves again), else `MissedCopies` with the
+    /// records still to be known (ask `MissedCopiesKnown`). The change is acknowledged
+    /// only after `Ok`. Needs the right to write the file; at most
+    /// `MISSED_COPIES_PER_REQUEST_MAX` copies.
+    CopiesMissed {
+        /// The file.
+        file: u64,
+        /// The copies that missed it (`seq` is ignored: the MDS numbers them).
+        copies: Vec<MissedCopy>,
+    },
+    /// Issue 41: whether the OSDs of these records (as `CopiesMissed` answered) know
+    /// them now: `Ok`, or `MissedCopies` with those still to be known. Needs the right
+    /// to write the file.
+    MissedCopiesKnown {
+        /// The file.
+        file: u64,
+        /// The records.
+        copies: Vec<MissedCopy>,
+    },
+    /// Issue 41: the copies of `file` recorded as missed (answers `MissedCopies`).
+    /// Administrator only (the scrubber).
+    MissedCopiesOf {
+        /// The file.
+        file: u64,
+    },
+    /// Issue 41: these copies of `file` were repaired from good ones; each record whose
+    /// `seq` is still the one given is forgotten (a copy missed again since keeps its
+    /// newer record). Administrator only. Answer `Ok`.
+    CopiesRepaired {
+        /// The file.
+        file: u64,
+        /// The records repaired, as `MissedCopies` gave them.
+        copies: Vec<MissedCopy>,
+    },
+}
+
+/// One copy of an object that missed a change (issue 41).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MissedCopy {
+    /// The object's stripe.
+    pub stripe: u32,
+    /// The OSD holding the copy.
+    pub osd: u64,
+    /// The record's number at the MDS (0 in `CopiesMissed`).
+    pub seq: u64,
 }
 
 /// A time `SetTimes` sets.
@@ -1040,6 +1112,10 @@ impl MdsRequest {
             MdsRequest::PartitionSetCredentials { .. } => "partition_set_credentials",
             MdsRequest::PartitionCreateReplicated { .. } => "partition_create",
             MdsRequest::Placement => "placement",
+            MdsRequest::CopiesMissed { .. } => "copies_missed",
+            MdsRequest::MissedCopiesOf { .. } => "missed_copies_of",
+            MdsRequest::MissedCopiesKnown { .. } => "missed_copies_known",
+            MdsRequest::CopiesRepaired { .. } => "copies_repaired",
             MdsRequest::OpenOrLink { .. } => "open_or_link",
             MdsRequest::T10KeysShow => "t10_keys_show",
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
@@ -1381,6 +1457,9 @@ pub enum MdsResponse {
         /// The rest.
         more: StatMore,
     },
+    /// Copies of a file recorded as missed (answers `MissedCopiesOf`; for
+    /// `CopiesMissed` and `MissedCopiesKnown`, those whose OSD does not know yet).
+    MissedCopies(Vec<MissedCopy>),
 }
 
 /// What a client places copies by besides the cluster map (issue 41).

@@ -136,6 +136,10 @@ pub enum ErrorCode {
     /// A conditional command's condition no longer holds: the object changed since its
     /// state was read (issue 41, `ReplaceIf`). Appended.
     ObjectChanged,
+    /// This copy of the object missed a change that the other copies took (its OSD
+    /// could not be reached then, issue 41): it is not read until a repair puts it back.
+    /// Appended.
+    CopyStale,
 }
 
 impl ErrorCode {
@@ -180,6 +184,9 @@ impl ErrorCode {
                 "the stored object fails its check (changed on the OSD's disk since it was written)"
             }
             ErrorCode::ObjectChanged => "the object changed since its state was read",
+            ErrorCode::CopyStale => {
+                "this copy missed a change the other copies took (repaired by a scrub)"
+            }
         }
     }
 
