@@ -84,7 +84,7 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     }
     for o in &down {
         warnings.push(format!(
-            "osd {} ({}) is down, last heard {}: reads of its copies go to other copies; writes to objects with a copy on it are refused until it returns",
+            "osd {} ({}) is down, last heard {}: reads of its copies go to other copies; writes to objects with a copy on it are acknowledged on the other two and its copies are recorded as missed (never read until a repairing scrub puts them back)",
             o.id,
             o.address,
             heard(o)
