@@ -156,7 +156,7 @@ impl<S: MetaStore> crate::Mds<S> {
         copies: &[MissedCopy],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let _inode = self.may_record(who, file, copies.len())?;
+        let _partition = self.may_record(who, file, copies.len())?;
         self.still_unknown(file, copies.to_vec(), now)
     }
 
