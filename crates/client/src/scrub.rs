@@ -188,18 +188,17 @@ impl Client {
                 }
             };
             // (A deep scrub's read of such a copy is refused `CopyStale`: bad as well.)
-            let before = report.deferred.len();
-            let repaired =
-                self.settle_object(&opened, object, full, path, stripe, read, repair, report);
-            for m in &missed_here {
-                if repaired.contains(&m.osd) {
-                    report.repaired_missed.push((opened.stat.id, *m));
-                }
-            }
-            for d in report.deferred.iter_mut().skip(before) {
-                d.file = opened.stat.id;
-                d.missed = missed_here.iter().find(|m| m.osd == d.osd).copied();
-            }
+            self.settle_object(
+                &opened,
+                object,
+                full,
+                path,
+                stripe,
+                &missed_here,
+                read,
+                repair,
+                report,
+            );
         }
         Ok(())
     }
@@ -234,7 +233,8 @@ impl Client {
                 };
                 if let Err(e) = self.mds_call(request) {
                     report.findings.push(format!(
-                        "file {file}: {} copies repaired, but the MDS still records them as                          missed ({e}): the next scrub repairs them again",
+                        "file {file}: {} copies repaired, but the MDS still records them as \
+                         missed ({e}): the next scrub repairs them again",
                         chunk.len()
                     ));
                 }
@@ -242,8 +242,10 @@ impl Client {
         }
     }
 
-    /// Counts and reports one object's copies as read; with `repair`, first replaces the
-    /// missing and bad ones with what most copies hold.
+    /// Counts and reports one object's copies as read (the object is stripe `stripe` of
+    /// the file at `path`, whose copies `missed` are recorded as having missed a change);
+    /// with `repair`, first replaces the missing and bad ones with what most copies hold,
+    /// and notes the records of those repaired for the MDS to forget.
     #[allow(clippy::too_many_arguments)]
     fn settle_object(
         &self,
@@ -252,10 +254,12 @@ impl Client {
         full: u64,
         path: &str,
         stripe: u32,
+        missed: &[MissedCopy],
         mut read: Vec<(u64, Copy)>,
         repair: bool,
         report: &mut ScrubReport,
-    ) -> Vec<u64> {
+    ) {
+        let record_of = |osd: u64| missed.iter().find(|m| m.osd == osd).copied();
         // Copies that read well must also agree (a copy that missed a write still
         // authenticates): the bytes most copies hold are good; with no majority,
         // none is known to be.
@@ -307,17 +311,17 @@ impl Client {
                     sources: sources.clone(),
                     at,
                     finding: String::new(),
-                    file: 0,
-                    missed: None,
+                    file: opened.stat.id,
+                    missed: record_of(osd),
                 });
             }
         }
+        for (osd, _) in repaired.iter().filter(|(_, r)| r.is_ok()) {
+            if let Some(m) = record_of(*osd) {
+                report.repaired_missed.push((opened.stat.id, m));
+            }
+        }
         let mut any_good = false;
-        let done: Vec<u64> = repaired
-            .iter()
-            .filter(|(_, r)| r.is_ok())
-            .map(|(osd, _)| *osd)
-            .collect();
         for (osd, copy) in read {
             let why = match copy {
                 Copy::Good(_) => {
@@ -353,7 +357,6 @@ impl Client {
         if !any_good {
             report.objects_lost += 1;
         }
-        done
     }
 
     /// [`Client::scrub_file`] on every file under `root` (a file, or a directory walked
