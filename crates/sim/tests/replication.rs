@@ -140,6 +140,29 @@ fn check(
     needed_another
 }
 
+/// The whole copy of stripe `stripe` of `opened` on `osd`, asked of that OSD alone.
+fn read_directly(
+    reader: &Client,
+    opened: &maat_client::Opened,
+    stripe: usize,
+    osd: u64,
+) -> Result<OsdResponse, ClientError> {
+    let object = ObjectId {
+        partition: DATA_PARTITION,
+        file: opened.stat.id,
+        stripe: stripe as u32,
+    };
+    let request = OsdRequest {
+        capability: opened.capability.clone(),
+        command: OsdCommand::Read {
+            object,
+            offset: 0,
+            length: maat_proto::limits::ENCRYPTED_OBJECT_BYTES_MAX as u32,
+        },
+    };
+    reader.osd_call(osd, request)
+}
+
 /// Every good copy on an OSD that is up holds the same bytes (each asked directly):
 /// an acknowledged write reached every copy. Returns the copies compared.
 fn copies_agree(
@@ -169,22 +192,9 @@ fn copies_agree(
                 .open(path, Access::Read, None)
                 .map_err(|e| e.to_string())?;
             for (stripe, osds) in stripes.iter().enumerate() {
-                let object = ObjectId {
-                    partition: DATA_PARTITION,
-                    file: opened.stat.id,
-                    stripe: stripe as u32,
-                };
                 let mut copies = Vec::new();
                 for osd in osds {
-                    let request = OsdRequest {
-                        capability: opened.capability.clone(),
-                        command: OsdCommand::Read {
-                            object,
-                            offset: 0,
-                            length: maat_proto::limits::ENCRYPTED_OBJECT_BYTES_MAX as u32,
-                        },
-                    };
-                    let bytes = match reader.osd_call(*osd, request) {
+                    let bytes = match read_directly(&reader, &opened, stripe, *osd) {
                         Ok(OsdResponse::Data(bytes)) => bytes,
                         other => {
                             return Err(format!("{path} stripe {stripe} on osd {osd}: {other:?}"))
@@ -241,22 +251,9 @@ fn served_copies_current(
                 let Ok(placed) = reader.copies_of("default", opened.stat.id, stripe as u32) else {
                     continue;
                 };
-                let object = ObjectId {
-                    partition: DATA_PARTITION,
-                    file: opened.stat.id,
-                    stripe: stripe as u32,
-                };
                 let mut served = Vec::new();
                 for osd in placed.iter().filter(|o| !down.contains(o)) {
-                    let request = OsdRequest {
-                        capability: opened.capability.clone(),
-                        command: OsdCommand::Read {
-                            object,
-                            offset: 0,
-                            length: maat_proto::limits::ENCRYPTED_OBJECT_BYTES_MAX as u32,
-                        },
-                    };
-                    let answer = reader.osd_call(*osd, request);
+                    let answer = read_directly(&reader, &opened, stripe, *osd);
                     served.push((*osd, good.contains(osd), answer));
                 }
                 out.push((path.clone(), stripe, served));
