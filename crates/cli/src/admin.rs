@@ -136,8 +136,10 @@ pub enum KeysCommand {
 #[derive(Subcommand)]
 pub enum OsdCommand {
     /// Every OSD: id, address, host (its failure domain: copies of an object go to
-    /// different hosts while there are enough), weight, and up or DOWN as the MDS knows it
-    /// (an OSD checks in every second; one silent for 5 s is down).
+    /// different hosts while there are enough), weight, up or DOWN as the MDS knows it
+    /// (an OSD checks in every second; one silent for 5 s is down), and its copies that
+    /// missed a change while it was away (never served; a repairing scrub puts them
+    /// back).
     Ls {
         /// One JSON array.
         #[arg(long)]

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use maat_client::placement::failure_domain;
-use maat_proto::msg::{OsdEntry, OsdState};
+use maat_proto::msg::{DaemonStats, OsdEntry, OsdState};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -25,10 +25,22 @@ fn heard(o: &OsdState) -> String {
     }
 }
 
+/// A counter of the MDS's, if it reports it (an older MDS, or one whose store failed
+/// while counting, does not).
+fn counter(stats: &DaemonStats, name: &str) -> Option<u64> {
+    stats
+        .counters
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+}
+
 /// `maat admin osd ls`.
 pub fn osd_ls(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     let c = crate::client(cluster)?;
     let placement = c.refresh_placement()?;
+    let stats = c.mds_stats()?;
+    let missed = |o: &OsdState| counter(&stats, &format!("copies_missed_on:{}", o.id));
     if json {
         let rows: Vec<serde_json::Value> = placement
             .osds
@@ -41,6 +53,7 @@ pub fn osd_ls(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                     "weight": o.weight,
                     "up": o.up,
                     "heard_ms_ago": o.heard_ms_ago,
+                    "copies_missed": missed(o),
                 })
             })
             .collect();
@@ -48,24 +61,27 @@ pub fn osd_ls(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         return Ok(());
     }
     say!(
-        "{:>4}  {:<24} {:<18} {:>6}  {:<5} last heard",
+        "{:>4}  {:<24} {:<18} {:>6}  {:<5} {:>6}  last heard",
         "id",
         "address",
         "host (domain)",
         "weight",
-        "state"
+        "state",
+        "missed"
     );
     for o in &placement.osds {
         say!(
-            "{:>4}  {:<24} {:<18} {:>6}  {:<5} {}",
+            "{:>4}  {:<24} {:<18} {:>6}  {:<5} {:>6}  {}",
             o.id,
             o.address,
             domain(o),
             o.weight,
             if o.up { "up" } else { "DOWN" },
+            missed(o).map_or("?".to_string(), |n| n.to_string()),
             heard(o)
         );
     }
+    say!("(missed: copies on that OSD that missed a change; never served until a repairing scrub puts them back)");
     Ok(())
 }
 
@@ -77,8 +93,16 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     let down: Vec<&OsdState> = placement.osds.iter().filter(|o| !o.up).collect();
     let up = osds - down.len();
     let hosts: BTreeSet<String> = placement.osds.iter().map(domain).collect();
+    let stats = c.mds_stats()?;
+    let copies_missed = counter(&stats, "copies_missed");
+    let objects_degraded = counter(&stats, "objects_degraded");
     let mut warnings = Vec::new();
     let mut notes = Vec::new();
+    if let (Some(copies @ 1..), Some(objects)) = (copies_missed, objects_degraded) {
+        warnings.push(format!(
+            "{objects} object(s) degraded: {copies} copie(s) missed a change while their OSD was away; they are never served, and a repairing scrub puts them back (`maat up`'s scrubber, or `maat admin scrub --repair`)"
+        ));
+    }
     if osds == 0 {
         warnings.push("no OSD has registered: nothing can be stored".to_string());
     }
@@ -136,6 +160,8 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                 "osds": osds,
                 "osds_up": up,
                 "hosts": hosts.len(),
+                "copies_missed": copies_missed,
+                "objects_degraded": objects_degraded,
                 "partitions": placement.partitions.iter().map(|(n, c)| serde_json::json!({"name": n, "copies": c})).collect::<Vec<_>>(),
                 "warnings": warnings,
                 "notes": notes,
@@ -156,6 +182,13 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         .map(|(n, c)| format!("{n} ({c} cop{})", if *c == 1 { "y" } else { "ies" }))
         .collect();
     say!("  partitions: {}", partitions.join(", "));
+    match (copies_missed, objects_degraded) {
+        (Some(0), _) => say!("  copies:     every copy current"),
+        (Some(copies), Some(objects)) => {
+            say!("  copies:     {objects} object(s) degraded ({copies} copie(s) missed a change)")
+        }
+        _ => say!("  copies:     unknown (the MDS does not count degraded copies)"),
+    }
     // Said plainly: copies come back only by a repairing scrub.
     say!("  recovery:   by repairing scrubs: `maat up`'s scrubber (after an OSD restarts or returns, and daily), or `maat admin scrub --repair`");
     match &scrub {
@@ -217,7 +250,7 @@ pub fn scrub(
             say!("  {f}");
         }
     }
-    if report.findings.iter().any(|f| !f.ends_with("; repaired")) {
+    if report.unrepaired() > 0 {
         use std::io::Write as _;
         std::io::stdout().flush()?;
         std::process::exit(1);

@@ -93,15 +93,6 @@ fn client(data: &Path) -> anyhow::Result<Client> {
     Ok(Client::new(file, Some(Home::new(data.join("admin"))))?)
 }
 
-/// Findings of `report` not put right.
-fn unrepaired(report: &ScrubReport) -> usize {
-    report
-        .findings
-        .iter()
-        .filter(|f| !f.ends_with("; repaired"))
-        .count()
-}
-
 /// Writes what a run that began at `started` for `reasons` ended in to the status file
 /// `maat health` reads ([`crate::scrub_status`]); the status written, for the next run.
 fn record(
@@ -132,7 +123,7 @@ fn record(
             status.copies_bad = r.copies_bad;
             status.copies_repaired = r.copies_repaired;
             status.copies_repaired_total += r.copies_repaired;
-            status.unrepaired = unrepaired(r) as u64;
+            status.unrepaired = r.unrepaired();
             if deep {
                 status.last_deep_ms = Some(now);
             }
@@ -239,7 +230,7 @@ fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool)
             status = Some(record(data, status.take(), depth, why, started, &outcome));
             match outcome {
                 Ok(r) => {
-                    let left = unrepaired(&r);
+                    let left = r.unrepaired();
                     eprintln!(
                         "maat: scrubber: {} files, {} objects in {:.1} s: {} copies missing, {} bad, {} repaired{}",
                         r.files,

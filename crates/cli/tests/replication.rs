@@ -114,6 +114,22 @@ fn every_stripe_has_three_copies_and_every_file_survives_a_lost_osd() {
     assert!(!degraded.is_empty());
     let recorded = reader.client_stats().copies_recorded_missed;
     assert!(recorded >= degraded.len() as u64, "{recorded}");
+    // `maat health` and `maat admin osd ls` count them: one degraded object per file
+    // written (its one stripe; the stripes its put cut off are past the end), all on
+    // osd-2.
+    let admin = cluster.admin_home();
+    let health: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&admin, &["health", "--json"], None)).unwrap();
+    assert_eq!(health["status"], "HEALTH_WARN", "{health}");
+    assert_eq!(health["objects_degraded"], degraded.len(), "{health}");
+    assert_eq!(health["copies_missed"], degraded.len(), "{health}");
+    let osds: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&admin, &["admin", "osd", "ls", "--json"], None))
+            .unwrap();
+    for osd in osds.as_array().unwrap() {
+        let expected = if osd["id"] == 2 { degraded.len() } else { 0 };
+        assert_eq!(osd["copies_missed"], expected, "{osds}");
+    }
     // osd-2 comes back (its supervisor restarts it) with its old copies: it serves none
     // of those that missed a write, and every file reads the bytes acknowledged.
     drop(held);
@@ -166,6 +182,33 @@ fn every_stripe_has_three_copies_and_every_file_survives_a_lost_osd() {
             "{path} after osd-2 came back"
         );
     }
+    // A repairing scrub (this one, or the scrubber's after osd-2's restart) puts the
+    // copies back; the MDS's counters (`maat stats`, `/metrics`) say so.
+    let report = fresh
+        .scrub("/", ScrubDepth::Deep, true, &mut |_| {})
+        .unwrap();
+    let mds_counter = |name: &str| {
+        let stats = fresh.mds_stats().unwrap();
+        stats
+            .counters
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{name} not counted"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while mds_counter("copies_missed") > 0 {
+        assert!(std::time::Instant::now() < deadline, "{report:?}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(mds_counter("objects_degraded"), 0);
+    assert!(mds_counter("scrub_runs") >= 1);
+    assert!(mds_counter("scrub_runs_deep") >= 1);
+    assert!(
+        mds_counter("scrub_copies_repaired") >= degraded.len() as u64,
+        "{report:?}"
+    );
+    assert!(mds_counter("scrub_last_run_timestamp_seconds") > 1_700_000_000);
 }
 
 /// osd-2's answer to a read of a copy that missed a write: refused `CopyStale`.

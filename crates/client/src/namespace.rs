@@ -403,13 +403,17 @@ impl Client {
         })
     }
 
+    /// The MDS's counters.
+    pub fn mds_stats(&self) -> Result<DaemonStats> {
+        match self.mds_call(MdsRequest::Stats)? {
+            MdsResponse::Stats(s) => Ok(s),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// Counters of the MDS and every OSD.
     pub fn daemon_stats(&self) -> Result<Vec<DaemonStats>> {
-        let mut out = Vec::new();
-        match self.mds_call(MdsRequest::Stats)? {
-            MdsResponse::Stats(s) => out.push(s),
-            _ => return Err(self.bad("mds", "unexpected answer")),
-        }
+        let mut out = vec![self.mds_stats()?];
         let map = self.cluster_map()?;
         for osd in map.osds {
             match self.osd_call(

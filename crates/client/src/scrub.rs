@@ -45,6 +45,14 @@ pub struct ScrubReport {
 }
 
 impl ScrubReport {
+    /// Findings left as they were: copies not repaired and files not checked.
+    pub fn unrepaired(&self) -> u64 {
+        self.findings
+            .iter()
+            .filter(|f| !f.ends_with("; repaired"))
+            .count() as u64
+    }
+
     /// Adds what another part of the same scrub found.
     fn absorb(&mut self, r: ScrubReport) {
         self.files += r.files;
@@ -370,6 +378,7 @@ impl Client {
         repair: bool,
         progress: &mut (dyn FnMut(&str) + Send),
     ) -> Result<ScrubReport> {
+        let began = self.now();
         let mut files = Vec::new();
         let mut stack = vec![root.to_string()];
         // An entry removed since its directory was read is skipped, not an error.
@@ -426,7 +435,27 @@ impl Client {
         self.repair_deferred(&mut total);
         self.forget_repaired(&mut total);
         total.findings.sort();
+        self.report_scrub(&total, depth, began);
         Ok(total)
+    }
+
+    /// Tells the MDS what this scrub did, for its counters (`maat stats`, `/metrics`).
+    /// Only an administrator's scrub counts there; any other's report is refused, and a
+    /// failed report changes nothing the scrub did, so neither is an error.
+    fn report_scrub(&self, report: &ScrubReport, depth: ScrubDepth, began: u64) {
+        let counts = msg::ScrubCounts {
+            deep: matches!(depth, ScrubDepth::Deep),
+            files: report.files,
+            objects: report.objects,
+            copies_good: report.copies_good,
+            copies_missing: report.copies_missing,
+            copies_bad: report.copies_bad,
+            copies_repaired: report.copies_repaired,
+            objects_lost: report.objects_lost,
+            unrepaired: report.unrepaired(),
+            millis: self.now().saturating_sub(began),
+        };
+        let _not_counted = self.mds_call(MdsRequest::ScrubDone(counts));
     }
 
     /// The repairs of bad copies that exist, once each kept its state for

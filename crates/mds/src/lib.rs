@@ -26,6 +26,7 @@ mod renewal;
 mod requests;
 mod reservations;
 mod revocations;
+mod scrub_counts;
 pub mod store;
 mod t10;
 mod users;
@@ -238,6 +239,8 @@ pub struct Mds<S: MetaStore> {
     liveness: liveness::Liveness,
     /// Issue 41: telling OSDs of the copies they hold that missed a change.
     missed: copies_missed::MissedState,
+    /// Issue 41: what the scrubs reported.
+    scrubs: scrub_counts::ScrubTotals,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
     /// Where the shell records administrative acts that bypass a user's own proof (a
@@ -421,6 +424,7 @@ impl<S: MetaStore> Mds<S> {
             replay: Mutex::new(ReplayWindow::new(boot)),
             liveness: liveness::Liveness::new(boot.0),
             missed: copies_missed::MissedState::default(),
+            scrubs: scrub_counts::ScrubTotals::default(),
             sessions: std::sync::RwLock::new(HashMap::new()),
             issuer: capabilities::Issuer::new(config.grouping),
             revocations: revocations::Revocations::default(),

@@ -466,6 +466,7 @@ impl<S: MetaStore> Mds<S> {
                 self.copies_missed(who, file, &copies, now)
             }
             MdsRequest::MissedCopiesOf { file } => self.missed_copies_of(who, file),
+            MdsRequest::ScrubDone(counts) => self.scrub_done(who, &counts, now),
             MdsRequest::MissedCopiesKnown { file, copies } => {
                 self.missed_copies_known(who, file, &copies, now)
             }
@@ -605,6 +606,8 @@ impl<S: MetaStore> Mds<S> {
         let durability = self.store.durability_counts();
         counters.push(("store_batches".into(), durability.batches));
         counters.push(("store_fsyncs".into(), durability.fsyncs));
+        counters.extend(self.scrubs.counters());
+        counters.extend(self.degraded_counters());
         counters.extend(self.issuer.stats.counters());
         counters.extend(self.issuer.renewals.counters());
         counters.extend(DaemonStats::operations_with_background(

@@ -338,3 +338,114 @@ fn a_check_in_without_the_join_key_is_refused() {
         assert_eq!(answer.unwrap_err().code, ErrorCode::AuthenticationFailed);
     }
 }
+
+/// Issue 41, "health at a glance": `maat stats` (and so `/metrics` and `maat health`)
+/// counts the copies recorded as missed, the objects they belong to and each OSD's share,
+/// leaving out records that hold nothing anyone reads (stripes past the end, removed
+/// files); the scrubs' counts are the administrator's to report.
+#[test]
+fn degraded_copies_and_scrub_counts_are_in_the_mds_counters() {
+    let store = MemStore::default();
+    let (mds, file) = setup(&store);
+    let now = T0 + 2_000;
+    let counter = |name: &str| {
+        let MdsResponse::Stats(s) = call(&mds, ALICE, MdsRequest::Stats, now).unwrap() else {
+            panic!("no stats")
+        };
+        s.counters
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{name} not counted: {:?}", s.counters))
+    };
+    let set_size = |size: u64| {
+        call(
+            &mds,
+            ALICE,
+            MdsRequest::SetSize {
+                path: "/d/a".into(),
+                file,
+                size,
+            },
+            now,
+        )
+        .unwrap()
+    };
+    set_size(2 * msg::STRIPE_UNIT_BYTES);
+    assert_eq!(counter("copies_missed"), 0);
+    for osd in 1..=4 {
+        assert_eq!(counter(&format!("copies_missed_on:{osd}")), 0);
+    }
+    let first = copies_among(&osds(), file, 0, 3);
+    let second = copies_among(&osds(), file, 1, 3);
+    record(&mds, ALICE, file, &[(0, first[0])], now).unwrap();
+    record(&mds, ALICE, file, &[(1, second[2])], now).unwrap();
+    // The same copy missing a second change is still one copy.
+    record(&mds, ALICE, file, &[(0, first[0])], now).unwrap();
+    assert_eq!(counter("copies_missed"), 2);
+    assert_eq!(counter("objects_degraded"), 2);
+    let on = |osd: u64| counter(&format!("copies_missed_on:{osd}"));
+    assert_eq!(
+        (1..=4).map(on).sum::<u64>(),
+        2,
+        "each record counts on its own OSD"
+    );
+    assert!(on(first[0]) >= 1 && on(second[2]) >= 1);
+    // Cut to one stripe: stripe 1's record holds nothing read.
+    set_size(msg::STRIPE_UNIT_BYTES);
+    assert_eq!(counter("copies_missed"), 1);
+    assert_eq!(counter("objects_degraded"), 1);
+    assert_eq!(on(first[0]), 1);
+    // Removed: nothing degraded is left.
+    call(
+        &mds,
+        ALICE,
+        MdsRequest::Unlink {
+            path: "/d/a".into(),
+        },
+        now,
+    )
+    .unwrap();
+    assert_eq!(counter("copies_missed"), 0);
+    assert_eq!(counter("objects_degraded"), 0);
+
+    // Scrub counts: alice's report is refused and counts nothing.
+    let counts = msg::ScrubCounts {
+        deep: true,
+        files: 5,
+        objects: 7,
+        copies_good: 18,
+        copies_missing: 2,
+        copies_bad: 1,
+        copies_repaired: 3,
+        objects_lost: 0,
+        unrepaired: 0,
+        millis: 40,
+    };
+    let e = call(&mds, ALICE, MdsRequest::ScrubDone(counts), now).unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied);
+    assert_eq!(counter("scrub_runs"), 0);
+    assert_eq!(counter("scrub_copies_repaired"), 0);
+    call(&mds, ADMIN_UID, MdsRequest::ScrubDone(counts), now).unwrap();
+    call(
+        &mds,
+        ADMIN_UID,
+        MdsRequest::ScrubDone(msg::ScrubCounts {
+            deep: false,
+            unrepaired: 4,
+            ..counts
+        }),
+        now + 1_000,
+    )
+    .unwrap();
+    assert_eq!(counter("scrub_runs"), 2);
+    assert_eq!(counter("scrub_runs_deep"), 1);
+    assert_eq!(counter("scrub_copies_repaired"), 6);
+    assert_eq!(counter("scrub_copies_missing"), 4);
+    assert_eq!(counter("scrub_objects"), 14);
+    assert_eq!(counter("scrub_last_run_unrepaired"), 4);
+    assert_eq!(
+        counter("scrub_last_run_timestamp_seconds"),
+        (now + 1_000) / 1000
+    );
+}

@@ -7,6 +7,7 @@
 //! Names: a counter `x` becomes `maat_x_total`; `refused:REASON` becomes
 //! `maat_refusals_by_reason_total{reason="REASON"}`; `grouping:STRATEGY:x` becomes
 //! `maat_grouping_x_total{strategy="STRATEGY"}`; `renewal:x` becomes `maat_renewal_x_total`;
+//! `copies_missed_on:ID` becomes the gauge `maat_copies_missed_on{osd="ID"}` (issue 41);
 //! levels (cache sizes, tables) are gauges without the suffix. Every series carries
 //! `daemon="mds"` or `daemon="osd N"`. Latency: `maat_request_duration_seconds`, a histogram
 //! per frame kind (`plain`, `request`, `sec_request`, `insecure`) and request (`open`,
@@ -30,7 +31,7 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
 use crate::limits::{METRICS_REQUEST_TIME, METRICS_SCRAPES_MAX, REQUEST_BYTES_MAX};
 
 /// Counters that are levels, not totals.
-const GAUGES: [&str; 11] = [
+const GAUGES: [&str; 15] = [
     "connections_open",
     "workers",
     "workers_busy",
@@ -42,6 +43,11 @@ const GAUGES: [&str; 11] = [
     "revoked_entries",
     "renewal:outstanding",
     "sessions",
+    // Issue 41: degraded copies now, and the last scrub.
+    "copies_missed",
+    "objects_degraded",
+    "scrub_last_run_timestamp_seconds",
+    "scrub_last_run_unrepaired",
 ];
 
 #[derive(Default, Clone)]
@@ -106,6 +112,11 @@ pub fn render(stats: &DaemonStats, latencies: &Latencies) -> String {
                 format!("maat_grouping_{}_total", metric_name(field)),
                 format!(",strategy=\"{}\"", label_value(strategy)),
                 false,
+            ),
+            ["copies_missed_on", osd] => (
+                "maat_copies_missed_on".to_string(),
+                format!(",osd=\"{}\"", label_value(osd)),
+                true,
             ),
             _ if GAUGES.contains(&raw.as_str()) => {
                 (format!("maat_{}", metric_name(raw)), String::new(), true)
@@ -273,6 +284,35 @@ mod tests {
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
+    }
+
+    /// Issue 41: degraded copies per OSD are one labelled gauge family; the scrub's
+    /// totals are counters and its last run's end a gauge.
+    #[test]
+    fn degraded_copies_and_scrub_counts_render_as_their_kinds() {
+        let stats = DaemonStats {
+            daemon: "mds".into(),
+            counters: vec![
+                ("copies_missed".into(), 3),
+                ("copies_missed_on:2".into(), 3),
+                ("copies_missed_on:4".into(), 0),
+                ("scrub_copies_repaired".into(), 9),
+                ("scrub_last_run_timestamp_seconds".into(), 1_800_000_000),
+            ],
+        };
+        let text = render(&stats, &Latencies::default());
+        for line in [
+            "# TYPE maat_copies_missed gauge",
+            "maat_copies_missed{daemon=\"mds\"} 3",
+            "# TYPE maat_copies_missed_on gauge",
+            "maat_copies_missed_on{daemon=\"mds\",osd=\"2\"} 3",
+            "maat_copies_missed_on{daemon=\"mds\",osd=\"4\"} 0",
+            "# TYPE maat_scrub_copies_repaired_total counter",
+            "maat_scrub_copies_repaired_total{daemon=\"mds\"} 9",
+            "# TYPE maat_scrub_last_run_timestamp_seconds gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+        }
     }
 
     /// Issue 40, item 3: scrapes were answered one at a time with a 2 s timeout per read,

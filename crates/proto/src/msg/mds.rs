@@ -950,6 +950,34 @@ pub enum MdsRequest {
         /// The records repaired, as `MissedCopies` gave them.
         copies: Vec<MissedCopy>,
     },
+    /// Issue 41: what one scrub found and did, for the MDS's counters (`maat stats`,
+    /// `/metrics`, `maat health`). Administrator only. Answer `Ok`.
+    ScrubDone(ScrubCounts),
+}
+
+/// What one scrub checked, found and repaired (issue 41; `MdsRequest::ScrubDone`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubCounts {
+    /// Every copy read whole (true) or only their digests compared (false).
+    pub deep: bool,
+    /// Files checked.
+    pub files: u64,
+    /// Objects (stripes) checked.
+    pub objects: u64,
+    /// Copies found good.
+    pub copies_good: u64,
+    /// Copies their OSD does not hold.
+    pub copies_missing: u64,
+    /// Copies damaged, stale or unreadable.
+    pub copies_bad: u64,
+    /// Missing or bad copies replaced by a good one.
+    pub copies_repaired: u64,
+    /// Objects with no good copy.
+    pub objects_lost: u64,
+    /// Findings left unrepaired (files not checked included).
+    pub unrepaired: u64,
+    /// How long the scrub took, milliseconds.
+    pub millis: u64,
 }
 
 /// One copy of an object that missed a change (issue 41).
@@ -1116,6 +1144,7 @@ impl MdsRequest {
             MdsRequest::MissedCopiesOf { .. } => "missed_copies_of",
             MdsRequest::MissedCopiesKnown { .. } => "missed_copies_known",
             MdsRequest::CopiesRepaired { .. } => "copies_repaired",
+            MdsRequest::ScrubDone(_) => "scrub_done",
             MdsRequest::OpenOrLink { .. } => "open_or_link",
             MdsRequest::T10KeysShow => "t10_keys_show",
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
