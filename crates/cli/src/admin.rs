@@ -165,6 +165,22 @@ pub enum PartitionCommand {
         #[arg(long, default_value_t = maat_proto::limits::REPLICAS_DEFAULT,
               value_parser = clap::value_parser!(u8).range(1..=i64::from(maat_proto::limits::REPLICAS_MAX)))]
         replicas: u8,
+        /// Copies a change must reach before it is acknowledged while some are down
+        /// (the others are recorded as missed and never served until a repairing scrub
+        /// puts them back). Default: 2, or every copy of a partition keeping fewer.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=i64::from(maat_proto::limits::REPLICAS_MAX)))]
+        min_size: Option<u8>,
+    },
+    /// How many copies a change must reach before it is acknowledged while some of a
+    /// partition's copies are down (1 to its copies; `ceph osd pool set POOL min_size`).
+    /// 1 acknowledges writes kept on a single disk until a scrub repairs the others;
+    /// its copies' count acknowledges nothing while any copy is down.
+    SetMinSize {
+        /// Name.
+        name: String,
+        /// Copies a change must reach.
+        #[arg(value_parser = clap::value_parser!(u8).range(1..=i64::from(maat_proto::limits::REPLICAS_MAX)))]
+        min_size: u8,
     },
     /// Change a partition's method (capabilities already issued keep theirs until expiry).
     SetSecurity {
@@ -184,7 +200,7 @@ pub enum PartitionCommand {
         #[arg(value_parser = parse_credentials)]
         credentials: maat_proto::msg::Credentials,
     },
-    /// List partitions, their methods and credential formats.
+    /// List partitions: methods, credential formats, copies and min_size.
     List,
 }
 
@@ -323,8 +339,18 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                 name,
                 security,
                 replicas,
+                min_size,
             } => {
+                if min_size.is_some_and(|m| m > replicas) {
+                    anyhow::bail!(
+                        "--min-size {} is more than the {replicas} copies the partition keeps",
+                        min_size.unwrap_or_default()
+                    );
+                }
                 c.partition_create_replicated(&name, security, replicas)?;
+                if let Some(min_size) = min_size {
+                    c.partition_set_min_size(&name, min_size)?;
+                }
                 let osds = c.cluster_map()?.osds.len();
                 eprintln!("created partition {name} ({security}, {replicas} copies of each object); put files in it with `maat mkdir --partition {name} DIR`");
                 if osds < usize::from(replicas) {
@@ -342,21 +368,24 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                     credentials.name()
                 );
             }
+            PartitionCommand::SetMinSize { name, min_size } => {
+                c.partition_set_min_size(&name, min_size)?;
+                eprintln!("partition {name}: a change is acknowledged once {min_size} of its copies took it (the others recorded as missed until a repairing scrub)");
+            }
             PartitionCommand::List => {
-                let copies = c.refresh_placement()?.partitions;
+                let copies = c.partitions_copies()?;
                 let osds = c.cluster_map()?.osds.len();
                 say!(
-                    "{:>4}  {:<24} {:<13} {:<12} copies",
+                    "{:>4}  {:<24} {:<13} {:<12} {:<24} min_size",
                     "id",
                     "name",
                     "security",
-                    "credentials"
+                    "credentials",
+                    "copies"
                 );
                 for p in c.partitions()? {
-                    let wanted = copies
-                        .iter()
-                        .find(|(name, _)| *name == p.name)
-                        .map_or(1, |(_, n)| *n);
+                    let found = copies.iter().find(|k| k.name == p.name);
+                    let wanted = found.map_or(1, |k| k.replicas);
                     let kept = usize::from(wanted).min(osds);
                     let shown = if kept < usize::from(wanted) {
                         format!("{kept} of {wanted} (too few OSDs)")
@@ -364,12 +393,13 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
                         wanted.to_string()
                     };
                     say!(
-                        "{:>4}  {:<24} {:<13} {:<12} {}",
+                        "{:>4}  {:<24} {:<13} {:<12} {:<24} {}",
                         p.id,
                         p.name,
                         p.protection.to_string(),
                         p.credentials.name(),
-                        shown
+                        shown,
+                        found.map_or("?".to_string(), |k| k.min_size.to_string())
                     );
                 }
             }

@@ -94,6 +94,7 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     let up = osds - down.len();
     let hosts: BTreeSet<String> = placement.osds.iter().map(domain).collect();
     let stats = c.mds_stats()?;
+    let copies = c.partitions_copies()?;
     let copies_missed = counter(&stats, "copies_missed");
     let objects_degraded = counter(&stats, "objects_degraded");
     let mut warnings = Vec::new();
@@ -108,10 +109,19 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     }
     for o in &down {
         warnings.push(format!(
-            "osd {} ({}) is down, last heard {}: reads of its copies go to other copies; writes to objects with a copy on it are acknowledged on the other two and its copies are recorded as missed (never read until a repairing scrub puts them back)",
+            "osd {} ({}) is down, last heard {}: reads of its copies go to other copies; writes to objects with a copy on it are acknowledged once their partition's min_size of copies took them, and its copies are recorded as missed (never read until a repairing scrub puts them back)",
             o.id,
             o.address,
             heard(o)
+        ));
+    }
+    for p in copies
+        .iter()
+        .filter(|p| p.replicas > 1 && p.min_size >= p.replicas)
+    {
+        notes.push(format!(
+            "partition {} acknowledges a change only once all its {} copies took it (min_size {}): while any of its OSDs is down, writes to its objects there fail",
+            p.name, p.replicas, p.min_size
         ));
     }
     for (name, copies) in &placement.partitions {
@@ -162,7 +172,7 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                 "hosts": hosts.len(),
                 "copies_missed": copies_missed,
                 "objects_degraded": objects_degraded,
-                "partitions": placement.partitions.iter().map(|(n, c)| serde_json::json!({"name": n, "copies": c})).collect::<Vec<_>>(),
+                "partitions": copies.iter().map(|p| serde_json::json!({"name": p.name, "copies": p.replicas, "min_size": p.min_size})).collect::<Vec<_>>(),
                 "warnings": warnings,
                 "notes": notes,
                 "scrub": scrub,
@@ -176,10 +186,17 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         down.len(),
         hosts.len()
     );
-    let partitions: Vec<String> = placement
-        .partitions
+    let partitions: Vec<String> = copies
         .iter()
-        .map(|(n, c)| format!("{n} ({c} cop{})", if *c == 1 { "y" } else { "ies" }))
+        .map(|p| {
+            format!(
+                "{} ({} cop{}, min_size {})",
+                p.name,
+                p.replicas,
+                if p.replicas == 1 { "y" } else { "ies" },
+                p.min_size
+            )
+        })
         .collect();
     say!("  partitions: {}", partitions.join(", "));
     match (copies_missed, objects_degraded) {

@@ -630,3 +630,92 @@ fn the_scrubber_puts_back_the_copies_of_an_osd_restarted_with_an_empty_disk() {
     let text = String::from_utf8(cluster.ok(&admin, &["health"], None)).unwrap();
     assert!(text.contains("scrub:      last light run"), "{text}");
 }
+
+/// Issue 41: a partition's min_size. With `--min-size 3` a change is acknowledged only
+/// once all three copies took it, so with one OSD down a write to an object with a copy
+/// there fails; `set-min-size 2` lets it through on the other two (the third recorded as
+/// missed). `partition list` and `maat health` show it.
+#[test]
+fn a_partitions_min_size_decides_whether_a_write_with_an_osd_down_is_acknowledged() {
+    let cluster = Cluster::start(4, &[]);
+    let admin = cluster.admin_home();
+    let c = cluster.admin_client();
+    let fails = cluster.fails(
+        &admin,
+        &[
+            "admin",
+            "partition",
+            "create",
+            "loose",
+            "--security",
+            "ALLDATA",
+            "--replicas",
+            "2",
+            "--min-size",
+            "3",
+        ],
+        None,
+    );
+    assert!(fails.contains("more than the 2 copies"), "{fails}");
+    cluster.ok(
+        &admin,
+        &[
+            "admin",
+            "partition",
+            "create",
+            "strict",
+            "--security",
+            "ALLDATA",
+            "--min-size",
+            "3",
+        ],
+        None,
+    );
+    let list =
+        String::from_utf8(cluster.ok(&admin, &["admin", "partition", "list"], None)).unwrap();
+    let line = list.lines().find(|l| l.contains("strict")).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        words[words.len() - 2..],
+        ["3", "3"],
+        "copies, min_size: {list}"
+    );
+    cluster.ok(&admin, &["mkdir", "--partition", "strict", "/s"], None);
+    let mut target = None;
+    for i in 0..20 {
+        let path = format!("/s/f{i}");
+        put(&c, &path, b"first").unwrap();
+        let id = c.stat(&path).unwrap().id;
+        if c.copies_of("strict", id, 0).unwrap().contains(&2) {
+            target = Some(path);
+        }
+    }
+    let target = target.expect("no file of 20 with a copy on osd-2");
+
+    let _held = Held::stop(cluster.local.supervisor_pid());
+    signal("-KILL", cluster.pid("osd-2"));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let writer = cluster.admin_client();
+    assert!(
+        put(&writer, &target, b"second").is_err(),
+        "acknowledged on two copies with min_size 3"
+    );
+    assert_eq!(writer.client_stats().copies_recorded_missed, 0);
+    cluster.ok(
+        &admin,
+        &["admin", "partition", "set-min-size", "strict", "2"],
+        None,
+    );
+    let h: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&admin, &["health", "--json"], None)).unwrap();
+    let strict = h["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "strict")
+        .unwrap();
+    assert_eq!(strict["min_size"], 2, "{h}");
+    put(&writer, &target, b"third").unwrap();
+    assert!(writer.client_stats().copies_recorded_missed >= 1);
+    assert_eq!(get(&cluster.admin_client(), &target).unwrap(), b"third");
+}

@@ -108,6 +108,24 @@ impl Client {
         .map(drop)
     }
 
+    /// Administrator (issue 41): how many copies a change of a file in partition `name`
+    /// must reach before it is acknowledged (1 to its copies).
+    pub fn partition_set_min_size(&self, name: &str, min_size: u8) -> Result<()> {
+        self.mds_call(MdsRequest::PartitionSetMinSize {
+            name: name.into(),
+            min_size,
+        })
+        .map(drop)
+    }
+
+    /// Every partition's copies per object and min_size (issue 41).
+    pub fn partitions_copies(&self) -> Result<Vec<maat_proto::msg::PartitionCopies>> {
+        match self.mds_call(MdsRequest::PartitionCopies)? {
+            MdsResponse::PartitionCopies(all) => Ok(all),
+            _ => Err(self.bad("mds", "unexpected answer")),
+        }
+    }
+
     /// Administrator: changes a partition's protection method.
     pub fn partition_set_security(&self, name: &str, protection: Protection) -> Result<()> {
         self.mds_call(MdsRequest::PartitionSetSecurity {

@@ -11,10 +11,11 @@
 //! next number under [`SEQ_KEY`]: `version (1) ‖ next (8, BE)`.
 
 use crate::namespace::{allowed, WRITE};
+use crate::store::PartitionRecord;
 use crate::{lock, require_admin, Batch, MdsError, MetaStore, Op, Principal, Result};
 use maat_crypto::mac::MacKey;
 use maat_crypto::Secret32;
-use maat_proto::copies::{durable_min, missed_mac, missed_request_mac};
+use maat_proto::copies::{effective_min, missed_mac, missed_request_mac};
 use maat_proto::limits::{MISSED_COPIES_MAX, MISSED_COPIES_PER_REQUEST_MAX};
 use maat_proto::msg::{ErrorCode, MdsPlainResponse, MdsResponse, MissedCopy, OsdEntry};
 use maat_proto::placement::copies_among;
@@ -113,9 +114,9 @@ impl<S: MetaStore> crate::Mds<S> {
     ) -> Result<MdsResponse> {
         let partition = self.may_record(who, file, copies.len())?;
         let osds = self.store.osds()?;
-        let replicas = usize::from(self.partition(partition)?.replicas);
+        let partition = self.partition(partition)?;
         let write = lock(&self.write);
-        self.enough_current(file, copies, &osds, replicas)?;
+        self.enough_current(file, copies, &osds, &partition)?;
         let mut held = self.store.metas(PREFIX)?.len();
         if held.saturating_add(copies.len()) > MISSED_COPIES_MAX {
             held = self.forget_removed_files()?;
@@ -161,7 +162,7 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// Refuses records that would leave an object with fewer current copies than a
-    /// change needs (`durable_min`): a change that reached a copy already recorded as
+    /// change needs (the partition's min_size): a change that reached a copy already recorded as
     /// missed did not make it current (it lacks the earlier change), so without this,
     /// rotating failures could leave every copy of an object missing some change. Also
     /// refuses copies that the placement does not put on the OSD named. Called under the
@@ -171,8 +172,9 @@ impl<S: MetaStore> crate::Mds<S> {
         file: u64,
         copies: &[MissedCopy],
         osds: &[OsdEntry],
-        replicas: usize,
+        partition: &PartitionRecord,
     ) -> Result<()> {
+        let replicas = usize::from(partition.replicas);
         let mut stripes: Vec<u32> = copies.iter().map(|c| c.stripe).collect();
         stripes.sort_unstable();
         stripes.dedup();
@@ -197,14 +199,16 @@ impl<S: MetaStore> crate::Mds<S> {
             stale.sort_unstable();
             stale.dedup();
             let current = placed.len().saturating_sub(stale.len());
-            if current < durable_min(placed.len()) {
+            let needed = effective_min(partition.min_size, placed.len());
+            if current < needed {
                 return Err(MdsError::refused(
                     ErrorCode::Busy,
                     format!(
                         "stripe {stripe} of file {file} would keep {current} current copies \
-                         of {}: a change needs {} (a repairing scrub puts the others back)",
+                         of {}: a change in partition {} needs {needed} (its min_size; a \
+                         repairing scrub puts the others back)",
                         placed.len(),
-                        durable_min(placed.len())
+                        partition.name
                     ),
                 ));
             }

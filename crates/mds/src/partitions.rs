@@ -90,6 +90,7 @@ impl<S: MetaStore> Mds<S> {
             protection,
             credentials: Credentials::Maat,
             replicas,
+            min_size: default_min_size(replicas),
         };
         batch.push(Op::PutPartition(record.clone()));
         self.store.commit(batch)?;
@@ -169,8 +170,60 @@ impl<S: MetaStore> Mds<S> {
             protection,
             credentials: Credentials::Maat,
             replicas,
+            min_size: default_min_size(replicas),
         })))
     }
+
+    /// `MdsRequest::PartitionSetMinSize` (issue 41): how many copies a change of the
+    /// partition's objects must reach from now on. Changes acknowledged before keep
+    /// the records they made.
+    pub(crate) fn partition_set_min_size(
+        &self,
+        who: &Principal,
+        name: &str,
+        min_size: u8,
+    ) -> Result<MdsResponse> {
+        require_admin(who)?;
+        let _guard = lock(&self.write);
+        let mut record = self.partition_by_name(name)?;
+        if min_size == 0 || min_size > record.replicas {
+            return Err(MdsError::refused(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "partition {name} keeps {} copies: a change must reach 1 to {} of them, not {min_size}",
+                    record.replicas, record.replicas
+                ),
+            ));
+        }
+        record.min_size = min_size;
+        let mut batch = Batch::default();
+        batch.push(Op::PutPartition(record.clone()));
+        self.store.commit(batch)?;
+        Ok(MdsResponse::PartitionCopies(vec![copies_of(&record)]))
+    }
+
+    /// `MdsRequest::PartitionCopies`: every partition's copies and min_size.
+    pub(crate) fn partition_copies(&self) -> Result<MdsResponse> {
+        let mut all = self.store.partitions()?;
+        all.sort_by_key(|p| p.id);
+        Ok(MdsResponse::PartitionCopies(
+            all.iter().map(copies_of).collect(),
+        ))
+    }
+}
+
+fn copies_of(p: &PartitionRecord) -> maat_proto::msg::PartitionCopies {
+    maat_proto::msg::PartitionCopies {
+        name: p.name.clone(),
+        replicas: p.replicas,
+        min_size: p.min_size,
+    }
+}
+
+/// A new partition's min_size: `COPIES_DURABLE_MIN` copies, or all it keeps if fewer.
+fn default_min_size(replicas: u8) -> u8 {
+    let min = maat_proto::copies::durable_min(usize::from(replicas));
+    u8::try_from(min).unwrap_or(replicas)
 }
 
 /// A partition keeps 1 to [`REPLICAS_MAX`] copies of each object.

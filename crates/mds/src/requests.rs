@@ -467,6 +467,10 @@ impl<S: MetaStore> Mds<S> {
             }
             MdsRequest::MissedCopiesOf { file } => self.missed_copies_of(who, file),
             MdsRequest::ScrubDone(counts) => self.scrub_done(who, &counts, now),
+            MdsRequest::PartitionSetMinSize { name, min_size } => {
+                self.partition_set_min_size(who, &name, min_size)
+            }
+            MdsRequest::PartitionCopies => self.partition_copies(),
             MdsRequest::MissedCopiesKnown { file, copies } => {
                 self.missed_copies_known(who, file, &copies, now)
             }

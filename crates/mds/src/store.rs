@@ -10,7 +10,8 @@ use maat_proto::encrypted::FileCrypt;
 
 mod legacy;
 use legacy::{
-    InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, InodeV6, PartitionV1, PartitionV2, UserRecordV1,
+    InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, InodeV6, PartitionV1, PartitionV2, PartitionV3,
+    UserRecordV1,
 };
 use maat_proto::msg::{KdfParams, OsdEntry};
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,9 @@ pub struct PartitionRecord {
     /// How many copies of each object its files keep, on distinct OSDs (issue 41;
     /// version 3, and 1 for records from before).
     pub replicas: u8,
+    /// How many copies a change must reach before it is acknowledged (issue 41; version
+    /// 4, and `durable_min(replicas)` for records from before).
+    pub min_size: u8,
 }
 
 /// A user.
@@ -369,11 +373,12 @@ impl Record for Inode {
 }
 impl Record for PartitionRecord {
     const WHAT: &'static str = "partition";
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
     fn decode_version(version: u8, body: &[u8]) -> Result<Self, StoreError> {
         match version {
             1 => Ok(postcard_value::<PartitionV1>(Self::WHAT, body)?.into()),
             2 => Ok(postcard_value::<PartitionV2>(Self::WHAT, body)?.into()),
+            3 => Ok(postcard_value::<PartitionV3>(Self::WHAT, body)?.into()),
             _ => postcard_value(Self::WHAT, body),
         }
     }
@@ -550,7 +555,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn partitions_of_versions_1_and_2_load_with_one_copy_and_v3_round_trips() {
+    fn partitions_of_versions_1_to_3_load_and_v4_round_trips() {
         use maat_proto::msg::Credentials;
         use maat_proto::protection::Protection;
         // Version 1: id, name, protection.
@@ -563,6 +568,7 @@ mod tests {
             protection: Protection::CmdRsp,
             credentials: Credentials::Maat,
             replicas: 1,
+            min_size: 1,
         };
         assert_eq!(PartitionRecord::decode(&bytes).unwrap(), expected);
         // Version 2: and the credential format; its objects have one copy.
@@ -579,9 +585,32 @@ mod tests {
             ..expected
         };
         assert_eq!(PartitionRecord::decode(&bytes).unwrap(), t10);
-        let three = PartitionRecord { replicas: 3, ..t10 };
+        // Version 3: and copies; a change must reach the default, two of three (or
+        // the one of one).
+        for (replicas, min_size) in [(3u8, 2u8), (1, 1)] {
+            let v3 = (
+                3u64,
+                "lab".to_string(),
+                Protection::CmdRsp,
+                Credentials::T10,
+                replicas,
+            );
+            let mut bytes = vec![3u8];
+            bytes.extend(postcard::to_stdvec(&v3).unwrap());
+            let copies = PartitionRecord {
+                replicas,
+                min_size,
+                ..t10.clone()
+            };
+            assert_eq!(PartitionRecord::decode(&bytes).unwrap(), copies);
+        }
+        let three = PartitionRecord {
+            replicas: 3,
+            min_size: 3,
+            ..t10
+        };
         let encoded = three.encode().unwrap();
-        assert_eq!(encoded.first(), Some(&3u8));
+        assert_eq!(encoded.first(), Some(&4u8));
         assert_eq!(PartitionRecord::decode(&encoded).unwrap(), three);
     }
 

@@ -449,3 +449,49 @@ fn degraded_copies_and_scrub_counts_are_in_the_mds_counters() {
         (now + 1_000) / 1000
     );
 }
+
+/// Issue 41: how many copies a change must reach is the partition's min_size (default
+/// two), set by the administrator only, from 1 to the partition's copies; the MDS
+/// refuses records that leave fewer current copies.
+#[test]
+fn min_size_is_the_partitions_and_only_the_administrator_sets_it() {
+    let store = MemStore::default();
+    let (mds, file) = setup(&store);
+    let now = T0 + 2_000;
+    let copies = |uid| match call(&mds, uid, MdsRequest::PartitionCopies, now).unwrap() {
+        MdsResponse::PartitionCopies(all) => all,
+        other => panic!("{other:?}"),
+    };
+    let three = |uid| copies(uid).into_iter().find(|p| p.name == "three").unwrap();
+    assert_eq!((three(BOB).replicas, three(BOB).min_size), (3, 2));
+    let set = |uid, min_size| {
+        call(
+            &mds,
+            uid,
+            MdsRequest::PartitionSetMinSize {
+                name: "three".into(),
+                min_size,
+            },
+            now,
+        )
+    };
+    assert_eq!(set(ALICE, 1).unwrap_err().code, ErrorCode::PermissionDenied);
+    for wrong in [0, 4] {
+        assert_eq!(
+            set(ADMIN_UID, wrong).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+    }
+    assert_eq!(three(ALICE).min_size, 2);
+    // min_size 1: two copies of three may be recorded at once.
+    set(ADMIN_UID, 1).unwrap();
+    let placed = copies_among(&osds(), file, 0, 3);
+    record(&mds, ALICE, file, &[(0, placed[0]), (0, placed[1])], now).unwrap();
+    // min_size 3: not even one.
+    set(ADMIN_UID, 3).unwrap();
+    assert_eq!(three(ALICE).min_size, 3);
+    let other = copies_among(&osds(), file, 1, 3);
+    let e = record(&mds, ALICE, file, &[(1, other[0])], now).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Busy);
+    assert!(e.detail.contains("three needs 3"), "{e}");
+}

@@ -47,9 +47,17 @@ pub fn missed_mac(
     ])
 }
 
-/// How many of `copies` copies a change must reach to be acknowledged.
+/// How many of `copies` copies a change must reach to be acknowledged by default (a new
+/// partition's min_size).
 pub fn durable_min(copies: usize) -> usize {
     copies.clamp(1, crate::limits::COPIES_DURABLE_MIN.max(1))
+}
+
+/// How many of the `placed` copies of an object a change must reach in a partition of
+/// min_size `min_size`: at least 1, and never more than there are (a cluster with fewer
+/// OSDs than the partition's copies places fewer).
+pub fn effective_min(min_size: u8, placed: usize) -> usize {
+    usize::from(min_size).clamp(1, placed.max(1))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Issue 41: one object request over the copies of the object. A change (write, remove,
 //! attributes) goes to every copy and stands if every copy took it, or if at least
-//! `durable_min` did and the others are recorded as missed; a read goes to
+//! `durable_min` did and the others are recorded as missed (the driver asks for one and
+//! leaves the partition's min_size to the MDS, which refuses records that leave fewer
+//! current copies); a read goes to
 //! the first copy and fails over, copy by copy, while the answers say another copy may
 //! do better (missing, damaged, unreachable), never when they say the request itself is
 //! refused (a permission, a capability), which every copy would say alike.
@@ -36,7 +38,7 @@ pub(crate) struct ChangeOutcome {
 }
 
 /// Which of every copy's answers to a change stands for it, when `durable_min` copies
-/// must take it (`maat_proto::copies::durable_min`): a refusal when there is one (every
+/// must take it: a refusal when there is one (every
 /// copy would say so); else, when at least `durable_min` copies took it, the first copy
 /// that did, with the copies that failed to record as missed; else the first failure;
 /// else (every copy lacked the object) the first. `None` for no answers.

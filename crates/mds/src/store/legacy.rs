@@ -256,6 +256,7 @@ impl From<PartitionV1> for PartitionRecord {
             protection: v.protection,
             credentials: maat_proto::msg::Credentials::Maat,
             replicas: 1,
+            min_size: 1,
         }
     }
 }
@@ -278,6 +279,32 @@ impl From<PartitionV2> for PartitionRecord {
             protection: v.protection,
             credentials: v.credentials,
             replicas: 1,
+            min_size: 1,
+        }
+    }
+}
+
+/// A partition as version 3 stored it: before min_size was set per partition (issue
+/// 41), so a change must reach the default, `durable_min(replicas)`.
+#[derive(Deserialize)]
+pub(super) struct PartitionV3 {
+    id: u64,
+    name: String,
+    protection: maat_proto::protection::Protection,
+    credentials: maat_proto::msg::Credentials,
+    replicas: u8,
+}
+
+impl From<PartitionV3> for PartitionRecord {
+    fn from(v: PartitionV3) -> Self {
+        let min_size = maat_proto::copies::durable_min(usize::from(v.replicas));
+        PartitionRecord {
+            id: v.id,
+            name: v.name,
+            protection: v.protection,
+            credentials: v.credentials,
+            replicas: v.replicas,
+            min_size: u8::try_from(min_size).unwrap_or(v.replicas),
         }
     }
 }

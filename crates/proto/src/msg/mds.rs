@@ -953,6 +953,30 @@ pub enum MdsRequest {
     /// Issue 41: what one scrub found and did, for the MDS's counters (`maat stats`,
     /// `/metrics`, `maat health`). Administrator only. Answer `Ok`.
     ScrubDone(ScrubCounts),
+    /// Administrator (issue 41): how many copies of an object a change of a file in
+    /// partition `name` must reach before it is acknowledged (the MDS refuses to record
+    /// more copies as missed than that leaves); 1 to the partition's copies. Answer
+    /// `PartitionCopies` (that partition).
+    PartitionSetMinSize {
+        /// Name.
+        name: String,
+        /// Copies a change must reach.
+        min_size: u8,
+    },
+    /// Every partition's copies per object and min_size (issue 41). Any session. Answer
+    /// `PartitionCopies`.
+    PartitionCopies,
+}
+
+/// A partition's copies (issue 41; answers `PartitionCopies`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionCopies {
+    /// Name.
+    pub name: String,
+    /// Copies of each object, on distinct OSDs.
+    pub replicas: u8,
+    /// Copies a change must reach before it is acknowledged.
+    pub min_size: u8,
 }
 
 /// What one scrub checked, found and repaired (issue 41; `MdsRequest::ScrubDone`).
@@ -1145,6 +1169,8 @@ impl MdsRequest {
             MdsRequest::MissedCopiesKnown { .. } => "missed_copies_known",
             MdsRequest::CopiesRepaired { .. } => "copies_repaired",
             MdsRequest::ScrubDone(_) => "scrub_done",
+            MdsRequest::PartitionSetMinSize { .. } => "partition_set_min_size",
+            MdsRequest::PartitionCopies => "partition_copies",
             MdsRequest::OpenOrLink { .. } => "open_or_link",
             MdsRequest::T10KeysShow => "t10_keys_show",
             MdsRequest::T10KeysRotate { .. } => "t10_keys_rotate",
@@ -1489,6 +1515,8 @@ pub enum MdsResponse {
     /// Copies of a file recorded as missed (answers `MissedCopiesOf`; for
     /// `CopiesMissed` and `MissedCopiesKnown`, those whose OSD does not know yet).
     MissedCopies(Vec<MissedCopy>),
+    /// Partitions' copies and min_size (answers `PartitionCopies`, `PartitionSetMinSize`).
+    PartitionCopies(Vec<PartitionCopies>),
 }
 
 /// What a client places copies by besides the cluster map (issue 41).
