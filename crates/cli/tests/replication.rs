@@ -719,3 +719,71 @@ fn a_partitions_min_size_decides_whether_a_write_with_an_osd_down_is_acknowledge
     assert!(writer.client_stats().copies_recorded_missed >= 1);
     assert_eq!(get(&cluster.admin_client(), &target).unwrap(), b"third");
 }
+
+/// Issue 41, "no OSD trusting another", on real daemons: every OSD holds the join key,
+/// but `maat up`'s OSDs check in under their own control keys (agreed with the MDS at
+/// registration, the MDS's half kept 0600 in each OSD's directory), so a rogue OSD with
+/// the join key cannot tell the MDS that osd-2 applied its list of copies that missed a
+/// change (clients would then acknowledge a write that osd-2 may still serve stale), nor
+/// keep it looking up; osd-2's own check-ins go on.
+#[test]
+fn a_rogue_osd_with_the_join_key_cannot_check_in_as_another_osd() {
+    use maat_crypto::mac::MacKey;
+    use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, WireError};
+    use maat_proto::wire::FrameType;
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = Cluster::start(4, &[]);
+    let data = cluster.data();
+    let sealing = data.join("osd-2/mds-sealing.pub");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !sealing.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "osd-2 never registered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mode = std::fs::metadata(&sealing).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "{mode:o}");
+    let join = maat_server::read_key_file(&data.join("mds/join.key")).unwrap();
+    let join = MacKey::new(maat_crypto::Secret32::from_bytes(join));
+    let mds_address =
+        toml::from_str::<toml::Table>(&std::fs::read_to_string(cluster.cluster_file()).unwrap())
+            .unwrap()["mds"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let ask = |request: MdsPlainRequest| -> Result<MdsPlainResponse, WireError> {
+        let mut conn = maat_net::Connection::new(mds_address.clone());
+        let (_, answer) = conn
+            .call(FrameType::Plain, &msg::encode(&request).unwrap())
+            .unwrap();
+        msg::decode(&answer).unwrap()
+    };
+    let nonce = [0x5a; 16];
+    let claimed = u64::MAX;
+    let e = ask(MdsPlainRequest::MissedCopies {
+        osd: 2,
+        nonce,
+        applied: claimed,
+        mac: maat_proto::copies::missed_request_mac(&join, 2, &nonce, claimed),
+    })
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::AuthenticationFailed, "{e}");
+    let e = ask(MdsPlainRequest::Revocations {
+        osd: 2,
+        nonce,
+        mac: maat_proto::revocation::revocations_request_mac(&join, 2, &nonce),
+    })
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::AuthenticationFailed, "{e}");
+    // osd-2 itself checks in (every second): the MDS keeps it up and it serves.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let h: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&cluster.admin_home(), &["health", "--json"], None))
+            .unwrap();
+    assert_eq!(h["osds_up"], 4, "{h}");
+    let c = cluster.admin_client();
+    put(&c, "/after", b"still served").unwrap();
+    assert_eq!(get(&c, "/after").unwrap(), b"still served");
+}

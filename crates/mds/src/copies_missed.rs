@@ -13,8 +13,6 @@
 use crate::namespace::{allowed, WRITE};
 use crate::store::PartitionRecord;
 use crate::{lock, require_admin, Batch, MdsError, MetaStore, Op, Principal, Result};
-use maat_crypto::mac::MacKey;
-use maat_crypto::Secret32;
 use maat_proto::copies::{effective_min, missed_mac, missed_request_mac};
 use maat_proto::limits::{MISSED_COPIES_MAX, MISSED_COPIES_PER_REQUEST_MAX};
 use maat_proto::msg::{ErrorCode, MdsPlainResponse, MdsResponse, MissedCopy, OsdEntry};
@@ -405,12 +403,11 @@ impl<S: MetaStore> crate::Mds<S> {
         applied: u64,
         request_mac: &[u8; 32],
     ) -> Result<MdsPlainResponse> {
-        let join = MacKey::new(Secret32::from_bytes(self.config.join_key))
-            .with_counters(self.background.clone());
+        let join = self.check_in_key(osd)?;
         if !maat_crypto::ct_eq(&missed_request_mac(&join, osd, nonce, applied), request_mac) {
             return Err(MdsError::refused(
                 ErrorCode::AuthenticationFailed,
-                "missed copies are listed for OSDs holding the join key",
+                format!("missed copies are listed for OSD {osd} under its check-in key"),
             ));
         }
         // What the OSD applied from its last answer (a replayed request claims only an

@@ -20,6 +20,7 @@ mod key_grants;
 mod links;
 mod liveness;
 mod namespace;
+mod osd_control;
 mod partitions;
 pub mod predict;
 mod renewal;
@@ -37,8 +38,7 @@ use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::SigningKey;
 use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters, Secret32};
 use maat_proto::login::{
-    login_mac_parts, login_ok_mac, mds_session_id, mds_session_key, register_mac_parts,
-    registered_mac,
+    login_mac_parts, login_ok_mac, mds_session_id, mds_session_key, registered_mac,
 };
 use maat_proto::msg::{
     self, ClusterMap, DaemonStats, ErrorCode, KdfParams, MdsPlainRequest, MdsPlainResponse,
@@ -241,6 +241,8 @@ pub struct Mds<S: MetaStore> {
     missed: copies_missed::MissedState,
     /// Issue 41: what the scrubs reported.
     scrubs: scrub_counts::ScrubTotals,
+    /// Issue 41: each OSD's control key, as agreed with its sealing key (computed once).
+    control_keys: Mutex<HashMap<u64, ([u8; 32], MacKey)>>,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
     /// Where the shell records administrative acts that bypass a user's own proof (a
@@ -425,6 +427,7 @@ impl<S: MetaStore> Mds<S> {
             liveness: liveness::Liveness::new(boot.0),
             missed: copies_missed::MissedState::default(),
             scrubs: scrub_counts::ScrubTotals::default(),
+            control_keys: Mutex::new(HashMap::new()),
             sessions: std::sync::RwLock::new(HashMap::new()),
             issuer: capabilities::Issuer::new(config.grouping),
             revocations: revocations::Revocations::default(),
@@ -626,57 +629,41 @@ impl<S: MetaStore> Mds<S> {
                 nonce,
                 mac,
             } => {
-                // An OSD's registration is its control channel, not a client's request:
-                // its MACs count as background (`macs_computed_background`).
-                let join = MacKey::new(Secret32::from_bytes(self.config.join_key))
-                    .with_counters(self.background.clone());
-                join.verify(
-                    &register_mac_parts(id, &address, &sealing_key, weight, timestamp, &nonce)
-                        .iter()
-                        .map(|v| v.as_slice())
-                        .collect::<Vec<_>>(),
-                    &mac,
-                )
-                .map_err(|_| MdsError::refused(ErrorCode::AuthenticationFailed, "OSD join key"))?;
-                self.fresh(&[0u8; 16], &nonce, UnixMillis(timestamp), now)?;
-                if weight == 0 || address.is_empty() {
-                    return Err(MdsError::refused(
-                        ErrorCode::InvalidArgument,
-                        "weight or address",
-                    ));
-                }
-                let _guard = lock(&self.write);
-                let existing = self.store.osds()?;
-                if existing
-                    .iter()
-                    .any(|o| o.id == id && o.sealing_key != sealing_key)
-                {
-                    return Err(MdsError::refused(
-                        ErrorCode::AlreadyExists,
-                        format!("OSD {id} is registered with another key (a reformatted OSD needs a new id)"),
-                    ));
-                }
                 let entry = OsdEntry {
                     id,
                     address,
                     sealing_key,
                     weight,
                 };
-                if !existing.contains(&entry) {
-                    let epoch = self.epoch()? + 1;
-                    let mut batch = Batch::default();
-                    batch.push(Op::PutOsd(entry));
-                    batch.push(Op::PutMeta(
-                        "map_epoch".into(),
-                        epoch.to_be_bytes().to_vec(),
-                    ));
-                    self.store.commit(batch)?;
-                }
-                let vk = self.verifying_key();
-                let tag = registered_mac(&join, &vk, &nonce);
+                let vk = self.register_osd(entry, timestamp, &nonce, &mac, false, now)?;
+                let join = self.join_background();
                 Ok(MdsPlainResponse::Registered {
                     mds_verifying_key: vk,
-                    mac: tag,
+                    mac: registered_mac(&join, &vk, &nonce),
+                })
+            }
+            MdsPlainRequest::RegisterOsdControl {
+                id,
+                address,
+                sealing_key,
+                weight,
+                timestamp,
+                nonce,
+                mac,
+            } => {
+                let entry = OsdEntry {
+                    id,
+                    address,
+                    sealing_key,
+                    weight,
+                };
+                let vk = self.register_osd(entry, timestamp, &nonce, &mac, true, now)?;
+                let sealing = self.sealing.public_key().0;
+                let join = self.join_background();
+                Ok(MdsPlainResponse::RegisteredControl {
+                    mds_verifying_key: vk,
+                    mds_sealing_key: sealing,
+                    mac: maat_proto::control::registered_control_mac(&join, &vk, &sealing, &nonce),
                 })
             }
         }

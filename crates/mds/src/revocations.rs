@@ -14,9 +14,7 @@
 
 use crate::{lock, MdsError, MetaStore, Principal, Result, CLOCK_SKEW_MILLIS};
 use crate::{require_admin, Batch, Op};
-use maat_crypto::mac::MacKey;
 use maat_crypto::sign::VerifyingKey;
-use maat_crypto::Secret32;
 use maat_proto::limits::REVOCATION_ENTRIES_MAX;
 use maat_proto::msg::OsdEntry;
 use maat_proto::msg::{ErrorCode, MdsPlainResponse, MdsResponse};
@@ -302,12 +300,11 @@ impl<S: MetaStore> crate::Mds<S> {
     ) -> Result<MdsPlainResponse> {
         // An OSD's once-a-second catch-up is work no request causes: its MACs count as
         // background (`macs_computed_background`), as the KDS lists' signatures do.
-        let join = MacKey::new(Secret32::from_bytes(self.config.join_key))
-            .with_counters(self.background.clone());
+        let join = self.check_in_key(osd)?;
         if !maat_crypto::ct_eq(&revocations_request_mac(&join, osd, nonce), request_mac) {
             return Err(MdsError::refused(
                 ErrorCode::AuthenticationFailed,
-                "revocations are listed for OSDs holding the join key",
+                format!("revocations are listed for OSD {osd} under its check-in key"),
             ));
         }
         let notices = self.notices_in_force(now)?;

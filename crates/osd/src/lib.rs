@@ -409,6 +409,20 @@ impl OsdCore {
         self.sealing.public_key().0
     }
 
+    /// Issue 41: the key this OSD checks in with at the MDS whose sealing key is
+    /// `mds_sealing` (`maat_proto::control`); its one X25519 agreement counts as
+    /// background work.
+    pub fn control_key(
+        &self,
+        mds_sealing: &[u8; 32],
+    ) -> Result<maat_crypto::mac::MacKey, maat_proto::ProtoError> {
+        let shared = SealingSecretKey::from_bytes(*self.sealing.to_bytes())
+            .with_counters(self.background.clone())
+            .agree(&maat_crypto::seal::SealingPublicKey(*mds_sealing))?;
+        let key = maat_proto::control::control_key(&shared, self.id.0)?;
+        Ok(maat_crypto::mac::MacKey::new(key).with_counters(self.background.clone()))
+    }
+
     fn mds_key(&self) -> Result<VerifyingKey, WireError> {
         read(&self.mds_key)
             .clone()

@@ -28,6 +28,7 @@
 
 pub mod capability;
 pub mod codec;
+pub mod control;
 pub mod copies;
 pub mod decoders;
 pub mod delegation;

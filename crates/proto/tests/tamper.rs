@@ -67,6 +67,8 @@ tamper_tests!(
     range_key_grant_keyed,
     key_ranges,
     key_ranges_tree,
+    osd_control_key,
+    osd_registered_control_mac,
 );
 
 #[test]

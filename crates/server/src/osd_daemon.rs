@@ -32,7 +32,11 @@ pub struct OsdNode {
     advertise: String,
     mds_address: String,
     join: MacKey,
+    /// What check-ins are MACed under: the control key once the MDS gave its sealing
+    /// key (issue 41), the join key before (and with an MDS from before control keys).
+    check_in: Arc<std::sync::Mutex<MacKey>>,
     mds_key_path: PathBuf,
+    mds_sealing_path: PathBuf,
 }
 
 /// Opens the OSD of `config` that clients reach at `advertise`.
@@ -75,6 +79,18 @@ pub fn open_osd(
     // The join key's MACs (registration, catch-ups) are background work, by name.
     let join = MacKey::new(Secret32::from_bytes(join_key))
         .with_counters(core.background_counters().clone());
+    // Check in under the control key agreed with the MDS at the last registration, so
+    // that the first check-ins after a restart need no registration first.
+    let mds_sealing_path = config.data_dir.join("mds-sealing.pub");
+    let check_in = match read_key_file(&mds_sealing_path) {
+        Ok(mds_sealing) => core.control_key(&mds_sealing).map_err(|e| ServerError::KeyFile {
+            path: mds_sealing_path.display().to_string(),
+            reason: format!(
+                "{e}: not an MDS sealing key (remove it and the OSD learns the key at its next registration)"
+            ),
+        })?,
+        Err(_) => join.clone(),
+    };
     Ok(OsdNode {
         core,
         store: Arc::new(store),
@@ -83,7 +99,9 @@ pub fn open_osd(
         advertise: advertise.to_string(),
         mds_address: config.mds.clone(),
         join,
+        check_in: Arc::new(std::sync::Mutex::new(check_in)),
         mds_key_path,
+        mds_sealing_path,
     })
 }
 
@@ -104,25 +122,38 @@ impl OsdNode {
     }
 
     fn register_failing(&self, env: &Env) -> Result<(), RegisterFailure> {
-        let key = register_once(self, env)?;
+        let (key, mds_sealing) = register_once(self, env)?;
         // A key that is not one is a failed registration: nothing is recorded.
         self.core
             .set_mds_key(key)
             .map_err(|e| RegisterFailure::local(format!("the MDS's key: {e}")))?;
-        if read_key_file(&self.mds_key_path).ok() != Some(key) {
-            let _ = std::fs::remove_file(&self.mds_key_path);
-            if let Err(e) = write_key_file(&self.mds_key_path, &key) {
-                tracing::error!(error = %e, "cannot record the MDS key");
-            }
+        record_key(&self.mds_key_path, &key, "MDS key");
+        if let Some(mds_sealing) = mds_sealing {
+            let control = self
+                .core
+                .control_key(&mds_sealing)
+                .map_err(|e| RegisterFailure::local(format!("the MDS's sealing key: {e}")))?;
+            *self.check_in_key_slot() = control;
+            record_key(&self.mds_sealing_path, &mds_sealing, "MDS sealing key");
         }
         Ok(())
+    }
+
+    fn check_in_key_slot(&self) -> std::sync::MutexGuard<'_, MacKey> {
+        self.check_in.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The key check-ins are MACed under now.
+    fn check_in_key(&self) -> MacKey {
+        self.check_in_key_slot().clone()
     }
 
     /// One check-in with the MDS: the revocations in force (SPEC M9) and the copies here
     /// that missed a change (issue 41), both before the OSD serves after a start.
     pub fn sync_revocations(&self, env: &Env) -> Result<(), ServerError> {
-        control::sync_revocations(env, &self.core, &self.mds_address, self.id, &self.join)?;
-        control::sync_missed(env, &self.core, &self.mds_address, self.id, &self.join).map(|_| ())
+        let key = self.check_in_key();
+        control::sync_revocations(env, &self.core, &self.mds_address, self.id, &key)?;
+        control::sync_missed(env, &self.core, &self.mds_address, self.id, &key).map(|_| ())
     }
 
     /// The OSD's frame handler: what it answers to each frame, timed into `latencies`.
@@ -132,10 +163,11 @@ impl OsdNode {
         // Issue 41: a check-in on demand (a stale list of missed copies before a
         // request).
         let (check_env, check_core) = (env.clone(), self.core.clone());
-        let (mds, id, join) = (self.mds_address.clone(), self.id, self.join.clone());
+        let (mds, id, slot) = (self.mds_address.clone(), self.id, self.check_in.clone());
         self.core.set_check_in(Arc::new(move || {
-            control::sync_revocations(&check_env, &check_core, &mds, id, &join)
-                .and_then(|()| control::sync_missed(&check_env, &check_core, &mds, id, &join))
+            let key = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            control::sync_revocations(&check_env, &check_core, &mds, id, &key)
+                .and_then(|()| control::sync_missed(&check_env, &check_core, &mds, id, &key))
                 .is_ok()
         }));
         Arc::new(
@@ -346,7 +378,38 @@ impl RegisterFailure {
     }
 }
 
-fn register_once(node: &OsdNode, env: &Env) -> Result<[u8; 32], RegisterFailure> {
+/// Writes `key` to `path` (0600) unless it holds it already; a failure is logged (the
+/// key is learnt again at the next registration).
+fn record_key(path: &Path, key: &[u8; 32], what: &str) {
+    if read_key_file(path).ok() != Some(*key) {
+        let _ = std::fs::remove_file(path);
+        if let Err(e) = write_key_file(path, key) {
+            tracing::error!(error = %e, "cannot record the {what}");
+        }
+    }
+}
+
+/// One registration: the MDS's verifying key, and its sealing key when it gives one
+/// (`RegisterOsdControl`; an MDS from before control keys refuses that as `Malformed`,
+/// and the OSD registers the old way and checks in under the join key).
+fn register_once(
+    node: &OsdNode,
+    env: &Env,
+) -> Result<([u8; 32], Option<[u8; 32]>), RegisterFailure> {
+    match register_as(node, env, true) {
+        Err(RegisterFailure {
+            code: Some(msg::ErrorCode::Malformed),
+            ..
+        }) => register_as(node, env, false),
+        other => other,
+    }
+}
+
+fn register_as(
+    node: &OsdNode,
+    env: &Env,
+    control: bool,
+) -> Result<([u8; 32], Option<[u8; 32]>), RegisterFailure> {
     let (core, id, weight, join) = (&node.core, node.id, node.weight, &node.join);
     let advertise = node.advertise.as_str();
     let mut nonce = [0u8; 16];
@@ -362,14 +425,27 @@ fn register_once(node: &OsdNode, env: &Env) -> Result<[u8; 32], RegisterFailure>
         &nonce,
     );
     let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
-    let request = MdsPlainRequest::RegisterOsd {
-        id,
-        address: advertise.to_string(),
-        sealing_key,
-        weight,
-        timestamp,
-        nonce,
-        mac: join.tag(&refs),
+    let (address, mac) = (advertise.to_string(), join.tag(&refs));
+    let request = if control {
+        MdsPlainRequest::RegisterOsdControl {
+            id,
+            address,
+            sealing_key,
+            weight,
+            timestamp,
+            nonce,
+            mac,
+        }
+    } else {
+        MdsPlainRequest::RegisterOsd {
+            id,
+            address,
+            sealing_key,
+            weight,
+            timestamp,
+            nonce,
+            mac,
+        }
     };
     let payload = msg::encode(&request).map_err(RegisterFailure::local)?;
     let mut conn = env.connect(&node.mds_address);
@@ -386,10 +462,27 @@ fn register_once(node: &OsdNode, env: &Env) -> Result<[u8; 32], RegisterFailure>
         MdsPlainResponse::Registered {
             mds_verifying_key,
             mac,
-        } => {
+        } if !control => {
             let expected = maat_proto::login::registered_mac(join, &mds_verifying_key, &nonce);
             if maat_crypto::ct_eq(&expected, &mac) {
-                Ok(mds_verifying_key)
+                Ok((mds_verifying_key, None))
+            } else {
+                Err(RegisterFailure::local("registration answer has a bad MAC"))
+            }
+        }
+        MdsPlainResponse::RegisteredControl {
+            mds_verifying_key,
+            mds_sealing_key,
+            mac,
+        } if control => {
+            let expected = maat_proto::control::registered_control_mac(
+                join,
+                &mds_verifying_key,
+                &mds_sealing_key,
+                &nonce,
+            );
+            if maat_crypto::ct_eq(&expected, &mac) {
+                Ok((mds_verifying_key, Some(mds_sealing_key)))
             } else {
                 Err(RegisterFailure::local("registration answer has a bad MAC"))
             }

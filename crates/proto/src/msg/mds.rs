@@ -109,6 +109,27 @@ pub enum MdsPlainRequest {
         /// `copies::missed_request_mac`.
         mac: [u8; 32],
     },
+    /// Issue 41: `RegisterOsd` by an OSD that checks in under its own control key
+    /// (`control::control_key`) rather than the join key every OSD shares, so that no
+    /// OSD can check in as another. Same fields and MAC; answer `RegisteredControl`.
+    /// From then on the MDS refuses the join key on that id's check-ins.
+    RegisterOsdControl {
+        /// The OSD's id.
+        id: u64,
+        /// Address clients reach it at.
+        address: String,
+        /// Its X25519 public key (M2 offers are sealed to it; the control key is agreed
+        /// with it).
+        sealing_key: [u8; 32],
+        /// Placement weight.
+        weight: u32,
+        /// OSD time.
+        timestamp: u64,
+        /// Fresh nonce.
+        nonce: [u8; 16],
+        /// HMAC under the join key, as `RegisterOsd`'s.
+        mac: [u8; 32],
+    },
 }
 
 /// Answers to [`MdsPlainRequest`].
@@ -190,6 +211,16 @@ pub enum MdsPlainResponse {
         /// The number the next record will get: the list holds every record below it.
         next: u64,
         /// `copies::missed_mac`.
+        mac: [u8; 32],
+    },
+    /// Registration under a control key accepted (answers `RegisterOsdControl`).
+    RegisteredControl {
+        /// The MDS's signing public key (capabilities and tickets verify under it).
+        mds_verifying_key: [u8; 32],
+        /// The MDS's X25519 public key: the OSD's control key is agreed with it.
+        mds_sealing_key: [u8; 32],
+        /// `control::registered_control_mac`: HMAC under the join key over both keys
+        /// and the request nonce.
         mac: [u8; 32],
     },
 }

@@ -88,6 +88,7 @@ pub struct Keys {
     pub mds_ephemeral: SealingSecretKey,
     pub osd_ephemeral: SealingSecretKey,
     pub kds: SigningKey,
+    pub mds_seal: SealingSecretKey,
 }
 
 pub fn keys() -> Keys {
@@ -105,6 +106,7 @@ pub fn keys() -> Keys {
         mds_ephemeral: SealingSecretKey::from_bytes([0x09; 32]),
         osd_ephemeral: SealingSecretKey::from_bytes([0x0a; 32]),
         kds: SigningKey::from_seed(&[0x0b; 32]),
+        mds_seal: SealingSecretKey::from_bytes([0x0d; 32]),
     }
 }
 
@@ -584,6 +586,54 @@ pub fn fixtures() -> Vec<Fixture> {
         "key_ranges_tree",
         signed::sign(permit, &k.mds).encoded().to_vec(),
         check,
+    ));
+
+    // Issue 41: OSD 7's control key, computed at the OSD; the MDS's side must agree.
+    let (mds_seal, osd_seal) = (k.mds_seal.clone(), k.osd_seal.clone());
+    let control = |shared: &[u8; 32]| -> Result<Vec<u8>, ProtoError> {
+        Ok(maat_proto::control::control_key(shared, 7)?
+            .expose()
+            .to_vec())
+    };
+    out.push(fx(
+        "osd_control_key",
+        control(&k.osd_seal.agree(&k.mds_seal.public_key()).unwrap()).unwrap(),
+        move |b| {
+            let at_mds = control(&*mds_seal.agree(&osd_seal.public_key())?)?;
+            if at_mds == b {
+                Ok(())
+            } else {
+                Err(ProtoError::Malformed {
+                    what: "control key",
+                    reason: "the MDS derives another",
+                })
+            }
+        },
+    ));
+    let join = MacKey::new(Secret32::from_bytes([0x10; 32]));
+    let registered = move |join: &MacKey, seal: &SealingSecretKey| {
+        maat_proto::control::registered_control_mac(
+            join,
+            &mds_pk().to_bytes(),
+            &seal.public_key().0,
+            &[0x11; 16],
+        )
+        .to_vec()
+    };
+    let mds_seal = k.mds_seal.clone();
+    out.push(fx(
+        "osd_registered_control_mac",
+        registered(&join, &k.mds_seal),
+        move |b| {
+            if registered(&join, &mds_seal) == b {
+                Ok(())
+            } else {
+                Err(ProtoError::Malformed {
+                    what: "registration MAC",
+                    reason: "differs",
+                })
+            }
+        },
     ));
 
     out
