@@ -97,12 +97,7 @@ fn setup(extra: &[&str]) -> Fx {
     assert!(
         matches!(read_with(&mut alice, osd_a, a.capability.clone(), object(&a)), Ok(OsdResponse::Data(d)) if d == b"file A")
     );
-    let mds_address =
-        toml::from_str::<toml::Table>(&std::fs::read_to_string(cluster.cluster_file()).unwrap())
-            .unwrap()["mds"]
-            .as_str()
-            .unwrap()
-            .to_string();
+    let mds_address = cluster.mds_address();
     Fx {
         cluster,
         alice,

@@ -747,12 +747,7 @@ fn a_rogue_osd_with_the_join_key_cannot_check_in_as_another_osd() {
     assert_eq!(mode & 0o077, 0, "{mode:o}");
     let join = maat_server::read_key_file(&data.join("mds/join.key")).unwrap();
     let join = MacKey::new(maat_crypto::Secret32::from_bytes(join));
-    let mds_address =
-        toml::from_str::<toml::Table>(&std::fs::read_to_string(cluster.cluster_file()).unwrap())
-            .unwrap()["mds"]
-            .as_str()
-            .unwrap()
-            .to_string();
+    let mds_address = cluster.mds_address();
     let ask = |request: MdsPlainRequest| -> Result<MdsPlainResponse, WireError> {
         let mut conn = maat_net::Connection::new(mds_address.clone());
         let (_, answer) = conn

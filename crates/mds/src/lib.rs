@@ -37,9 +37,7 @@ use maat_crypto::mac::{Blake3Mac, MacKey};
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::sign::SigningKey;
 use maat_crypto::{hash, Counters, CryptoRngCore, OpCounters, Secret32};
-use maat_proto::login::{
-    login_mac_parts, login_ok_mac, mds_session_id, mds_session_key, registered_mac,
-};
+use maat_proto::login::{login_mac_parts, login_ok_mac, mds_session_id, mds_session_key};
 use maat_proto::msg::{
     self, ClusterMap, DaemonStats, ErrorCode, KdfParams, MdsPlainRequest, MdsPlainResponse,
     MdsRequest, MdsResponse, OsdEntry, WireError,
@@ -620,51 +618,12 @@ impl<S: MetaStore> Mds<S> {
             MdsPlainRequest::OpaqueLoginFinish { state, ke3 } => {
                 self.opaque_login_finish(&state, &ke3, now, rng)
             }
-            MdsPlainRequest::RegisterOsd {
-                id,
-                address,
-                sealing_key,
-                weight,
-                timestamp,
-                nonce,
-                mac,
-            } => {
-                let entry = OsdEntry {
-                    id,
-                    address,
-                    sealing_key,
-                    weight,
+            request @ (MdsPlainRequest::RegisterOsd { .. }
+            | MdsPlainRequest::RegisterOsdControl { .. }) => {
+                let Some((registration, control)) = request.into_registration() else {
+                    return Err(MdsError::refused(ErrorCode::Internal, "not a registration"));
                 };
-                let vk = self.register_osd(entry, timestamp, &nonce, &mac, false, now)?;
-                let join = self.join_background();
-                Ok(MdsPlainResponse::Registered {
-                    mds_verifying_key: vk,
-                    mac: registered_mac(&join, &vk, &nonce),
-                })
-            }
-            MdsPlainRequest::RegisterOsdControl {
-                id,
-                address,
-                sealing_key,
-                weight,
-                timestamp,
-                nonce,
-                mac,
-            } => {
-                let entry = OsdEntry {
-                    id,
-                    address,
-                    sealing_key,
-                    weight,
-                };
-                let vk = self.register_osd(entry, timestamp, &nonce, &mac, true, now)?;
-                let sealing = self.sealing.public_key().0;
-                let join = self.join_background();
-                Ok(MdsPlainResponse::RegisteredControl {
-                    mds_verifying_key: vk,
-                    mds_sealing_key: sealing,
-                    mac: maat_proto::control::registered_control_mac(&join, &vk, &sealing, &nonce),
-                })
+                self.registered(registration, control, now)
             }
         }
     }

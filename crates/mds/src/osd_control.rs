@@ -9,8 +9,10 @@ use crate::{lock, Batch, MdsError, MetaStore, Op, Result};
 use maat_crypto::mac::MacKey;
 use maat_crypto::seal::{SealingPublicKey, SealingSecretKey};
 use maat_crypto::Secret32;
+use maat_proto::control::registered_control_mac;
 use maat_proto::login::register_mac_parts;
-use maat_proto::msg::{ErrorCode, OsdEntry};
+use maat_proto::login::registered_mac;
+use maat_proto::msg::{ErrorCode, MdsPlainResponse, OsdRegistration};
 use maat_proto::UnixMillis;
 
 /// Version of the mark's value.
@@ -28,17 +30,46 @@ impl<S: MetaStore> crate::Mds<S> {
             .with_counters(self.background.clone())
     }
 
-    /// Registers `entry` (its MAC under the join key checked, fresh); with `control`,
-    /// marks it as checking in under its control key. Answers the MDS's verifying key.
-    pub(crate) fn register_osd(
+    /// `RegisterOsd` and `RegisterOsdControl`: registers the OSD and answers with the
+    /// MDS's keys (its sealing key only for a control key).
+    pub(crate) fn registered(
         &self,
-        entry: OsdEntry,
-        timestamp: u64,
-        nonce: &[u8; 16],
-        mac: &[u8; 32],
+        registration: OsdRegistration,
+        control: bool,
+        now: UnixMillis,
+    ) -> Result<MdsPlainResponse> {
+        let nonce = registration.nonce;
+        let vk = self.register_osd(registration, control, now)?;
+        let join = self.join_background();
+        if !control {
+            return Ok(MdsPlainResponse::Registered {
+                mds_verifying_key: vk,
+                mac: registered_mac(&join, &vk, &nonce),
+            });
+        }
+        let sealing = self.sealing.public_key().0;
+        Ok(MdsPlainResponse::RegisteredControl {
+            mds_verifying_key: vk,
+            mds_sealing_key: sealing,
+            mac: registered_control_mac(&join, &vk, &sealing, &nonce),
+        })
+    }
+
+    /// Registers the OSD (its MAC under the join key checked, fresh); with `control`,
+    /// marks it as checking in under its control key. Answers the MDS's verifying key.
+    fn register_osd(
+        &self,
+        registration: OsdRegistration,
         control: bool,
         now: UnixMillis,
     ) -> Result<[u8; 32]> {
+        let OsdRegistration {
+            entry,
+            timestamp,
+            nonce,
+            mac,
+        } = registration;
+        let (nonce, mac) = (&nonce, &mac);
         let join = self.join_background();
         let parts = register_mac_parts(
             entry.id,

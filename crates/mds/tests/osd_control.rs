@@ -40,6 +40,26 @@ fn plain(mds: &Mds<&MemStore>, request: &MdsPlainRequest) -> Result<MdsPlainResp
     msg::decode(&answer).unwrap()
 }
 
+fn registration(
+    id: u64,
+    address: &str,
+    sealing: &SealingPublicKey,
+    nonce: [u8; 16],
+    mac: [u8; 32],
+) -> msg::OsdRegistration {
+    msg::OsdRegistration {
+        entry: msg::OsdEntry {
+            id,
+            address: address.into(),
+            sealing_key: sealing.0,
+            weight: 1,
+        },
+        timestamp: NOW,
+        nonce,
+        mac,
+    }
+}
+
 /// Registers OSD `id` with `sealing` (the new way with `control`), nonce `n`; the MDS's
 /// sealing key when it gave one.
 fn register(
@@ -54,28 +74,7 @@ fn register(
     let address = format!("10.0.0.{id}:7000");
     let parts = register_mac_parts(id, &address, &sealing.0, 1, NOW, &nonce);
     let mac = join.tag(&parts.iter().map(|p| p.as_slice()).collect::<Vec<_>>());
-    let (sealing_key, weight, timestamp) = (sealing.0, 1, NOW);
-    let request = if control {
-        MdsPlainRequest::RegisterOsdControl {
-            id,
-            address,
-            sealing_key,
-            weight,
-            timestamp,
-            nonce,
-            mac,
-        }
-    } else {
-        MdsPlainRequest::RegisterOsd {
-            id,
-            address,
-            sealing_key,
-            weight,
-            timestamp,
-            nonce,
-            mac,
-        }
-    };
+    let request = registration(id, &address, sealing, nonce, mac).into_request(control);
     match plain(mds, &request).unwrap() {
         MdsPlainResponse::RegisteredControl {
             mds_verifying_key,
@@ -180,19 +179,9 @@ fn a_rogue_osd_with_the_join_key_cannot_check_in_as_another() {
     // Nor can it take the id with a key of its own.
     let join_parts =
         register_mac_parts(2, "10.0.0.9:7000", &rogue.public_key().0, 1, NOW, &[3; 16]);
-    let e = plain(
-        &mds,
-        &MdsPlainRequest::RegisterOsdControl {
-            id: 2,
-            address: "10.0.0.9:7000".into(),
-            sealing_key: rogue.public_key().0,
-            weight: 1,
-            timestamp: NOW,
-            nonce: [3; 16],
-            mac: join.tag(&join_parts.iter().map(|p| p.as_slice()).collect::<Vec<_>>()),
-        },
-    )
-    .unwrap_err();
+    let mac = join.tag(&join_parts.iter().map(|p| p.as_slice()).collect::<Vec<_>>());
+    let taken = registration(2, "10.0.0.9:7000", &rogue.public_key(), [3; 16], mac);
+    let e = plain(&mds, &taken.into_request(true)).unwrap_err();
     assert_eq!(e.code, ErrorCode::AlreadyExists, "{e}");
     // The victim still checks in.
     missed(&mds, 2, &control, next).unwrap();

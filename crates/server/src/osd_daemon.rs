@@ -12,7 +12,7 @@ use maat_crypto::mac::MacKey;
 use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::Secret32;
 use maat_osd::{OsdCore, ReadAside};
-use maat_proto::msg::{self, MdsPlainRequest, MdsPlainResponse, WireError};
+use maat_proto::msg::{self, MdsPlainResponse, WireError};
 use maat_proto::wire::FrameType;
 use maat_proto::OsdId;
 use std::path::{Path, PathBuf};
@@ -425,28 +425,18 @@ fn register_as(
         &nonce,
     );
     let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
-    let (address, mac) = (advertise.to_string(), join.tag(&refs));
-    let request = if control {
-        MdsPlainRequest::RegisterOsdControl {
+    let request = msg::OsdRegistration {
+        entry: msg::OsdEntry {
             id,
-            address,
+            address: advertise.to_string(),
             sealing_key,
             weight,
-            timestamp,
-            nonce,
-            mac,
-        }
-    } else {
-        MdsPlainRequest::RegisterOsd {
-            id,
-            address,
-            sealing_key,
-            weight,
-            timestamp,
-            nonce,
-            mac,
-        }
-    };
+        },
+        timestamp,
+        nonce,
+        mac: join.tag(&refs),
+    }
+    .into_request(control);
     let payload = msg::encode(&request).map_err(RegisterFailure::local)?;
     let mut conn = env.connect(&node.mds_address);
     let (_, answer) = conn

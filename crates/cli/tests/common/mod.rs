@@ -127,6 +127,15 @@ impl Cluster {
         self.data().join("admin")
     }
 
+    /// The MDS address the cluster file names.
+    pub fn mds_address(&self) -> String {
+        toml::from_str::<toml::Table>(&std::fs::read_to_string(self.cluster_file()).unwrap())
+            .unwrap()["mds"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
     /// A fresh home directory for a user.
     pub fn home(&self, name: &str) -> PathBuf {
         let h = self.dir.path().join(format!("home-{name}"));

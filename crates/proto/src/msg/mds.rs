@@ -1144,6 +1144,119 @@ pub use crate::limits::WRITTEN_RANGES_MAX;
 
 pub use crate::limits::PREDICTED_PATHS_MAX;
 
+/// An OSD's registration as `RegisterOsd` and `RegisterOsdControl` carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OsdRegistration {
+    /// The OSD as the cluster map will list it.
+    pub entry: OsdEntry,
+    /// OSD time.
+    pub timestamp: u64,
+    /// Fresh nonce.
+    pub nonce: [u8; 16],
+    /// HMAC under the join key (`login::register_mac_parts`).
+    pub mac: [u8; 32],
+}
+
+impl OsdRegistration {
+    /// The request: `RegisterOsdControl` with `control` (issue 41), else `RegisterOsd`.
+    pub fn into_request(self, control: bool) -> MdsPlainRequest {
+        let OsdRegistration {
+            entry:
+                OsdEntry {
+                    id,
+                    address,
+                    sealing_key,
+                    weight,
+                },
+            timestamp,
+            nonce,
+            mac,
+        } = self;
+        if control {
+            MdsPlainRequest::RegisterOsdControl {
+                id,
+                address,
+                sealing_key,
+                weight,
+                timestamp,
+                nonce,
+                mac,
+            }
+        } else {
+            MdsPlainRequest::RegisterOsd {
+                id,
+                address,
+                sealing_key,
+                weight,
+                timestamp,
+                nonce,
+                mac,
+            }
+        }
+    }
+}
+
+impl MdsPlainRequest {
+    /// A registration and whether it asks for a control key; `None` for any other
+    /// request.
+    pub fn into_registration(self) -> Option<(OsdRegistration, bool)> {
+        let (control, id, address, sealing_key, weight, timestamp, nonce, mac) = match self {
+            MdsPlainRequest::RegisterOsd {
+                id,
+                address,
+                sealing_key,
+                weight,
+                timestamp,
+                nonce,
+                mac,
+            } => (
+                false,
+                id,
+                address,
+                sealing_key,
+                weight,
+                timestamp,
+                nonce,
+                mac,
+            ),
+            MdsPlainRequest::RegisterOsdControl {
+                id,
+                address,
+                sealing_key,
+                weight,
+                timestamp,
+                nonce,
+                mac,
+            } => (
+                true,
+                id,
+                address,
+                sealing_key,
+                weight,
+                timestamp,
+                nonce,
+                mac,
+            ),
+            _ => return None,
+        };
+        let entry = OsdEntry {
+            id,
+            address,
+            sealing_key,
+            weight,
+        };
+        Some((
+            OsdRegistration {
+                entry,
+                timestamp,
+                nonce,
+                mac,
+            },
+            control,
+        ))
+    }
+}
+
 impl MdsRequest {
     /// The request's name in metrics (`maat_request_duration_seconds{request=…}`).
     pub fn kind(&self) -> &'static str {
