@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use maat_client::placement::failure_domain;
-use maat_proto::msg::{DaemonStats, OsdEntry, OsdState};
+use maat_proto::msg::{OsdEntry, OsdState};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -25,22 +25,13 @@ fn heard(o: &OsdState) -> String {
     }
 }
 
-/// A counter of the MDS's, if it reports it (an older MDS, or one whose store failed
-/// while counting, does not).
-fn counter(stats: &DaemonStats, name: &str) -> Option<u64> {
-    stats
-        .counters
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-}
-
 /// `maat admin osd ls`.
 pub fn osd_ls(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     let c = crate::client(cluster)?;
     let placement = c.refresh_placement()?;
     let stats = c.mds_stats()?;
-    let missed = |o: &OsdState| counter(&stats, &format!("copies_missed_on:{}", o.id));
+    // (An older MDS, or one whose store failed while counting, reports none.)
+    let missed = |o: &OsdState| stats.counter(&format!("copies_missed_on:{}", o.id));
     if json {
         let rows: Vec<serde_json::Value> = placement
             .osds
@@ -95,8 +86,8 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     let hosts: BTreeSet<String> = placement.osds.iter().map(domain).collect();
     let stats = c.mds_stats()?;
     let copies = c.partitions_copies()?;
-    let copies_missed = counter(&stats, "copies_missed");
-    let objects_degraded = counter(&stats, "objects_degraded");
+    let copies_missed = stats.counter("copies_missed");
+    let objects_degraded = stats.counter("objects_degraded");
     let mut warnings = Vec::new();
     let mut notes = Vec::new();
     if let (Some(copies @ 1..), Some(objects)) = (copies_missed, objects_degraded) {

@@ -188,13 +188,7 @@ fn every_stripe_has_three_copies_and_every_file_survives_a_lost_osd() {
         .scrub("/", ScrubDepth::Deep, true, &mut |_| {})
         .unwrap();
     let mds_counter = |name: &str| {
-        let stats = fresh.mds_stats().unwrap();
-        stats
-            .counters
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| *v)
-            .unwrap_or_else(|| panic!("{name} not counted"))
+        (fresh.mds_stats().unwrap().counter(name)).unwrap_or_else(|| panic!("{name} not counted"))
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while mds_counter("copies_missed") > 0 {

@@ -249,13 +249,7 @@ mod tests {
         // The catch-ups' signatures (two asked, two lists checked) are in the KDS's
         // counters, named as background work, and no request caused them.
         let stats = kds.stats();
-        let get = |name: &str| {
-            stats
-                .counters
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| *v)
-        };
+        let get = |name: &str| stats.counter(name);
         assert_eq!(get("signatures_made"), Some(2));
         assert_eq!(get("signatures_made_background"), Some(2));
         assert_eq!(get("signatures_verified"), Some(2));

@@ -240,7 +240,7 @@ pub struct Mds<S: MetaStore> {
     /// Issue 41: what the scrubs reported.
     scrubs: scrub_counts::ScrubTotals,
     /// Issue 41: each OSD's control key, as agreed with its sealing key (computed once).
-    control_keys: Mutex<HashMap<u64, ([u8; 32], MacKey)>>,
+    control_keys: Mutex<HashMap<u64, MacKey>>,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
     /// Where the shell records administrative acts that bypass a user's own proof (a

@@ -10,8 +10,7 @@ use maat_crypto::mac::MacKey;
 use maat_crypto::seal::{SealingPublicKey, SealingSecretKey};
 use maat_crypto::Secret32;
 use maat_proto::control::registered_control_mac;
-use maat_proto::login::register_mac_parts;
-use maat_proto::login::registered_mac;
+use maat_proto::login::{register_mac_parts, registered_mac};
 use maat_proto::msg::{ErrorCode, MdsPlainResponse, OsdRegistration};
 use maat_proto::UnixMillis;
 
@@ -123,8 +122,13 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// The key OSD `osd`'s check-ins are MACed under: its control key once it
-    /// registered for one, else the join key. Background work either way.
+    /// registered for one, else the join key. Background work either way. A control key
+    /// is computed once: the mark is never taken back and an id never changes its
+    /// sealing key, so a cached key stays right.
     pub(crate) fn check_in_key(&self, osd: u64) -> Result<MacKey> {
+        if let Some(mac) = lock(&self.control_keys).get(&osd) {
+            return Ok(mac.clone());
+        }
         match self.store.meta(&mark_key(osd))? {
             None => Ok(self.join_background()),
             Some(_) => {
@@ -139,11 +143,6 @@ impl<S: MetaStore> crate::Mds<S> {
                             format!("OSD {osd} is not registered"),
                         )
                     })?;
-                if let Some((key, mac)) = lock(&self.control_keys).get(&osd) {
-                    if *key == entry.sealing_key {
-                        return Ok(mac.clone());
-                    }
-                }
                 // Counted as background work, as the check-ins it keys are.
                 let shared = SealingSecretKey::from_bytes(*self.sealing.to_bytes())
                     .with_counters(self.background.clone())
@@ -158,7 +157,7 @@ impl<S: MetaStore> crate::Mds<S> {
                     MdsError::refused(ErrorCode::Internal, format!("control key: {e}"))
                 })?;
                 let mac = MacKey::new(key).with_counters(self.background.clone());
-                lock(&self.control_keys).insert(osd, (entry.sealing_key, mac.clone()));
+                lock(&self.control_keys).insert(osd, mac.clone());
                 Ok(mac)
             }
         }

@@ -352,10 +352,7 @@ fn degraded_copies_and_scrub_counts_are_in_the_mds_counters() {
         let MdsResponse::Stats(s) = call(&mds, ALICE, MdsRequest::Stats, now).unwrap() else {
             panic!("no stats")
         };
-        s.counters
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| *v)
+        s.counter(name)
             .unwrap_or_else(|| panic!("{name} not counted: {:?}", s.counters))
     };
     let set_size = |size: u64| {

@@ -119,8 +119,7 @@ fn mds_fsyncs(cluster: &LocalCluster) -> Result<u64> {
     stats
         .iter()
         .find(|s| s.daemon == "mds")
-        .and_then(|s| s.counters.iter().find(|(k, _)| k == "store_fsyncs"))
-        .map(|(_, v)| *v)
+        .and_then(|s| s.counter("store_fsyncs"))
         .ok_or_else(|| anyhow!("the MDS reports no store_fsyncs counter"))
 }
 

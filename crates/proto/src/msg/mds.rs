@@ -1490,6 +1490,14 @@ pub struct DaemonStats {
 }
 
 impl DaemonStats {
+    /// The counter named `name`, if this daemon reports it.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        self.counters
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
+
     /// `(name, value)` pairs of named atomic counters, read now.
     pub fn load(table: &[(&str, &std::sync::atomic::AtomicU64)]) -> Vec<(String, u64)> {
         table
