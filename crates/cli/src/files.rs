@@ -245,10 +245,10 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
             let mut temp_name = local.file_name().unwrap_or_default().to_os_string();
             temp_name.push(".maat-partial");
             let temp = local.with_file_name(temp_name);
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(&temp).with_context(|| format!("{}", temp.display()))?,
-            );
-            let result = c.get(&path, &mut f, &mut |n| {
+            // (No buffering: whole stripes are written at a time.)
+            let mut f =
+                std::fs::File::create(&temp).with_context(|| format!("{}", temp.display()))?;
+            let result = c.get_whole(&path, &mut f, &mut |n| {
                 if let Some(b) = &bar {
                     b.set_position(n)
                 }

@@ -381,22 +381,6 @@ impl Client {
         }
     }
 
-    /// Reads one stripe object whole (`length` bytes at most); empty when missing.
-    pub(crate) fn read_object_sealed(
-        &self,
-        opened: &Opened,
-        stripe: u32,
-        length: u64,
-    ) -> Result<Vec<u8>> {
-        let (osd, object) = self.stripe_target(opened, stripe)?;
-        match self.data_call(opened, osd, read_request(opened, object, length)) {
-            Ok(OsdResponse::Data(d)) => Ok(d),
-            Ok(_) => Err(self.bad("osd", "unexpected answer")),
-            Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
-    }
-
     #[doc(hidden)]
     /// Writes `data` at byte `offset` of an opened file, inside one stripe (a range that
     /// crosses a stripe boundary is refused here). Record the size with

@@ -74,6 +74,11 @@ pub enum ClientError {
     /// A stripe is missing or short.
     #[error("data missing: {0}")]
     DataMissing(String),
+    /// A whole-file read met a new version after it had handed out bytes of the old
+    /// one: the bytes given so far are not the file's any more. Nothing mixed is
+    /// returned as a success; [`crate::Client::get_whole`] starts such a read over.
+    #[error("{0}: replaced by a new version while it was read: read it again")]
+    Replaced(String),
     /// A write or truncate through a handle opened for reading only.
     #[error("{0}: not open for writing")]
     NotOpenForWriting(String),

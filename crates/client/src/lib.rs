@@ -51,6 +51,8 @@ mod scrub;
 pub use scrub::{ScrubDepth, ScrubReport};
 mod transfer;
 mod trees;
+mod whole;
+pub use whole::{Restart, WHOLE_READ_ATTEMPTS_MAX};
 
 pub use auth::{KDF_ITERATIONS_MAX, KDF_LANES_MAX, KDF_MEMORY_KIB_MAX};
 use home::SessionState;

@@ -367,10 +367,10 @@ impl Client {
         }
         let mut opened = opened.clone();
         let mut expected = opened.stat.size;
-        let known = stripes_for(expected);
+        let mut known = stripes_for(expected);
         let window = self.stripes_in_flight()?;
         // The first window's keys are asked for while its stripes are read.
-        let (mut first_keys, full) = match opened.stat.crypt {
+        let (mut first_keys, mut full) = match opened.stat.crypt {
             Some(_) => {
                 let leaf = crate::crypt::lockbox_of(&opened)?.1.shape.leaf_size_bytes();
                 let begun = self.stripe_crypt_begin(&opened, 0..window.min(known))?;
@@ -437,19 +437,30 @@ impl Client {
                     data = match first {
                         Ok(plain) => plain,
                         // A writer may have rewritten the stripe since this open: open the
-                        // file again (its generations come fresh) and read it once more.
+                        // file again (its generations come fresh) and read on from this
+                        // stripe, unless the stripes already handed out changed too: then
+                        // what was given is another version's (a torn read, simulator
+                        // seed 1795786985521578218, issue 39) and the read fails.
                         Err(ClientError::Integrity { .. }) if !refreshed => {
                             refreshed = true;
                             self.forget_opened_path(path);
+                            let before = opened.stat.crypt.clone();
                             opened = self.open(path, Access::Read, None)?;
+                            if !same_stripes(before.as_ref(), opened.stat.crypt.as_ref(), k) {
+                                return Err(ClientError::Replaced(path.to_string()));
+                            }
                             // (The size may have changed too, as with a kept open.)
                             expected = opened.stat.size;
-                            let within = expected.saturating_sub(u64::from(k) * STRIPE_UNIT_BYTES);
-                            let fresh = self.stripe_crypt(&opened, k..k + 1)?;
-                            let again = self.read_object_sealed(&opened, k, full)?;
-                            let plain = fresh.open(k, again, within, 0..STRIPE_UNIT_BYTES)?;
-                            crypt = Some(fresh);
-                            plain
+                            known = stripes_for(expected);
+                            let leaf = crate::crypt::lockbox_of(&opened)?.1.shape.leaf_size_bytes();
+                            full = maat_proto::encrypted::sealed_len(STRIPE_UNIT_BYTES, leaf);
+                            if k == 0 {
+                                // (Past stripe 0 the loop asks for each window's keys.)
+                                let n = known.min(window).max(1);
+                                crypt = Some(self.stripe_crypt(&opened, 0..n)?);
+                            }
+                            stripe = k;
+                            continue 'stripes;
                         }
                         Err(e) => return Err(e),
                     };
@@ -520,6 +531,23 @@ fn seal_all(
     let mut out = first?;
     out.extend(second.map_err(|_| ClientError::Internal("the sealing thread panicked".into()))??);
     Ok(out)
+}
+
+/// Whether stripes `0..end` are sealed under the same generations and key trees in
+/// both crypt records (two opens of one file), so that bytes read under the first are
+/// the second's too.
+fn same_stripes(
+    before: Option<&maat_proto::file_crypt::FileCrypt>,
+    after: Option<&maat_proto::file_crypt::FileCrypt>,
+    end: u32,
+) -> bool {
+    match (before, after) {
+        (Some(b), Some(a)) => (0..end).all(|s| {
+            b.generation(s) == a.generation(s) && b.earlier_version(s) == a.earlier_version(s)
+        }),
+        (None, None) => true,
+        _ => end == 0,
+    }
 }
 
 /// A writer that counts what went through it.

@@ -364,7 +364,7 @@ impl NativeClient {
         let mut file = std::fs::File::create(&local)
             .map_err(|e| local_err(&format!("creating {}", local.display()), e))?;
         with_client(py, &self.inner, move |c| {
-            c.get(&remote, &mut file, &mut |_| {})
+            c.get_whole(&remote, &mut file, &mut |_| {})
         })
     }
 
@@ -372,7 +372,7 @@ impl NativeClient {
     fn cat<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyBytes>> {
         let data = with_client(py, &self.inner, move |c| {
             let mut out = Vec::new();
-            c.get(&path, &mut out, &mut |_| {})?;
+            c.get_whole(&path, &mut out, &mut |_| {})?;
             Ok(out)
         })?;
         Ok(PyBytes::new(py, &data))
