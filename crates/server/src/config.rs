@@ -82,6 +82,11 @@ pub struct MdsFileConfig {
     /// Off, each is written and fsynced alone under the MDS's write lock.
     #[serde(default = "default_true")]
     pub group_commit: bool,
+    /// The metadata database: unset, a redb file under `data_dir`; a `postgresql://` URL
+    /// (or libpq `key=value` pairs), that PostgreSQL database (issue 42). A URL with a
+    /// password is refused unless this file is readable by its owner only.
+    #[serde(default)]
+    pub meta_url: Option<String>,
     /// The umask new users start with, in octal (`"077"` when unset: what they create is
     /// theirs alone until they run `maat umask`; issue 40).
     #[serde(default)]
@@ -198,9 +203,26 @@ fn load<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ServerError> {
 }
 
 impl MdsFileConfig {
-    /// Reads a config file.
+    /// Reads a config file. One whose `meta_url` carries a password must be readable by
+    /// its owner only.
     pub fn load(path: &Path) -> Result<Self, ServerError> {
-        load(path)
+        let config: Self = load(path)?;
+        if config.meta_url_has_password()? {
+            crate::private::check_private(path)?;
+        }
+        Ok(config)
+    }
+
+    /// Whether `meta_url` names a password (refused as unparseable if it does not parse).
+    pub fn meta_url_has_password(&self) -> Result<bool, ServerError> {
+        let Some(url) = &self.meta_url else {
+            return Ok(false);
+        };
+        let parsed: postgres::Config = url.parse().map_err(|e| ServerError::Config {
+            path: "mds config".into(),
+            reason: format!("meta_url does not parse: {e}"),
+        })?;
+        Ok(parsed.get_password().is_some())
     }
 
     /// The `default` partition's protection method.

@@ -1,7 +1,9 @@
 //! The MDS daemon: a thin shell around `maat_mds::Mds` (redb store, key files, the
 //! channels to OSDs and KDS instances, the accept loop).
 
+use crate::mds_store::MdsStore;
 use crate::meta_store::RedbStore;
+use crate::pg_store::PgStore;
 use crate::serve::Handler;
 use crate::shell::Shell;
 use crate::{
@@ -70,35 +72,24 @@ fn mds_secrets(
 /// out of a format-0 store), with its channels to the OSDs and KDS instances on `env`'s
 /// network. Starts no thread and serves nothing: [`run_mds`] does that, a simulation
 /// drives it by hand.
-pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>, ServerError> {
+pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<MdsStore>>, ServerError> {
     private::create_private_dir(&config.data_dir)?;
-    let db_path = config.data_dir.join("meta.redb");
-    private::check_private(&db_path)?;
-    let mut store = RedbStore::open(&db_path)?;
-    store.set_group_commit(config.group_commit);
     let key_dir = config.key_dir();
     private::check_private(&key_dir)?;
-    let initialized = store.inode(maat_mds::ROOT_INODE)?.is_some();
-    let legacy = MdsSecrets::legacy_from_store(&store)?;
-    let moved = legacy.is_some();
-    let secrets = mds_secrets(&key_dir, legacy, initialized, env)?;
-    if moved {
-        // The key files are durable now; take the secrets out of the database, and rewrite
-        // it into a fresh file so that their bytes do not linger in free pages. (A copy of
-        // the format-0 database taken before this must still be treated as holding them.)
-        let mut batch = maat_mds::Batch::default();
-        for key in maat_mds::store::LEGACY_SECRET_KEYS {
-            batch.push(maat_mds::Op::DeleteMeta(key.into()));
+    let (store, secrets) = match &config.meta_url {
+        Some(url) => {
+            let store = PgStore::open(url)?;
+            let initialized = store.inode(maat_mds::ROOT_INODE)?.is_some();
+            let secrets = mds_secrets(&key_dir, None, initialized, env)?;
+            tracing::info!("metadata in PostgreSQL");
+            (MdsStore::Postgres(store), secrets)
         }
-        store.commit(batch)?;
-        store = store.rewrite_fresh(&db_path)?;
-        store.set_group_commit(config.group_commit);
-        tracing::info!(
-            from = %db_path.display(),
-            to = %key_dir.display(),
-            "moved the MDS secrets out of the database into key files"
-        );
-    }
+        None => {
+            let (store, secrets) = open_redb(config, &key_dir, env)?;
+            (MdsStore::Redb(store), secrets)
+        }
+    };
+    let store = store_with_hooks(store, env);
     let admin_key = key_file_or_create_in(&config.admin_key_file, env)?;
     let join_key = key_file_or_create_in(&config.join_key_file, env)?;
     let boot = env.now();
@@ -121,9 +112,6 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
         default_umask: config.default_umask()?,
         default_replicas: config.default_replicas()?,
     };
-    store.on_failure(env.store_failed_hook());
-    #[cfg(feature = "sim")]
-    let store = store.with_faults(env.storage_faults());
     let mds =
         env.with_rng(|mut rng| Mds::open(store, mds_config, secrets, &admin_key, boot, &mut rng))?;
     if let Some(path) = &config.public_keys_file {
@@ -154,9 +142,59 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<RedbStore>>
     Ok(Arc::new(mds))
 }
 
+/// The redb store under the MDS's data directory, and the MDS secrets (moved out of a
+/// format-0 store into key files, the store then rewritten fresh).
+fn open_redb(
+    config: &MdsFileConfig,
+    key_dir: &std::path::Path,
+    env: &Env,
+) -> Result<(RedbStore, MdsSecrets), ServerError> {
+    let db_path = config.data_dir.join("meta.redb");
+    private::check_private(&db_path)?;
+    let mut store = RedbStore::open(&db_path)?;
+    store.set_group_commit(config.group_commit);
+    let initialized = store.inode(maat_mds::ROOT_INODE)?.is_some();
+    let legacy = MdsSecrets::legacy_from_store(&store)?;
+    let moved = legacy.is_some();
+    let secrets = mds_secrets(key_dir, legacy, initialized, env)?;
+    if moved {
+        // The key files are durable now; take the secrets out of the database, and rewrite
+        // it into a fresh file so that their bytes do not linger in free pages. (A copy of
+        // the format-0 database taken before this must still be treated as holding them.)
+        let mut batch = maat_mds::Batch::default();
+        for key in maat_mds::store::LEGACY_SECRET_KEYS {
+            batch.push(maat_mds::Op::DeleteMeta(key.into()));
+        }
+        store.commit(batch)?;
+        store = store.rewrite_fresh(&db_path)?;
+        store.set_group_commit(config.group_commit);
+        tracing::info!(
+            from = %db_path.display(),
+            to = %key_dir.display(),
+            "moved the MDS secrets out of the database into key files"
+        );
+    }
+    Ok((store, secrets))
+}
+
+/// The daemon's hooks on its store: a failed durable commit ends the daemon (redb; a
+/// PostgreSQL commit that fails is rolled back whole by the server), and a simulation's
+/// disk faults.
+fn store_with_hooks(store: MdsStore, env: &Env) -> MdsStore {
+    match store {
+        MdsStore::Redb(s) => {
+            s.on_failure(env.store_failed_hook());
+            #[cfg(feature = "sim")]
+            let s = s.with_faults(env.storage_faults());
+            MdsStore::Redb(s)
+        }
+        other => other,
+    }
+}
+
 /// The MDS's frame handler: what it answers to each frame, timed into `latencies`.
 pub fn mds_handler(
-    mds: Arc<Mds<RedbStore>>,
+    mds: Arc<Mds<MdsStore>>,
     env: Env,
     latencies: Arc<metrics::Latencies>,
 ) -> Arc<Handler> {

@@ -19,7 +19,7 @@ use maat_net::memory::Peer;
 use maat_net::{MemoryNet, Network};
 use maat_proto::UnixMillis;
 use maat_server::faults::StorageFaults;
-use maat_server::meta_store::RedbStore;
+use maat_server::mds_store::MdsStore;
 use maat_server::{Env, Handler, OsdNode};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -87,7 +87,7 @@ pub struct SimCluster {
 /// The daemons of a simulated cluster, as their periodic work sees them.
 struct Daemons {
     /// `None` only while it restarts.
-    mds: Mutex<Option<Arc<Mds<RedbStore>>>>,
+    mds: Mutex<Option<Arc<Mds<MdsStore>>>>,
     mds_env: Env,
     mds_config: maat_server::MdsFileConfig,
     net: MemoryNet,
@@ -205,7 +205,7 @@ fn serve_mds(
     net: &MemoryNet,
     config: &maat_server::MdsFileConfig,
     env: &Env,
-) -> Result<Arc<Mds<RedbStore>>, SimError> {
+) -> Result<Arc<Mds<MdsStore>>, SimError> {
     let mds = maat_server::open_mds(config, env)?;
     net.attach(
         MDS,
@@ -504,7 +504,7 @@ impl SimCluster {
     }
 
     /// The MDS.
-    pub fn mds(&self) -> Result<Arc<Mds<RedbStore>>, SimError> {
+    pub fn mds(&self) -> Result<Arc<Mds<MdsStore>>, SimError> {
         locked(&self.daemons.mds)
             .clone()
             .ok_or_else(|| setup("the MDS is restarting"))

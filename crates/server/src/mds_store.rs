@@ -1,0 +1,99 @@
+//! The store an MDS daemon runs on: the embedded redb file (the default) or a PostgreSQL
+//! database (`meta_url` in the MDS config, issue 42). One type for both, so the daemon,
+//! its handler and the simulator name one `Mds<MdsStore>`.
+
+use crate::meta_store::RedbStore;
+use crate::pg_store::PgStore;
+use maat_mds::store::{
+    Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, PartitionRecord, SessionRecord,
+    StoreError, UserRecord,
+};
+use maat_proto::msg::OsdEntry;
+
+/// An MDS daemon's metadata store.
+pub enum MdsStore {
+    /// One redb file under the MDS's data directory.
+    Redb(RedbStore),
+    /// A PostgreSQL database.
+    Postgres(PgStore),
+}
+
+impl MdsStore {
+    /// Which engine, for logs and `maat health`.
+    pub fn engine(&self) -> &'static str {
+        match self {
+            MdsStore::Redb(_) => "redb",
+            MdsStore::Postgres(_) => "postgresql",
+        }
+    }
+}
+
+/// Calls the same method on whichever store it is.
+macro_rules! each {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            MdsStore::Redb($s) => $e,
+            MdsStore::Postgres($s) => $e,
+        }
+    };
+}
+
+impl MetaStore for MdsStore {
+    fn inode(&self, id: u64) -> Result<Option<Inode>, StoreError> {
+        each!(self, s => s.inode(id))
+    }
+    fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
+        each!(self, s => s.lookup(parent, name))
+    }
+    fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        each!(self, s => s.entries(parent))
+    }
+    fn user_by_name(&self, name: &str) -> Result<Option<UserRecord>, StoreError> {
+        each!(self, s => s.user_by_name(name))
+    }
+    fn user(&self, id: u64) -> Result<Option<UserRecord>, StoreError> {
+        each!(self, s => s.user(id))
+    }
+    fn users(&self) -> Result<Vec<UserRecord>, StoreError> {
+        each!(self, s => s.users())
+    }
+    fn group_by_name(&self, name: &str) -> Result<Option<GroupRecord>, StoreError> {
+        each!(self, s => s.group_by_name(name))
+    }
+    fn group(&self, id: u64) -> Result<Option<GroupRecord>, StoreError> {
+        each!(self, s => s.group(id))
+    }
+    fn session(&self, id: &[u8; 16]) -> Result<Option<SessionRecord>, StoreError> {
+        each!(self, s => s.session(id))
+    }
+    fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError> {
+        each!(self, s => s.sessions())
+    }
+    fn osds(&self) -> Result<Vec<OsdEntry>, StoreError> {
+        each!(self, s => s.osds())
+    }
+    fn partition(&self, id: u64) -> Result<Option<PartitionRecord>, StoreError> {
+        each!(self, s => s.partition(id))
+    }
+    fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError> {
+        each!(self, s => s.partitions())
+    }
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        each!(self, s => s.meta(key))
+    }
+    fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        each!(self, s => s.metas(prefix))
+    }
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        each!(self, s => s.commit(batch))
+    }
+    fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
+        each!(self, s => s.commit_deferred(batch))
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        each!(self, s => s.sync())
+    }
+    fn durability_counts(&self) -> DurabilityCounts {
+        each!(self, s => s.durability_counts())
+    }
+}

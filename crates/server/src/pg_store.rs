@@ -1,0 +1,535 @@
+//! The MDS's [`MetaStore`] on PostgreSQL (issue 42): the same tables as the redb store,
+//! each value the same versioned [`Record`] bytes, each [`Batch`] one transaction
+//! committed durably (PostgreSQL's `synchronous_commit`, on by default, flushes the
+//! write-ahead log before the commit returns). The schema carries its own version in
+//! `maat_schema`; [`PgStore::open`] creates or upgrades it under an advisory lock, so
+//! several MDS instances starting at once apply each migration once, and refuses a
+//! schema newer than it knows.
+//!
+//! Ids are `u64` in Maat and `bigint` (signed) in PostgreSQL: stored bit for bit
+//! (`as i64`), so ids at or past 2^63 list in another order than in redb; none is
+//! issued there. Names and `meta` keys are `bytea`, so they order byte by byte (as redb
+//! orders them) whatever the database's collation.
+//!
+//! A pool of connections serves the MDS's threads (each request takes one, returns it
+//! after); a connection that failed is dropped and a new one made at the next request,
+//! so the MDS carries on once the server is back.
+
+use maat_mds::store::{
+    Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record, SessionRecord, StoreError,
+    UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
+};
+use maat_proto::msg::OsdEntry;
+use postgres::{Client, NoTls, Row, Statement};
+use std::sync::Mutex;
+
+/// The schema version this MDS writes; every earlier one is migrated on open.
+pub const PG_SCHEMA_VERSION: i32 = 1;
+/// Idle connections kept for reuse; more are made while requests need them.
+pub const PG_IDLE_CONNECTIONS_MAX: usize = 16;
+/// The advisory lock (an arbitrary constant: "maat" in ASCII) held while the schema is
+/// created or migrated.
+const SCHEMA_LOCK: i64 = 0x6d61_6174;
+
+/// Migrations by the version they lead to, applied in order in one transaction each.
+const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    "CREATE TABLE inodes (id bigint PRIMARY KEY, v bytea NOT NULL);
+     CREATE TABLE entries (parent bigint NOT NULL, name bytea NOT NULL, child bigint NOT NULL,
+                           PRIMARY KEY (parent, name));
+     CREATE TABLE users (id bigint PRIMARY KEY, v bytea NOT NULL);
+     CREATE TABLE user_names (name bytea PRIMARY KEY, id bigint NOT NULL);
+     CREATE TABLE groups (id bigint PRIMARY KEY, v bytea NOT NULL);
+     CREATE TABLE group_names (name bytea PRIMARY KEY, id bigint NOT NULL);
+     CREATE TABLE sessions (id bytea PRIMARY KEY, v bytea NOT NULL);
+     CREATE TABLE osds (id bigint PRIMARY KEY, v bytea NOT NULL);
+     CREATE TABLE partitions (id bigint PRIMARY KEY, v bytea NOT NULL);
+     CREATE TABLE meta (k bytea PRIMARY KEY, v bytea NOT NULL);",
+)];
+
+/// Every statement a connection prepares once, when it is made.
+#[derive(Clone, Copy)]
+enum Sql {
+    Inode,
+    Lookup,
+    Entries,
+    UserByName,
+    User,
+    Users,
+    GroupByName,
+    Group,
+    Session,
+    Sessions,
+    Osds,
+    Partition,
+    Partitions,
+    Meta,
+    Metas,
+    PutInode,
+    DeleteInode,
+    PutEntry,
+    DeleteEntry,
+    PutUser,
+    PutUserName,
+    DeleteUser,
+    DeleteUserName,
+    PutGroup,
+    PutGroupName,
+    PutSession,
+    DeleteSession,
+    PutOsd,
+    PutPartition,
+    PutMeta,
+    DeleteMeta,
+}
+
+const STATEMENTS: [(Sql, &str); 31] = [
+    (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
+    (
+        Sql::Lookup,
+        "SELECT child FROM entries WHERE parent = $1 AND name = $2",
+    ),
+    (
+        Sql::Entries,
+        "SELECT name, child FROM entries WHERE parent = $1 ORDER BY name",
+    ),
+    (
+        Sql::UserByName,
+        "SELECT u.v FROM user_names n JOIN users u ON u.id = n.id WHERE n.name = $1",
+    ),
+    (Sql::User, "SELECT v FROM users WHERE id = $1"),
+    (Sql::Users, "SELECT v FROM users ORDER BY id"),
+    (
+        Sql::GroupByName,
+        "SELECT g.v FROM group_names n JOIN groups g ON g.id = n.id WHERE n.name = $1",
+    ),
+    (Sql::Group, "SELECT v FROM groups WHERE id = $1"),
+    (Sql::Session, "SELECT v FROM sessions WHERE id = $1"),
+    (Sql::Sessions, "SELECT id, v FROM sessions ORDER BY id"),
+    (Sql::Osds, "SELECT v FROM osds ORDER BY id"),
+    (Sql::Partition, "SELECT v FROM partitions WHERE id = $1"),
+    (Sql::Partitions, "SELECT v FROM partitions ORDER BY id"),
+    (Sql::Meta, "SELECT v FROM meta WHERE k = $1"),
+    (Sql::Metas, "SELECT k, v FROM meta WHERE k >= $1 ORDER BY k"),
+    (
+        Sql::PutInode,
+        "INSERT INTO inodes (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+    ),
+    (Sql::DeleteInode, "DELETE FROM inodes WHERE id = $1"),
+    (
+        Sql::PutEntry,
+        "INSERT INTO entries (parent, name, child) VALUES ($1, $2, $3)
+         ON CONFLICT (parent, name) DO UPDATE SET child = EXCLUDED.child",
+    ),
+    (
+        Sql::DeleteEntry,
+        "DELETE FROM entries WHERE parent = $1 AND name = $2",
+    ),
+    (
+        Sql::PutUser,
+        "INSERT INTO users (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+    ),
+    (
+        Sql::PutUserName,
+        "INSERT INTO user_names (name, id) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET id = EXCLUDED.id",
+    ),
+    (Sql::DeleteUser, "DELETE FROM users WHERE id = $1"),
+    (Sql::DeleteUserName, "DELETE FROM user_names WHERE name = $1"),
+    (
+        Sql::PutGroup,
+        "INSERT INTO groups (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+    ),
+    (
+        Sql::PutGroupName,
+        "INSERT INTO group_names (name, id) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET id = EXCLUDED.id",
+    ),
+    (
+        Sql::PutSession,
+        "INSERT INTO sessions (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+    ),
+    (Sql::DeleteSession, "DELETE FROM sessions WHERE id = $1"),
+    (
+        Sql::PutOsd,
+        "INSERT INTO osds (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+    ),
+    (
+        Sql::PutPartition,
+        "INSERT INTO partitions (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+    ),
+    (
+        Sql::PutMeta,
+        "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+    ),
+    (Sql::DeleteMeta, "DELETE FROM meta WHERE k = $1"),
+];
+
+/// One connection and its prepared statements (in [`STATEMENTS`] order).
+struct Conn {
+    client: Client,
+    statements: Vec<Statement>,
+}
+
+type Params<'a> = &'a [&'a (dyn postgres::types::ToSql + Sync)];
+
+impl Conn {
+    fn statement(&self, sql: Sql) -> Result<Statement, StoreError> {
+        self.statements
+            .get(sql as usize)
+            .cloned()
+            .ok_or_else(|| StoreError::Backend("a statement was not prepared".into()))
+    }
+
+    fn query(&mut self, sql: Sql, params: Params<'_>, what: &str) -> Result<Vec<Row>, StoreError> {
+        let statement = self.statement(sql)?;
+        self.client
+            .query(&statement, params)
+            .map_err(|e| err(what, e))
+    }
+
+    fn query_opt(
+        &mut self,
+        sql: Sql,
+        params: Params<'_>,
+        what: &str,
+    ) -> Result<Option<Row>, StoreError> {
+        let statement = self.statement(sql)?;
+        self.client
+            .query_opt(&statement, params)
+            .map_err(|e| err(what, e))
+    }
+}
+
+/// Metadata in a PostgreSQL database.
+pub struct PgStore {
+    config: postgres::Config,
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // (The configuration may hold a password: never printed.)
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+fn err(what: &str, e: postgres::Error) -> StoreError {
+    // (The error's own text is "db error" for every refusal by the server: its
+    // message and code are what say why.)
+    match e.as_db_error() {
+        Some(db) => StoreError::Backend(format!(
+            "postgresql: {what}: {} ({})",
+            db.message(),
+            db.code().code()
+        )),
+        None => StoreError::Backend(format!("postgresql: {what}: {e}")),
+    }
+}
+
+/// A Maat id as PostgreSQL's signed `bigint`, bit for bit.
+fn id(v: u64) -> i64 {
+    v as i64
+}
+
+fn unid(v: i64) -> u64 {
+    v as u64
+}
+
+impl PgStore {
+    /// Connects to the database `url` names (a `postgresql://` URL or `key=value`
+    /// pairs, as libpq takes them), creates the schema or brings it to
+    /// [`PG_SCHEMA_VERSION`], and refuses a newer one.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let config: postgres::Config = url
+            .parse()
+            .map_err(|e| err("the metadata URL does not parse", e))?;
+        let store = Self {
+            config,
+            idle: Mutex::new(Vec::new()),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Creates or upgrades the schema, one migration per transaction, under an
+    /// advisory lock.
+    fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.connect_plain()?;
+        loop {
+            let mut tx = client
+                .transaction()
+                .map_err(|e| err("beginning a migration", e))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+                .map_err(|e| err("locking the schema", e))?;
+            // (Under the lock: two instances creating it at once would collide.)
+            tx.batch_execute("CREATE TABLE IF NOT EXISTS maat_schema (version integer NOT NULL)")
+                .map_err(|e| err("creating maat_schema", e))?;
+            let version: i32 = tx
+                .query_opt("SELECT max(version) FROM maat_schema", &[])
+                .map_err(|e| err("reading the schema version", e))?
+                .and_then(|row| row.get::<_, Option<i32>>(0))
+                .unwrap_or(0);
+            if version == PG_SCHEMA_VERSION {
+                return tx.commit().map_err(|e| err("ending the schema check", e));
+            }
+            if version > PG_SCHEMA_VERSION {
+                return Err(StoreError::Version(format!(
+                    "the PostgreSQL metadata schema is version {version}, newer than this MDS knows ({PG_SCHEMA_VERSION}): upgrade Maat"
+                )));
+            }
+            let Some((to, sql)) = MIGRATIONS.iter().find(|(to, _)| *to == version + 1) else {
+                return Err(StoreError::Version(format!(
+                    "no migration leads from PostgreSQL schema version {version}"
+                )));
+            };
+            tx.batch_execute(sql)
+                .map_err(|e| err(&format!("migrating to schema version {to}"), e))?;
+            tx.execute("INSERT INTO maat_schema (version) VALUES ($1)", &[to])
+                .map_err(|e| err("recording the schema version", e))?;
+            if *to == 1 {
+                // The store format every MetaStore records (docs/PROTOCOL.md, "At rest").
+                tx.execute(
+                    "INSERT INTO meta (k, v) VALUES ($1, $2)",
+                    &[
+                        &STORE_FORMAT_KEY.as_bytes(),
+                        &STORE_FORMAT.to_be_bytes().as_slice(),
+                    ],
+                )
+                .map_err(|e| err("recording the store format", e))?;
+            }
+            tx.commit()
+                .map_err(|e| err(&format!("committing schema version {to}"), e))?;
+            tracing::info!(version = to, "PostgreSQL metadata schema migrated");
+        }
+    }
+
+    fn connect_plain(&self) -> Result<Client, StoreError> {
+        self.config
+            .connect(NoTls)
+            .map_err(|e| err("connecting to the metadata database", e))
+    }
+
+    fn connect(&self) -> Result<Conn, StoreError> {
+        let mut client = self.connect_plain()?;
+        let mut statements = Vec::with_capacity(STATEMENTS.len());
+        for (n, (sql, text)) in STATEMENTS.iter().enumerate() {
+            debug_assert_eq!(*sql as usize, n);
+            statements.push(
+                client
+                    .prepare(text)
+                    .map_err(|e| err(&format!("preparing `{text}`"), e))?,
+            );
+        }
+        Ok(Conn { client, statements })
+    }
+
+    /// Runs `f` on an idle connection (or a new one), and keeps the connection for the
+    /// next call unless it closed.
+    fn with<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let taken = self.idle.lock().map_err(poisoned)?.pop();
+        let mut conn = match taken {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        let result = f(&mut conn);
+        if !conn.client.is_closed() {
+            let mut idle = self.idle.lock().map_err(poisoned)?;
+            if idle.len() < PG_IDLE_CONNECTIONS_MAX {
+                idle.push(conn);
+            }
+        }
+        result
+    }
+
+    fn one<T: Record>(
+        &self,
+        sql: Sql,
+        key: &(dyn postgres::types::ToSql + Sync),
+    ) -> Result<Option<T>, StoreError> {
+        self.with(|c| {
+            let row = c.query_opt(sql, &[key], T::WHAT)?;
+            match row {
+                Some(row) => Ok(Some(T::decode(row.get::<_, &[u8]>(0))?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn all<T: Record>(&self, sql: Sql) -> Result<Vec<T>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(sql, &[], T::WHAT)?;
+            rows.iter()
+                .map(|row| T::decode(row.get::<_, &[u8]>(0)))
+                .collect()
+        })
+    }
+}
+
+fn poisoned<T>(_: std::sync::PoisonError<T>) -> StoreError {
+    StoreError::Backend("the PostgreSQL connection pool's lock is poisoned".into())
+}
+
+impl MetaStore for PgStore {
+    fn inode(&self, v: u64) -> Result<Option<Inode>, StoreError> {
+        self.one(Sql::Inode, &id(v))
+    }
+
+    fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
+        self.with(|c| {
+            let row = c.query_opt(Sql::Lookup, &[&id(parent), &name.as_bytes()], "an entry")?;
+            Ok(row.map(|r| unid(r.get(0))))
+        })
+    }
+
+    fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(Sql::Entries, &[&id(parent)], "a directory's entries")?;
+            rows.iter()
+                .map(|r| {
+                    let name = String::from_utf8(r.get::<_, Vec<u8>>(0))
+                        .map_err(|_| StoreError::corrupt("an entry's name", "not UTF-8"))?;
+                    Ok((name, unid(r.get(1))))
+                })
+                .collect()
+        })
+    }
+
+    fn user_by_name(&self, name: &str) -> Result<Option<UserRecord>, StoreError> {
+        self.one(Sql::UserByName, &name.as_bytes())
+    }
+
+    fn user(&self, v: u64) -> Result<Option<UserRecord>, StoreError> {
+        self.one(Sql::User, &id(v))
+    }
+
+    fn users(&self) -> Result<Vec<UserRecord>, StoreError> {
+        self.all(Sql::Users)
+    }
+
+    fn group_by_name(&self, name: &str) -> Result<Option<GroupRecord>, StoreError> {
+        self.one(Sql::GroupByName, &name.as_bytes())
+    }
+
+    fn group(&self, v: u64) -> Result<Option<GroupRecord>, StoreError> {
+        self.one(Sql::Group, &id(v))
+    }
+
+    fn session(&self, v: &[u8; 16]) -> Result<Option<SessionRecord>, StoreError> {
+        self.one(Sql::Session, &v.as_slice())
+    }
+
+    fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(Sql::Sessions, &[], "sessions")?;
+            rows.iter()
+                .map(|r| {
+                    let key: [u8; 16] = r
+                        .get::<_, &[u8]>(0)
+                        .try_into()
+                        .map_err(|_| StoreError::corrupt("a session id", "wrong length"))?;
+                    Ok((key, SessionRecord::decode(r.get::<_, &[u8]>(1))?))
+                })
+                .collect()
+        })
+    }
+
+    fn osds(&self) -> Result<Vec<OsdEntry>, StoreError> {
+        self.all(Sql::Osds)
+    }
+
+    fn partition(&self, v: u64) -> Result<Option<PartitionRecord>, StoreError> {
+        self.one(Sql::Partition, &id(v))
+    }
+
+    fn partitions(&self) -> Result<Vec<PartitionRecord>, StoreError> {
+        self.all(Sql::Partitions)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.with(|c| {
+            let row = c.query_opt(Sql::Meta, &[&key.as_bytes()], "a metadata value")?;
+            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+        })
+    }
+
+    fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(Sql::Metas, &[&prefix.as_bytes()], "metadata values")?;
+            let mut out = Vec::new();
+            for r in &rows {
+                let key: &[u8] = r.get(0);
+                if !key.starts_with(prefix.as_bytes()) {
+                    break;
+                }
+                let key = String::from_utf8(key.to_vec())
+                    .map_err(|_| StoreError::corrupt("a metadata key", "not UTF-8"))?;
+                out.push((key, r.get::<_, Vec<u8>>(1)));
+            }
+            Ok(out)
+        })
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        self.with(|c| {
+            let statements = &c.statements;
+            let mut tx = c
+                .client
+                .transaction()
+                .map_err(|e| err("beginning a commit", e))?;
+            for op in &batch.0 {
+                apply(&mut tx, statements, op)?;
+            }
+            tx.commit().map_err(|e| err("committing", e))
+        })
+    }
+}
+
+/// Writes one change inside `tx`.
+fn apply(
+    tx: &mut postgres::Transaction<'_>,
+    statements: &[Statement],
+    op: &Op,
+) -> Result<(), StoreError> {
+    let st = |sql: Sql| {
+        statements
+            .get(sql as usize)
+            .ok_or_else(|| StoreError::Backend("a statement was not prepared".into()))
+    };
+    let mut run = |sql: Sql, params: &[&(dyn postgres::types::ToSql + Sync)]| {
+        tx.execute(st(sql)?, params)
+            .map(drop)
+            .map_err(|e| err("writing a change", e))
+    };
+    match op {
+        Op::PutInode(i) => run(Sql::PutInode, &[&id(i.id), &i.encode()?]),
+        Op::DeleteInode(v) => run(Sql::DeleteInode, &[&id(*v)]),
+        Op::PutEntry {
+            parent,
+            name,
+            child,
+        } => run(
+            Sql::PutEntry,
+            &[&id(*parent), &name.as_bytes(), &id(*child)],
+        ),
+        Op::DeleteEntry { parent, name } => {
+            run(Sql::DeleteEntry, &[&id(*parent), &name.as_bytes()])
+        }
+        Op::PutUser(u) => {
+            run(Sql::PutUserName, &[&u.name.as_bytes(), &id(u.id)])?;
+            run(Sql::PutUser, &[&id(u.id), &u.encode()?])
+        }
+        Op::DeleteUser { id: v, name } => {
+            run(Sql::DeleteUserName, &[&name.as_bytes()])?;
+            run(Sql::DeleteUser, &[&id(*v)])
+        }
+        Op::PutGroup(g) => {
+            run(Sql::PutGroupName, &[&g.name.as_bytes(), &id(g.id)])?;
+            run(Sql::PutGroup, &[&id(g.id), &g.encode()?])
+        }
+        Op::PutSession(k, s) => run(Sql::PutSession, &[&k.as_slice(), &s.encode()?]),
+        Op::DeleteSession(k) => run(Sql::DeleteSession, &[&k.as_slice()]),
+        Op::PutOsd(o) => run(Sql::PutOsd, &[&id(o.id), &o.encode()?]),
+        Op::PutPartition(p) => run(Sql::PutPartition, &[&id(p.id), &p.encode()?]),
+        Op::PutMeta(k, v) => run(Sql::PutMeta, &[&k.as_bytes(), v]),
+        Op::DeleteMeta(k) => run(Sql::DeleteMeta, &[&k.as_bytes()]),
+    }
+}

@@ -1,0 +1,209 @@
+//! The PostgreSQL metadata store (issue 42) against a real PostgreSQL server started for
+//! the test (`LocalPostgres`, the installed binaries): it answers every read as the redb
+//! store does after the same batches, keeps its schema version, and refuses a newer one.
+//! Where no PostgreSQL server binaries are installed, each test says it skipped.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
+
+use maat_mds::store::{Batch, MetaStore, Op, SessionRecord};
+use maat_server::meta_store::RedbStore;
+use maat_server::pg_server::{pg_bin_dir, LocalPostgres};
+use maat_server::pg_store::{PgStore, PG_SCHEMA_VERSION};
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::os::unix::fs::PermissionsExt;
+
+/// A server in a fresh directory, or `None` (said on stderr) without PostgreSQL.
+fn server(test: &str) -> Option<(tempfile::TempDir, LocalPostgres)> {
+    if pg_bin_dir().is_none() {
+        eprintln!("SKIPPED {test}: no PostgreSQL server binaries (apt-get install postgresql)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Run as root, the server is the postgres account's, which must pass through here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let pg = LocalPostgres::start(&dir.path().join("pg")).unwrap();
+    Some((dir, pg))
+}
+
+const NAMES: [&str; 6] = ["a", "b", "ab", "Z", "é", "a b"];
+const PREFIXES: [&str; 4] = ["", "p/", "p/1", "q"];
+
+fn random_op(rng: &mut ChaCha8Rng) -> Op {
+    let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u32() as usize) % n;
+    match rng.next_u32() % 6 {
+        0 | 1 => Op::PutEntry {
+            parent: 1 + u64::from(rng.next_u32() % 3),
+            name: NAMES[pick(rng, NAMES.len())].into(),
+            child: u64::from(rng.next_u32() % 100),
+        },
+        2 => Op::DeleteEntry {
+            parent: 1 + u64::from(rng.next_u32() % 3),
+            name: NAMES[pick(rng, NAMES.len())].into(),
+        },
+        3 => Op::PutMeta(
+            format!(
+                "{}{}",
+                ["p/1", "p/2", "q", "r"][pick(rng, 4)],
+                rng.next_u32() % 4
+            ),
+            vec![rng.next_u32() as u8; pick(rng, 4)],
+        ),
+        4 => Op::DeleteMeta(format!(
+            "{}{}",
+            ["p/1", "p/2", "q", "r"][pick(rng, 4)],
+            rng.next_u32() % 4
+        )),
+        _ => {
+            let mut id = [0u8; 16];
+            id[0] = (rng.next_u32() % 4) as u8;
+            if rng.next_u32() % 3 == 0 {
+                Op::DeleteSession(id)
+            } else {
+                Op::PutSession(
+                    id,
+                    SessionRecord {
+                        user: u64::from(rng.next_u32() % 5),
+                        sealed_key: vec![7; 48],
+                        expiry: u64::from(rng.next_u32()),
+                    },
+                )
+            }
+        }
+    }
+}
+
+/// Everything the two stores answer, for comparing.
+fn view(s: &dyn MetaStore) -> String {
+    let mut out = String::new();
+    for parent in 1..=3 {
+        out += &format!("entries {parent}: {:?}\n", s.entries(parent).unwrap());
+        for name in NAMES {
+            out += &format!(
+                "lookup {parent} {name}: {:?}\n",
+                s.lookup(parent, name).unwrap()
+            );
+        }
+    }
+    for prefix in PREFIXES {
+        out += &format!("metas {prefix:?}: {:?}\n", s.metas(prefix).unwrap());
+    }
+    out += &format!("meta p/10: {:?}\n", s.meta("p/10").unwrap());
+    out += &format!("sessions: {:?}\n", s.sessions().unwrap());
+    out += &format!("session 1: {:?}\n", s.session(&[1; 16]).unwrap());
+    out
+}
+
+#[test]
+fn the_postgresql_store_answers_as_the_redb_store_after_the_same_batches() {
+    let Some((dir, pg)) = server("the_postgresql_store_answers_as_the_redb_store") else {
+        return;
+    };
+    let redb = RedbStore::open(&dir.path().join("meta.redb")).unwrap();
+    let postgres = PgStore::open(&pg.url()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    for round in 0..60 {
+        let mut batch = Batch::default();
+        for _ in 0..(1 + rng.next_u32() % 5) {
+            batch.push(random_op(&mut rng));
+        }
+        redb.commit(batch.clone()).unwrap();
+        postgres.commit(batch).unwrap();
+        let (a, b) = (view(&redb), view(&postgres));
+        assert_eq!(a, b, "after batch {round}");
+    }
+    // What was committed is there for a new connection pool, after the server restarts.
+    let before = view(&postgres);
+    drop(postgres);
+    pg.stop().unwrap();
+    let pg = LocalPostgres::start(&dir.path().join("pg")).unwrap();
+    let reopened = PgStore::open(&pg.url()).unwrap();
+    assert_eq!(view(&reopened), before);
+    assert!(
+        before.contains("\"é\""),
+        "the run wrote non-ASCII names: {before}"
+    );
+}
+
+#[test]
+fn a_batch_that_fails_half_way_leaves_nothing() {
+    let Some((_dir, pg)) = server("a_batch_that_fails_half_way_leaves_nothing") else {
+        return;
+    };
+    let store = PgStore::open(&pg.url()).unwrap();
+    let mut batch = Batch::default();
+    batch.push(Op::PutMeta("p/1".into(), vec![1]));
+    // A name PostgreSQL refuses in a `bytea` key is impossible; a session record that
+    // does not encode is too. The table dropped under the store is what fails here.
+    batch.push(Op::PutEntry {
+        parent: 1,
+        name: "x".into(),
+        child: 2,
+    });
+    let mut admin: postgres::Client = pg
+        .url()
+        .parse::<postgres::Config>()
+        .unwrap()
+        .connect(postgres::NoTls)
+        .unwrap();
+    admin
+        .batch_execute("ALTER TABLE entries RENAME TO entries_gone")
+        .unwrap();
+    let failed = store.commit(batch);
+    assert!(failed.is_err(), "a write to a missing table must fail");
+    admin
+        .batch_execute("ALTER TABLE entries_gone RENAME TO entries")
+        .unwrap();
+    assert_eq!(
+        store.meta("p/1").unwrap(),
+        None,
+        "the batch's first change stayed"
+    );
+    assert_eq!(store.lookup(1, "x").unwrap(), None);
+}
+
+#[test]
+fn the_schema_is_versioned_and_a_newer_one_is_refused() {
+    let Some((_dir, pg)) = server("the_schema_is_versioned_and_a_newer_one_is_refused") else {
+        return;
+    };
+    // Two opens at once (two MDS instances starting) apply the migrations once.
+    let url = pg.url();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| PgStore::open(&url));
+        let b = s.spawn(|| PgStore::open(&url));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    a.unwrap();
+    b.unwrap();
+    let mut admin: postgres::Client = url
+        .parse::<postgres::Config>()
+        .unwrap()
+        .connect(postgres::NoTls)
+        .unwrap();
+    let versions: Vec<i32> = admin
+        .query("SELECT version FROM maat_schema ORDER BY version", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, (1..=PG_SCHEMA_VERSION).collect::<Vec<_>>());
+    let store = PgStore::open(&url).unwrap();
+    assert_eq!(
+        store.meta(maat_mds::store::STORE_FORMAT_KEY).unwrap(),
+        Some(maat_mds::store::STORE_FORMAT.to_be_bytes().to_vec())
+    );
+    admin
+        .execute(
+            "INSERT INTO maat_schema (version) VALUES ($1)",
+            &[&(PG_SCHEMA_VERSION + 1)],
+        )
+        .unwrap();
+    let refused = PgStore::open(&url).unwrap_err().to_string();
+    assert!(refused.contains("newer than this MDS knows"), "{refused}");
+}
