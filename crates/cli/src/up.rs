@@ -104,6 +104,19 @@ pub struct UpArgs {
     /// Run no scrubber: lost copies stay lost until `maat admin scrub --repair`.
     #[arg(long)]
     pub no_scrubber: bool,
+    /// Where the MDS keeps its metadata (first start only; issue 42): `redb`, one file
+    /// in DATA/mds, or `postgres`, a PostgreSQL server of the cluster's own in
+    /// DATA/postgres, run from the installed binaries (apt-get install postgresql) on a
+    /// unix socket only its account can reach, started and stopped with the cluster.
+    /// Started by root, the server runs as the `postgres` account, which must be able to
+    /// pass through the directories above DATA.
+    #[arg(long, value_enum, default_value_t = crate::up_meta::Meta::Redb)]
+    pub meta: crate::up_meta::Meta,
+    /// An existing PostgreSQL database for the metadata instead (first start only), as a
+    /// `postgresql://` URL or libpq `key=value` pairs. With a password in it, the MDS
+    /// config (DATA/mds/mds.toml) is kept readable by its owner only.
+    #[arg(long, value_name = "URL")]
+    pub meta_url: Option<String>,
 }
 
 fn parse_umask(text: &str) -> Result<String, String> {
@@ -258,6 +271,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
         group_commit: !args.no_group_commit,
         default_umask: Some(args.umask.clone()),
         default_replicas: Some(args.replicas),
+        meta_url: crate::up_meta::new_cluster_url(args.meta, args.meta_url.as_deref(), data)?,
     };
     let mut mds = mds;
     if args.kds > 0 {
@@ -569,6 +583,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         });
     }
     let started = Instant::now();
+    let mut meta_server = crate::up_meta::start_own_server(&data)?;
     let mut mds_address = String::new();
     let mut osd_addresses = Vec::new();
     for d in daemons.iter_mut() {
@@ -620,6 +635,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     // Supervise: restart daemons that die; stop on a signal.
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
+        crate::up_meta::keep_running(&mut meta_server, &data);
         for d in daemons.iter_mut() {
             if stop.load(Ordering::SeqCst) {
                 break;
@@ -642,6 +658,12 @@ pub fn run(args: UpArgs) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     for d in daemons.iter_mut().rev() {
         d.wait(deadline);
+    }
+    // The metadata database last, once the MDS is gone.
+    if let Some(server) = meta_server {
+        if let Err(e) = server.stop() {
+            eprintln!("maat: stopping PostgreSQL: {e}");
+        }
     }
     eprintln!("maat: stopped");
     Ok(())

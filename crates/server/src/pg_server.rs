@@ -171,6 +171,17 @@ impl LocalPostgres {
         Self::url_in(&self.socket_dir, PG_DATABASE)
     }
 
+    /// The URL [`LocalPostgres::url`] gives for a server started in `dir` (an absolute
+    /// path), known before it starts.
+    pub fn url_for(dir: &Path) -> String {
+        Self::url_in(&dir.join("socket"), PG_DATABASE)
+    }
+
+    /// Whether the server has exited (it is then to be started again).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     fn url_in(socket_dir: &Path, database: &str) -> String {
         format!(
             "host={} user={PG_USER} dbname={database}",

@@ -323,21 +323,46 @@ impl PgStore {
     }
 
     /// Runs `f` on an idle connection (or a new one), and keeps the connection for the
-    /// next call unless it closed.
-    fn with<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    /// next call unless it closed. When a connection from the pool turns out closed (the
+    /// server restarted since it was last used), every idle one is dropped and `f` runs
+    /// once more on a new connection. That is safe for reads, and for a commit because a
+    /// batch only sets rows to values and deletes rows: applied twice (the first
+    /// connection died after the server committed it), it leaves what applying it once
+    /// leaves, and the MDS commits one batch at a time.
+    fn with<T>(
+        &self,
+        mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let taken = self.idle.lock().map_err(poisoned)?.pop();
+        let reused = taken.is_some();
         let mut conn = match taken {
             Some(c) => c,
             None => self.connect()?,
         };
         let result = f(&mut conn);
         if !conn.client.is_closed() {
-            let mut idle = self.idle.lock().map_err(poisoned)?;
-            if idle.len() < PG_IDLE_CONNECTIONS_MAX {
-                idle.push(conn);
-            }
+            self.keep(conn)?;
+            return result;
         }
-        result
+        if !(reused && result.is_err()) {
+            return result;
+        }
+        self.idle.lock().map_err(poisoned)?.clear();
+        tracing::warn!("the PostgreSQL server closed the MDS's connections; connecting again");
+        let mut fresh = self.connect()?;
+        let again = f(&mut fresh);
+        if !fresh.client.is_closed() {
+            self.keep(fresh)?;
+        }
+        again
+    }
+
+    fn keep(&self, conn: Conn) -> Result<(), StoreError> {
+        let mut idle = self.idle.lock().map_err(poisoned)?;
+        if idle.len() < PG_IDLE_CONNECTIONS_MAX {
+            idle.push(conn);
+        }
+        Ok(())
     }
 
     fn one<T: Record>(
