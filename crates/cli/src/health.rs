@@ -87,6 +87,13 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     let stats = c.mds_stats()?;
     let copies = c.partitions_copies()?;
     let copies_missed = stats.counter("copies_missed");
+    // (An MDS from before issue 42 does not say: it ran on redb.)
+    let engine = stats
+        .counters
+        .iter()
+        .find_map(|(k, v)| k.strip_prefix("meta_engine:").filter(|_| *v == 1))
+        .unwrap_or("redb")
+        .to_string();
     let objects_degraded = stats.counter("objects_degraded");
     let mut warnings = Vec::new();
     let mut notes = Vec::new();
@@ -161,6 +168,7 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                 "osds": osds,
                 "osds_up": up,
                 "hosts": hosts.len(),
+                "metadata": engine,
                 "copies_missed": copies_missed,
                 "objects_degraded": objects_degraded,
                 "partitions": copies.iter().map(|p| serde_json::json!({"name": p.name, "copies": p.replicas, "min_size": p.min_size})).collect::<Vec<_>>(),
@@ -190,6 +198,14 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         })
         .collect();
     say!("  partitions: {}", partitions.join(", "));
+    say!(
+        "  metadata:   {engine}, one MDS{}",
+        match engine.as_str() {
+            "redb" => " (a file beside it)",
+            "postgresql" => " (a PostgreSQL database)",
+            _ => "",
+        }
+    );
     match (copies_missed, objects_degraded) {
         (Some(0), _) => say!("  copies:     every copy current"),
         (Some(copies), Some(objects)) => {

@@ -92,9 +92,9 @@ enum Command {
     #[command(flatten)]
     Files(files::FileCommand),
     /// The cluster at a glance (issue 41): OSDs up and down as the MDS knows it (an OSD
-    /// silent for 5 s is down), hosts, each partition's copies, and what is wrong, as
-    /// HEALTH_OK or HEALTH_WARN with one line per warning. `maat admin osd ls` lists the
-    /// OSDs.
+    /// silent for 5 s is down), hosts, each partition's copies, where the MDS keeps its
+    /// metadata (redb or PostgreSQL), and what is wrong, as HEALTH_OK or HEALTH_WARN with
+    /// one line per warning. `maat admin osd ls` lists the OSDs.
     Health {
         /// One JSON object.
         #[arg(long)]

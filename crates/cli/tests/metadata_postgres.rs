@@ -94,6 +94,10 @@ fn a_cluster_on_postgresql_keeps_its_metadata_through_restarts_and_a_database_cr
         "the database directory is its owner's alone"
     );
 
+    let health: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&cluster.admin_home(), &["health", "--json"], None))
+            .unwrap();
+    assert_eq!(health["metadata"], "postgresql", "{health}");
     cluster.add_user("bob", "bob's passphrase", None);
     let admin = cluster.admin_client();
     let files: Vec<(String, Vec<u8>)> = (0..4)

@@ -504,6 +504,7 @@ fn a_hung_osd_is_shown_down_and_read_around_without_waiting_for_it() {
     let h = health(&cluster);
     assert_eq!(h["status"], "HEALTH_OK", "{h}");
     assert_eq!(h["osds_up"], 4, "{h}");
+    assert_eq!(h["metadata"], "redb", "{h}");
 
     let _supervisor = Held::stop(cluster.local.supervisor_pid());
     let hung = Held::stop(cluster.pid("osd-2"));

@@ -610,6 +610,7 @@ impl<S: MetaStore> Mds<S> {
         let durability = self.store.durability_counts();
         counters.push(("store_batches".into(), durability.batches));
         counters.push(("store_fsyncs".into(), durability.fsyncs));
+        counters.push((format!("meta_engine:{}", self.store.engine()), 1));
         counters.extend(self.scrubs.counters());
         counters.extend(self.degraded_counters());
         counters.extend(self.issuer.stats.counters());

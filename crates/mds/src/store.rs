@@ -538,6 +538,11 @@ pub trait MetaStore: Send + Sync {
     fn durability_counts(&self) -> DurabilityCounts {
         DurabilityCounts::default()
     }
+    /// Which engine keeps the records (`maat health`; the MDS's stats report it as the
+    /// counter `meta_engine:NAME` = 1).
+    fn engine(&self) -> &'static str {
+        "memory"
+    }
 }
 
 /// What [`MetaStore::durability_counts`] reports.

@@ -18,16 +18,6 @@ pub enum MdsStore {
     Postgres(PgStore),
 }
 
-impl MdsStore {
-    /// Which engine, for logs and `maat health`.
-    pub fn engine(&self) -> &'static str {
-        match self {
-            MdsStore::Redb(_) => "redb",
-            MdsStore::Postgres(_) => "postgresql",
-        }
-    }
-}
-
 /// Calls the same method on whichever store it is.
 macro_rules! each {
     ($self:ident, $s:ident => $e:expr) => {
@@ -95,5 +85,8 @@ impl MetaStore for MdsStore {
     }
     fn durability_counts(&self) -> DurabilityCounts {
         each!(self, s => s.durability_counts())
+    }
+    fn engine(&self) -> &'static str {
+        each!(self, s => s.engine())
     }
 }

@@ -424,6 +424,10 @@ impl MetaStore for RedbStore {
     fn durability_counts(&self) -> DurabilityCounts {
         self.group.counts()
     }
+
+    fn engine(&self) -> &'static str {
+        "redb"
+    }
 }
 
 impl RedbStore {

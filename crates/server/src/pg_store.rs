@@ -16,11 +16,12 @@
 //! so the MDS carries on once the server is back.
 
 use maat_mds::store::{
-    Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record, SessionRecord, StoreError,
-    UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
+    Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record,
+    SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
 use postgres::{Client, NoTls, Row, Statement};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The schema version this MDS writes; every earlier one is migrated on open.
@@ -203,6 +204,8 @@ impl Conn {
 pub struct PgStore {
     config: postgres::Config,
     idle: Mutex<Vec<Conn>>,
+    /// Batches committed (each a durable commit: `maat stats`' `store_fsyncs`).
+    commits: AtomicU64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -245,6 +248,7 @@ impl PgStore {
         let store = Self {
             config,
             idle: Mutex::new(Vec::new()),
+            commits: AtomicU64::new(0),
         };
         store.migrate()?;
         Ok(store)
@@ -504,7 +508,21 @@ impl MetaStore for PgStore {
                 apply(&mut tx, statements, op)?;
             }
             tx.commit().map_err(|e| err("committing", e))
-        })
+        })?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn durability_counts(&self) -> DurabilityCounts {
+        let n = self.commits.load(Ordering::Relaxed);
+        DurabilityCounts {
+            batches: n,
+            fsyncs: n,
+        }
+    }
+
+    fn engine(&self) -> &'static str {
+        "postgresql"
     }
 }
 
