@@ -214,3 +214,41 @@ fn the_schema_is_versioned_and_a_newer_one_is_refused() {
     let refused = PgStore::open(&url).unwrap_err().to_string();
     assert!(refused.contains("newer than this MDS knows"), "{refused}");
 }
+
+#[test]
+fn an_mds_config_with_a_database_password_must_be_its_owners_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mds.toml");
+    let text = |url: &str| {
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"d\"\nadmin_key_file = \"a\"\njoin_key_file = \"j\"\nmeta_url = \"{url}\"\n"
+        )
+    };
+    let mode = |m: u32| {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    std::fs::write(
+        &path,
+        text("host=/s user=maat password=hunter2 dbname=maat"),
+    )
+    .unwrap();
+    mode(0o644);
+    let refused = maat_server::MdsFileConfig::load(&path).unwrap_err();
+    assert!(
+        matches!(refused, maat_server::ServerError::Exposed { .. }),
+        "{refused}"
+    );
+    mode(0o600);
+    let loaded = maat_server::MdsFileConfig::load(&path).unwrap();
+    assert!(loaded.meta_url.unwrap().contains("hunter2"));
+    // Without a password, the file may be readable (it holds nothing secret).
+    std::fs::write(&path, text("host=/s user=maat dbname=maat")).unwrap();
+    mode(0o644);
+    maat_server::MdsFileConfig::load(&path).unwrap();
+    // A URL that does not parse is refused, saying so.
+    std::fs::write(&path, text("host=/s port=notaport")).unwrap();
+    let bad = maat_server::MdsFileConfig::load(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("meta_url does not parse"), "{bad}");
+}
