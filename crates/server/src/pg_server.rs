@@ -53,6 +53,15 @@ pub fn pg_bin_dir() -> Option<PathBuf> {
     versions.pop().map(|(_, bin)| bin)
 }
 
+/// Why a server cannot be started here (no binaries; root without a `postgres`
+/// account), or `None` when it can: tests that need one skip, saying this.
+pub fn cannot_start_here() -> Option<String> {
+    if pg_bin_dir().is_none() {
+        return Some("no PostgreSQL server binaries (apt-get install postgresql)".into());
+    }
+    server_account().err().map(|e| e.to_string())
+}
+
 /// The account a server started by this process runs as: this one, or `postgres`
 /// when this is root. `(uid, gid)`; `None` for this process's own.
 fn server_account() -> Result<Option<(u32, u32)>, ServerError> {

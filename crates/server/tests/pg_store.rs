@@ -12,7 +12,7 @@
 
 use maat_mds::store::{Batch, MetaStore, Op, SessionRecord};
 use maat_server::meta_store::RedbStore;
-use maat_server::pg_server::{pg_bin_dir, LocalPostgres};
+use maat_server::pg_server::{cannot_start_here, LocalPostgres};
 use maat_server::pg_store::{PgStore, PG_SCHEMA_VERSION};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -20,8 +20,10 @@ use std::os::unix::fs::PermissionsExt;
 
 /// A server in a fresh directory, or `None` (said on stderr) without PostgreSQL.
 fn server(test: &str) -> Option<(tempfile::TempDir, LocalPostgres)> {
-    if pg_bin_dir().is_none() {
-        eprintln!("SKIPPED {test}: no PostgreSQL server binaries (apt-get install postgresql)");
+    if let Some(why) = cannot_start_here() {
+        // Past the harness's capture, so that the skip shows in CI output.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "\nSKIPPED {test}: {why}");
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
