@@ -635,7 +635,9 @@ pub fn run(args: UpArgs) -> Result<()> {
     // Supervise: restart daemons that die; stop on a signal.
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
-        crate::up_meta::keep_running(&mut meta_server, &data);
+        if let (Some(m), false) = (&mut meta_server, stop.load(Ordering::SeqCst)) {
+            m.keep_running();
+        }
         for d in daemons.iter_mut() {
             if stop.load(Ordering::SeqCst) {
                 break;
@@ -660,10 +662,8 @@ pub fn run(args: UpArgs) -> Result<()> {
         d.wait(deadline);
     }
     // The metadata database last, once the MDS is gone.
-    if let Some(server) = meta_server {
-        if let Err(e) = server.stop() {
-            eprintln!("maat: stopping PostgreSQL: {e}");
-        }
+    if let Some(m) = meta_server {
+        m.stop();
     }
     eprintln!("maat: stopped");
     Ok(())

@@ -5,7 +5,8 @@
 
 use anyhow::{Context, Result};
 use maat_server::pg_server::LocalPostgres;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The metadata engines `maat up --meta` takes.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -36,8 +37,19 @@ pub fn new_cluster_url(meta: Meta, url: Option<&str>, data: &Path) -> Result<Opt
     Ok(Some(LocalPostgres::url_for(&dir)))
 }
 
+/// The cluster's own PostgreSQL server, kept running.
+pub struct OwnServer {
+    server: Option<LocalPostgres>,
+    dir: PathBuf,
+    /// After a failed restart: not before then again.
+    retry_at: Option<Instant>,
+}
+
+/// How long after a failed restart of the server the next is tried.
+const RESTART_BACKOFF: Duration = Duration::from_secs(5);
+
 /// Starts the cluster's own PostgreSQL server if it has one (`DATA/postgres`).
-pub fn start_own_server(data: &Path) -> Result<Option<LocalPostgres>> {
+pub fn start_own_server(data: &Path) -> Result<Option<OwnServer>> {
     let dir = data.join("postgres");
     if !dir.is_dir() {
         return Ok(None);
@@ -65,17 +77,47 @@ pub fn start_own_server(data: &Path) -> Result<Option<LocalPostgres>> {
         dir.display(),
         server.pid()
     );
-    Ok(Some(server))
+    Ok(Some(OwnServer {
+        server: Some(server),
+        dir,
+        retry_at: None,
+    }))
 }
 
-/// Starts the server again if it exited (the MDS reconnects by itself).
-pub fn keep_running(server: &mut Option<LocalPostgres>, data: &Path) {
-    if let Some(s) = server {
-        if s.exited() {
+impl OwnServer {
+    /// Starts the server again if it exited (the MDS reconnects by itself); after a
+    /// failed start, tries again [`RESTART_BACKOFF`] later.
+    pub fn keep_running(&mut self) {
+        if let Some(s) = &mut self.server {
+            if !s.exited() {
+                return;
+            }
             eprintln!("maat: PostgreSQL exited unexpectedly; restarting");
-            match LocalPostgres::start(&data.join("postgres")) {
-                Ok(again) => *server = Some(again),
-                Err(e) => eprintln!("maat: restarting PostgreSQL failed: {e}"),
+            self.server = None;
+        }
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        match LocalPostgres::start(&self.dir) {
+            Ok(again) => {
+                self.server = Some(again);
+                self.retry_at = None;
+            }
+            Err(e) => {
+                eprintln!(
+                    "maat: restarting PostgreSQL failed: {e}; trying again in {} s",
+                    RESTART_BACKOFF.as_secs()
+                );
+                self.retry_at = Some(Instant::now() + RESTART_BACKOFF);
+            }
+        }
+    }
+
+    /// Stops the server (after the MDS).
+    pub fn stop(self) {
+        if let Some(server) = self.server {
+            if let Err(e) = server.stop() {
+                eprintln!("maat: stopping PostgreSQL: {e}");
             }
         }
     }

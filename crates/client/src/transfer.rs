@@ -445,8 +445,11 @@ impl Client {
                             refreshed = true;
                             self.forget_opened_path(path);
                             let before = opened.stat.crypt.clone();
+                            let before_id = opened.stat.id;
                             opened = self.open(path, Access::Read, None)?;
-                            if !same_stripes(before.as_ref(), opened.stat.crypt.as_ref(), k) {
+                            if (k > 0 && opened.stat.id != before_id)
+                                || !same_stripes(before.as_ref(), opened.stat.crypt.as_ref(), k)
+                            {
                                 return Err(ClientError::Replaced(path.to_string()));
                             }
                             // (The size may have changed too, as with a kept open.)

@@ -9,7 +9,8 @@ use std::io::{Seek, Write};
 /// being rewritten faster than it can be read.
 pub const WHOLE_READ_ATTEMPTS_MAX: u32 = 4;
 
-/// An output a read can start over in: emptied by [`Restart::restart`].
+/// An output a read can start over in: emptied by [`Restart::restart`] (a file is cut to
+/// nothing, whatever it held before the read began).
 pub trait Restart: Write {
     /// Drops everything written so far.
     fn restart(&mut self) -> std::io::Result<()>;

@@ -177,8 +177,9 @@ fn open_redb(
     Ok((store, secrets))
 }
 
-/// The daemon's hooks on its store: a failed durable commit ends the daemon (redb; a
-/// PostgreSQL commit that fails is rolled back whole by the server), and a simulation's
+/// The daemon's hooks on its store: a commit that may be half on disk (redb: a failed
+/// fsync) or whose outcome is unknown (PostgreSQL: the connection died after COMMIT was
+/// sent) ends the daemon, which restarts from what the store holds; and a simulation's
 /// disk faults.
 fn store_with_hooks(store: MdsStore, env: &Env) -> MdsStore {
     match store {
@@ -188,7 +189,10 @@ fn store_with_hooks(store: MdsStore, env: &Env) -> MdsStore {
             let s = s.with_faults(env.storage_faults());
             MdsStore::Redb(s)
         }
-        other => other,
+        MdsStore::Postgres(s) => {
+            s.on_failure(env.store_failed_hook());
+            MdsStore::Postgres(s)
+        }
     }
 }
 

@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 
 /// How long a starting server may take to accept connections.
 pub const PG_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest path a unix socket may have (`sun_path` less its terminating zero).
+pub const SOCKET_PATH_BYTES_MAX: usize = 107;
+/// How long a fast shutdown may take before the server is told to stop at once.
+pub const PG_STOP_TIMEOUT: Duration = Duration::from_secs(60);
 /// The superuser `initdb` makes, as whom the MDS connects.
 pub const PG_USER: &str = "maat";
 /// The database the MDS keeps its tables in.
@@ -90,6 +94,7 @@ fn server_account() -> Result<Option<(u32, u32)>, ServerError> {
 pub struct LocalPostgres {
     child: Child,
     socket_dir: PathBuf,
+    cluster: PathBuf,
 }
 
 impl LocalPostgres {
@@ -101,22 +106,39 @@ impl LocalPostgres {
             fail("no PostgreSQL server binaries (initdb, postgres) on PATH or in /usr/lib/postgresql: apt-get install postgresql")
         })?;
         let account = server_account()?;
+        // (The server changes into its cluster directory: a relative socket path would
+        // be taken from there.)
+        let dir = std::path::absolute(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
         let cluster = dir.join("cluster");
         let socket_dir = dir.join("socket");
-        for d in [dir, &socket_dir] {
-            std::fs::create_dir_all(d).map_err(|e| fail(format!("{}: {e}", d.display())))?;
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| fail(format!("{}: {e}", d.display())))?;
-            if let Some((uid, gid)) = account {
-                std::os::unix::fs::chown(d, Some(uid), Some(gid))
-                    .map_err(|e| fail(format!("chown {}: {e}", d.display())))?;
-            }
+        let socket = socket_dir.join(".s.PGSQL.5432");
+        if socket.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
+            return Err(fail(format!(
+                "{} is longer than a unix socket path may be ({SOCKET_PATH_BYTES_MAX} bytes): use a shorter data directory",
+                socket.display()
+            )));
         }
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| fail(format!("{}: {e}", parent.display())))?;
+        }
+        // `dir` and what is in it may be the server account's: everything done in it as
+        // root goes through descriptors opened without following links, so that
+        // account cannot turn a link into a chown or chmod of another file.
+        private_dir(&dir, account)?;
+        private_dir(&socket_dir, account)?;
         if let Some((uid, _)) = account {
-            check_passable(dir, uid)?;
+            check_passable(&dir, uid)?;
+        }
+        if let Some(pid) = running_postmaster(&cluster) {
+            return Err(fail(format!(
+                "a PostgreSQL server (pid {pid}) already runs on {}, left by an earlier run: stop it (kill -INT {pid}) and start again",
+                cluster.display()
+            )));
         }
         let as_account = |program: &str| {
             let mut c = Command::new(bin.join(program));
+            c.current_dir(&dir);
             if let Some((uid, gid)) = account {
                 c.uid(uid).gid(gid);
             }
@@ -138,17 +160,7 @@ impl LocalPostgres {
             }
         }
         let log_path = dir.join("server.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| fail(format!("{}: {e}", log_path.display())))?;
-        if let Some((uid, gid)) = account {
-            std::os::unix::fs::chown(&log_path, Some(uid), Some(gid))
-                .map_err(|e| fail(format!("chown {}: {e}", log_path.display())))?;
-        }
-        std::fs::set_permissions(&log_path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| fail(format!("{}: {e}", log_path.display())))?;
+        let log = private_log(&log_path, account)?;
         let log_err = log
             .try_clone()
             .map_err(|e| fail(format!("{}: {e}", log_path.display())))?;
@@ -164,12 +176,19 @@ impl LocalPostgres {
                 "unix_socket_permissions=0700",
             ])
             .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
+            // Its own process group: a Ctrl-C at the terminal reaches `maat up`, which
+            // stops the server after the MDS, not at once beside it.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)
             .spawn()
             .map_err(|e| fail(format!("starting postgres: {e}")))?;
-        let mut server = Self { child, socket_dir };
+        let mut server = Self {
+            child,
+            socket_dir,
+            cluster,
+        };
         server.wait_ready(&log_path)?;
         server.create_database()?;
         Ok(server)
@@ -213,7 +232,12 @@ impl LocalPostgres {
                 .map_err(|e| fail(e.to_string()))?
                 .connect(postgres::NoTls);
             match attempt {
-                Ok(_) => return Ok(()),
+                // (Only once the server answering is this child: another one on the same
+                // directory would answer too.)
+                Ok(_) if running_postmaster(&self.cluster) == Some(self.child.id()) => {
+                    return Ok(())
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(50)),
                 Err(e) if Instant::now() >= until => {
                     return Err(fail(format!(
                         "postgres did not accept connections within {} s: {e}; see {}",
@@ -267,10 +291,26 @@ impl LocalPostgres {
             // SIGINT: PostgreSQL's fast shutdown.
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
         }
-        self.child
-            .wait()
-            .map(drop)
-            .map_err(|e| fail(format!("waiting for postgres: {e}")))
+        let until = Instant::now() + PG_STOP_TIMEOUT;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
+                Ok(None) => {
+                    // SIGQUIT: immediate shutdown (crash recovery at the next start; what
+                    // was committed is in the log).
+                    if let Some(pid) = pid {
+                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::QUIT);
+                    }
+                    return self
+                        .child
+                        .wait()
+                        .map(drop)
+                        .map_err(|e| fail(format!("waiting for postgres: {e}")));
+                }
+                Err(e) => return Err(fail(format!("waiting for postgres: {e}"))),
+            }
+        }
     }
 }
 
@@ -278,6 +318,73 @@ impl Drop for LocalPostgres {
     fn drop(&mut self) {
         let _ = self.stop_inner();
     }
+}
+
+/// Makes `d` (if missing) or takes it as it is, and gives it to `account` with mode
+/// 0700, through a descriptor opened without following a link: a link in its place is
+/// refused, never followed.
+fn private_dir(d: &Path, account: Option<(u32, u32)>) -> Result<(), ServerError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::create_dir(d) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail(format!("{}: {e}", d.display()))),
+    }
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::DIRECTORY;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(d)
+        .map_err(|e| {
+            fail(format!(
+                "{} (a link, or not a directory?): {e}",
+                d.display()
+            ))
+        })?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| fail(format!("chmod {}: {e}", d.display())))?;
+    if let Some((uid, gid)) = account {
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+            .map_err(|e| fail(format!("chown {}: {e}", d.display())))?;
+    }
+    Ok(())
+}
+
+/// The server's log, opened for appending without following a link, a regular file
+/// with one name, 0600 and the account's.
+fn private_log(path: &Path, account: Option<(u32, u32)>) -> Result<std::fs::File, ServerError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|e| fail(format!("{} (a link?): {e}", path.display())))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    if !meta.is_file() || meta.nlink() != 1 {
+        return Err(fail(format!(
+            "{} is not a regular file with one name: remove it and start again",
+            path.display()
+        )));
+    }
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| fail(format!("chmod {}: {e}", path.display())))?;
+    if let Some((uid, gid)) = account {
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+            .map_err(|e| fail(format!("chown {}: {e}", path.display())))?;
+    }
+    Ok(f)
+}
+
+/// The pid in `cluster/postmaster.pid`, if that process is alive.
+fn running_postmaster(cluster: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(cluster.join("postmaster.pid")).ok()?;
+    let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+    let raw = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    rustix::process::test_kill_process(raw).ok().map(|()| pid)
 }
 
 /// Refuses, with the fix, a directory above `dir` that the account `uid` cannot pass

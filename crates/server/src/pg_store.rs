@@ -66,6 +66,7 @@ enum Sql {
     Partitions,
     Meta,
     Metas,
+    MetasBelow,
     PutInode,
     DeleteInode,
     PutEntry,
@@ -84,7 +85,7 @@ enum Sql {
     DeleteMeta,
 }
 
-const STATEMENTS: [(Sql, &str); 31] = [
+const STATEMENTS: [(Sql, &str); 32] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -112,6 +113,10 @@ const STATEMENTS: [(Sql, &str); 31] = [
     (Sql::Partitions, "SELECT v FROM partitions ORDER BY id"),
     (Sql::Meta, "SELECT v FROM meta WHERE k = $1"),
     (Sql::Metas, "SELECT k, v FROM meta WHERE k >= $1 ORDER BY k"),
+    (
+        Sql::MetasBelow,
+        "SELECT k, v FROM meta WHERE k >= $1 AND k < $2 ORDER BY k",
+    ),
     (
         Sql::PutInode,
         "INSERT INTO inodes (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
@@ -200,12 +205,17 @@ impl Conn {
     }
 }
 
+/// What [`PgStore::on_failure`] calls.
+pub type FailedHook = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Metadata in a PostgreSQL database.
 pub struct PgStore {
     config: postgres::Config,
     idle: Mutex<Vec<Conn>>,
     /// Batches committed (each a durable commit: `maat stats`' `store_fsyncs`).
     commits: AtomicU64,
+    /// Told when a commit's outcome is unknown ([`PgStore::on_failure`]).
+    failed_hook: Mutex<Option<FailedHook>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -249,6 +259,7 @@ impl PgStore {
             config,
             idle: Mutex::new(Vec::new()),
             commits: AtomicU64::new(0),
+            failed_hook: Mutex::new(None),
         };
         store.migrate()?;
         Ok(store)
@@ -337,7 +348,7 @@ impl PgStore {
         &self,
         mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let taken = self.idle.lock().map_err(poisoned)?.pop();
+        let taken = self.pool().pop();
         let reused = taken.is_some();
         let mut conn = match taken {
             Some(c) => c,
@@ -345,28 +356,46 @@ impl PgStore {
         };
         let result = f(&mut conn);
         if !conn.client.is_closed() {
-            self.keep(conn)?;
+            self.keep(conn);
             return result;
         }
         if !(reused && result.is_err()) {
             return result;
         }
-        self.idle.lock().map_err(poisoned)?.clear();
+        self.pool().clear();
         tracing::warn!("the PostgreSQL server closed the MDS's connections; connecting again");
         let mut fresh = self.connect()?;
         let again = f(&mut fresh);
         if !fresh.client.is_closed() {
-            self.keep(fresh)?;
+            self.keep(fresh);
         }
         again
     }
 
-    fn keep(&self, conn: Conn) -> Result<(), StoreError> {
-        let mut idle = self.idle.lock().map_err(poisoned)?;
+    fn keep(&self, conn: Conn) {
+        let mut idle = self.pool();
         if idle.len() < PG_IDLE_CONNECTIONS_MAX {
             idle.push(conn);
         }
-        Ok(())
+    }
+
+    /// The idle connections. (A thread that panicked holding the lock left nothing but
+    /// connections behind, each whole or closed: the pool is taken over.)
+    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Calls `hook` (with why) when a commit's outcome is unknown: the connection died
+    /// after COMMIT was sent, and no new one could apply the batch again. The MDS's
+    /// memory may then disagree with the database; the daemon exits and restarts from
+    /// the database, as with a failed fsync on redb.
+    pub fn on_failure(&self, hook: FailedHook) {
+        *self
+            .failed_hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hook);
     }
 
     fn one<T: Record>(
@@ -391,10 +420,6 @@ impl PgStore {
                 .collect()
         })
     }
-}
-
-fn poisoned<T>(_: std::sync::PoisonError<T>) -> StoreError {
-    StoreError::Backend("the PostgreSQL connection pool's lock is poisoned".into())
 }
 
 impl MetaStore for PgStore {
@@ -482,7 +507,16 @@ impl MetaStore for PgStore {
 
     fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.with(|c| {
-            let rows = c.query(Sql::Metas, &[&prefix.as_bytes()], "metadata values")?;
+            // Bounded above by the prefix's successor where it has one, so the scan
+            // reads the prefix's keys only.
+            let rows = match prefix_successor(prefix.as_bytes()) {
+                Some(end) => c.query(
+                    Sql::MetasBelow,
+                    &[&prefix.as_bytes(), &end.as_slice()],
+                    "metadata values",
+                )?,
+                None => c.query(Sql::Metas, &[&prefix.as_bytes()], "metadata values")?,
+            };
             let mut out = Vec::new();
             for r in &rows {
                 let key: &[u8] = r.get(0);
@@ -498,7 +532,11 @@ impl MetaStore for PgStore {
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
-        self.with(|c| {
+        // Whether the last attempt lost its connection after sending COMMIT (the server
+        // may or may not have committed). An error the server reported is a rollback.
+        let mut unknown = false;
+        let result = self.with(|c| {
+            unknown = false;
             let statements = &c.statements;
             let mut tx = c
                 .client
@@ -507,10 +545,30 @@ impl MetaStore for PgStore {
             for op in &batch.0 {
                 apply(&mut tx, statements, op)?;
             }
-            tx.commit().map_err(|e| err("committing", e))
-        })?;
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+            tx.commit().map_err(|e| {
+                unknown = e.as_db_error().is_none();
+                err("committing", e)
+            })
+        });
+        match result {
+            Ok(()) => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                if unknown {
+                    let hook = self
+                        .failed_hook
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    if let Some(hook) = hook {
+                        hook(&format!("a commit's outcome is unknown: {e}"));
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     fn durability_counts(&self) -> DurabilityCounts {
@@ -524,6 +582,19 @@ impl MetaStore for PgStore {
     fn engine(&self) -> &'static str {
         "postgresql"
     }
+}
+
+/// The least byte string greater than every string starting with `prefix`, if any (none
+/// for an empty prefix or one of 0xFF bytes only).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
 }
 
 /// Writes one change inside `tx`.

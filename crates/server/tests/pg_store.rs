@@ -254,3 +254,57 @@ fn an_mds_config_with_a_database_password_must_be_its_owners_alone() {
         .to_string();
     assert!(bad.contains("meta_url does not parse"), "{bad}");
 }
+
+#[test]
+fn a_second_server_on_a_running_clusters_directory_is_refused() {
+    let Some((dir, _pg)) = server("a_second_server_on_a_running_clusters_directory_is_refused")
+    else {
+        return;
+    };
+    let refused = LocalPostgres::start(&dir.path().join("pg"))
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("already runs"), "{refused}");
+}
+
+/// The server's directory is the server account's: a link it plants where the socket
+/// directory or the log goes is refused, never followed (run as root, following it
+/// would chown or chmod another file for that account).
+#[test]
+fn links_in_the_servers_directory_are_refused_not_followed() {
+    if let Some(why) = cannot_start_here() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\nSKIPPED links_in_the_servers_directory_are_refused_not_followed: {why}"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pg = dir.path().join("pg");
+    std::fs::create_dir(&pg).unwrap();
+    std::os::unix::fs::symlink(&victim, pg.join("socket")).unwrap();
+    let refused = LocalPostgres::start(&pg).unwrap_err().to_string();
+    assert!(refused.contains("socket"), "{refused}");
+    let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755, "the link's target was changed");
+
+    let victim_file = dir.path().join("victim-file");
+    std::fs::write(&victim_file, b"not the server's").unwrap();
+    std::fs::set_permissions(&victim_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::remove_file(pg.join("socket")).unwrap();
+    std::os::unix::fs::symlink(&victim_file, pg.join("server.log")).unwrap();
+    let refused = LocalPostgres::start(&pg).unwrap_err().to_string();
+    assert!(refused.contains("server.log"), "{refused}");
+    let mode = std::fs::metadata(&victim_file)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777;
+    assert_eq!(mode, 0o644, "the log link's target was changed");
+    assert_eq!(std::fs::read(&victim_file).unwrap(), b"not the server's");
+}
