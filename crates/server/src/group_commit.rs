@@ -14,6 +14,7 @@
 //! from opening the transaction to recording its outcome, so a failed write is recorded
 //! before any other writer can take a snapshot of what it left in the overlay.
 
+use crate::env::StoreFailed;
 use crate::overlay::{held, Overlay};
 use maat_mds::store::{Batch, DurabilityCounts, StoreError};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,11 +44,36 @@ pub(crate) struct GroupCommit {
     /// Whether [`GroupCommit::apply`] is used (the MDS config's `group_commit`).
     enabled: AtomicBool,
     /// Told once, when writing batches first fails.
-    on_failure: Mutex<Option<FailureHook>>,
+    on_failure: FailureSlot,
 }
 
-/// What [`GroupCommit::set_on_failure`] installs.
-pub(crate) type FailureHook = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+/// Where a store keeps the hook it tells when it can no longer vouch for what is on disk
+/// (the daemon's [`crate::Env::store_failed_hook`]): set once, fired from any thread.
+#[derive(Default)]
+pub(crate) struct FailureSlot(Mutex<Option<StoreFailed>>);
+
+impl FailureSlot {
+    /// Installs `hook`.
+    pub(crate) fn set(&self, hook: StoreFailed) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hook);
+    }
+
+    /// Tells the hook, if one is installed, `why`.
+    pub(crate) fn fire(&self, why: &str) {
+        // (Cloned out first: the hook may exit, and must not run under the lock.)
+        let hook = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(hook) = hook {
+            hook(why);
+        }
+    }
+}
 
 impl Default for GroupCommit {
     fn default() -> Self {
@@ -56,7 +82,7 @@ impl Default for GroupCommit {
             synced: Condvar::new(),
             writer: Mutex::new(()),
             enabled: AtomicBool::new(true),
-            on_failure: Mutex::new(None),
+            on_failure: FailureSlot::default(),
         }
     }
 }
@@ -222,25 +248,15 @@ impl GroupCommit {
         };
         self.synced.notify_all();
         if first {
-            let hook = self
-                .on_failure
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
-            if let Some(hook) = hook {
-                hook(&e.to_string());
-            }
+            self.on_failure.fire(&e.to_string());
         }
         e
     }
 
     /// Calls `hook` once, when writing batches first fails (from then on the store fails
     /// every change: the daemon's way out is a restart from what is on disk).
-    pub(crate) fn set_on_failure(&self, hook: FailureHook) {
-        *self
-            .on_failure
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hook);
+    pub(crate) fn set_on_failure(&self, hook: StoreFailed) {
+        self.on_failure.set(hook);
     }
 
     /// Batches applied and fsyncs made.

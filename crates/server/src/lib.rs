@@ -31,7 +31,7 @@ mod serve;
 mod shell;
 
 pub use config::{KdsFileConfig, MdsFileConfig, OsdFileConfig};
-pub use env::{Clock, Env};
+pub use env::{Clock, Env, StoreFailed};
 pub use kds::{kds_handler, kds_public_keys_text, open_kds, run_kds, sync_kds_revocations};
 pub use listen::adopt_handed_down_listener;
 use listen::bind;

@@ -440,7 +440,7 @@ impl RedbStore {
     /// every change and sync fails (what was applied may be only partly on disk), and the
     /// daemon must restart from what is on disk. The MDS daemon exits (its supervisor
     /// restarts it), as PostgreSQL does when an fsync fails.
-    pub fn on_failure(&self, hook: std::sync::Arc<dyn Fn(&str) + Send + Sync>) {
+    pub fn on_failure(&self, hook: crate::env::StoreFailed) {
         self.group.set_on_failure(hook);
     }
 

@@ -15,6 +15,8 @@
 //! after); a connection that failed is dropped and a new one made at the next request,
 //! so the MDS carries on once the server is back.
 
+use crate::env::StoreFailed;
+use crate::group_commit::FailureSlot;
 use maat_mds::store::{
     Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record,
     SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
@@ -179,10 +181,7 @@ type Params<'a> = &'a [&'a (dyn postgres::types::ToSql + Sync)];
 
 impl Conn {
     fn statement(&self, sql: Sql) -> Result<Statement, StoreError> {
-        self.statements
-            .get(sql as usize)
-            .cloned()
-            .ok_or_else(|| StoreError::Backend("a statement was not prepared".into()))
+        prepared(&self.statements, sql).cloned()
     }
 
     fn query(&mut self, sql: Sql, params: Params<'_>, what: &str) -> Result<Vec<Row>, StoreError> {
@@ -205,9 +204,6 @@ impl Conn {
     }
 }
 
-/// What [`PgStore::on_failure`] calls.
-pub type FailedHook = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
-
 /// Metadata in a PostgreSQL database.
 pub struct PgStore {
     config: postgres::Config,
@@ -215,7 +211,7 @@ pub struct PgStore {
     /// Batches committed (each a durable commit: `maat stats`' `store_fsyncs`).
     commits: AtomicU64,
     /// Told when a commit's outcome is unknown ([`PgStore::on_failure`]).
-    failed_hook: Mutex<Option<FailedHook>>,
+    failed_hook: FailureSlot,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -259,7 +255,7 @@ impl PgStore {
             config,
             idle: Mutex::new(Vec::new()),
             commits: AtomicU64::new(0),
-            failed_hook: Mutex::new(None),
+            failed_hook: FailureSlot::default(),
         };
         store.migrate()?;
         Ok(store)
@@ -391,11 +387,8 @@ impl PgStore {
     /// after COMMIT was sent, and no new one could apply the batch again. The MDS's
     /// memory may then disagree with the database; the daemon exits and restarts from
     /// the database, as with a failed fsync on redb.
-    pub fn on_failure(&self, hook: FailedHook) {
-        *self
-            .failed_hook
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hook);
+    pub fn on_failure(&self, hook: StoreFailed) {
+        self.failed_hook.set(hook);
     }
 
     fn one<T: Record>(
@@ -557,14 +550,8 @@ impl MetaStore for PgStore {
             }
             Err(e) => {
                 if unknown {
-                    let hook = self
-                        .failed_hook
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone();
-                    if let Some(hook) = hook {
-                        hook(&format!("a commit's outcome is unknown: {e}"));
-                    }
+                    self.failed_hook
+                        .fire(&format!("a commit's outcome is unknown: {e}"));
                 }
                 Err(e)
             }
@@ -597,19 +584,21 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// `sql`'s statement among a connection's, prepared in [`STATEMENTS`] order.
+fn prepared(statements: &[Statement], sql: Sql) -> Result<&Statement, StoreError> {
+    statements
+        .get(sql as usize)
+        .ok_or_else(|| StoreError::Backend("a statement was not prepared".into()))
+}
+
 /// Writes one change inside `tx`.
 fn apply(
     tx: &mut postgres::Transaction<'_>,
     statements: &[Statement],
     op: &Op,
 ) -> Result<(), StoreError> {
-    let st = |sql: Sql| {
-        statements
-            .get(sql as usize)
-            .ok_or_else(|| StoreError::Backend("a statement was not prepared".into()))
-    };
     let mut run = |sql: Sql, params: &[&(dyn postgres::types::ToSql + Sync)]| {
-        tx.execute(st(sql)?, params)
+        tx.execute(prepared(statements, sql)?, params)
             .map(drop)
             .map_err(|e| err("writing a change", e))
     };
