@@ -91,7 +91,14 @@ pub struct Keys {
     pub mds_seal: SealingSecretKey,
 }
 
-pub fn keys() -> Keys {
+/// The fixtures' keys, derived once: a check that derived them per call spent most of the
+/// exhaustive tamper test's minute in key derivation rather than in the check under test.
+pub fn keys() -> &'static Keys {
+    static KEYS: std::sync::OnceLock<Keys> = std::sync::OnceLock::new();
+    KEYS.get_or_init(derive_keys)
+}
+
+fn derive_keys() -> Keys {
     Keys {
         mds: SigningKey::from_seed(&[0x01; 32]),
         client: SigningKey::from_seed(&[0x02; 32]),
