@@ -1007,13 +1007,17 @@ fn concurrent_operations_under_message_faults_keep_what_was_acknowledged() {
             seeds
         }
     };
-    for seed in seeds {
+    for (i, seed) in seeds.into_iter().enumerate() {
         let first =
             run_seed(seed).unwrap_or_else(|(why, log)| panic!("{}", report(seed, &why, &log)));
-        // The same seed gives the same frames.
-        let again = run_seed(seed).unwrap_or_else(|(why, log)| {
-            panic!("{}", report(seed, &format!("second run: {why}"), &log))
-        });
-        assert_eq!(first, again, "seed {seed} did not repeat its transcript");
+        // The same seed gives the same frames: shown on the first two seeds (every seed
+        // run twice doubled this test's time in CI for a property of the simulator, not of
+        // the seed; `MAAT_SIM_SEED=N` still runs one seed twice).
+        if i < 2 {
+            let again = run_seed(seed).unwrap_or_else(|(why, log)| {
+                panic!("{}", report(seed, &format!("second run: {why}"), &log))
+            });
+            assert_eq!(first, again, "seed {seed} did not repeat its transcript");
+        }
     }
 }
