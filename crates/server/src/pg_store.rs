@@ -11,203 +11,32 @@
 //! issued there. Names and `meta` keys are `bytea`, so they order byte by byte (as redb
 //! orders them) whatever the database's collation.
 //!
-//! A pool of connections serves the MDS's threads (each request takes one, returns it
-//! after); a connection that failed is dropped and a new one made at the next request,
-//! so the MDS carries on once the server is back.
+//! A bounded pool of connections serves the MDS's threads ([`crate::pg_pool`]); a
+//! connection that failed is dropped and a new one made at the next request, so the MDS
+//! carries on once the server is back. The schema and statements are in
+//! [`crate::pg_sql`].
 
 use crate::env::StoreFailed;
 use crate::group_commit::FailureSlot;
+use crate::pg_pool::{Pool, PG_CONNECTIONS_MAX};
+use crate::pg_sql::{col, err, prepared, Sql, MIGRATIONS};
 use maat_mds::store::{
     Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record,
     SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
-use postgres::{Client, NoTls, Row, Statement};
+use postgres::Statement;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 /// The schema version this MDS writes; every earlier one is migrated on open.
 pub const PG_SCHEMA_VERSION: i32 = 1;
-/// Idle connections kept for reuse; more are made while requests need them.
-pub const PG_IDLE_CONNECTIONS_MAX: usize = 16;
 /// The advisory lock (an arbitrary constant: "maat" in ASCII) held while the schema is
 /// created or migrated.
 const SCHEMA_LOCK: i64 = 0x6d61_6174;
 
-/// Migrations by the version they lead to, applied in order in one transaction each.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE inodes (id bigint PRIMARY KEY, v bytea NOT NULL);
-     CREATE TABLE entries (parent bigint NOT NULL, name bytea NOT NULL, child bigint NOT NULL,
-                           PRIMARY KEY (parent, name));
-     CREATE TABLE users (id bigint PRIMARY KEY, v bytea NOT NULL);
-     CREATE TABLE user_names (name bytea PRIMARY KEY, id bigint NOT NULL);
-     CREATE TABLE groups (id bigint PRIMARY KEY, v bytea NOT NULL);
-     CREATE TABLE group_names (name bytea PRIMARY KEY, id bigint NOT NULL);
-     CREATE TABLE sessions (id bytea PRIMARY KEY, v bytea NOT NULL);
-     CREATE TABLE osds (id bigint PRIMARY KEY, v bytea NOT NULL);
-     CREATE TABLE partitions (id bigint PRIMARY KEY, v bytea NOT NULL);
-     CREATE TABLE meta (k bytea PRIMARY KEY, v bytea NOT NULL);",
-)];
-
-/// Every statement a connection prepares once, when it is made.
-#[derive(Clone, Copy)]
-enum Sql {
-    Inode,
-    Lookup,
-    Entries,
-    UserByName,
-    User,
-    Users,
-    GroupByName,
-    Group,
-    Session,
-    Sessions,
-    Osds,
-    Partition,
-    Partitions,
-    Meta,
-    Metas,
-    MetasBelow,
-    PutInode,
-    DeleteInode,
-    PutEntry,
-    DeleteEntry,
-    PutUser,
-    PutUserName,
-    DeleteUser,
-    DeleteUserName,
-    PutGroup,
-    PutGroupName,
-    PutSession,
-    DeleteSession,
-    PutOsd,
-    PutPartition,
-    PutMeta,
-    DeleteMeta,
-}
-
-const STATEMENTS: [(Sql, &str); 32] = [
-    (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
-    (
-        Sql::Lookup,
-        "SELECT child FROM entries WHERE parent = $1 AND name = $2",
-    ),
-    (
-        Sql::Entries,
-        "SELECT name, child FROM entries WHERE parent = $1 ORDER BY name",
-    ),
-    (
-        Sql::UserByName,
-        "SELECT u.v FROM user_names n JOIN users u ON u.id = n.id WHERE n.name = $1",
-    ),
-    (Sql::User, "SELECT v FROM users WHERE id = $1"),
-    (Sql::Users, "SELECT v FROM users ORDER BY id"),
-    (
-        Sql::GroupByName,
-        "SELECT g.v FROM group_names n JOIN groups g ON g.id = n.id WHERE n.name = $1",
-    ),
-    (Sql::Group, "SELECT v FROM groups WHERE id = $1"),
-    (Sql::Session, "SELECT v FROM sessions WHERE id = $1"),
-    (Sql::Sessions, "SELECT id, v FROM sessions ORDER BY id"),
-    (Sql::Osds, "SELECT v FROM osds ORDER BY id"),
-    (Sql::Partition, "SELECT v FROM partitions WHERE id = $1"),
-    (Sql::Partitions, "SELECT v FROM partitions ORDER BY id"),
-    (Sql::Meta, "SELECT v FROM meta WHERE k = $1"),
-    (Sql::Metas, "SELECT k, v FROM meta WHERE k >= $1 ORDER BY k"),
-    (
-        Sql::MetasBelow,
-        "SELECT k, v FROM meta WHERE k >= $1 AND k < $2 ORDER BY k",
-    ),
-    (
-        Sql::PutInode,
-        "INSERT INTO inodes (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
-    ),
-    (Sql::DeleteInode, "DELETE FROM inodes WHERE id = $1"),
-    (
-        Sql::PutEntry,
-        "INSERT INTO entries (parent, name, child) VALUES ($1, $2, $3)
-         ON CONFLICT (parent, name) DO UPDATE SET child = EXCLUDED.child",
-    ),
-    (
-        Sql::DeleteEntry,
-        "DELETE FROM entries WHERE parent = $1 AND name = $2",
-    ),
-    (
-        Sql::PutUser,
-        "INSERT INTO users (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
-    ),
-    (
-        Sql::PutUserName,
-        "INSERT INTO user_names (name, id) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET id = EXCLUDED.id",
-    ),
-    (Sql::DeleteUser, "DELETE FROM users WHERE id = $1"),
-    (Sql::DeleteUserName, "DELETE FROM user_names WHERE name = $1"),
-    (
-        Sql::PutGroup,
-        "INSERT INTO groups (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
-    ),
-    (
-        Sql::PutGroupName,
-        "INSERT INTO group_names (name, id) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET id = EXCLUDED.id",
-    ),
-    (
-        Sql::PutSession,
-        "INSERT INTO sessions (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
-    ),
-    (Sql::DeleteSession, "DELETE FROM sessions WHERE id = $1"),
-    (
-        Sql::PutOsd,
-        "INSERT INTO osds (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
-    ),
-    (
-        Sql::PutPartition,
-        "INSERT INTO partitions (id, v) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
-    ),
-    (
-        Sql::PutMeta,
-        "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
-    ),
-    (Sql::DeleteMeta, "DELETE FROM meta WHERE k = $1"),
-];
-
-/// One connection and its prepared statements (in [`STATEMENTS`] order).
-struct Conn {
-    client: Client,
-    statements: Vec<Statement>,
-}
-
-type Params<'a> = &'a [&'a (dyn postgres::types::ToSql + Sync)];
-
-impl Conn {
-    fn statement(&self, sql: Sql) -> Result<Statement, StoreError> {
-        prepared(&self.statements, sql).cloned()
-    }
-
-    fn query(&mut self, sql: Sql, params: Params<'_>, what: &str) -> Result<Vec<Row>, StoreError> {
-        let statement = self.statement(sql)?;
-        self.client
-            .query(&statement, params)
-            .map_err(|e| err(what, e))
-    }
-
-    fn query_opt(
-        &mut self,
-        sql: Sql,
-        params: Params<'_>,
-        what: &str,
-    ) -> Result<Option<Row>, StoreError> {
-        let statement = self.statement(sql)?;
-        self.client
-            .query_opt(&statement, params)
-            .map_err(|e| err(what, e))
-    }
-}
-
 /// Metadata in a PostgreSQL database.
 pub struct PgStore {
-    config: postgres::Config,
-    idle: Mutex<Vec<Conn>>,
+    pool: Pool,
     /// Batches committed (each a durable commit: `maat stats`' `store_fsyncs`).
     commits: AtomicU64,
     /// Told when a commit's outcome is unknown ([`PgStore::on_failure`]).
@@ -218,19 +47,6 @@ impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // (The configuration may hold a password: never printed.)
         f.debug_struct("PgStore").finish_non_exhaustive()
-    }
-}
-
-fn err(what: &str, e: postgres::Error) -> StoreError {
-    // (The error's own text is "db error" for every refusal by the server: its
-    // message and code are what say why.)
-    match e.as_db_error() {
-        Some(db) => StoreError::Backend(format!(
-            "postgresql: {what}: {} ({})",
-            db.message(),
-            db.code().code()
-        )),
-        None => StoreError::Backend(format!("postgresql: {what}: {e}")),
     }
 }
 
@@ -248,12 +64,16 @@ impl PgStore {
     /// pairs, as libpq takes them), creates the schema or brings it to
     /// [`PG_SCHEMA_VERSION`], and refuses a newer one.
     pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with_connections(url, PG_CONNECTIONS_MAX)
+    }
+
+    /// [`PgStore::open`], keeping at most `max` connections open (at least one).
+    pub fn open_with_connections(url: &str, max: usize) -> Result<Self, StoreError> {
         let config: postgres::Config = url
             .parse()
             .map_err(|e| err("the metadata URL does not parse", e))?;
         let store = Self {
-            config,
-            idle: Mutex::new(Vec::new()),
+            pool: Pool::new(config, max),
             commits: AtomicU64::new(0),
             failed_hook: FailureSlot::default(),
         };
@@ -264,7 +84,7 @@ impl PgStore {
     /// Creates or upgrades the schema, one migration per transaction, under an
     /// advisory lock.
     fn migrate(&self) -> Result<(), StoreError> {
-        let mut client = self.connect_plain()?;
+        let mut client = self.pool.connect_plain()?;
         loop {
             let mut tx = client
                 .transaction()
@@ -277,7 +97,9 @@ impl PgStore {
             let version: i32 = tx
                 .query_opt("SELECT max(version) FROM maat_schema", &[])
                 .map_err(|e| err("reading the schema version", e))?
-                .and_then(|row| row.get::<_, Option<i32>>(0))
+                .map(|row| col::<Option<i32>>(&row, 0, "the schema version"))
+                .transpose()?
+                .flatten()
                 .unwrap_or(0);
             if version == PG_SCHEMA_VERSION {
                 return tx.commit().map_err(|e| err("ending the schema check", e));
@@ -313,76 +135,6 @@ impl PgStore {
         }
     }
 
-    fn connect_plain(&self) -> Result<Client, StoreError> {
-        self.config
-            .connect(NoTls)
-            .map_err(|e| err("connecting to the metadata database", e))
-    }
-
-    fn connect(&self) -> Result<Conn, StoreError> {
-        let mut client = self.connect_plain()?;
-        let mut statements = Vec::with_capacity(STATEMENTS.len());
-        for (n, (sql, text)) in STATEMENTS.iter().enumerate() {
-            debug_assert_eq!(*sql as usize, n);
-            statements.push(
-                client
-                    .prepare(text)
-                    .map_err(|e| err(&format!("preparing `{text}`"), e))?,
-            );
-        }
-        Ok(Conn { client, statements })
-    }
-
-    /// Runs `f` on an idle connection (or a new one), and keeps the connection for the
-    /// next call unless it closed. When a connection from the pool turns out closed (the
-    /// server restarted since it was last used), every idle one is dropped and `f` runs
-    /// once more on a new connection. That is safe for reads, and for a commit because a
-    /// batch only sets rows to values and deletes rows: applied twice (the first
-    /// connection died after the server committed it), it leaves what applying it once
-    /// leaves, and the MDS commits one batch at a time.
-    fn with<T>(
-        &self,
-        mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let taken = self.pool().pop();
-        let reused = taken.is_some();
-        let mut conn = match taken {
-            Some(c) => c,
-            None => self.connect()?,
-        };
-        let result = f(&mut conn);
-        if !conn.client.is_closed() {
-            self.keep(conn);
-            return result;
-        }
-        if !(reused && result.is_err()) {
-            return result;
-        }
-        self.pool().clear();
-        tracing::warn!("the PostgreSQL server closed the MDS's connections; connecting again");
-        let mut fresh = self.connect()?;
-        let again = f(&mut fresh);
-        if !fresh.client.is_closed() {
-            self.keep(fresh);
-        }
-        again
-    }
-
-    fn keep(&self, conn: Conn) {
-        let mut idle = self.pool();
-        if idle.len() < PG_IDLE_CONNECTIONS_MAX {
-            idle.push(conn);
-        }
-    }
-
-    /// The idle connections. (A thread that panicked holding the lock left nothing but
-    /// connections behind, each whole or closed: the pool is taken over.)
-    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Calls `hook` (with why) when a commit's outcome is unknown: the connection died
     /// after COMMIT was sent, and no new one could apply the batch again. The MDS's
     /// memory may then disagree with the database; the daemon exits and restarts from
@@ -396,20 +148,20 @@ impl PgStore {
         sql: Sql,
         key: &(dyn postgres::types::ToSql + Sync),
     ) -> Result<Option<T>, StoreError> {
-        self.with(|c| {
+        self.pool.with(|c| {
             let row = c.query_opt(sql, &[key], T::WHAT)?;
             match row {
-                Some(row) => Ok(Some(T::decode(row.get::<_, &[u8]>(0))?)),
+                Some(row) => Ok(Some(T::decode(col(&row, 0, T::WHAT)?)?)),
                 None => Ok(None),
             }
         })
     }
 
     fn all<T: Record>(&self, sql: Sql) -> Result<Vec<T>, StoreError> {
-        self.with(|c| {
+        self.pool.with(|c| {
             let rows = c.query(sql, &[], T::WHAT)?;
             rows.iter()
-                .map(|row| T::decode(row.get::<_, &[u8]>(0)))
+                .map(|row| T::decode(col(row, 0, T::WHAT)?))
                 .collect()
         })
     }
@@ -421,20 +173,20 @@ impl MetaStore for PgStore {
     }
 
     fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
-        self.with(|c| {
+        self.pool.with(|c| {
             let row = c.query_opt(Sql::Lookup, &[&id(parent), &name.as_bytes()], "an entry")?;
-            Ok(row.map(|r| unid(r.get(0))))
+            row.map(|r| col(&r, 0, "an entry").map(unid)).transpose()
         })
     }
 
     fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
-        self.with(|c| {
+        self.pool.with(|c| {
             let rows = c.query(Sql::Entries, &[&id(parent)], "a directory's entries")?;
             rows.iter()
                 .map(|r| {
-                    let name = String::from_utf8(r.get::<_, Vec<u8>>(0))
+                    let name = String::from_utf8(col(r, 0, "an entry's name")?)
                         .map_err(|_| StoreError::corrupt("an entry's name", "not UTF-8"))?;
-                    Ok((name, unid(r.get(1))))
+                    Ok((name, unid(col(r, 1, "an entry's child")?)))
                 })
                 .collect()
         })
@@ -465,15 +217,14 @@ impl MetaStore for PgStore {
     }
 
     fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError> {
-        self.with(|c| {
+        self.pool.with(|c| {
             let rows = c.query(Sql::Sessions, &[], "sessions")?;
             rows.iter()
                 .map(|r| {
-                    let key: [u8; 16] = r
-                        .get::<_, &[u8]>(0)
+                    let key: [u8; 16] = col::<&[u8]>(r, 0, "a session id")?
                         .try_into()
                         .map_err(|_| StoreError::corrupt("a session id", "wrong length"))?;
-                    Ok((key, SessionRecord::decode(r.get::<_, &[u8]>(1))?))
+                    Ok((key, SessionRecord::decode(col(r, 1, "a session")?)?))
                 })
                 .collect()
         })
@@ -492,14 +243,14 @@ impl MetaStore for PgStore {
     }
 
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.with(|c| {
+        self.pool.with(|c| {
             let row = c.query_opt(Sql::Meta, &[&key.as_bytes()], "a metadata value")?;
-            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+            row.map(|r| col(&r, 0, "a metadata value")).transpose()
         })
     }
 
     fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.with(|c| {
+        self.pool.with(|c| {
             // Bounded above by the prefix's successor where it has one, so the scan
             // reads the prefix's keys only.
             let rows = match prefix_successor(prefix.as_bytes()) {
@@ -512,13 +263,13 @@ impl MetaStore for PgStore {
             };
             let mut out = Vec::new();
             for r in &rows {
-                let key: &[u8] = r.get(0);
+                let key: &[u8] = col(r, 0, "a metadata key")?;
                 if !key.starts_with(prefix.as_bytes()) {
                     break;
                 }
                 let key = String::from_utf8(key.to_vec())
                     .map_err(|_| StoreError::corrupt("a metadata key", "not UTF-8"))?;
-                out.push((key, r.get::<_, Vec<u8>>(1)));
+                out.push((key, col(r, 1, "a metadata value")?));
             }
             Ok(out)
         })
@@ -528,7 +279,7 @@ impl MetaStore for PgStore {
         // Whether the last attempt lost its connection after sending COMMIT (the server
         // may or may not have committed). An error the server reported is a rollback.
         let mut unknown = false;
-        let result = self.with(|c| {
+        let result = self.pool.with(|c| {
             unknown = false;
             let statements = &c.statements;
             let mut tx = c
@@ -582,13 +333,6 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
-}
-
-/// `sql`'s statement among a connection's, prepared in [`STATEMENTS`] order.
-fn prepared(statements: &[Statement], sql: Sql) -> Result<&Statement, StoreError> {
-    statements
-        .get(sql as usize)
-        .ok_or_else(|| StoreError::Backend("a statement was not prepared".into()))
 }
 
 /// Writes one change inside `tx`.

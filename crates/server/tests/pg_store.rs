@@ -308,3 +308,112 @@ fn links_in_the_servers_directory_are_refused_not_followed() {
     assert_eq!(mode, 0o644, "the log link's target was changed");
     assert_eq!(std::fs::read(&victim_file).unwrap(), b"not the server's");
 }
+
+/// A connection of the test's own to `pg`'s database (not the store's).
+fn admin(pg: &LocalPostgres) -> postgres::Client {
+    pg.url()
+        .parse::<postgres::Config>()
+        .unwrap()
+        .connect(postgres::NoTls)
+        .unwrap()
+}
+
+#[test]
+fn a_column_of_another_type_than_the_schema_says_is_an_error_not_a_panic() {
+    let Some((_dir, pg)) = server("a_column_of_another_type_than_the_schema_says_is_an_error")
+    else {
+        return;
+    };
+    let store = PgStore::open(&pg.url()).unwrap();
+    let entry = Op::PutEntry {
+        parent: 1,
+        name: "a".into(),
+        child: 2,
+    };
+    store
+        .commit(Batch(vec![entry, Op::PutMeta("k".into(), vec![1, 2])]))
+        .unwrap();
+    assert_eq!(store.lookup(1, "a").unwrap(), Some(2));
+    drop(store);
+    // Someone with the database's rights changes two columns' types under the MDS.
+    admin(&pg)
+        .batch_execute(
+            "ALTER TABLE entries ALTER COLUMN child TYPE text;
+             ALTER TABLE meta ALTER COLUMN v TYPE text USING encode(v, 'hex');",
+        )
+        .unwrap();
+    // A store that prepares its statements now gets text where it reads bigint and
+    // bytea: each read says so (with the driver's `Row::get`, the thread panicked).
+    let store = PgStore::open(&pg.url()).unwrap();
+    for refused in [
+        store.lookup(1, "a").unwrap_err().to_string(),
+        store.entries(1).unwrap_err().to_string(),
+        store.meta("k").unwrap_err().to_string(),
+        store.metas("").unwrap_err().to_string(),
+    ] {
+        assert!(
+            refused.contains("does not hold what this MDS's schema says"),
+            "{refused}"
+        );
+    }
+    // What did not change still reads.
+    assert_eq!(store.sessions().unwrap(), vec![]);
+}
+
+#[test]
+fn the_store_keeps_at_most_its_bound_of_connections_however_many_threads_ask() {
+    let Some((_dir, pg)) = server("the_store_keeps_at_most_its_bound_of_connections") else {
+        return;
+    };
+    const BOUND: usize = 3;
+    const THREADS: usize = 12;
+    let store = PgStore::open_with_connections(&pg.url(), BOUND).unwrap();
+    store
+        .commit(Batch(vec![Op::PutMeta("k".into(), vec![7])]))
+        .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut counter = admin(&pg);
+    let barrier = std::sync::Barrier::new(THREADS);
+    let most = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut most = 0i64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let n: i64 = counter
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                        &[&maat_server::pg_pool::PG_APPLICATION_NAME],
+                    )
+                    .unwrap()
+                    .get(0);
+                most = most.max(n);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            most
+        });
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    for _ in 0..150 {
+                        assert_eq!(store.meta("k").unwrap(), Some(vec![7]));
+                        store
+                            .commit(Batch(vec![Op::PutMeta("w".into(), vec![1])]))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        sampler.join().unwrap()
+    });
+    // Every read and commit of twelve threads went through; the server never saw more
+    // than the bound of the store's connections (without one: as many as threads).
+    assert!(most >= 1, "the sampler never saw the store's connections");
+    assert!(
+        most <= BOUND as i64,
+        "{most} connections open at once, bound {BOUND}"
+    );
+}
