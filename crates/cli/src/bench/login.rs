@@ -65,88 +65,153 @@ fn timed_login(cluster: &LocalCluster) -> Result<Duration> {
     Ok(t0.elapsed())
 }
 
+/// The three ways first messages reach the MDS, each timed as one phase.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// Forged first messages, one at a time: each is answered with a cookie.
+    Forged,
+    /// The same as a flood sends them: many in flight on the connection, no wait for each
+    /// answer (the MDS answers a batch that arrived together in one write).
+    Flood,
+    /// Real first messages with a valid cookie: each costs the MDS a KE2.
+    Real,
+}
+
+const PHASES: [Phase; 3] = [Phase::Forged, Phase::Flood, Phase::Real];
+
+/// What the phases of every round added up to: wall seconds and MDS CPU seconds.
+#[derive(Default)]
+struct Totals {
+    wall: [f64; 3],
+    cpu: [f64; 3],
+    /// Cookies the MDS counted during the forged and flood phases.
+    cookies: u64,
+}
+
+/// Runs `phase` once (`messages` first messages, round `round`), adding to `totals`.
+fn run_phase(
+    cluster: &LocalCluster,
+    conn: &mut Connection,
+    pid: &str,
+    phase: Phase,
+    messages: u32,
+    round: u64,
+    totals: &mut Totals,
+) -> Result<()> {
+    // Distinct messages in every phase and round.
+    let base = round << 48;
+    let mut admin = cluster.admin()?;
+    let cookies0 = counter(&mut admin, "mds", "login_cookies_sent")?;
+    // What a real phase sends is made before the clock starts (a KE1's cost is the
+    // client's), and its cookie fetched.
+    let mut ke1s = Vec::new();
+    let mut cookie = None;
+    if let Phase::Real = phase {
+        let mut rng = maat_crypto::OsRng;
+        for _ in 0..messages {
+            ke1s.push(maat_crypto::pake::client_login_start(b"flood", &mut rng)?.1);
+        }
+        cookie = match ask(
+            conn,
+            &start_message(ke1s.first().cloned().unwrap_or_default(), [0xee; 16], None)?,
+        )? {
+            MdsPlainResponse::LoginCookie { cookie } => Some(cookie),
+            other => bail!("no cookie: {other:?}"),
+        };
+    }
+    let cpu0 = cpu_secs(pid)?;
+    let t0 = Instant::now();
+    match phase {
+        Phase::Forged => {
+            for i in 0..u64::from(messages) {
+                match ask(conn, &forged(base | i)?)? {
+                    MdsPlainResponse::LoginCookie { .. } => {}
+                    other => bail!("a forged first message got {other:?}"),
+                }
+            }
+        }
+        Phase::Flood => {
+            let mut sent_so_far = 0u64;
+            while sent_so_far < u64::from(messages) {
+                let window = (u64::from(messages) - sent_so_far).min(FLOOD_WINDOW);
+                for i in sent_so_far..sent_so_far + window {
+                    conn.send(FrameType::Plain, &forged(base | 1 << 32 | i)?)?;
+                }
+                for _ in 0..window {
+                    let (t, answer) = conn.receive()?;
+                    let r: std::result::Result<MdsPlainResponse, WireError> = msg::decode(&answer)?;
+                    match (t, r) {
+                        (FrameType::Plain, Ok(MdsPlainResponse::LoginCookie { .. })) => {}
+                        other => bail!("a forged first message in a flood got {other:?}"),
+                    }
+                }
+                sent_so_far += window;
+            }
+        }
+        Phase::Real => {
+            for (i, ke1) in ke1s.into_iter().enumerate() {
+                let mut nonce = [0xc0; 16];
+                if let Some(head) = nonce.get_mut(..8) {
+                    head.copy_from_slice(&(base | i as u64).to_be_bytes());
+                }
+                match ask(conn, &start_message(ke1, nonce, cookie)?)? {
+                    MdsPlainResponse::OpaqueLoginChallenge { .. } => {}
+                    other => bail!("a first message with a cookie got {other:?}"),
+                }
+            }
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_secs(pid)? - cpu0;
+    let k = phase as usize;
+    if let (Some(w), Some(c)) = (totals.wall.get_mut(k), totals.cpu.get_mut(k)) {
+        *w += wall;
+        *c += cpu;
+    }
+    if !matches!(phase, Phase::Real) {
+        totals.cookies +=
+            counter(&mut admin, "mds", "login_cookies_sent")?.saturating_sub(cookies0);
+    }
+    Ok(())
+}
+
 /// `maat bench login-flood`.
 pub fn run_login_flood(
     messages: u32,
+    rounds: u32,
     flooders: u32,
     data: Option<PathBuf>,
     json: bool,
 ) -> Result<()> {
-    if messages == 0 {
-        bail!("--messages must be at least 1");
+    if messages == 0 || rounds == 0 {
+        bail!("--messages and --rounds must be at least 1");
     }
     let cluster = LocalCluster::start(data)?;
     let pid = mds_pid(&cluster.data)?;
     let mut conn = Connection::new(cluster.file.mds.clone());
-    // The MDS's own count of the cookies it answered, around the two forged phases: the
-    // figures below are per message sent only if the MDS saw them all.
-    let mut admin = cluster.admin()?;
-    let cookies0 = counter(&mut admin, "mds", "login_cookies_sent")?;
-
-    // Forged first messages: each is answered with a cookie.
-    let cpu0 = cpu_secs(&pid)?;
-    let t0 = Instant::now();
-    for i in 0..u64::from(messages) {
-        match ask(&mut conn, &forged(i)?)? {
-            MdsPlainResponse::LoginCookie { .. } => {}
-            other => bail!("a forged first message got {other:?}"),
+    // The phases take turns, in reverse order every other round, so that none always
+    // runs on a colder or warmer MDS than the others.
+    let mut totals = Totals::default();
+    for round in 0..rounds {
+        let mut order = PHASES;
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for phase in order {
+            run_phase(
+                &cluster,
+                &mut conn,
+                &pid,
+                phase,
+                messages,
+                u64::from(round),
+                &mut totals,
+            )?;
         }
     }
-    let forged_wall = t0.elapsed().as_secs_f64();
-    let forged_cpu = cpu_secs(&pid)? - cpu0;
-
-    // The same as a flood sends them: many in flight on the connection, no wait for
-    // each answer (the MDS answers a batch that arrived together in one write).
-    let cpu0 = cpu_secs(&pid)?;
-    let t0 = Instant::now();
-    let mut sent_so_far = 0u64;
-    while sent_so_far < u64::from(messages) {
-        let window = (u64::from(messages) - sent_so_far).min(FLOOD_WINDOW);
-        for i in sent_so_far..sent_so_far + window {
-            conn.send(FrameType::Plain, &forged(1 << 32 | i)?)?;
-        }
-        for _ in 0..window {
-            let (t, answer) = conn.receive()?;
-            let r: std::result::Result<MdsPlainResponse, WireError> = msg::decode(&answer)?;
-            match (t, r) {
-                (FrameType::Plain, Ok(MdsPlainResponse::LoginCookie { .. })) => {}
-                other => bail!("a forged first message in a flood got {other:?}"),
-            }
-        }
-        sent_so_far += window;
-    }
-    let flood_wall = t0.elapsed().as_secs_f64();
-    let flood_cpu = cpu_secs(&pid)? - cpu0;
-    let cookies = counter(&mut admin, "mds", "login_cookies_sent")?.saturating_sub(cookies0);
-
-    // Real first messages with a valid cookie: each costs the MDS a KE2. The KE1s are made
-    // before the clock starts (their cost is the client's).
-    let mut rng = maat_crypto::OsRng;
-    let mut ke1s = Vec::with_capacity(messages as usize);
-    for _ in 0..messages {
-        ke1s.push(maat_crypto::pake::client_login_start(b"flood", &mut rng)?.1);
-    }
-    let cookie = match ask(
-        &mut conn,
-        &start_message(ke1s.first().cloned().unwrap_or_default(), [0xee; 16], None)?,
-    )? {
-        MdsPlainResponse::LoginCookie { cookie } => cookie,
-        other => bail!("no cookie: {other:?}"),
-    };
-    let cpu0 = cpu_secs(&pid)?;
-    let t0 = Instant::now();
-    for (i, ke1) in ke1s.into_iter().enumerate() {
-        let mut nonce = [0xc0; 16];
-        if let Some(head) = nonce.get_mut(..8) {
-            head.copy_from_slice(&(i as u64).to_be_bytes());
-        }
-        match ask(&mut conn, &start_message(ke1, nonce, Some(cookie))?)? {
-            MdsPlainResponse::OpaqueLoginChallenge { .. } => {}
-            other => bail!("a first message with a cookie got {other:?}"),
-        }
-    }
-    let real_wall = t0.elapsed().as_secs_f64();
-    let real_cpu = cpu_secs(&pid)? - cpu0;
+    let Totals { wall, cpu, cookies } = totals;
+    let [forged_wall, flood_wall, real_wall] = wall;
+    let [forged_cpu, flood_cpu, real_cpu] = cpu;
 
     // A real login, alone and during a flood of forged first messages.
     let quiet = timed_login(&cluster)?;
@@ -176,7 +241,7 @@ pub fn run_login_flood(
     }
     let flooded = flooded?;
 
-    let n = f64::from(messages);
+    let n = f64::from(messages) * f64::from(rounds);
     let forged_us = forged_cpu * 1e6 / n;
     let flood_us = flood_cpu * 1e6 / n;
     let real_us = real_cpu * 1e6 / n;
@@ -185,6 +250,7 @@ pub fn run_login_flood(
             "{}",
             serde_json::json!({
                 "messages": messages,
+                "rounds": rounds,
                 "mds_cookies_forged": cookies,
                 "forged_mds_cpu_us": forged_us,
                 "forged_per_s": n / forged_wall,
@@ -201,9 +267,10 @@ pub fn run_login_flood(
         );
     } else {
         say!(
-            "login first messages, {messages} of each kind, MDS CPU from /proc \
-             (the MDS answered {cookies} cookies to the {} forged ones)",
-            2 * u64::from(messages)
+            "login first messages, {messages} of each kind in each of {rounds} round(s) (the kinds \
+             in alternating order), MDS CPU from /proc (the MDS answered {cookies} cookies to the {} \
+             forged ones)",
+            2 * u64::from(messages) * u64::from(rounds)
         );
         say!(
             "  forged, no cookie:   {forged_us:8.1} µs of MDS CPU each ({:.0}/s over one connection)",
@@ -211,8 +278,9 @@ pub fn run_login_flood(
         );
         say!(
             "  forged, as a flood:  {flood_us:8.1} µs of MDS CPU each ({:.0}/s, {FLOOD_WINDOW} in flight): \
-             the {messages} cost {flood_cpu:.3} s of MDS CPU",
-            n / flood_wall
+             the {} cost {flood_cpu:.3} s of MDS CPU",
+            n / flood_wall,
+            u64::from(messages) * u64::from(rounds)
         );
         say!(
             "  with a valid cookie: {real_us:8.1} µs of MDS CPU each ({:.0}/s): OPRF + 3DH + seal",

@@ -252,6 +252,10 @@ pub enum BenchCommand {
         /// Forged (and real) first messages per measurement.
         #[arg(long, default_value_t = 20_000)]
         messages: u32,
+        /// Times each kind is measured, the kinds in alternating order (figures are
+        /// over all rounds).
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
         /// Threads sending the flood during the timed real login.
         #[arg(long, default_value_t = 4)]
         flooders: u32,
@@ -685,9 +689,10 @@ pub fn run(command: BenchCommand) -> Result<()> {
         } => connections::run_connections(idle, attacker, ops, rounds, data, json),
         BenchCommand::LoginFlood {
             messages,
+            rounds,
             flooders,
             data,
             json,
-        } => login::run_login_flood(messages, flooders, data, json),
+        } => login::run_login_flood(messages, rounds, flooders, data, json),
     }
 }
