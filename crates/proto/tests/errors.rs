@@ -235,7 +235,7 @@ fn session_offer_refusals() {
         }
     ));
     // An offer signed by someone other than the ticket's client is refused.
-    let ticket = ticket(&k);
+    let ticket = ticket(k);
     let mallory = SigningKey::from_seed(&[0x66; 32]);
     let (forged, _) = session::make_offer(
         &ticket,
@@ -265,7 +265,7 @@ fn session_offer_refusals() {
 #[test]
 fn both_sides_derive_the_same_session_key_and_confirm() {
     let k = keys();
-    let (offer, client_side) = session(&k);
+    let (offer, client_side) = session(k);
     let (accepted, osd_side) = session::accept_offer(
         Unverified::decode(offer.encoded()).unwrap(),
         &mds_key(),
@@ -286,7 +286,7 @@ fn both_sides_derive_the_same_session_key_and_confirm() {
     .unwrap();
     // A confirmation for another offer (other session) is refused.
     let (offer_b, session_b) = session::make_offer(
-        &ticket(&k),
+        &ticket(k),
         &k.client,
         OSD,
         &k.osd_seal.public_key(),
@@ -306,17 +306,17 @@ fn both_sides_derive_the_same_session_key_and_confirm() {
 #[test]
 fn delegation_proof_is_bound_to_session_and_key() {
     let k = keys();
-    let (_, sess) = session(&k);
+    let (_, sess) = session(k);
     let proof = delegation::make_proof(&k.computation, &sess, &mut rng()).unwrap();
-    delegation::open_proof(&proof, &sess, &lifetime(&k), &mds_key(), NOW).unwrap();
+    delegation::open_proof(&proof, &sess, &lifetime(k), &mds_key(), NOW).unwrap();
     // A cached lifetime token stops admitting proofs once it expires.
     assert!(matches!(
-        delegation::open_proof(&proof, &sess, &lifetime(&k), &mds_key(), T1),
+        delegation::open_proof(&proof, &sess, &lifetime(k), &mds_key(), T1),
         Err(ProtoError::Expired { .. })
     ));
     // Replayed into another session: cannot even be decrypted.
     let (_, other_session) = session::make_offer(
-        &ticket(&k),
+        &ticket(k),
         &k.client,
         OSD,
         &k.osd_seal.public_key(),
@@ -325,14 +325,14 @@ fn delegation_proof_is_bound_to_session_and_key() {
     )
     .unwrap();
     assert!(matches!(
-        delegation::open_proof(&proof, &other_session, &lifetime(&k), &mds_key(), NOW),
+        delegation::open_proof(&proof, &other_session, &lifetime(k), &mds_key(), NOW),
         Err(ProtoError::DecryptionFailed { .. })
     ));
     // Made with another key than the lifetime token names.
     let stranger = SigningKey::from_seed(&[0x55; 32]);
     let forged = delegation::make_proof(&stranger, &sess, &mut rng()).unwrap();
     assert!(matches!(
-        delegation::open_proof(&forged, &sess, &lifetime(&k), &mds_key(), NOW),
+        delegation::open_proof(&forged, &sess, &lifetime(k), &mds_key(), NOW),
         Err(ProtoError::CommitmentMismatch { .. })
     ));
     // A file handle whose capability is bound to another key is refused.
@@ -369,7 +369,7 @@ fn delegation_proof_is_bound_to_session_and_key() {
 #[test]
 fn t10_request_refusals() {
     let k = keys();
-    let wk = working_keys(&k);
+    let wk = working_keys(k);
     let cred = t10::issue_credential(&t10_capability(), wk.get(2).unwrap());
     let icv = t10_icv(&cred, T10_REQUEST);
     let check = |access: T10Access, now, request: &[u8]| {
@@ -451,7 +451,7 @@ fn t10_request_refusals() {
 #[test]
 fn set_key_and_set_master_key_agree_on_both_sides() {
     let k = keys();
-    let partition = partition_pair(&k);
+    let partition = partition_pair(k);
     let msg = signed::mac(
         SetKey {
             target: SetKeyTarget::Working {
@@ -480,8 +480,8 @@ fn set_key_and_set_master_key_agree_on_both_sides() {
         Err(ProtoError::BadMac { .. })
     ));
     // SET MASTER KEY: both sides derive the same fresh pair, different from the old one.
-    let offer = master_offer(&k);
-    let accept = master_accept(&k);
+    let offer = master_offer(k);
+    let accept = master_accept(k);
     let at_mds = t10::new_master_key(&offer, &accept, &k.mds_ephemeral).unwrap();
     let at_osd = t10::new_master_key(&offer, &accept, &k.osd_ephemeral).unwrap();
     assert_eq!(at_mds, at_osd);
@@ -504,7 +504,7 @@ fn set_key_and_set_master_key_agree_on_both_sides() {
 #[test]
 fn lockbox_and_grant_refusals() {
     let k = keys();
-    let lb = lockbox(&k);
+    let lb = lockbox(k);
     assert!(matches!(
         lb.open_as_kds(&k.client_seal),
         Err(ProtoError::DecryptionFailed { .. })
@@ -522,7 +522,7 @@ fn lockbox_and_grant_refusals() {
     ));
     // Keyed lockboxes: only the KDS (under the owner's key) and the owner open them; the
     // owner key named inside is authenticated; neither kind opens as the other.
-    let keyed = lockbox_keyed(&k);
+    let keyed = lockbox_keyed(k);
     let owner = k.client_seal.public_key();
     let kds_key = KdsLockboxKey::new(&k.kds_seal, &owner).unwrap();
     let root = keyed.open_keyed_as_kds(&kds_key).unwrap().root_key;
@@ -676,7 +676,7 @@ fn keyed_grants_open_only_under_the_key_the_kds_and_the_login_share() {
     ));
     let mallory = SealingSecretKey::from_bytes([0x66; 32]);
     let forged_key = GrantKey::for_kds(&mallory, &k.client_seal.public_key()).unwrap();
-    let lb = lockbox(&k).open_as_kds(&k.kds_seal).unwrap();
+    let lb = lockbox(k).open_as_kds(&k.kds_seal).unwrap();
     let attacker_keys = vec![maat_crypto::kht::RangeKey {
         node: lb.shape.node_at(0, 0).unwrap(),
         key: Secret32::from_bytes([0x66; 32]),

@@ -293,17 +293,13 @@ pub fn fixtures() -> Vec<Fixture> {
     let mds_pk = || keys().mds.verifying_key();
     let mut out = Vec::new();
 
-    out.push(fx(
-        "login_ticket",
-        ticket(&k).encoded().to_vec(),
-        move |b| {
-            Unverified::<LoginTicket>::decode(b)?
-                .verify(&mds_pk(), NOW)
-                .map(drop)
-        },
-    ));
+    out.push(fx("login_ticket", ticket(k).encoded().to_vec(), move |b| {
+        Unverified::<LoginTicket>::decode(b)?
+            .verify(&mds_pk(), NOW)
+            .map(drop)
+    }));
 
-    let (offer, sess) = session(&k);
+    let (offer, sess) = session(k);
     out.push(fx("session_offer", offer.encoded().to_vec(), move |b| {
         let k = keys();
         session::accept_offer(
@@ -430,7 +426,7 @@ pub fn fixtures() -> Vec<Fixture> {
 
     out.push(fx(
         "key_lifetime_token",
-        lifetime(&k).encoded().to_vec(),
+        lifetime(k).encoded().to_vec(),
         move |b| {
             Unverified::<KeyLifetimeToken>::decode(b)?
                 .verify(&mds_pk(), NOW)
@@ -442,10 +438,10 @@ pub fn fixtures() -> Vec<Fixture> {
     let sess3 = sess.clone();
     out.push(fx("proof_token_sealed", proof, move |b| {
         let k = keys();
-        delegation::open_proof(b, &sess3, &lifetime(&k), &k.mds.verifying_key(), NOW).map(drop)
+        delegation::open_proof(b, &sess3, &lifetime(k), &k.mds.verifying_key(), NOW).map(drop)
     }));
 
-    let wk = working_keys(&k);
+    let wk = working_keys(k);
     let credential = t10::issue_credential(&t10_capability(), wk.get(2).unwrap());
     let icv = t10_icv(&credential, T10_REQUEST);
     let wk2 = wk.clone();
@@ -468,13 +464,13 @@ pub fn fixtures() -> Vec<Fixture> {
         timestamp: NOW,
         nonce: [0x25; 16],
     };
-    let part_auth = partition_pair(&k).authentication_mac();
+    let part_auth = partition_pair(k).authentication_mac();
     out.push(fx(
         "set_key",
         signed::mac(set_key, &part_auth).encoded().to_vec(),
         move |b| {
             UnverifiedMac::<SetKey>::decode(b)?
-                .verify(&partition_pair(&keys()).authentication_mac())
+                .verify(&partition_pair(keys()).authentication_mac())
                 .map(drop)
         },
     ));
@@ -491,14 +487,14 @@ pub fn fixtures() -> Vec<Fixture> {
         signed::mac(set_policy_tag, &part_auth).encoded().to_vec(),
         move |b| {
             UnverifiedMac::<SetPolicyTag>::decode(b)?
-                .verify(&partition_pair(&keys()).authentication_mac())
+                .verify(&partition_pair(keys()).authentication_mac())
                 .map(drop)
         },
     ));
 
     out.push(fx(
         "set_master_key_offer",
-        master_offer(&k).encoded().to_vec(),
+        master_offer(k).encoded().to_vec(),
         move |b| {
             UnverifiedMac::<SetMasterKeyOffer>::decode(b)?
                 .verify(&keys().master.authentication_mac())
@@ -507,22 +503,22 @@ pub fn fixtures() -> Vec<Fixture> {
     ));
     out.push(fx(
         "set_master_key_accept",
-        master_accept(&k).encoded().to_vec(),
+        master_accept(k).encoded().to_vec(),
         move |b| {
             let k = keys();
             let accept = UnverifiedMac::<SetMasterKeyAccept>::decode(b)?
                 .verify(&k.master.authentication_mac())?;
-            t10::new_master_key(&master_offer(&k), &accept, &k.mds_ephemeral).map(drop)
+            t10::new_master_key(&master_offer(k), &accept, &k.mds_ephemeral).map(drop)
         },
     ));
 
-    out.push(fx("lockbox", lockbox(&k).encode(), move |b| {
+    out.push(fx("lockbox", lockbox(k).encode(), move |b| {
         let k = keys();
         let lb = Lockbox::decode(b)?;
         lb.open_as_kds(&k.kds_seal)?;
         lb.open_as_owner(&k.client_seal).map(drop)
     }));
-    out.push(fx("lockbox_keyed", lockbox_keyed(&k).encode(), move |b| {
+    out.push(fx("lockbox_keyed", lockbox_keyed(k).encode(), move |b| {
         let k = keys();
         let lb = Lockbox::decode(b)?;
         let owner = lb.owner_key().copied().unwrap_or(SealingPublicKey([0; 32]));
@@ -530,7 +526,7 @@ pub fn fixtures() -> Vec<Fixture> {
         lb.open_as_owner(&k.client_seal).map(drop)
     }));
 
-    let opened = lockbox(&k).open_as_kds(&k.kds_seal).unwrap();
+    let opened = lockbox(k).open_as_kds(&k.kds_seal).unwrap();
     let cover = opened.shape.cover(4096, 5 * 4096).unwrap();
     let range_keys: Vec<_> = cover
         .iter()
