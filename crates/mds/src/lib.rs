@@ -68,6 +68,11 @@ pub const ADMIN_UID: u64 = msg::ADMIN_USER_ID;
 pub const ADMIN_GID: u64 = 1;
 /// The root directory's inode.
 pub const ROOT_INODE: u64 = 1;
+/// Inode ids an MDS takes from the store's counter at once (a shared store allocates in
+/// a transaction of its own; see `Mds::next_ids`).
+pub const INODE_IDS_PER_ALLOCATION: u64 = 32;
+/// Where a counter that is not stored yet starts.
+const FIRST_ALLOCATED_ID: u64 = 2;
 pub use crate::limits::TICKET_LIFETIME_MILLIS_DEFAULT;
 pub use capabilities::CAPABILITY_CACHE_ENTRIES_MAX;
 /// Expired sessions are deleted from the store every this many logins (and at start).
@@ -241,6 +246,8 @@ pub struct Mds<S: MetaStore> {
     scrubs: scrub_counts::ScrubTotals,
     /// Issue 41: each OSD's control key, as agreed with its sealing key (computed once).
     control_keys: Mutex<HashMap<u64, MacKey>>,
+    /// Ids taken from the store's counters and not handed out yet, per counter.
+    ids: Mutex<HashMap<String, std::ops::Range<u64>>>,
     /// Serializes read-check-commit sequences.
     write: Mutex<()>,
     /// Where the shell records administrative acts that bypass a user's own proof (a
@@ -433,6 +440,7 @@ impl<S: MetaStore> Mds<S> {
             filesets: filesets::FileSets::default(),
             reservations: Mutex::default(),
             tickets: Mutex::new(HashMap::new()),
+            ids: Mutex::new(HashMap::new()),
             write: Mutex::new(()),
             store,
             config,
@@ -466,35 +474,31 @@ impl<S: MetaStore> Mds<S> {
         &self.counters
     }
 
-    /// Allocates the next id of counter `name`, counting allocations already pending in
-    /// `batch` (one batch may allocate several ids, e.g. `mkdir -p`).
-    fn next_id(&self, name: &str, batch: &mut Batch) -> Result<u64> {
-        self.next_ids(name, 1, batch)
+    /// Allocates the next id of counter `name`.
+    fn next_id(&self, name: &str) -> Result<u64> {
+        self.next_ids(name, 1)
     }
 
-    /// Allocates `count` consecutive ids of counter `name` (see [`Self::next_id`]); the
-    /// first of them.
-    fn next_ids(&self, name: &str, count: u64, batch: &mut Batch) -> Result<u64> {
-        let pending = batch.0.iter().rev().find_map(|op| match op {
-            Op::PutMeta(k, v) if k == name => Some(v.clone()),
-            _ => None,
-        });
-        let stored = match pending {
-            Some(v) => Some(v),
-            None => self.store.meta(name)?,
+    /// Allocates `count` consecutive ids of counter `name`; the first of them. Inode ids
+    /// come from blocks of [`INODE_IDS_PER_ALLOCATION`] taken from the store at once (a
+    /// shared store's allocation is a transaction of its own); the rest of a block is
+    /// never used after a restart, so inode numbers may skip, and are never reused.
+    fn next_ids(&self, name: &str, count: u64) -> Result<u64> {
+        let mut ids = lock(&self.ids);
+        let block = ids.entry(name.to_string()).or_insert(0..0);
+        if block.end.saturating_sub(block.start) >= count {
+            let first = block.start;
+            block.start += count;
+            return Ok(first);
+        }
+        let size = if name == "next_inode" {
+            count.max(INODE_IDS_PER_ALLOCATION)
+        } else {
+            count
         };
-        let current = match stored {
-            Some(v) => u64::from_be_bytes(
-                v.try_into()
-                    .map_err(|_| StoreError::corrupt(format!("meta {name}"), "wrong length"))?,
-            ),
-            None => 2,
-        };
-        let next = current
-            .checked_add(count)
-            .ok_or_else(|| StoreError::corrupt(format!("meta {name}"), "would overflow"))?;
-        batch.push(Op::PutMeta(name.into(), next.to_be_bytes().to_vec()));
-        Ok(current)
+        let first = self.store.allocate(name, size, FIRST_ALLOCATED_ID)?;
+        *block = first.saturating_add(count)..first.saturating_add(size);
+        Ok(first)
     }
 
     fn refuse_counted<T>(&self, r: Result<T>) -> Result<T> {

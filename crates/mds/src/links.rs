@@ -87,7 +87,7 @@ impl<S: MetaStore> crate::Mds<S> {
         require(who, &parent, WRITE | EXEC, path)?;
         let mut batch = Batch::default();
         let link = matches!(special, Special::Symlink(_));
-        let mut inode = self.new_inode(who, &parent, false, mode, None, now, &mut batch)?;
+        let mut inode = self.new_inode(who, &parent, false, mode, None, now)?;
         if link {
             inode.mode = 0o777;
         }

@@ -280,7 +280,6 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok(MdsResponse::Entries(out))
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new_inode(
         &self,
         who: &Principal,
@@ -289,9 +288,8 @@ impl<S: MetaStore> crate::Mds<S> {
         mode: u16,
         partition: Option<u64>,
         now: UnixMillis,
-        batch: &mut Batch,
     ) -> Result<Inode> {
-        let id = self.next_id("next_inode", batch)?;
+        let id = self.next_id("next_inode")?;
         Ok(fresh_inode(id, who, parent, is_dir, mode, partition, now))
     }
 
@@ -340,8 +338,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 None if last || parents => {
                     check_new_name(part)?;
                     require(who, &current, WRITE | EXEC, path)?;
-                    let dir =
-                        self.new_inode(who, &current, true, mode, partition, now, &mut batch)?;
+                    let dir = self.new_inode(who, &current, true, mode, partition, now)?;
                     batch.push(Op::PutEntry {
                         parent: current.id,
                         name: part.to_string(),
@@ -509,7 +506,7 @@ impl<S: MetaStore> crate::Mds<S> {
         check_new_name(name)?;
         require(who, &parent, WRITE | EXEC, path)?;
         let mut batch = Batch::default();
-        let mut inode = self.new_inode(who, &parent, false, mode, None, now, &mut batch)?;
+        let mut inode = self.new_inode(who, &parent, false, mode, None, now)?;
         if sealed {
             inode.crypt = Some(maat_proto::encrypted::FileCrypt::default());
         }

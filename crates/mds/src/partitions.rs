@@ -83,7 +83,7 @@ impl<S: MetaStore> Mds<S> {
             ));
         }
         let mut batch = Batch::default();
-        let id = self.next_id("next_partition", &mut batch)?;
+        let id = self.next_id("next_partition")?;
         let record = PartitionRecord {
             id,
             name: name.into(),

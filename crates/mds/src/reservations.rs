@@ -290,12 +290,10 @@ impl<S: MetaStore> crate::Mds<S> {
         require(who, &inode, WRITE | EXEC, dir)?;
         let protection = self.reserved_method(who.uid, inode.partition, sealed, now)?;
         let count = RESERVED_IDS_PER_REQUEST;
-        let mut batch = Batch::default();
-        let first = self.next_ids("next_inode", u64::from(count), &mut batch)?;
+        // The counter moves past the block (made durable before the answer, by the
+        // store's allocation) before anyone can link an id of it.
+        let first = self.next_ids("next_inode", u64::from(count))?;
         let expiry = now.plus_millis(self.config.capability_lifetime_millis);
-        // The counter moves past the block (made durable before the answer) before
-        // anyone can link an id of it.
-        self.store.commit_deferred(batch)?;
         lock(&self.reservations).add(
             who.uid,
             Reservation {

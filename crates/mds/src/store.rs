@@ -481,6 +481,13 @@ impl StoreError {
     }
 }
 
+/// A counter's stored value (8 bytes, big-endian: [`MetaStore::allocate`]).
+pub fn counter_value(counter: &str, v: Vec<u8>) -> Result<u64, StoreError> {
+    Ok(u64::from_be_bytes(v.try_into().map_err(|_| {
+        StoreError::corrupt(format!("meta {counter}"), "wrong length")
+    })?))
+}
+
 /// Durable metadata storage.
 pub trait MetaStore: Send + Sync {
     /// An inode.
@@ -516,6 +523,30 @@ pub trait MetaStore: Send + Sync {
     /// Applies `batch` atomically and durably (fsync) before returning; every batch
     /// applied before it is durable then too.
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
+    /// Takes `count` consecutive values of the counter kept in `meta` under `counter`
+    /// (8 bytes, big-endian; `first` where it is not stored yet) and returns the first:
+    /// values taken are never handed out again, by this process or any other sharing
+    /// the store, whether or not the caller uses them. The change is durable by the time
+    /// anything made with the values is (it may be deferred like
+    /// [`MetaStore::commit_deferred`]'s).
+    ///
+    /// This default reads the counter and writes it back: atomic only for a caller that
+    /// serializes its calls and holds the store alone (the redb store's file lock makes it
+    /// one process's). A store shared by several processes overrides it.
+    fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
+        let current = match self.meta(counter)? {
+            Some(v) => counter_value(counter, v)?,
+            None => first,
+        };
+        let next = current
+            .checked_add(count)
+            .ok_or_else(|| StoreError::corrupt(format!("meta {counter}"), "would overflow"))?;
+        self.commit_deferred(Batch(vec![Op::PutMeta(
+            counter.into(),
+            next.to_be_bytes().to_vec(),
+        )]))?;
+        Ok(current)
+    }
     /// Applies `batch` atomically and lets reads see it at once, but makes it durable only
     /// at the next [`MetaStore::sync`] or [`MetaStore::commit`] (group commit: one fsync
     /// covers every batch applied meanwhile, so a request holds the MDS's write lock for no

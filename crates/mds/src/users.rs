@@ -670,12 +670,12 @@ impl<S: MetaStore> Mds<S> {
                 format!("a group named {name} exists; pick another user name"),
             ));
         }
-        let gid = self.next_id("next_group", &mut batch)?;
+        let gid = self.next_id("next_group")?;
         batch.push(Op::PutGroup(GroupRecord {
             id: gid,
             name: name.into(),
         }));
-        let uid = self.next_id("next_user", &mut batch)?;
+        let uid = self.next_id("next_user")?;
         batch.push(Op::PutUser(UserRecord {
             id: uid,
             name: name.into(),
@@ -699,7 +699,7 @@ impl<S: MetaStore> Mds<S> {
         if let Some(homes) = home {
             let home = homes.id;
             crate::namespace::relink_dir(&mut batch, &homes, 1, now);
-            let ino = self.next_id("next_inode", &mut batch)?;
+            let ino = self.next_id("next_inode")?;
             batch.push(Op::PutInode(Inode {
                 id: ino,
                 is_dir: true,
@@ -782,7 +782,7 @@ impl<S: MetaStore> Mds<S> {
             ));
         }
         let mut batch = Batch::default();
-        let gid = self.next_id("next_group", &mut batch)?;
+        let gid = self.next_id("next_group")?;
         batch.push(Op::PutGroup(GroupRecord {
             id: gid,
             name: name.into(),

@@ -77,6 +77,9 @@ impl MetaStore for MdsStore {
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         each!(self, s => s.commit(batch))
     }
+    fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
+        each!(self, s => s.allocate(counter, count, first))
+    }
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
         each!(self, s => s.commit_deferred(batch))
     }

@@ -58,9 +58,11 @@ pub(crate) enum Sql {
     PutPartition,
     PutMeta,
     DeleteMeta,
+    CounterCreate,
+    CounterLock,
 }
 
-pub(crate) const STATEMENTS: [(Sql, &str); 32] = [
+pub(crate) const STATEMENTS: [(Sql, &str); 34] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -142,6 +144,11 @@ pub(crate) const STATEMENTS: [(Sql, &str); 32] = [
         "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
     ),
     (Sql::DeleteMeta, "DELETE FROM meta WHERE k = $1"),
+    (
+        Sql::CounterCreate,
+        "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING",
+    ),
+    (Sql::CounterLock, "SELECT v FROM meta WHERE k = $1 FOR UPDATE"),
 ];
 
 /// `sql`'s statement among a connection's, prepared in [`STATEMENTS`] order.

@@ -21,8 +21,8 @@ use crate::group_commit::FailureSlot;
 use crate::pg_pool::{Pool, PG_CONNECTIONS_MAX};
 use crate::pg_sql::{col, err, prepared, Sql, MIGRATIONS};
 use maat_mds::store::{
-    Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, Op, PartitionRecord, Record,
-    SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
+    counter_value, Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, Op, PartitionRecord,
+    Record, SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
 use postgres::Statement;
@@ -307,6 +307,43 @@ impl MetaStore for PgStore {
                 Err(e)
             }
         }
+    }
+
+    /// One transaction: the counter's row made if missing, locked, read and moved on. A
+    /// second instance allocating meanwhile waits for the lock and reads the moved value.
+    /// (Retried on a new connection when the first died, it may take a second range: the
+    /// first is then never used, which the contract allows.)
+    fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
+        let key = counter.as_bytes();
+        let taken = self.pool.with(|c| {
+            let statements = &c.statements;
+            let mut tx = c
+                .client
+                .transaction()
+                .map_err(|e| err("beginning an allocation", e))?;
+            tx.execute(
+                prepared(statements, Sql::CounterCreate)?,
+                &[&key, &first.to_be_bytes().as_slice()],
+            )
+            .map_err(|e| err("making a counter", e))?;
+            let row = tx
+                .query_one(prepared(statements, Sql::CounterLock)?, &[&key])
+                .map_err(|e| err("locking a counter", e))?;
+            let current = counter_value(counter, col(&row, 0, "a counter")?)?;
+            let next = current
+                .checked_add(count)
+                .ok_or_else(|| StoreError::corrupt(format!("meta {counter}"), "would overflow"))?;
+            tx.execute(
+                prepared(statements, Sql::PutMeta)?,
+                &[&key, &next.to_be_bytes().as_slice()],
+            )
+            .map_err(|e| err("moving a counter on", e))?;
+            tx.commit()
+                .map_err(|e| err("committing an allocation", e))?;
+            Ok(current)
+        })?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(taken)
     }
 
     fn durability_counts(&self) -> DurabilityCounts {

@@ -417,3 +417,39 @@ fn the_store_keeps_at_most_its_bound_of_connections_however_many_threads_ask() {
         "{most} connections open at once, bound {BOUND}"
     );
 }
+
+/// Issue 42: two stores on one database (two MDS instances) allocating from one counter
+/// at once, from several threads each, never take one value twice, and skip none.
+#[test]
+fn two_instances_allocating_at_once_never_take_one_id_twice() {
+    let Some((_dir, pg)) = server("two_instances_allocating_at_once_never_take_one_id_twice")
+    else {
+        return;
+    };
+    let a = PgStore::open(&pg.url()).unwrap();
+    let b = PgStore::open(&pg.url()).unwrap();
+    let ranges = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let store = if t % 2 == 0 { &a } else { &b };
+            let ranges = &ranges;
+            s.spawn(move || {
+                let mut rng = ChaCha8Rng::seed_from_u64(t);
+                for _ in 0..60 {
+                    let count = 1 + u64::from(rng.next_u32() % 40);
+                    let first = store.allocate("next_inode", count, 2).unwrap();
+                    ranges.lock().unwrap().push((first, count));
+                }
+            });
+        }
+    });
+    let mut ranges = ranges.into_inner().unwrap();
+    ranges.sort_unstable();
+    let mut next = 2;
+    for (first, count) in &ranges {
+        assert_eq!(*first, next, "a range overlaps or leaves a gap: {ranges:?}");
+        next += count;
+    }
+    let stored = a.meta("next_inode").unwrap().unwrap();
+    assert_eq!(u64::from_be_bytes(stored.try_into().unwrap()), next);
+}
