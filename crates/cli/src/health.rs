@@ -95,6 +95,10 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         .unwrap_or("redb")
         .to_string();
     let objects_degraded = stats.counter("objects_degraded");
+    // Issue 42: whether the MDS holds the leader lease (singleton duties: T10 key
+    // upkeep), and its fencing token. (An MDS from before does not say.)
+    let leader = stats.counter("leader");
+    let leader_token = stats.counter("leader_token");
     let mut warnings = Vec::new();
     let mut notes = Vec::new();
     if let (Some(copies @ 1..), Some(objects)) = (copies_missed, objects_degraded) {
@@ -104,6 +108,11 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     }
     if osds == 0 {
         warnings.push("no OSD has registered: nothing can be stored".to_string());
+    }
+    if leader == Some(0) {
+        warnings.push(
+            "the MDS does not hold the leader lease (another instance holds it, or the metadata store did not answer): it does no T10 key upkeep until it does".to_string(),
+        );
     }
     for o in &down {
         warnings.push(format!(
@@ -169,6 +178,8 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                 "osds_up": up,
                 "hosts": hosts.len(),
                 "metadata": engine,
+                "leader": leader.map(|l| l == 1),
+                "leader_token": leader_token,
                 "copies_missed": copies_missed,
                 "objects_degraded": objects_degraded,
                 "partitions": copies.iter().map(|p| serde_json::json!({"name": p.name, "copies": p.replicas, "min_size": p.min_size})).collect::<Vec<_>>(),
@@ -199,11 +210,16 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         .collect();
     say!("  partitions: {}", partitions.join(", "));
     say!(
-        "  metadata:   {engine}, one MDS{}",
+        "  metadata:   {engine}, one MDS{}{}",
         match engine.as_str() {
             "redb" => " (a file beside it)",
             "postgresql" => " (a PostgreSQL database)",
             _ => "",
+        },
+        match (leader, leader_token) {
+            (Some(1), Some(token)) => format!(", leader (lease token {token})"),
+            (Some(_), _) => ", not the leader".to_string(),
+            _ => String::new(),
         }
     );
     match (copies_missed, objects_degraded) {

@@ -101,6 +101,10 @@ fn a_cluster_on_postgresql_keeps_its_metadata_through_restarts_and_a_database_cr
         serde_json::from_slice(&cluster.ok(&cluster.admin_home(), &["health", "--json"], None))
             .unwrap();
     assert_eq!(health["metadata"], "postgresql", "{health}");
+    // The lone MDS holds the leader lease (T10 key upkeep) from its start.
+    assert_eq!(health["leader"], true, "{health}");
+    let token = health["leader_token"].as_u64().unwrap();
+    assert!(token >= 1, "{health}");
     cluster.add_user("bob", "bob's passphrase", None);
     let admin = cluster.admin_client();
     let files: Vec<(String, Vec<u8>)> = (0..4)
@@ -133,6 +137,13 @@ fn a_cluster_on_postgresql_keeps_its_metadata_through_restarts_and_a_database_cr
         Ok(c)
     });
     assert_eq!(get(&bob, "/shared/f1"), files[1].1);
+    // The restarted MDS is the same instance (host and data directory): it takes its
+    // own lease back at once, under the same token, without waiting for it to run out.
+    let health: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&cluster.admin_home(), &["health", "--json"], None))
+            .unwrap();
+    assert_eq!(health["leader"], true, "{health}");
+    assert_eq!(health["leader_token"].as_u64(), Some(token), "{health}");
     assert!(bob.stat("/shared/f0").is_ok());
     let mut out = Vec::new();
     assert!(

@@ -253,7 +253,13 @@ pub struct Mds<S: MetaStore> {
     /// Where the shell records administrative acts that bypass a user's own proof (a
     /// passphrase reset); none: not recorded beyond the counters.
     audit: Mutex<Option<Arc<AuditLog>>>,
+    /// Issue 42: asked by `stats` whether this instance holds the leader lease (its
+    /// fencing token); set by the daemon that renews the lease.
+    leadership: std::sync::OnceLock<LeadershipProbe>,
 }
+
+/// Whether an instance holds the leader lease now, and under which token.
+pub type LeadershipProbe = Box<dyn Fn() -> Option<u64> + Send + Sync>;
 
 /// The shell's record of an administrative act, as one line of text.
 pub type AuditLog = dyn Fn(&str) + Send + Sync;
@@ -428,6 +434,7 @@ impl<S: MetaStore> Mds<S> {
             counters,
             stats: Stats::default(),
             audit: Mutex::new(None),
+            leadership: std::sync::OnceLock::new(),
             replay: Mutex::new(ReplayWindow::new(boot)),
             liveness: liveness::Liveness::new(boot.0),
             missed: copies_missed::MissedState::default(),
@@ -452,6 +459,24 @@ impl<S: MetaStore> Mds<S> {
     /// (a simulation's access audit).
     pub fn inode_owner(&self, id: u64) -> Result<Option<(u64, u16)>> {
         Ok(self.store.inode(id)?.map(|i| (i.uid, i.mode)))
+    }
+
+    /// Takes or renews the store's lease `name` for `holder` ([`MetaStore::lease`]): the
+    /// daemon's leadership of singleton duties (issue 42).
+    pub fn lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_millis: u64,
+        now: UnixMillis,
+    ) -> Result<store::LeaseState> {
+        Ok(self.store.lease(name, holder, ttl_millis, now.0)?)
+    }
+
+    /// Tells `stats` how to learn whether this instance leads (the counters `leader`,
+    /// 0 or 1, and `leader_token`); without it, they are not reported. Set once.
+    pub fn set_leadership_probe(&self, probe: LeadershipProbe) {
+        let _ = self.leadership.set(probe);
     }
 
     /// The MDS's Ed25519 public key (tickets and capabilities verify under it).

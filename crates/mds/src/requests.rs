@@ -611,6 +611,11 @@ impl<S: MetaStore> Mds<S> {
         counters.push(("store_batches".into(), durability.batches));
         counters.push(("store_fsyncs".into(), durability.fsyncs));
         counters.push((format!("meta_engine:{}", self.store.engine()), 1));
+        if let Some(probe) = self.leadership.get() {
+            let token = probe();
+            counters.push(("leader".into(), u64::from(token.is_some())));
+            counters.push(("leader_token".into(), token.unwrap_or(0)));
+        }
         counters.extend(self.scrubs.counters());
         counters.extend(self.degraded_counters());
         counters.extend(self.issuer.stats.counters());

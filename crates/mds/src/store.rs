@@ -8,7 +8,9 @@
 
 use maat_proto::encrypted::FileCrypt;
 
+mod lease;
 mod legacy;
+pub use lease::{LeaseState, LEASE_PREFIX};
 use legacy::{
     InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, InodeV6, PartitionV1, PartitionV2, PartitionV3,
     UserRecordV1,
@@ -563,6 +565,27 @@ pub trait MetaStore: Send + Sync {
     /// disk), so that no answer ever claims a change the disk may not hold.
     fn sync(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// Takes or renews the lease `name` (a singleton duty, such as T10 key upkeep) for
+    /// `holder`, to last `ttl_millis` by the store's clock: granted if nobody holds it,
+    /// its holder's time ran out, or `holder` holds it already. The answer says who holds
+    /// it now and its fencing token, which grows each time the lease passes to another
+    /// holder. A holder may act until `ttl_millis` after it *sent* the request that was
+    /// granted, by its own monotonic clock: the store granted it no earlier, so it never
+    /// hands the lease on while the holder may still act (clocks need not agree, only
+    /// run at about the same rate).
+    ///
+    /// This default keeps the lease in `meta` and times it by `now` (the caller's clock,
+    /// ms): right for a store one process holds alone and whose calls it serializes. A
+    /// store shared by several processes overrides it, with a clock of its own.
+    fn lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_millis: u64,
+        now: u64,
+    ) -> Result<LeaseState, StoreError> {
+        lease::lease_in_meta(self, name, holder, ttl_millis, now)
     }
     /// Batches applied and fsyncs made so far (`maat stats`: batches per fsync is the
     /// group commit's yield).

@@ -670,3 +670,23 @@ fn inode_numbers_are_never_handed_out_twice_across_a_restart() {
         "counter {next} behind {seen:?}"
     );
 }
+
+/// Issue 42: the leader lease as a store held by one process keeps it (in `meta`, timed
+/// by the caller's clock): granted, renewed under its token, refused to another until
+/// it runs out, then passed on under a greater token.
+#[test]
+fn the_default_lease_passes_on_only_when_its_time_ran_out() {
+    let store = MemStore::default();
+    let s = &store;
+    let lease = |who: &str, now: u64| s.lease("leader", who, 100, now).unwrap();
+    let a = lease("a", 1_000);
+    assert!(a.granted && a.token == 1, "{a:?}");
+    assert!(lease("a", 1_050).granted);
+    let b = lease("b", 1_100);
+    assert!(!b.granted && b.holder == "a" && b.token == 1, "{b:?}");
+    // a renewed at 1,050: its grant lasts until 1,150.
+    let b = lease("b", 1_151);
+    assert!(b.granted && b.token == 2, "{b:?}");
+    let a = lease("a", 1_152);
+    assert!(!a.granted && a.holder == "b" && a.token == 2, "{a:?}");
+}

@@ -81,11 +81,13 @@ pub(crate) fn osd_plain_call(
 }
 
 /// The MDS's T10 maintenance loop: every [`T10_MAINTENANCE`], each OSD's keys brought up
-/// to the policy; a problem is logged when it first appears or changes.
+/// to the policy while `leads()` (the instance holds the leader lease, issue 42); a
+/// problem is logged when it first appears or changes.
 pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
     mds: &maat_mds::Mds<S>,
     env: &Env,
     shutdown: &crate::Shutdown,
+    leads: &dyn Fn() -> bool,
 ) {
     let mut last: Vec<String> = Vec::new();
     while !shutdown.is_set() {
@@ -93,6 +95,9 @@ pub(crate) fn t10_maintenance<S: maat_mds::MetaStore>(
         while waited < T10_MAINTENANCE && !shutdown.is_set() {
             std::thread::sleep(Duration::from_millis(50));
             waited += Duration::from_millis(50);
+        }
+        if !leads() {
+            continue;
         }
         let problems = env.with_rng(|mut rng| mds.t10_maintain(env.now(), &mut rng));
         for p in &problems {

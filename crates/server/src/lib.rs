@@ -15,6 +15,7 @@ mod env;
 pub mod faults;
 mod group_commit;
 mod kds;
+pub mod leader;
 mod listen;
 mod log;
 mod mds_daemon;

@@ -1,6 +1,7 @@
 //! The MDS daemon: a thin shell around `maat_mds::Mds` (redb store, key files, the
 //! channels to OSDs and KDS instances, the accept loop).
 
+use crate::leader::{self, Leader};
 use crate::mds_store::MdsStore;
 use crate::meta_store::RedbStore;
 use crate::pg_store::PgStore;
@@ -262,11 +263,27 @@ pub fn run_mds(
     let env = Env::system();
     let mds = open_mds(config, &env)?;
     let shell = Shell::bind(&config.listen)?;
+    // Issue 42: the singleton duties run where the store's lease is held. (Asked once
+    // before the maintenance starts, so that a lone instance leads from its start.)
+    let leader = Arc::new(Leader::new(leader::holder_name(&config.data_dir)));
+    leader.renew(mds.as_ref(), &env);
     {
-        let mds = mds.clone();
+        let leader = leader.clone();
+        mds.set_leadership_probe(Box::new(move || leader.token()));
+    }
+    {
+        let (mds, leader) = (mds.clone(), leader.clone());
         let stop = shutdown.clone();
         let env = env.clone();
-        std::thread::spawn(move || control::t10_maintenance(mds.as_ref(), &env, &stop));
+        std::thread::spawn(move || leader.run(mds.as_ref(), &env, &stop));
+    }
+    {
+        let (mds, leader) = (mds.clone(), leader.clone());
+        let stop = shutdown.clone();
+        let env = env.clone();
+        std::thread::spawn(move || {
+            control::t10_maintenance(mds.as_ref(), &env, &stop, &|| leader.is_leader())
+        });
     }
     let local = shell.local.clone();
     let source = mds.clone();

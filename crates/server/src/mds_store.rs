@@ -5,8 +5,8 @@
 use crate::meta_store::RedbStore;
 use crate::pg_store::PgStore;
 use maat_mds::store::{
-    Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, PartitionRecord, SessionRecord,
-    StoreError, UserRecord,
+    Batch, DurabilityCounts, GroupRecord, Inode, LeaseState, MetaStore, PartitionRecord,
+    SessionRecord, StoreError, UserRecord,
 };
 use maat_proto::msg::OsdEntry;
 
@@ -79,6 +79,15 @@ impl MetaStore for MdsStore {
     }
     fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
         each!(self, s => s.allocate(counter, count, first))
+    }
+    fn lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_millis: u64,
+        now: u64,
+    ) -> Result<LeaseState, StoreError> {
+        each!(self, s => s.lease(name, holder, ttl_millis, now))
     }
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
         each!(self, s => s.commit_deferred(batch))

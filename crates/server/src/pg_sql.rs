@@ -8,9 +8,10 @@ use postgres::types::FromSql;
 use postgres::{Row, Statement};
 
 /// Migrations by the version they lead to, applied in order in one transaction each.
-pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE inodes (id bigint PRIMARY KEY, v bytea NOT NULL);
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE inodes (id bigint PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE entries (parent bigint NOT NULL, name bytea NOT NULL, child bigint NOT NULL,
                            PRIMARY KEY (parent, name));
      CREATE TABLE users (id bigint PRIMARY KEY, v bytea NOT NULL);
@@ -21,7 +22,14 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(
      CREATE TABLE osds (id bigint PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE partitions (id bigint PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE meta (k bytea PRIMARY KEY, v bytea NOT NULL);",
-)];
+    ),
+    // Issue 42: leases on singleton duties, timed by the database's clock.
+    (
+        2,
+        "CREATE TABLE leases (name bytea PRIMARY KEY, holder bytea NOT NULL,
+                              until timestamptz NOT NULL, token bigint NOT NULL);",
+    ),
+];
 
 /// Every statement a connection prepares once, when it is made.
 #[derive(Clone, Copy)]
@@ -60,9 +68,12 @@ pub(crate) enum Sql {
     DeleteMeta,
     CounterCreate,
     CounterLock,
+    LeaseCreate,
+    LeaseLock,
+    LeaseSet,
 }
 
-pub(crate) const STATEMENTS: [(Sql, &str); 34] = [
+pub(crate) const STATEMENTS: [(Sql, &str); 37] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -149,6 +160,21 @@ pub(crate) const STATEMENTS: [(Sql, &str); 34] = [
         "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING",
     ),
     (Sql::CounterLock, "SELECT v FROM meta WHERE k = $1 FOR UPDATE"),
+    (
+        Sql::LeaseCreate,
+        "INSERT INTO leases (name, holder, until, token)
+         VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3), 1)
+         ON CONFLICT (name) DO NOTHING",
+    ),
+    (
+        Sql::LeaseLock,
+        "SELECT holder, until < clock_timestamp(), token FROM leases WHERE name = $1 FOR UPDATE",
+    ),
+    (
+        Sql::LeaseSet,
+        "UPDATE leases SET holder = $2, until = clock_timestamp() + make_interval(secs => $3),
+                          token = $4 WHERE name = $1",
+    ),
 ];
 
 /// `sql`'s statement among a connection's, prepared in [`STATEMENTS`] order.

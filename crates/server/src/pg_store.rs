@@ -21,15 +21,15 @@ use crate::group_commit::FailureSlot;
 use crate::pg_pool::{Pool, PG_CONNECTIONS_MAX};
 use crate::pg_sql::{col, err, prepared, Sql, MIGRATIONS};
 use maat_mds::store::{
-    counter_value, Batch, DurabilityCounts, GroupRecord, Inode, MetaStore, Op, PartitionRecord,
-    Record, SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
+    counter_value, Batch, DurabilityCounts, GroupRecord, Inode, LeaseState, MetaStore, Op,
+    PartitionRecord, Record, SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
 use postgres::Statement;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The schema version this MDS writes; every earlier one is migrated on open.
-pub const PG_SCHEMA_VERSION: i32 = 1;
+pub const PG_SCHEMA_VERSION: i32 = 2;
 /// The advisory lock (an arbitrary constant: "maat" in ASCII) held while the schema is
 /// created or migrated.
 const SCHEMA_LOCK: i64 = 0x6d61_6174;
@@ -344,6 +344,63 @@ impl MetaStore for PgStore {
         })?;
         self.commits.fetch_add(1, Ordering::Relaxed);
         Ok(taken)
+    }
+
+    /// One transaction, timed by the database's clock (instances' clocks need not
+    /// agree): the lease's row made if missing, locked, and taken over, renewed or left.
+    /// (Retried on a new connection after the first died, it finds its own grant and
+    /// renews it, with the same token.)
+    fn lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_millis: u64,
+        _now: u64,
+    ) -> Result<LeaseState, StoreError> {
+        let secs = ttl_millis as f64 / 1000.0;
+        let (name, me) = (name.as_bytes(), holder.as_bytes());
+        self.pool.with(|c| {
+            let statements = &c.statements;
+            let mut tx = c
+                .client
+                .transaction()
+                .map_err(|e| err("beginning a lease", e))?;
+            tx.execute(
+                prepared(statements, Sql::LeaseCreate)?,
+                &[&name, &me, &secs],
+            )
+            .map_err(|e| err("making a lease", e))?;
+            let row = tx
+                .query_one(prepared(statements, Sql::LeaseLock)?, &[&name])
+                .map_err(|e| err("locking a lease", e))?;
+            let current = String::from_utf8(col(&row, 0, "a lease's holder")?)
+                .map_err(|_| StoreError::corrupt("a lease's holder", "not UTF-8"))?;
+            let expired: bool = col(&row, 1, "a lease's expiry")?;
+            let token = unid(col(&row, 2, "a lease's token")?);
+            let token = if current == holder {
+                token
+            } else if expired {
+                token.saturating_add(1)
+            } else {
+                tx.commit().map_err(|e| err("ending a lease check", e))?;
+                return Ok(LeaseState {
+                    holder: current,
+                    token,
+                    granted: false,
+                });
+            };
+            tx.execute(
+                prepared(statements, Sql::LeaseSet)?,
+                &[&name, &me, &secs, &id(token)],
+            )
+            .map_err(|e| err("taking a lease", e))?;
+            tx.commit().map_err(|e| err("committing a lease", e))?;
+            Ok(LeaseState {
+                holder: holder.to_string(),
+                token,
+                granted: true,
+            })
+        })
     }
 
     fn durability_counts(&self) -> DurabilityCounts {

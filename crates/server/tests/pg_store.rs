@@ -453,3 +453,64 @@ fn two_instances_allocating_at_once_never_take_one_id_twice() {
     let stored = a.meta("next_inode").unwrap().unwrap();
     assert_eq!(u64::from_be_bytes(stored.try_into().unwrap()), next);
 }
+
+/// Issue 42: the leader lease, shared by two stores on one database (two MDS
+/// instances). One holds it and renews it under the same token; the other is refused
+/// until the holder's time runs out by the database's clock (whatever clock the caller
+/// passes), then takes it under a greater token, and the first is refused.
+#[test]
+fn two_instances_share_one_lease_and_its_token_grows_at_each_handover() {
+    let Some((_dir, pg)) = server("two_instances_share_one_lease") else {
+        return;
+    };
+    let a = PgStore::open(&pg.url()).unwrap();
+    let b = PgStore::open(&pg.url()).unwrap();
+    let ttl = 400;
+    let held = |s: &PgStore, who: &str, now: u64| s.lease("leader", who, ttl, now).unwrap();
+    let first = held(&a, "a", 0);
+    assert!(first.granted && first.token == 1, "{first:?}");
+    // b's clock says a's grant ran out long ago: the database's clock decides.
+    let refused = held(&b, "b", u64::MAX);
+    assert!(!refused.granted, "{refused:?}");
+    assert_eq!((refused.holder.as_str(), refused.token), ("a", 1));
+    let renewed = held(&a, "a", 0);
+    assert!(renewed.granted && renewed.token == 1, "{renewed:?}");
+    std::thread::sleep(std::time::Duration::from_millis(ttl + 200));
+    let taken = held(&b, "b", 0);
+    assert!(taken.granted && taken.token == 2, "{taken:?}");
+    let lost = held(&a, "a", 0);
+    assert!(
+        !lost.granted && lost.holder == "b" && lost.token == 2,
+        "{lost:?}"
+    );
+    // Another lease is another row.
+    assert!(a.lease("other", "a", ttl, 0).unwrap().granted);
+}
+
+/// A database at schema version 1 (before leases) is brought to the current version
+/// when an MDS opens it, its records kept, and leases then work.
+#[test]
+fn a_version_1_database_is_migrated_and_keeps_its_records() {
+    let Some((_dir, pg)) = server("a_version_1_database_is_migrated") else {
+        return;
+    };
+    let store = PgStore::open(&pg.url()).unwrap();
+    store
+        .commit(Batch(vec![Op::PutMeta("kept".into(), vec![4, 2])]))
+        .unwrap();
+    drop(store);
+    // What schema 1 left: no leases table, versions up to 1.
+    admin(&pg)
+        .batch_execute("DROP TABLE leases; DELETE FROM maat_schema WHERE version > 1;")
+        .unwrap();
+    let store = PgStore::open(&pg.url()).unwrap();
+    assert_eq!(store.meta("kept").unwrap(), Some(vec![4, 2]));
+    assert!(store.lease("leader", "a", 1000, 0).unwrap().granted);
+    let versions: Vec<i32> = admin(&pg)
+        .query("SELECT version FROM maat_schema ORDER BY version", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, vec![1, 2]);
+}

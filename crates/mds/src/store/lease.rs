@@ -1,0 +1,131 @@
+//! Leases on singleton duties (issue 42): [`MetaStore::lease`]'s answer, and how its
+//! default keeps a lease in `meta`.
+
+use super::{Batch, MetaStore, Op, StoreError};
+
+/// Where [`MetaStore::lease`]'s default keeps leases: `meta` `lease/NAME`.
+pub const LEASE_PREFIX: &str = "lease/";
+
+/// The lease a store answered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseState {
+    /// Who holds it now (the caller, when granted).
+    pub holder: String,
+    /// The fencing token: grows each time the lease passes to another holder.
+    pub token: u64,
+    /// Whether the caller holds it now.
+    pub granted: bool,
+}
+
+/// A lease as the default keeps it: `version(1) = 1 ‖ until(8, ms) ‖ token(8) ‖ holder
+/// (UTF-8, the rest)`.
+struct LeaseRecord {
+    holder: String,
+    until: u64,
+    token: u64,
+}
+
+const LEASE_RECORD_VERSION: u8 = 1;
+
+impl LeaseRecord {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(17 + self.holder.len());
+        out.push(LEASE_RECORD_VERSION);
+        out.extend_from_slice(&self.until.to_be_bytes());
+        out.extend_from_slice(&self.token.to_be_bytes());
+        out.extend_from_slice(self.holder.as_bytes());
+        out
+    }
+
+    fn decode(key: &str, v: &[u8]) -> Result<Self, StoreError> {
+        let corrupt = |why: &str| StoreError::corrupt(format!("meta {key}"), why);
+        let (version, rest) = v.split_first().ok_or_else(|| corrupt("empty"))?;
+        if *version != LEASE_RECORD_VERSION {
+            return Err(StoreError::Version(format!(
+                "meta {key}: lease record version {version}, this MDS knows {LEASE_RECORD_VERSION}"
+            )));
+        }
+        let (until, rest) = rest
+            .split_first_chunk::<8>()
+            .ok_or_else(|| corrupt("short"))?;
+        let (token, holder) = rest
+            .split_first_chunk::<8>()
+            .ok_or_else(|| corrupt("short"))?;
+        Ok(Self {
+            holder: String::from_utf8(holder.to_vec()).map_err(|_| corrupt("holder not UTF-8"))?,
+            until: u64::from_be_bytes(*until),
+            token: u64::from_be_bytes(*token),
+        })
+    }
+}
+
+/// [`MetaStore::lease`]'s default: the lease in `meta`, times by `now`.
+pub(super) fn lease_in_meta<S: MetaStore + ?Sized>(
+    store: &S,
+    name: &str,
+    holder: &str,
+    ttl_millis: u64,
+    now: u64,
+) -> Result<LeaseState, StoreError> {
+    let key = format!("{LEASE_PREFIX}{name}");
+    let current = match store.meta(&key)? {
+        Some(v) => Some(LeaseRecord::decode(&key, &v)?),
+        None => None,
+    };
+    let token = match current {
+        None => 1,
+        Some(l) if l.holder == holder => l.token,
+        Some(l) if l.until < now => l.token.saturating_add(1),
+        Some(l) => {
+            return Ok(LeaseState {
+                holder: l.holder,
+                token: l.token,
+                granted: false,
+            })
+        }
+    };
+    let record = LeaseRecord {
+        holder: holder.to_string(),
+        until: now.saturating_add(ttl_millis),
+        token,
+    };
+    // (Deferred: a lease the process holds alone needs no fsync of its own; it becomes
+    // durable with the next change that does.)
+    store.commit_deferred(Batch(vec![Op::PutMeta(key, record.encode())]))?;
+    Ok(LeaseState {
+        holder: holder.to_string(),
+        token,
+        granted: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    /// The vector in docs/PROTOCOL.md ("At rest", leases).
+    #[test]
+    fn a_lease_record_has_its_documented_bytes_and_loads_back() {
+        let r = LeaseRecord {
+            holder: "h:/d".into(),
+            until: 1_150,
+            token: 2,
+        };
+        let bytes = r.encode();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "01000000000000047e0000000000000002683a2f64");
+        let back = LeaseRecord::decode("lease/leader", &bytes).unwrap();
+        assert_eq!(
+            (back.holder.as_str(), back.until, back.token),
+            ("h:/d", 1_150, 2)
+        );
+        assert!(LeaseRecord::decode("lease/leader", &bytes[..9]).is_err());
+        let mut newer = bytes.clone();
+        newer[0] = 2;
+        assert!(matches!(
+            LeaseRecord::decode("lease/leader", &newer),
+            Err(StoreError::Version(_))
+        ));
+    }
+}
