@@ -3,7 +3,7 @@
 //! 44: a mount's setattr is one request that answers the attributes it leaves).
 
 use crate::namespace::{allowed, require, MODE_BITS, WRITE};
-use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
+use crate::{Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
 use maat_proto::msg::{ErrorCode, MdsResponse, SetTime};
 use maat_proto::UnixMillis;
 
@@ -60,7 +60,7 @@ impl<S: MetaStore> crate::Mds<S> {
         changes: Changes<'_>,
         now: UnixMillis,
     ) -> Result<Inode> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut inode = self.resolve(who, path)?;
         if let Some(owner) = changes.owner {
             let user = self

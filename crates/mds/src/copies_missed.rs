@@ -113,7 +113,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let partition = self.may_record(who, file, copies.len())?;
         let osds = self.store.osds()?;
         let partition = self.partition(partition)?;
-        let write = lock(&self.write);
+        let write = self.writing()?;
         self.enough_current(file, copies, &osds, &partition)?;
         let mut held = self.store.metas(PREFIX)?.len();
         if held.saturating_add(copies.len()) > MISSED_COPIES_MAX {
@@ -375,7 +375,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 format!("at most {MISSED_COPIES_PER_REQUEST_MAX} copies at once"),
             ));
         }
-        let write = lock(&self.write);
+        let write = self.writing()?;
         let mut batch = Batch::default();
         for c in copies {
             let k = key(file, c.stripe, c.osd);

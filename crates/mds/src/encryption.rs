@@ -3,7 +3,7 @@
 //! the size so that a reader detects a rolled-back block; a rekey's new tree beside the
 //! earlier ones its stripes still use (SPEC H7).
 
-use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
+use crate::{Batch, Inode, MdsError, MetaStore, Op, Principal, Result};
 use maat_crypto::CryptoRngCore;
 use maat_proto::encrypted::FileCrypt;
 use maat_proto::horus::Lockbox;
@@ -30,7 +30,7 @@ impl<S: MetaStore> crate::Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
         {
-            let _guard = lock(&self.write);
+            let _guard = self.writing()?;
             let mut inode = self.resolve_opened(who, path, file)?;
             if inode.uid != who.uid {
                 let doing = if rekey {
@@ -120,7 +120,7 @@ impl<S: MetaStore> crate::Mds<S> {
         lockbox: &[u8],
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut inode = self.resolve_opened(who, path, file)?;
         if inode.uid != who.uid {
             return Err(MdsError::refused(

@@ -554,7 +554,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 "the job opened this file for reading only",
             ));
         }
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let inode = self.job_file(&handle)?;
         self.commit_size(inode, size, now)
     }

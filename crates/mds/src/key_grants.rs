@@ -6,7 +6,7 @@
 //! only for the permit's ranges, so the rest of the file stays unreadable to that user
 //! even with raw access to the objects.
 
-use crate::{lock, Batch, Inode, KeyGrant, MdsError, MetaStore, Op, Principal, Result};
+use crate::{Batch, Inode, KeyGrant, MdsError, MetaStore, Op, Principal, Result};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::Mode;
 use maat_proto::key_ranges::{KeyRanges, KEY_RANGES_MAX};
@@ -133,7 +133,7 @@ impl<S: MetaStore> crate::Mds<S> {
         ranges: &[(u64, u64)],
         slices: bool,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (mut inode, leaf) = self.grantable(who, path)?;
         let uids = self.uids(users)?;
         if slices != ranges.is_empty() {
@@ -211,7 +211,7 @@ impl<S: MetaStore> crate::Mds<S> {
         path: &str,
         users: &[String],
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (mut inode, _) = self.grantable(who, path)?;
         let uids = self.uids(users)?;
         inode.key_grants.retain(|g| match g {

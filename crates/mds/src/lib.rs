@@ -248,7 +248,7 @@ pub struct Mds<S: MetaStore> {
     control_keys: Mutex<HashMap<u64, MacKey>>,
     /// Ids taken from the store's counters and not handed out yet, per counter.
     ids: Mutex<HashMap<String, std::ops::Range<u64>>>,
-    /// Serializes read-check-commit sequences.
+    /// Serializes read-check-commit sequences in this process ([`Mds::writing`]).
     write: Mutex<()>,
     /// Where the shell records administrative acts that bypass a user's own proof (a
     /// passphrase reset); none: not recorded beyond the counters.
@@ -256,6 +256,12 @@ pub struct Mds<S: MetaStore> {
     /// Issue 42: asked by `stats` whether this instance holds the leader lease (its
     /// fencing token); set by the daemon that renews the lease.
     leadership: std::sync::OnceLock<LeadershipProbe>,
+}
+
+/// What [`Mds::writing`] holds; the store's lock goes first when dropped.
+pub(crate) struct Writing<'a> {
+    _store: store::Exclusive<'a>,
+    _local: std::sync::MutexGuard<'a, ()>,
 }
 
 /// Whether an instance holds the leader lease now, and under which token.
@@ -497,6 +503,18 @@ impl<S: MetaStore> Mds<S> {
     /// This daemon's operation counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Held for every read-check-commit sequence: this process's write lock, then the
+    /// store's writer lock ([`MetaStore::exclusive`]), which keeps the sequences of other
+    /// instances sharing the store (issue 42) from interleaving with this one.
+    pub(crate) fn writing(&self) -> Result<Writing<'_>> {
+        let local = lock(&self.write);
+        let store = self.store.exclusive()?;
+        Ok(Writing {
+            _store: store,
+            _local: local,
+        })
     }
 
     /// Allocates the next id of counter `name`.

@@ -6,7 +6,7 @@
 
 use crate::namespace::{allowed, check_new_name, enter, require, EXEC, READ, WRITE};
 use crate::store::Special;
-use crate::{lock, Batch, MdsError, MetaStore, Principal, Result};
+use crate::{Batch, MdsError, MetaStore, Principal, Result};
 use maat_proto::msg::{
     ErrorCode, MdsResponse, StatMore, LINKS_MAX, SYMLINK_TARGET_BYTES_MAX, S_IFBLK, S_IFCHR,
     S_IFIFO, S_IFMT, S_IFSOCK,
@@ -75,7 +75,7 @@ impl<S: MetaStore> crate::Mds<S> {
         special: Special,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (parent, name) = self.parent_of(who, path)?;
         if self.store.lookup(parent.id, name)?.is_some() {
             return Err(MdsError::refused(
@@ -146,7 +146,7 @@ impl<S: MetaStore> crate::Mds<S> {
         to: &str,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut inode = self.resolve(who, from)?;
         if inode.is_dir {
             return Err(MdsError::refused(

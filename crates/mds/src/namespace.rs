@@ -1,6 +1,6 @@
 //! SPEC T9: namespace operations with POSIX owner/group/other permission checks.
 
-use crate::{lock, Batch, Inode, MdsError, MetaStore, Op, Principal, Result, ROOT_INODE};
+use crate::{Batch, Inode, MdsError, MetaStore, Op, Principal, Result, ROOT_INODE};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::Mode;
 use maat_proto::limits::PATH_BYTES_MAX;
@@ -307,7 +307,7 @@ impl<S: MetaStore> crate::Mds<S> {
             Some(name) => Some(self.partition_by_name(name)?.id),
             None => None,
         };
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut batch = Batch::default();
         let mut current = self.load(ROOT_INODE, path)?;
         for (i, part) in parts.iter().enumerate() {
@@ -370,7 +370,7 @@ impl<S: MetaStore> crate::Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
         let directory = what == Removing::Directory;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (parent, name) = self.parent_of(who, path)?;
         let id = self
             .store
@@ -492,7 +492,7 @@ impl<S: MetaStore> crate::Mds<S> {
         exclusive: bool,
         now: UnixMillis,
     ) -> Result<Inode> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (parent, name) = self.parent_of(who, path)?;
         if let Some(id) = self.store.lookup(parent.id, name)? {
             if exclusive {
@@ -650,7 +650,7 @@ impl<S: MetaStore> crate::Mds<S> {
         tree_version: u32,
         now: UnixMillis,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut inode = self.resolve_opened(who, path, file)?;
         require(who, &inode, WRITE, path)?;
         if !written.is_empty() {
@@ -731,7 +731,7 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (from_parent, from_name) = self.parent_of(who, from)?;
         let id = self
             .store

@@ -87,7 +87,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 "weight or address",
             ));
         }
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let existing = self.store.osds()?;
         if existing
             .iter()

@@ -75,7 +75,7 @@ impl<S: MetaStore> Mds<S> {
                 format!("partition names are 1 to {PARTITION_NAME_BYTES_MAX} letters, digits, '-' or '_'"),
             ));
         }
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         if self.store.partitions()?.iter().any(|p| p.name == name) {
             return Err(MdsError::refused(
                 ErrorCode::AlreadyExists,
@@ -105,7 +105,7 @@ impl<S: MetaStore> Mds<S> {
     ) -> Result<MdsResponse> {
         require_admin(who)?;
         self.allowed(protection)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut record = self.partition_by_name(name)?;
         record.protection = protection;
         let mut batch = Batch::default();
@@ -125,7 +125,7 @@ impl<S: MetaStore> Mds<S> {
         credentials: Credentials,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut record = self.partition_by_name(name)?;
         record.credentials = credentials;
         let mut batch = Batch::default();
@@ -184,7 +184,7 @@ impl<S: MetaStore> Mds<S> {
         min_size: u8,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut record = self.partition_by_name(name)?;
         if min_size == 0 || min_size > record.replicas {
             return Err(MdsError::refused(

@@ -282,7 +282,7 @@ impl<S: MetaStore> crate::Mds<S> {
                  (maat admin grouping): files are created the usual way",
             ));
         }
-        let guard = lock(&self.write);
+        let guard = self.writing()?;
         let inode = self.resolve(who, dir)?;
         if !inode.is_dir {
             return Err(MdsError::refused(ErrorCode::NotADirectory, dir.to_string()));
@@ -368,7 +368,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 format!("files hold at most {} bytes", crate::FILE_BYTES_MAX),
             ));
         }
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (parent, name) = self.parent_of(who, path)?;
         crate::namespace::check_new_name(name)?;
         require(who, &parent, WRITE | EXEC, path)?;

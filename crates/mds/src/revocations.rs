@@ -194,7 +194,7 @@ impl<S: MetaStore> crate::Mds<S> {
         // Under the write lock and the access-control gate: no capability is issued or
         // renewed between signing the notice and forgetting what it revokes, so nothing
         // revoked is named by a token that outlives the notice.
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let encoded = self.acl_change(|| {
             let encoded = self.with_revocations(now, |loaded| {
                 let named: std::collections::HashSet<[u8; 32]> = loaded

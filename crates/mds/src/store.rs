@@ -490,6 +490,29 @@ pub fn counter_value(counter: &str, v: Vec<u8>) -> Result<u64, StoreError> {
     })?))
 }
 
+/// What [`MetaStore::exclusive`] returns: the store's writer lock, held until dropped
+/// (nothing to hold for a store one process holds alone).
+#[must_use = "the lock is released when this is dropped"]
+pub struct Exclusive<'a>(Option<Box<dyn Send + 'a>>);
+
+impl<'a> Exclusive<'a> {
+    /// Nothing held: the caller's own serialization is the whole story (a store that
+    /// one process holds alone).
+    pub fn local() -> Self {
+        Self(None)
+    }
+
+    /// Holds `guard`, whose drop releases the lock.
+    pub fn holding(guard: impl Send + 'a) -> Self {
+        Self(Some(Box::new(guard)))
+    }
+
+    /// Whether a lock of the store's own is held (not [`Exclusive::local`]).
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
 /// Durable metadata storage.
 pub trait MetaStore: Send + Sync {
     /// An inode.
@@ -548,6 +571,18 @@ pub trait MetaStore: Send + Sync {
             next.to_be_bytes().to_vec(),
         )]))?;
         Ok(current)
+    }
+    /// Takes the store's writer lock, for one read-decide-commit sequence: while it is
+    /// held, no other process sharing the store runs such a sequence, and every batch
+    /// committed by the holder commits only if the lock is still held (a holder whose
+    /// lock was lost, say with its connection, gets an error instead of a lost update).
+    /// The MDS takes it inside its own write lock, so one thread per process waits here.
+    ///
+    /// This default holds nothing: right for a store one process holds alone, whose
+    /// caller serializes the sequences itself. A store shared by several processes
+    /// overrides it.
+    fn exclusive(&self) -> Result<Exclusive<'_>, StoreError> {
+        Ok(Exclusive::local())
     }
     /// Applies `batch` atomically and lets reads see it at once, but makes it durable only
     /// at the next [`MetaStore::sync`] or [`MetaStore::commit`] (group commit: one fsync

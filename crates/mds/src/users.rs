@@ -491,7 +491,7 @@ impl<S: MetaStore> Mds<S> {
         sealed_upload: &[u8],
     ) -> Result<MdsResponse> {
         check_params(params, who.is_admin())?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut user = self
             .store
             .user(who.uid)?
@@ -605,7 +605,7 @@ impl<S: MetaStore> Mds<S> {
         credential: UserCredential,
         keep: Option<&[u8; 16]>,
     ) -> Result<()> {
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut user = self
             .store
             .user(uid)?
@@ -646,7 +646,7 @@ impl<S: MetaStore> Mds<S> {
         namespace::check_new_name(name)?;
         check_params(params, false)?;
         let credential = self.opaque_credential(name, params, sealed_upload)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         if self.store.user_by_name(name)?.is_some() {
             return Err(MdsError::refused(
                 ErrorCode::AlreadyExists,
@@ -737,7 +737,7 @@ impl<S: MetaStore> Mds<S> {
                 format!("umask {umask:o}: at most 777 (the permission bits cleared)"),
             ));
         }
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let mut user = self
             .store
             .user(who.uid)?
@@ -751,7 +751,7 @@ impl<S: MetaStore> Mds<S> {
 
     pub(crate) fn user_rm(&self, who: &Principal, name: &str) -> Result<MdsResponse> {
         require_admin(who)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let user = self
             .store
             .user_by_name(name)?
@@ -774,7 +774,7 @@ impl<S: MetaStore> Mds<S> {
     pub(crate) fn group_add(&self, who: &Principal, name: &str) -> Result<MdsResponse> {
         require_admin(who)?;
         namespace::check_new_name(name)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         if self.store.group_by_name(name)?.is_some() {
             return Err(MdsError::refused(
                 ErrorCode::AlreadyExists,
@@ -798,7 +798,7 @@ impl<S: MetaStore> Mds<S> {
         user: &str,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (group, mut user) = self.group_and_user(group, user)?;
         if user.gid != group.id && !user.groups.contains(&group.id) {
             user.groups.push(group.id);
@@ -832,7 +832,7 @@ impl<S: MetaStore> Mds<S> {
         user: &str,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
-        let _guard = lock(&self.write);
+        let _guard = self.writing()?;
         let (group, mut record) = self.group_and_user(group, user)?;
         if record.gid == group.id {
             return Err(MdsError::refused(

@@ -29,6 +29,7 @@ pub mod pg_pool;
 pub mod pg_server;
 mod pg_sql;
 pub mod pg_store;
+pub mod pg_writer;
 pub mod private;
 mod serve;
 mod shell;

@@ -5,7 +5,7 @@
 use crate::meta_store::RedbStore;
 use crate::pg_store::PgStore;
 use maat_mds::store::{
-    Batch, DurabilityCounts, GroupRecord, Inode, LeaseState, MetaStore, PartitionRecord,
+    Batch, DurabilityCounts, Exclusive, GroupRecord, Inode, LeaseState, MetaStore, PartitionRecord,
     SessionRecord, StoreError, UserRecord,
 };
 use maat_proto::msg::OsdEntry;
@@ -88,6 +88,9 @@ impl MetaStore for MdsStore {
         now: u64,
     ) -> Result<LeaseState, StoreError> {
         each!(self, s => s.lease(name, holder, ttl_millis, now))
+    }
+    fn exclusive(&self) -> Result<Exclusive<'_>, StoreError> {
+        each!(self, s => s.exclusive())
     }
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
         each!(self, s => s.commit_deferred(batch))

@@ -99,6 +99,17 @@ impl Drop for Lease<'_> {
     }
 }
 
+impl Lease<'_> {
+    /// The connection, lent on past this lease (the pool counts it as open until
+    /// [`Pool::give_back`]); none, and its place freed, if it was missing.
+    fn keep(mut self) -> Option<Conn> {
+        let conn = self.conn.take()?;
+        // (Nothing is left to drop: the connection is out, the pool is borrowed.)
+        std::mem::forget(self);
+        Some(conn)
+    }
+}
+
 impl Pool {
     /// A pool for `config` (the defaults above filled in where it sets nothing),
     /// holding at most `max` connections (at least one).
@@ -198,8 +209,9 @@ impl Pool {
     /// last used), every idle one is dropped and `f` runs once more on a new
     /// connection. That is safe for reads, and for a commit because a batch only sets
     /// rows to values and deletes rows: applied twice (the first connection died after
-    /// the server committed it), it leaves what applying it once leaves, and the MDS
-    /// commits one batch at a time.
+    /// the server committed it), it leaves what applying it once leaves. (The batches of
+    /// read-decide-commit sequences are not retried here: they commit on the writer
+    /// lock's connection, [`crate::pg_writer`], where a closed connection is an error.)
     pub(crate) fn with<T>(
         &self,
         mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
@@ -221,6 +233,47 @@ impl Pool {
             return Err(StoreError::Backend("a lent connection was missing".into()));
         };
         f(conn)
+    }
+}
+
+impl Pool {
+    /// Runs `f` on a connection that then stays lent out, held across calls (the writer
+    /// lock's, [`crate::pg_writer`]) until [`Pool::give_back`]; once more on a new
+    /// connection when a reused one turns out closed, as [`Pool::with`].
+    pub(crate) fn lend_with<T>(
+        &self,
+        mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
+    ) -> Result<(Conn, T), StoreError> {
+        let missing = || StoreError::Backend("a lent connection was missing".into());
+        let (mut lease, reused) = self.take()?;
+        let conn = lease.conn.as_mut().ok_or_else(missing)?;
+        match f(conn) {
+            Ok(v) => return Ok((lease.keep().ok_or_else(missing)?, v)),
+            Err(e) if !(reused && conn.client.is_closed()) => return Err(e),
+            Err(_) => {}
+        }
+        drop(lease);
+        self.drop_idle();
+        let (mut fresh, _) = self.take()?;
+        let v = f(fresh.conn.as_mut().ok_or_else(missing)?)?;
+        Ok((fresh.keep().ok_or_else(missing)?, v))
+    }
+
+    /// Frees the place of a connection [`Pool::lend_with`] lent that was closed (dropped)
+    /// instead of given back.
+    pub(crate) fn give_back_closed(&self) {
+        drop(Lease {
+            pool: self,
+            conn: None,
+        });
+    }
+
+    /// Takes back a connection [`Pool::lend_with`] lent: kept for reuse unless it closed.
+    pub(crate) fn give_back(&self, conn: Conn) {
+        drop(Lease {
+            pool: self,
+            conn: Some(conn),
+        });
     }
 }
 

@@ -20,9 +20,11 @@ use crate::env::StoreFailed;
 use crate::group_commit::FailureSlot;
 use crate::pg_pool::{Pool, PG_CONNECTIONS_MAX};
 use crate::pg_sql::{col, err, prepared, Sql, MIGRATIONS};
+use crate::pg_writer::Writer;
 use maat_mds::store::{
-    counter_value, Batch, DurabilityCounts, GroupRecord, Inode, LeaseState, MetaStore, Op,
-    PartitionRecord, Record, SessionRecord, StoreError, UserRecord, STORE_FORMAT, STORE_FORMAT_KEY,
+    counter_value, Batch, DurabilityCounts, Exclusive, GroupRecord, Inode, LeaseState, MetaStore,
+    Op, PartitionRecord, Record, SessionRecord, StoreError, UserRecord, STORE_FORMAT,
+    STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
 use postgres::Statement;
@@ -37,6 +39,10 @@ const SCHEMA_LOCK: i64 = 0x6d61_6174;
 /// Metadata in a PostgreSQL database.
 pub struct PgStore {
     pool: Pool,
+    /// The writer lock ([`MetaStore::exclusive`]): while a thread holds it, that
+    /// thread's statements run on the lock's connection. (Boxed: it holds a whole
+    /// connection, which would make every `MdsStore` as large.)
+    writer: Box<Writer>,
     /// Batches committed (each a durable commit: `maat stats`' `store_fsyncs`).
     commits: AtomicU64,
     /// Told when a commit's outcome is unknown ([`PgStore::on_failure`]).
@@ -74,6 +80,7 @@ impl PgStore {
             .map_err(|e| err("the metadata URL does not parse", e))?;
         let store = Self {
             pool: Pool::new(config, max),
+            writer: Box::default(),
             commits: AtomicU64::new(0),
             failed_hook: FailureSlot::default(),
         };
@@ -148,7 +155,7 @@ impl PgStore {
         sql: Sql,
         key: &(dyn postgres::types::ToSql + Sync),
     ) -> Result<Option<T>, StoreError> {
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             let row = c.query_opt(sql, &[key], T::WHAT)?;
             match row {
                 Some(row) => Ok(Some(T::decode(col(&row, 0, T::WHAT)?)?)),
@@ -158,7 +165,7 @@ impl PgStore {
     }
 
     fn all<T: Record>(&self, sql: Sql) -> Result<Vec<T>, StoreError> {
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             let rows = c.query(sql, &[], T::WHAT)?;
             rows.iter()
                 .map(|row| T::decode(col(row, 0, T::WHAT)?))
@@ -173,14 +180,14 @@ impl MetaStore for PgStore {
     }
 
     fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             let row = c.query_opt(Sql::Lookup, &[&id(parent), &name.as_bytes()], "an entry")?;
             row.map(|r| col(&r, 0, "an entry").map(unid)).transpose()
         })
     }
 
     fn entries(&self, parent: u64) -> Result<Vec<(String, u64)>, StoreError> {
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             let rows = c.query(Sql::Entries, &[&id(parent)], "a directory's entries")?;
             rows.iter()
                 .map(|r| {
@@ -217,7 +224,7 @@ impl MetaStore for PgStore {
     }
 
     fn sessions(&self) -> Result<Vec<([u8; 16], SessionRecord)>, StoreError> {
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             let rows = c.query(Sql::Sessions, &[], "sessions")?;
             rows.iter()
                 .map(|r| {
@@ -243,14 +250,14 @@ impl MetaStore for PgStore {
     }
 
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             let row = c.query_opt(Sql::Meta, &[&key.as_bytes()], "a metadata value")?;
             row.map(|r| col(&r, 0, "a metadata value")).transpose()
         })
     }
 
     fn metas(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             // Bounded above by the prefix's successor where it has one, so the scan
             // reads the prefix's keys only.
             let rows = match prefix_successor(prefix.as_bytes()) {
@@ -279,7 +286,7 @@ impl MetaStore for PgStore {
         // Whether the last attempt lost its connection after sending COMMIT (the server
         // may or may not have committed). An error the server reported is a rollback.
         let mut unknown = false;
-        let result = self.pool.with(|c| {
+        let result = self.writer.run(&self.pool, |c| {
             unknown = false;
             let statements = &c.statements;
             let mut tx = c
@@ -315,7 +322,7 @@ impl MetaStore for PgStore {
     /// first is then never used, which the contract allows.)
     fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
         let key = counter.as_bytes();
-        let taken = self.pool.with(|c| {
+        let taken = self.writer.run(&self.pool, |c| {
             let statements = &c.statements;
             let mut tx = c
                 .client
@@ -359,7 +366,7 @@ impl MetaStore for PgStore {
     ) -> Result<LeaseState, StoreError> {
         let secs = ttl_millis as f64 / 1000.0;
         let (name, me) = (name.as_bytes(), holder.as_bytes());
-        self.pool.with(|c| {
+        self.writer.run(&self.pool, |c| {
             let statements = &c.statements;
             let mut tx = c
                 .client
@@ -401,6 +408,12 @@ impl MetaStore for PgStore {
                 granted: true,
             })
         })
+    }
+
+    /// The advisory lock of [`crate::pg_writer`]: held by one instance at a time; the
+    /// holder's commits run on the lock's connection, so they commit only while it holds.
+    fn exclusive(&self) -> Result<Exclusive<'_>, StoreError> {
+        Ok(Exclusive::holding(self.writer.lock(&self.pool)?))
     }
 
     fn durability_counts(&self) -> DurabilityCounts {

@@ -18,20 +18,8 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::os::unix::fs::PermissionsExt;
 
-/// A server in a fresh directory, or `None` (said on stderr) without PostgreSQL.
-fn server(test: &str) -> Option<(tempfile::TempDir, LocalPostgres)> {
-    if let Some(why) = cannot_start_here() {
-        // Past the harness's capture, so that the skip shows in CI output.
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "\nSKIPPED {test}: {why}");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    // Run as root, the server is the postgres account's, which must pass through here.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let pg = LocalPostgres::start(&dir.path().join("pg")).unwrap();
-    Some((dir, pg))
-}
+mod common;
+use common::{admin, server};
 
 const NAMES: [&str; 6] = ["a", "b", "ab", "Z", "é", "a b"];
 const PREFIXES: [&str; 4] = ["", "p/", "p/1", "q"];
@@ -309,15 +297,6 @@ fn links_in_the_servers_directory_are_refused_not_followed() {
     assert_eq!(std::fs::read(&victim_file).unwrap(), b"not the server's");
 }
 
-/// A connection of the test's own to `pg`'s database (not the store's).
-fn admin(pg: &LocalPostgres) -> postgres::Client {
-    pg.url()
-        .parse::<postgres::Config>()
-        .unwrap()
-        .connect(postgres::NoTls)
-        .unwrap()
-}
-
 #[test]
 fn a_column_of_another_type_than_the_schema_says_is_an_error_not_a_panic() {
     let Some((_dir, pg)) = server("a_column_of_another_type_than_the_schema_says_is_an_error")
@@ -416,75 +395,6 @@ fn the_store_keeps_at_most_its_bound_of_connections_however_many_threads_ask() {
         most <= BOUND as i64,
         "{most} connections open at once, bound {BOUND}"
     );
-}
-
-/// Issue 42: two stores on one database (two MDS instances) allocating from one counter
-/// at once, from several threads each, never take one value twice, and skip none.
-#[test]
-fn two_instances_allocating_at_once_never_take_one_id_twice() {
-    let Some((_dir, pg)) = server("two_instances_allocating_at_once_never_take_one_id_twice")
-    else {
-        return;
-    };
-    let a = PgStore::open(&pg.url()).unwrap();
-    let b = PgStore::open(&pg.url()).unwrap();
-    let ranges = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for t in 0..8u64 {
-            let store = if t % 2 == 0 { &a } else { &b };
-            let ranges = &ranges;
-            s.spawn(move || {
-                let mut rng = ChaCha8Rng::seed_from_u64(t);
-                for _ in 0..60 {
-                    let count = 1 + u64::from(rng.next_u32() % 40);
-                    let first = store.allocate("next_inode", count, 2).unwrap();
-                    ranges.lock().unwrap().push((first, count));
-                }
-            });
-        }
-    });
-    let mut ranges = ranges.into_inner().unwrap();
-    ranges.sort_unstable();
-    let mut next = 2;
-    for (first, count) in &ranges {
-        assert_eq!(*first, next, "a range overlaps or leaves a gap: {ranges:?}");
-        next += count;
-    }
-    let stored = a.meta("next_inode").unwrap().unwrap();
-    assert_eq!(u64::from_be_bytes(stored.try_into().unwrap()), next);
-}
-
-/// Issue 42: the leader lease, shared by two stores on one database (two MDS
-/// instances). One holds it and renews it under the same token; the other is refused
-/// until the holder's time runs out by the database's clock (whatever clock the caller
-/// passes), then takes it under a greater token, and the first is refused.
-#[test]
-fn two_instances_share_one_lease_and_its_token_grows_at_each_handover() {
-    let Some((_dir, pg)) = server("two_instances_share_one_lease") else {
-        return;
-    };
-    let a = PgStore::open(&pg.url()).unwrap();
-    let b = PgStore::open(&pg.url()).unwrap();
-    let ttl = 400;
-    let held = |s: &PgStore, who: &str, now: u64| s.lease("leader", who, ttl, now).unwrap();
-    let first = held(&a, "a", 0);
-    assert!(first.granted && first.token == 1, "{first:?}");
-    // b's clock says a's grant ran out long ago: the database's clock decides.
-    let refused = held(&b, "b", u64::MAX);
-    assert!(!refused.granted, "{refused:?}");
-    assert_eq!((refused.holder.as_str(), refused.token), ("a", 1));
-    let renewed = held(&a, "a", 0);
-    assert!(renewed.granted && renewed.token == 1, "{renewed:?}");
-    std::thread::sleep(std::time::Duration::from_millis(ttl + 200));
-    let taken = held(&b, "b", 0);
-    assert!(taken.granted && taken.token == 2, "{taken:?}");
-    let lost = held(&a, "a", 0);
-    assert!(
-        !lost.granted && lost.holder == "b" && lost.token == 2,
-        "{lost:?}"
-    );
-    // Another lease is another row.
-    assert!(a.lease("other", "a", ttl, 0).unwrap().granted);
 }
 
 /// A database at schema version 1 (before leases) is brought to the current version
