@@ -136,7 +136,10 @@ impl<S: MetaStore> crate::Mds<S> {
         batch.push(Op::PutInode(inode.clone()));
         if changes.mode.is_some() || changes.owner.is_some() || changes.group.is_some() {
             // Who may do what changed: capabilities are re-checked (SPEC M7).
-            self.acl_change(|| Ok(self.store.commit(batch)?))?;
+            self.acl_change(|stamp| {
+                batch.push(stamp);
+                Ok(self.store.commit(batch)?)
+            })?;
         } else {
             self.store.commit_deferred(batch)?;
         }

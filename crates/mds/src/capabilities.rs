@@ -19,7 +19,7 @@
 use crate::grouping::{
     self, AclSnapshot, FileSel, Grant, GroupingConfig, Perm, Strategies, UserSel,
 };
-use crate::{lock, MdsError, MetaStore, Result, ADMIN_UID, CLOCK_SKEW_MILLIS};
+use crate::{lock, MdsError, MetaStore, Op, Result, StoreError, ADMIN_UID, CLOCK_SKEW_MILLIS};
 use maat_crypto::hash::{self, Digest};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
@@ -172,7 +172,12 @@ impl GroupingStats {
 pub(crate) struct Issuer {
     /// Read side: an issue in progress; write side: an access-control change.
     acl_gate: RwLock<()>,
-    acl_version: AtomicU64,
+    pub(crate) acl_version: AtomicU64,
+    /// The shared version in the store when this instance last caught up with it or
+    /// moved it ([`crate::acl_version`]).
+    pub(crate) acl_seen: AtomicU64,
+    /// Times this instance caught up with another's access-control changes.
+    pub(crate) acl_catch_ups: AtomicU64,
     snapshot: Mutex<Option<Arc<AclSnapshot>>>,
     grouping: RwLock<GroupingConfig>,
     capabilities: Mutex<HashMap<CapKey, CachedCapability>>,
@@ -192,10 +197,13 @@ pub(crate) struct Issuer {
 }
 
 impl Issuer {
-    pub(crate) fn new(grouping: GroupingConfig) -> Self {
+    /// `acl_seen`: the store's shared access-control version at the start.
+    pub(crate) fn new(grouping: GroupingConfig, acl_seen: u64) -> Self {
         Issuer {
             acl_gate: RwLock::new(()),
             acl_version: AtomicU64::new(0),
+            acl_seen: AtomicU64::new(acl_seen),
+            acl_catch_ups: AtomicU64::new(0),
             snapshot: Mutex::new(None),
             grouping: RwLock::new(grouping),
             capabilities: Mutex::new(HashMap::new()),
@@ -264,10 +272,22 @@ fn denied() -> MdsError {
 
 impl<S: MetaStore> crate::Mds<S> {
     /// Runs an access-control change: `change` commits it while no capability is being
-    /// issued, then every later issue decides on the new state.
-    pub(crate) fn acl_change<T>(&self, change: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// issued, then every later issue decides on the new state, at every instance
+    /// sharing the store: `change` is handed the batch entry that moves the shared
+    /// version on ([`crate::acl_version`]) and commits it in its own batch. The caller
+    /// holds [`crate::Mds::writing`], so no other instance moves the version meanwhile;
+    /// another's earlier changes are caught up with first, so `change` decides on them.
+    pub(crate) fn acl_change<T>(&self, change: impl FnOnce(Op) -> Result<T>) -> Result<T> {
         let _gate = crate::write_lock(&self.issuer.acl_gate);
-        let out = change();
+        let stored = self.stored_acl_version()?;
+        self.catch_up_acl(stored);
+        let next = stored
+            .checked_add(1)
+            .ok_or_else(|| StoreError::corrupt("meta acl_version", "would overflow"))?;
+        let out = change(crate::acl_version::record(next));
+        if out.is_ok() {
+            self.issuer.acl_seen.store(next, Ordering::SeqCst);
+        }
         self.issuer.acl_version.fetch_add(1, Ordering::SeqCst);
         out
     }
@@ -304,12 +324,22 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// The read side of the access-control gate and the state it guards.
+    /// First, under the write side, the access-control changes another instance
+    /// committed since this one last looked ([`crate::acl_version`]).
     pub(crate) fn gate_and_acl(
         &self,
     ) -> Result<(std::sync::RwLockReadGuard<'_, ()>, Arc<AclSnapshot>)> {
-        let gate = self.issue_gate();
-        let acl = self.acl_snapshot()?;
-        Ok((gate, acl))
+        loop {
+            let gate = self.issue_gate();
+            let stored = self.stored_acl_version()?;
+            if self.acl_current(stored) {
+                let acl = self.acl_snapshot()?;
+                return Ok((gate, acl));
+            }
+            drop(gate);
+            let _changing = crate::write_lock(&self.issuer.acl_gate);
+            self.catch_up_acl(self.stored_acl_version()?);
+        }
     }
 
     /// Takes the gate and the state an issue for `r` decides on, refusing when the state

@@ -232,7 +232,10 @@ impl<S: MetaStore> crate::Mds<S> {
         );
         let mut batch = Batch::default();
         batch.push(Op::PutInode(inode));
-        self.acl_change(|| Ok(self.store.commit(batch)?))?;
+        self.acl_change(|stamp| {
+            batch.push(stamp);
+            Ok(self.store.commit(batch)?)
+        })?;
         Ok(MdsResponse::Ok)
     }
 

@@ -9,6 +9,7 @@
 pub mod limits;
 
 mod access;
+mod acl_version;
 mod attributes;
 mod capabilities;
 mod copies_missed;
@@ -408,6 +409,7 @@ impl<S: MetaStore> Mds<S> {
         if !batch.0.is_empty() {
             store.commit(batch)?;
         }
+        let acl_seen = acl_version::stored(&store)?;
         Ok(Self {
             signing: SigningKey::from_seed(secrets.signing_seed.expose())
                 .with_counters(counters.clone()),
@@ -447,7 +449,7 @@ impl<S: MetaStore> Mds<S> {
             scrubs: scrub_counts::ScrubTotals::default(),
             control_keys: Mutex::new(HashMap::new()),
             sessions: std::sync::RwLock::new(HashMap::new()),
-            issuer: capabilities::Issuer::new(config.grouping),
+            issuer: capabilities::Issuer::new(config.grouping, acl_seen),
             revocations: revocations::Revocations::default(),
             jobs: jobs::Jobs::default(),
             filesets: filesets::FileSets::default(),

@@ -417,7 +417,10 @@ impl<S: MetaStore> crate::Mds<S> {
         } else {
             // Capabilities for the removed file must not be renewed (SPEC M7, M8): the
             // access-control version moves, so renewal re-checks and forgets them.
-            self.acl_change(|| Ok(self.store.commit_deferred(batch)?))?;
+            self.acl_change(|stamp| {
+                batch.push(stamp);
+                Ok(self.store.commit_deferred(batch)?)
+            })?;
         }
         let stat = self.stat_of(&inode)?;
         match what {
@@ -855,7 +858,10 @@ impl<S: MetaStore> crate::Mds<S> {
             return Ok(MdsResponse::Ok);
         };
         // A file went: its capabilities must not be renewed (SPEC M7, M8).
-        self.acl_change(|| Ok(self.store.commit_deferred(batch)?))?;
+        self.acl_change(|stamp| {
+            batch.push(stamp);
+            Ok(self.store.commit_deferred(batch)?)
+        })?;
         let stat = self.stat_of(&replaced)?;
         self.removal_answer(who, &replaced, stat, session, now, rng)
     }

@@ -225,7 +225,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let (_gate, acl) = self.gate_and_acl()?;
         let mut state = lock(&r.state);
         if state.checked_all != Some(acl.version()) {
-            self.recheck(&mut state, &acl)?;
+            self.recheck(&mut state, &acl, now)?;
         }
         assert_eq!(
             state.checked_all,
@@ -309,15 +309,25 @@ impl<S: MetaStore> crate::Mds<S> {
 
     /// Re-checks every capability last checked at an older access-control version; one
     /// that fails is forgotten (never renewed again).
-    fn recheck(&self, state: &mut State, acl: &AclSnapshot) -> Result<()> {
+    /// Revocations in force count too: one made at another instance sharing the store
+    /// reaches this one's outstanding capabilities here ([`crate::acl_version`]).
+    fn recheck(&self, state: &mut State, acl: &AclSnapshot, now: UnixMillis) -> Result<()> {
+        let (revoked_ids, revoked_users) = self.revoked_now(now)?;
         let mut perms: HashMap<u64, Option<Perm>> = HashMap::new();
         let mut failed = Vec::new();
         for (id, o) in state.outstanding.iter_mut() {
             if o.checked == acl.version() {
                 continue;
             }
-            let mut allowed = true;
+            let revoked = revoked_ids.binary_search(id).is_ok()
+                || o.users
+                    .iter()
+                    .any(|u| revoked_users.binary_search(u).is_ok());
+            let mut allowed = !revoked;
             for f in o.files.iter() {
+                if !allowed {
+                    break;
+                }
                 let perm = match perms.get(f) {
                     Some(p) => *p,
                     None => {
@@ -327,9 +337,6 @@ impl<S: MetaStore> crate::Mds<S> {
                     }
                 };
                 allowed = perm.is_some_and(|p| o.users.iter().all(|u| acl.permits(*u, p, o.want)));
-                if !allowed {
-                    break;
-                }
             }
             if allowed {
                 o.checked = acl.version();

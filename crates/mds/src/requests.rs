@@ -599,6 +599,10 @@ impl<S: MetaStore> Mds<S> {
                 s.passphrase_resets.load(Ordering::Relaxed),
             ),
             (
+                "acl_catch_ups".into(),
+                self.issuer.acl_catch_ups.load(Ordering::Relaxed),
+            ),
+            (
                 "capability_cache_hits".into(),
                 self.issuer.cache_hits.load(Ordering::Relaxed),
             ),

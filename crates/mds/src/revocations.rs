@@ -120,6 +120,27 @@ impl<S: MetaStore> crate::Mds<S> {
         f(loaded)
     }
 
+    /// Drops the notices loaded from the store: the next use reads them again (another
+    /// instance sharing the store revoked, [`crate::acl_version`]).
+    pub(crate) fn forget_revocations_loaded(&self) {
+        *lock(&self.revocations.state) = None;
+    }
+
+    /// The capability ids and users that the notices in force name, sorted.
+    pub(crate) fn revoked_now(&self, now: UnixMillis) -> Result<(Vec<u64>, Vec<u64>)> {
+        self.with_revocations(now, |l| {
+            let mut ids: Vec<u64> = (l.notices.iter())
+                .flat_map(|n| n.body.capability_ids.iter().map(|c| c.0))
+                .collect();
+            let mut users: Vec<u64> = (l.notices.iter())
+                .flat_map(|n| n.body.users.iter().map(|u| u.0))
+                .collect();
+            ids.sort_unstable();
+            users.sort_unstable();
+            Ok((ids, users))
+        })
+    }
+
     /// Whether a revocation in force names `uid` (the MDS then issues it no capability).
     pub(crate) fn user_revoked(&self, uid: u64, now: UnixMillis) -> Result<bool> {
         self.with_revocations(now, |l| {
@@ -195,7 +216,7 @@ impl<S: MetaStore> crate::Mds<S> {
         // renewed between signing the notice and forgetting what it revokes, so nothing
         // revoked is named by a token that outlives the notice.
         let _guard = self.writing()?;
-        let encoded = self.acl_change(|| {
+        let encoded = self.acl_change(|stamp| {
             let encoded = self.with_revocations(now, |loaded| {
                 let named: std::collections::HashSet<[u8; 32]> = loaded
                     .notices
@@ -263,6 +284,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 });
                 let mut batch = Batch::default();
                 batch.push(Op::PutMeta(REVOCATIONS_META_KEY.into(), self::encode(&next)));
+                batch.push(stamp);
                 // Durable before anyone is told.
                 self.store.commit(batch)?;
                 *loaded = next;

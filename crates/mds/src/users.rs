@@ -722,7 +722,10 @@ impl<S: MetaStore> Mds<S> {
                 child: ino,
             });
         }
-        self.acl_change(|| Ok(self.store.commit(batch)?))?;
+        self.acl_change(|stamp| {
+            batch.push(stamp);
+            Ok(self.store.commit(batch)?)
+        })?;
         Ok(MdsResponse::Ok)
     }
 
@@ -767,7 +770,10 @@ impl<S: MetaStore> Mds<S> {
             id: user.id,
             name: user.name,
         });
-        self.acl_change(|| Ok(self.store.commit(batch)?))?;
+        self.acl_change(|stamp| {
+            batch.push(stamp);
+            Ok(self.store.commit(batch)?)
+        })?;
         Ok(MdsResponse::Ok)
     }
 
@@ -804,7 +810,10 @@ impl<S: MetaStore> Mds<S> {
             user.groups.push(group.id);
             let mut batch = Batch::default();
             batch.push(Op::PutUser(user));
-            self.acl_change(|| Ok(self.store.commit(batch)?))?;
+            self.acl_change(|stamp| {
+                batch.push(stamp);
+                Ok(self.store.commit(batch)?)
+            })?;
         }
         Ok(MdsResponse::Ok)
     }
@@ -852,7 +861,10 @@ impl<S: MetaStore> Mds<S> {
         record.groups.retain(|g| *g != group.id);
         let mut batch = Batch::default();
         batch.push(Op::PutUser(record));
-        self.acl_change(|| Ok(self.store.commit(batch)?))?;
+        self.acl_change(|stamp| {
+            batch.push(stamp);
+            Ok(self.store.commit(batch)?)
+        })?;
         Ok(MdsResponse::Ok)
     }
 }

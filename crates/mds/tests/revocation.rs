@@ -404,3 +404,70 @@ fn membership_changes_and_user_removal_reach_the_next_request() {
         ErrorCode::NoSuchUser
     );
 }
+
+/// `ids` renewed by `uid` at `mds`: the token's body.
+fn renew(mds: &Mds<&MemStore>, uid: u64, ids: Vec<u64>, now: u64) -> RenewalToken {
+    match call(mds, uid, MdsRequest::Renew { ids }, now).unwrap() {
+        MdsResponse::Renewed(t) => Unverified::<RenewalToken>::decode(&t)
+            .unwrap()
+            .unverified_body()
+            .clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 42: two MDS instances over one store. Instance `b` has loaded the notices and
+/// cached and registered capabilities before instance `a` revokes; `b` then hands out
+/// none of what `a` revoked (not from its cache, not by renewal), and a revoke at `b`
+/// keeps `a`'s notices in the stored list (it would write back the list it had loaded,
+/// without them) and numbers after them.
+#[test]
+fn revocations_at_one_instance_hold_at_another_sharing_the_store() {
+    let store = MemStore::default();
+    add_users(&store, &["alice", "bob"]);
+    let (alice, bob) = (100, 101);
+    let now = T0 + 1_000;
+    let (a, b) = (mds(&store), mds(&store));
+    call(
+        &a,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/d".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        now,
+    )
+    .unwrap();
+    let bobs = open(&b, bob, "/d/b", true, now).unwrap();
+    let alices = open(&b, alice, "/d/a", true, now).unwrap();
+    assert_eq!(
+        open(&b, alice, "/d/a", false, now).unwrap(),
+        alices,
+        "b hands out its cached capability"
+    );
+    assert!(list_for_osd(&b, now).is_empty());
+
+    // (Later: each call's generator is seeded by its time, and so are capability ids.)
+    let now = now + 10;
+    let n1 = revoke(&a, ADMIN_UID, &["bob"], &[], now).unwrap();
+    let n2 = revoke(&a, ADMIN_UID, &[], &[alices], now).unwrap();
+    assert_eq!(
+        open(&b, bob, "/d/b", false, now).unwrap_err().code,
+        ErrorCode::Revoked
+    );
+    let fresh = open(&b, alice, "/d/a", false, now).unwrap();
+    assert_ne!(fresh, alices, "b handed out a capability revoked at a");
+    let token = renew(&b, alice, vec![alices, bobs, fresh], now + 1);
+    assert!(!token.renews(CapabilityId(alices)));
+    assert!(!token.renews(CapabilityId(bobs)));
+    assert!(token.renews(CapabilityId(fresh)));
+
+    let n3 = revoke(&b, ADMIN_UID, &[], &[fresh], now + 2).unwrap();
+    assert!(n3.notice_id > n2.notice_id, "{n3:?} after {n2:?}");
+    let c = mds(&store);
+    assert_eq!(list_for_osd(&c, now + 3), vec![n1, n2, n3]);
+    let token = renew(&a, alice, vec![fresh], now + 4);
+    assert!(!token.renews(CapabilityId(fresh)));
+}
