@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use maat_mds::grouping::GroupingConfig;
+use maat_mds::store::Exclusive;
 use maat_mds::store::{
     Batch, GroupRecord, Inode, MetaStore, Op, PartitionRecord, SessionRecord, StoreError,
     UserCredential, UserRecord,
@@ -12,7 +13,8 @@ use maat_proto::UnixMillis;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
 
 #[derive(Default)]
 pub struct Tables {
@@ -26,15 +28,49 @@ pub struct Tables {
     pub meta: BTreeMap<String, Vec<u8>>,
 }
 
-/// A `MetaStore` in a `BTreeMap`, applying each batch atomically under one lock.
+/// A `MetaStore` in a `BTreeMap`, applying each batch atomically under one lock, shared
+/// by every MDS opened on it as a PostgreSQL database is: counters move atomically, and
+/// the writer lock ([`MetaStore::exclusive`]) is one for all of them.
 #[derive(Default)]
-pub struct MemStore(pub Mutex<Tables>);
+pub struct MemStore(pub Mutex<Tables>, pub Sharing);
+
+/// How a [`MemStore`] is shared: its writer lock, which `lock_off` makes hold nothing (to
+/// show what the lock prevents), and a pause before each read of an inode or entry,
+/// `read_micros` (a database's round trip: it widens the windows the lock closes).
+#[derive(Default)]
+pub struct Sharing {
+    held: Mutex<bool>,
+    freed: Condvar,
+    pub lock_off: AtomicBool,
+    pub read_micros: std::sync::atomic::AtomicU64,
+}
+
+impl Sharing {
+    fn pause(&self) {
+        let micros = self.read_micros.load(Ordering::Relaxed);
+        if micros > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(micros));
+        }
+    }
+}
+
+/// Held while the writer lock is.
+pub struct WriterHeld<'a>(&'a Sharing);
+
+impl Drop for WriterHeld<'_> {
+    fn drop(&mut self) {
+        *self.0.held.lock().unwrap() = false;
+        self.0.freed.notify_one();
+    }
+}
 
 impl MetaStore for &MemStore {
     fn inode(&self, id: u64) -> Result<Option<Inode>, StoreError> {
+        self.1.pause();
         Ok(self.0.lock().unwrap().inodes.get(&id).cloned())
     }
     fn lookup(&self, parent: u64, name: &str) -> Result<Option<u64>, StoreError> {
+        self.1.pause();
         Ok(self
             .0
             .lock()
@@ -125,6 +161,28 @@ impl MetaStore for &MemStore {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+    fn exclusive(&self) -> Result<Exclusive<'_>, StoreError> {
+        let lock = &self.1;
+        if lock.lock_off.load(Ordering::SeqCst) {
+            return Ok(Exclusive::local());
+        }
+        let mut held = lock.held.lock().unwrap();
+        while *held {
+            held = lock.freed.wait(held).unwrap();
+        }
+        *held = true;
+        Ok(Exclusive::holding(WriterHeld(lock)))
+    }
+    fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
+        let mut t = self.0.lock().unwrap();
+        let current = match t.meta.get(counter) {
+            Some(v) => maat_mds::store::counter_value(counter, v.clone())?,
+            None => first,
+        };
+        let next = current.checked_add(count).unwrap();
+        t.meta.insert(counter.into(), next.to_be_bytes().to_vec());
+        Ok(current)
     }
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         let mut t = self.0.lock().unwrap();
