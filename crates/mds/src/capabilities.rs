@@ -19,7 +19,7 @@
 use crate::grouping::{
     self, AclSnapshot, FileSel, Grant, GroupingConfig, Perm, Strategies, UserSel,
 };
-use crate::{lock, MdsError, MetaStore, Op, Result, StoreError, ADMIN_UID, CLOCK_SKEW_MILLIS};
+use crate::{lock, MdsError, MetaStore, Op, Result, ADMIN_UID, CLOCK_SKEW_MILLIS};
 use maat_crypto::hash::{self, Digest};
 use maat_crypto::CryptoRngCore;
 use maat_proto::capability::{Capability, Files, Mode, Principals};
@@ -281,9 +281,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let _gate = crate::write_lock(&self.issuer.acl_gate);
         let stored = self.stored_acl_version()?;
         self.catch_up_acl(stored);
-        let next = stored
-            .checked_add(1)
-            .ok_or_else(|| StoreError::corrupt("meta acl_version", "would overflow"))?;
+        let next = crate::store::counter_after(crate::acl_version::ACL_VERSION_KEY, stored, 1)?;
         let out = change(crate::acl_version::record(next));
         if out.is_ok() {
             self.issuer.acl_seen.store(next, Ordering::SeqCst);

@@ -490,6 +490,14 @@ pub fn counter_value(counter: &str, v: Vec<u8>) -> Result<u64, StoreError> {
     })?))
 }
 
+/// The value of `counter` after `count` more were taken from `current`; an error (the
+/// store is damaged) where that would overflow.
+pub fn counter_after(counter: &str, current: u64, count: u64) -> Result<u64, StoreError> {
+    current
+        .checked_add(count)
+        .ok_or_else(|| StoreError::corrupt(format!("meta {counter}"), "would overflow"))
+}
+
 /// What [`MetaStore::exclusive`] returns: the store's writer lock, held until dropped
 /// (nothing to hold for a store one process holds alone).
 #[must_use = "the lock is released when this is dropped"]
@@ -563,9 +571,7 @@ pub trait MetaStore: Send + Sync {
             Some(v) => counter_value(counter, v)?,
             None => first,
         };
-        let next = current
-            .checked_add(count)
-            .ok_or_else(|| StoreError::corrupt(format!("meta {counter}"), "would overflow"))?;
+        let next = counter_after(counter, current, count)?;
         self.commit_deferred(Batch(vec![Op::PutMeta(
             counter.into(),
             next.to_be_bytes().to_vec(),

@@ -40,6 +40,19 @@ impl Conn {
         prepared(&self.statements, sql).cloned()
     }
 
+    /// A transaction on this connection (`what` names it in the error), and the
+    /// statements to run in it.
+    pub(crate) fn begin(
+        &mut self,
+        what: &str,
+    ) -> Result<(postgres::Transaction<'_>, &[Statement]), StoreError> {
+        let Conn { client, statements } = self;
+        let tx = client
+            .transaction()
+            .map_err(|e| err(&format!("beginning {what}"), e))?;
+        Ok((tx, statements))
+    }
+
     pub(crate) fn query(
         &mut self,
         sql: Sql,

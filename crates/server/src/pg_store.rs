@@ -22,9 +22,9 @@ use crate::pg_pool::{Pool, PG_CONNECTIONS_MAX};
 use crate::pg_sql::{col, err, prepared, Sql, MIGRATIONS};
 use crate::pg_writer::Writer;
 use maat_mds::store::{
-    counter_value, Batch, DurabilityCounts, Exclusive, GroupRecord, Inode, LeaseState, MetaStore,
-    Op, PartitionRecord, Record, SessionRecord, StoreError, UserRecord, STORE_FORMAT,
-    STORE_FORMAT_KEY,
+    counter_after, counter_value, Batch, DurabilityCounts, Exclusive, GroupRecord, Inode,
+    LeaseState, MetaStore, Op, PartitionRecord, Record, SessionRecord, StoreError, UserRecord,
+    STORE_FORMAT, STORE_FORMAT_KEY,
 };
 use maat_proto::msg::OsdEntry;
 use postgres::Statement;
@@ -288,11 +288,7 @@ impl MetaStore for PgStore {
         let mut unknown = false;
         let result = self.writer.run(&self.pool, |c| {
             unknown = false;
-            let statements = &c.statements;
-            let mut tx = c
-                .client
-                .transaction()
-                .map_err(|e| err("beginning a commit", e))?;
+            let (mut tx, statements) = c.begin("a commit")?;
             for op in &batch.0 {
                 apply(&mut tx, statements, op)?;
             }
@@ -323,11 +319,7 @@ impl MetaStore for PgStore {
     fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
         let key = counter.as_bytes();
         let taken = self.writer.run(&self.pool, |c| {
-            let statements = &c.statements;
-            let mut tx = c
-                .client
-                .transaction()
-                .map_err(|e| err("beginning an allocation", e))?;
+            let (mut tx, statements) = c.begin("an allocation")?;
             tx.execute(
                 prepared(statements, Sql::CounterCreate)?,
                 &[&key, &first.to_be_bytes().as_slice()],
@@ -337,9 +329,7 @@ impl MetaStore for PgStore {
                 .query_one(prepared(statements, Sql::CounterLock)?, &[&key])
                 .map_err(|e| err("locking a counter", e))?;
             let current = counter_value(counter, col(&row, 0, "a counter")?)?;
-            let next = current
-                .checked_add(count)
-                .ok_or_else(|| StoreError::corrupt(format!("meta {counter}"), "would overflow"))?;
+            let next = counter_after(counter, current, count)?;
             tx.execute(
                 prepared(statements, Sql::PutMeta)?,
                 &[&key, &next.to_be_bytes().as_slice()],
@@ -367,11 +357,7 @@ impl MetaStore for PgStore {
         let secs = ttl_millis as f64 / 1000.0;
         let (name, me) = (name.as_bytes(), holder.as_bytes());
         self.writer.run(&self.pool, |c| {
-            let statements = &c.statements;
-            let mut tx = c
-                .client
-                .transaction()
-                .map_err(|e| err("beginning a lease", e))?;
+            let (mut tx, statements) = c.begin("a lease")?;
             tx.execute(
                 prepared(statements, Sql::LeaseCreate)?,
                 &[&name, &me, &secs],
