@@ -89,14 +89,27 @@ impl<S: MetaStore> Mds<S> {
     }
 
     /// A session and its envelope key, from memory or (after a restart) from the store.
+    /// On a store other instances share, the record is read on every request (a logout,
+    /// or a passphrase reset that ends a user's sessions, at any instance ends them at
+    /// every one); only the key opened from it is kept.
     fn session(&self, id: &[u8; 16]) -> Result<(SessionRecord, Blake3Mac)> {
-        if let Some(s) = crate::read_lock(&self.sessions).get(id) {
-            return Ok(s.clone());
+        let cached = crate::read_lock(&self.sessions).get(id).cloned();
+        if let Some(s) = &cached {
+            if !self.store.shared() {
+                return Ok(s.clone());
+            }
         }
-        let session = self
-            .store
-            .session(id)?
-            .ok_or_else(|| MdsError::refused(ErrorCode::UnknownSession, "log in again"))?;
+        let Some(session) = self.store.session(id)? else {
+            if cached.is_some() {
+                crate::write_lock(&self.sessions).remove(id);
+            }
+            return Err(MdsError::refused(ErrorCode::UnknownSession, "log in again"));
+        };
+        if let Some((held, key)) = cached {
+            if held.sealed_key == session.sealed_key {
+                return Ok((session, key));
+            }
+        }
         let key = self
             .session_wrap
             .open(0, id, &session.sealed_key)

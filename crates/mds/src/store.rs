@@ -633,6 +633,14 @@ pub trait MetaStore: Send + Sync {
     fn durability_counts(&self) -> DurabilityCounts {
         DurabilityCounts::default()
     }
+    /// Whether other processes may change the store while this one runs (several MDS
+    /// instances over one database, issue 42): the MDS then keeps no cache of a record
+    /// that another instance may change unless a version it checks moves with the change
+    /// (sessions are read on every request; access-control state follows `acl_version`).
+    /// This default: a store one process holds alone.
+    fn shared(&self) -> bool {
+        false
+    }
     /// Which engine keeps the records (`maat health`; the MDS's stats report it as the
     /// counter `meta_engine:NAME` = 1).
     fn engine(&self) -> &'static str {

@@ -13,12 +13,13 @@
 )]
 
 mod common;
+use common::login::{admin_login, call as in_session};
 use common::{call, mds, MemStore, T0};
 
 use maat_mds::{ADMIN_UID, ROOT_INODE};
-use maat_proto::msg::MdsRequest;
+use maat_proto::msg::{ErrorCode, MdsRequest};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
@@ -145,4 +146,24 @@ fn without_the_writer_lock_the_same_runs_break_the_namespace() {
         .filter(|(f, _)| !f.is_empty())
         .count();
     assert!(broken > 0, "no run broke the namespace without the lock");
+}
+
+/// Issue 42: a session made at one instance works at another (read from the store), and
+/// once it ends at one (logout), it works at none, though the other had it in memory.
+#[test]
+fn a_session_works_at_every_instance_until_it_ends_at_any() {
+    let store = MemStore::default();
+    let (a, b) = (mds(&store), mds(&store));
+    let mut rng = ChaCha20Rng::seed_from_u64(3);
+    let now = T0 + 1_000;
+    let session = admin_login(&a, now, &mut rng);
+    let stat = || MdsRequest::Stat { path: "/".into() };
+    in_session(&b, &session, stat(), now + 1, 1, &mut rng).unwrap();
+    in_session(&a, &session, stat(), now + 2, 2, &mut rng).unwrap();
+    in_session(&b, &session, stat(), now + 3, 3, &mut rng).unwrap();
+    in_session(&a, &session, MdsRequest::Logout, now + 4, 4, &mut rng).unwrap();
+    for (at, n) in [(&b, 5), (&a, 6)] {
+        let refused = in_session(at, &session, stat(), now + 5, n, &mut rng).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::UnknownSession);
+    }
 }

@@ -101,6 +101,9 @@ impl MetaStore for MdsStore {
     fn durability_counts(&self) -> DurabilityCounts {
         each!(self, s => s.durability_counts())
     }
+    fn shared(&self) -> bool {
+        each!(self, s => s.shared())
+    }
     fn engine(&self) -> &'static str {
         each!(self, s => s.engine())
     }

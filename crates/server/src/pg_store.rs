@@ -410,6 +410,11 @@ impl MetaStore for PgStore {
         }
     }
 
+    /// Every MDS instance over the database shares it.
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn engine(&self) -> &'static str {
         "postgresql"
     }

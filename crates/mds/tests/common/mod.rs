@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
+pub mod login;
+
 #[derive(Default)]
 pub struct Tables {
     pub inodes: BTreeMap<u64, Inode>,
@@ -183,6 +185,9 @@ impl MetaStore for &MemStore {
         let next = current.checked_add(count).unwrap();
         t.meta.insert(counter.into(), next.to_be_bytes().to_vec());
         Ok(current)
+    }
+    fn shared(&self) -> bool {
+        true
     }
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         let mut t = self.0.lock().unwrap();
