@@ -5,6 +5,10 @@ use super::*;
 use crate::attributes::Changes;
 use maat_proto::msg::SetTime;
 
+/// How long a shared store keeps a request's nonce after the request's timestamp: twice
+/// the replay window, past which the request is refused as stale whatever its nonce.
+pub(crate) const NONCES_KEPT_MILLIS: u64 = 2 * maat_proto::wire::REPLAY_WINDOW_MILLIS;
+
 impl<S: MetaStore> Mds<S> {
     /// Handles an authenticated request envelope. `Ok` is the sealed response payload;
     /// `Err` is a refusal that could not be MACed (unknown session, bad MAC, …).
@@ -63,6 +67,19 @@ impl<S: MetaStore> Mds<S> {
             .map_err(freshness_error)?;
         let request = request.verify(&key)?;
         self.fresh(&request.session_id, &request.nonce, request.timestamp, now)?;
+        // Issue 42: other instances sharing the store saw their requests, not this one's
+        // window: the nonce is recorded in the store too, so a request captured on its way
+        // to one instance is refused at every other.
+        if self.store.shared()
+            && !self.store.record_nonce(
+                &request.session_id,
+                &request.nonce,
+                request.timestamp.0,
+                NONCES_KEPT_MILLIS,
+            )?
+        {
+            return Err(freshness_error(Freshness::Replayed));
+        }
         let principal = self.principal(session.user)?;
         Ok((
             request.message,

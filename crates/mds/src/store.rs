@@ -633,6 +633,23 @@ pub trait MetaStore: Send + Sync {
     fn durability_counts(&self) -> DurabilityCounts {
         DurabilityCounts::default()
     }
+    /// Records nonce `nonce` of session `session`, sent at `at` (ms: the request's own
+    /// timestamp, inside the replay window), so that no process sharing the store takes
+    /// that request again: `false` if it was recorded already (a replay, perhaps made at
+    /// another instance). Nonces sent more than `keep_millis` before `at` may be
+    /// forgotten (requests that old are refused as stale anyway).
+    ///
+    /// This default records nothing: for a store one process holds alone, whose replay
+    /// window in memory is the whole story. A shared store overrides it.
+    fn record_nonce(
+        &self,
+        _session: &[u8; 16],
+        _nonce: &[u8; 16],
+        _at: u64,
+        _keep_millis: u64,
+    ) -> Result<bool, StoreError> {
+        Ok(true)
+    }
     /// Whether other processes may change the store while this one runs (several MDS
     /// instances over one database, issue 42): the MDS then keeps no cache of a record
     /// that another instance may change unless a version it checks moves with the change

@@ -18,6 +18,7 @@ use common::{call, mds, MemStore, T0};
 
 use maat_mds::{ADMIN_UID, ROOT_INODE};
 use maat_proto::msg::{ErrorCode, MdsRequest};
+use maat_proto::{wire, UnixMillis};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -165,5 +166,33 @@ fn a_session_works_at_every_instance_until_it_ends_at_any() {
     for (at, n) in [(&b, 5), (&a, 6)] {
         let refused = in_session(at, &session, stat(), now + 5, n, &mut rng).unwrap_err();
         assert_eq!(refused.code, ErrorCode::UnknownSession);
+    }
+}
+
+/// Issue 42: a request captured on its way to one instance and replayed to another
+/// within the replay window is refused there (each instance's window in memory saw only
+/// its own requests; the nonce is recorded in the shared store).
+#[test]
+fn a_request_replayed_to_another_instance_is_refused() {
+    let store = MemStore::default();
+    let (a, b) = (mds(&store), mds(&store));
+    let mut rng = ChaCha20Rng::seed_from_u64(4);
+    let now = T0 + 1_000;
+    let (id, key) = admin_login(&a, now, &mut rng);
+    let body = maat_proto::msg::encode(&MdsRequest::Mkdir {
+        path: "/once".into(),
+        mode: 0o755,
+        parents: false,
+        partition: None,
+    })
+    .unwrap();
+    let payload = wire::seal_request(&key, &id, UnixMillis(now + 1), &[9; 16], &body);
+    a.handle_request(&payload, UnixMillis(now + 1), &mut rng)
+        .unwrap();
+    for at in [&b, &a] {
+        let refused = at
+            .handle_request(&payload, UnixMillis(now + 2), &mut rng)
+            .unwrap_err();
+        assert_eq!(refused.code, ErrorCode::ReplayedRequest);
     }
 }

@@ -101,6 +101,15 @@ impl MetaStore for MdsStore {
     fn durability_counts(&self) -> DurabilityCounts {
         each!(self, s => s.durability_counts())
     }
+    fn record_nonce(
+        &self,
+        session: &[u8; 16],
+        nonce: &[u8; 16],
+        at: u64,
+        keep_millis: u64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.record_nonce(session, nonce, at, keep_millis))
+    }
     fn shared(&self) -> bool {
         each!(self, s => s.shared())
     }

@@ -29,6 +29,14 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
         "CREATE TABLE leases (name bytea PRIMARY KEY, holder bytea NOT NULL,
                               until timestamptz NOT NULL, token bigint NOT NULL);",
     ),
+    // Issue 42: request nonces seen by any instance (replay protection across them).
+    // Unlogged: no write-ahead log per request; emptied if the server crashes.
+    (
+        3,
+        "CREATE UNLOGGED TABLE nonces (session bytea NOT NULL, nonce bytea NOT NULL,
+                                       at bigint NOT NULL, PRIMARY KEY (session, nonce));
+         CREATE INDEX nonces_at ON nonces (at);",
+    ),
 ];
 
 /// Every statement a connection prepares once, when it is made.
@@ -71,9 +79,11 @@ pub(crate) enum Sql {
     LeaseCreate,
     LeaseLock,
     LeaseSet,
+    NonceRecord,
+    NonceForget,
 }
 
-pub(crate) const STATEMENTS: [(Sql, &str); 37] = [
+pub(crate) const STATEMENTS: [(Sql, &str); 39] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -175,6 +185,11 @@ pub(crate) const STATEMENTS: [(Sql, &str); 37] = [
         "UPDATE leases SET holder = $2, until = clock_timestamp() + make_interval(secs => $3),
                           token = $4 WHERE name = $1",
     ),
+    (
+        Sql::NonceRecord,
+        "INSERT INTO nonces (session, nonce, at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    ),
+    (Sql::NonceForget, "DELETE FROM nonces WHERE at < $1"),
 ];
 
 /// `sql`'s statement among a connection's, prepared in [`STATEMENTS`] order.

@@ -30,8 +30,11 @@ use maat_proto::msg::OsdEntry;
 use postgres::Statement;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Nonces recorded between two sweeps of the old ones.
+pub const NONCES_PER_SWEEP: u64 = 1024;
+
 /// The schema version this MDS writes; every earlier one is migrated on open.
-pub const PG_SCHEMA_VERSION: i32 = 2;
+pub const PG_SCHEMA_VERSION: i32 = 3;
 /// The advisory lock (an arbitrary constant: "maat" in ASCII) held while the schema is
 /// created or migrated.
 const SCHEMA_LOCK: i64 = 0x6d61_6174;
@@ -45,6 +48,9 @@ pub struct PgStore {
     writer: Box<Writer>,
     /// Batches committed (each a durable commit: `maat stats`' `store_fsyncs`).
     commits: AtomicU64,
+    /// Nonces recorded ([`MetaStore::record_nonce`]): every [`NONCES_PER_SWEEP`]th
+    /// record also forgets the old ones.
+    nonces: AtomicU64,
     /// Told when a commit's outcome is unknown ([`PgStore::on_failure`]).
     failed_hook: FailureSlot,
 }
@@ -82,6 +88,7 @@ impl PgStore {
             pool: Pool::new(config, max),
             writer: Box::default(),
             commits: AtomicU64::new(0),
+            nonces: AtomicU64::new(0),
             failed_hook: FailureSlot::default(),
         };
         store.migrate()?;
@@ -408,6 +415,34 @@ impl MetaStore for PgStore {
             batches: n,
             fsyncs: n,
         }
+    }
+
+    /// One statement (a table without write-ahead log: no fsync per request); every
+    /// [`NONCES_PER_SWEEP`]th call also deletes the nonces sent before `at - keep_millis`.
+    fn record_nonce(
+        &self,
+        session: &[u8; 16],
+        nonce: &[u8; 16],
+        at: u64,
+        keep_millis: u64,
+    ) -> Result<bool, StoreError> {
+        let (session, nonce) = (session.as_slice(), nonce.as_slice());
+        let sweep = self.nonces.fetch_add(1, Ordering::Relaxed) % NONCES_PER_SWEEP == 0;
+        self.writer.run(&self.pool, |c| {
+            let before = id(at.saturating_sub(keep_millis));
+            if sweep {
+                let forget = prepared(&c.statements, Sql::NonceForget)?;
+                c.client
+                    .execute(forget, &[&before])
+                    .map_err(|e| err("forgetting old nonces", e))?;
+            }
+            let record = prepared(&c.statements, Sql::NonceRecord)?;
+            let added = c
+                .client
+                .execute(record, &[&session, &nonce, &id(at)])
+                .map_err(|e| err("recording a nonce", e))?;
+            Ok(added == 1)
+        })
     }
 
     /// Every MDS instance over the database shares it.

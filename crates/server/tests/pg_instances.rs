@@ -276,3 +276,34 @@ fn crosswise_renames_at_two_instances_never_make_a_cycle() {
     }
     assert_eq!(refused, ROUNDS);
 }
+
+/// Issue 42: a request's nonce recorded through one instance's store is a replay at
+/// another's; other nonces and sessions are not; and nonces far older than the newest
+/// are forgotten at a sweep, so the table does not grow with every request.
+#[test]
+fn a_nonce_recorded_at_one_instance_is_a_replay_at_another() {
+    use maat_server::pg_store::NONCES_PER_SWEEP;
+    let Some((_dir, pg)) = server("a_nonce_recorded_at_one_instance_is_a_replay_at_another") else {
+        return;
+    };
+    let a = PgStore::open(&pg.url()).unwrap();
+    let b = PgStore::open(&pg.url()).unwrap();
+    let keep = 60_000;
+    assert!(a.record_nonce(&[1; 16], &[7; 16], 1_000, keep).unwrap());
+    assert!(!b.record_nonce(&[1; 16], &[7; 16], 1_000, keep).unwrap());
+    assert!(!a.record_nonce(&[1; 16], &[7; 16], 1_001, keep).unwrap());
+    assert!(b.record_nonce(&[1; 16], &[8; 16], 1_000, keep).unwrap());
+    assert!(b.record_nonce(&[2; 16], &[7; 16], 1_000, keep).unwrap());
+    // A sweep's worth of later requests at `a`: the ones of time 1,000 are forgotten.
+    let later = 1_000 + keep + 1;
+    for n in 0..NONCES_PER_SWEEP {
+        let mut nonce = [0; 16];
+        nonce[..8].copy_from_slice(&n.to_be_bytes());
+        assert!(a.record_nonce(&[3; 16], &nonce, later, keep).unwrap());
+    }
+    let left: i64 = admin(&pg)
+        .query_one("SELECT count(*) FROM nonces WHERE at = 1000", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}

@@ -397,8 +397,8 @@ fn the_store_keeps_at_most_its_bound_of_connections_however_many_threads_ask() {
     );
 }
 
-/// A database at schema version 1 (before leases) is brought to the current version
-/// when an MDS opens it, its records kept, and leases then work.
+/// A database at schema version 1 (before leases and nonces) is brought to the current
+/// version when an MDS opens it, its records kept, and leases and nonces then work.
 #[test]
 fn a_version_1_database_is_migrated_and_keeps_its_records() {
     let Some((_dir, pg)) = server("a_version_1_database_is_migrated") else {
@@ -411,16 +411,19 @@ fn a_version_1_database_is_migrated_and_keeps_its_records() {
     drop(store);
     // What schema 1 left: no leases table, versions up to 1.
     admin(&pg)
-        .batch_execute("DROP TABLE leases; DELETE FROM maat_schema WHERE version > 1;")
+        .batch_execute(
+            "DROP TABLE leases; DROP TABLE nonces; DELETE FROM maat_schema WHERE version > 1;",
+        )
         .unwrap();
     let store = PgStore::open(&pg.url()).unwrap();
     assert_eq!(store.meta("kept").unwrap(), Some(vec![4, 2]));
     assert!(store.lease("leader", "a", 1000, 0).unwrap().granted);
+    assert!(store.record_nonce(&[1; 16], &[2; 16], 5, 1000).unwrap());
     let versions: Vec<i32> = admin(&pg)
         .query("SELECT version FROM maat_schema ORDER BY version", &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2]);
+    assert_eq!(versions, vec![1, 2, 3]);
 }

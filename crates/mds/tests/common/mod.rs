@@ -28,6 +28,8 @@ pub struct Tables {
     pub osds: BTreeMap<u64, OsdEntry>,
     pub partitions: BTreeMap<u64, PartitionRecord>,
     pub meta: BTreeMap<String, Vec<u8>>,
+    /// Request nonces recorded (`MetaStore::record_nonce`), by session.
+    pub nonces: std::collections::BTreeSet<([u8; 16], [u8; 16])>,
 }
 
 /// A `MetaStore` in a `BTreeMap`, applying each batch atomically under one lock, shared
@@ -188,6 +190,15 @@ impl MetaStore for &MemStore {
     }
     fn shared(&self) -> bool {
         true
+    }
+    fn record_nonce(
+        &self,
+        session: &[u8; 16],
+        nonce: &[u8; 16],
+        _at: u64,
+        _keep_millis: u64,
+    ) -> Result<bool, StoreError> {
+        Ok(self.0.lock().unwrap().nonces.insert((*session, *nonce)))
     }
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         let mut t = self.0.lock().unwrap();
