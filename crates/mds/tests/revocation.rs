@@ -76,6 +76,22 @@ fn revoke(
     }
 }
 
+/// `/d`, open to all (mode 0777), made by the administrator.
+fn mkdir_d(mds: &Mds<&MemStore>, now: u64) {
+    call(
+        mds,
+        ADMIN_UID,
+        MdsRequest::Mkdir {
+            path: "/d".into(),
+            mode: 0o777,
+            parents: false,
+            partition: None,
+        },
+        now,
+    )
+    .unwrap();
+}
+
 /// The list an OSD would get, with its MAC checked as the OSD checks it.
 fn list_for_osd(mds: &Mds<&MemStore>, now: u64) -> Vec<RevocationNotice> {
     let nonce = [7u8; 16];
@@ -144,18 +160,7 @@ fn revocations_are_the_administrators_durable_and_never_renewed() {
     let (alice, bob) = (100, 101);
     let mut now = T0 + 1_000;
     let mds1 = mds(&store);
-    call(
-        &mds1,
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/d".into(),
-            mode: 0o777,
-            parents: false,
-            partition: None,
-        },
-        now,
-    )
-    .unwrap();
+    mkdir_d(&mds1, now);
     let alices = open(&mds1, alice, "/d/a", true, now).unwrap();
     let bobs = open(&mds1, bob, "/d/b", true, now).unwrap();
 
@@ -428,18 +433,7 @@ fn revocations_at_one_instance_hold_at_another_sharing_the_store() {
     let (alice, bob) = (100, 101);
     let now = T0 + 1_000;
     let (a, b) = (mds(&store), mds(&store));
-    call(
-        &a,
-        ADMIN_UID,
-        MdsRequest::Mkdir {
-            path: "/d".into(),
-            mode: 0o777,
-            parents: false,
-            partition: None,
-        },
-        now,
-    )
-    .unwrap();
+    mkdir_d(&a, now);
     let bobs = open(&b, bob, "/d/b", true, now).unwrap();
     let alices = open(&b, alice, "/d/a", true, now).unwrap();
     assert_eq!(

@@ -24,16 +24,31 @@ use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 mod common;
 use common::{admin, server};
 
+/// A server for `test` and two stores on its database (two MDS instances), or `None`
+/// (said on stderr) without PostgreSQL.
+fn two_stores(
+    test: &str,
+) -> Option<(
+    tempfile::TempDir,
+    maat_server::pg_server::LocalPostgres,
+    PgStore,
+    PgStore,
+)> {
+    let (dir, pg) = server(test)?;
+    let a = PgStore::open(&pg.url()).unwrap();
+    let b = PgStore::open(&pg.url()).unwrap();
+    Some((dir, pg, a, b))
+}
+
 /// Issue 42: two stores on one database (two MDS instances) allocating from one counter
 /// at once, from several threads each, never take one value twice, and skip none.
 #[test]
 fn two_instances_allocating_at_once_never_take_one_id_twice() {
-    let Some((_dir, pg)) = server("two_instances_allocating_at_once_never_take_one_id_twice")
+    let Some((_dir, _pg, a, b)) =
+        two_stores("two_instances_allocating_at_once_never_take_one_id_twice")
     else {
         return;
     };
-    let a = PgStore::open(&pg.url()).unwrap();
-    let b = PgStore::open(&pg.url()).unwrap();
     let ranges = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for t in 0..8u64 {
@@ -66,11 +81,9 @@ fn two_instances_allocating_at_once_never_take_one_id_twice() {
 /// passes), then takes it under a greater token, and the first is refused.
 #[test]
 fn two_instances_share_one_lease_and_its_token_grows_at_each_handover() {
-    let Some((_dir, pg)) = server("two_instances_share_one_lease") else {
+    let Some((_dir, _pg, a, b)) = two_stores("two_instances_share_one_lease") else {
         return;
     };
-    let a = PgStore::open(&pg.url()).unwrap();
-    let b = PgStore::open(&pg.url()).unwrap();
     let ttl = 400;
     let held = |s: &PgStore, who: &str, now: u64| s.lease("leader", who, ttl, now).unwrap();
     let first = held(&a, "a", 0);
@@ -135,11 +148,9 @@ fn the_writer_lock_runs_one_instances_read_decide_commit_at_a_time() {
 /// decided.
 #[test]
 fn a_holder_whose_connection_died_gets_an_error_not_a_lost_update() {
-    let Some((_dir, pg)) = server("a_holder_whose_connection_died_gets_an_error") else {
+    let Some((_dir, pg, a, b)) = two_stores("a_holder_whose_connection_died_gets_an_error") else {
         return;
     };
-    let a = PgStore::open(&pg.url()).unwrap();
-    let b = PgStore::open(&pg.url()).unwrap();
     let held = a.exclusive().unwrap();
     // The backend holding the advisory lock (classid and objid: the key's halves).
     let ended: bool = admin(&pg)
@@ -283,11 +294,11 @@ fn crosswise_renames_at_two_instances_never_make_a_cycle() {
 #[test]
 fn a_nonce_recorded_at_one_instance_is_a_replay_at_another() {
     use maat_server::pg_store::NONCES_PER_SWEEP;
-    let Some((_dir, pg)) = server("a_nonce_recorded_at_one_instance_is_a_replay_at_another") else {
+    let Some((_dir, pg, a, b)) =
+        two_stores("a_nonce_recorded_at_one_instance_is_a_replay_at_another")
+    else {
         return;
     };
-    let a = PgStore::open(&pg.url()).unwrap();
-    let b = PgStore::open(&pg.url()).unwrap();
     let keep = 60_000;
     assert!(a.record_nonce(&[1; 16], &[7; 16], 1_000, keep).unwrap());
     assert!(!b.record_nonce(&[1; 16], &[7; 16], 1_000, keep).unwrap());
