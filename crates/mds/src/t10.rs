@@ -164,10 +164,14 @@ impl<S: MetaStore> Mds<S> {
         *write_lock(&self.t10.channel) = Some(channel);
     }
 
-    /// The MDS's copy of OSD `osd`'s keys (memory, else the store), if any.
+    /// The MDS's copy of OSD `osd`'s keys (memory, else the store), if any. On a store
+    /// other instances share, always the store's: the leader may have changed the keys
+    /// since (issue 42).
     fn t10_state(&self, osd: u64) -> Result<Option<KeyState>> {
-        if let Some(s) = read_lock(&self.t10.states).get(&osd) {
-            return Ok(Some(s.clone()));
+        if !self.store.shared() {
+            if let Some(s) = read_lock(&self.t10.states).get(&osd) {
+                return Ok(Some(s.clone()));
+            }
         }
         let key = format!("{META_PREFIX}{osd}");
         let Some(sealed) = self.store.meta(&key)? else {
@@ -194,10 +198,13 @@ impl<S: MetaStore> Mds<S> {
         Ok(())
     }
 
-    /// Runs `f` on the stored revocations (read once, then kept in memory).
+    /// Runs `f` on the stored revocations (read once, then kept in memory; read every
+    /// time from a store other instances share).
     fn with_t10_revocations<R>(&self, f: impl FnOnce(&T10Revocations) -> R) -> Result<R> {
-        if let Some(r) = read_lock(&self.t10.revocations).as_ref() {
-            return Ok(f(r));
+        if !self.store.shared() {
+            if let Some(r) = read_lock(&self.t10.revocations).as_ref() {
+                return Ok(f(r));
+            }
         }
         let stored = match self.store.meta(REVOCATIONS_KEY)? {
             Some(bytes) => <T10Revocations as crate::store::Record>::decode(&bytes)?,

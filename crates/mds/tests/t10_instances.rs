@@ -1,0 +1,190 @@
+//! Issue 42 + SPEC T2, T3: two MDS instances over one store, one of them (the leader)
+//! managing the OSDs' T10 keys. The other issues T10 credentials too, and they must be
+//! under the keys the OSD holds now: after the leader replaced every working key
+//! (`maat admin t10 rotate --revoke`), the other instance's next credentials work at the
+//! OSD. The OSD is its key state driven by the same functions the daemon runs
+//! (`maat_proto::t10_keys`), behind the channel the MDS sends key commands on.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::login::{admin_login, call as in_session};
+use common::{call, mds, MemStore, JOIN, T0};
+
+use maat_crypto::mac::{Blake3Mac, MacKey};
+use maat_mds::store::{Batch, MetaStore, Op};
+use maat_mds::{ChannelError, Mds, T10Channel, ADMIN_UID};
+use maat_proto::msg::{
+    Access, Credentials, MdsRequest, MdsResponse, OsdEntry, OsdPlainRequest, OsdPlainResponse,
+    T10Grant,
+};
+use maat_proto::protection::Protection;
+use maat_proto::t10;
+use maat_proto::t10_keys::{self, KeyState};
+use maat_proto::UnixMillis;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+type Osds = Arc<Mutex<HashMap<u64, KeyState>>>;
+
+/// The OSDs' side of the key commands: each command applied to a copy of the OSD's
+/// state, installed when it succeeds (as the OSD daemon does).
+fn channel(osds: Osds) -> Arc<T10Channel> {
+    Arc::new(move |osd: &OsdEntry, request: &OsdPlainRequest| {
+        let mut all = osds.lock().unwrap();
+        let mut next = match all.get(&osd.id) {
+            Some(s) => s.clone(),
+            None => KeyState::bootstrap(&JOIN, osd.id).unwrap(),
+        };
+        let refused = |e: maat_proto::ProtoError| ChannelError::Refused(e.into());
+        let mut rng = ChaCha20Rng::seed_from_u64(osd.id);
+        let answer = match request {
+            OsdPlainRequest::SetMasterKey(b) => OsdPlainResponse::MasterKeyAccepted(
+                t10_keys::osd_set_master_key(&mut next, b, UnixMillis(T0), &mut rng)
+                    .map_err(refused)?
+                    .encoded()
+                    .to_vec(),
+            ),
+            OsdPlainRequest::SetKey(b) => OsdPlainResponse::KeySet {
+                ack: t10_keys::osd_set_key(&mut next, b).map_err(refused)?.1,
+            },
+            OsdPlainRequest::SetPolicyTag(b) => OsdPlainResponse::PolicyTagSet {
+                ack: t10_keys::osd_set_policy_tag(&mut next, b)
+                    .map_err(refused)?
+                    .1,
+            },
+            _ => return Err(ChannelError::BadAnswer("not a key command".into())),
+        };
+        all.insert(osd.id, next);
+        Ok(answer)
+    })
+}
+
+/// Whether the OSD with `state` takes `grant` (as `OsdCore::credential` checks it): the
+/// capability key the client opens is the one the OSD derives from its working key.
+fn valid_at_osd(state: &KeyState, grant: &T10Grant, session: &Blake3Mac, now: u64) -> bool {
+    let cap = t10::decode_capability(&grant.capability).unwrap();
+    let Some(working) = state.working(cap.partition_id, cap.key_version) else {
+        return false;
+    };
+    let at_osd = t10::capability_key(&grant.capability, &MacKey::new(working.key.clone()));
+    let client = t10::open_capability_key(
+        &t10::capability_key_wrap(session),
+        &grant.capability,
+        &grant.sealed_key,
+    )
+    .unwrap();
+    at_osd == client
+        && UnixMillis(now) < cap.expiry
+        && cap.policy_access_tag == state.policy_tag(cap.partition_id, cap.object_id)
+}
+
+fn opened(answer: MdsResponse) -> Vec<T10Grant> {
+    match answer {
+        MdsResponse::Opened { t10, .. } => t10,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn admin(mds: &Mds<&MemStore>, request: MdsRequest, now: u64) {
+    call(mds, ADMIN_UID, request, now).unwrap();
+}
+
+#[test]
+fn credentials_from_any_instance_are_under_the_keys_the_leader_installed() {
+    let store = MemStore::default();
+    (&store)
+        .commit(Batch(
+            (1..=2)
+                .map(|id| {
+                    Op::PutOsd(OsdEntry {
+                        id,
+                        address: format!("10.0.0.{id}:7000"),
+                        sealing_key: [0; 32],
+                        weight: 1,
+                    })
+                })
+                .collect(),
+        ))
+        .unwrap();
+    let (a, b) = (mds(&store), mds(&store));
+    let osds = Osds::default();
+    a.set_t10_channel(channel(osds.clone()));
+    b.set_t10_channel(channel(osds.clone()));
+    let mut rng = ChaCha20Rng::seed_from_u64(8);
+    let now = T0 + 1_000;
+    let name = || "fast".to_string();
+    admin(
+        &a,
+        MdsRequest::PartitionCreate {
+            name: name(),
+            protection: Protection::AllData,
+        },
+        now,
+    );
+    admin(
+        &a,
+        MdsRequest::PartitionSetCredentials {
+            name: name(),
+            credentials: Credentials::T10,
+        },
+        now,
+    );
+    admin(
+        &a,
+        MdsRequest::Mkdir {
+            path: "/fast".into(),
+            mode: 0o777,
+            parents: false,
+            partition: Some(name()),
+        },
+        now,
+    );
+    // The leader installs every OSD's keys.
+    assert!(a.t10_maintain(UnixMillis(now), &mut rng).is_empty());
+    let session = admin_login(&a, now, &mut rng);
+    let open = |mds: &Mds<&MemStore>, create: bool, at: u64, nonce: u8, rng: &mut ChaCha20Rng| {
+        let request = MdsRequest::Open {
+            path: "/fast/f".into(),
+            access: Access::ReadWrite,
+            create: create.then_some(0o644),
+        };
+        opened(in_session(mds, &session, request, at, nonce, rng).unwrap())
+    };
+    let check = |grants: &[T10Grant], at: u64, when: &str| {
+        assert_eq!(grants.len(), 2, "{when}: one grant per OSD");
+        let osds = osds.lock().unwrap();
+        for g in grants {
+            assert!(
+                valid_at_osd(&osds[&g.osd], g, &session.1, at),
+                "{when}: osd {} refuses the credential",
+                g.osd
+            );
+        }
+    };
+    // The other instance issues under those keys (and keeps them in memory).
+    check(&open(&b, true, now + 1, 1, &mut rng), now + 1, "first");
+    // The leader replaces every working key; the other's next credentials are under the
+    // new ones.
+    admin(
+        &a,
+        MdsRequest::T10KeysRotate {
+            osd: None,
+            partition: None,
+            revoke: true,
+            master: false,
+        },
+        now + 2,
+    );
+    check(
+        &open(&b, false, now + 3, 2, &mut rng),
+        now + 3,
+        "after the rotation",
+    );
+}
