@@ -487,6 +487,12 @@ impl<S: MetaStore> Mds<S> {
         let _ = self.leadership.set(probe);
     }
 
+    /// Whether this instance may run a singleton duty now: it holds the leader lease, or
+    /// no daemon set a probe (one MDS alone, or a test).
+    pub(crate) fn leads(&self) -> bool {
+        self.leadership.get().is_none_or(|probe| probe().is_some())
+    }
+
     /// The MDS's Ed25519 public key (tickets and capabilities verify under it).
     pub fn verifying_key(&self) -> [u8; 32] {
         self.signing.verifying_key().to_bytes()

@@ -476,6 +476,16 @@ impl<S: MetaStore> Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
+        if !self.leads() {
+            // (Its key exchanges would race the leader's upkeep, under a lock of this
+            // process only.)
+            return Err(MdsError::refused(
+                ErrorCode::WrongRecipient,
+                "T10 key changes are the leader's and this MDS instance does not hold the \
+                 leader lease: send it to the instance that leads (maat health at each \
+                 says whether it leads)",
+            ));
+        }
         let (revoke, master) = plan;
         let mut partitions = self.t10_partitions()?;
         if let Some(name) = partition {

@@ -19,8 +19,8 @@ use maat_crypto::mac::{Blake3Mac, MacKey};
 use maat_mds::store::{Batch, MetaStore, Op};
 use maat_mds::{ChannelError, Mds, T10Channel, ADMIN_UID};
 use maat_proto::msg::{
-    Access, Credentials, MdsRequest, MdsResponse, OsdEntry, OsdPlainRequest, OsdPlainResponse,
-    T10Grant,
+    Access, Credentials, ErrorCode, MdsRequest, MdsResponse, OsdEntry, OsdPlainRequest,
+    OsdPlainResponse, T10Grant,
 };
 use maat_proto::protection::Protection;
 use maat_proto::t10;
@@ -187,4 +187,24 @@ fn credentials_from_any_instance_are_under_the_keys_the_leader_installed() {
         now + 3,
         "after the rotation",
     );
+}
+
+/// Issue 42: a key rotation sent to an instance that does not hold the leader lease is
+/// refused, naming why (its exchanges would race the leader's upkeep); the leader runs it.
+#[test]
+fn key_rotations_are_refused_by_an_instance_that_does_not_lead() {
+    let store = MemStore::default();
+    let (a, b) = (mds(&store), mds(&store));
+    b.set_leadership_probe(Box::new(|| None));
+    a.set_leadership_probe(Box::new(|| Some(1)));
+    let rotate = || MdsRequest::T10KeysRotate {
+        osd: None,
+        partition: None,
+        revoke: false,
+        master: false,
+    };
+    let refused = call(&b, ADMIN_UID, rotate(), T0 + 1).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::WrongRecipient);
+    assert!(refused.detail.contains("leader"), "{refused:?}");
+    call(&a, ADMIN_UID, rotate(), T0 + 2).unwrap();
 }
