@@ -15,7 +15,8 @@
 //! other than the one it last saw catches up before it decides: it drops its caches and
 //! its loaded notices (read again from the store), and moves its own `acl_version` on,
 //! so that renewal re-checks every outstanding capability, revocations included. Every
-//! issue, renewal and change reads the stored value once.
+//! change reads the stored value once, and so does every issue and renewal on a store
+//! other processes share (`MetaStore::shared`; alone, only this process moves it).
 
 use crate::{MetaStore, Op, Result};
 use std::sync::atomic::Ordering;

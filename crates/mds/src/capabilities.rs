@@ -323,14 +323,14 @@ impl<S: MetaStore> crate::Mds<S> {
 
     /// The read side of the access-control gate and the state it guards.
     /// First, under the write side, the access-control changes another instance
-    /// committed since this one last looked ([`crate::acl_version`]).
+    /// committed since this one last looked ([`crate::acl_version`]); on a store no
+    /// other process changes, there are none to look for.
     pub(crate) fn gate_and_acl(
         &self,
     ) -> Result<(std::sync::RwLockReadGuard<'_, ()>, Arc<AclSnapshot>)> {
         loop {
             let gate = self.issue_gate();
-            let stored = self.stored_acl_version()?;
-            if self.acl_current(stored) {
+            if !self.store.shared() || self.acl_current(self.stored_acl_version()?) {
                 let acl = self.acl_snapshot()?;
                 return Ok((gate, acl));
             }
