@@ -21,6 +21,7 @@ mod key_grants;
 mod links;
 mod liveness;
 mod namespace;
+mod once;
 mod osd_control;
 mod partitions;
 pub mod predict;
@@ -175,6 +176,9 @@ struct Stats {
     passphrase_changes: AtomicU64,
     /// Passphrases the administrator reset (logged by the daemon).
     passphrase_resets: AtomicU64,
+    /// Issue 42: `Once` changes applied, and answered again from the stored answer.
+    once_applied: AtomicU64,
+    once_answered_again: AtomicU64,
 }
 
 /// Sessions read from the store, so a request costs no database read (a cache: the
@@ -259,10 +263,24 @@ pub struct Mds<S: MetaStore> {
     leadership: std::sync::OnceLock<LeadershipProbe>,
 }
 
-/// What [`Mds::writing`] holds; the store's lock goes first when dropped.
+/// What [`Mds::writing`] holds; the store's lock goes first when dropped. `None` when the
+/// thread held the locks already (a `Once` change holds them across the change it wraps).
 pub(crate) struct Writing<'a> {
-    _store: store::Exclusive<'a>,
-    _local: std::sync::MutexGuard<'a, ()>,
+    held: Option<(store::Exclusive<'a>, std::sync::MutexGuard<'a, ()>)>,
+    mds: usize,
+}
+
+thread_local! {
+    /// The MDS values (by address) whose write locks this thread holds.
+    static WRITING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        if self.held.take().is_some() {
+            WRITING.with(|w| w.borrow_mut().retain(|m| *m != self.mds));
+        }
+    }
 }
 
 /// Whether an instance holds the leader lease now, and under which token.
@@ -516,12 +534,22 @@ impl<S: MetaStore> Mds<S> {
     /// Held for every read-check-commit sequence: this process's write lock, then the
     /// store's writer lock ([`MetaStore::exclusive`]), which keeps the sequences of other
     /// instances sharing the store (issue 42) from interleaving with this one.
+    /// A thread that holds them already gets a guard that holds nothing (the outer one
+    /// keeps them).
     pub(crate) fn writing(&self) -> Result<Writing<'_>> {
+        let me = std::ptr::from_ref(self) as usize;
+        if WRITING.with(|w| w.borrow().contains(&me)) {
+            return Ok(Writing {
+                held: None,
+                mds: me,
+            });
+        }
         let local = lock(&self.write);
         let store = self.store.exclusive()?;
+        WRITING.with(|w| w.borrow_mut().push(me));
         Ok(Writing {
-            _store: store,
-            _local: local,
+            held: Some((store, local)),
+            mds: me,
         })
     }
 

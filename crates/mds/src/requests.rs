@@ -224,7 +224,7 @@ impl<S: MetaStore> Mds<S> {
         result
     }
 
-    fn dispatch(
+    pub(crate) fn dispatch(
         &self,
         who: &Principal,
         session: Option<&[u8; 16]>,
@@ -501,6 +501,7 @@ impl<S: MetaStore> Mds<S> {
                 self.partition_set_min_size(who, &name, min_size)
             }
             MdsRequest::PartitionCopies => self.partition_copies(),
+            MdsRequest::Once { id, request } => self.once(who, session, &id, *request, now, rng),
             MdsRequest::MissedCopiesKnown { file, copies } => {
                 self.missed_copies_known(who, file, &copies, now)
             }
@@ -627,6 +628,14 @@ impl<S: MetaStore> Mds<S> {
             (
                 "passphrase_resets".into(),
                 s.passphrase_resets.load(Ordering::Relaxed),
+            ),
+            (
+                "once_applied".into(),
+                s.once_applied.load(Ordering::Relaxed),
+            ),
+            (
+                "once_answered_again".into(),
+                s.once_answered_again.load(Ordering::Relaxed),
             ),
             (
                 "acl_catch_ups".into(),

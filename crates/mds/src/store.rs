@@ -600,6 +600,32 @@ pub trait MetaStore: Send + Sync {
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
         self.commit(batch)
     }
+    /// Issue 42, exactly once: from here until [`MetaStore::end_unit`], the calling
+    /// thread's commits and the ops `end_unit` adds are one transaction: nothing outside
+    /// sees them before it ends, a crash or a lost connection drops them whole, and the
+    /// thread's own reads see its commits. Called only by a thread that holds
+    /// [`MetaStore::exclusive`], and always followed by `end_unit`.
+    ///
+    /// This default is for a store one process holds: the commits apply one by one, and
+    /// `end_unit` commits its ops after them, so a crash between the two leaves a change
+    /// without what `end_unit` adds (for the MDS: a change applied whose answer was not
+    /// kept; only a client retrying at the same MDS after its restart can see that).
+    fn begin_unit(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Ends the unit [`MetaStore::begin_unit`] began: applies `last` and commits the
+    /// whole. An error means nothing of the unit was applied (where units are one
+    /// transaction, [`MetaStore::atomic_units`]).
+    fn end_unit(&self, last: Batch) -> Result<(), StoreError> {
+        match last.0.is_empty() {
+            true => Ok(()),
+            false => self.commit_deferred(last),
+        }
+    }
+    /// Whether [`MetaStore::begin_unit`] makes one transaction.
+    fn atomic_units(&self) -> bool {
+        false
+    }
     /// Returns once every batch applied before the call is durable; calls that arrive while
     /// another makes batches durable share its fsync or the next. Once making batches
     /// durable has failed, it fails for good (the daemon must restart from what is on

@@ -1,6 +1,10 @@
 //! The store an MDS daemon runs on: the embedded redb file (the default) or a PostgreSQL
 //! database (`meta_url` in the MDS config, issue 42). One type for both, so the daemon,
 //! its handler and the simulator name one `Mds<MdsStore>`.
+//!
+//! Every method of [`MetaStore`] is forwarded here, those with a default too: a default
+//! left in place would run instead of the store's own (a unit that is not one
+//! transaction, a writer lock that locks nothing).
 
 use crate::meta_store::RedbStore;
 use crate::pg_store::PgStore;
@@ -94,6 +98,15 @@ impl MetaStore for MdsStore {
     }
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
         each!(self, s => s.commit_deferred(batch))
+    }
+    fn begin_unit(&self) -> Result<(), StoreError> {
+        each!(self, s => s.begin_unit())
+    }
+    fn end_unit(&self, last: Batch) -> Result<(), StoreError> {
+        each!(self, s => s.end_unit(last))
+    }
+    fn atomic_units(&self) -> bool {
+        each!(self, s => s.atomic_units())
     }
     fn sync(&self) -> Result<(), StoreError> {
         each!(self, s => s.sync())

@@ -293,6 +293,15 @@ impl MetaStore for PgStore {
         // Whether the last attempt lost its connection after sending COMMIT (the server
         // may or may not have committed). An error the server reported is a rollback.
         let mut unknown = false;
+        if self.writer.in_unit() {
+            // Inside a unit's open transaction: the ops only, committed by `end_unit`.
+            return self.writer.in_open_unit(&self.pool, |c| {
+                batch
+                    .0
+                    .iter()
+                    .try_for_each(|op| apply(&mut c.client, &c.statements, op))
+            });
+        }
         let result = self.writer.run(&self.pool, |c| {
             unknown = false;
             let (mut tx, statements) = c.begin("a commit")?;
@@ -325,7 +334,9 @@ impl MetaStore for PgStore {
     /// first is then never used, which the contract allows.)
     fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
         let key = counter.as_bytes();
-        let taken = self.writer.run(&self.pool, |c| {
+        // Inside a unit, on a connection of its own: an allocation is never undone
+        // with the unit (ids handed out stay taken).
+        let body = |c: &mut crate::pg_pool::Conn| {
             let (mut tx, statements) = c.begin("an allocation")?;
             tx.execute(
                 prepared(statements, Sql::CounterCreate)?,
@@ -345,7 +356,11 @@ impl MetaStore for PgStore {
             tx.commit()
                 .map_err(|e| err("committing an allocation", e))?;
             Ok(current)
-        })?;
+        };
+        let taken = match self.writer.in_unit() {
+            true => self.pool.with(body),
+            false => self.writer.run(&self.pool, body),
+        }?;
         self.commits.fetch_add(1, Ordering::Relaxed);
         Ok(taken)
     }
@@ -409,6 +424,26 @@ impl MetaStore for PgStore {
         Ok(Exclusive::holding(self.writer.lock(&self.pool)?))
     }
 
+    /// `BEGIN` on the writer lock's connection; the holder's commits run in it.
+    fn begin_unit(&self) -> Result<(), StoreError> {
+        self.writer.begin_unit(&self.pool)
+    }
+
+    /// `last`'s ops and `COMMIT` (one fsync); `ROLLBACK` if anything in the unit failed.
+    fn end_unit(&self, last: Batch) -> Result<(), StoreError> {
+        self.writer.end_unit(&self.pool, |c| {
+            last.0
+                .iter()
+                .try_for_each(|op| apply(&mut c.client, &c.statements, op))
+        })?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn atomic_units(&self) -> bool {
+        true
+    }
+
     fn durability_counts(&self) -> DurabilityCounts {
         let n = self.commits.load(Ordering::Relaxed);
         DurabilityCounts {
@@ -470,7 +505,7 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// Writes one change inside `tx`.
 fn apply(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut impl postgres::GenericClient,
     statements: &[Statement],
     op: &Op,
 ) -> Result<(), StoreError> {

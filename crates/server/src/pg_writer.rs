@@ -46,6 +46,20 @@ pub(crate) struct Writer {
     holder: Mutex<Option<ThreadId>>,
     /// Used by the holder only.
     conn: Mutex<Option<Conn>>,
+    /// The holder's unit ([`MetaStore::begin_unit`]): a transaction open on `conn`, and
+    /// whether a statement in it failed (so it may only be rolled back). Used by the
+    /// holder only.
+    ///
+    /// [`MetaStore::begin_unit`]: maat_mds::store::MetaStore::begin_unit
+    unit: Mutex<Unit>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    #[default]
+    None,
+    Open,
+    Failed,
 }
 
 /// Held while the lock is: gives the connection back when dropped.
@@ -87,6 +101,84 @@ impl Writer {
         Ok(WriterGuard { writer: self, pool })
     }
 
+    /// Whether the calling thread holds the lock and has a unit open.
+    pub(crate) fn in_unit(&self) -> bool {
+        self.mine() && *take(&self.unit) != Unit::None
+    }
+
+    fn mine(&self) -> bool {
+        *take(&self.holder) == Some(std::thread::current().id())
+    }
+
+    /// Opens a transaction on the lock's connection, which the holder's commits then
+    /// run in, until [`Writer::end_unit`].
+    pub(crate) fn begin_unit(&self, pool: &Pool) -> Result<(), StoreError> {
+        if !self.mine() || *take(&self.unit) != Unit::None {
+            return Err(StoreError::Backend(
+                "a unit begins only under the writer lock, and only one at a time".into(),
+            ));
+        }
+        self.run(pool, |c| {
+            c.client
+                .batch_execute("BEGIN")
+                .map_err(|e| err("beginning a unit", e))
+        })?;
+        *take(&self.unit) = Unit::Open;
+        Ok(())
+    }
+
+    /// Runs `f` (a commit's statements) in the open unit; a failure marks the unit failed.
+    pub(crate) fn in_open_unit(
+        &self,
+        pool: &Pool,
+        f: impl FnMut(&mut Conn) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if *take(&self.unit) == Unit::Failed {
+            return Err(StoreError::Backend(
+                "an earlier change of this unit failed; nothing more applies in it".into(),
+            ));
+        }
+        let result = self.run(pool, f);
+        if result.is_err() {
+            *take(&self.unit) = Unit::Failed;
+        }
+        result
+    }
+
+    /// Runs `last` in the unit and commits it, or rolls the unit back if anything in it
+    /// failed (an error then, whatever `last` did: nothing of the unit was applied).
+    pub(crate) fn end_unit(
+        &self,
+        pool: &Pool,
+        last: impl FnOnce(&mut Conn) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let state = std::mem::take(&mut *take(&self.unit));
+        if state == Unit::None || !self.mine() {
+            return Err(StoreError::Backend("no unit is open".into()));
+        }
+        let mut last = Some(last);
+        self.run(pool, |c| {
+            let applied = match (state, last.take()) {
+                (Unit::Open, Some(last)) => last(c),
+                _ => Err(StoreError::Backend(
+                    "an earlier change of this unit failed; the unit is rolled back".into(),
+                )),
+            };
+            let ended = applied.and_then(|()| {
+                c.client
+                    .batch_execute("COMMIT")
+                    .map_err(|e| err("committing a unit", e))
+            });
+            if ended.is_err() && !c.client.is_closed() {
+                // Nothing of it stays (a failed COMMIT has rolled back already).
+                if let Err(e) = c.client.batch_execute("ROLLBACK") {
+                    tracing::warn!("rolling a unit back: {e}");
+                }
+            }
+            ended
+        })
+    }
+
     /// Runs `f` on the lock's connection if the calling thread holds the lock, else on
     /// one from `pool` ([`Pool::with`]). On the lock's connection there is no second try:
     /// a closed connection means the lock was lost, and the error says so.
@@ -95,8 +187,7 @@ impl Writer {
         pool: &Pool,
         f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mine = *take(&self.holder) == Some(std::thread::current().id());
-        if !mine {
+        if !self.mine() {
             return pool.with(f);
         }
         let mut f = f;
@@ -119,11 +210,15 @@ impl Writer {
 impl Drop for WriterGuard<'_> {
     fn drop(&mut self) {
         *take(&self.writer.holder) = None;
+        let unit = std::mem::take(&mut *take(&self.writer.unit));
         let Some(mut conn) = take(&self.writer.conn).take() else {
             return;
         };
+        // A unit left open (its thread did not end it) is rolled back: nothing of it
+        // may commit with the release, nor stay open on a pooled connection.
+        let rollback = if unit == Unit::None { "" } else { "ROLLBACK; " };
         let release = format!(
-            "SELECT pg_advisory_unlock({WRITER_LOCK}); RESET idle_session_timeout; \
+            "{rollback}SELECT pg_advisory_unlock({WRITER_LOCK}); RESET idle_session_timeout; \
              RESET lock_timeout"
         );
         match conn.client.batch_execute(&release) {

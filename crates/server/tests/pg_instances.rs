@@ -13,16 +13,14 @@
 )]
 
 use maat_mds::store::{Batch, MetaStore, Op};
-use maat_mds::{Mds, MdsConfig, MdsSecrets, ADMIN_UID};
-use maat_proto::msg::{self, InsecureRequest, MdsRequest, MdsResponse, WireError};
-use maat_proto::UnixMillis;
+use maat_proto::msg::{MdsRequest, MdsResponse};
 use maat_server::pg_store::PgStore;
 use maat_server::pg_writer::WRITER_LOCK;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
+use rand_chacha::ChaCha8Rng;
 
 mod common;
-use common::{admin, server};
+use common::{admin, call, server};
 
 /// A server for `test` and two stores on its database (two MDS instances), or `None`
 /// (said on stderr) without PostgreSQL.
@@ -183,35 +181,6 @@ fn a_holder_whose_connection_died_gets_an_error_not_a_lost_update() {
     }
 }
 
-fn config() -> MdsConfig {
-    MdsConfig {
-        grouping: maat_mds::grouping::GroupingConfig::default(),
-        kds: Vec::new(),
-        kds_keys: None,
-        encrypt_new_files: false,
-        default_umask: 0,
-        default_replicas: 1,
-        ticket_lifetime_millis: 600_000,
-        capability_lifetime_millis: 300_000,
-        // The requests below are the administrator's, without a session.
-        danger_allow_insecure: true,
-        join_key: [0x10; 32],
-        default_protection: maat_proto::protection::Protection::AllData,
-    }
-}
-
-/// `request` as the administrator at `mds`.
-fn call(mds: &Mds<PgStore>, request: MdsRequest) -> Result<MdsResponse, WireError> {
-    let message = msg::encode(&InsecureRequest {
-        user: ADMIN_UID,
-        request,
-    })
-    .unwrap();
-    let mut rng = ChaCha20Rng::seed_from_u64(7);
-    let answer = mds.handle_insecure(&message, UnixMillis(1_000_000), &mut rng);
-    msg::decode::<Result<MdsResponse, WireError>>(&answer).unwrap()
-}
-
 fn rename(from: String, to: String) -> MdsRequest {
     MdsRequest::Rename { from, to }
 }
@@ -226,21 +195,7 @@ fn crosswise_renames_at_two_instances_never_make_a_cycle() {
     let Some((_dir, pg)) = server("crosswise_renames_at_two_instances_never_make_a_cycle") else {
         return;
     };
-    let open = || {
-        // The same secrets at both, as their key files would give.
-        let secrets = MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99));
-        let mut rng = ChaCha20Rng::seed_from_u64(5);
-        let store = PgStore::open(&pg.url()).unwrap();
-        Mds::open(
-            store,
-            config(),
-            secrets,
-            &[0x42; 32],
-            UnixMillis(1_000_000),
-            &mut rng,
-        )
-        .unwrap()
-    };
+    let open = || common::mds(&pg);
     let (a, b) = (open(), open());
     const ROUNDS: usize = 30;
     let mut refused = 0;

@@ -997,7 +997,25 @@ pub enum MdsRequest {
     /// Every partition's copies per object and min_size (issue 41). Any session. Answer
     /// `PartitionCopies`.
     PartitionCopies,
+    /// Issue 42, exactly once: `request` (a change [`MdsRequest::once_allowed`] lists),
+    /// applied at most once per `id` for this user whichever MDS instance receives it.
+    /// The instance that applies it stores its answer in the same transaction as the
+    /// change (on a store several instances share); the same `id` and request again,
+    /// at any instance, answers that stored answer without applying anything; the same
+    /// `id` with another request is refused (`InvalidArgument`). A client retrying a
+    /// change whose answer it lost (its instance died) sends the same `id` again, with a
+    /// new envelope. Answers are kept at least [`ONCE_ANSWERS_KEPT_MILLIS`].
+    Once {
+        /// Chosen by the client at random, once per change (not per attempt).
+        id: [u8; 16],
+        /// The change.
+        request: Box<MdsRequest>,
+    },
 }
+
+/// How long an MDS keeps the answer to an [`MdsRequest::Once`] change: longer than any
+/// client retries one (a client gives up on a change after its instances' timeouts).
+pub const ONCE_ANSWERS_KEPT_MILLIS: u64 = 10 * 60 * 1000;
 
 /// A partition's copies (issue 41; answers `PartitionCopies`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1344,6 +1362,90 @@ impl MdsRequest {
             MdsRequest::OpenExclusive { .. } => "open",
             MdsRequest::SetAttr { .. } => "set_attr",
             MdsRequest::RenameReplace { .. } => "rename",
+            MdsRequest::Once { request, .. } => request.kind(),
+        }
+    }
+
+    /// Whether this request changes nothing at the MDS, so that asking it again (at
+    /// another instance, after an answer was lost) is harmless: reads, and opens that do
+    /// not create (a capability more is issued, nothing stored).
+    pub fn is_read_only(&self) -> bool {
+        use MdsRequest as R;
+        match self {
+            R::Open { create, .. } | R::OpenPredicted { create, .. } => create.is_none(),
+            R::OpenSealed { create, .. } => create.is_none(),
+            R::Umask { set } => set.is_none(),
+            R::ClusterMap
+            | R::Stat { .. }
+            | R::StatFull { .. }
+            | R::Readdir { .. }
+            | R::Readlink { .. }
+            | R::Access { .. }
+            | R::Stats
+            | R::PartitionList
+            | R::PartitionCopies
+            | R::Placement
+            | R::GetTree { .. }
+            | R::JobLifetime { .. }
+            | R::UserTicket { .. }
+            | R::FileSetList
+            | R::KeysList { .. }
+            | R::T10KeysShow => true,
+            _ => false,
+        }
+    }
+
+    /// Whether this request may travel inside [`MdsRequest::Once`]: the namespace,
+    /// attribute, user, group, partition and key-grant changes a client may need to
+    /// retry at another MDS instance. Not: reads (a retry is harmless), logout,
+    /// renewals, revocations, jobs, reservations and T10 key commands (their state or
+    /// their effect on OSDs is not one store transaction), and `Once` itself.
+    pub fn once_allowed(&self) -> bool {
+        use MdsRequest as R;
+        match self {
+            R::Open { create, .. } | R::OpenPredicted { create, .. } => create.is_some(),
+            R::OpenSealed { create, .. } => create.is_some(),
+            R::Umask { set } => set.is_some(),
+            R::Mkdir { .. }
+            | R::Rmdir { .. }
+            | R::OpenExclusive { .. }
+            | R::OpenOrLink { .. }
+            | R::SetSize { .. }
+            | R::SetSizeWritten { .. }
+            | R::SetSizeSealed { .. }
+            | R::SetSizeLockbox { .. }
+            | R::SetLockbox { .. }
+            | R::Rekey { .. }
+            | R::Unlink { .. }
+            | R::UnlinkHeld { .. }
+            | R::Rename { .. }
+            | R::RenameReplace { .. }
+            | R::Chmod { .. }
+            | R::Chown { .. }
+            | R::SetAttr { .. }
+            | R::SetMtime { .. }
+            | R::SetTimes { .. }
+            | R::Symlink { .. }
+            | R::Mknod { .. }
+            | R::HardLink { .. }
+            | R::Link { .. }
+            | R::LinkSealed { .. }
+            | R::UserAdd { .. }
+            | R::UserAddOpaque { .. }
+            | R::UserRm { .. }
+            | R::GroupAdd { .. }
+            | R::GroupMemberAdd { .. }
+            | R::GroupMemberRm { .. }
+            | R::PartitionCreate { .. }
+            | R::PartitionCreateReplicated { .. }
+            | R::PartitionSetSecurity { .. }
+            | R::PartitionSetCredentials { .. }
+            | R::PartitionSetMinSize { .. }
+            | R::FileSetDefine { .. }
+            | R::FileSetRemove { .. }
+            | R::KeysGrant { .. }
+            | R::KeysRevoke { .. } => true,
+            _ => false,
         }
     }
 }

@@ -639,6 +639,31 @@ pub fn fixtures() -> Vec<Fixture> {
         },
     ));
 
+    // Issue 42: a change applied once whichever MDS instance receives it.
+    let once = || maat_proto::msg::MdsRequest::Once {
+        id: [0x07; 16],
+        request: Box::new(maat_proto::msg::MdsRequest::Mkdir {
+            path: "/d".into(),
+            mode: 0o755,
+            parents: false,
+            partition: None,
+        }),
+    };
+    out.push(fx(
+        "mds_request_once",
+        maat_proto::msg::encode(&once()).unwrap(),
+        move |b| {
+            let decoded: maat_proto::msg::MdsRequest = maat_proto::msg::decode(b)?;
+            match decoded == once() {
+                true => Ok(()),
+                false => Err(ProtoError::Malformed {
+                    what: "Once request",
+                    reason: "decodes to another request",
+                }),
+            }
+        },
+    ));
+
     out
 }
 

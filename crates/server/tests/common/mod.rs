@@ -2,7 +2,13 @@
 //! connection of the test's own.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use maat_mds::{Mds, MdsConfig, MdsSecrets, ADMIN_UID};
+use maat_proto::msg::{self, InsecureRequest, MdsRequest, MdsResponse, WireError};
+use maat_proto::UnixMillis;
 use maat_server::pg_server::{cannot_start_here, LocalPostgres};
+use maat_server::pg_store::PgStore;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
 use std::os::unix::fs::PermissionsExt;
 
 /// A server in a fresh directory, or `None` (said on stderr) without PostgreSQL.
@@ -27,4 +33,50 @@ pub fn admin(pg: &LocalPostgres) -> postgres::Client {
         .unwrap()
         .connect(postgres::NoTls)
         .unwrap()
+}
+
+fn config() -> MdsConfig {
+    MdsConfig {
+        grouping: maat_mds::grouping::GroupingConfig::default(),
+        kds: Vec::new(),
+        kds_keys: None,
+        encrypt_new_files: false,
+        default_umask: 0,
+        default_replicas: 1,
+        ticket_lifetime_millis: 600_000,
+        capability_lifetime_millis: 300_000,
+        // The requests of these tests are the administrator's, without a session.
+        danger_allow_insecure: true,
+        join_key: [0x10; 32],
+        default_protection: maat_proto::protection::Protection::AllData,
+    }
+}
+
+/// An MDS instance over `pg`'s database, with the secrets every instance of the test
+/// has (as their key files would give).
+pub fn mds(pg: &LocalPostgres) -> Mds<PgStore> {
+    let secrets = MdsSecrets::generate(&mut ChaCha20Rng::seed_from_u64(99));
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    let store = PgStore::open(&pg.url()).unwrap();
+    Mds::open(
+        store,
+        config(),
+        secrets,
+        &[0x42; 32],
+        UnixMillis(1_000_000),
+        &mut rng,
+    )
+    .unwrap()
+}
+
+/// `request` as the administrator at `mds`.
+pub fn call(mds: &Mds<PgStore>, request: MdsRequest) -> Result<MdsResponse, WireError> {
+    let message = msg::encode(&InsecureRequest {
+        user: ADMIN_UID,
+        request,
+    })
+    .unwrap();
+    let mut rng = ChaCha20Rng::seed_from_u64(7);
+    let answer = mds.handle_insecure(&message, UnixMillis(1_000_000), &mut rng);
+    msg::decode::<Result<MdsResponse, WireError>>(&answer).unwrap()
 }
