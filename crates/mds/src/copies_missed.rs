@@ -32,6 +32,9 @@ pub(crate) struct MissedState {
 const PREFIX: &str = "copies_missed/";
 /// The `meta` key of the next record number.
 const SEQ_KEY: &str = "copies_missed_seq";
+/// Issue 42: `meta` keys (then the OSD id in hex) of what each OSD knows, on a shared
+/// store.
+const KNOWS_PREFIX: &str = "osd_knows/";
 /// Layout version of a record and of the number.
 const FORMAT: u8 = 1;
 
@@ -246,11 +249,41 @@ impl<S: MetaStore> crate::Mds<S> {
         }
     }
 
-    /// OSD `osd` knows every record numbered below `next`.
-    fn knows(&self, osd: u64, next: u64) {
-        let mut known = lock(&self.missed.known);
-        let at = known.entry(osd).or_insert(0);
-        *at = (*at).max(next);
+    /// OSD `osd` knows every record numbered below `next`. On a shared store, also
+    /// written there for the other instances (issue 42: an OSD tells the one it checks
+    /// in at).
+    fn knows(&self, osd: u64, next: u64) -> Result<()> {
+        let moved = {
+            let mut known = lock(&self.missed.known);
+            let at = known.entry(osd).or_insert(0);
+            let moved = next > *at;
+            *at = (*at).max(next);
+            moved
+        };
+        if moved && self.store.shared() {
+            let key = format!("{KNOWS_PREFIX}{osd:x}");
+            self.store
+                .commit(Batch(vec![Op::PutMeta(key, encode_u64(next))]))?;
+        }
+        Ok(())
+    }
+
+    /// Issue 42: takes in what other instances were told OSDs know.
+    fn stored_knows(&self) -> Result<()> {
+        if !self.store.shared() {
+            return Ok(());
+        }
+        for (key, value) in self.store.metas(KNOWS_PREFIX)? {
+            let osd = key
+                .strip_prefix(KNOWS_PREFIX)
+                .and_then(|id| u64::from_str_radix(id, 16).ok());
+            if let (Some(osd), Ok(next)) = (osd, decode_u64(KNOWS_PREFIX, &value)) {
+                let mut known = lock(&self.missed.known);
+                let at = known.entry(osd).or_insert(0);
+                *at = (*at).max(next);
+            }
+        }
+        Ok(())
     }
 
     /// Of `records` of `file`, those whose OSD may not know them: not told, not asked
@@ -263,6 +296,8 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let mut pending = Vec::new();
+        self.stored_liveness()?;
+        self.stored_knows()?;
         for r in records {
             let known = lock(&self.missed.known).get(&r.osd).copied().unwrap_or(0);
             if known > r.seq || !self.liveness.is_up(r.osd, now.0) {
@@ -412,7 +447,7 @@ impl<S: MetaStore> crate::Mds<S> {
         }
         // What the OSD applied from its last answer (a replayed request claims only an
         // older number: the highest stands).
-        self.knows(osd, applied);
+        self.knows(osd, applied)?;
         // Every record below `next` is committed before the list is read.
         let next = self.next_seq()?;
         let mut objects: Vec<(u64, u32)> = records(self.store.metas(PREFIX)?)?

@@ -553,6 +553,26 @@ impl<S: MetaStore> Mds<S> {
         })
     }
 
+    /// Issue 42: on a shared store, copies the check-ins heard into it now and then, for
+    /// the other instances (blind writes of independent keys: no writer lock).
+    fn share_liveness(&self, now: UnixMillis) -> Result<()> {
+        if self.store.shared() {
+            if let Some(batch) = self.liveness.due(now.0) {
+                self.store.commit(batch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Issue 42: on a shared store, takes in the check-ins other instances heard.
+    pub(crate) fn stored_liveness(&self) -> Result<()> {
+        if self.store.shared() {
+            self.liveness
+                .merge(self.store.metas(liveness::HEARD_PREFIX)?);
+        }
+        Ok(())
+    }
+
     /// Allocates the next id of counter `name`.
     fn next_id(&self, name: &str) -> Result<u64> {
         self.next_ids(name, 1)
@@ -685,6 +705,7 @@ impl<S: MetaStore> Mds<S> {
                 let answer = self.revocations_for(osd, &nonce, &mac, now)?;
                 // An OSD's catch-up (MACed under the join key) is its check-in.
                 self.liveness.heard(osd, now.0);
+                self.share_liveness(now)?;
                 Ok(answer)
             }
             MdsPlainRequest::MissedCopies {

@@ -1,17 +1,30 @@
 //! Issue 41: which OSDs are up, as the MDS knows it. Every OSD checks in once a second
 //! (its revocation catch-up, MACed under the join key); an OSD not heard from for
-//! [`OSD_DOWN_AFTER_MILLIS`] is down. Kept in memory only: after an MDS start every OSD
+//! [`OSD_DOWN_AFTER_MILLIS`] is down. Kept in memory (below: shared stores): after an MDS start every OSD
 //! counts as up until that long has passed without a word from it. Clients read it to
 //! ask a down OSD's copy last, and `maat admin osd ls` shows it.
 //!
 //! What an OSD's word proves: it holds the join key and is running. A captured check-in
 //! sent again makes an OSD look up for a while longer (the request carries a nonce, no
 //! time); that costs clients a slower failover, never a wrong answer.
+//!
+//! Issue 42: OSDs check in at one MDS instance (their config names one). On a store
+//! several instances share, that instance copies when it heard each OSD into the store
+//! (`meta` `osd_heard/ID`, at most every [`HEARD_SHARED_EVERY_MILLIS`], one batch for all
+//! OSDs), and every instance takes the newest of the store's and its own before it says
+//! which OSDs are up. Times are each instance's clock: instances on hosts whose clocks
+//! disagree by a second see an OSD up or down a second early or late.
 
+use crate::store::{Batch, Op};
 use maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
 use maat_proto::msg::{OsdEntry, OsdState};
 use std::collections::HashMap;
 use std::sync::Mutex;
+
+/// How often an instance copies the check-ins it heard into a shared store.
+pub(crate) const HEARD_SHARED_EVERY_MILLIS: u64 = 1_000;
+/// The `meta` keys of those copies: the prefix, then the OSD id in hex.
+pub(crate) const HEARD_PREFIX: &str = "osd_heard/";
 
 /// When each OSD was last heard from.
 #[derive(Debug)]
@@ -19,6 +32,8 @@ pub(crate) struct Liveness {
     /// When this MDS started (protocol milliseconds).
     started: u64,
     heard: Mutex<HashMap<u64, u64>>,
+    /// When the check-ins were last copied into the store.
+    shared_at: Mutex<u64>,
 }
 
 impl Liveness {
@@ -26,6 +41,44 @@ impl Liveness {
         Liveness {
             started,
             heard: Mutex::new(HashMap::new()),
+            shared_at: Mutex::new(0),
+        }
+    }
+
+    /// The batch that copies every check-in heard into the store, if the last copy is
+    /// [`HEARD_SHARED_EVERY_MILLIS`] old at `now`.
+    pub(crate) fn due(&self, now: u64) -> Option<Batch> {
+        {
+            let mut at = crate::lock(&self.shared_at);
+            if now.saturating_sub(*at) < HEARD_SHARED_EVERY_MILLIS {
+                return None;
+            }
+            *at = now;
+        }
+        let heard = crate::lock(&self.heard);
+        Some(Batch(
+            heard
+                .iter()
+                .map(|(osd, at)| {
+                    Op::PutMeta(format!("{HEARD_PREFIX}{osd:x}"), at.to_be_bytes().to_vec())
+                })
+                .collect(),
+        ))
+    }
+
+    /// Takes in check-ins other instances copied into the store (`meta` entries under
+    /// [`HEARD_PREFIX`]; ones that do not parse are skipped).
+    pub(crate) fn merge(&self, stored: Vec<(String, Vec<u8>)>) {
+        let mut heard = crate::lock(&self.heard);
+        for (key, value) in stored {
+            let osd = key
+                .strip_prefix(HEARD_PREFIX)
+                .and_then(|id| u64::from_str_radix(id, 16).ok());
+            let at = <[u8; 8]>::try_from(value.as_slice()).map(u64::from_be_bytes);
+            if let (Some(osd), Ok(at)) = (osd, at) {
+                let mine = heard.entry(osd).or_insert(at);
+                *mine = (*mine).max(at);
+            }
         }
     }
 

@@ -148,6 +148,7 @@ impl<S: MetaStore> Mds<S> {
         all.sort_by_key(|p| p.id);
         let mut osds = self.store.osds()?;
         osds.sort_by_key(|o| o.id);
+        self.stored_liveness()?;
         Ok(MdsResponse::Placement(maat_proto::msg::Placement {
             partitions: all.into_iter().map(|p| (p.name, p.replicas)).collect(),
             osds: self.liveness.states(&osds, now.0),
