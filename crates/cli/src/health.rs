@@ -84,7 +84,12 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     let down: Vec<&OsdState> = placement.osds.iter().filter(|o| !o.up).collect();
     let up = osds - down.len();
     let hosts: BTreeSet<String> = placement.osds.iter().map(domain).collect();
-    let stats = c.mds_stats()?;
+    // Issue 42: every instance the cluster file lists, each asked itself.
+    let instances = c.mds_instance_stats()?;
+    let stats = match instances.iter().find_map(|(_, s)| s.as_ref().ok()) {
+        Some(s) => s.clone(),
+        None => c.mds_stats()?,
+    };
     let copies = c.partitions_copies()?;
     let copies_missed = stats.counter("copies_missed");
     // (An MDS from before issue 42 does not say: it ran on redb.)
@@ -109,6 +114,25 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
     if osds == 0 {
         warnings.push("no OSD has registered: nothing can be stored".to_string());
     }
+    let instance_leader = |s: &maat_proto::msg::DaemonStats| {
+        (s.counter("leader") == Some(1)).then(|| s.counter("leader_token"))
+    };
+    let leaders = instances
+        .iter()
+        .filter(|(_, s)| s.as_ref().is_ok_and(|s| instance_leader(s).is_some()))
+        .count();
+    for (address, answer) in &instances {
+        if let Err(e) = answer {
+            warnings.push(format!(
+                "MDS instance {address} does not answer ({e}): clients move to the others"
+            ));
+        }
+    }
+    let leader = match instances.len() {
+        1 => leader,
+        // Several: the cluster has a leader if any instance holds the lease.
+        _ => Some(u64::from(leaders > 0)),
+    };
     if leader == Some(0) {
         warnings.push(
             "the MDS does not hold the leader lease (another instance holds it, or the metadata store did not answer): it does no T10 key upkeep until it does".to_string(),
@@ -179,6 +203,12 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
                 "hosts": hosts.len(),
                 "metadata": engine,
                 "leader": leader.map(|l| l == 1),
+                "mds_instances": instances.iter().map(|(address, answer)| serde_json::json!({
+                    "address": address,
+                    "up": answer.is_ok(),
+                    "leader": answer.as_ref().ok().map(|s| instance_leader(s).is_some()),
+                    "error": answer.as_ref().err().map(ToString::to_string),
+                })).collect::<Vec<_>>(),
                 "leader_token": leader_token,
                 "copies_missed": copies_missed,
                 "objects_degraded": objects_degraded,
@@ -209,19 +239,38 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
         })
         .collect();
     say!("  partitions: {}", partitions.join(", "));
-    say!(
-        "  metadata:   {engine}, one MDS{}{}",
-        match engine.as_str() {
-            "redb" => " (a file beside it)",
-            "postgresql" => " (a PostgreSQL database)",
-            _ => "",
-        },
-        match (leader, leader_token) {
-            (Some(1), Some(token)) => format!(", leader (lease token {token})"),
-            (Some(_), _) => ", not the leader".to_string(),
-            _ => String::new(),
+    let engine_note = match engine.as_str() {
+        "redb" => " (a file beside it)",
+        "postgresql" => " (a PostgreSQL database)",
+        _ => "",
+    };
+    if instances.len() == 1 {
+        say!(
+            "  metadata:   {engine}, one MDS{engine_note}{}",
+            match (leader, leader_token) {
+                (Some(1), Some(token)) => format!(", leader (lease token {token})"),
+                (Some(_), _) => ", not the leader".to_string(),
+                _ => String::new(),
+            }
+        );
+    } else {
+        let up = instances.iter().filter(|(_, s)| s.is_ok()).count();
+        say!(
+            "  metadata:   {engine}{engine_note}, {} MDS instances ({up} up)",
+            instances.len()
+        );
+        for (address, answer) in &instances {
+            let state = match answer {
+                Ok(s) => match instance_leader(s) {
+                    Some(Some(token)) => format!("up, leader (lease token {token})"),
+                    Some(None) => "up, leader".to_string(),
+                    None => "up".to_string(),
+                },
+                Err(_) => "DOWN".to_string(),
+            };
+            say!("    mds {address}: {state}");
         }
-    );
+    }
     match (copies_missed, objects_degraded) {
         (Some(0), _) => say!("  copies:     every copy current"),
         (Some(copies), Some(objects)) => {

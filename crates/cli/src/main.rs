@@ -24,6 +24,7 @@ mod session;
 mod show;
 mod stats;
 mod up;
+mod up_instances;
 mod up_meta;
 
 use anyhow::{anyhow, bail, Context, Result};

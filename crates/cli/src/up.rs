@@ -117,6 +117,12 @@ pub struct UpArgs {
     /// config (DATA/mds/mds.toml) is kept readable by its owner only.
     #[arg(long, value_name = "URL")]
     pub meta_url: Option<String>,
+    /// MDS instances to run over the metadata database (first start only; issue 42):
+    /// more than one needs `--meta postgres` or `--meta-url`. Each serves every request
+    /// (changes run one at a time across them, under the database's lock); the cluster
+    /// file lists them all, and clients move to another when theirs stops answering.
+    #[arg(long, default_value_t = 1)]
+    pub mds: u32,
 }
 
 fn parse_umask(text: &str) -> Result<String, String> {
@@ -209,9 +215,13 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
     if args.kds > 16 {
         bail!("--kds must be between 0 and 16");
     }
+    crate::up_instances::check(
+        args.mds,
+        args.meta == crate::up_meta::Meta::Postgres || args.meta_url.is_some(),
+    )?;
     let (host, port) = split_host_port(&args.listen)?;
     if port != 0 {
-        let last = u32::from(port) + args.osds + args.kds;
+        let last = u32::from(port) + args.osds + args.kds + (args.mds - 1);
         if last > 65_535 {
             bail!("--listen {}: OSD ports would run past 65535", args.listen);
         }
@@ -330,6 +340,23 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
             &toml::to_string(&osd)?,
         )?;
     }
+    let mut next_instance = args.osds + args.kds;
+    crate::up_instances::write_configs(
+        data,
+        &mds,
+        args.mds,
+        || {
+            next_instance += 1;
+            let p = if port == 0 {
+                free_port(&host, &mut held)?
+            } else {
+                port.checked_add(next_instance as u16)
+                    .ok_or_else(|| anyhow!("MDS ports run past 65535"))?
+            };
+            Ok(format!("{host}:{p}"))
+        },
+        &mut metrics,
+    )?;
     let home = maat_client::Home::new(data.join("admin"));
     home.write_identity("admin", Path::new("key"))?;
     // Last: its presence marks a complete cluster directory.
@@ -539,6 +566,20 @@ pub fn run(args: UpArgs) -> Result<()> {
         child: None,
         stdin: None,
     }];
+    for c in crate::up_instances::configs(&data)? {
+        let name = c
+            .parent()
+            .and_then(|d| d.file_name())
+            .map_or_else(|| "mds-n".into(), |n| n.to_string_lossy().into_owned());
+        daemons.push(Daemon {
+            name,
+            listen: MdsFileConfig::load(&c)?.listen,
+            config: c,
+            kind: "mds",
+            child: None,
+            stdin: None,
+        });
+    }
     let mut kds_configs: Vec<PathBuf> = std::fs::read_dir(&data)?
         .filter_map(|e| e.ok())
         .map(|e| e.path().join("kds.toml"))
@@ -584,20 +625,19 @@ pub fn run(args: UpArgs) -> Result<()> {
     }
     let started = Instant::now();
     let mut meta_server = crate::up_meta::start_own_server(&data)?;
-    let mut mds_address = String::new();
+    let mut mds_addresses = Vec::new();
     let mut osd_addresses = Vec::new();
     for d in daemons.iter_mut() {
         let addr = d.start(&exe, &data, &mut held)?;
         match d.kind {
-            "mds" => {
-                mds_address = addr;
-                write_client_file(&data, &mds_address)?;
-            }
+            "mds" => mds_addresses.push(addr),
             "osd" => osd_addresses.push(addr),
             _ => {}
         }
     }
+    write_client_file(&data, &mds_addresses)?;
     wait_for_osds(&data, &osd_addresses)?;
+    let mds_address = mds_addresses.join(", ");
     say!(
         "maat: ready in {:.2}s: MDS at {mds_address}, {} OSDs, {} KDS, data in {}",
         started.elapsed().as_secs_f64(),
@@ -608,7 +648,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     let endpoints: Vec<String> = daemons
         .iter()
         .filter_map(|d| {
-            let dir = if d.kind == "mds" {
+            let dir = if d.name == "mds" {
                 data.join("mds")
             } else {
                 data.join(&d.name)
@@ -669,7 +709,9 @@ pub fn run(args: UpArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_client_file(data: &Path, mds_address: &str) -> Result<()> {
+/// The cluster file: the MDS instances at the addresses they serve on (the first is
+/// `mds`), and the MDS's public keys.
+fn write_client_file(data: &Path, mds_addresses: &[String]) -> Result<()> {
     #[derive(serde::Deserialize)]
     struct Keys {
         mds_verifying_key: String,
@@ -679,10 +721,11 @@ fn write_client_file(data: &Path, mds_address: &str) -> Result<()> {
     }
     let keys: Keys = toml::from_str(&std::fs::read_to_string(data.join("mds/public-keys.toml"))?)?;
     let file = maat_client::ClusterFile {
-        mds: mds_address.to_string(),
+        mds: mds_addresses.first().cloned().unwrap_or_default(),
         mds_verifying_key: keys.mds_verifying_key,
         mds_sealing_key: keys.mds_sealing_key,
         mds_opaque_key: keys.mds_opaque_key,
+        mds_others: mds_addresses.iter().skip(1).cloned().collect(),
     };
     std::fs::write(data.join("client.toml"), toml::to_string(&file)?)?;
     Ok(())

@@ -84,7 +84,7 @@ impl LoginKeys {
 impl Client {
     /// SPEC M1, T6: logs in as `name` with OPAQUE.
     pub fn login(&self, name: &str, credential: Credential<'_>) -> Result<()> {
-        let address = self.cluster.mds.clone();
+        let address = self.mds_address();
         let keys = LoginKeys::generate(&mut self.key_rng());
         let signing_key = keys.signing.verifying_key().to_bytes();
         let sealing_key = keys.sealing.public_key().0;
@@ -119,7 +119,7 @@ impl Client {
         sealing_key: [u8; 32],
         nonce: [u8; 16],
     ) -> Result<Exchanged> {
-        let address = self.cluster.mds.clone();
+        let address = self.mds_address();
         let (password, fixed) = password(credential);
         let (state, ke1) =
             pake::client_login_start(&password, &mut self.key_rng()).map_err(login_crypto)?;
@@ -195,7 +195,7 @@ impl Client {
         credential: &Credential<'_>,
         mds_time: u64,
     ) -> Result<()> {
-        let address = self.cluster.mds.clone();
+        let address = self.mds_address();
         let start = crate::encode(&MdsPlainRequest::LoginStart { name: name.into() })?;
         let (salt, params) = match self.plain_mds(&start)? {
             MdsPlainResponse::LoginChallenge { salt, params, .. } => (salt, params),
@@ -252,7 +252,7 @@ impl Client {
         secret: &[u8],
         owner_secret: Option<Secret32>,
     ) -> Result<()> {
-        let address = self.cluster.mds.clone();
+        let address = self.mds_address();
         let unverified = Unverified::<LoginTicket>::decode(ticket)
             .map_err(|e| self.bad(&address, &format!("login ticket: {e}")))?;
         let clock_offset = offset_to(
@@ -319,7 +319,7 @@ impl Client {
         })? {
             MdsResponse::RegistrationResponse { response } => response,
             _ => {
-                let address = self.cluster.mds.clone();
+                let address = self.mds_address();
                 return Err(self.bad(&address, "unexpected answer to registration"));
             }
         };

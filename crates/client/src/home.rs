@@ -69,6 +69,11 @@ pub struct ClusterFile {
     /// MDS answering is the one users registered with).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mds_opaque_key: Option<String>,
+    /// Issue 42: the other instances of the MDS (over one shared database), `host:port`.
+    /// A client asks one of `mds` and these (chosen at random when it starts) and moves
+    /// to the next when it does not answer. Empty: one MDS.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mds_others: Vec<String>,
 }
 
 /// Creates a home directory (and missing parents) readable by its owner only.
@@ -150,7 +155,18 @@ impl ClusterFile {
             .map_err(|e| ClientError::Config(format!("cluster file {}: {e}", path.display())))
     }
 
-    /// The MDS's verifying key.
+    /// Every MDS instance's address: `mds` first, then `mds_others` (without repeats).
+    pub fn mds_addresses(&self) -> Vec<String> {
+        let mut all = vec![self.mds.clone()];
+        for other in &self.mds_others {
+            if !all.contains(other) {
+                all.push(other.clone());
+            }
+        }
+        all
+    }
+
+    /// The MDS's Ed25519 public key.
     pub fn mds_verifying_key(&self) -> Result<[u8; 32], ClientError> {
         key32("mds_verifying_key", &self.mds_verifying_key)
     }

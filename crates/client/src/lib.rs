@@ -27,6 +27,7 @@ pub use data::stripes_for;
 mod files;
 pub use files::{FileHandle, OpenFlags, FILE_IO_BYTES_MAX};
 mod home;
+mod instances;
 mod jobs;
 mod kds_keys;
 mod key_grants;
@@ -118,6 +119,9 @@ pub struct ClientStats {
     /// others (issue 41).
     #[serde(default)]
     pub copies_recorded_missed: u64,
+    /// Requests sent again to another MDS instance after one did not answer (issue 42).
+    #[serde(default)]
+    pub mds_failovers: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.
@@ -157,6 +161,8 @@ type PerKdsKey<K> = Option<([u8; 32], [u8; 32], K)>;
 /// they are made before the client is shared.
 pub struct Client {
     cluster: ClusterFile,
+    /// The MDS instances and which one this client asks now (issue 42).
+    mds: instances::MdsInstances,
     home: Option<Home>,
     /// Where connections go (TCP unless a test wires an in-process network).
     network: Network,
@@ -245,9 +251,12 @@ impl Client {
             .as_ref()
             .map(|s| s.stats.clone())
             .unwrap_or_default();
+        let mut rng = rand_chacha::ChaCha20Rng::from_rng(OsRng)
+            .map_err(|e| ClientError::Internal(format!("seeding the random generator: {e}")))?;
         Ok(Self {
             network: Network::Tcp,
             clock: LocalClock::default(),
+            mds: instances::MdsInstances::new(cluster.mds_addresses(), rng.next_u32()),
             cluster,
             home,
             connections: Arc::default(),
@@ -262,9 +271,7 @@ impl Client {
             envelope_keys: Locked::default(),
             t10: Locked::default(),
             t10_clock: Locked::default(),
-            rng: Locked::new(rand_chacha::ChaCha20Rng::from_rng(OsRng).map_err(|e| {
-                ClientError::Internal(format!("seeding the random generator: {e}"))
-            })?),
+            rng: Locked::new(rng),
             key_rng: Locked::new(rng::KeyRng::Os),
             trees: Locked::default(),
             held: Locked::default(),

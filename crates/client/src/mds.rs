@@ -126,14 +126,64 @@ impl Client {
         }
     }
 
+    /// An unauthenticated request (a login step) to the MDS instance asked now, or to the
+    /// next ones while it cannot be sent or is refused as too early (just started).
     pub(crate) fn plain_mds(&self, payload: &[u8]) -> Result<MdsPlainResponse> {
-        let address = &self.cluster.mds;
-        let (t, answer) = self.call_at(address, FrameType::Plain, payload)?;
-        match t {
-            FrameType::Plain => decode_answer(address, &answer),
-            FrameType::Refusal => Err(refusal(address, &answer)),
-            _ => Err(self.bad(address, "unexpected frame type")),
+        let mut left = self.mds.len();
+        loop {
+            let (index, address) = self.mds.current();
+            let address = address.to_string();
+            let mut conn = self.connections.take(&self.network, &address);
+            let answer = match exchange(&mut conn, &address, FrameType::Plain, payload) {
+                Ok((t, answer)) => {
+                    self.connections.give_back(conn);
+                    match t {
+                        FrameType::Plain => decode_answer(&address, &answer),
+                        FrameType::Refusal => Err(refusal(&address, &answer)),
+                        _ => Err(self.bad(&address, "unexpected frame type")),
+                    }
+                }
+                // Sent, perhaps done: a login step is not sent twice.
+                Err(Unanswered { sent: true, error }) => return Err(error),
+                Err(Unanswered { sent: false, error }) => Err(error),
+            };
+            let move_on = match &answer {
+                Err(ClientError::Net { .. }) => true,
+                // Just started (T7): nothing was done, another instance may answer now.
+                Err(ClientError::Refused(e)) => e.code == ErrorCode::NotReady,
+                _ => false,
+            };
+            left = left.saturating_sub(1);
+            if !move_on || left == 0 {
+                return answer;
+            }
+            self.mds.failed(index);
+            self.stats.lock().mds_failovers += 1;
         }
+    }
+
+    /// Issue 42: the counters of every MDS instance the cluster file lists, each asked
+    /// itself (no failover), or why it did not answer; by address, in the file's order.
+    pub fn mds_instance_stats(&self) -> Result<Vec<(String, Result<DaemonStats>)>> {
+        self.ensure_session()?;
+        Ok(self
+            .cluster
+            .mds_addresses()
+            .into_iter()
+            .map(|address| {
+                let answer = match self.mds_attempt(&address, &MdsRequest::Stats) {
+                    Ok(Ok(MdsResponse::Stats(s))) => Ok(s),
+                    Ok(Ok(_)) => Err(self.bad(&address, "unexpected answer")),
+                    Ok(Err(e)) | Err(Unanswered { error: e, .. }) => Err(e),
+                };
+                (address, answer)
+            })
+            .collect())
+    }
+
+    /// The address of the MDS instance asked now.
+    pub(crate) fn mds_address(&self) -> String {
+        self.mds.current().1.to_string()
     }
 
     // ------------------------------------------------------------------ MDS calls
@@ -142,6 +192,9 @@ impl Client {
     /// One authenticated request to the MDS (re-logging in once with a stored key when
     /// the MDS lost or expired the session).
     pub fn mds_call(&self, request: MdsRequest) -> Result<MdsResponse> {
+        let mut id = [0u8; 16];
+        self.rng.lock().fill_bytes(&mut id);
+        let request = crate::instances::wrapped(self.mds.len(), request, id);
         self.ensure_session()?;
         let used = self.session_id();
         let clock = self.clock.clone();
@@ -184,38 +237,69 @@ impl Client {
         }
     }
 
+    /// One attempt of `request` at the MDS: at the instance asked now, and at the next
+    /// ones while an instance does not answer and the request may go elsewhere
+    /// ([`crate::instances`]).
     pub(crate) fn mds_call_once(&self, request: &MdsRequest) -> Result<MdsResponse> {
+        let mut left = self.mds.len();
+        loop {
+            let (index, address) = self.mds.current();
+            let address = address.to_string();
+            match self.mds_attempt(&address, request) {
+                // An instance that just started refuses requests for a moment (T7):
+                // nothing was applied, another instance may answer now.
+                Ok(Err(ClientError::Refused(e))) if e.code == ErrorCode::NotReady && left > 1 => {
+                    left -= 1;
+                    self.mds.failed(index);
+                    self.stats.lock().mds_failovers += 1;
+                }
+                Ok(answer) => return answer,
+                Err(Unanswered { sent, error }) => {
+                    left = left.saturating_sub(1);
+                    if left == 0 || (sent && !crate::instances::may_repeat(request)) {
+                        return Err(error);
+                    }
+                    self.mds.failed(index);
+                    self.stats.lock().mds_failovers += 1;
+                }
+            }
+        }
+    }
+
+    /// `request` at the MDS at `address`: its answer, or how it went unanswered.
+    fn mds_attempt(
+        &self,
+        address: &str,
+        request: &MdsRequest,
+    ) -> std::result::Result<Result<MdsResponse>, Unanswered> {
         self.stats.lock().requests += 1;
-        let address = &self.cluster.mds;
-        let body = encode(request)?;
+        let body = encode(request).map_err(Unanswered::unsent)?;
         if let Some(user) = self.insecure_user {
             let payload = encode(&InsecureRequest {
                 user,
                 request: request.clone(),
-            })?;
-            let (t, answer) = self.call_at(address, FrameType::Insecure, &payload)?;
-            return match t {
+            })
+            .map_err(Unanswered::unsent)?;
+            let mut conn = self.connections.take(&self.network, address);
+            let (t, answer) = exchange(&mut conn, address, FrameType::Insecure, &payload)?;
+            self.connections.give_back(conn);
+            return Ok(match t {
                 FrameType::Plain => decode_answer(address, &answer),
                 _ => Err(refusal(address, &answer)),
-            };
+            });
         }
         let now = self.now();
-        let (sid, key) = self.mds_session_key()?;
+        let (sid, key) = self.mds_session_key().map_err(Unanswered::unsent)?;
         // Sealed with the nonce stream of the connection it goes on (one entry in the
         // MDS's replay window per connection, not per request).
         let mut conn = self.connections.take(&self.network, address);
         let nonce = conn.next_nonce(|| self.stream_name());
         let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
-        let (t, answer) =
-            conn.call(FrameType::Request, &payload)
-                .map_err(|source| ClientError::Net {
-                    address: address.to_string(),
-                    source,
-                })?;
+        let (t, answer) = exchange(&mut conn, address, FrameType::Request, &payload)?;
         let answer = self.open_answer(address, &key, &sid, &nonce, t, &answer);
         crate::data::renew_stream_if_refused(&mut conn, &answer);
         self.connections.give_back(conn);
-        answer
+        Ok(answer)
     }
 
     /// `read` applied to the login's session (not logged in: an error). `read` runs under
@@ -243,6 +327,40 @@ impl Client {
             _ => Err(self.bad("mds", "unexpected answer")),
         }
     }
+}
+
+/// A request an MDS instance did not answer: whether it was sent (it may have been
+/// applied) and why.
+struct Unanswered {
+    sent: bool,
+    error: ClientError,
+}
+
+impl Unanswered {
+    fn unsent(error: ClientError) -> Self {
+        Self { sent: false, error }
+    }
+}
+
+/// Sends one frame on `conn` and reads its answer, telling a failure before the frame
+/// went out from one after.
+fn exchange(
+    conn: &mut maat_net::Connection,
+    address: &str,
+    frame_type: FrameType,
+    payload: &[u8],
+) -> std::result::Result<(FrameType, Vec<u8>), Unanswered> {
+    let net = |sent: bool| {
+        move |source| Unanswered {
+            sent,
+            error: ClientError::Net {
+                address: address.to_string(),
+                source,
+            },
+        }
+    };
+    conn.send(frame_type, payload).map_err(net(false))?;
+    conn.receive().map_err(net(true))
 }
 
 /// Envelope keys by session id (one key derivation per session, not per request).

@@ -381,6 +381,7 @@ impl SimCluster {
             mds_verifying_key: hex::encode(mds.verifying_key()),
             mds_sealing_key: hex::encode(mds.sealing_public_key()),
             mds_opaque_key: Some(hex::encode(mds.opaque_public_key())),
+            mds_others: Vec::new(),
         };
         let daemons = Arc::new(Daemons {
             mds: Mutex::new(Some(mds)),
