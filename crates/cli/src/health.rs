@@ -128,10 +128,15 @@ pub fn health(cluster: &Option<PathBuf>, json: bool) -> Result<()> {
             ));
         }
     }
-    let leader = match instances.len() {
-        1 => leader,
+    let (leader, leader_token) = match instances.len() {
+        1 => (leader, leader_token),
         // Several: the cluster has a leader if any instance holds the lease.
-        _ => Some(u64::from(leaders > 0)),
+        _ => (
+            Some(u64::from(leaders > 0)),
+            instances
+                .iter()
+                .find_map(|(_, s)| s.as_ref().ok().and_then(instance_leader).flatten()),
+        ),
     };
     if leader == Some(0) {
         warnings.push(

@@ -254,6 +254,18 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
         port
     };
     let mds_address = format!("{host}:{mds_port}");
+    // Issue 42: the other instances' addresses, which OSDs and KDS instances also check
+    // in at when the first does not answer.
+    let mut mds_others = Vec::new();
+    for i in 1..args.mds {
+        let p = if port == 0 {
+            free_port(&host, &mut held)?
+        } else {
+            port.checked_add((args.osds + args.kds + i) as u16)
+                .ok_or_else(|| anyhow!("MDS ports run past 65535"))?
+        };
+        mds_others.push(format!("{host}:{p}"));
+    }
     let mds = MdsFileConfig {
         listen: mds_address.clone(),
         data_dir: data.join("mds"),
@@ -310,6 +322,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
                 metrics: metrics()?,
                 run_dir: data.join(format!("kds-{i}")),
                 mds: Some(mds_address.clone()),
+                mds_others: mds_others.clone(),
             };
             write_new(
                 &data.join(format!("kds-{i}/kds.toml")),
@@ -330,6 +343,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
             advertise: None,
             data_dir: data.join(format!("osd-{i}")),
             mds: mds_address.clone(),
+            mds_others: mds_others.clone(),
             join_key_file: data.join("mds/join.key"),
             weight: 1,
             danger_allow_insecure: args.danger_allow_insecure,
@@ -340,23 +354,7 @@ fn init(args: &UpArgs, data: &Path) -> Result<Vec<TcpListener>> {
             &toml::to_string(&osd)?,
         )?;
     }
-    let mut next_instance = args.osds + args.kds;
-    crate::up_instances::write_configs(
-        data,
-        &mds,
-        args.mds,
-        || {
-            next_instance += 1;
-            let p = if port == 0 {
-                free_port(&host, &mut held)?
-            } else {
-                port.checked_add(next_instance as u16)
-                    .ok_or_else(|| anyhow!("MDS ports run past 65535"))?
-            };
-            Ok(format!("{host}:{p}"))
-        },
-        &mut metrics,
-    )?;
+    crate::up_instances::write_configs(data, &mds, &mds_others, &mut metrics)?;
     let home = maat_client::Home::new(data.join("admin"));
     home.write_identity("admin", Path::new("key"))?;
     // Last: its presence marks a complete cluster directory.

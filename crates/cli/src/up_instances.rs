@@ -1,8 +1,8 @@
 //! `maat up --mds N` (issue 42): several MDS instances over the one metadata database,
 //! each a daemon of its own in DATA/mds-I (its config, metrics address and lease name),
 //! all with the first instance's keys (DATA/mds-keys), started after it so that it made
-//! them. Clients find them all in the cluster file (`mds`, `mds_others`); OSDs and KDS
-//! instances check in at the first.
+//! them. Clients find them all in the cluster file (`mds`, `mds_others`), OSDs and KDS
+//! instances in their configs (`mds`, `mds_others`).
 
 use anyhow::{bail, Result};
 use maat_server::config::MdsFileConfig;
@@ -26,19 +26,18 @@ pub fn check(instances: u32, shared_store: bool) -> Result<()> {
     Ok(())
 }
 
-/// Writes the configs of instances 2..=`instances`: `first`'s, with the address and
-/// metrics address each `listen` and `metrics` give and a directory of its own.
+/// Writes the configs of instances 2.. at `addresses`: `first`'s, each with a metrics
+/// address `metrics` gives and a directory of its own.
 pub fn write_configs(
     data: &Path,
     first: &MdsFileConfig,
-    instances: u32,
-    mut listen: impl FnMut() -> Result<String>,
+    addresses: &[String],
     mut metrics: impl FnMut() -> Result<Option<String>>,
 ) -> Result<()> {
-    for i in 2..=instances {
+    for (i, listen) in (2..).zip(addresses) {
         let dir = data.join(format!("mds-{i}"));
         let config = MdsFileConfig {
-            listen: listen()?,
+            listen: listen.clone(),
             data_dir: dir.clone(),
             // The first instance writes them (the same keys for all).
             public_keys_file: None,

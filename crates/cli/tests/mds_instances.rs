@@ -162,4 +162,28 @@ fn three_instances_serve_through_kills_and_agree_at_once() {
         "mds_instances: {n} rounds, {failovers} requests moved to another instance, \
          longest round {longest:?}"
     );
+
+    // The first instance gone for good (its config moved away, so `maat up` cannot
+    // start it again): the OSDs check in at another, so that instances still count them
+    // up past `OSD_DOWN_AFTER_MILLIS`; the leader lease passes on once it runs out.
+    let config = cluster.data().join("mds/mds.toml");
+    let aside = cluster.data().join("mds.toml.aside");
+    std::fs::rename(&config, &aside).unwrap();
+    signal("-KILL", cluster.pid("mds"));
+    std::thread::sleep(Duration::from_millis(
+        maat_server::leader::LEADER_TTL.as_millis() as u64 + 1_500,
+    ));
+    let health: serde_json::Value =
+        serde_json::from_slice(&cluster.ok(&cluster.admin_home(), &["health", "--json"], None))
+            .unwrap();
+    std::fs::rename(&aside, &config).unwrap();
+    assert_eq!(health["osds_up"], 2, "{health}");
+    let instances = health["mds_instances"].as_array().unwrap();
+    assert_eq!(instances[0]["up"], false, "{health}");
+    let leaders = instances.iter().filter(|i| i["leader"] == true).count();
+    assert_eq!(leaders, 1, "another instance took the lease: {health}");
+    let bytes = content(9, 10_000);
+    admin
+        .put(&mut &bytes[..], bytes.len() as u64, "/after", &mut |_| {})
+        .unwrap();
 }

@@ -8,7 +8,8 @@
 //! sent again makes an OSD look up for a while longer (the request carries a nonce, no
 //! time); that costs clients a slower failover, never a wrong answer.
 //!
-//! Issue 42: OSDs check in at one MDS instance (their config names one). On a store
+//! Issue 42: an OSD checks in at one MDS instance at a time (the one that answered it
+//! last). On a store
 //! several instances share, that instance copies when it heard each OSD into the store
 //! (`meta` `osd_heard/ID`, at most every [`HEARD_SHARED_EVERY_MILLIS`], one batch for all
 //! OSDs), and every instance takes the newest of the store's and its own before it says

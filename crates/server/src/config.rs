@@ -123,6 +123,10 @@ pub struct KdsFileConfig {
     /// that it refuses nothing revoked before it expires.
     #[serde(default)]
     pub mds: Option<String>,
+    /// Other MDS instances over the same database (issue 42), asked when `mds` does not
+    /// answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mds_others: Vec<String>,
 }
 
 impl KdsFileConfig {
@@ -147,6 +151,10 @@ pub struct OsdFileConfig {
     pub data_dir: PathBuf,
     /// The MDS address to register with.
     pub mds: String,
+    /// Other MDS instances over the same database (issue 42), asked when `mds` does not
+    /// answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mds_others: Vec<String>,
     /// The cluster join key (same file content as the MDS's).
     pub join_key_file: PathBuf,
     /// Placement weight (relative capacity).

@@ -3,6 +3,7 @@
 //! the same key file are interchangeable and a restarted one serves at once.
 
 use crate::config::{public_key_from_file, KdsFileConfig};
+use crate::mds_addresses::MdsAddresses;
 use crate::serve::Handler;
 use crate::shell::Shell;
 use crate::{
@@ -33,7 +34,7 @@ use crate::limits::FIRST_REVOCATIONS_CHECK;
 /// its own. Without an MDS address the KDS serves with no revocation check, and says so.
 fn revocations(
     kds: &Arc<Kds>,
-    mds: Option<&str>,
+    mds: Option<Arc<MdsAddresses>>,
     env: &Env,
     shutdown: &Shutdown,
 ) -> Result<(), ServerError> {
@@ -48,19 +49,21 @@ fn revocations(
             .map_err(|e| maat_kds::KdsError::Revocations(e).into());
     };
     let started = Instant::now();
-    while control::sync_kds_revocations(env, kds, mds).is_err()
+    while mds
+        .call(|a| control::sync_kds_revocations(env, kds, a))
+        .is_err()
         && started.elapsed() < FIRST_REVOCATIONS_CHECK
         && !shutdown.is_set()
     {
         std::thread::sleep(Duration::from_millis(100));
     }
     let kds = kds.clone();
-    let mds = mds.to_string();
     let stop = shutdown.clone();
     let env = env.clone();
     std::thread::spawn(move || {
-        control::revocation_loop(&mds, &stop, || {
-            control::sync_kds_revocations(&env, &kds, &mds).map(|_| ())
+        control::revocation_loop(mds.current(), &stop, || {
+            mds.call(|a| control::sync_kds_revocations(&env, &kds, a))
+                .map(|_| ())
         })
     });
     Ok(())
@@ -121,7 +124,11 @@ pub fn run_kds(
 ) -> Result<(), ServerError> {
     let env = Env::system();
     let kds = open_kds(config, &env)?;
-    revocations(&kds, config.mds.as_deref(), &env, shutdown)?;
+    let mds = config
+        .mds
+        .as_deref()
+        .map(|first| Arc::new(MdsAddresses::new(first, &config.mds_others)));
+    revocations(&kds, mds, &env, shutdown)?;
     let shell = Shell::bind(&config.listen)?;
     let local = shell.local.clone();
     let source = kds.clone();

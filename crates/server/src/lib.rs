@@ -18,6 +18,7 @@ mod kds;
 pub mod leader;
 mod listen;
 mod log;
+mod mds_addresses;
 mod mds_daemon;
 pub mod mds_store;
 pub mod meta_store;

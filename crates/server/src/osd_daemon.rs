@@ -1,6 +1,7 @@
 //! The OSD daemon: a thin shell around `maat_osd::OsdCore` (object files, key files,
 //! registration with the MDS and its revocation catch-up, the accept loop).
 
+use crate::mds_addresses::MdsAddresses;
 use crate::object_store::FileObjectStore;
 use crate::serve::Handler;
 use crate::shell::Shell;
@@ -30,7 +31,8 @@ pub struct OsdNode {
     id: u64,
     weight: u32,
     advertise: String,
-    mds_address: String,
+    /// The MDS instances it registers and checks in at (issue 42).
+    mds: Arc<MdsAddresses>,
     join: MacKey,
     /// What check-ins are MACed under: the control key once the MDS gave its sealing
     /// key (issue 41), the join key before (and with an MDS from before control keys).
@@ -97,7 +99,7 @@ pub fn open_osd(
         id: config.id,
         weight: config.weight,
         advertise: advertise.to_string(),
-        mds_address: config.mds.clone(),
+        mds: Arc::new(MdsAddresses::new(&config.mds, &config.mds_others)),
         join,
         check_in: Arc::new(std::sync::Mutex::new(check_in)),
         mds_key_path,
@@ -111,11 +113,11 @@ impl OsdNode {
     pub fn register(&self, env: &Env) -> Result<(), ServerError> {
         self.register_failing(env).map_err(|e| match e.code {
             Some(code) => ServerError::Refused {
-                address: self.mds_address.clone(),
+                address: self.mds.current().to_string(),
                 error: msg::WireError::new(code, e.reason),
             },
             None => ServerError::BadAnswer {
-                address: self.mds_address.clone(),
+                address: self.mds.current().to_string(),
                 reason: e.reason,
             },
         })
@@ -152,8 +154,10 @@ impl OsdNode {
     /// that missed a change (issue 41), both before the OSD serves after a start.
     pub fn sync_revocations(&self, env: &Env) -> Result<(), ServerError> {
         let key = self.check_in_key();
-        control::sync_revocations(env, &self.core, &self.mds_address, self.id, &key)?;
-        control::sync_missed(env, &self.core, &self.mds_address, self.id, &key).map(|_| ())
+        self.mds.call(|a| {
+            control::sync_revocations(env, &self.core, a, self.id, &key)?;
+            control::sync_missed(env, &self.core, a, self.id, &key).map(|_| ())
+        })
     }
 
     /// The OSD's frame handler: what it answers to each frame, timed into `latencies`.
@@ -163,12 +167,14 @@ impl OsdNode {
         // Issue 41: a check-in on demand (a stale list of missed copies before a
         // request).
         let (check_env, check_core) = (env.clone(), self.core.clone());
-        let (mds, id, slot) = (self.mds_address.clone(), self.id, self.check_in.clone());
+        let (mds, id, slot) = (self.mds.clone(), self.id, self.check_in.clone());
         self.core.set_check_in(Arc::new(move || {
             let key = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            control::sync_revocations(&check_env, &check_core, &mds, id, &key)
-                .and_then(|()| control::sync_missed(&check_env, &check_core, &mds, id, &key))
-                .is_ok()
+            mds.call(|a| {
+                control::sync_revocations(&check_env, &check_core, a, id, &key)
+                    .and_then(|()| control::sync_missed(&check_env, &check_core, a, id, &key))
+            })
+            .is_ok()
         }));
         Arc::new(
             move |_peer: &[u8], frame_type: FrameType, payload: &[u8]| -> Answer {
@@ -337,7 +343,7 @@ fn register_loop(node: &OsdNode, env: &Env, shutdown: &Shutdown) {
     while !shutdown.is_set() {
         match node.register_failing(env) {
             Ok(()) => {
-                control::revocation_loop(&node.mds_address, shutdown, || {
+                control::revocation_loop(node.mds.current(), shutdown, || {
                     node.sync_revocations(env)
                 });
                 return;
@@ -351,7 +357,7 @@ fn register_loop(node: &OsdNode, env: &Env, shutdown: &Shutdown) {
                 );
                 if !warned && !expected {
                     tracing::warn!(
-                        mds = %node.mds_address,
+                        mds = %node.mds.current(),
                         error = %e.reason,
                         "registration with the MDS failed; retrying"
                     );
@@ -396,18 +402,20 @@ fn register_once(
     node: &OsdNode,
     env: &Env,
 ) -> Result<([u8; 32], Option<[u8; 32]>), RegisterFailure> {
-    match register_as(node, env, true) {
-        Err(RegisterFailure {
-            code: Some(msg::ErrorCode::Malformed),
-            ..
-        }) => register_as(node, env, false),
-        other => other,
-    }
+    node.mds
+        .call(|mds| match register_as(node, env, mds, true) {
+            Err(RegisterFailure {
+                code: Some(msg::ErrorCode::Malformed),
+                ..
+            }) => register_as(node, env, mds, false),
+            other => other,
+        })
 }
 
 fn register_as(
     node: &OsdNode,
     env: &Env,
+    mds: &str,
     control: bool,
 ) -> Result<([u8; 32], Option<[u8; 32]>), RegisterFailure> {
     let (core, id, weight, join) = (&node.core, node.id, node.weight, &node.join);
@@ -438,7 +446,7 @@ fn register_as(
     }
     .into_request(control);
     let payload = msg::encode(&request).map_err(RegisterFailure::local)?;
-    let mut conn = env.connect(&node.mds_address);
+    let mut conn = env.connect(mds);
     let (_, answer) = conn
         .call(FrameType::Plain, &payload)
         .map_err(RegisterFailure::local)?;
