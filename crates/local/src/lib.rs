@@ -95,6 +95,13 @@ impl LocalCluster {
                     .prefix("maat-local-")
                     .tempdir()
                     .map_err(io("creating a temporary data directory"))?;
+                if args.windows(2).any(|a| a == ["--meta", "postgres"]) {
+                    // Run by root, the cluster's PostgreSQL runs as the postgres account,
+                    // which must pass through (not list) the directory above DATA.
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o711))
+                        .map_err(io("letting the postgres account pass through"))?;
+                }
                 (t.path().join("data"), Some(t))
             }
         };

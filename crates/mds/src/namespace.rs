@@ -192,11 +192,10 @@ impl<S: MetaStore> crate::Mds<S> {
                 ));
             }
             require(who, &current, EXEC, path)?;
-            let child = self
+            current = self
                 .store
-                .lookup(current.id, part)?
+                .lookup_inode(current.id, part)?
                 .ok_or_else(|| no_such(path))?;
-            current = self.load(child, path)?;
         }
         Ok(current)
     }
@@ -226,17 +225,43 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     pub(crate) fn stat_of(&self, inode: &Inode) -> Result<FileStat> {
-        let owner = self
-            .store
-            .user(inode.uid)?
-            .map(|u| u.name)
-            .unwrap_or_else(|| inode.uid.to_string());
-        let group = self
-            .store
-            .group(inode.gid)?
-            .map(|g| g.name)
-            .unwrap_or_else(|| inode.gid.to_string());
-        let partition = self.partition(inode.partition)?;
+        self.stat_with(inode, &mut StatNames::default())
+    }
+
+    /// [`Mds::stat_of`] with the owner, group and partition read once per id into
+    /// `names` (a directory's many entries share few: one read each, not one per entry).
+    fn stat_with(&self, inode: &Inode, names: &mut StatNames) -> Result<FileStat> {
+        let owner = match names.users.get(&inode.uid) {
+            Some(name) => name.clone(),
+            None => {
+                // A removed user's files show its number (a new user may take its name).
+                let name = self
+                    .store
+                    .user(inode.uid)?
+                    .map_or_else(|| inode.uid.to_string(), |u| u.name);
+                names.users.insert(inode.uid, name.clone());
+                name
+            }
+        };
+        let group = match names.groups.get(&inode.gid) {
+            Some(name) => name.clone(),
+            None => {
+                let name = self
+                    .store
+                    .group(inode.gid)?
+                    .map_or_else(|| inode.gid.to_string(), |g| g.name);
+                names.groups.insert(inode.gid, name.clone());
+                name
+            }
+        };
+        let partition = match names.partitions.get(&inode.partition) {
+            Some(p) => p.clone(),
+            None => {
+                let p = self.partition(inode.partition)?;
+                names.partitions.insert(inode.partition, p.clone());
+                p
+            }
+        };
         let protection = method_of(partition.protection, inode.crypt.is_some());
         // A special entry shows its type bits; a link, its target's length (issue 44).
         let (mode, size) = match &inode.special {
@@ -271,11 +296,10 @@ impl<S: MetaStore> crate::Mds<S> {
             )]));
         }
         require(who, &dir, READ, path)?;
+        let mut names = StatNames::default();
         let mut out = Vec::new();
-        for (name, id) in self.store.entries(dir.id)? {
-            if let Some(inode) = self.store.inode(id)? {
-                out.push((name, self.stat_of(&inode)?));
-            }
+        for (name, inode) in self.store.entries_inodes(dir.id)? {
+            out.push((name, self.stat_with(&inode, &mut names)?));
         }
         Ok(MdsResponse::Entries(out))
     }
@@ -938,4 +962,14 @@ pub(crate) fn count_directory_links<S: MetaStore>(store: &S, batch: &mut Batch) 
         }
     }
     Ok(())
+}
+
+/// Owner and group names and partitions by id, read once each for the many stats of
+/// one answer (a directory's entries share few). Never kept past the answer: a name
+/// read once per request always shows a removed user as its number.
+#[derive(Default)]
+struct StatNames {
+    users: std::collections::HashMap<u64, String>,
+    groups: std::collections::HashMap<u64, String>,
+    partitions: std::collections::HashMap<u64, crate::store::PartitionRecord>,
 }

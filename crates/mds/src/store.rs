@@ -600,6 +600,26 @@ pub trait MetaStore: Send + Sync {
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
         self.commit(batch)
     }
+    /// The inode entry `name` of directory `parent` names: a lookup, then an inode read
+    /// (a store that can answers both at once: on PostgreSQL one query, not two).
+    fn lookup_inode(&self, parent: u64, name: &str) -> Result<Option<Inode>, StoreError> {
+        match self.lookup(parent, name)? {
+            Some(child) => self.inode(child),
+            None => Ok(None),
+        }
+    }
+    /// Every entry of directory `parent`, in name order, with the inode it names (an
+    /// entry whose inode is missing left out): [`MetaStore::entries`] and an inode read
+    /// each, or one query where the store can join them.
+    fn entries_inodes(&self, parent: u64) -> Result<Vec<(String, Inode)>, StoreError> {
+        let mut out = Vec::new();
+        for (name, child) in self.entries(parent)? {
+            if let Some(inode) = self.inode(child)? {
+                out.push((name, inode));
+            }
+        }
+        Ok(out)
+    }
     /// Issue 42, exactly once: from here until [`MetaStore::end_unit`], the calling
     /// thread's commits and the ops `end_unit` adds are one transaction: nothing outside
     /// sees them before it ends, a crash or a lost connection drops them whole, and the
@@ -614,7 +634,8 @@ pub trait MetaStore: Send + Sync {
         Ok(())
     }
     /// Ends the unit [`MetaStore::begin_unit`] began: applies `last` and commits the
-    /// whole. An error means nothing of the unit was applied (where units are one
+    /// whole, durable after the next [`MetaStore::sync`] (as [`MetaStore::commit_deferred`]).
+    /// An error means nothing of the unit was applied (where units are one
     /// transaction, [`MetaStore::atomic_units`]).
     fn end_unit(&self, last: Batch) -> Result<(), StoreError> {
         match last.0.is_empty() {

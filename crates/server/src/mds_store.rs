@@ -99,6 +99,12 @@ impl MetaStore for MdsStore {
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
         each!(self, s => s.commit_deferred(batch))
     }
+    fn lookup_inode(&self, parent: u64, name: &str) -> Result<Option<Inode>, StoreError> {
+        each!(self, s => s.lookup_inode(parent, name))
+    }
+    fn entries_inodes(&self, parent: u64) -> Result<Vec<(String, Inode)>, StoreError> {
+        each!(self, s => s.entries_inodes(parent))
+    }
     fn begin_unit(&self) -> Result<(), StoreError> {
         each!(self, s => s.begin_unit())
     }

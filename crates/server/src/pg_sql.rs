@@ -81,9 +81,11 @@ pub(crate) enum Sql {
     LeaseSet,
     NonceRecord,
     NonceForget,
+    LookupInode,
+    EntriesInodes,
 }
 
-pub(crate) const STATEMENTS: [(Sql, &str); 39] = [
+pub(crate) const STATEMENTS: [(Sql, &str); 41] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -190,6 +192,16 @@ pub(crate) const STATEMENTS: [(Sql, &str); 39] = [
         "INSERT INTO nonces (session, nonce, at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
     ),
     (Sql::NonceForget, "DELETE FROM nonces WHERE at < $1"),
+    (
+        Sql::LookupInode,
+        "SELECT i.v FROM entries e JOIN inodes i ON i.id = e.child
+         WHERE e.parent = $1 AND e.name = $2",
+    ),
+    (
+        Sql::EntriesInodes,
+        "SELECT e.name, i.v FROM entries e JOIN inodes i ON i.id = e.child
+         WHERE e.parent = $1 ORDER BY e.name",
+    ),
 ];
 
 /// `sql`'s statement among a connection's, prepared in [`STATEMENTS`] order.

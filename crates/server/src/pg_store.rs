@@ -46,8 +46,14 @@ pub struct PgStore {
     /// thread's statements run on the lock's connection. (Boxed: it holds a whole
     /// connection, which would make every `MdsStore` as large.)
     writer: Box<Writer>,
-    /// Batches committed (each a durable commit: `maat stats`' `store_fsyncs`).
+    /// Batches committed (`maat stats`' `store_batches`).
     commits: AtomicU64,
+    /// Commits that waited for the disk, and flushes by `sync` (`store_fsyncs`).
+    flushes: AtomicU64,
+    /// Commits made on the writer lock's connection, which does not wait for the disk,
+    /// and how many of them a `sync` has made durable (the count when it began).
+    unflushed: AtomicU64,
+    flushed: AtomicU64,
     /// Nonces recorded ([`MetaStore::record_nonce`]): every [`NONCES_PER_SWEEP`]th
     /// record also forgets the old ones.
     nonces: AtomicU64,
@@ -88,6 +94,9 @@ impl PgStore {
             pool: Pool::new(config, max),
             writer: Box::default(),
             commits: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            unflushed: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
             nonces: AtomicU64::new(0),
             failed_hook: FailureSlot::default(),
         };
@@ -179,6 +188,52 @@ impl PgStore {
                 .collect()
         })
     }
+
+    /// One batch in one transaction; on the writer lock's connection, counted as not yet
+    /// on disk.
+    fn commit_batch(&self, batch: Batch) -> Result<(), StoreError> {
+        // Whether the last attempt lost its connection after sending COMMIT (the server
+        // may or may not have committed). An error the server reported is a rollback.
+        let mut unknown = false;
+        if self.writer.in_unit() {
+            // Inside a unit's open transaction: the ops only, committed by `end_unit`.
+            return self.writer.in_open_unit(&self.pool, |c| {
+                batch
+                    .0
+                    .iter()
+                    .try_for_each(|op| apply(&mut c.client, &c.statements, op))
+            });
+        }
+        let on_writer = self.writer.mine();
+        let result = self.writer.run(&self.pool, |c| {
+            unknown = false;
+            let (mut tx, statements) = c.begin("a commit")?;
+            for op in &batch.0 {
+                apply(&mut tx, statements, op)?;
+            }
+            tx.commit().map_err(|e| {
+                unknown = e.as_db_error().is_none();
+                err("committing", e)
+            })
+        });
+        match result {
+            Ok(()) => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                match on_writer {
+                    true => self.unflushed.fetch_add(1, Ordering::SeqCst),
+                    false => self.flushes.fetch_add(1, Ordering::Relaxed),
+                };
+                Ok(())
+            }
+            Err(e) => {
+                if unknown {
+                    self.failed_hook
+                        .fire(&format!("a commit's outcome is unknown: {e}"));
+                }
+                Err(e)
+            }
+        }
+    }
 }
 
 impl MetaStore for PgStore {
@@ -190,6 +245,33 @@ impl MetaStore for PgStore {
         self.writer.run(&self.pool, |c| {
             let row = c.query_opt(Sql::Lookup, &[&id(parent), &name.as_bytes()], "an entry")?;
             row.map(|r| col(&r, 0, "an entry").map(unid)).transpose()
+        })
+    }
+
+    /// One query: the entry joined to its inode.
+    fn lookup_inode(&self, parent: u64, name: &str) -> Result<Option<Inode>, StoreError> {
+        self.writer.run(&self.pool, |c| {
+            let row = c.query_opt(
+                Sql::LookupInode,
+                &[&id(parent), &name.as_bytes()],
+                "an entry's inode",
+            )?;
+            row.map(|r| Inode::decode(col(&r, 0, Inode::WHAT)?))
+                .transpose()
+        })
+    }
+
+    /// One query: the entries joined to their inodes.
+    fn entries_inodes(&self, parent: u64) -> Result<Vec<(String, Inode)>, StoreError> {
+        self.writer.run(&self.pool, |c| {
+            let rows = c.query(Sql::EntriesInodes, &[&id(parent)], "a directory's inodes")?;
+            rows.iter()
+                .map(|r| {
+                    let name = String::from_utf8(col(r, 0, "an entry's name")?)
+                        .map_err(|_| StoreError::corrupt("an entry's name", "not UTF-8"))?;
+                    Ok((name, Inode::decode(col(r, 1, Inode::WHAT)?)?))
+                })
+                .collect()
         })
     }
 
@@ -289,43 +371,52 @@ impl MetaStore for PgStore {
         })
     }
 
+    /// A durable commit: on the writer lock's connection (which commits without waiting
+    /// for the disk), followed by a `sync`.
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
-        // Whether the last attempt lost its connection after sending COMMIT (the server
-        // may or may not have committed). An error the server reported is a rollback.
-        let mut unknown = false;
-        if self.writer.in_unit() {
-            // Inside a unit's open transaction: the ops only, committed by `end_unit`.
-            return self.writer.in_open_unit(&self.pool, |c| {
-                batch
-                    .0
-                    .iter()
-                    .try_for_each(|op| apply(&mut c.client, &c.statements, op))
-            });
+        let on_writer = self.writer.mine();
+        self.commit_batch(batch)?;
+        match on_writer {
+            true => self.sync(),
+            false => Ok(()),
         }
-        let result = self.writer.run(&self.pool, |c| {
-            unknown = false;
-            let (mut tx, statements) = c.begin("a commit")?;
-            for op in &batch.0 {
-                apply(&mut tx, statements, op)?;
-            }
-            tx.commit().map_err(|e| {
-                unknown = e.as_db_error().is_none();
-                err("committing", e)
-            })
+    }
+
+    /// A commit that may wait for the disk only at the next `sync` (on the writer lock's
+    /// connection; elsewhere it waits at once).
+    fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
+        self.commit_batch(batch)
+    }
+
+    /// Once every commit made before the call is on disk: a transaction that writes a
+    /// record to the log (a transactional logical message, which nothing decodes),
+    /// committed waiting for the disk (and for synchronous standbys), flushes the log up
+    /// to its commit record, so every earlier commit with it. (One that only takes a
+    /// transaction id writes no record before its commit, and PostgreSQL then does not
+    /// flush: tested.) Calls that find nothing left to flush (another call's flush
+    /// covered it) return at once.
+    fn sync(&self) -> Result<(), StoreError> {
+        let target = self.unflushed.load(Ordering::SeqCst);
+        if self.flushed.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        let flushed = self.pool.with(|c| {
+            c.client
+                .batch_execute(
+                    "BEGIN; SET LOCAL synchronous_commit = on; \
+                     SELECT pg_logical_emit_message(true, 'maat', 'sync'); COMMIT",
+                )
+                .map_err(|e| err("making commits durable", e))
         });
-        match result {
-            Ok(()) => {
-                self.commits.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => {
-                if unknown {
-                    self.failed_hook
-                        .fire(&format!("a commit's outcome is unknown: {e}"));
-                }
-                Err(e)
-            }
+        if let Err(e) = flushed {
+            // Commits this process made and may have acted on might be lost: as with
+            // redb, it starts again from what the database holds.
+            self.failed_hook.fire(&format!("{e}"));
+            return Err(e);
         }
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.flushed.fetch_max(target, Ordering::SeqCst);
+        Ok(())
     }
 
     /// One transaction: the counter's row made if missing, locked, read and moved on. A
@@ -334,8 +425,10 @@ impl MetaStore for PgStore {
     /// first is then never used, which the contract allows.)
     fn allocate(&self, counter: &str, count: u64, first: u64) -> Result<u64, StoreError> {
         let key = counter.as_bytes();
-        // Inside a unit, on a connection of its own: an allocation is never undone
-        // with the unit (ids handed out stay taken).
+        // On a connection of its own, never the writer lock's: an allocation is never
+        // undone with a unit (ids handed out stay taken), and it waits for the disk
+        // before the ids are used (the lock's connection does not: a database crash
+        // could then hand the same ids out again).
         let body = |c: &mut crate::pg_pool::Conn| {
             let (mut tx, statements) = c.begin("an allocation")?;
             tx.execute(
@@ -357,11 +450,9 @@ impl MetaStore for PgStore {
                 .map_err(|e| err("committing an allocation", e))?;
             Ok(current)
         };
-        let taken = match self.writer.in_unit() {
-            true => self.pool.with(body),
-            false => self.writer.run(&self.pool, body),
-        }?;
+        let taken = self.pool.with(body)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(taken)
     }
 
@@ -429,14 +520,17 @@ impl MetaStore for PgStore {
         self.writer.begin_unit(&self.pool)
     }
 
-    /// `last`'s ops and `COMMIT` (one fsync); `ROLLBACK` if anything in the unit failed.
+    /// `last`'s ops and `COMMIT` (on disk at the next `sync`); `ROLLBACK` if anything in
+    /// the unit failed.
     fn end_unit(&self, last: Batch) -> Result<(), StoreError> {
         self.writer.end_unit(&self.pool, |c| {
             last.0
                 .iter()
                 .try_for_each(|op| apply(&mut c.client, &c.statements, op))
         })?;
+        // Committed on the lock's connection: on disk at the next `sync`.
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.unflushed.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -445,10 +539,9 @@ impl MetaStore for PgStore {
     }
 
     fn durability_counts(&self) -> DurabilityCounts {
-        let n = self.commits.load(Ordering::Relaxed);
         DurabilityCounts {
-            batches: n,
-            fsyncs: n,
+            batches: self.commits.load(Ordering::Relaxed),
+            fsyncs: self.flushes.load(Ordering::Relaxed),
         }
     }
 

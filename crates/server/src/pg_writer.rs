@@ -13,6 +13,12 @@
 //! server releases the lock, and the holder's next statement fails: it gets an error, not
 //! a lost update, even if another instance has taken the lock meanwhile.
 //!
+//! The lock's connection commits with `synchronous_commit = off`: a commit returns once
+//! it is in the log's buffers, not on disk, so the lock is held for round trips only,
+//! never for an fsync, and the changes of several requests reach the disk in one flush
+//! (as redb's group commit does). The store's `sync` makes them durable before any
+//! answer leaves the MDS ([`maat_mds::store::MetaStore::sync`]).
+//!
 //! Two timeouts keep one instance from stopping the others: a waiter gives up after
 //! [`WRITER_WAIT`] (`lock_timeout`) with an error saying another instance holds the
 //! lock, and the server ends the holder's session once it sends nothing for
@@ -79,7 +85,7 @@ impl Writer {
     pub(crate) fn lock<'a>(&'a self, pool: &'a Pool) -> Result<WriterGuard<'a>, StoreError> {
         let setup = format!(
             "SET lock_timeout = {}; SELECT pg_advisory_lock({WRITER_LOCK}); \
-             SET idle_session_timeout = {}",
+             SET idle_session_timeout = {}; SET synchronous_commit = off",
             WRITER_WAIT.as_millis(),
             WRITER_IDLE.as_millis()
         );
@@ -106,7 +112,10 @@ impl Writer {
         self.mine() && *take(&self.unit) != Unit::None
     }
 
-    fn mine(&self) -> bool {
+    /// Whether the calling thread holds the lock (its commits then run on the lock's
+    /// connection, which commits without waiting for the disk: see
+    /// [`crate::pg_store::PgStore`]'s `sync`).
+    pub(crate) fn mine(&self) -> bool {
         *take(&self.holder) == Some(std::thread::current().id())
     }
 
@@ -219,7 +228,7 @@ impl Drop for WriterGuard<'_> {
         let rollback = if unit == Unit::None { "" } else { "ROLLBACK; " };
         let release = format!(
             "{rollback}SELECT pg_advisory_unlock({WRITER_LOCK}); RESET idle_session_timeout; \
-             RESET lock_timeout"
+             RESET lock_timeout; RESET synchronous_commit"
         );
         match conn.client.batch_execute(&release) {
             Ok(()) => self.pool.give_back(conn),

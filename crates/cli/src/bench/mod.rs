@@ -10,6 +10,7 @@ mod grouping;
 mod ior;
 mod kds;
 mod login;
+mod meta;
 mod objects;
 mod ops;
 mod renewal;
@@ -295,6 +296,26 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Issue 42 (mdtest's shape): T threads, each in a directory of its own, create N
+    /// empty files, stat, open (a capability from the MDS each), readdir, rename and
+    /// unlink them; operations per second per phase, for the MDS on redb and on
+    /// PostgreSQL with each number of instances of `--instances` (needs the PostgreSQL
+    /// server binaries; skipped, saying so, without them), each on a fresh cluster, in
+    /// one run. JSON keys `<phase>_per_s_<redb|postgres×N>`.
+    Meta {
+        /// Client threads (each its own client; they spread over the instances).
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Files per thread.
+        #[arg(long, default_value_t = 200)]
+        files: usize,
+        /// Numbers of MDS instances over PostgreSQL to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        instances: Vec<u32>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// E1 (paper 000 Table 1): open / 128 KiB write / 128 KiB read under NOSEC, a
     /// capability generated, one cached, and one naming its files by a Merkle root whose
     /// tree neither the client nor the OSD holds (the OSD asks the client, the client the
@@ -564,6 +585,12 @@ impl LocalCluster {
 /// Runs a benchmark.
 pub fn run(command: BenchCommand) -> Result<()> {
     match command {
+        BenchCommand::Meta {
+            threads,
+            files,
+            instances,
+            json,
+        } => meta::run_meta(threads, files, &instances, json),
         BenchCommand::Ops {
             iterations,
             seq_mib,
