@@ -18,7 +18,7 @@ use std::sync::{Condvar, Mutex};
 
 pub mod login;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Tables {
     pub inodes: BTreeMap<u64, Inode>,
     pub entries: BTreeMap<(u64, String), u64>,
@@ -47,6 +47,20 @@ pub struct Sharing {
     freed: Condvar,
     pub lock_off: AtomicBool,
     pub read_micros: std::sync::atomic::AtomicU64,
+    /// Issue 42: units ([`MetaStore::begin_unit`]) are one transaction unless
+    /// `units_off`: the tables as they were when the open unit began, restored (but for
+    /// id counters, never undone, as on PostgreSQL) if it does not end. A rollback loses
+    /// writes other instances made without the writer lock meanwhile: tests that make
+    /// units fail make none.
+    pub unit: Mutex<Option<Tables>>,
+    pub units_off: AtomicBool,
+    /// Every this-many-th unit fails at its end, as if its instance died before
+    /// committing (0: none): rolled back, or with `units_off` its commits kept and its
+    /// last ops (the answer) lost.
+    pub crash_every: std::sync::atomic::AtomicU64,
+    units_ended: std::sync::atomic::AtomicU64,
+    /// Units that failed so.
+    pub crashes: std::sync::atomic::AtomicU64,
 }
 
 impl Sharing {
@@ -190,6 +204,40 @@ impl MetaStore for &MemStore {
     }
     fn shared(&self) -> bool {
         true
+    }
+    fn begin_unit(&self) -> Result<(), StoreError> {
+        if !self.1.units_off.load(Ordering::SeqCst) {
+            let snapshot = self.0.lock().unwrap().clone();
+            *self.1.unit.lock().unwrap() = Some(snapshot);
+        }
+        Ok(())
+    }
+    fn end_unit(&self, last: Batch) -> Result<(), StoreError> {
+        let snapshot = self.1.unit.lock().unwrap().take();
+        let every = self.1.crash_every.load(Ordering::SeqCst);
+        let n = self.1.units_ended.fetch_add(1, Ordering::SeqCst) + 1;
+        if every > 0 && n % every == 0 {
+            self.1.crashes.fetch_add(1, Ordering::SeqCst);
+            if let Some(mut before) = snapshot {
+                let mut t = self.0.lock().unwrap();
+                for (k, v) in &t.meta {
+                    if k.starts_with("next_") {
+                        before.meta.insert(k.clone(), v.clone());
+                    }
+                }
+                *t = before;
+            }
+            return Err(StoreError::Backend(
+                "the instance died before its commit (a test's crash)".into(),
+            ));
+        }
+        match last.0.is_empty() {
+            true => Ok(()),
+            false => self.commit(last),
+        }
+    }
+    fn atomic_units(&self) -> bool {
+        !self.1.units_off.load(Ordering::SeqCst)
     }
     fn record_nonce(
         &self,
