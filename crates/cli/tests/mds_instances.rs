@@ -12,48 +12,25 @@
 
 mod common;
 
-use common::{code, content, signal, Cluster, MAAT};
+use common::{code, content, signal, Cluster};
 use maat_client::{Client, ClusterFile, Credential, Home};
 use maat_proto::msg::ErrorCode;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 fn start() -> Option<Cluster> {
-    if let Some(why) = maat_server::pg_server::cannot_start_here() {
-        // Past the harness's capture, so that the skip shows in CI output.
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "\nSKIPPED mds_instances: {why}");
-        return None;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("maat-it-mds3-")
-        .tempdir()
-        .unwrap();
-    // Run as root, the database runs as the postgres account, which must pass through.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let local = maat_local::LocalCluster::start(
-        Path::new(MAAT),
-        Some(&dir.path().join("data")),
+    Cluster::start_postgres(
+        "mds_instances",
         &[
             "--osds",
             "2",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-metrics",
-            "--no-scrubber",
             "--no-encrypt",
             "--umask",
             "022",
-            "--meta",
-            "postgres",
             "--mds",
             "3",
         ],
     )
-    .unwrap();
-    Some(Cluster { local, dir })
 }
 
 /// The cluster file with only the instance at `index` (0: `mds`), so that a client

@@ -231,29 +231,13 @@ impl<S: MetaStore> crate::Mds<S> {
     /// [`Mds::stat_of`] with the owner, group and partition read once per id into
     /// `names` (a directory's many entries share few: one read each, not one per entry).
     fn stat_with(&self, inode: &Inode, names: &mut StatNames) -> Result<FileStat> {
-        let owner = match names.users.get(&inode.uid) {
-            Some(name) => name.clone(),
-            None => {
-                // A removed user's files show its number (a new user may take its name).
-                let name = self
-                    .store
-                    .user(inode.uid)?
-                    .map_or_else(|| inode.uid.to_string(), |u| u.name);
-                names.users.insert(inode.uid, name.clone());
-                name
-            }
-        };
-        let group = match names.groups.get(&inode.gid) {
-            Some(name) => name.clone(),
-            None => {
-                let name = self
-                    .store
-                    .group(inode.gid)?
-                    .map_or_else(|| inode.gid.to_string(), |g| g.name);
-                names.groups.insert(inode.gid, name.clone());
-                name
-            }
-        };
+        // A removed user's files show its number (a new user may take its name).
+        let owner = name_of(&mut names.users, inode.uid, || {
+            Ok(self.store.user(inode.uid)?.map(|u| u.name))
+        })?;
+        let group = name_of(&mut names.groups, inode.gid, || {
+            Ok(self.store.group(inode.gid)?.map(|g| g.name))
+        })?;
         let partition = match names.partitions.get(&inode.partition) {
             Some(p) => p.clone(),
             None => {
@@ -972,4 +956,18 @@ struct StatNames {
     users: std::collections::HashMap<u64, String>,
     groups: std::collections::HashMap<u64, String>,
     partitions: std::collections::HashMap<u64, crate::store::PartitionRecord>,
+}
+
+/// `id`'s name from `memo`, else as `read` gives it (kept in `memo`), else its number.
+fn name_of(
+    memo: &mut std::collections::HashMap<u64, String>,
+    id: u64,
+    read: impl FnOnce() -> Result<Option<String>>,
+) -> Result<String> {
+    if let Some(name) = memo.get(&id) {
+        return Ok(name.clone());
+    }
+    let name = read()?.unwrap_or_else(|| id.to_string());
+    memo.insert(id, name.clone());
+    Ok(name)
 }

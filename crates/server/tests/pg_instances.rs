@@ -15,7 +15,6 @@
 use maat_mds::store::{Batch, MetaStore, Op};
 use maat_proto::msg::{MdsRequest, MdsResponse};
 use maat_server::pg_store::PgStore;
-use maat_server::pg_writer::WRITER_LOCK;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -150,16 +149,7 @@ fn a_holder_whose_connection_died_gets_an_error_not_a_lost_update() {
         return;
     };
     let held = a.exclusive().unwrap();
-    // The backend holding the advisory lock (classid and objid: the key's halves).
-    let ended: bool = admin(&pg)
-        .query_one(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
-             AND granted AND classid = $1 AND objid = $2",
-            &[&((WRITER_LOCK >> 32) as u32), &(WRITER_LOCK as u32)],
-        )
-        .unwrap()
-        .get(0);
-    assert!(ended);
+    assert!(common::end_writer_lock_session(&pg));
     let taken = b.exclusive().unwrap();
     b.commit(Batch(vec![Op::PutMeta("decided".into(), b"by b".to_vec())]))
         .unwrap();

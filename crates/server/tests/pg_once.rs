@@ -13,10 +13,9 @@
 use maat_mds::store::{Batch, MetaStore, Op};
 use maat_proto::msg::{ErrorCode, MdsRequest, MdsResponse};
 use maat_server::pg_store::PgStore;
-use maat_server::pg_writer::WRITER_LOCK;
 
 mod common;
-use common::{admin, call, mds, server};
+use common::{call, mds, server};
 
 fn mkdir(path: &str) -> MdsRequest {
     MdsRequest::Mkdir {
@@ -52,8 +51,7 @@ fn a_change_retried_at_another_instance_gets_the_first_answer() {
         return;
     };
     let (a, b) = (mds(&pg), mds(&pg));
-    let first = call(
-        &a,
+    let create = || {
         once(
             1,
             MdsRequest::Open {
@@ -61,21 +59,10 @@ fn a_change_retried_at_another_instance_gets_the_first_answer() {
                 access: maat_proto::msg::Access::ReadWrite,
                 create: Some(0o644),
             },
-        ),
-    )
-    .unwrap();
-    let again = call(
-        &b,
-        once(
-            1,
-            MdsRequest::Open {
-                path: "/f".into(),
-                access: maat_proto::msg::Access::ReadWrite,
-                create: Some(0o644),
-            },
-        ),
-    )
-    .unwrap();
+        )
+    };
+    let first = call(&a, create()).unwrap();
+    let again = call(&b, create()).unwrap();
     assert_eq!(first, again, "the retry got another answer");
     assert_eq!(stat(&b, "once_answered_again"), 1);
 
@@ -158,15 +145,7 @@ fn a_unit_commits_whole_or_not_at_all() {
     let held = a.exclusive().unwrap();
     a.begin_unit().unwrap();
     a.commit(put("y")).unwrap();
-    let ended: bool = admin(&pg)
-        .query_one(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
-             AND granted AND classid = $1 AND objid = $2",
-            &[&((WRITER_LOCK >> 32) as u32), &(WRITER_LOCK as u32)],
-        )
-        .unwrap()
-        .get(0);
-    assert!(ended);
+    assert!(common::end_writer_lock_session(&pg));
     assert!(a.end_unit(put("z")).is_err());
     drop(held);
     assert_eq!((b.meta("y").unwrap(), b.meta("z").unwrap()), (None, None));

@@ -108,6 +108,39 @@ impl Cluster {
         Cluster { local, dir }
     }
 
+    /// A new cluster with its metadata in a PostgreSQL server of its own (`--meta
+    /// postgres` and `extra`), or `None`, said past the harness's capture so that CI
+    /// output shows it, where no PostgreSQL server binaries are installed (`test`
+    /// names the test that skips).
+    pub fn start_postgres(test: &str, extra: &[&str]) -> Option<Cluster> {
+        if let Some(why) = maat_server::pg_server::cannot_start_here() {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "\nSKIPPED {test}: {why}");
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("maat-it-pg-")
+            .tempdir()
+            .unwrap();
+        // Run as root, the database runs as the postgres account, which must pass
+        // through.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--no-metrics",
+            "--no-scrubber",
+            "--meta",
+            "postgres",
+        ];
+        args.extend_from_slice(extra);
+        let local =
+            maat_local::LocalCluster::start(Path::new(MAAT), Some(&dir.path().join("data")), &args)
+                .unwrap();
+        Some(Cluster { local, dir })
+    }
+
     /// Runs `maat up` on an existing cluster directory `dir/data`.
     pub fn adopt(dir: tempfile::TempDir) -> Cluster {
         let local =

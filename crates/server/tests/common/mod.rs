@@ -80,3 +80,18 @@ pub fn call(mds: &Mds<PgStore>, request: MdsRequest) -> Result<MdsResponse, Wire
     let answer = mds.handle_insecure(&message, UnixMillis(1_000_000), &mut rng);
     msg::decode::<Result<MdsResponse, WireError>>(&answer).unwrap()
 }
+
+/// Ends the server session holding the MDS writer lock (as a network cut or the
+/// server's idle limit would); whether one held it.
+pub fn end_writer_lock_session(pg: &LocalPostgres) -> bool {
+    use maat_server::pg_writer::WRITER_LOCK;
+    // The backend holding the advisory lock (classid and objid: the key's halves).
+    admin(pg)
+        .query_one(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+             AND granted AND classid = $1 AND objid = $2",
+            &[&((WRITER_LOCK >> 32) as u32), &(WRITER_LOCK as u32)],
+        )
+        .unwrap()
+        .get(0)
+}
