@@ -273,13 +273,19 @@ impl Client {
         request: &MdsRequest,
     ) -> std::result::Result<Result<MdsResponse>, Unanswered> {
         self.stats.lock().requests += 1;
-        let body = encode(request).map_err(Unanswered::unsent)?;
+        // What fails here fails at every instance: an answer, not a reason to move on.
+        let body = match encode(request) {
+            Ok(body) => body,
+            Err(e) => return Ok(Err(e)),
+        };
         if let Some(user) = self.insecure_user {
-            let payload = encode(&InsecureRequest {
+            let payload = match encode(&InsecureRequest {
                 user,
                 request: request.clone(),
-            })
-            .map_err(Unanswered::unsent)?;
+            }) {
+                Ok(payload) => payload,
+                Err(e) => return Ok(Err(e)),
+            };
             let mut conn = self.connections.take(&self.network, address);
             let (t, answer) = exchange(&mut conn, address, FrameType::Insecure, &payload)?;
             self.connections.give_back(conn);
@@ -289,7 +295,10 @@ impl Client {
             });
         }
         let now = self.now();
-        let (sid, key) = self.mds_session_key().map_err(Unanswered::unsent)?;
+        let (sid, key) = match self.mds_session_key() {
+            Ok(k) => k,
+            Err(e) => return Ok(Err(e)),
+        };
         // Sealed with the nonce stream of the connection it goes on (one entry in the
         // MDS's replay window per connection, not per request).
         let mut conn = self.connections.take(&self.network, address);
@@ -334,12 +343,6 @@ impl Client {
 struct Unanswered {
     sent: bool,
     error: ClientError,
-}
-
-impl Unanswered {
-    fn unsent(error: ClientError) -> Self {
-        Self { sent: false, error }
-    }
 }
 
 /// Sends one frame on `conn` and reads its answer, telling a failure before the frame

@@ -69,6 +69,9 @@ tamper_tests!(
     key_ranges_tree,
     osd_control_key,
     osd_registered_control_mac,
+    // Not a token (it travels inside the MACed envelope): every change to its bytes
+    // decodes to another request or to none, never to the same one.
+    mds_request_once,
 );
 
 #[test]
