@@ -253,6 +253,9 @@ impl<S: MetaStore> crate::Mds<S> {
     /// written there for the other instances (issue 42: an OSD tells the one it checks
     /// in at).
     fn knows(&self, osd: u64, next: u64) -> Result<()> {
+        // What other instances wrote first, so that a lower number is never written
+        // over a higher one.
+        self.stored_knows()?;
         let moved = {
             let mut known = lock(&self.missed.known);
             let at = known.entry(osd).or_insert(0);

@@ -46,25 +46,27 @@ impl Liveness {
         }
     }
 
-    /// The batch that copies every check-in heard into the store, if the last copy is
-    /// [`HEARD_SHARED_EVERY_MILLIS`] old at `now`.
+    /// The batch that copies the check-ins heard since the last copy into the store, if
+    /// that copy is [`HEARD_SHARED_EVERY_MILLIS`] old at `now` and there are any.
     pub(crate) fn due(&self, now: u64) -> Option<Batch> {
-        {
+        let since = {
             let mut at = crate::lock(&self.shared_at);
             if now.saturating_sub(*at) < HEARD_SHARED_EVERY_MILLIS {
                 return None;
             }
-            *at = now;
-        }
+            std::mem::replace(&mut *at, now)
+        };
+        // Only what was heard since the last copy: an OSD that moved its check-ins to
+        // another instance is not written back here at the older time.
         let heard = crate::lock(&self.heard);
-        Some(Batch(
-            heard
-                .iter()
-                .map(|(osd, at)| {
-                    Op::PutMeta(format!("{HEARD_PREFIX}{osd:x}"), at.to_be_bytes().to_vec())
-                })
-                .collect(),
-        ))
+        let ops: Vec<Op> = heard
+            .iter()
+            .filter(|(_, at)| **at > since)
+            .map(|(osd, at)| {
+                Op::PutMeta(format!("{HEARD_PREFIX}{osd:x}"), at.to_be_bytes().to_vec())
+            })
+            .collect();
+        (!ops.is_empty()).then_some(Batch(ops))
     }
 
     /// Takes in check-ins other instances copied into the store (`meta` entries under
@@ -159,5 +161,36 @@ mod tests {
         assert!(s[0].up);
         assert_eq!(s[0].heard_ms_ago, Some(500));
         assert_eq!(s[1].address, "10.0.0.2:7000");
+    }
+
+    /// Issue 42: an instance copies into the store only what it heard since its last
+    /// copy, at most once a second, and takes in the newest of what others copied.
+    #[test]
+    fn only_check_ins_heard_since_the_last_copy_are_copied() {
+        let keys = |b: Option<Batch>| -> Vec<String> {
+            b.map(|b| b.0)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|op| match op {
+                    Op::PutMeta(k, _) => Some(k),
+                    _ => None,
+                })
+                .collect()
+        };
+        let l = Liveness::new(0);
+        l.heard(1, 1_000);
+        l.heard(2, 1_500);
+        assert_eq!(keys(l.due(2_000)), ["osd_heard/1", "osd_heard/2"]);
+        l.heard(1, 2_500);
+        assert!(l.due(2_600).is_none(), "a second copy within the second");
+        // OSD 2 checks in elsewhere now: its older time is not written again.
+        assert_eq!(keys(l.due(3_100)), ["osd_heard/1"]);
+        assert!(l.due(4_200).is_none(), "nothing heard since");
+        l.merge(vec![
+            ("osd_heard/2".into(), 4_000u64.to_be_bytes().to_vec()),
+            ("osd_heard/zz".into(), vec![1]),
+        ]);
+        let s = l.states(&[osd(2)], 4_500);
+        assert_eq!(s[0].heard_ms_ago, Some(500));
     }
 }
