@@ -58,10 +58,15 @@ impl Liveness {
         };
         // Only what was heard since the last copy: an OSD that moved its check-ins to
         // another instance is not written back here at the older time.
-        let heard = crate::lock(&self.heard);
-        let ops: Vec<Op> = heard
+        // In OSD order: instances writing the same rows take their locks in one order.
+        let mut fresh: Vec<(u64, u64)> = crate::lock(&self.heard)
             .iter()
             .filter(|(_, at)| **at > since)
+            .map(|(osd, at)| (*osd, *at))
+            .collect();
+        fresh.sort_unstable();
+        let ops: Vec<Op> = fresh
+            .into_iter()
             .map(|(osd, at)| {
                 Op::PutMeta(format!("{HEARD_PREFIX}{osd:x}"), at.to_be_bytes().to_vec())
             })
