@@ -172,15 +172,10 @@ mod instances {
     fn start() -> Option<Cluster> {
         Cluster::start_postgres(
             "mds_instances",
-            &[
-                "--osds",
-                "2",
-                "--no-encrypt",
-                "--umask",
-                "022",
-                "--mds",
-                "3",
-            ],
+            // Encrypting (`maat up`'s default): every put and get also asks the KDS,
+            // which must move its revocation catch-ups to another instance when its own
+            // stops, or it refuses keys once its view is stale (10 s).
+            &["--osds", "2", "--umask", "022", "--mds", "3"],
         )
     }
 
@@ -304,15 +299,26 @@ mod instances {
         let health: serde_json::Value =
             serde_json::from_slice(&cluster.ok(&cluster.admin_home(), &["health", "--json"], None))
                 .unwrap();
+        // An encrypted put and get while the first instance is still gone: the KDS, whose
+        // catch-ups went to it, still hands out keys (its view of the revocations would
+        // be stale by now, past `REVOCATIONS_STALE_MILLIS`).
+        let bytes = content(9, 10_000);
+        let put = admin.put(&mut &bytes[..], bytes.len() as u64, "/after", &mut |_| {});
+        let reader = cluster.admin_client();
+        let mut out = Vec::new();
+        let got = reader.get_whole("/after", &mut out, &mut |_| {});
         std::fs::rename(&aside, &config).unwrap();
+        put.unwrap();
+        got.unwrap();
+        assert_eq!(out, bytes);
+        assert!(
+            admin.stat("/after").unwrap().encrypted,
+            "/after is not encrypted"
+        );
         assert_eq!(health["osds_up"], 2, "{health}");
         let instances = health["mds_instances"].as_array().unwrap();
         assert_eq!(instances[0]["up"], false, "{health}");
         let leaders = instances.iter().filter(|i| i["leader"] == true).count();
         assert_eq!(leaders, 1, "another instance took the lease: {health}");
-        let bytes = content(9, 10_000);
-        admin
-            .put(&mut &bytes[..], bytes.len() as u64, "/after", &mut |_| {})
-            .unwrap();
     }
 }
