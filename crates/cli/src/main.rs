@@ -26,6 +26,7 @@ mod stats;
 mod up;
 mod up_instances;
 mod up_meta;
+mod up_restart;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};

@@ -383,6 +383,8 @@ struct Daemon {
     kind: &'static str,
     child: Option<Child>,
     stdin: Option<ChildStdin>,
+    /// Its starts and quick exits, and when it is due to start again after an exit.
+    restarts: Option<(crate::up_restart::Restarts, Option<Instant>)>,
 }
 
 impl Daemon {
@@ -416,6 +418,12 @@ impl Daemon {
         self.stdin = child.stdin.take();
         let pid = child.id();
         self.child = Some(child);
+        let now = Instant::now();
+        let (restarts, due) = self
+            .restarts
+            .get_or_insert_with(|| (crate::up_restart::Restarts::new(now), None));
+        restarts.started(now);
+        *due = None;
         // Written beside and renamed, so a reader never sees an empty pid file.
         let pid_file = data.join(format!("{}.pid", self.name.replace(' ', "-")));
         let temp = data.join(format!(".{}.pid.tmp", self.name.replace(' ', "-")));
@@ -444,6 +452,42 @@ impl Daemon {
                     self.name
                 )
             })
+    }
+
+    /// Whether to start the daemon again now: it exited (noticed here, its restart
+    /// scheduled, said once) and its delay ([`crate::up_restart`]) is over.
+    fn restart_due(&mut self) -> bool {
+        let due = self.restarts.as_ref().and_then(|(_, due)| *due);
+        match due {
+            Some(at) => Instant::now() >= at,
+            None if self.exited() => {
+                self.schedule_restart();
+                self.restart_due()
+            }
+            None => false,
+        }
+    }
+
+    /// The daemon exited or did not start: schedules its next start, saying when.
+    fn schedule_restart(&mut self) {
+        let now = Instant::now();
+        let (restarts, due) = self
+            .restarts
+            .get_or_insert_with(|| (crate::up_restart::Restarts::new(now), None));
+        let delay = restarts.exited(now);
+        *due = Some(now + delay);
+        if delay.is_zero() {
+            eprintln!("maat: {} exited unexpectedly; restarting", self.name);
+        } else {
+            eprintln!(
+                "maat: {} exited unexpectedly, {} times in a row within {} s of starting; \
+                 restarting in {:.1} s",
+                self.name,
+                restarts.quick_exits(),
+                crate::up_restart::RAN_LONG_ENOUGH.as_secs(),
+                delay.as_secs_f64()
+            );
+        }
     }
 
     fn exited(&mut self) -> bool {
@@ -563,6 +607,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         kind: "mds",
         child: None,
         stdin: None,
+        restarts: None,
     }];
     for c in crate::up_instances::configs(&data)? {
         let name = c
@@ -576,6 +621,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             kind: "mds",
             child: None,
             stdin: None,
+            restarts: None,
         });
     }
     let mut kds_configs: Vec<PathBuf> = std::fs::read_dir(&data)?
@@ -607,6 +653,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             kind: "kds",
             child: None,
             stdin: None,
+            restarts: None,
         });
     }
     for (i, c) in osd_configs.iter().enumerate() {
@@ -619,6 +666,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             kind: "osd",
             child: None,
             stdin: None,
+            restarts: None,
         });
     }
     let started = Instant::now();
@@ -680,10 +728,14 @@ pub fn run(args: UpArgs) -> Result<()> {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            if d.exited() {
-                eprintln!("maat: {} exited unexpectedly; restarting", d.name);
+            if d.restart_due() {
                 if let Err(e) = d.start(&exe, &data, &mut Vec::new()) {
                     eprintln!("maat: restarting {} failed: {e}", d.name);
+                    // (One still running but not ready is left be, as before; one that
+                    // exited waits its turn.)
+                    if d.exited() {
+                        d.schedule_restart();
+                    }
                 } else if d.kind == "osd" {
                     wanted.ask(format!("{} was restarted", d.name));
                 }
