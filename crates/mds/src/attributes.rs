@@ -45,7 +45,7 @@ impl<S: MetaStore> crate::Mds<S> {
     ) -> Result<MdsResponse> {
         let inode = self.change(who, path, changes, now)?;
         Ok(MdsResponse::StatFull {
-            stat: self.stat_of(&inode)?,
+            stat: self.stat_of(who, &inode)?,
             more: self.more_of(&inode),
         })
     }

@@ -574,7 +574,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 stat_message(session, h.handle_id)
             })?;
         let inode = self.job_file(&handle)?;
-        let mut stat = self.stat_of(&inode)?;
+        let mut stat = self.stat_of(who, &inode)?;
         stat.crypt = inode.crypt.clone();
         if capability.mode.allows(Mode::RANGE_KEYS) {
             // SPEC H6 per job: the ranges the owner granted this participant, in a permit

@@ -331,7 +331,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 format!("{path}: a range grant needs a session (its keys come from a KDS)"),
             ));
         }
-        let mut stat: FileStat = self.stat_of(inode)?;
+        let mut stat: FileStat = self.stat_of(who, inode)?;
         stat.crypt = inode.crypt.clone();
         let (capability, body) = self.single_capability(
             who.uid,

@@ -194,6 +194,9 @@ pub struct Principal {
     pub gids: Vec<u64>,
     /// Permission bits cleared from the modes of what the user creates.
     pub umask: u16,
+    /// The user's name as read for this request (shown as the owner of what it owns,
+    /// without reading the user again).
+    pub name: String,
 }
 
 impl Principal {

@@ -94,7 +94,7 @@ impl<S: MetaStore> crate::Mds<S> {
         inode.special = Some(special);
         enter(&mut batch, &parent, name, &inode, now);
         self.store.commit_deferred(batch)?;
-        Ok(MdsResponse::Stat(self.stat_of(&inode)?))
+        Ok(MdsResponse::Stat(self.stat_of(who, &inode)?))
     }
 
     /// The target of the symbolic link at `path`.
@@ -112,7 +112,7 @@ impl<S: MetaStore> crate::Mds<S> {
     pub(crate) fn stat_full(&self, who: &Principal, path: &str) -> Result<MdsResponse> {
         let inode = self.resolve(who, path)?;
         Ok(MdsResponse::StatFull {
-            stat: self.stat_of(&inode)?,
+            stat: self.stat_of(who, &inode)?,
             more: self.more_of(&inode),
         })
     }
@@ -178,7 +178,7 @@ impl<S: MetaStore> crate::Mds<S> {
         enter(&mut batch, &parent, name, &inode, now);
         self.store.commit_deferred(batch)?;
         Ok(MdsResponse::StatFull {
-            stat: self.stat_of(&inode)?,
+            stat: self.stat_of(who, &inode)?,
             more: self.more_of(&inode),
         })
     }

@@ -182,9 +182,12 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// Walks `parts` from the root, requiring search (x) permission on every directory.
+    /// (The store reads the whole path at once, [`MetaStore::walk`]; the checks are
+    /// made here, in order, as if it were read name by name.)
     fn walk(&self, who: &Principal, parts: &[&str], path: &str) -> Result<Inode> {
-        let mut current = self.load(ROOT_INODE, path)?;
-        for part in parts {
+        let mut found = self.store.walk(parts)?.into_iter();
+        let mut current = found.next().ok_or_else(|| no_such(path))?;
+        for _ in parts {
             if !current.is_dir {
                 return Err(MdsError::refused(
                     ErrorCode::NotADirectory,
@@ -192,10 +195,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 ));
             }
             require(who, &current, EXEC, path)?;
-            current = self
-                .store
-                .lookup_inode(current.id, part)?
-                .ok_or_else(|| no_such(path))?;
+            current = found.next().ok_or_else(|| no_such(path))?;
         }
         Ok(current)
     }
@@ -224,8 +224,9 @@ impl<S: MetaStore> crate::Mds<S> {
         Ok((parent, last))
     }
 
-    pub(crate) fn stat_of(&self, inode: &Inode) -> Result<FileStat> {
-        self.stat_with(inode, &mut StatNames::default())
+    /// What `who` is shown of `inode` (its own name known: not read again).
+    pub(crate) fn stat_of(&self, who: &Principal, inode: &Inode) -> Result<FileStat> {
+        self.stat_with(inode, &mut StatNames::of(who))
     }
 
     /// [`Mds::stat_of`] with the owner, group and partition read once per id into
@@ -276,11 +277,11 @@ impl<S: MetaStore> crate::Mds<S> {
         if !dir.is_dir {
             return Ok(MdsResponse::Entries(vec![(
                 path.rsplit('/').next().unwrap_or(path).to_string(),
-                self.stat_of(&dir)?,
+                self.stat_of(who, &dir)?,
             )]));
         }
         require(who, &dir, READ, path)?;
-        let mut names = StatNames::default();
+        let mut names = StatNames::of(who);
         let mut out = Vec::new();
         for (name, inode) in self.store.entries_inodes(dir.id)? {
             out.push((name, self.stat_with(&inode, &mut names)?));
@@ -430,7 +431,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 Ok(self.store.commit_deferred(batch)?)
             })?;
         }
-        let stat = self.stat_of(&inode)?;
+        let stat = self.stat_of(who, &inode)?;
         match what {
             Removing::Directory => return Ok(MdsResponse::Ok),
             // The remover holds a write capability for the file: nothing to give, unless
@@ -573,7 +574,7 @@ impl<S: MetaStore> crate::Mds<S> {
             require(who, &inode, want, path)?;
             mode
         };
-        let mut stat = self.stat_of(&inode)?;
+        let mut stat = self.stat_of(who, &inode)?;
         stat.crypt = inode.crypt.clone();
         // SPEC T2: a partition with T10 credentials gets them and no signature.
         if let Some((session, partition)) = self.t10_partition(session, &inode)? {
@@ -870,7 +871,7 @@ impl<S: MetaStore> crate::Mds<S> {
             batch.push(stamp);
             Ok(self.store.commit_deferred(batch)?)
         })?;
-        let stat = self.stat_of(&replaced)?;
+        let stat = self.stat_of(who, &replaced)?;
         self.removal_answer(who, &replaced, stat, session, now, rng)
     }
 }
@@ -956,6 +957,15 @@ struct StatNames {
     users: std::collections::HashMap<u64, String>,
     groups: std::collections::HashMap<u64, String>,
     partitions: std::collections::HashMap<u64, crate::store::PartitionRecord>,
+}
+
+impl StatNames {
+    /// Knowing the name of the user asking (read with the request).
+    fn of(who: &Principal) -> Self {
+        let mut names = Self::default();
+        names.users.insert(who.uid, who.name.clone());
+        names
+    }
 }
 
 /// `id`'s name from `memo`, else as `read` gives it (kept in `memo`), else its number.

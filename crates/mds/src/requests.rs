@@ -58,7 +58,7 @@ impl<S: MetaStore> Mds<S> {
         now: UnixMillis,
     ) -> Result<(&'a [u8], [u8; 16], [u8; 16], Blake3Mac, Principal)> {
         let request = UnverifiedRequest::decode(payload)?;
-        let (session, key) = self.session(&request.session_id)?;
+        let (session, key, user) = self.session_with_user(&request.session_id)?;
         if session.expiry <= now.0 {
             return Err(MdsError::refused(ErrorCode::SessionExpired, "log in again"));
         }
@@ -80,7 +80,10 @@ impl<S: MetaStore> Mds<S> {
         {
             return Err(freshness_error(Freshness::Replayed));
         }
-        let principal = self.principal(session.user)?;
+        let principal = match user {
+            Some(user) if user.id == session.user => principal_of(&user),
+            _ => self.principal(session.user)?,
+        };
         Ok((
             request.message,
             request.session_id,
@@ -116,7 +119,41 @@ impl<S: MetaStore> Mds<S> {
                 return Ok(s.clone());
             }
         }
-        let Some(session) = self.store.session(id)? else {
+        let session = self.store.session(id)?;
+        self.session_read(id, session, cached)
+    }
+
+    /// [`Mds::session`] and, on a store other instances share, the session's user read
+    /// with it in one request to the store ([`MetaStore::session_and_user`]) once this
+    /// instance knows which user the session is of: `None` where it was not read (the
+    /// caller reads it).
+    fn session_with_user(
+        &self,
+        id: &[u8; 16],
+    ) -> Result<(SessionRecord, Blake3Mac, Option<UserRecord>)> {
+        let cached = crate::read_lock(&self.sessions).get(id).cloned();
+        match cached.as_ref().map(|(held, _)| held.user) {
+            Some(uid) if self.store.shared() => {
+                let (session, user) = self.store.session_and_user(id, uid)?;
+                let (session, key) = self.session_read(id, session, cached)?;
+                Ok((session, key, user))
+            }
+            _ => {
+                let (session, key) = self.session(id)?;
+                Ok((session, key, None))
+            }
+        }
+    }
+
+    /// The session `id` as the store gave it (`None`: ended), and its key: the one
+    /// `cached` holds if the sealed key is the same, else opened from the record.
+    fn session_read(
+        &self,
+        id: &[u8; 16],
+        session: Option<SessionRecord>,
+        cached: Option<(SessionRecord, Blake3Mac)>,
+    ) -> Result<(SessionRecord, Blake3Mac)> {
+        let Some(session) = session else {
             if cached.is_some() {
                 crate::write_lock(&self.sessions).remove(id);
             }
@@ -181,13 +218,7 @@ impl<S: MetaStore> Mds<S> {
             .store
             .user(uid)?
             .ok_or_else(|| MdsError::refused(ErrorCode::NoSuchUser, "user was removed"))?;
-        let mut gids = vec![user.gid];
-        gids.extend(user.groups.iter().copied());
-        Ok(Principal {
-            uid,
-            gids,
-            umask: user.umask,
-        })
+        Ok(principal_of(&user))
     }
 
     /// Handles a NOSEC request (benchmarks): the claimed user is believed and no
@@ -242,7 +273,7 @@ impl<S: MetaStore> Mds<S> {
             })),
             MdsRequest::Stat { path } => {
                 let inode = self.resolve(who, &path)?;
-                Ok(MdsResponse::Stat(self.stat_of(&inode)?))
+                Ok(MdsResponse::Stat(self.stat_of(who, &inode)?))
             }
             MdsRequest::Readdir { path } => self.readdir(who, &path),
             MdsRequest::Mkdir {
@@ -689,5 +720,17 @@ impl<S: MetaStore> Mds<S> {
         let who = self.principal(uid).map_err(|e| e.to_wire())?;
         let result = self.dispatch(&who, Some(&[0u8; 16]), request, now, rng);
         self.durable(result).map_err(|e| e.to_wire())
+    }
+}
+
+/// Who `user` is, for the checks of one request.
+fn principal_of(user: &UserRecord) -> Principal {
+    let mut gids = vec![user.gid];
+    gids.extend(user.groups.iter().copied());
+    Principal {
+        uid: user.id,
+        gids,
+        umask: user.umask,
+        name: user.name.clone(),
     }
 }

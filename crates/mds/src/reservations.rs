@@ -391,7 +391,7 @@ impl<S: MetaStore> crate::Mds<S> {
         let method = self.reserved_method(who.uid, parent.partition, sealed.is_some(), now)?;
         // Made before the commit: a failure after it would read as a refusal to a
         // client that then removes the linked data.
-        let stat = self.stat_of(&inode)?;
+        let stat = self.stat_of(who, &inode)?;
         {
             let mut table = lock(&self.reservations);
             let list = table

@@ -608,6 +608,42 @@ pub trait MetaStore: Send + Sync {
             None => Ok(None),
         }
     }
+    /// Issue 42: session `id` and user `uid` (the session's user, as a copy of the
+    /// session read before said), read together: on PostgreSQL one round trip, not two,
+    /// for every request of a session an instance has seen. The caller checks that the
+    /// session read still names `uid`.
+    fn session_and_user(
+        &self,
+        id: &[u8; 16],
+        uid: u64,
+    ) -> Result<(Option<SessionRecord>, Option<UserRecord>), StoreError> {
+        Ok((self.session(id)?, self.user(uid)?))
+    }
+    /// Issue 42: the inodes of the root and then of each of `names` in turn from it, as
+    /// far as they are found: the list ends early where a name is missing or its parent
+    /// is not a directory (empty if there is no root). A lookup per name by default; a
+    /// store that can walks the whole path in one query (on PostgreSQL, one round trip
+    /// for any depth, read in one snapshot).
+    fn walk(&self, names: &[&str]) -> Result<Vec<Inode>, StoreError> {
+        let mut found = Vec::with_capacity(names.len() + 1);
+        let Some(mut current) = self.inode(crate::ROOT_INODE)? else {
+            return Ok(found);
+        };
+        for name in names {
+            let next = if current.is_dir {
+                self.lookup_inode(current.id, name)?
+            } else {
+                None
+            };
+            found.push(current);
+            match next {
+                Some(inode) => current = inode,
+                None => return Ok(found),
+            }
+        }
+        found.push(current);
+        Ok(found)
+    }
     /// Every entry of directory `parent`, in name order, with the inode it names (an
     /// entry whose inode is missing left out): [`MetaStore::entries`] and an inode read
     /// each, or one query where the store can join them.

@@ -105,6 +105,16 @@ impl MetaStore for MdsStore {
     fn entries_inodes(&self, parent: u64) -> Result<Vec<(String, Inode)>, StoreError> {
         each!(self, s => s.entries_inodes(parent))
     }
+    fn session_and_user(
+        &self,
+        id: &[u8; 16],
+        uid: u64,
+    ) -> Result<(Option<SessionRecord>, Option<UserRecord>), StoreError> {
+        each!(self, s => s.session_and_user(id, uid))
+    }
+    fn walk(&self, names: &[&str]) -> Result<Vec<Inode>, StoreError> {
+        each!(self, s => s.walk(names))
+    }
     fn begin_unit(&self) -> Result<(), StoreError> {
         each!(self, s => s.begin_unit())
     }

@@ -83,9 +83,11 @@ pub(crate) enum Sql {
     NonceForget,
     LookupInode,
     EntriesInodes,
+    Walk,
+    SessionAndUser,
 }
 
-pub(crate) const STATEMENTS: [(Sql, &str); 41] = [
+pub(crate) const STATEMENTS: [(Sql, &str); 43] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -201,6 +203,26 @@ pub(crate) const STATEMENTS: [(Sql, &str); 41] = [
         Sql::EntriesInodes,
         "SELECT e.name, i.v FROM entries e JOIN inodes i ON i.id = e.child
          WHERE e.parent = $1 ORDER BY e.name",
+    ),
+    // A path from the root ($1) by its names ($2, in order): the inodes found, by depth
+    // (0 the root). A name under a file finds no entry, so the walk ends there too.
+    // Each step is an index lookup on (parent, name): the name is the array's element
+    // at the step's depth (joined to an unnested array instead, the planner scanned
+    // every entry at each step).
+    (
+        Sql::Walk,
+        "WITH RECURSIVE walk (depth, id, v) AS (
+             SELECT 0, id, v FROM inodes WHERE id = $1
+             UNION ALL
+             SELECT w.depth + 1, i.id, i.v FROM walk w
+             JOIN entries e ON e.parent = w.id AND e.name = ($2::bytea[])[w.depth + 1]
+             JOIN inodes i ON i.id = e.child
+             WHERE w.depth < cardinality($2::bytea[]))
+         SELECT v FROM walk ORDER BY depth",
+    ),
+    (
+        Sql::SessionAndUser,
+        "SELECT (SELECT v FROM sessions WHERE id = $1), (SELECT v FROM users WHERE id = $2)",
     ),
 ];
 

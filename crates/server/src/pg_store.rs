@@ -261,6 +261,45 @@ impl MetaStore for PgStore {
         })
     }
 
+    /// One query for both.
+    fn session_and_user(
+        &self,
+        session: &[u8; 16],
+        uid: u64,
+    ) -> Result<(Option<SessionRecord>, Option<UserRecord>), StoreError> {
+        self.writer.run(&self.pool, |c| {
+            let row = c.query_opt(
+                Sql::SessionAndUser,
+                &[&session.as_slice(), &id(uid)],
+                "a session and its user",
+            )?;
+            let Some(row) = row else {
+                return Ok((None, None));
+            };
+            let session: Option<Vec<u8>> = col(&row, 0, SessionRecord::WHAT)?;
+            let user: Option<Vec<u8>> = col(&row, 1, UserRecord::WHAT)?;
+            Ok((
+                session.map(|v| SessionRecord::decode(&v)).transpose()?,
+                user.map(|v| UserRecord::decode(&v)).transpose()?,
+            ))
+        })
+    }
+
+    /// One query for the whole path (a recursive join), read in one snapshot.
+    fn walk(&self, names: &[&str]) -> Result<Vec<Inode>, StoreError> {
+        let names: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        self.writer.run(&self.pool, |c| {
+            let rows = c.query(
+                Sql::Walk,
+                &[&id(maat_mds::ROOT_INODE), &names],
+                "a path's inodes",
+            )?;
+            rows.iter()
+                .map(|r| Inode::decode(col(r, 0, Inode::WHAT)?))
+                .collect()
+        })
+    }
+
     /// One query: the entries joined to their inodes.
     fn entries_inodes(&self, parent: u64) -> Result<Vec<(String, Inode)>, StoreError> {
         self.writer.run(&self.pool, |c| {

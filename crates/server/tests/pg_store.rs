@@ -10,7 +10,8 @@
     missing_docs
 )]
 
-use maat_mds::store::{Batch, Inode, MetaStore, Op, SessionRecord};
+use maat_mds::store::{Batch, Inode, MetaStore, Op, SessionRecord, UserCredential, UserRecord};
+use maat_proto::msg::KdfParams;
 use maat_server::meta_store::RedbStore;
 use maat_server::pg_server::{cannot_start_here, LocalPostgres};
 use maat_server::pg_store::{PgStore, PG_SCHEMA_VERSION};
@@ -26,7 +27,33 @@ const PREFIXES: [&str; 4] = ["", "p/", "p/1", "q"];
 
 fn random_op(rng: &mut ChaCha8Rng) -> Op {
     let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u32() as usize) % n;
-    match rng.next_u32() % 8 {
+    match rng.next_u32() % 10 {
+        // Users, for the session-and-user reads.
+        8 => {
+            let id = u64::from(rng.next_u32() % 5);
+            Op::PutUser(UserRecord {
+                id,
+                name: format!("u{id}"),
+                credential: UserCredential::Opaque {
+                    record: vec![rng.next_u32() as u8],
+                    params: KdfParams {
+                        memory_kib: 8,
+                        iterations: 1,
+                        lanes: 1,
+                    },
+                },
+                gid: 1,
+                groups: Vec::new(),
+                umask: 0o022,
+            })
+        }
+        9 => {
+            let id = u64::from(rng.next_u32() % 5);
+            Op::DeleteUser {
+                id,
+                name: format!("u{id}"),
+            }
+        }
         0 | 1 => Op::PutEntry {
             parent: 1 + u64::from(rng.next_u32() % 3),
             name: NAMES[pick(rng, NAMES.len())].into(),
@@ -75,7 +102,8 @@ fn random_op(rng: &mut ChaCha8Rng) -> Op {
 fn inode(id: u64, size: u32) -> Inode {
     Inode {
         id,
-        is_dir: false,
+        // The entries' parents (1 to 3) are directories, so that paths go deeper.
+        is_dir: (1..=3).contains(&id),
         mode: 0o644,
         uid: 2,
         gid: 2,
@@ -89,6 +117,22 @@ fn inode(id: u64, size: u32) -> Inode {
         atime: 1,
         ctime: 1,
     }
+}
+
+/// Paths from the root (1) of up to three names: through directories, files and
+/// missing entries.
+fn paths() -> Vec<Vec<&'static str>> {
+    let mut paths: Vec<Vec<&str>> = vec![Vec::new()];
+    for a in NAMES {
+        paths.push(vec![a]);
+        for b in NAMES {
+            paths.push(vec![a, b]);
+            for c in &NAMES[..3] {
+                paths.push(vec![a, b, c]);
+            }
+        }
+    }
+    paths
 }
 
 /// Everything the two stores answer, for comparing: the redb store answers the joined
@@ -112,12 +156,25 @@ fn view(s: &dyn MetaStore) -> String {
             );
         }
     }
+    for path in paths() {
+        out += &format!("walk {path:?}: {:?}\n", s.walk(&path).unwrap());
+    }
     for prefix in PREFIXES {
         out += &format!("metas {prefix:?}: {:?}\n", s.metas(prefix).unwrap());
     }
     out += &format!("meta p/10: {:?}\n", s.meta("p/10").unwrap());
     out += &format!("sessions: {:?}\n", s.sessions().unwrap());
     out += &format!("session 1: {:?}\n", s.session(&[1; 16]).unwrap());
+    for first in 0..4u8 {
+        let mut id = [0u8; 16];
+        id[0] = first;
+        for uid in 0..5 {
+            out += &format!(
+                "session_and_user {first} {uid}: {:?}\n",
+                s.session_and_user(&id, uid).unwrap()
+            );
+        }
+    }
     out
 }
 
@@ -129,7 +186,8 @@ fn the_postgresql_store_answers_as_the_redb_store_after_the_same_batches() {
     let redb = RedbStore::open(&dir.path().join("meta.redb")).unwrap();
     let postgres = PgStore::open(&pg.url()).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(42);
-    for round in 0..60 {
+    let mut deepest = 0;
+    for round in 0..120 {
         let mut batch = Batch::default();
         for _ in 0..(1 + rng.next_u32() % 5) {
             batch.push(random_op(&mut rng));
@@ -138,7 +196,12 @@ fn the_postgresql_store_answers_as_the_redb_store_after_the_same_batches() {
         postgres.commit(batch).unwrap();
         let (a, b) = (view(&redb), view(&postgres));
         assert_eq!(a, b, "after batch {round}");
+        for path in paths() {
+            deepest = deepest.max(redb.walk(&path).unwrap().len());
+        }
     }
+    // (The walks compared went through directories, not only to the root's entries.)
+    assert!(deepest >= 3, "the deepest walk found {deepest} inodes");
     // What was committed is there after the server restarts, for the same store (its
     // pooled connections died with the server: it connects again without failing a
     // request) and for a new one.
