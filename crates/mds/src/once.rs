@@ -30,21 +30,6 @@ pub(crate) struct OnceAnswer {
     pub(crate) answer: Vec<u8>,
 }
 
-impl store::Record for OnceAnswer {
-    const WHAT: &'static str = "once answer";
-    const VERSION: u8 = 1;
-    fn decode_version(_version: u8, body: &[u8]) -> Result<Self, StoreError> {
-        postcard::from_bytes(body).map_err(|e| StoreError::corrupt("a once answer", e))
-    }
-    fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
-        postcard::to_stdvec(self)
-            .map_err(|e| StoreError::Backend(format!("encoding a once answer: {e}")))
-    }
-    fn decode_v0(_bytes: &[u8]) -> Result<Self, StoreError> {
-        Err(StoreError::corrupt("a once answer", "no version byte"))
-    }
-}
-
 /// The `meta` key of user `uid`'s change `id`.
 pub(crate) fn once_key(uid: u64, id: &[u8; 16]) -> String {
     format!("{PREFIX}{uid:016x}/{}", hex::encode(id))

@@ -336,6 +336,16 @@ fn postcard_value<T: serde::de::DeserializeOwned>(
 /// Records whose version 1 has the same fields as format 0.
 macro_rules! record_v1 {
     ($t:ty, $what:literal) => {
+        record_v1!($t, $what, |bytes| postcard_value(Self::WHAT, bytes));
+    };
+    // A record made after versions were: bytes without a version byte are not one.
+    ($t:ty, $what:literal, no_v0) => {
+        record_v1!($t, $what, |_bytes| Err(StoreError::corrupt(
+            Self::WHAT,
+            "no version byte"
+        )));
+    };
+    ($t:ty, $what:literal, |$bytes:ident| $v0:expr) => {
         impl Record for $t {
             const WHAT: &'static str = $what;
             const VERSION: u8 = 1;
@@ -345,8 +355,8 @@ macro_rules! record_v1 {
             fn encode_body(&self) -> Result<Vec<u8>, StoreError> {
                 postcard_body(self)
             }
-            fn decode_v0(bytes: &[u8]) -> Result<Self, StoreError> {
-                postcard_value(Self::WHAT, bytes)
+            fn decode_v0($bytes: &[u8]) -> Result<Self, StoreError> {
+                $v0
             }
         }
     };
@@ -412,6 +422,7 @@ impl Record for SessionRecord {
 }
 record_v1!(OsdEntry, "OSD");
 record_v1!(crate::t10::T10Revocations, "T10 revocations");
+record_v1!(crate::once::OnceAnswer, "once answer", no_v0);
 
 impl Record for UserRecord {
     const WHAT: &'static str = "user";
