@@ -129,22 +129,19 @@ impl Client {
     /// An unauthenticated request (a login step) to the MDS instance asked now, or to the
     /// next ones while it cannot be sent or is refused as too early (just started).
     pub(crate) fn plain_mds(&self, payload: &[u8]) -> Result<MdsPlainResponse> {
-        let mut left = self.mds.len();
-        loop {
-            let (index, address) = self.mds.current();
-            let address = address.to_string();
-            let mut conn = self.connections.take(&self.network, &address);
-            let answer = match exchange(&mut conn, &address, FrameType::Plain, payload) {
+        self.over_instances(|address| {
+            let mut conn = self.connections.take(&self.network, address);
+            let answer = match exchange(&mut conn, address, FrameType::Plain, payload) {
                 Ok((t, answer)) => {
                     self.connections.give_back(conn);
                     match t {
-                        FrameType::Plain => decode_answer(&address, &answer),
-                        FrameType::Refusal => Err(refusal(&address, &answer)),
-                        _ => Err(self.bad(&address, "unexpected frame type")),
+                        FrameType::Plain => decode_answer(address, &answer),
+                        FrameType::Refusal => Err(refusal(address, &answer)),
+                        _ => Err(self.bad(address, "unexpected frame type")),
                     }
                 }
                 // Sent, perhaps done: a login step is not sent twice.
-                Err(Unanswered { sent: true, error }) => return Err(error),
+                Err(Unanswered { sent: true, error }) => return (Err(error), false),
                 Err(Unanswered { sent: false, error }) => Err(error),
             };
             let move_on = match &answer {
@@ -153,6 +150,18 @@ impl Client {
                 Err(ClientError::Refused(e)) => e.code == ErrorCode::NotReady,
                 _ => false,
             };
+            (answer, move_on)
+        })
+    }
+
+    /// Runs `attempt` at the MDS instance asked now and, while it says to move on, at the
+    /// next ones, each at most once: the last attempt's answer. Every move is counted
+    /// (`mds_failovers`) and the next instance is asked from then on.
+    fn over_instances<T>(&self, mut attempt: impl FnMut(&str) -> (Result<T>, bool)) -> Result<T> {
+        let mut left = self.mds.len();
+        loop {
+            let (index, address) = self.mds.current();
+            let (answer, move_on) = attempt(address);
             left = left.saturating_sub(1);
             if !move_on || left == 0 {
                 return answer;
@@ -241,29 +250,18 @@ impl Client {
     /// ones while an instance does not answer and the request may go elsewhere
     /// ([`crate::instances`]).
     pub(crate) fn mds_call_once(&self, request: &MdsRequest) -> Result<MdsResponse> {
-        let mut left = self.mds.len();
-        loop {
-            let (index, address) = self.mds.current();
-            let address = address.to_string();
-            match self.mds_attempt(&address, request) {
-                // An instance that just started refuses requests for a moment (T7):
-                // nothing was applied, another instance may answer now.
-                Ok(Err(ClientError::Refused(e))) if e.code == ErrorCode::NotReady && left > 1 => {
-                    left -= 1;
-                    self.mds.failed(index);
-                    self.stats.lock().mds_failovers += 1;
-                }
-                Ok(answer) => return answer,
-                Err(Unanswered { sent, error }) => {
-                    left = left.saturating_sub(1);
-                    if left == 0 || (sent && !crate::instances::may_repeat(request)) {
-                        return Err(error);
-                    }
-                    self.mds.failed(index);
-                    self.stats.lock().mds_failovers += 1;
-                }
+        self.over_instances(|address| match self.mds_attempt(address, request) {
+            // An instance that just started refuses requests for a moment (T7): nothing
+            // was applied, another instance may answer now.
+            Ok(Err(ClientError::Refused(e))) if e.code == ErrorCode::NotReady => {
+                (Err(ClientError::Refused(e)), true)
             }
-        }
+            Ok(answer) => (answer, false),
+            Err(Unanswered { sent, error }) => {
+                let again = !sent || crate::instances::may_repeat(request);
+                (Err(error), again)
+            }
+        })
     }
 
     /// `request` at the MDS at `address`: its answer, or how it went unanswered.
