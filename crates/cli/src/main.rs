@@ -18,6 +18,7 @@ mod health;
 mod job;
 mod keys;
 mod model;
+mod model_meta;
 mod scrub_status;
 mod scrubber;
 mod session;
@@ -189,6 +190,9 @@ enum Command {
         /// Capability lifetime, seconds (the MDS's default is 300).
         #[arg(long, default_value_t = 300.0)]
         lifetime: f64,
+        /// The metadata table (issue 42): MDS instances over one PostgreSQL database.
+        #[command(flatten)]
+        meta: model_meta::MetaArgs,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -302,6 +306,7 @@ fn run(cli: Cli) -> Result<()> {
             files,
             open_rate,
             lifetime,
+            meta,
             json,
         } => model::run(
             model::Workload {
@@ -317,6 +322,7 @@ fn run(cli: Cli) -> Result<()> {
                 open_rate,
                 lifetime_s: lifetime,
             },
+            &meta,
             json,
         ),
         Command::Admin { command } => admin::run(&cli.cluster, command),

@@ -209,7 +209,8 @@ fn human_bytes(b: f64) -> String {
 
 /// Prints the model for `w` with the paper's costs and this machine's, then per second
 /// under `load`.
-pub fn run(w: Workload, load: Load, json: bool) -> Result<()> {
+pub fn run(w: Workload, load: Load, meta: &crate::model_meta::MetaArgs, json: bool) -> Result<()> {
+    crate::model_meta::check(meta)?;
     if w.opens <= 0.0 || w.file_size <= 0.0 || w.object_size <= 0.0 || w.group_files < 1.0 {
         bail!("--opens, --file-size and --object-size must be positive, --group-files at least 1");
     }
@@ -258,6 +259,19 @@ pub fn run(w: Workload, load: Load, json: bool) -> Result<()> {
             "renew_batched_per_s".into(),
             (1.0 / renewal_period_s(&load)).into(),
         );
+        for r in crate::model_meta::meta_rates(meta) {
+            let n = r.instances;
+            obj.insert(format!("mds_x{n}_reads_per_s"), r.reads_per_s.into());
+            obj.insert(
+                format!("mds_x{n}_mds_reads_per_s"),
+                r.mds_reads_per_s.into(),
+            );
+            obj.insert(format!("mds_x{n}_db_reads_per_s"), r.db_reads_per_s.into());
+            obj.insert(format!("mds_x{n}_changes_per_s"), r.changes_per_s.into());
+        }
+        let (instances, db_cores) = crate::model_meta::needed(meta, load.clients * load.open_rate);
+        obj.insert("load_mds_instances_needed".into(), instances.into());
+        obj.insert("load_db_cores_needed".into(), db_cores.into());
         say!("{}", serde_json::Value::Object(obj));
         return Ok(());
     }
@@ -343,7 +357,7 @@ pub fn run(w: Workload, load: Load, json: bool) -> Result<()> {
         renewal_period_s(&load),
         1.0 / renewal_period_s(&load)
     );
-    Ok(())
+    crate::model_meta::print(meta, load.clients * load.open_rate)
 }
 
 /// How often a client renews what it holds (SPEC M8): when the first of its capabilities
