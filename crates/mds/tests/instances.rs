@@ -16,6 +16,7 @@ mod common;
 use common::login::{admin_login, call as in_session};
 use common::{call, mds, MemStore, T0};
 
+use maat_mds::store::{Batch, MetaStore, Op};
 use maat_mds::{ADMIN_UID, ROOT_INODE};
 use maat_proto::msg::{ErrorCode, MdsRequest};
 use maat_proto::{wire, UnixMillis};
@@ -166,6 +167,33 @@ fn a_session_works_at_every_instance_until_it_ends_at_any() {
     for (at, n) in [(&b, 5), (&a, 6)] {
         let refused = in_session(at, &session, stat(), now + 5, n, &mut rng).unwrap_err();
         assert_eq!(refused.code, ErrorCode::UnknownSession);
+    }
+}
+
+/// Issue 42: an instance that has a session in memory reads the session and its user
+/// from the store in one go; a user removed meanwhile (by any instance) is refused there
+/// at once, as when both are read one by one.
+#[test]
+fn a_user_removed_in_the_store_is_refused_at_an_instance_that_knew_the_session() {
+    let store = MemStore::default();
+    let (a, b) = (mds(&store), mds(&store));
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    let now = T0 + 1_000;
+    let session = admin_login(&a, now, &mut rng);
+    let stat = || MdsRequest::Stat { path: "/".into() };
+    // Both instances have the session in memory now.
+    in_session(&a, &session, stat(), now + 1, 1, &mut rng).unwrap();
+    in_session(&b, &session, stat(), now + 2, 2, &mut rng).unwrap();
+    let admin = (&store).user(ADMIN_UID).unwrap().unwrap();
+    (&store)
+        .commit(Batch(vec![Op::DeleteUser {
+            id: admin.id,
+            name: admin.name.clone(),
+        }]))
+        .unwrap();
+    for (at, n) in [(&b, 3), (&a, 4)] {
+        let refused = in_session(at, &session, stat(), now + 3, n, &mut rng).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::NoSuchUser, "{refused:?}");
     }
 }
 
