@@ -19,7 +19,7 @@
 use crate::store::{Batch, Op};
 use maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
 use maat_proto::msg::{OsdEntry, OsdState};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// How often an instance copies the check-ins it heard into a shared store.
@@ -32,7 +32,9 @@ pub(crate) const HEARD_PREFIX: &str = "osd_heard/";
 pub(crate) struct Liveness {
     /// When this MDS started (protocol milliseconds).
     started: u64,
-    heard: Mutex<HashMap<u64, u64>>,
+    /// (In OSD order: the copies to the store write rows in one order at every instance,
+    /// so instances writing the same rows take their locks in one order.)
+    heard: Mutex<BTreeMap<u64, u64>>,
     /// When the check-ins were last copied into the store.
     shared_at: Mutex<u64>,
 }
@@ -41,7 +43,7 @@ impl Liveness {
     pub(crate) fn new(started: u64) -> Self {
         Liveness {
             started,
-            heard: Mutex::new(HashMap::new()),
+            heard: Mutex::new(BTreeMap::new()),
             shared_at: Mutex::new(0),
         }
     }
@@ -58,15 +60,9 @@ impl Liveness {
         };
         // Only what was heard since the last copy: an OSD that moved its check-ins to
         // another instance is not written back here at the older time.
-        // In OSD order: instances writing the same rows take their locks in one order.
-        let mut fresh: Vec<(u64, u64)> = crate::lock(&self.heard)
+        let ops: Vec<Op> = crate::lock(&self.heard)
             .iter()
             .filter(|(_, at)| **at > since)
-            .map(|(osd, at)| (*osd, *at))
-            .collect();
-        fresh.sort_unstable();
-        let ops: Vec<Op> = fresh
-            .into_iter()
             .map(|(osd, at)| {
                 Op::PutMeta(format!("{HEARD_PREFIX}{osd:x}"), at.to_be_bytes().to_vec())
             })
