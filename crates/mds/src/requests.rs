@@ -131,18 +131,16 @@ impl<S: MetaStore> Mds<S> {
         &self,
         id: &[u8; 16],
     ) -> Result<(SessionRecord, Blake3Mac, Option<UserRecord>)> {
-        let cached = crate::read_lock(&self.sessions).get(id).cloned();
-        match cached.as_ref().map(|(held, _)| held.user) {
-            Some(uid) if self.store.shared() => {
+        if self.store.shared() {
+            let cached = crate::read_lock(&self.sessions).get(id).cloned();
+            if let Some(uid) = cached.as_ref().map(|(held, _)| held.user) {
                 let (session, user) = self.store.session_and_user(id, uid)?;
                 let (session, key) = self.session_read(id, session, cached)?;
-                Ok((session, key, user))
-            }
-            _ => {
-                let (session, key) = self.session(id)?;
-                Ok((session, key, None))
+                return Ok((session, key, user));
             }
         }
+        let (session, key) = self.session(id)?;
+        Ok((session, key, None))
     }
 
     /// The session `id` as the store gave it (`None`: ended), and its key: the one
