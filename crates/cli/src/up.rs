@@ -6,6 +6,7 @@
 //! that dies is restarted. Ctrl-C / SIGTERM closes the children's standard input, which is
 //! their signal to shut down cleanly.
 
+use crate::up_restart::Restarts;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use maat_server::{KdsFileConfig, MdsFileConfig, OsdFileConfig, Shutdown};
@@ -384,10 +385,23 @@ struct Daemon {
     child: Option<Child>,
     stdin: Option<ChildStdin>,
     /// Its starts and quick exits, and when it is due to start again after an exit.
-    restarts: Option<(crate::up_restart::Restarts, Option<Instant>)>,
+    restarts: Restarts,
 }
 
 impl Daemon {
+    /// A daemon not started yet.
+    fn new(name: String, listen: String, config: PathBuf, kind: &'static str) -> Self {
+        Self {
+            name,
+            config,
+            listen,
+            kind,
+            child: None,
+            stdin: None,
+            restarts: Restarts::new(Instant::now()),
+        }
+    }
+
     /// Starts the daemon and waits for it to serve. The supervisor binds the daemon's
     /// address and passes the socket down (`LISTEN_FDS`, as systemd does), so a port
     /// chosen by `init` is never free for another process to take in between.
@@ -418,12 +432,7 @@ impl Daemon {
         self.stdin = child.stdin.take();
         let pid = child.id();
         self.child = Some(child);
-        let now = Instant::now();
-        let (restarts, due) = self
-            .restarts
-            .get_or_insert_with(|| (crate::up_restart::Restarts::new(now), None));
-        restarts.started(now);
-        *due = None;
+        self.restarts.started(Instant::now());
         // Written beside and renamed, so a reader never sees an empty pid file.
         let pid_file = data.join(format!("{}.pid", self.name.replace(' ', "-")));
         let temp = data.join(format!(".{}.pid.tmp", self.name.replace(' ', "-")));
@@ -457,25 +466,15 @@ impl Daemon {
     /// Whether to start the daemon again now: it exited (noticed here, its restart
     /// scheduled, said once) and its delay ([`crate::up_restart`]) is over.
     fn restart_due(&mut self) -> bool {
-        let due = self.restarts.as_ref().and_then(|(_, due)| *due);
-        match due {
-            Some(at) => Instant::now() >= at,
-            None if self.exited() => {
-                self.schedule_restart();
-                self.restart_due()
-            }
-            None => false,
+        if self.restarts.due().is_none() && self.exited() {
+            self.schedule_restart();
         }
+        self.restarts.due().is_some_and(|at| Instant::now() >= at)
     }
 
     /// The daemon exited or did not start: schedules its next start, saying when.
     fn schedule_restart(&mut self) {
-        let now = Instant::now();
-        let (restarts, due) = self
-            .restarts
-            .get_or_insert_with(|| (crate::up_restart::Restarts::new(now), None));
-        let delay = restarts.exited(now);
-        *due = Some(now + delay);
+        let delay = self.restarts.exited(Instant::now());
         if delay.is_zero() {
             eprintln!("maat: {} exited unexpectedly; restarting", self.name);
         } else {
@@ -483,7 +482,7 @@ impl Daemon {
                 "maat: {} exited unexpectedly, {} times in a row within {} s of starting; \
                  restarting in {:.1} s",
                 self.name,
-                restarts.quick_exits(),
+                self.restarts.quick_exits(),
                 crate::up_restart::RAN_LONG_ENOUGH.as_secs(),
                 delay.as_secs_f64()
             );
@@ -600,29 +599,19 @@ pub fn run(args: UpArgs) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     let mds_listen = MdsFileConfig::load(&data.join("mds/mds.toml"))?.listen;
-    let mut daemons = vec![Daemon {
-        name: "mds".into(),
-        listen: mds_listen.clone(),
-        config: data.join("mds/mds.toml"),
-        kind: "mds",
-        child: None,
-        stdin: None,
-        restarts: None,
-    }];
+    let mut daemons = vec![Daemon::new(
+        "mds".into(),
+        mds_listen.clone(),
+        data.join("mds/mds.toml"),
+        "mds",
+    )];
     for c in crate::up_instances::configs(&data)? {
         let name = c
             .parent()
             .and_then(|d| d.file_name())
             .map_or_else(|| "mds-n".into(), |n| n.to_string_lossy().into_owned());
-        daemons.push(Daemon {
-            name,
-            listen: MdsFileConfig::load(&c)?.listen,
-            config: c,
-            kind: "mds",
-            child: None,
-            stdin: None,
-            restarts: None,
-        });
+        let listen = MdsFileConfig::load(&c)?.listen;
+        daemons.push(Daemon::new(name, listen, c, "mds"));
     }
     let mut kds_configs: Vec<PathBuf> = std::fs::read_dir(&data)?
         .filter_map(|e| e.ok())
@@ -646,28 +635,17 @@ pub fn run(args: UpArgs) -> Result<()> {
                 c.display()
             );
         }
-        daemons.push(Daemon {
-            name,
-            listen: config.listen,
-            config: c.clone(),
-            kind: "kds",
-            child: None,
-            stdin: None,
-            restarts: None,
-        });
+        daemons.push(Daemon::new(name, config.listen, c.clone(), "kds"));
     }
     for (i, c) in osd_configs.iter().enumerate() {
         let cfg = OsdFileConfig::load(c)?;
         let _ = i;
-        daemons.push(Daemon {
-            name: format!("osd-{}", cfg.id),
-            listen: cfg.listen.clone(),
-            config: c.clone(),
-            kind: "osd",
-            child: None,
-            stdin: None,
-            restarts: None,
-        });
+        daemons.push(Daemon::new(
+            format!("osd-{}", cfg.id),
+            cfg.listen.clone(),
+            c.clone(),
+            "osd",
+        ));
     }
     let started = Instant::now();
     let mut meta_server = crate::up_meta::start_own_server(&data)?;

@@ -15,13 +15,15 @@ pub(crate) const RESTART_DELAY_FIRST: Duration = Duration::from_millis(500);
 /// The longest delay between two starts.
 pub(crate) const RESTART_DELAY_MAX: Duration = Duration::from_secs(30);
 
-/// One daemon's starts and quick exits.
+/// One daemon's starts and quick exits, and when it is due to start again.
 #[derive(Debug, Clone)]
 pub(crate) struct Restarts {
     /// When it was last started.
     started: Instant,
     /// Exits in a row, each less than [`RAN_LONG_ENOUGH`] after its start.
     quick: u32,
+    /// When to start it again, once an exit was noticed; none while it runs.
+    due: Option<Instant>,
 }
 
 impl Restarts {
@@ -30,29 +32,38 @@ impl Restarts {
         Self {
             started: now,
             quick: 0,
+            due: None,
         }
     }
 
     /// The daemon was started (again) at `now`.
     pub(crate) fn started(&mut self, now: Instant) {
         self.started = now;
+        self.due = None;
+    }
+
+    /// When the daemon is to be started again, if its exit was noticed.
+    pub(crate) fn due(&self) -> Option<Instant> {
+        self.due
     }
 
     /// The daemon exited, or could not be started, at `now`: how long to wait before
-    /// the next start.
+    /// the next start (which [`Restarts::due`] then says).
     pub(crate) fn exited(&mut self, now: Instant) -> Duration {
-        if now.saturating_duration_since(self.started) >= RAN_LONG_ENOUGH {
+        let delay = if now.saturating_duration_since(self.started) >= RAN_LONG_ENOUGH {
             self.quick = 0;
-            return Duration::ZERO;
-        }
-        self.quick = self.quick.saturating_add(1);
-        if self.quick == 1 {
-            return Duration::ZERO;
-        }
-        let doublings = (self.quick - 2).min(16);
-        RESTART_DELAY_FIRST
-            .saturating_mul(1 << doublings)
-            .min(RESTART_DELAY_MAX)
+            Duration::ZERO
+        } else {
+            self.quick = self.quick.saturating_add(1);
+            match self.quick {
+                1 => Duration::ZERO,
+                n => RESTART_DELAY_FIRST
+                    .saturating_mul(1 << (n - 2).min(16))
+                    .min(RESTART_DELAY_MAX),
+            }
+        };
+        self.due = Some(now + delay);
+        delay
     }
 
     /// Quick exits in a row so far (for the supervisor's message).
@@ -89,8 +100,10 @@ mod tests {
             [500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000, 30_000]
         );
         assert_eq!(r.quick_exits(), 11);
+        assert_eq!(r.due(), Some(now + RESTART_DELAY_MAX));
         // It stays up long enough once: back to at once.
         r.started(now);
+        assert_eq!(r.due(), None);
         now += RAN_LONG_ENOUGH;
         assert_eq!(r.exited(now), Duration::ZERO);
         assert_eq!(r.quick_exits(), 0);
