@@ -60,9 +60,14 @@ pub struct MetaRate {
     pub changes_per_s: f64,
 }
 
+/// Reads a second one instance's own CPUs allow.
+fn reads_per_instance(a: &MetaArgs) -> f64 {
+    a.mds_cores * 1e6 / a.mds_request_us.max(f64::MIN_POSITIVE)
+}
+
 /// The metadata rates of each instance count in `a`.
 pub fn meta_rates(a: &MetaArgs) -> Vec<MetaRate> {
-    let per_instance = a.mds_cores * 1e6 / a.mds_request_us.max(f64::MIN_POSITIVE);
+    let per_instance = reads_per_instance(a);
     let db_reads =
         a.db_cores * 1e6 / (a.statements_per_read * a.statement_cpu_us).max(f64::MIN_POSITIVE);
     let changes = 1e6 / (a.statements_per_change * a.statement_rtt_us).max(f64::MIN_POSITIVE);
@@ -84,8 +89,7 @@ pub fn meta_rates(a: &MetaArgs) -> Vec<MetaRate> {
 /// Instances a load of `opens_per_s` reads needs (their CPU alone), and the database
 /// cores it takes.
 pub fn needed(a: &MetaArgs, opens_per_s: f64) -> (f64, f64) {
-    let per_instance = a.mds_cores * 1e6 / a.mds_request_us.max(f64::MIN_POSITIVE);
-    let instances = (opens_per_s / per_instance).ceil().max(1.0);
+    let instances = (opens_per_s / reads_per_instance(a)).ceil().max(1.0);
     let db_cores = opens_per_s * a.statements_per_read * a.statement_cpu_us / 1e6;
     (instances, db_cores)
 }
