@@ -614,6 +614,10 @@ impl<S: MetaStore> Mds<S> {
         let s = &self.stats;
         let mut counters: Vec<(String, u64)> = vec![
             ("requests".into(), s.requests.load(Ordering::Relaxed)),
+            (
+                "requests_background".into(),
+                s.background_requests.load(Ordering::Relaxed),
+            ),
             ("refusals".into(), s.refusals.load(Ordering::Relaxed)),
             // Nonce streams in the replay window: about one per client connection.
             ("replay_streams".into(), lock(&self.replay).len() as u64),

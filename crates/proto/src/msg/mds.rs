@@ -1215,6 +1215,22 @@ impl OsdRegistration {
 }
 
 impl MdsPlainRequest {
+    /// Whether a daemon (an OSD or a KDS) sends this on its own schedule, not a client:
+    /// registrations and the periodic catch-ups.
+    pub fn is_daemons_own(&self) -> bool {
+        match self {
+            MdsPlainRequest::RegisterOsd { .. }
+            | MdsPlainRequest::RegisterOsdControl { .. }
+            | MdsPlainRequest::Revocations { .. }
+            | MdsPlainRequest::MissedCopies { .. }
+            | MdsPlainRequest::KdsRevocations { .. } => true,
+            MdsPlainRequest::LoginStart { .. }
+            | MdsPlainRequest::Login { .. }
+            | MdsPlainRequest::OpaqueLoginStart { .. }
+            | MdsPlainRequest::OpaqueLoginFinish { .. } => false,
+        }
+    }
+
     /// A registration and whether it asks for a control key; `None` for any other
     /// request.
     pub fn into_registration(self) -> Option<(OsdRegistration, bool)> {
