@@ -35,6 +35,11 @@ pub(crate) struct Liveness {
     /// (In OSD order: the copies to the store write rows in one order at every instance,
     /// so instances writing the same rows take their locks in one order.)
     heard: Mutex<BTreeMap<u64, u64>>,
+    /// The OSDs that checked in here since their time was last copied into the store
+    /// (a set, not a time: a check-in heard in the very millisecond of a copy, after it,
+    /// is copied next time; found by the simulator, where every OSD checks in at one
+    /// instant and only the first was ever copied).
+    unshared: Mutex<std::collections::BTreeSet<u64>>,
     /// When the check-ins were last copied into the store.
     shared_at: Mutex<u64>,
 }
@@ -44,6 +49,7 @@ impl Liveness {
         Liveness {
             started,
             heard: Mutex::new(BTreeMap::new()),
+            unshared: Mutex::default(),
             shared_at: Mutex::new(0),
         }
     }
@@ -51,18 +57,20 @@ impl Liveness {
     /// The batch that copies the check-ins heard since the last copy into the store, if
     /// that copy is [`HEARD_SHARED_EVERY_MILLIS`] old at `now` and there are any.
     pub(crate) fn due(&self, now: u64) -> Option<Batch> {
-        let since = {
+        {
             let mut at = crate::lock(&self.shared_at);
             if now.saturating_sub(*at) < HEARD_SHARED_EVERY_MILLIS {
                 return None;
             }
-            std::mem::replace(&mut *at, now)
-        };
-        // Only what was heard since the last copy: an OSD that moved its check-ins to
-        // another instance is not written back here at the older time.
-        let ops: Vec<Op> = crate::lock(&self.heard)
+            *at = now;
+        }
+        // Only what was heard here since the last copy: an OSD that moved its check-ins
+        // to another instance is not written back here at the older time.
+        let unshared = std::mem::take(&mut *crate::lock(&self.unshared));
+        let heard = crate::lock(&self.heard);
+        let ops: Vec<Op> = unshared
             .iter()
-            .filter(|(_, at)| **at > since)
+            .filter_map(|osd| heard.get(osd).map(|at| (osd, at)))
             .map(|(osd, at)| {
                 Op::PutMeta(format!("{HEARD_PREFIX}{osd:x}"), at.to_be_bytes().to_vec())
             })
@@ -91,6 +99,7 @@ impl Liveness {
         let mut heard = crate::lock(&self.heard);
         let at = heard.entry(osd).or_insert(now);
         *at = (*at).max(now);
+        crate::lock(&self.unshared).insert(osd);
     }
 
     /// Whether OSD `osd` counts as up at `now`.
@@ -193,5 +202,12 @@ mod tests {
         ]);
         let s = l.states(&[osd(2)], 4_500);
         assert_eq!(s[0].heard_ms_ago, Some(500));
+        assert!(l.due(5_200).is_none(), "what was merged is not copied back");
+        // Heard in the millisecond of a copy, after it: copied at the next one.
+        l.heard(1, 6_300);
+        assert_eq!(keys(l.due(6_300)), ["osd_heard/1"]);
+        l.heard(2, 6_300);
+        assert!(l.due(6_400).is_none(), "a second copy within the second");
+        assert_eq!(keys(l.due(7_300)), ["osd_heard/2"]);
     }
 }
