@@ -286,7 +286,7 @@ fn the_kds_refuses_keys_to_revoked_users_and_capabilities_at_once_and_after_a_re
     assert!(raw("kds", "signatures_made_background") >= raw("kds", "revocation_checks"));
     assert!(raw("kds", "signatures_verified_background") >= raw("kds", "revocation_checks"));
     // The catch-ups and the OSDs' registrations are requests no client made.
-    assert!(raw("mds", "requests_background") >= lists + 1, "{stats:?}");
+    assert!(raw("mds", "requests_background") > lists, "{stats:?}");
     assert!(raw("mds", "requests") > raw("mds", "requests_background"));
 
     // Bob's capability, then Carol herself: refused keys as soon as the administrator
