@@ -325,6 +325,12 @@ impl Client {
     pub fn simulated(mut self, clock: ClockFn, sleep: SleepFn, seed: u64) -> Self {
         self.clock = LocalClock::simulated(clock, sleep);
         *self.rng.get_mut() = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+        // The MDS instance to start at, from the seed too (not drawn from the generator,
+        // whose stream stays what it was before there were instances).
+        self.mds = instances::MdsInstances::new(
+            self.cluster.mds_addresses(),
+            (seed ^ (seed >> 32)) as u32,
+        );
         *self.key_rng.get_mut() = rng::KeyRng::Seeded(Box::new(
             rand_chacha::ChaCha20Rng::seed_from_u64(seed ^ 0x6b65_7973), // "keys"
         ));

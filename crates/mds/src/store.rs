@@ -10,7 +10,7 @@ use maat_proto::encrypted::FileCrypt;
 
 mod lease;
 mod legacy;
-pub use lease::{LeaseState, LEASE_PREFIX};
+pub use lease::{lease_in_meta, LeaseState, LEASE_PREFIX};
 use legacy::{
     InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, InodeV6, PartitionV1, PartitionV2, PartitionV3,
     UserRecordV1,

@@ -41,6 +41,8 @@ pub use kds::{kds_handler, kds_public_keys_text, open_kds, run_kds, sync_kds_rev
 pub use listen::adopt_handed_down_listener;
 use listen::bind;
 pub use log::{init_logging, LOG_ENV};
+#[cfg(feature = "sim")]
+pub use mds_daemon::open_mds_on;
 pub use mds_daemon::{mds_handler, open_mds, run_mds, MDS_KEY_FILES};
 pub use osd_daemon::{open_osd, run_osd, OsdNode, T10_KEY_FILE};
 pub use serve::{

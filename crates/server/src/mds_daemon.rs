@@ -90,7 +90,33 @@ pub fn open_mds(config: &MdsFileConfig, env: &Env) -> Result<Arc<Mds<MdsStore>>,
             (MdsStore::Redb(store), secrets)
         }
     };
-    let store = store_with_hooks(store, env);
+    open_mds_with(config, env, store_with_hooks(store, env), secrets)
+}
+
+/// [`open_mds`] over `store`, a store of the simulator's own (several instances over one
+/// shared database in one process, issue 42): the secrets come from the key files as
+/// with PostgreSQL (the first instance makes them).
+#[cfg(feature = "sim")]
+pub fn open_mds_on(
+    config: &MdsFileConfig,
+    env: &Env,
+    store: MdsStore,
+) -> Result<Arc<Mds<MdsStore>>, ServerError> {
+    private::create_private_dir(&config.data_dir)?;
+    let key_dir = config.key_dir();
+    private::check_private(&key_dir)?;
+    let initialized = store.inode(maat_mds::ROOT_INODE)?.is_some();
+    let secrets = mds_secrets(&key_dir, None, initialized, env)?;
+    open_mds_with(config, env, store, secrets)
+}
+
+/// The MDS of `config` over `store`, opened with `secrets`.
+fn open_mds_with(
+    config: &MdsFileConfig,
+    env: &Env,
+    store: MdsStore,
+    secrets: MdsSecrets,
+) -> Result<Arc<Mds<MdsStore>>, ServerError> {
     let admin_key = key_file_or_create_in(&config.admin_key_file, env)?;
     let join_key = key_file_or_create_in(&config.join_key_file, env)?;
     let boot = env.now();
@@ -194,6 +220,8 @@ fn store_with_hooks(store: MdsStore, env: &Env) -> MdsStore {
             s.on_failure(env.store_failed_hook());
             MdsStore::Postgres(s)
         }
+        #[cfg(feature = "sim")]
+        store @ MdsStore::Simulated(_) => store,
     }
 }
 

@@ -20,6 +20,10 @@ pub enum MdsStore {
     Redb(RedbStore),
     /// A PostgreSQL database.
     Postgres(PgStore),
+    /// A store of the simulator's own (several MDS instances in one process over one
+    /// shared database, issue 42); only in builds for the simulator.
+    #[cfg(feature = "sim")]
+    Simulated(Box<dyn MetaStore>),
 }
 
 /// Calls the same method on whichever store it is.
@@ -28,6 +32,8 @@ macro_rules! each {
         match $self {
             MdsStore::Redb($s) => $e,
             MdsStore::Postgres($s) => $e,
+            #[cfg(feature = "sim")]
+            MdsStore::Simulated($s) => $e,
         }
     };
 }

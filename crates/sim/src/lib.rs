@@ -25,6 +25,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+mod instances;
+pub mod shared_store;
+
+pub use instances::mds_address;
+use instances::MdsSlot;
+use shared_store::SharedDb;
+
 /// The MDS's address on the in-process network.
 pub const MDS: &str = "mds";
 /// The KDS's address.
@@ -86,16 +93,20 @@ pub struct SimCluster {
 
 /// The daemons of a simulated cluster, as their periodic work sees them.
 struct Daemons {
-    /// `None` only while it restarts.
-    mds: Mutex<Option<Arc<Mds<MdsStore>>>>,
-    mds_env: Env,
+    /// The MDS instances: one over its redb file, or several over `shared` (issue 42).
+    /// An instance whose store failed for good (a commit's fsync failed, its database
+    /// connection was lost) raises its flag, and the next periodic work restarts it, as
+    /// `maat up` restarts a daemon that exited.
+    instances: Vec<MdsSlot>,
+    /// The database several instances share.
+    shared: Option<Arc<SharedDb>>,
     mds_config: maat_server::MdsFileConfig,
     net: MemoryNet,
-    /// Set when the MDS's store failed for good (a commit's fsync failed): the next
-    /// periodic work restarts it, as `maat up` restarts a daemon that exited.
-    mds_failed: Arc<AtomicBool>,
     /// MDS restarts after a failed store.
     mds_restarts: AtomicU64,
+    /// Whether an instance over the shared database whose connection broke leaves the
+    /// network at once (see [`MdsInstances::keep_failed_answering`]).
+    failed_exit: Arc<AtomicBool>,
     /// Every data access an OSD authorized, with its file's owner and mode then.
     accesses: Arc<Mutex<Vec<Access>>>,
     osds: Mutex<Vec<SimOsd>>,
@@ -137,9 +148,11 @@ impl Daemons {
     /// The periodic work of every daemon, once: each OSD and the KDS catch up on the
     /// revocations in force, and the MDS brings the OSDs' T10 keys up to its policy.
     fn tick(&self) -> Result<(), SimError> {
-        if self.mds_failed.load(Ordering::SeqCst) {
-            self.restart_mds()?;
-            self.mds_restarts.fetch_add(1, Ordering::SeqCst);
+        for slot in &self.instances {
+            if slot.failed.load(Ordering::SeqCst) {
+                slot.restart(&self.net, &self.mds_config, self.shared.as_ref())?;
+                self.mds_restarts.fetch_add(1, Ordering::SeqCst);
+            }
         }
         let osds: Vec<(Arc<OsdNode>, Env)> = locked(&self.osds)
             .iter()
@@ -148,18 +161,34 @@ impl Daemons {
         for (node, env) in osds {
             node.sync_revocations(&env).map_err(setup)?;
         }
-        maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
-        let now = self.mds_env.now();
-        let Some(mds) = locked(&self.mds).clone() else {
-            return Err(setup("the MDS is restarting"));
-        };
-        let problems = self
-            .mds_env
-            .with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
-        match problems.as_slice() {
-            [] => Ok(()),
-            _ => Err(setup(problems.join("; "))),
+        if let [only] = self.instances.as_slice() {
+            maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
+            let now = only.env.now();
+            let Some(mds) = only.get() else {
+                return Err(setup("the MDS is restarting"));
+            };
+            let problems = only.env.with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
+            return match problems.as_slice() {
+                [] => Ok(()),
+                _ => Err(setup(problems.join("; "))),
+            };
         }
+        // Several instances: the KDS asks one that runs, and the leader keeps the keys.
+        let mut asked = Err(setup("no MDS instance runs"));
+        for slot in self.instances.iter().filter(|s| s.get().is_some()) {
+            asked = maat_server::sync_kds_revocations(&self.kds, &slot.address, &self.kds_env)
+                .map_err(setup);
+            if asked.is_ok() {
+                break;
+            }
+        }
+        asked?;
+        instances::lead(&self.instances)
+    }
+
+    /// An instance that runs (the first that does).
+    fn any_mds(&self) -> Option<Arc<Mds<MdsStore>>> {
+        self.instances.iter().find_map(MdsSlot::get)
     }
 }
 
@@ -173,8 +202,8 @@ impl Daemons {
                 return;
             };
             let file = auth.object().file;
-            let owner = locked(&d.mds)
-                .clone()
+            let owner = d
+                .any_mds()
                 .and_then(|mds| mds.inode_owner(file).ok().flatten());
             locked(&d.accesses).push(Access {
                 at,
@@ -186,36 +215,6 @@ impl Daemons {
             });
         })
     }
-
-    /// Stops the MDS (its database closed, everything not on disk gone) and opens it
-    /// again from its files, as a restart of the daemon does.
-    fn restart_mds(&self) -> Result<(), SimError> {
-        self.net.detach(MDS);
-        // The old MDS closes its database before the new one opens it.
-        *locked(&self.mds) = None;
-        self.mds_failed.store(false, Ordering::SeqCst);
-        let mds = serve_mds(&self.net, &self.mds_config, &self.mds_env)?;
-        *locked(&self.mds) = Some(mds);
-        Ok(())
-    }
-}
-
-/// Opens the MDS of `config` as the daemon does and serves it at [`MDS`] on `net`.
-fn serve_mds(
-    net: &MemoryNet,
-    config: &maat_server::MdsFileConfig,
-    env: &Env,
-) -> Result<Arc<Mds<MdsStore>>, SimError> {
-    let mds = maat_server::open_mds(config, env)?;
-    net.attach(
-        MDS,
-        peer(maat_server::mds_handler(
-            mds.clone(),
-            env.clone(),
-            Arc::new(maat_server::metrics::Latencies::default()),
-        )),
-    );
-    Ok(mds)
 }
 
 /// Opens the OSD of `config` as the daemon does and serves it at its address on `net`.
@@ -285,6 +284,34 @@ impl SimCluster {
     /// [`SimCluster::start`] with capabilities that last `lifetime_secs` (short ones bring
     /// expiry and renewal into a short run).
     pub fn start_with_lifetime(seed: u64, osds: u64, lifetime_secs: u64) -> Result<Self, SimError> {
+        Self::start_instances(seed, osds, lifetime_secs, 1)
+    }
+
+    /// [`SimCluster::start_with_lifetime`] with `instances` MDS instances: one runs over
+    /// its redb file; two or more share one database ([`shared_store::SharedDb`], on the
+    /// disk faults of [`SimCluster::storage_faults`]), at [`mds_address`] 0, 1, ...,
+    /// listed in the cluster file and in the OSDs' and KDS's configs (issue 42).
+    pub fn start_instances(
+        seed: u64,
+        osds: u64,
+        lifetime_secs: u64,
+        instances: usize,
+    ) -> Result<Self, SimError> {
+        let instances = instances.max(1);
+        let others: Vec<String> = (1..instances).map(mds_address).collect();
+        // Config lines naming the other instances (none for one: the configs stay as
+        // they were before instances existed, and so do the seeds' runs).
+        let others_line = match others.is_empty() {
+            true => String::new(),
+            false => format!(
+                "mds_others = [{}]\n",
+                others
+                    .iter()
+                    .map(|o| format!("\"{o}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         let dir = tempfile::tempdir().map_err(setup)?;
         let root = dir.path();
         let net = MemoryNet::new();
@@ -326,13 +353,33 @@ impl SimCluster {
 
         // Every daemon's disk fails as the test says (no faults until it does).
         let storage_faults = Arc::new(StorageFaults::new(mix(seed, 11)));
-        let mds_failed = Arc::new(AtomicBool::new(false));
-        let failed = mds_failed.clone();
-        let mds_env = env(0)
-            .with_storage_faults(storage_faults.clone())
-            .on_store_failed(Arc::new(move |_why: &str| {
-                failed.store(true, Ordering::SeqCst);
-            }));
+        let failed_exit = Arc::new(AtomicBool::new(instances > 1));
+        let slots: Vec<MdsSlot> = (0..instances)
+            .map(|i| {
+                let failed = Arc::new(AtomicBool::new(false));
+                let raise = failed.clone();
+                let n = if i == 0 { 0 } else { 500 + i as u64 };
+                // An instance whose database connection broke exits, as the daemon
+                // does: its address refuses connections until it is restarted, so that
+                // clients move to another instance. (One instance over redb keeps
+                // answering until then, as it did before there were instances: its
+                // seeds replay as they were found.)
+                let (exits, address) = (failed_exit.clone(), mds_address(i));
+                let net = net.clone();
+                let env = env(n)
+                    .with_storage_faults(storage_faults.clone())
+                    .on_store_failed(Arc::new(move |_why: &str| {
+                        raise.store(true, Ordering::SeqCst);
+                        if exits.load(Ordering::SeqCst) {
+                            // Nothing it was still serving is answered either.
+                            net.lose_answers(&address, u32::MAX);
+                            net.detach(&address);
+                        }
+                    }));
+                MdsSlot::new(i, env, failed)
+            })
+            .collect();
+        let shared = (instances > 1).then(|| SharedDb::new(storage_faults.clone()));
         let mds_config: maat_server::MdsFileConfig = config(&format!(
             "listen = \"{MDS}\"\n\
              data_dir = \"{data}\"\n\
@@ -354,7 +401,8 @@ impl SimCluster {
              public_keys_file = \"{public}\"\n\
              mds_public_keys_file = \"{mds_public}\"\n\
              run_dir = \"{run}\"\n\
-             mds = \"{MDS}\"\n",
+             mds = \"{MDS}\"\n\
+             {others_line}",
             key = path_text(&kds_key),
             public = path_text(&root.join("kds.pub")),
             mds_public = path_text(&root.join("mds.pub")),
@@ -366,7 +414,12 @@ impl SimCluster {
             &maat_server::kds_public_keys_text(&seed_bytes)?,
         )?;
 
-        let mds = serve_mds(&net, &mds_config, &mds_env)?;
+        let mut mds = None;
+        for slot in &slots {
+            let opened = slot.serve(&net, &mds_config, shared.as_ref())?;
+            mds.get_or_insert(opened);
+        }
+        let mds = mds.ok_or_else(|| setup("no MDS instance"))?;
         let kds = maat_server::open_kds(&kds_config, &kds_env)?;
         net.attach(
             KDS,
@@ -381,15 +434,15 @@ impl SimCluster {
             mds_verifying_key: hex::encode(mds.verifying_key()),
             mds_sealing_key: hex::encode(mds.sealing_public_key()),
             mds_opaque_key: Some(hex::encode(mds.opaque_public_key())),
-            mds_others: Vec::new(),
+            mds_others: others.clone(),
         };
         let daemons = Arc::new(Daemons {
-            mds: Mutex::new(Some(mds)),
-            mds_env,
+            instances: slots,
+            shared,
             mds_config: mds_config.clone(),
             net: net.clone(),
-            mds_failed,
             mds_restarts: AtomicU64::new(0),
+            failed_exit,
             accesses: Arc::default(),
             osds: Mutex::new(Vec::new()),
             kds,
@@ -401,6 +454,7 @@ impl SimCluster {
                  listen = \"{address}\"\n\
                  data_dir = \"{data}\"\n\
                  mds = \"{MDS}\"\n\
+                 {others_line}\
                  join_key_file = \"{join}\"\n",
                 address = osd_address(id),
                 data = path_text(&root.join(osd_address(id))),
@@ -504,10 +558,12 @@ impl SimCluster {
         &self.net
     }
 
-    /// The MDS.
+    /// The MDS (the first instance).
     pub fn mds(&self) -> Result<Arc<Mds<MdsStore>>, SimError> {
-        locked(&self.daemons.mds)
-            .clone()
+        self.daemons
+            .instances
+            .first()
+            .and_then(MdsSlot::get)
             .ok_or_else(|| setup("the MDS is restarting"))
     }
 
@@ -515,9 +571,14 @@ impl SimCluster {
     /// again from its files, as a restart of the daemon does; then lets its restart
     /// grace (SPEC T7) pass.
     pub fn restart_mds(&mut self) -> Result<(), SimError> {
-        self.daemons.restart_mds()?;
+        self.mds_instances().restart(0)?;
         self.advance_quietly(1_000);
         Ok(())
+    }
+
+    /// A handle on the MDS instances that a simulated task may keep (to crash one).
+    pub fn mds_instances(&self) -> MdsInstances {
+        MdsInstances(self.daemons.clone())
     }
 
     /// The disks' faults (every daemon's: the MDS's database, the OSDs' object files);
@@ -652,6 +713,60 @@ impl SimCluster {
             .clone()
             .finalize()
             .as_bytes()
+    }
+}
+
+/// The MDS instances of a [`SimCluster`], for a task that crashes them.
+#[derive(Clone)]
+pub struct MdsInstances(Arc<Daemons>);
+
+impl MdsInstances {
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.0.instances.len()
+    }
+
+    /// Whether there are none (never: a cluster has one at least).
+    pub fn is_empty(&self) -> bool {
+        self.0.instances.is_empty()
+    }
+
+    /// Crashes instance `index` (everything it held in memory and any request it was
+    /// serving lost; with a shared database, its connection broken) and starts it again
+    /// from its files and the database, as `maat up` restarts a daemon that died.
+    pub fn restart(&self, index: usize) -> Result<(), SimError> {
+        let d = &self.0;
+        let slot = d
+            .instances
+            .get(index)
+            .ok_or_else(|| setup(format!("no MDS instance {index}")))?;
+        slot.restart(&d.net, &d.mds_config, d.shared.as_ref())
+    }
+
+    /// Lets an instance whose database connection broke go on answering ("internal
+    /// error") until the periodic work restarts it, instead of leaving the network at
+    /// once as the daemon does: the first several-instances model, for the seeds found
+    /// under it.
+    pub fn keep_failed_answering(&self) {
+        self.0.failed_exit.store(false, Ordering::SeqCst);
+    }
+
+    /// Makes the shared database's next unit commit (a change sent as `Once`) fail as a
+    /// lost connection does, applied first if `applied` (nothing without a shared
+    /// database).
+    pub fn fail_next_unit(&self, applied: bool) {
+        if let Some(db) = &self.0.shared {
+            db.fail_next_unit(applied);
+        }
+    }
+
+    /// Changes that the shared database applied but reported as failed (the instance
+    /// died not knowing whether it had committed): the exactly-once cases.
+    pub fn applied_then_failed(&self) -> u64 {
+        self.0
+            .shared
+            .as_ref()
+            .map_or(0, |db| db.applied_then_failed())
     }
 }
 

@@ -492,3 +492,55 @@ fn a_revoked_range_grant_ends_a_job_members_reads_within_one_lifetime() {
     assert!(e.code().is_some(), "{e}");
     assert!(bob.read_file_at(&reading, 0, 4096).is_err());
 }
+
+/// The sum of counter `name` over the MDS instances that answer.
+fn instances_counter(c: &Client, name: &str) -> u64 {
+    c.mds_instance_stats()
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, s)| s.ok())
+        .map(|s| counter(&s, name))
+        .sum()
+}
+
+/// Issue 42, exactly once: three MDS instances over one shared database. A change whose
+/// commit the database applied while its instance died (the answer lost with it) is sent
+/// again at another instance and answered from the stored answer: applied once, not
+/// refused as done already. One whose commit was not applied is applied by the second
+/// attempt.
+#[test]
+fn a_change_whose_instance_died_at_its_commit_is_applied_exactly_once() {
+    let sim = SimCluster::start_instances(5, 3, 60, 3).unwrap();
+    let admin = sim.admin().unwrap();
+    let instances = sim.mds_instances();
+    admin.mkdir("/kept", 0o755, false).unwrap();
+    for applied in [true, false] {
+        let dir = format!("/d-{applied}");
+        instances.fail_next_unit(applied);
+        admin
+            .mkdir(&dir, 0o755, false)
+            .unwrap_or_else(|e| panic!("mkdir whose commit failed (applied: {applied}): {e}"));
+        assert!(admin.stat(&dir).unwrap().is_dir);
+        if applied {
+            // (Counted in memory: the instance that answered runs still.)
+            assert_eq!(
+                instances_counter(&admin, "once_answered_again"),
+                1,
+                "the second attempt was answered from the stored answer"
+            );
+        }
+        instances.fail_next_unit(applied);
+        admin
+            .rmdir(&dir)
+            .unwrap_or_else(|e| panic!("rmdir whose commit failed (applied: {applied}): {e}"));
+        assert_eq!(code(admin.stat(&dir)), ErrorCode::NoSuchFile);
+        // The instance that died is started again by the periodic work.
+        sim.advance(1_000).unwrap();
+    }
+    assert_eq!(instances.applied_then_failed(), 2);
+    assert!(
+        sim.mds_restarts() >= 4,
+        "every failed commit ended its instance"
+    );
+    assert!(admin.stat("/kept").unwrap().is_dir);
+}

@@ -60,7 +60,7 @@ impl LeaseRecord {
 }
 
 /// [`MetaStore::lease`]'s default: the lease in `meta`, times by `now`.
-pub(super) fn lease_in_meta<S: MetaStore + ?Sized>(
+pub fn lease_in_meta<S: MetaStore + ?Sized>(
     store: &S,
     name: &str,
     holder: &str,

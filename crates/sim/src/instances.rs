@@ -1,0 +1,127 @@
+//! The MDS instances of a simulated cluster: one over its redb file (the default), or
+//! several over one [`SharedDb`] (issue 42), each at an address of its own, restarted
+//! when its store fails, and the singleton duties run where the leader lease is held.
+
+use crate::shared_store::SharedDb;
+use crate::{locked, peer, setup, SimError};
+use maat_mds::Mds;
+use maat_net::MemoryNet;
+use maat_server::mds_store::MdsStore;
+use maat_server::Env;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The address of MDS instance `index` (0-based): [`crate::MDS`] for the first.
+pub fn mds_address(index: usize) -> String {
+    match index {
+        0 => crate::MDS.to_string(),
+        n => format!("{}-{}", crate::MDS, n + 1),
+    }
+}
+
+/// One MDS instance: the daemon (`None` while it restarts), its environment, and the
+/// flag its store raises when it failed for good.
+pub(crate) struct MdsSlot {
+    pub(crate) address: String,
+    pub(crate) mds: Mutex<Option<Arc<Mds<MdsStore>>>>,
+    pub(crate) env: Env,
+    pub(crate) failed: Arc<AtomicBool>,
+    /// The connection the running instance holds to the shared database, broken when
+    /// the instance crashes (so that requests it is still serving fail, as a killed
+    /// process's would).
+    connection: Mutex<Option<Arc<AtomicBool>>>,
+}
+
+impl MdsSlot {
+    /// A slot for instance `index` on `env` (whose store-failed hook must raise `failed`).
+    pub(crate) fn new(index: usize, env: Env, failed: Arc<AtomicBool>) -> Self {
+        Self {
+            address: mds_address(index),
+            mds: Mutex::new(None),
+            env,
+            failed,
+            connection: Mutex::new(None),
+        }
+    }
+
+    /// The running daemon.
+    pub(crate) fn get(&self) -> Option<Arc<Mds<MdsStore>>> {
+        locked(&self.mds).clone()
+    }
+
+    /// Opens the instance as the daemon does (over `shared`, or its redb file) and
+    /// serves it at its address on `net`.
+    pub(crate) fn serve(
+        &self,
+        net: &MemoryNet,
+        config: &maat_server::MdsFileConfig,
+        shared: Option<&Arc<SharedDb>>,
+    ) -> Result<Arc<Mds<MdsStore>>, SimError> {
+        let mds = match shared {
+            Some(db) => {
+                let connection = db.connect(self.env.store_failed_hook());
+                *locked(&self.connection) = Some(connection.breaker());
+                let store = MdsStore::Simulated(Box::new(connection));
+                maat_server::open_mds_on(config, &self.env, store)?
+            }
+            None => maat_server::open_mds(config, &self.env)?,
+        };
+        net.attach(
+            self.address.clone(),
+            peer(maat_server::mds_handler(
+                mds.clone(),
+                self.env.clone(),
+                Arc::new(maat_server::metrics::Latencies::default()),
+            )),
+        );
+        *locked(&self.mds) = Some(mds.clone());
+        Ok(mds)
+    }
+
+    /// Stops the instance (a crash: its connection to a shared database broken, its
+    /// memory gone) and opens it again from its files and the database.
+    pub(crate) fn restart(
+        &self,
+        net: &MemoryNet,
+        config: &maat_server::MdsFileConfig,
+        shared: Option<&Arc<SharedDb>>,
+    ) -> Result<(), SimError> {
+        net.detach(&self.address);
+        if let Some(connection) = locked(&self.connection).take() {
+            connection.store(true, Ordering::SeqCst);
+            // The answers its death lost are over: the new instance answers.
+            net.lose_answers(&self.address, 0);
+        }
+        // The old instance closes its database before the new one opens it.
+        *locked(&self.mds) = None;
+        self.failed.store(false, Ordering::SeqCst);
+        self.serve(net, config, shared)?;
+        Ok(())
+    }
+}
+
+/// The singleton duties of several instances: each running instance asks for the
+/// leader lease (named by its address), and the one granted brings the OSDs' T10 keys up
+/// to its policy. Returns the problems the leader met.
+pub(crate) fn lead(slots: &[MdsSlot]) -> Result<(), SimError> {
+    let ttl = u64::try_from(maat_server::leader::LEADER_TTL.as_millis()).unwrap_or(u64::MAX);
+    for slot in slots {
+        let Some(mds) = slot.get() else {
+            continue;
+        };
+        let now = slot.env.now();
+        let Ok(state) = mds.lease(maat_server::leader::LEADER_LEASE, &slot.address, ttl, now)
+        else {
+            continue;
+        };
+        if !state.granted {
+            continue;
+        }
+        let problems = slot.env.with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
+        return match problems.as_slice() {
+            [] => Ok(()),
+            _ => Err(setup(problems.join("; "))),
+        };
+    }
+    Ok(())
+}
