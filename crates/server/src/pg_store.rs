@@ -562,11 +562,27 @@ impl MetaStore for PgStore {
     /// `last`'s ops and `COMMIT` (on disk at the next `sync`); `ROLLBACK` if anything in
     /// the unit failed.
     fn end_unit(&self, last: Batch) -> Result<(), StoreError> {
-        self.writer.end_unit(&self.pool, |c| {
-            last.0
-                .iter()
-                .try_for_each(|op| apply(&mut c.client, &c.statements, op))
-        })?;
+        let mut unknown = false;
+        let ended = self.writer.end_unit(
+            &self.pool,
+            |c| {
+                last.0
+                    .iter()
+                    .try_for_each(|op| apply(&mut c.client, &c.statements, op))
+            },
+            &mut unknown,
+        );
+        if let Err(e) = &ended {
+            // As for any commit whose outcome is unknown: the instance must not answer
+            // (an error answer is final for the client), it exits, and the client sends
+            // the change again at another instance, which finds the stored answer if
+            // the unit was applied (issue 42; found modelling this in the simulator).
+            if unknown {
+                self.failed_hook
+                    .fire(&format!("a unit's commit outcome is unknown: {e}"));
+            }
+        }
+        ended?;
         // Committed on the lock's connection: on disk at the next `sync`.
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.unflushed.fetch_add(1, Ordering::SeqCst);

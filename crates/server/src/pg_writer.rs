@@ -156,10 +156,13 @@ impl Writer {
 
     /// Runs `last` in the unit and commits it, or rolls the unit back if anything in it
     /// failed (an error then, whatever `last` did: nothing of the unit was applied).
+    /// `unknown` is set when the `COMMIT` itself failed without the server's word (the
+    /// connection broke): the unit may or may not have been applied.
     pub(crate) fn end_unit(
         &self,
         pool: &Pool,
         last: impl FnOnce(&mut Conn) -> Result<(), StoreError>,
+        unknown: &mut bool,
     ) -> Result<(), StoreError> {
         let state = std::mem::take(&mut *take(&self.unit));
         if state == Unit::None || !self.mine() {
@@ -174,9 +177,10 @@ impl Writer {
                 )),
             };
             let ended = applied.and_then(|()| {
-                c.client
-                    .batch_execute("COMMIT")
-                    .map_err(|e| err("committing a unit", e))
+                c.client.batch_execute("COMMIT").map_err(|e| {
+                    *unknown = e.as_db_error().is_none();
+                    err("committing a unit", e)
+                })
             });
             if ended.is_err() && !c.client.is_closed() {
                 // Nothing of it stays (a failed COMMIT has rolled back already).

@@ -371,6 +371,47 @@ fn one_change_at_two_instances_at_once_is_applied_once() {
     );
 }
 
+/// Issue 42: a unit whose `COMMIT` got no word from the server (its connection broke)
+/// may have been applied, so the store tells its failure hook (the daemon exits instead
+/// of answering, and the client sends the change again at another instance, where the
+/// stored answer is found). A unit whose session the server ended before its end was
+/// not applied, and the server said so: no hook.
+#[test]
+fn a_unit_whose_commit_goes_unanswered_fails_the_store() {
+    let Some((_dir, pg)) = server("a_unit_whose_commit_goes_unanswered_fails_the_store") else {
+        return;
+    };
+    let a = PgStore::open(&pg.url()).unwrap();
+    let fired = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = fired.clone();
+    a.on_failure(std::sync::Arc::new(move |why: &str| {
+        seen.lock().unwrap().push(why.to_string())
+    }));
+    let put = |k: &str| Batch(vec![Op::PutMeta(k.into(), vec![1])]);
+
+    let held = a.exclusive().unwrap();
+    a.begin_unit().unwrap();
+    a.commit(put("y")).unwrap();
+    assert!(common::end_writer_lock_session(&pg));
+    assert!(a.end_unit(put("z")).is_err());
+    drop(held);
+    assert!(
+        fired.lock().unwrap().is_empty(),
+        "{:?}",
+        fired.lock().unwrap()
+    );
+
+    let held = a.exclusive().unwrap();
+    a.begin_unit().unwrap();
+    a.commit(put("w")).unwrap();
+    assert!(common::kill_writer_lock_backend(&pg));
+    assert!(a.end_unit(Batch::default()).is_err());
+    drop(held);
+    let fired = fired.lock().unwrap();
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert!(fired[0].contains("outcome is unknown"), "{fired:?}");
+}
+
 /// Issue 42: a unit's commits are seen by its own thread only until it ends; a unit
 /// that never ends (its instance died), or whose connection was cut before its end,
 /// leaves nothing; one that ends commits its commits and its last ops together.

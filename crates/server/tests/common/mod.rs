@@ -81,6 +81,28 @@ pub fn call(mds: &Mds<PgStore>, request: MdsRequest) -> Result<MdsResponse, Wire
     msg::decode::<Result<MdsResponse, WireError>>(&answer).unwrap()
 }
 
+/// Kills (SIGKILL) the backend holding the writer lock: its connection ends with no word
+/// from the server, as when a host or a network fails (PostgreSQL then restarts its
+/// other backends too). Whether one held it.
+pub fn kill_writer_lock_backend(pg: &LocalPostgres) -> bool {
+    use maat_server::pg_writer::WRITER_LOCK;
+    let rows = admin(pg)
+        .query(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND classid = $1 AND objid = $2",
+            &[&((WRITER_LOCK >> 32) as u32), &(WRITER_LOCK as u32)],
+        )
+        .unwrap();
+    let Some(pid) = rows.first().map(|r| r.get::<_, i32>(0)) else {
+        return false;
+    };
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success()
+}
+
 /// Ends the server session holding the MDS writer lock (as a network cut or the
 /// server's idle limit would); whether one held it.
 pub fn end_writer_lock_session(pg: &LocalPostgres) -> bool {
