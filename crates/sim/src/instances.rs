@@ -95,7 +95,11 @@ impl MdsSlot {
         // The old instance closes its database before the new one opens it.
         *locked(&self.mds) = None;
         self.failed.store(false, Ordering::SeqCst);
-        self.serve(net, config, shared)?;
+        if let Err(e) = self.serve(net, config, shared) {
+            // Not started: the next periodic work tries again.
+            self.failed.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
         Ok(())
     }
 }

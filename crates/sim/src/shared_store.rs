@@ -172,6 +172,9 @@ struct WriterHeld<'a>(&'a SharedDb);
 
 impl Drop for WriterHeld<'_> {
     fn drop(&mut self) {
+        // A unit its holder left open (an error between its begin and end) is rolled
+        // back with the lock's release, as on PostgreSQL.
+        locked(&self.0.unit).take();
         *locked(&self.0.writer) = false;
         self.0.freed.notify_one();
     }
@@ -351,8 +354,19 @@ impl MetaStore for InstanceStore {
     }
     fn begin_unit(&self) -> Result<(), StoreError> {
         self.alive()?;
+        if !*locked(&self.db.writer) {
+            return Err(StoreError::Backend(
+                "simulated database: a unit begun without the writer lock".into(),
+            ));
+        }
         let view = locked(&self.db.tables).clone();
-        *locked(&self.db.unit) = Some(Unit {
+        let mut unit = locked(&self.db.unit);
+        if unit.is_some() {
+            return Err(StoreError::Backend(
+                "simulated database: a unit begun while another is open".into(),
+            ));
+        }
+        *unit = Some(Unit {
             thread: std::thread::current().id(),
             view,
             ops: Vec::new(),
