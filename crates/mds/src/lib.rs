@@ -158,8 +158,9 @@ pub struct MdsConfig {
 #[derive(Default)]
 struct Stats {
     requests: AtomicU64,
-    /// Of `requests`: the OSDs' and KDSs' own catch-ups and registrations, which no
-    /// client request causes (reported as `requests_background`, so benches subtract
+    /// Of `requests`: the OSDs' and KDSs' own catch-ups and registrations that were
+    /// answered (a forged one is refused and not counted here), which no client request
+    /// causes (reported as `requests_background`, so benches subtract
     /// them by name; issue 45).
     background_requests: AtomicU64,
     refusals: AtomicU64,
@@ -637,12 +638,15 @@ impl<S: MetaStore> Mds<S> {
         let result = msg::decode::<MdsPlainRequest>(message)
             .map_err(MdsError::from)
             .and_then(|request| {
-                if request.is_daemons_own() {
+                // Counted once answered: a forged one is not the daemons' own work.
+                let own = request.is_daemons_own();
+                let answer = self.plain(peer, request, now, rng);
+                if own && answer.is_ok() {
                     self.stats
                         .background_requests
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                self.plain(peer, request, now, rng)
+                answer
             });
         let result = self.durable(result);
         let result = self.refuse_counted(result).map_err(|e| e.to_wire());
