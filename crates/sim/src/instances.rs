@@ -104,9 +104,21 @@ impl MdsSlot {
     }
 }
 
-/// The singleton duties of several instances: each running instance asks for the
-/// leader lease (named by its address), and the one granted brings the OSDs' T10 keys up
-/// to its policy. Returns the problems the leader met.
+impl MdsSlot {
+    /// `mds`, this slot's running instance, brings the OSDs' T10 keys up to its policy;
+    /// the problems it met are the error.
+    pub(crate) fn t10_upkeep(&self, mds: &Mds<MdsStore>) -> Result<(), SimError> {
+        let now = self.env.now();
+        let problems = self.env.with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
+        match problems.as_slice() {
+            [] => Ok(()),
+            _ => Err(setup(problems.join("; "))),
+        }
+    }
+}
+
+/// The singleton duties of several instances: the running instances ask in turn for the
+/// leader lease (each named by its address), and the first granted does the T10 upkeep.
 pub(crate) fn lead(slots: &[MdsSlot]) -> Result<(), SimError> {
     let ttl = u64::try_from(maat_server::leader::LEADER_TTL.as_millis()).unwrap_or(u64::MAX);
     for slot in slots {
@@ -121,11 +133,7 @@ pub(crate) fn lead(slots: &[MdsSlot]) -> Result<(), SimError> {
         if !state.granted {
             continue;
         }
-        let problems = slot.env.with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
-        return match problems.as_slice() {
-            [] => Ok(()),
-            _ => Err(setup(problems.join("; "))),
-        };
+        return slot.t10_upkeep(&mds);
     }
     Ok(())
 }

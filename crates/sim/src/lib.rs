@@ -163,15 +163,10 @@ impl Daemons {
         }
         if let [only] = self.instances.as_slice() {
             maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
-            let now = only.env.now();
             let Some(mds) = only.get() else {
                 return Err(setup("the MDS is restarting"));
             };
-            let problems = only.env.with_rng(|mut rng| mds.t10_maintain(now, &mut rng));
-            return match problems.as_slice() {
-                [] => Ok(()),
-                _ => Err(setup(problems.join("; "))),
-            };
+            return only.t10_upkeep(&mds);
         }
         // Several instances: the KDS asks one that runs, and the leader keeps the keys.
         let mut asked = Err(setup("no MDS instance runs"));
