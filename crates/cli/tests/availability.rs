@@ -1,7 +1,9 @@
 //! Availability under connection floods (issue 40, item 2): idle and trickling connections
 //! from an attacker shut no one out of the MDS, an OSD or the KDS, the administrator's
 //! emergency revoke included, and the OSDs' and KDS's revocation catch-ups keep working
-//! (a KDS whose catch-up is 10 s stale grants no keys).
+//! (a KDS whose catch-up is 10 s stale grants no keys). And the other side of the
+//! trade (issue 41): an OSD cut off from the MDS serves nothing once its lease runs
+//! out, since it cannot learn which of its copies missed a change.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,7 +12,9 @@
 )]
 
 mod common;
-use common::Cluster;
+use common::{Cluster, Held};
+use maat_client::ClientError;
+use maat_proto::msg::{Access, ErrorCode, ObjectId, OsdCommand, OsdRequest, DATA_PARTITION};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -111,4 +115,72 @@ fn a_flood_of_idle_and_trickling_connections_shuts_no_one_out() {
     );
     drop(held);
     drop(trickling);
+}
+
+#[test]
+fn an_osd_cut_off_from_the_mds_serves_nothing_once_its_lease_runs_out() {
+    let cluster = Cluster::start(2, &[]);
+    let c = cluster.admin_client();
+    let data = common::content(3, 10_000);
+    c.put(&mut &data[..], data.len() as u64, "/leased", &mut |_| {})
+        .unwrap();
+    let id = c.stat("/leased").unwrap().id;
+    let opened = c.open("/leased", Access::Read, None).unwrap();
+    let osd = c.copies_of("default", id, 0).unwrap()[0];
+    let read = || {
+        c.osd_call(
+            osd,
+            OsdRequest {
+                capability: opened.capability.clone(),
+                command: OsdCommand::Read {
+                    object: ObjectId {
+                        partition: DATA_PARTITION,
+                        file: id,
+                        stripe: 0,
+                    },
+                    offset: 0,
+                    length: data.len() as u32,
+                },
+            },
+        )
+    };
+    assert!(read().is_ok());
+    // The MDS hangs: the OSD's check-ins go unanswered, and once the last one that
+    // reached the MDS is older than the lease, the OSD refuses to serve.
+    let held = Held::stop(cluster.pid("mds"));
+    let stopped = Instant::now();
+    let mut served = 0;
+    loop {
+        match read() {
+            Ok(_) => served += 1,
+            Err(ClientError::Refused(e)) if e.code == ErrorCode::CutOff => break,
+            // A request that waited on the OSD's check-in with the hung MDS.
+            Err(ClientError::Net { .. }) => {}
+            Err(e) => panic!("refused, but not as cut off: {e}"),
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(30),
+            "osd {osd} still served {served} reads 30 s after the MDS hung"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "osd {osd}: {served} reads served, refused cut off {} ms after the MDS hung \
+         (lease {} ms from the last check-in sent)",
+        stopped.elapsed().as_millis(),
+        maat_proto::limits::OSD_LEASE_MILLIS
+    );
+    // The MDS answers again: the OSD checks in before the next request and serves.
+    drop(held);
+    let resumed = Instant::now();
+    loop {
+        match read() {
+            Ok(_) => break,
+            Err(e) => assert!(
+                resumed.elapsed() < Duration::from_secs(30),
+                "osd {osd} still refuses 30 s after the MDS came back: {e}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -398,7 +398,10 @@ fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
         Err(ClientError::Refused(e)) => match e.code {
             ErrorCode::NoSuchObject => CopyAnswer::Missing,
             ErrorCode::CopyStale => CopyAnswer::Stale,
-            ErrorCode::ObjectDamaged | ErrorCode::Internal | ErrorCode::Busy => CopyAnswer::Failed,
+            ErrorCode::ObjectDamaged
+            | ErrorCode::Internal
+            | ErrorCode::Busy
+            | ErrorCode::CutOff => CopyAnswer::Failed,
             _ => CopyAnswer::Refused,
         },
         Err(

@@ -17,7 +17,7 @@ impl OsdCore {
         now: UnixMillis,
     ) -> Result<Authorized, WireError> {
         let r = self.authorize_inner(caller, request, now).and_then(|auth| {
-            self.missed.check(auth.object, &request.command)?;
+            self.missed.check(auth.object, &request.command, now.0)?;
             Ok(auth)
         });
         if let (Ok(auth), Some(observe)) = (&r, self.access_observer.get()) {

@@ -46,8 +46,10 @@ impl OsdCore {
 
     /// Issue 41: the MDS's complete list of the copies here that missed a change (its
     /// MAC checked by the caller) replaces the one known; returns how many there are.
-    pub fn sync_missed(&self, objects: &[(u64, u32)], next: u64, now: UnixMillis) -> usize {
-        self.missed.replace(objects, next, now.0);
+    /// `sent`: when the check-in that brought it was sent (the OSD's lease,
+    /// `OSD_LEASE_MILLIS`, runs from there).
+    pub fn sync_missed(&self, objects: &[(u64, u32)], next: u64, sent: UnixMillis) -> usize {
+        self.missed.replace(objects, next, sent.0);
         self.missed.len()
     }
 

@@ -38,6 +38,15 @@ pub const REPLICAS_DEFAULT: u8 = 3;
 /// An OSD the MDS has not heard from for this long is shown down and asked last by
 /// reads (issue 41; OSDs check in every second).
 pub const OSD_DOWN_AFTER_MILLIS: u64 = 5_000;
+/// An OSD whose last check-in that reached the MDS was sent longer ago than this serves
+/// no object command (`ErrorCode::CutOff`) until it checks in again (issue 41). The
+/// MDS takes an OSD it has not heard from for [`OSD_DOWN_AFTER_MILLIS`] to serve
+/// nothing it has not been told (a client then acknowledges a change that missed the
+/// OSD's copy without waiting for the OSD to learn it): shorter by a second, so that
+/// this holds while the two clocks' rates differ by less than 20 %, for an OSD cut off
+/// from the MDS and not from clients.
+pub const OSD_LEASE_MILLIS: u64 = 4_000;
+const _: () = assert!(OSD_LEASE_MILLIS < OSD_DOWN_AFTER_MILLIS);
 /// A change to an object with several copies is acknowledged when at least this many
 /// copies took it (or every copy, for fewer), the rest recorded at the MDS as missed
 /// (issue 41, Ceph's `min_size`).

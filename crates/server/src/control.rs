@@ -210,6 +210,8 @@ fn pull_missed(
     env.with_rng(|rng| rng.fill_bytes(&mut nonce));
     let applied = core.missed_applied();
     let mac = maat_proto::copies::missed_request_mac(join, id, &nonce, applied);
+    // The OSD's lease runs from here: the MDS hears the request later than this.
+    let sent = env.now();
     let request = MdsPlainRequest::MissedCopies {
         osd: id,
         nonce,
@@ -225,7 +227,7 @@ fn pull_missed(
                     "the list of missed copies has a bad MAC",
                 ));
             }
-            Ok(core.sync_missed(&objects, next, env.now()))
+            Ok(core.sync_missed(&objects, next, sent))
         }
         Ok(_) => Err(bad_answer(
             mds_address,

@@ -25,6 +25,9 @@ pub struct Env {
     /// A simulated disk's faults.
     #[cfg(feature = "sim")]
     storage_faults: Option<Arc<crate::faults::StorageFaults>>,
+    /// How long a peer may stay silent in a call made through [`Env::connect`]; `None`:
+    /// the network's default (`maat_net::IO_TIMEOUT`).
+    io_timeout: Option<std::time::Duration>,
 }
 
 /// A hook told why a store failed for good.
@@ -50,6 +53,7 @@ impl Env {
             ))),
             store_failed: None,
             storage_faults: None,
+            io_timeout: None,
         }
     }
 
@@ -116,8 +120,19 @@ impl Env {
         bytes
     }
 
+    /// This environment, a peer allowed to stay silent for `timeout` in each call (a
+    /// call that must not hold up a request long; no effect on a simulated network).
+    pub fn with_io_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.io_timeout = Some(timeout);
+        self
+    }
+
     /// A connection to `address` on this daemon's network.
     pub fn connect(&self, address: &str) -> Connection {
-        self.network.connect(address)
+        let mut connection = self.network.connect(address);
+        if let Some(timeout) = self.io_timeout {
+            connection.set_io_timeout(timeout);
+        }
+        connection
     }
 }

@@ -14,6 +14,10 @@ use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::Secret32;
 use maat_osd::{OsdCore, ReadAside};
 use maat_proto::msg::{self, MdsPlainResponse, WireError};
+
+/// How long an MDS may take to answer a check-in made on demand before a request (issue
+/// 41); the periodic check-ins wait the network's whole timeout.
+const CHECK_IN_ON_DEMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 use maat_proto::wire::FrameType;
 use maat_proto::OsdId;
 use std::path::{Path, PathBuf};
@@ -165,8 +169,11 @@ impl OsdNode {
         let core = self.core.clone();
         let store = self.store.clone();
         // Issue 41: a check-in on demand (a stale list of missed copies before a
-        // request).
-        let (check_env, check_core) = (env.clone(), self.core.clone());
+        // request). It holds the request up, so a hung MDS gets a short time to answer:
+        // the OSD serves on while its lease lasts and refuses after (`CutOff`), rather
+        // than every request waiting out the network's timeout.
+        let check_env = env.clone().with_io_timeout(CHECK_IN_ON_DEMAND_TIMEOUT);
+        let check_core = self.core.clone();
         let (mds, id, slot) = (self.mds.clone(), self.id, self.check_in.clone());
         self.core.set_check_in(Arc::new(move || {
             let key = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();

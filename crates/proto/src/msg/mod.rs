@@ -140,6 +140,11 @@ pub enum ErrorCode {
     /// could not be reached then, issue 41): it is not read until a repair puts it back.
     /// Appended.
     CopyStale,
+    /// This OSD has not reached the MDS within its lease
+    /// ([`crate::limits::OSD_LEASE_MILLIS`]): it cannot know which of its copies missed a
+    /// change, so it serves none until it checks in again (issue 41). Read another copy.
+    /// Appended.
+    CutOff,
 }
 
 impl ErrorCode {
@@ -186,6 +191,9 @@ impl ErrorCode {
             ErrorCode::ObjectChanged => "the object changed since its state was read",
             ErrorCode::CopyStale => {
                 "this copy missed a change the other copies took (repaired by a scrub)"
+            }
+            ErrorCode::CutOff => {
+                "this OSD cannot reach the MDS, so it cannot tell which of its copies are current"
             }
         }
     }
