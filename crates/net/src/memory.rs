@@ -51,6 +51,8 @@ struct State {
     down: BTreeSet<String>,
     /// Addresses cut off from everyone until a time.
     partitioned: BTreeMap<String, u64>,
+    /// (party, address): calls the party makes to the address fail until a time.
+    cuts: BTreeMap<(String, String), u64>,
     lose_answers: BTreeMap<String, u32>,
     observer: Option<Observer>,
     delivered: u64,
@@ -75,6 +77,9 @@ pub struct MemoryNet {
     state: Arc<Mutex<State>>,
     /// Signalled whenever the turn changes hands.
     turn: Arc<Condvar>,
+    /// The party calling through this handle ([`MemoryNet::as_party`]), for
+    /// [`MemoryNet::cut`].
+    party: Option<Arc<str>>,
 }
 
 fn refused(address: &str) -> NetError {
@@ -124,6 +129,38 @@ impl MemoryNet {
         self.state().partitioned.insert(address.to_string(), until);
     }
 
+    /// This network as seen by the daemon at `party`: calls made through the handle (and
+    /// its clones: a daemon's handlers and periodic work) are the party's, so that
+    /// [`MemoryNet::cut`] can fail them.
+    pub fn as_party(&self, party: &str) -> MemoryNet {
+        MemoryNet {
+            party: Some(party.into()),
+            ..self.clone()
+        }
+    }
+
+    /// Cuts the calls that `party` makes to `to` until the simulated time `until`, one
+    /// way: `to` still reaches `party`, and everyone else reaches both (a daemon cut off
+    /// from the MDS and not from clients). Calls between daemons are synchronous (made
+    /// from handlers and periodic work), so a cut call is refused before delivery.
+    pub fn cut(&self, party: &str, to: &str, until: u64) {
+        self.state()
+            .cuts
+            .insert((party.to_string(), to.to_string()), until);
+    }
+
+    /// Whether some of `party`'s calls are cut now ([`MemoryNet::cut`]).
+    pub fn is_cut(&self, party: &str) -> bool {
+        let s = self.state();
+        let now = s
+            .clock
+            .as_ref()
+            .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst));
+        s.cuts
+            .iter()
+            .any(|((p, _), until)| p == party && now < *until)
+    }
+
     /// Whether the caller is a simulated task.
     pub fn in_task(&self) -> bool {
         sched::current_task(self).is_some()
@@ -171,7 +208,12 @@ impl MemoryNet {
                 .clock
                 .as_ref()
                 .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst));
-            if s.down.contains(address) || s.cut_off(address, now) {
+            let cut = self.party.as_ref().is_some_and(|party| {
+                s.cuts
+                    .get(&(party.to_string(), address.to_string()))
+                    .is_some_and(|until| now < *until)
+            });
+            if cut || s.down.contains(address) || s.cut_off(address, now) {
                 return Err(refused(address));
             }
             s.peers
@@ -308,6 +350,34 @@ mod tests {
         let mut c = Connection::in_memory("outer", net.clone());
         assert_eq!(c.call(FrameType::Plain, b"abc").unwrap().1, b"cba");
         assert_eq!(net.delivered(), 2);
+    }
+
+    #[test]
+    fn a_cut_fails_one_partys_calls_one_way_until_its_time() {
+        let net = MemoryNet::new();
+        let clock = Arc::new(AtomicU64::new(100));
+        net.set_clock(clock.clone());
+        let calls = Arc::new(AtomicU32::new(0));
+        net.attach("mds", reverser(calls.clone()));
+        net.attach("osd-1", reverser(calls.clone()));
+        let osd = net.as_party("osd-1");
+        net.cut("osd-1", "mds", 200);
+        assert!(Connection::in_memory("mds", osd.clone())
+            .call(FrameType::Plain, b"x")
+            .is_err());
+        // The other way, and everyone else, still get through.
+        let as_mds = net.as_party("mds");
+        assert!(Connection::in_memory("osd-1", as_mds)
+            .call(FrameType::Plain, b"x")
+            .is_ok());
+        assert!(Connection::in_memory("mds", net.clone())
+            .call(FrameType::Plain, b"x")
+            .is_ok());
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        clock.store(200, Ordering::SeqCst);
+        assert!(Connection::in_memory("mds", osd)
+            .call(FrameType::Plain, b"x")
+            .is_ok());
     }
 
     #[test]

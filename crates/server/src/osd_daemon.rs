@@ -154,6 +154,11 @@ impl OsdNode {
         self.check_in_key_slot().clone()
     }
 
+    /// The OSD's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// One check-in with the MDS: the revocations in force (SPEC M9) and the copies here
     /// that missed a change (issue 41), both before the OSD serves after a start.
     pub fn sync_revocations(&self, env: &Env) -> Result<(), ServerError> {

@@ -159,7 +159,13 @@ impl Daemons {
             .map(|o| (o.node.clone(), o.env.clone()))
             .collect();
         for (node, env) in osds {
-            node.sync_revocations(&env).map_err(setup)?;
+            // An OSD cut off from the MDS (`SimCluster::cut_from_mds`) fails its
+            // check-in, as its thread would, and tries again at the next tick.
+            let cut = self.net.is_cut(&osd_address(node.id()));
+            match node.sync_revocations(&env) {
+                Err(_) if cut => {}
+                other => other.map_err(setup)?,
+            }
         }
         if let [only] = self.instances.as_slice() {
             maat_server::sync_kds_revocations(&self.kds, MDS, &self.kds_env).map_err(setup)?;
@@ -269,6 +275,14 @@ impl SimCluster {
     /// periodic work, until nothing is left (or the simulated time `until`).
     pub fn run(&self, until: Option<UnixMillis>) -> maat_net::memory::Run {
         self.net.run(until.map(|u| u.0))
+    }
+
+    /// OSD `id`'s calls to every MDS instance fail until the simulated time `until`,
+    /// while clients still reach it (issue 41: the OSD's lease).
+    pub fn cut_from_mds(&self, id: u64, until: UnixMillis) {
+        for i in 0..self.daemons.instances.len() {
+            self.net.cut(&osd_address(id), &mds_address(i), until.0);
+        }
     }
 
     /// The simulated clock itself (what the scheduler moves), for tasks that read it.

@@ -95,7 +95,11 @@ impl SimCluster {
             let t = time.load(Ordering::SeqCst);
             UnixMillis(t.saturating_add_signed(skew.load(Ordering::SeqCst)))
         });
-        let osd_env = |n: u64| Env::simulated(net.clone(), osd_clock_fn.clone(), mix(seed, n));
+        // Each OSD calls as itself, so that a test can cut it off from the MDS alone.
+        let osd_env = |id: u64| {
+            let party = net.as_party(&osd_address(id));
+            Env::simulated(party, osd_clock_fn.clone(), mix(seed, 1 + id))
+        };
         let transcript = Arc::new(Mutex::new(blake3::Hasher::new()));
         {
             let t = transcript.clone();
@@ -224,7 +228,7 @@ impl SimCluster {
                 data = path_text(&root.join(osd_address(id))),
                 join = path_text(&root.join("join.key")),
             ))?;
-            let env = osd_env(1 + id).with_storage_faults(storage_faults.clone());
+            let env = osd_env(id).with_storage_faults(storage_faults.clone());
             let osd = serve_osd(&net, osd_config, env, daemons.access_observer(id))?;
             locked(&daemons.osds).push(osd);
         }

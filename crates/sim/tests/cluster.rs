@@ -149,6 +149,85 @@ fn an_osd_that_missed_a_revocation_refuses_after_its_catch_up() {
     );
 }
 
+/// Issue 41, the OSD's lease: osd X's copy misses a write while X is cut off from
+/// everyone; the write is acknowledged once the MDS counts X down (5 s silent). Then
+/// clients reach X again while X still cannot reach the MDS, so X never learns that
+/// its copy missed the write. It must not serve it: it refuses every object command
+/// (`CutOff`) until it checks in, and then refuses that copy (`CopyStale`).
+#[test]
+fn an_osd_cut_off_from_the_mds_never_serves_a_copy_that_missed_a_write() {
+    let sim = SimCluster::start(41, 3).unwrap();
+    let mut admin = sim.admin().unwrap();
+    let old = content(1000);
+    put(&mut admin, "/f", &old);
+    let id = admin.stat("/f").unwrap().id;
+    let copies = admin.copies_of("default", id, 0).unwrap();
+    assert_eq!(copies.len(), 3);
+    let x = copies[0];
+    let start = sim.now().0;
+    sim.net().partition(&osd_address(x), start + 10_000);
+    sim.cut_from_mds(x, maat_proto::UnixMillis(start + 60_000));
+    // The write runs as a task, so that its wait for the MDS to count X down moves the
+    // simulated clock.
+    let new: Vec<u8> = content(1000).iter().map(|b| b ^ 0x5a).collect();
+    let writer = std::sync::Arc::new(std::sync::Mutex::new(admin));
+    let task = {
+        let (writer, new) = (writer.clone(), new.clone());
+        sim.spawn("put", move || {
+            let mut c = writer.lock().unwrap();
+            c.put(&mut &new[..], new.len() as u64, "/f", &mut |_| {})
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+    };
+    assert!(matches!(sim.run(None), maat_net::memory::Run::Idle));
+    task.take().unwrap().unwrap().unwrap();
+    let mut admin = std::sync::Arc::try_unwrap(writer)
+        .ok()
+        .unwrap()
+        .into_inner()
+        .unwrap();
+    assert!(admin.client_stats().copies_recorded_missed >= 1);
+    // The partition ends; X is still cut off from the MDS.
+    let now = sim.now().0;
+    sim.advance((start + 11_000).saturating_sub(now)).unwrap();
+    let opened = admin.open("/f", Access::Read, None).unwrap();
+    let at_x = |c: &mut Client| {
+        c.osd_call(
+            x,
+            maat_proto::msg::OsdRequest {
+                capability: opened.capability.clone(),
+                command: maat_proto::msg::OsdCommand::Read {
+                    object: maat_proto::msg::ObjectId {
+                        partition: maat_proto::msg::DATA_PARTITION,
+                        file: id,
+                        stripe: 0,
+                    },
+                    offset: 0,
+                    length: maat_proto::limits::ENCRYPTED_OBJECT_BYTES_MAX as u32,
+                },
+            },
+        )
+    };
+    match at_x(&mut admin) {
+        Err(ClientError::Refused(e)) if e.code == ErrorCode::CutOff => {}
+        other => panic!(
+            "osd {x}, cut off from the MDS, answered a read of a copy that missed a write: \
+             {:?}",
+            other.map(|a| match a {
+                maat_proto::msg::OsdResponse::Data(d) => format!("{} bytes", d.len()),
+                _ => "not data".into(),
+            })
+        ),
+    }
+    // A reader gets the acknowledged bytes from the other copies.
+    assert_eq!(get(&mut admin, "/f").unwrap(), new);
+    // The cut ends: X checks in, learns the record, and refuses that copy alone.
+    let now = sim.now().0;
+    sim.advance((start + 61_000).saturating_sub(now)).unwrap();
+    assert_eq!(code(at_x(&mut admin)), ErrorCode::CopyStale);
+}
+
 #[test]
 fn sessions_and_capabilities_follow_the_simulated_clock() {
     let sim = SimCluster::start(5, 1).unwrap();

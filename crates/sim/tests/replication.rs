@@ -9,7 +9,11 @@
 //! every write is acknowledged (two copies of three suffice). Repairing scrubs run
 //! beside puts; once the
 //! faults stop and the OSDs are back, one repairing scrub gives every acknowledged object
-//! its every copy again, each holding the acknowledged bytes.
+//! its every copy again, each holding the acknowledged bytes. On seeds found since, OSDs
+//! are also cut off from the MDS (not from clients) for 3–20 s at a time, so that a copy
+//! that missed a write while its OSD was down can be asked for before its OSD learns
+//! that (the OSD's lease must refuse it; with the lease off, a soak found a stale copy
+//! served within 30 seeds, kept in `CUT_REGRESSIONS`).
 //!
 //! `MAAT_SIM_SEED=N` replays one seed; `MAAT_SIM_SOAK=SECONDS` runs random seeds for that
 //! long (printing each, so a failure names the seed to keep in `REGRESSIONS`).
@@ -45,6 +49,17 @@ const REGRESSIONS: &[u64] = &[
     // OSDs serve a repaired copy from their next check-in).
     3238405341204,
 ];
+
+/// Seeds with OSDs cut off from the MDS that once failed, run first too.
+const CUT_REGRESSIONS: &[u64] = &[
+    // With the OSD's lease off (issue 41): osd 2, cut off from the MDS while down to
+    // clients, missed a write acknowledged once the MDS counted it down, came back to
+    // clients still cut off, and served its copy of the old bytes.
+    95004676587524,
+];
+
+/// Seeds run before OSDs were cut off from the MDS (they replay without cuts).
+const PRE_CUT_SEEDS: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7];
 
 const OSDS: u64 = 4;
 const PATHS: u64 = 6;
@@ -458,14 +473,33 @@ fn run(seed: u64) {
     let mut needed_another = 0u32;
     let mut repaired = 0u64;
     let mut refused = 0u32;
+    // OSDs cut off from the MDS and not from clients for a while (so a copy that missed
+    // a write while its OSD was down may be asked for before the OSD learns it): drawn
+    // from a stream of their own, and not on the seeds found before cuts, which replay
+    // as they were.
+    let mut cut_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0c07_0ff5);
+    let cuts = !REGRESSIONS.contains(&seed) && !PRE_CUT_SEEDS.contains(&seed);
+    let mut cut_until = 0u64;
+    let mut cuts_made = 0u32;
     for step in 0..STEPS {
         let at = format!("seed {seed} step {step}");
+        if cuts && below(&mut cut_rng, 5) == 0 {
+            let id = 1 + below(&mut cut_rng, OSDS);
+            let until = sim.now().0 + 3_000 + below(&mut cut_rng, 17_000);
+            sim.cut_from_mds(id, maat_proto::UnixMillis(until));
+            cut_until = cut_until.max(until);
+            cuts_made += 1;
+        }
+        // While an OSD is cut off it may refuse everything (its lease ran out): reads
+        // and writes may then fail where they would not with only `down` down, so those
+        // are judged as under faults. Stale bytes are never allowed.
+        let lax = faulty || sim.now().0 < cut_until;
         match below(&mut rng, 10) {
             0..=4 => {
                 let (path, data) = new_content(&mut rng);
                 let task = put_task(&sim, &admin, &path, &data);
                 finish(&sim, &at);
-                settle(task, &mut model, &down, faulty, path, data, &at);
+                settle(task, &mut model, &down, lax, path, data, &at);
             }
             // A repairing scrub while a put is at work on the same files: the repair may
             // never undo the put (every read after it is checked), and what it writes is
@@ -480,7 +514,7 @@ fn run(seed: u64) {
                 });
                 let task = put_task(&sim, &admin, &path, &data);
                 finish(&sim, &at);
-                settle(task, &mut model, &down, faulty, path, data, &at);
+                settle(task, &mut model, &down, lax, path, data, &at);
                 match repair.take() {
                     Some(Ok(Ok(report))) => repaired += report.copies_repaired,
                     // (Under faults a scrub may fail; it changed nothing it was not
@@ -502,7 +536,9 @@ fn run(seed: u64) {
             }
             7 if disks_lost < 2 => {
                 let id = 1 + below(&mut rng, OSDS);
-                if !down.contains(&id) {
+                // (An OSD restarted registers with the MDS before it serves: not while
+                // it is cut off from it.)
+                if !down.contains(&id) && !sim.net().is_cut(&osd_address(id)) {
                     sim.lose_osd_objects(id).unwrap();
                     disks_lost += 1;
                     for known in model.values_mut() {
@@ -518,13 +554,18 @@ fn run(seed: u64) {
         }
         // Never other bytes; and without faults, whole while a good copy of each stripe
         // is up.
-        needed_another += check(&sim, &admin, &model, &down, !faulty, &at);
+        let lax = lax || sim.now().0 < cut_until;
+        needed_another += check(&sim, &admin, &model, &down, !lax, &at);
         if !faulty {
             refused += served_copies_current(&sim, &admin, &model, &down, &at);
         }
     }
-    // Once the faults stop (the down OSDs stay down, the lost disks stay lost): every
-    // acknowledged file with a good copy of each stripe up reads back.
+    // Once the faults stop (the down OSDs stay down, the lost disks stay lost, the cuts
+    // end): every acknowledged file with a good copy of each stripe up reads back.
+    let now = sim.now().0;
+    if cut_until > now {
+        sim.advance(cut_until - now).unwrap();
+    }
     sim.net().set_faults(Faults::default());
     sim.storage_faults().set_rates(StorageFaultRates::default());
     let after = format!("seed {seed} after the faults");
@@ -609,7 +650,7 @@ fn run(seed: u64) {
         .filter(|k| matches!(k, Known::Data(..)))
         .count();
     println!(
-        "seed {seed}{}: {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
+        "seed {seed}{}: {cuts_made} OSDs cut off from the MDS, {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
         if faulty { " (faults)" } else { "" },
         sim.storage_faults().counts()
     );
@@ -620,7 +661,10 @@ fn seeds() -> Vec<u64> {
         return vec![seed.parse().expect("MAAT_SIM_SEED is a number")];
     }
     let mut all = REGRESSIONS.to_vec();
+    all.extend(CUT_REGRESSIONS);
     all.extend(0..8);
+    // With OSDs cut off from the MDS.
+    all.extend(100..104);
     all
 }
 
