@@ -116,6 +116,14 @@ impl Missed {
         read(&self.objects).len()
     }
 
+    /// How long ago (at `now`) the last check-in the MDS answered was sent, if that is
+    /// longer than the lease (the OSD serves nothing); `None` while the lease holds or
+    /// with no way to check in.
+    pub(crate) fn lease_lapsed(&self, now: u64) -> Option<u64> {
+        let since = now.saturating_sub(self.fresh_at.load(Ordering::Relaxed));
+        (self.hook.get().is_some() && since > OSD_LEASE_MILLIS).then_some(since)
+    }
+
     /// Refuses every object command at `now` once the lease has run out (see the module
     /// documentation), and a command that would serve `object`'s bytes or attributes
     /// while its copy here is recorded as missed. Changes, digests and conditional
@@ -127,8 +135,7 @@ impl Missed {
         command: &OsdCommand,
         now: u64,
     ) -> Result<(), WireError> {
-        let since = now.saturating_sub(self.fresh_at.load(Ordering::Relaxed));
-        if self.hook.get().is_some() && since > OSD_LEASE_MILLIS {
+        if let Some(since) = self.lease_lapsed(now) {
             return Err(WireError::new(
                 ErrorCode::CutOff,
                 format!(

@@ -65,6 +65,12 @@ impl OsdCore {
         self.missed.set_hook(hook);
     }
 
+    /// Issue 41: how long ago the last check-in the MDS answered was sent, if the OSD's
+    /// lease has lapsed (it serves nothing until it checks in again).
+    pub fn lease_lapsed(&self, now: UnixMillis) -> Option<u64> {
+        self.missed.lease_lapsed(now.0)
+    }
+
     /// Issue 41: checks in with the MDS first if the OSD's list of missed copies is
     /// stale at `now` (the shell calls it before each data request).
     pub fn check_in_if_stale(&self, now: UnixMillis) {

@@ -41,6 +41,8 @@ pub struct OsdNode {
     /// What check-ins are MACed under: the control key once the MDS gave its sealing
     /// key (issue 41), the join key before (and with an MDS from before control keys).
     check_in: Arc<std::sync::Mutex<MacKey>>,
+    /// Whether the lease was last seen lapsed (so that the log says so once).
+    lapsed: std::sync::atomic::AtomicBool,
     mds_key_path: PathBuf,
     mds_sealing_path: PathBuf,
 }
@@ -106,6 +108,7 @@ pub fn open_osd(
         mds: Arc::new(MdsAddresses::new(&config.mds, &config.mds_others)),
         join,
         check_in: Arc::new(std::sync::Mutex::new(check_in)),
+        lapsed: std::sync::atomic::AtomicBool::new(false),
         mds_key_path,
         mds_sealing_path,
     })
@@ -157,6 +160,32 @@ impl OsdNode {
     /// The OSD's id.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Says in the log when the OSD's lease lapses (issue 41: it then serves no object
+    /// until a check-in reaches the MDS) and when it holds again.
+    fn log_lease(&self, now: maat_proto::UnixMillis) {
+        use std::sync::atomic::Ordering;
+        let lapsed = self.core.lease_lapsed(now);
+        if lapsed.is_some() == self.lapsed.swap(lapsed.is_some(), Ordering::Relaxed) {
+            return;
+        }
+        match lapsed {
+            // Never checked in since the start.
+            Some(ms) if ms >= now.0 => tracing::warn!(
+                mds = %self.mds.current(),
+                "no check-in has reached the MDS since the start: serving no object until one does"
+            ),
+            Some(ms) => tracing::warn!(
+                mds = %self.mds.current(),
+                since_ms = ms,
+                lease_ms = maat_proto::limits::OSD_LEASE_MILLIS,
+                "no check-in has reached the MDS within the lease: serving no object until one does (clients read other copies)"
+            ),
+            None => {
+                tracing::info!(mds = %self.mds.current(), "checked in with the MDS again: serving")
+            }
+        }
     }
 
     /// One check-in with the MDS: the revocations in force (SPEC M9) and the copies here
@@ -356,7 +385,9 @@ fn register_loop(node: &OsdNode, env: &Env, shutdown: &Shutdown) {
         match node.register_failing(env) {
             Ok(()) => {
                 control::revocation_loop(node.mds.current(), shutdown, || {
-                    node.sync_revocations(env)
+                    let synced = node.sync_revocations(env);
+                    node.log_lease(env.now());
+                    synced
                 });
                 return;
             }

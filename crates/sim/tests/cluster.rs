@@ -174,7 +174,7 @@ fn an_osd_cut_off_from_the_mds_never_serves_a_copy_that_missed_a_write() {
     let task = {
         let (writer, new) = (writer.clone(), new.clone());
         sim.spawn("put", move || {
-            let mut c = writer.lock().unwrap();
+            let c = writer.lock().unwrap();
             c.put(&mut &new[..], new.len() as u64, "/f", &mut |_| {})
                 .map(drop)
                 .map_err(|e| e.to_string())
