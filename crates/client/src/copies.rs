@@ -10,7 +10,9 @@
 //! `machines::copies`; this is their driver.
 
 use super::*;
-use maat_proto::limits::{MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS};
+use maat_proto::limits::{
+    MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS,
+};
 use maat_proto::msg::MissedCopy;
 use machines::{change_outcome, CopyAnswer, ReadOverCopies, ReadStep};
 
@@ -213,14 +215,18 @@ impl Client {
                 copies: chunk.to_vec(),
             })?;
             // Records an OSD does not know yet: it learns them at its next check-in
-            // (every second), or counts as down within `OSD_DOWN_AFTER_MILLIS` (then it
-            // checks in before it serves again).
+            // (every second), or counts as silent within `OSD_DOWN_AFTER_MILLIS` (plus
+            // `OSD_HEARD_LAG_MILLIS` with several MDS instances), by when its lease has
+            // ended and it checks in before it serves again.
             let mut waited = 0;
             loop {
                 match answer {
                     MdsResponse::Ok => break,
                     MdsResponse::MissedCopies(pending)
-                        if waited <= OSD_DOWN_AFTER_MILLIS + RECORD_RETRY_MILLIS =>
+                        if waited
+                            <= OSD_DOWN_AFTER_MILLIS
+                                + OSD_HEARD_LAG_MILLIS
+                                + RECORD_RETRY_MILLIS =>
                     {
                         self.network.sleep(RECORD_RETRY_MILLIS);
                         waited += RECORD_RETRY_MILLIS;

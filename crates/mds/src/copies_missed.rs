@@ -290,7 +290,8 @@ impl<S: MetaStore> crate::Mds<S> {
     }
 
     /// Of `records` of `file`, those whose OSD may not know them: not told, not asked
-    /// for the list since, and up (an OSD counted down checks in before it serves).
+    /// for the list since, and not silent long enough for its lease to have ended (it
+    /// then checks in before it serves).
     /// A record repaired and forgotten since is known.
     fn still_unknown(
         &self,
@@ -299,11 +300,19 @@ impl<S: MetaStore> crate::Mds<S> {
         now: UnixMillis,
     ) -> Result<MdsResponse> {
         let mut pending = Vec::new();
+        // An OSD silent long enough serves nothing until it checks in (its lease, issue
+        // 41); on a shared store, the time another instance heard it may reach this one
+        // late.
+        let lag = if self.store.shared() {
+            maat_proto::limits::OSD_HEARD_LAG_MILLIS
+        } else {
+            0
+        };
         self.stored_liveness()?;
         self.stored_knows()?;
         for r in records {
             let known = lock(&self.missed.known).get(&r.osd).copied().unwrap_or(0);
-            if known > r.seq || !self.liveness.is_up(r.osd, now.0) {
+            if known > r.seq || self.liveness.silent(r.osd, now.0, lag) {
                 continue;
             }
             if self.store.meta(&key(file, r.stripe, r.osd))?.is_none() {
@@ -440,6 +449,7 @@ impl<S: MetaStore> crate::Mds<S> {
         nonce: &[u8; 16],
         applied: u64,
         request_mac: &[u8; 32],
+        now: UnixMillis,
     ) -> Result<MdsPlainResponse> {
         let join = self.check_in_key(osd)?;
         if !maat_crypto::ct_eq(&missed_request_mac(&join, osd, nonce, applied), request_mac) {
@@ -448,6 +458,10 @@ impl<S: MetaStore> crate::Mds<S> {
                 format!("missed copies are listed for OSD {osd} under its check-in key"),
             ));
         }
+        // This request is a check-in too, and the one the OSD's lease runs from (it was
+        // sent after the OSD's `Revocations`): heard now, so that the MDS never counts
+        // the OSD silent before the lease ends.
+        self.liveness.heard(osd, now.0);
         // What the OSD applied from its last answer (a replayed request claims only an
         // older number: the highest stands).
         self.knows(osd, applied)?;

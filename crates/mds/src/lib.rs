@@ -731,7 +731,11 @@ impl<S: MetaStore> Mds<S> {
                 nonce,
                 applied,
                 mac,
-            } => self.missed_for_osd(osd, &nonce, applied, &mac),
+            } => {
+                let answer = self.missed_for_osd(osd, &nonce, applied, &mac, now)?;
+                self.share_liveness(now)?;
+                Ok(answer)
+            }
             MdsPlainRequest::KdsRevocations {
                 nonce,
                 timestamp,

@@ -102,12 +102,15 @@ impl Liveness {
         crate::lock(&self.unshared).insert(osd);
     }
 
-    /// Whether OSD `osd` counts as up at `now`.
-    pub(crate) fn is_up(&self, osd: u64, now: u64) -> bool {
+    /// Whether OSD `osd` has been silent for `OSD_DOWN_AFTER_MILLIS + extra` at `now`
+    /// (never heard: whether this MDS has run that long). What it takes to count an OSD
+    /// as serving nothing it has not been told (its lease has ended).
+    pub(crate) fn silent(&self, osd: u64, now: u64, extra: u64) -> bool {
+        let limit = OSD_DOWN_AFTER_MILLIS.saturating_add(extra);
         let ago = crate::lock(&self.heard)
             .get(&osd)
             .map(|at| now.saturating_sub(*at));
-        up(ago, now.saturating_sub(self.started))
+        ago.unwrap_or(now.saturating_sub(self.started)) >= limit
     }
 
     /// Every OSD of `osds` as of `now`.
@@ -171,6 +174,21 @@ mod tests {
         assert!(s[0].up);
         assert_eq!(s[0].heard_ms_ago, Some(500));
         assert_eq!(s[1].address, "10.0.0.2:7000");
+    }
+
+    #[test]
+    fn silent_counts_from_the_last_check_in_or_the_start_plus_the_extra_given() {
+        let l = Liveness::new(1_000);
+        assert!(!l.silent(1, 1_000 + OSD_DOWN_AFTER_MILLIS - 1, 0));
+        assert!(l.silent(1, 1_000 + OSD_DOWN_AFTER_MILLIS, 0));
+        l.heard(1, 10_000);
+        let down = 10_000 + OSD_DOWN_AFTER_MILLIS;
+        assert!(l.silent(1, down, 0));
+        assert!(!l.states(&[osd(1)], down)[0].up);
+        // With the lag of a shared store, later.
+        assert!(!l.silent(1, down, 2_000));
+        assert!(!l.silent(1, down + 1_999, 2_000));
+        assert!(l.silent(1, down + 2_000, 2_000));
     }
 
     /// Issue 42: an instance copies into the store only what it heard since its last

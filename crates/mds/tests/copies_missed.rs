@@ -17,6 +17,7 @@ use maat_crypto::mac::MacKey;
 use maat_crypto::Secret32;
 use maat_mds::{Batch, Mds, MetaStore, Op, ADMIN_UID};
 use maat_proto::copies::{missed_mac, missed_request_mac};
+use maat_proto::limits::{OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS};
 use maat_proto::msg::{
     self, Access, ErrorCode, MdsPlainRequest, MdsPlainResponse, MdsRequest, MdsResponse,
     MissedCopy, OsdEntry, WireError,
@@ -271,13 +272,19 @@ fn a_record_is_known_once_its_osd_applied_a_list_past_it_or_counts_as_down() {
         )
         .unwrap()
     };
-    // (Its last check-in was at now + 300; the MDS hears revocation check-ins only, and
-    // has heard none from it: up while the MDS is younger than 5 s, down after.)
+    // (Its last check-in, the list it asked for, was at now + 300: the OSD's lease runs
+    // from then, so the MDS counts it silent 5 s after, plus the lag of a shared store,
+    // which this one is, and not before.)
+    let silent = now + 300 + OSD_DOWN_AFTER_MILLIS + OSD_HEARD_LAG_MILLIS;
     assert!(matches!(
         known_again(now + 1_100),
         MdsResponse::MissedCopies(_)
     ));
-    assert_eq!(known_again(T0 + 5_001), MdsResponse::Ok);
+    assert!(matches!(
+        known_again(silent - 1),
+        MdsResponse::MissedCopies(_)
+    ));
+    assert_eq!(known_again(silent), MdsResponse::Ok);
 
     // Repaired and forgotten: the OSD's list empties; a stale number forgets nothing.
     let stale = MissedCopy {

@@ -47,6 +47,13 @@ pub const OSD_DOWN_AFTER_MILLIS: u64 = 5_000;
 /// from the MDS and not from clients.
 pub const OSD_LEASE_MILLIS: u64 = 4_000;
 const _: () = assert!(OSD_LEASE_MILLIS < OSD_DOWN_AFTER_MILLIS);
+/// Issue 42: with several MDS instances over one store, an instance learns the time
+/// another heard an OSD from the store, where it is copied at most once a second and
+/// only when that instance hears a check-in: it may see it up to this much late. Such
+/// an instance lets a change that missed an OSD's copy be acknowledged without the OSD
+/// knowing only once the OSD has been silent for `OSD_DOWN_AFTER_MILLIS` plus this, so
+/// that the OSD's lease has surely ended.
+pub const OSD_HEARD_LAG_MILLIS: u64 = 2_000;
 /// A change to an object with several copies is acknowledged when at least this many
 /// copies took it (or every copy, for fewer), the rest recorded at the MDS as missed
 /// (issue 41, Ceph's `min_size`).
