@@ -70,6 +70,10 @@ struct Shape {
     /// Whether an instance whose database connection broke answers until it is
     /// restarted (the first several-instances model) instead of exiting at once.
     failed_instances_answer: bool,
+    /// Whether the chaos task also cuts OSDs off from every MDS instance, one way
+    /// (issue 41: the OSD's lease); not on seeds found before that, which replay as
+    /// they were.
+    cuts: bool,
 }
 
 fn shape(seed: u64) -> Shape {
@@ -97,6 +101,7 @@ fn shape(seed: u64) -> Shape {
         intruders: false,
         instances: 1,
         failed_instances_answer: false,
+        cuts: false,
     }
 }
 
@@ -111,8 +116,12 @@ fn current_shape(seed: u64) -> Shape {
             ..first
         };
     }
+    let found_before_cuts = [REGRESSIONS, INSTANCE_REGRESSIONS]
+        .iter()
+        .any(|list| list.contains(&seed));
     Shape {
         intruders: true,
+        cuts: !found_before_cuts,
         ..first
     }
 }
@@ -123,11 +132,13 @@ fn current_shape(seed: u64) -> Shape {
 fn chaos(
     net: maat_net::memory::MemoryNet,
     clock: Arc<std::sync::atomic::AtomicU64>,
-    (osds, instances): (u64, maat_sim::MdsInstances),
+    (osds, instances, cuts): (u64, maat_sim::MdsInstances, bool),
     seed: u64,
     log: Arc<Mutex<Vec<String>>>,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc4a05);
+    // Cuts draw from a stream of their own, so that the other faults stay as they were.
+    let mut cut_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0c07);
     let mut down: Option<String> = None;
     let several = instances.len() > 1;
     for _ in 0..6 {
@@ -177,6 +188,19 @@ fn chaos(
             }
         };
         log.lock().unwrap().push(format!("chaos: {what}"));
+        // An OSD cut off from every MDS instance while clients still reach it (often
+        // the one just cut off from everyone or taken down, so that a copy it missed
+        // meanwhile is asked for before it can learn so).
+        if cuts && cut_rng.next_u32() % 2 == 0 && peer.starts_with("osd") {
+            let until = now + 2_000 + u64::from(cut_rng.next_u32() % 25_000);
+            for i in 0..instances.len() {
+                net.cut(&peer, &maat_sim::mds_address(i), until);
+            }
+            log.lock().unwrap().push(format!(
+                "chaos: {peer} cut off from the MDS until +{} ms",
+                until - now
+            ));
+        }
     }
     if let Some(d) = down.take() {
         net.set_down(&d, false);
@@ -188,6 +212,9 @@ fn chaos(
     {
         net.lose_answers(&p, 0);
         net.partition(&p, 0);
+        for i in 0..instances.len() {
+            net.cut(&p, &maat_sim::mds_address(i), 0);
+        }
     }
     log.lock().unwrap().push("chaos: over".into());
 }
@@ -902,7 +929,7 @@ fn run_seed(seed: u64, shape_of: fn(u64) -> Shape) -> Result<[u8; 32], (String, 
     let fail = |why: String| (why, log.lock().unwrap().clone());
     if shape.chaos {
         let (net, clock, l) = (sim.net().clone(), sim.clock(), log.clone());
-        let daemons = (shape.osds, sim.mds_instances());
+        let daemons = (shape.osds, sim.mds_instances(), shape.cuts);
         let _chaos = sim.spawn("chaos", move || chaos(net, clock, daemons, seed, l));
     }
     let owners = run_phase(&sim, owners, |o| {
