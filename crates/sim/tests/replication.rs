@@ -13,7 +13,9 @@
 //! are also cut off from the MDS (not from clients) for 3–20 s at a time, so that a copy
 //! that missed a write while its OSD was down can be asked for before its OSD learns
 //! that (the OSD's lease must refuse it; with the lease off, a soak found a stale copy
-//! served within 30 seeds, kept in `CUT_REGRESSIONS`).
+//! served within 30 seeds, kept in `CUT_REGRESSIONS`). A second test runs the same over
+//! two MDS instances sharing one database (issue 42; with the lease off, its seed 202
+//! fails the same way).
 //!
 //! `MAAT_SIM_SEED=N` replays one seed; `MAAT_SIM_SOAK=SECONDS` runs random seeds for that
 //! long (printing each, so a failure names the seed to keep in `REGRESSIONS`).
@@ -446,7 +448,20 @@ fn repair_all(sim: &SimCluster, repairer: &Arc<Client>, at: &str) -> u64 {
 }
 
 fn run(seed: u64) {
-    let mut sim = SimCluster::start(seed, OSDS).unwrap();
+    run_on(seed, 1);
+}
+
+/// [`run`] with `instances` MDS instances over one shared database (issue 42): the
+/// records of missed copies, what each OSD knows of them and when each was heard travel
+/// between instances through the store.
+fn run_on(seed: u64, instances: usize) {
+    let mut sim = SimCluster::start_instances(
+        seed,
+        OSDS,
+        maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT / 1000,
+        instances,
+    )
+    .unwrap();
     let admin = Arc::new(sim.admin().unwrap());
     let repairer = Arc::new(sim.admin().unwrap());
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -650,8 +665,13 @@ fn run(seed: u64) {
         .filter(|k| matches!(k, Known::Data(..)))
         .count();
     println!(
-        "seed {seed}{}: {cuts_made} OSDs cut off from the MDS, {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
+        "seed {seed}{}{}: {cuts_made} OSDs cut off from the MDS, {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
         if faulty { " (faults)" } else { "" },
+        if instances > 1 {
+            format!(", {instances} MDS instances")
+        } else {
+            String::new()
+        },
         sim.storage_faults().counts()
     );
 }
@@ -682,6 +702,30 @@ fn acknowledged_writes_survive_down_osds_and_lost_disks() {
     while std::time::Instant::now() < until {
         println!("soak seed {seed}");
         run(seed);
+        seed += 1;
+    }
+}
+
+/// The same over two MDS instances: a client's records may reach one instance while the
+/// OSD checks in at the other.
+#[test]
+fn acknowledged_writes_survive_down_osds_and_lost_disks_with_two_mds_instances() {
+    let seeds: Vec<u64> = match std::env::var("MAAT_SIM_SEED") {
+        Ok(seed) => vec![seed.parse().expect("MAAT_SIM_SEED is a number")],
+        Err(_) => (200..204).collect(),
+    };
+    for seed in seeds {
+        run_on(seed, 2);
+    }
+    let Ok(secs) = std::env::var("MAAT_SIM_SOAK") else {
+        return;
+    };
+    let secs: u64 = secs.parse().expect("MAAT_SIM_SOAK is seconds");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let mut seed = (u64::from(std::process::id()) << 32) | (1 << 31);
+    while std::time::Instant::now() < until {
+        println!("soak seed {seed} (2 instances)");
+        run_on(seed, 2);
         seed += 1;
     }
 }
