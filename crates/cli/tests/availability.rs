@@ -14,7 +14,7 @@
 mod common;
 use common::{Cluster, Held};
 use maat_client::ClientError;
-use maat_proto::msg::{Access, ErrorCode, ObjectId, OsdCommand, OsdRequest, DATA_PARTITION};
+use maat_proto::msg::{Access, ErrorCode};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -128,21 +128,8 @@ fn an_osd_cut_off_from_the_mds_serves_nothing_once_its_lease_runs_out() {
     let opened = c.open("/leased", Access::Read, None).unwrap();
     let osd = c.copies_of("default", id, 0).unwrap()[0];
     let read = || {
-        c.osd_call(
-            osd,
-            OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::Read {
-                    object: ObjectId {
-                        partition: DATA_PARTITION,
-                        file: id,
-                        stripe: 0,
-                    },
-                    offset: 0,
-                    length: data.len() as u32,
-                },
-            },
-        )
+        let request = common::read_request(&opened.capability, id, 0, data.len() as u32);
+        c.osd_call(osd, request)
     };
     assert!(read().is_ok());
     // The MDS hangs: the OSD's check-ins go unanswered, and once the last one that

@@ -15,9 +15,7 @@
 mod common;
 use common::{content, object_files, signal, Cluster, Held};
 use maat_client::{Client, ScrubDepth};
-use maat_proto::msg::{
-    Access, ErrorCode, ObjectId, OsdCommand, OsdRequest, DATA_PARTITION, STRIPE_UNIT_BYTES,
-};
+use maat_proto::msg::{Access, ErrorCode, STRIPE_UNIT_BYTES};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -138,18 +136,8 @@ fn every_stripe_has_three_copies_and_every_file_survives_a_lost_osd() {
     let (first, first_id) = degraded[0].clone();
     let ask_osd2 = |path: &str, id: u64| {
         let opened = fresh.open(path, Access::Read, None).unwrap();
-        let request = OsdRequest {
-            capability: opened.capability.clone(),
-            command: OsdCommand::Read {
-                object: ObjectId {
-                    partition: DATA_PARTITION,
-                    file: id,
-                    stripe: 0,
-                },
-                offset: 0,
-                length: maat_proto::limits::ENCRYPTED_OBJECT_BYTES_MAX as u32,
-            },
-        };
+        let length = maat_proto::limits::ENCRYPTED_OBJECT_BYTES_MAX as u32;
+        let request = common::read_request(&opened.capability, id, 0, length);
         fresh.osd_call(2, request)
     };
     loop {

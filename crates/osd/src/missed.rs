@@ -167,13 +167,12 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    #[test]
-    fn a_missed_copy_is_not_read_but_is_written_until_the_mds_forgets_it() {
-        let m = Missed::default();
+    /// Stripe `stripe` of file 9, a read of it and a write to it.
+    fn object_read_write(stripe: u32) -> (ObjectId, OsdCommand, OsdCommand) {
         let object = ObjectId {
             partition: 1,
             file: 9,
-            stripe: 2,
+            stripe,
         };
         let read = OsdCommand::Read {
             object,
@@ -186,6 +185,13 @@ mod tests {
             data: vec![1],
             replace: false,
         };
+        (object, read, write)
+    }
+
+    #[test]
+    fn a_missed_copy_is_not_read_but_is_written_until_the_mds_forgets_it() {
+        let m = Missed::default();
+        let (object, read, write) = object_read_write(2);
         assert!(m.check(object, &read, 1_000).is_ok());
         m.replace(&[(9, 2), (9, 5)], 7, 1_000);
         assert_eq!(m.applied(), 7);
@@ -233,22 +239,7 @@ mod tests {
                 true
             }));
         }
-        let object = ObjectId {
-            partition: 1,
-            file: 9,
-            stripe: 0,
-        };
-        let read = OsdCommand::Read {
-            object,
-            offset: 0,
-            length: 10,
-        };
-        let write = OsdCommand::Write {
-            object,
-            offset: 0,
-            data: vec![1],
-            replace: false,
-        };
+        let (object, read, write) = object_read_write(0);
         // Never checked in: nothing served.
         let start = 1_700_000_000_000;
         assert_eq!(

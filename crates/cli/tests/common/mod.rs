@@ -31,6 +31,29 @@ pub fn content(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A read of the first `length` bytes of stripe `stripe` of file `file` under
+/// `capability`, as one OSD request (for `Client::osd_call`, to ask one copy alone).
+pub fn read_request(
+    capability: &[u8],
+    file: u64,
+    stripe: u32,
+    length: u32,
+) -> maat_proto::msg::OsdRequest {
+    use maat_proto::msg::{ObjectId, OsdCommand, OsdRequest, DATA_PARTITION};
+    OsdRequest {
+        capability: capability.to_vec(),
+        command: OsdCommand::Read {
+            object: ObjectId {
+                partition: DATA_PARTITION,
+                file,
+                stripe,
+            },
+            offset: 0,
+            length,
+        },
+    }
+}
+
 pub fn code<T>(r: Result<T, maat_client::ClientError>) -> maat_proto::msg::ErrorCode {
     match r {
         Err(maat_client::ClientError::Refused(e)) => e.code,
