@@ -234,7 +234,7 @@ fn pull_missed(
             "not the answer to a missed-copies request",
         )),
         Err(ServerError::Refused { error, .. }) if error.code == msg::ErrorCode::Malformed => {
-            Ok(core.sync_missed(&[], 0, env.now()))
+            Ok(core.sync_missed(&[], 0, sent))
         }
         Err(e) => Err(e),
     }

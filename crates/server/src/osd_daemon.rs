@@ -14,15 +14,15 @@ use maat_crypto::seal::SealingSecretKey;
 use maat_crypto::Secret32;
 use maat_osd::{OsdCore, ReadAside};
 use maat_proto::msg::{self, MdsPlainResponse, WireError};
-
-/// How long an MDS may take to answer a check-in made on demand before a request (issue
-/// 41); the periodic check-ins wait the network's whole timeout.
-const CHECK_IN_ON_DEMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 use maat_proto::wire::FrameType;
 use maat_proto::OsdId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How long an MDS may take to answer a check-in made on demand before a request (issue
+/// 41); the periodic check-ins wait the network's whole timeout.
+const CHECK_IN_ON_DEMAND_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// An OSD opened as the daemon opens it: its logic, its object store, and what it needs
 /// to register with the MDS. Starts no thread and serves nothing: [`run_osd`] does that,
