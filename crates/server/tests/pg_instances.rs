@@ -371,6 +371,18 @@ fn one_change_at_two_instances_at_once_is_applied_once() {
     );
 }
 
+/// Under the writer lock, a unit that commits `y`, then has the lock's session ended
+/// (the server cut the connection) before it ends with `z`: the end fails.
+fn unit_cut_before_its_end(a: &impl MetaStore, pg: &maat_server::pg_server::LocalPostgres) {
+    let put = |k: &str| Batch(vec![Op::PutMeta(k.into(), vec![1])]);
+    let held = a.exclusive().unwrap();
+    a.begin_unit().unwrap();
+    a.commit(put("y")).unwrap();
+    assert!(common::end_writer_lock_session(pg));
+    assert!(a.end_unit(put("z")).is_err());
+    drop(held);
+}
+
 /// Issue 42: a unit whose `COMMIT` got no word from the server (its connection broke)
 /// may have been applied, so the store tells its failure hook (the daemon exits instead
 /// of answering, and the client sends the change again at another instance, where the
@@ -389,12 +401,7 @@ fn a_unit_whose_commit_goes_unanswered_fails_the_store() {
     }));
     let put = |k: &str| Batch(vec![Op::PutMeta(k.into(), vec![1])]);
 
-    let held = a.exclusive().unwrap();
-    a.begin_unit().unwrap();
-    a.commit(put("y")).unwrap();
-    assert!(common::end_writer_lock_session(&pg));
-    assert!(a.end_unit(put("z")).is_err());
-    drop(held);
+    unit_cut_before_its_end(&a, &pg);
     assert!(
         fired.lock().unwrap().is_empty(),
         "{:?}",
@@ -434,12 +441,7 @@ fn a_unit_commits_whole_or_not_at_all() {
     drop(held);
     assert_eq!(b.meta("x").unwrap(), None, "a unit never ended was kept");
 
-    let held = a.exclusive().unwrap();
-    a.begin_unit().unwrap();
-    a.commit(put("y")).unwrap();
-    assert!(common::end_writer_lock_session(&pg));
-    assert!(a.end_unit(put("z")).is_err());
-    drop(held);
+    unit_cut_before_its_end(&a, &pg);
     assert_eq!((b.meta("y").unwrap(), b.meta("z").unwrap()), (None, None));
 
     let held = a.exclusive().unwrap();
