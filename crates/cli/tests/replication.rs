@@ -193,6 +193,59 @@ fn every_stripe_has_three_copies_and_every_file_survives_a_lost_osd() {
     assert!(mds_counter("scrub_last_run_timestamp_seconds") > 1_700_000_000);
 }
 
+/// Bytes each OSD has read out, by OSD id.
+fn bytes_read_by_osd(c: &Client) -> std::collections::BTreeMap<u64, u64> {
+    c.daemon_stats()
+        .unwrap()
+        .iter()
+        .filter_map(|s| {
+            let id = s.daemon.strip_prefix("osd ")?.parse().ok()?;
+            Some((id, s.counter("bytes_read")?))
+        })
+        .collect()
+}
+
+#[test]
+fn reads_of_one_object_by_many_clients_spread_over_its_copies() {
+    let cluster = Cluster::start(4, &[]);
+    let writer = cluster.admin_client();
+    let data = content(7, 60_000);
+    put(&writer, "/hot", &data).unwrap();
+    let id = writer.stat("/hot").unwrap().id;
+    let copies = writer.copies_of("default", id, 0).unwrap();
+    assert_eq!(copies.len(), 3);
+    // Twelve clients read the one object, each twice: each asks the copy its own spread
+    // picks, every time (reading from the first copy only, the chance that twelve do so
+    // by luck is 3 in 3^12).
+    let before = bytes_read_by_osd(&writer);
+    for _ in 0..12 {
+        let reader = cluster.admin_client();
+        for _ in 0..2 {
+            assert_eq!(get(&reader, "/hot").unwrap(), data);
+        }
+        assert_eq!(reader.client_stats().copy_failovers, 0);
+    }
+    let after = bytes_read_by_osd(&writer);
+    let served: Vec<u64> = copies
+        .iter()
+        .copied()
+        .filter(|osd| after.get(osd) > before.get(osd))
+        .collect();
+    assert!(served.len() >= 2, "served by {served:?} of {copies:?}");
+    // Nothing was read from the OSD that holds no copy.
+    for (osd, read) in &after {
+        if !copies.contains(osd) {
+            assert_eq!(before.get(osd), Some(read), "osd {osd}");
+        }
+    }
+    // Each read took the whole object from one copy: 24 reads' bytes in all.
+    let total: u64 = copies
+        .iter()
+        .map(|o| after.get(o).copied().unwrap_or(0) - before.get(o).copied().unwrap_or(0))
+        .sum();
+    assert_eq!(total, 24 * data.len() as u64);
+}
+
 /// osd-2's answer to a read of a copy that missed a write: refused `CopyStale`.
 fn assert_copy_stale(
     path: &str,

@@ -5,8 +5,9 @@
 //! on another's word), and is acknowledged when every copy took it, or when at least
 //! `COPIES_DURABLE_MIN` did and the MDS has recorded the others as missed (their OSDs
 //! then refuse to serve them, `CopyStale`, until a repair); a read goes to
-//! the first copy and fails over to the next on a missing object, a damaged one, an
-//! unreachable OSD or an answer that does not authenticate. The decisions are
+//! one copy (each client starts each object's reads at a copy of its own, so that reads
+//! spread over the copies) and fails over to the next on a missing object, a damaged
+//! one, an unreachable OSD or an answer that does not authenticate. The decisions are
 //! `machines::copies`; this is their driver.
 
 use super::*;
@@ -119,7 +120,7 @@ impl Client {
                 exact.extend(last.map(|copy| (copy, request)));
                 plans.push(Plan::Every(start..exact.len(), object));
             } else {
-                let copies = self.suspects.lock().order(copies, self.now());
+                let copies = self.read_order(copies, object);
                 let first = copies.first().copied().unwrap_or(osd);
                 let more = (copies.len() > 1).then(|| (request.clone(), copies));
                 plans.push(Plan::One(exact.len(), more));
@@ -263,7 +264,7 @@ impl Client {
                 .pop()
                 .unwrap_or_else(|| Err(ClientError::Internal("no answer".into())));
         }
-        let copies = self.suspects.lock().order(copies, self.now());
+        let copies = self.read_order(copies, object_of(&request.command));
         let first = copies.first().copied().unwrap_or(osd);
         if copies.len() <= 1 {
             let answer = self.data_call_exact(opened, first, request);
@@ -334,7 +335,7 @@ impl Client {
             return Err(e);
         };
         // In the order the first read took (it asked the first of these).
-        let copies = self.suspects.lock().order(copies, self.now());
+        let copies = self.read_order(copies, Some(object));
         for osd in copies.into_iter().skip(1) {
             self.stats.lock().copy_failovers += 1;
             let request = crate::data::read_request(opened, object, length);
@@ -345,6 +346,14 @@ impl Client {
             }
         }
         Err(e)
+    }
+
+    /// The order in which a read of `object` asks its `copies` (placement order): from
+    /// the copy this client's spread picks for the object, suspect copies last
+    /// ([`machines::Suspects::order`]).
+    fn read_order(&self, copies: Vec<u64>, object: Option<ObjectId>) -> Vec<u64> {
+        let spread = object.map_or(0, |o| machines::spread(self.spread, o.file, o.stripe));
+        self.suspects.lock().order(copies, self.now(), spread)
     }
 
     /// What `osd`'s answer says of it: unreachable or silent, it is asked last for a

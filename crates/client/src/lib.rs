@@ -179,6 +179,10 @@ pub struct Client {
     /// OSDs that recently failed to answer, asked last by reads (issue 41; shared as the
     /// connections are).
     suspects: Arc<Locked<machines::Suspects>>,
+    /// Where this client's reads of each object start among its copies
+    /// (`machines::spread`): drawn once, so that clients spread over the copies while
+    /// each reads one object from one copy (issue 41).
+    spread: u64,
     /// When the MDS last said which OSDs are up (protocol ms).
     placement_at: Arc<Locked<Option<u64>>>,
     session: Locked<Option<SessionState>>,
@@ -263,6 +267,7 @@ impl Client {
             map: Arc::default(),
             copies: Arc::default(),
             suspects: Arc::default(),
+            spread: rng.next_u64(),
             placement_at: Arc::default(),
             session: Locked::new(session),
             opened: Locked::new(opened),
@@ -315,6 +320,7 @@ impl Client {
         // Drawn from this client's generators: a simulation stays repeatable.
         *other.rng.get_mut() = self.nonce_rng();
         *other.key_rng.get_mut() = self.key_rng();
+        other.spread = other.rng.get_mut().next_u64();
         Ok(other)
     }
 
@@ -331,6 +337,8 @@ impl Client {
             self.cluster.mds_addresses(),
             (seed ^ (seed >> 32)) as u32,
         );
+        // So is where its reads start among copies.
+        self.spread = seed ^ 0x7370_7265_6164; // "spread"
         *self.key_rng.get_mut() = rng::KeyRng::Seeded(Box::new(
             rand_chacha::ChaCha20Rng::seed_from_u64(seed ^ 0x6b65_7973), // "keys"
         ));

@@ -160,15 +160,33 @@ impl Suspects {
         self.until.remove(&osd);
     }
 
-    /// `copies` in the order a read asks them at `now`: those not suspect first, each
-    /// group in placement order (so the first copy still serves most reads).
-    pub(crate) fn order(&self, copies: Vec<u64>, now: u64) -> Vec<u64> {
+    /// `copies` (in placement order) in the order a read asks them at `now`: those not
+    /// suspect first, each group starting at the copy `spread` picks and going on in
+    /// placement order after it. `spread` is [`spread`] of the client and the object, so
+    /// that one client asks one copy of an object first (its reads of the object stay in
+    /// order, and that copy's cache serves them) while clients and objects spread over
+    /// every copy.
+    pub(crate) fn order(&self, mut copies: Vec<u64>, now: u64, spread: u64) -> Vec<u64> {
+        if let Some(n) = u64::try_from(copies.len()).ok().filter(|n| *n > 0) {
+            copies.rotate_left(usize::try_from(spread % n).unwrap_or(0));
+        }
         let suspect = |osd: &u64| self.until.get(osd).is_some_and(|until| *until > now);
         let (mut fine, doubtful): (Vec<u64>, Vec<u64>) =
             copies.into_iter().partition(|o| !suspect(o));
         fine.extend(doubtful);
         fine
     }
+}
+
+/// Which copy of stripe `stripe` of file `file` a client whose reads spread by
+/// `client` asks first: a mix of the three (SplitMix64's finaliser; nothing secret rests
+/// on it, it only has to scatter), taken modulo the copies by [`Suspects::order`].
+pub(crate) fn spread(client: u64, file: u64, stripe: u32) -> u64 {
+    let mut z =
+        client ^ file.rotate_left(32) ^ u64::from(stripe).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -261,23 +279,56 @@ mod tests {
     }
 
     #[test]
+    fn reads_start_at_the_copy_the_spread_picks_and_spread_over_every_copy() {
+        let mut s = Suspects::default();
+        // The spread picks the first copy to ask; placement order follows it.
+        assert_eq!(s.order(vec![4, 2, 7], 0, 1), vec![2, 7, 4]);
+        assert_eq!(s.order(vec![4, 2, 7], 0, 5), vec![7, 4, 2]);
+        // A suspect copy is still asked last, wherever the spread started.
+        s.failed(2, 0);
+        assert_eq!(s.order(vec![4, 2, 7], 1, 1), vec![7, 4, 2]);
+        assert_eq!(s.order(vec![4, 2, 7], 1, 0), vec![4, 7, 2]);
+        // One client asks one copy of an object first, every time.
+        assert_eq!(spread(11, 42, 3), spread(11, 42, 3));
+        // Over objects, and over clients for one object, every copy comes first about
+        // as often as the others.
+        let firsts = |spreads: &mut dyn Iterator<Item = u64>| {
+            let mut n = [0u32; 3];
+            for x in spreads {
+                if let Some(c) = n.get_mut((x % 3) as usize) {
+                    *c += 1;
+                }
+            }
+            n
+        };
+        for n in [
+            firsts(&mut (0..3_000u64).map(|f| spread(11, f, 0))),
+            firsts(&mut (0..3_000u32).map(|stripe| spread(11, 42, stripe))),
+            firsts(&mut (0..3_000u64).map(|client| spread(client, 42, 0))),
+        ] {
+            assert!(n.iter().all(|c| (900..=1_100).contains(c)), "{n:?}");
+        }
+    }
+
+    #[test]
     fn a_copy_that_failed_is_asked_last_until_its_time_is_up_or_it_serves() {
         let mut s = Suspects::default();
-        assert_eq!(s.order(vec![4, 2, 7], 0), vec![4, 2, 7]);
+        assert_eq!(s.order(vec![4, 2, 7], 0, 0), vec![4, 2, 7]);
         s.failed(4, 1_000);
-        assert_eq!(s.order(vec![4, 2, 7], 1_000), vec![2, 7, 4]);
-        assert_eq!(s.order(vec![2, 4, 7], 30_999), vec![2, 7, 4]);
+        assert_eq!(s.order(vec![4, 2, 7], 1_000, 0), vec![2, 7, 4]);
+        assert_eq!(s.order(vec![2, 4, 7], 30_999, 0), vec![2, 7, 4]);
         // Its time is up: placement order again.
-        assert_eq!(s.order(vec![4, 2, 7], 31_000), vec![4, 2, 7]);
+        assert_eq!(s.order(vec![4, 2, 7], 31_000, 0), vec![4, 2, 7]);
         s.failed(4, 40_000);
         s.failed(7, 40_000);
-        assert_eq!(s.order(vec![4, 2, 7], 40_001), vec![2, 4, 7]);
+        assert_eq!(s.order(vec![4, 2, 7], 40_001, 0), vec![2, 4, 7]);
         s.served(4);
-        assert_eq!(s.order(vec![4, 2, 7], 40_001), vec![4, 2, 7]);
-        // Every copy suspect: all asked, in placement order.
+        assert_eq!(s.order(vec![4, 2, 7], 40_001, 0), vec![4, 2, 7]);
+        // Every copy suspect: all asked, in placement order from the spread's.
         s.failed(4, 40_000);
         s.failed(2, 40_000);
-        assert_eq!(s.order(vec![4, 2, 7], 40_001), vec![4, 2, 7]);
+        assert_eq!(s.order(vec![4, 2, 7], 40_001, 0), vec![4, 2, 7]);
+        assert_eq!(s.order(vec![4, 2, 7], 40_001, 2), vec![7, 4, 2]);
         // Bounded.
         for osd in 0..(SUSPECTS_MAX as u64 + 10) {
             s.failed(1000 + osd, 50_000 + osd);
