@@ -246,6 +246,29 @@ fn reads_of_one_object_by_many_clients_spread_over_its_copies() {
     assert_eq!(total, 24 * data.len() as u64);
 }
 
+#[test]
+fn the_copies_of_a_change_share_one_digest_of_its_data() {
+    // ALLDATA (the default method) seals each copy's request under its own OSD session
+    // over a digest of the data: made once per stripe, not once per copy.
+    let cluster = Cluster::start(4, &[]);
+    let c = cluster.admin_client();
+    let made = |c: &Client| c.client_stats().data_digests;
+    let before = made(&c);
+    put(&c, "/one", &content(3, 60_000)).unwrap();
+    assert_eq!(made(&c) - before, 1);
+    let before = made(&c);
+    let data = content(4, 3 * STRIPE_UNIT_BYTES as usize);
+    put(&c, "/three", &data).unwrap();
+    assert_eq!(made(&c) - before, 3);
+    // Every copy took its stripe under that digest, and each serves it.
+    let id = c.stat("/three").unwrap().id;
+    for stripe in 0..3 {
+        assert_eq!(object_files(&cluster.data(), id, stripe).len(), 3);
+    }
+    let reader = cluster.admin_client();
+    assert_eq!(get(&reader, "/three").unwrap(), data);
+}
+
 /// osd-2's answer to a read of a copy that missed a write: refused `CopyStale`.
 fn assert_copy_stale(
     path: &str,

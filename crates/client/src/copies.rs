@@ -11,6 +11,7 @@
 //! `machines::copies`; this is their driver.
 
 use super::*;
+use crate::data::SharedRequest;
 use maat_proto::limits::{
     MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS,
 };
@@ -104,27 +105,25 @@ impl Client {
             /// `exact[at]`; the request and copies to ask more, when there are more.
             One(usize, Option<(OsdRequest, Vec<u64>)>),
         }
-        let mut exact: Vec<(u64, OsdRequest)> = Vec::with_capacity(calls.len());
+        let mut exact: Vec<(u64, Arc<SharedRequest>)> = Vec::with_capacity(calls.len());
         let mut plans = Vec::with_capacity(calls.len());
         for (osd, request) in calls {
-            let mut copies = self.reach(opened, osd, &request)?;
+            let copies = self.reach(opened, osd, &request)?;
             let object = object_of(&request.command);
             if let (true, Some(object)) = (copies.len() > 1 && changes(&request.command), object) {
                 let start = exact.len();
-                // Each copy's request owns its data: one copy fewer made by giving the
-                // last copy the request itself.
-                let last = copies.pop();
+                // One request (its data, and its digest once made) for every copy.
+                let shared = SharedRequest::new(request);
                 for copy in copies {
-                    exact.push((copy, request.clone()));
+                    exact.push((copy, Arc::clone(&shared)));
                 }
-                exact.extend(last.map(|copy| (copy, request)));
                 plans.push(Plan::Every(start..exact.len(), object));
             } else {
                 let copies = self.read_order(copies, object);
                 let first = copies.first().copied().unwrap_or(osd);
                 let more = (copies.len() > 1).then(|| (request.clone(), copies));
                 plans.push(Plan::One(exact.len(), more));
-                exact.push((first, request));
+                exact.push((first, SharedRequest::new(request)));
             }
         }
         let exact_osds: Vec<u64> = exact.iter().map(|(osd, _)| *osd).collect();

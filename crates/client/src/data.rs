@@ -152,6 +152,7 @@ impl Client {
             &address,
             auth,
             request,
+            &std::sync::OnceLock::new(),
             &self.clock,
             &mut self.nonce_rng(),
             &mut learned,
@@ -201,9 +202,16 @@ impl Client {
     pub(crate) fn parallel_exact(
         &self,
         opened: &Opened,
-        calls: Vec<(u64, OsdRequest)>,
+        calls: Vec<(u64, Arc<SharedRequest>)>,
     ) -> Result<Vec<Result<OsdResponse>>> {
         let insecure = self.insecure_for(opened)?;
+        // Each request once (the copies of a change share one), to count the digests made.
+        let mut distinct: Vec<Arc<SharedRequest>> = Vec::new();
+        for (_, request) in &calls {
+            if !distinct.iter().any(|d| Arc::ptr_eq(d, request)) {
+                distinct.push(Arc::clone(request));
+            }
+        }
         let mut lanes: Vec<Lane> = Vec::new();
         let mut per_osd: Vec<(u64, usize)> = Vec::new();
         let mut unreachable: Vec<(u64, ClientError)> = Vec::new();
@@ -232,9 +240,9 @@ impl Client {
             }
             let ready = (|| {
                 if insecure.is_none() {
-                    self.prepare_capability(osd, &request.capability)?;
+                    self.prepare_capability(osd, &request.request.capability)?;
                 }
-                let auth = self.auth_for(osd, &request, insecure)?;
+                let auth = self.auth_for(osd, &request.request, insecure)?;
                 Ok::<_, ClientError>((auth, self.osd_entry(osd)?.address))
             })();
             let (auth, address) = match ready {
@@ -266,7 +274,8 @@ impl Client {
                     &mut lane.conn,
                     &lane.address,
                     &lane.auth,
-                    request,
+                    &request.request,
+                    &request.digest,
                     clock,
                     &mut lane.rng,
                     &mut lane.learned,
@@ -277,6 +286,9 @@ impl Client {
         // A thread per lane (one lane: the caller's); in a simulation, a simulated task
         // per lane, interleaved by the scheduler like the threads they are.
         self.network.run_lanes(&mut lanes, &run);
+        let digests = distinct.iter().filter(|r| r.digest.get().is_some()).count();
+        self.stats.lock().data_digests += digests as u64;
+        drop(distinct);
         let mut answers = failed;
         let mut renewed: Vec<u64> = Vec::new();
         for lane in lanes {
@@ -284,7 +296,7 @@ impl Client {
             self.connections.give_back(lane.conn);
             self.learn_t10_clock(lane.osd, lane.learned);
             for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {
-                self.after_t10_refusal(lane.osd, &lane.auth, &request, &answer);
+                self.after_t10_refusal(lane.osd, &lane.auth, &request.request, &answer);
                 let answer = match answer {
                     Err(ClientError::Refused(e))
                         if matches!(
@@ -308,7 +320,7 @@ impl Client {
                                 s.osd_sessions.retain(|o| o.osd != lane.osd);
                             }
                         }
-                        self.data_call_exact(opened, lane.osd, request)
+                        self.data_call_exact(opened, lane.osd, request.into_request())
                     }
                     other => other,
                 };
@@ -568,10 +580,34 @@ struct Lane {
     auth: Auth,
     conn: Connection,
     rng: rand_chacha::ChaCha20Rng,
-    calls: Vec<(usize, OsdRequest)>,
+    calls: Vec<(usize, Arc<SharedRequest>)>,
     answers: Vec<(usize, Result<OsdResponse>)>,
     /// The OSD's clock offset an authenticated T10 answer showed (SPEC T7).
     learned: Option<i64>,
+}
+
+/// A request of a parallel batch, shared by the lanes that send it to each copy of its
+/// object (issue 41): its data once, not once per copy, and the data's digest computed
+/// by the first lane whose envelope covers it (ALLDATA) for every other.
+pub(crate) struct SharedRequest {
+    request: OsdRequest,
+    digest: std::sync::OnceLock<protection::DataDigest>,
+}
+
+impl SharedRequest {
+    pub(crate) fn new(request: OsdRequest) -> Arc<Self> {
+        Arc::new(Self {
+            request,
+            digest: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The request, copied only while another lane still shares it.
+    fn into_request(self: Arc<Self>) -> OsdRequest {
+        Arc::try_unwrap(self)
+            .map(|s| s.request)
+            .unwrap_or_else(|shared| shared.request.clone())
+    }
 }
 
 pub(crate) fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest {
@@ -606,12 +642,15 @@ pub(crate) fn read_request(opened: &Opened, object: ObjectId, length: u64) -> Os
 }
 
 /// Sends one request on `conn` and checks its answer, sealed as its capability requires
-/// (or NOSEC); no retries (the caller knows what is safe to retry).
+/// (or NOSEC); no retries (the caller knows what is safe to retry). `digest` holds the
+/// request's data digest once one lane made it, for the others sending the same request.
+#[allow(clippy::too_many_arguments)]
 fn call_on(
     conn: &mut Connection,
     address: &str,
     auth: &Auth,
     request: &OsdRequest,
+    digest: &std::sync::OnceLock<protection::DataDigest>,
     clock: &LocalClock,
     rng: &mut rand_chacha::ChaCha20Rng,
     learned: &mut Option<i64>,
@@ -684,11 +723,20 @@ fn call_on(
         timestamp: UnixMillis(clock.now().saturating_add_signed(*offset)),
         nonce,
     };
-    let parts = protection::seal_request_parts(keys, &header, &message, data, mac_capability, rng)
-        .map_err(|source| ClientError::Token {
-            what: "request envelope",
-            source,
-        })?;
+    let digest = || *digest.get_or_init(|| protection::data_digest(data));
+    let parts = protection::seal_request_parts_digested(
+        keys,
+        &header,
+        &message,
+        data,
+        digest,
+        mac_capability,
+        rng,
+    )
+    .map_err(|source| ClientError::Token {
+        what: "request envelope",
+        source,
+    })?;
     let frame: Vec<&[u8]> = prefix
         .into_iter()
         .chain(parts.iter().map(|p| p.as_ref()))

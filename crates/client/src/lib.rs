@@ -122,6 +122,10 @@ pub struct ClientStats {
     /// Requests sent again to another MDS instance after one did not answer (issue 42).
     #[serde(default)]
     pub mds_failovers: u64,
+    /// Digests of bulk data made for ALLDATA envelopes of parallel batches: one per
+    /// change, shared by the envelopes of its copies (issue 41).
+    #[serde(default)]
+    pub data_digests: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.

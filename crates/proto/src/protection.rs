@@ -338,6 +338,31 @@ pub fn seal_request_parts<'d>(
     capability: &[u8],
     rng: &mut impl rand_core::CryptoRngCore,
 ) -> Result<[std::borrow::Cow<'d, [u8]>; 3]> {
+    seal_request_parts_digested(
+        keys,
+        header,
+        message,
+        data,
+        || data_digest(data),
+        capability,
+        rng,
+    )
+}
+
+/// [`seal_request_parts`] with the data's digest from `digest` (called only when the
+/// envelope covers the digest: ALLDATA with `data_digest`), so that the copies of one
+/// change, each sealed under its own OSD session, hash their shared data once. `digest`
+/// must give [`data_digest`] of `data`: any other value makes an envelope that the
+/// receiver refuses.
+pub fn seal_request_parts_digested<'d>(
+    keys: &EnvelopeKeys,
+    header: &RequestHeader,
+    message: &[u8],
+    data: &'d [u8],
+    digest: impl FnOnce() -> DataDigest,
+    capability: &[u8],
+    rng: &mut impl rand_core::CryptoRngCore,
+) -> Result<[std::borrow::Cow<'d, [u8]>; 3]> {
     use std::borrow::Cow;
     if header.sealing().misplaced_digest() {
         return Err(ProtoError::Malformed {
@@ -356,8 +381,7 @@ pub fn seal_request_parts<'d>(
         Protection::CapKey => keys.mac.tag(&[REQUEST_CONTEXT, &head, capability]),
         Protection::CmdRsp => keys.mac.tag(&[REQUEST_CONTEXT, &head, message]),
         Protection::AllData if header.data_digest => {
-            keys.mac
-                .tag(&[REQUEST_CONTEXT, &head, message, &data_digest(data)])
+            keys.mac.tag(&[REQUEST_CONTEXT, &head, message, &digest()])
         }
         Protection::AllData => keys.mac.tag(&[REQUEST_CONTEXT, &head, message, data]),
         Protection::Confidential => {

@@ -284,3 +284,40 @@ proptest::proptest! {
         }
     }
 }
+
+/// The copies of one change share one digest of their data: sealed with it, an envelope
+/// is the one sealed by hashing the data itself, and the receiver opens it; sealed with
+/// any other digest, the receiver refuses it.
+#[test]
+fn a_request_sealed_with_a_shared_digest_is_the_same_envelope_and_a_wrong_one_is_refused() {
+    let keys = EnvelopeKeys::new(&[9; 32]);
+    let header = RequestHeader {
+        method: Protection::AllData,
+        data_digest: true,
+        session_id: SID,
+        timestamp: UnixMillis(1000),
+        nonce: NONCE,
+    };
+    let data = b"bulk data shared by three copies";
+    let seal = |digest: DataDigest| {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        seal_request_parts_digested(&keys, &header, b"m", data, || digest, b"", &mut rng)
+            .unwrap()
+            .concat()
+    };
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+    let hashed = seal_request(&keys, &header, b"m", data, b"", &mut rng).unwrap();
+    assert_eq!(seal(data_digest(data)), hashed);
+    assert!(UnverifiedRequest::decode(&hashed)
+        .unwrap()
+        .open(&keys, b"")
+        .is_ok());
+    let mut wrong = data_digest(data);
+    wrong[0] ^= 1;
+    assert!(matches!(
+        UnverifiedRequest::decode(&seal(wrong))
+            .unwrap()
+            .open(&keys, b""),
+        Err(ProtoError::BadMac { .. })
+    ));
+}
