@@ -572,6 +572,11 @@ fn t10_keys_are_durable_and_not_reset_by_a_restart() {
         if entry.file_name().is_some_and(|n| n == "t10.keys") {
             let mode = std::fs::metadata(&entry).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}", entry.display());
+            // Issue 42: the keys came from the leader, fenced under its lease's token
+            // (the OSD keeps the token with its keys, and takes no lower one).
+            let state =
+                maat_proto::t10_keys::KeyState::decode(&std::fs::read(&entry).unwrap()).unwrap();
+            assert!(state.fence() >= 1, "{}", entry.display());
             found += 1;
         }
     }

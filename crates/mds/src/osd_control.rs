@@ -126,11 +126,19 @@ impl<S: MetaStore> crate::Mds<S> {
     /// is computed once: the mark is never taken back and an id never changes its
     /// sealing key, so a cached key stays right.
     pub(crate) fn check_in_key(&self, osd: u64) -> Result<MacKey> {
+        Ok(self
+            .control_key_of(osd)?
+            .unwrap_or_else(|| self.join_background()))
+    }
+
+    /// OSD `osd`'s control key, once it registered for one (issue 41; fenced key
+    /// commands go under it too, issue 42); none before.
+    pub(crate) fn control_key_of(&self, osd: u64) -> Result<Option<MacKey>> {
         if let Some(mac) = lock(&self.control_keys).get(&osd) {
-            return Ok(mac.clone());
+            return Ok(Some(mac.clone()));
         }
         match self.store.meta(&mark_key(osd))? {
-            None => Ok(self.join_background()),
+            None => Ok(None),
             Some(_) => {
                 let entry = self
                     .store
@@ -158,7 +166,7 @@ impl<S: MetaStore> crate::Mds<S> {
                 })?;
                 let mac = MacKey::new(key).with_counters(self.background.clone());
                 lock(&self.control_keys).insert(osd, mac.clone());
-                Ok(mac)
+                Ok(Some(mac))
             }
         }
     }

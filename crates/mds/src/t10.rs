@@ -31,7 +31,9 @@
 use super::*;
 use maat_proto::capability::Mode;
 
+mod fence;
 mod grants;
+use fence::KeyLink;
 pub(crate) use grants::GrantWant;
 use maat_proto::limits::T10_WORKING_KEYS_PER_PARTITION;
 use maat_proto::msg::{
@@ -273,6 +275,11 @@ impl<S: MetaStore> Mds<S> {
         let Some(channel) = read_lock(&self.t10.channel).clone() else {
             return Err(not_ready(osd.id, "no channel to OSDs"));
         };
+        let link = KeyLink {
+            channel: channel.as_ref(),
+            osd,
+            fencing: self.key_fencing(osd.id)?,
+        };
         let _one = lock(&self.t10.exchange);
         let mut state = match self.t10_state(osd.id)? {
             Some(s) => s,
@@ -282,7 +289,7 @@ impl<S: MetaStore> Mds<S> {
         let older = |generation: u64, age: u64| now.0.saturating_sub(generation) >= age;
         let new_master = plan.master || state.master_generation() == 0;
         if new_master {
-            self.t10_master(osd, &mut state, channel.as_ref(), now, rng)?;
+            self.t10_master(osd, &mut state, &link, now, rng)?;
         }
         // The root pair follows a new master at once (it is set under the master's
         // authentication key), and is refreshed by policy every `ROOT_REFRESH_PERIODS`.
@@ -294,14 +301,7 @@ impl<S: MetaStore> Mds<S> {
             || root_age
                 .is_none_or(|g| g < master_generation || older(g, ROOT_REFRESH_PERIODS * period));
         if new_root {
-            self.t10_set(
-                osd,
-                &mut state,
-                SetKeyTarget::Root,
-                channel.as_ref(),
-                now,
-                rng,
-            )?;
+            self.t10_set(osd, &mut state, SetKeyTarget::Root, &link, now, rng)?;
         }
         let mut tag_failure = None;
         for p in partitions {
@@ -319,7 +319,7 @@ impl<S: MetaStore> Mds<S> {
                     osd,
                     &mut state,
                     SetKeyTarget::Partition(p.id),
-                    channel.as_ref(),
+                    &link,
                     now,
                     rng,
                 )?;
@@ -337,14 +337,9 @@ impl<S: MetaStore> Mds<S> {
             // A tag that cannot be set does not hold back the keys (no credential is
             // issued for this OSD under a tag it lacks: `grants.rs`); it is reported.
             for ((partition, file), tag) in tags {
-                if let Err(e) = self.t10_tag(
-                    osd,
-                    &mut state,
-                    (partition, file, tag),
-                    channel.as_ref(),
-                    now,
-                    rng,
-                ) {
+                if let Err(e) =
+                    self.t10_tag(osd, &mut state, (partition, file, tag), &link, now, rng)
+                {
                     tag_failure.get_or_insert(e);
                 }
             }
@@ -365,7 +360,7 @@ impl<S: MetaStore> Mds<S> {
                     partition: p.id,
                     key_version,
                 };
-                self.t10_set(osd, &mut state, target, channel.as_ref(), now, rng)?;
+                self.t10_set(osd, &mut state, target, &link, now, rng)?;
             }
         }
         match tag_failure {
@@ -379,16 +374,14 @@ impl<S: MetaStore> Mds<S> {
         osd: &OsdEntry,
         state: &mut KeyState,
         (partition, file, tag): (u64, u64, u32),
-        channel: &T10Channel,
+        channel: &KeyLink<'_>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<()> {
         let command = t10_keys::mds_set_policy_tag(state, partition, file, tag, now, rng)?;
-        let answer = channel(
-            osd,
-            &OsdPlainRequest::SetPolicyTag(command.encoded().to_vec()),
-        )
-        .map_err(|e| not_ready(osd.id, e))?;
+        let answer = channel
+            .send(OsdPlainRequest::SetPolicyTag(command.encoded().to_vec()))
+            .map_err(|e| not_ready(osd.id, e))?;
         let OsdPlainResponse::PolicyTagSet { ack } = answer else {
             return Err(not_ready(osd.id, "unexpected answer to SET POLICY TAG"));
         };
@@ -403,16 +396,14 @@ impl<S: MetaStore> Mds<S> {
         &self,
         osd: &OsdEntry,
         state: &mut KeyState,
-        channel: &T10Channel,
+        channel: &KeyLink<'_>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<()> {
         let (offer, ephemeral) = t10_keys::mds_master_offer(state, now, rng);
-        let answer = channel(
-            osd,
-            &OsdPlainRequest::SetMasterKey(offer.encoded().to_vec()),
-        )
-        .map_err(|e| not_ready(osd.id, e))?;
+        let answer = channel
+            .send(OsdPlainRequest::SetMasterKey(offer.encoded().to_vec()))
+            .map_err(|e| not_ready(osd.id, e))?;
         let OsdPlainResponse::MasterKeyAccepted(accept) = answer else {
             return Err(not_ready(osd.id, "unexpected answer to SET MASTER KEY"));
         };
@@ -426,12 +417,13 @@ impl<S: MetaStore> Mds<S> {
         osd: &OsdEntry,
         state: &mut KeyState,
         target: SetKeyTarget,
-        channel: &T10Channel,
+        channel: &KeyLink<'_>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<()> {
         let command = t10_keys::mds_set_key(state, target, now, rng)?;
-        let answer = channel(osd, &OsdPlainRequest::SetKey(command.encoded().to_vec()))
+        let answer = channel
+            .send(OsdPlainRequest::SetKey(command.encoded().to_vec()))
             .map_err(|e| not_ready(osd.id, e))?;
         let OsdPlainResponse::KeySet { ack } = answer else {
             return Err(not_ready(osd.id, "unexpected answer to SET KEY"));

@@ -298,6 +298,9 @@ pub struct OsdCore {
     id: OsdId,
     sealing: SealingSecretKey,
     mds_key: RwLock<Option<VerifyingKey>>,
+    /// The key agreed with the MDS for check-ins (issue 41), which also MACs fenced key
+    /// commands (issue 42); none before the OSD learned the MDS's sealing key.
+    control: RwLock<Option<maat_crypto::mac::MacKey>>,
     danger_allow_insecure: bool,
     counters: Counters,
     /// See [`OsdCore::background_counters`].
@@ -361,6 +364,7 @@ impl OsdCore {
             id,
             sealing: sealing.with_counters(counters.clone()),
             mds_key: RwLock::new(None),
+            control: RwLock::new(None),
             danger_allow_insecure,
             counters,
             background: OpCounters::new_handle(),
@@ -411,7 +415,7 @@ impl OsdCore {
 
     /// Issue 41: the key this OSD checks in with at the MDS whose sealing key is
     /// `mds_sealing` (`maat_proto::control`); its one X25519 agreement counts as
-    /// background work.
+    /// background work. Kept: the MDS MACs fenced key commands under it (issue 42).
     pub fn control_key(
         &self,
         mds_sealing: &[u8; 32],
@@ -420,7 +424,10 @@ impl OsdCore {
             .with_counters(self.background.clone())
             .agree(&maat_crypto::seal::SealingPublicKey(*mds_sealing))?;
         let key = maat_proto::control::control_key(&shared, self.id.0)?;
-        Ok(maat_crypto::mac::MacKey::new(key).with_counters(self.background.clone()))
+        let key = maat_crypto::mac::MacKey::new(key).with_counters(self.background.clone());
+        // Fenced key commands from the MDS are MACed under it too (issue 42).
+        *write(&self.control) = Some(key.clone());
+        Ok(key)
     }
 
     fn mds_key(&self) -> Result<VerifyingKey, WireError> {

@@ -23,7 +23,10 @@ impl OsdCore {
                         .map(|()| OsdPlainResponse::Applied),
                     OsdPlainRequest::SetMasterKey(_)
                     | OsdPlainRequest::SetKey(_)
-                    | OsdPlainRequest::SetPolicyTag(_) => self.t10_key_command(&request, now, rng),
+                    | OsdPlainRequest::SetPolicyTag(_) => {
+                        self.t10_key_command(&request, None, now, rng)
+                    }
+                    OsdPlainRequest::Fenced(bytes) => self.fenced_key_command(&bytes, now, rng),
                 });
         let result = self.counted(result);
         msg::encode_result(&result)

@@ -16,6 +16,7 @@
 //!   acknowledged.
 
 use super::*;
+use maat_proto::signed::UnverifiedMac;
 use maat_proto::t10::{self, Permissions, SetKeyTarget, T10Access, T10Capability};
 use maat_proto::t10_keys::{self, KeyState};
 use std::sync::Arc;
@@ -72,6 +73,12 @@ impl OsdCore {
         write(&self.t10.credentials).clear();
     }
 
+    /// Issue 42: the highest fencing token a key command was applied under here (0: none
+    /// came fenced yet).
+    pub fn t10_fence(&self) -> u64 {
+        lock(&self.t10.keys).as_ref().map_or(0, KeyState::fence)
+    }
+
     /// Generations of this OSD's keys, for `maat admin keys show`: master, root, and per
     /// partition its key and working slots.
     pub fn t10_generations(&self) -> Vec<(String, u64)> {
@@ -82,10 +89,50 @@ impl OsdCore {
         state.generations()
     }
 
-    /// SPEC T3: applies a SET MASTER KEY offer or a SET KEY pushed by the MDS.
+    /// Issue 42: a key command inside a `FencedKeyCommand` (MACed under the control key
+    /// agreed with the MDS, for this OSD): applied as [`OsdCore::t10_key_command`] under
+    /// its fencing token.
+    pub(crate) fn fenced_key_command(
+        &self,
+        bytes: &[u8],
+        now: UnixMillis,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<OsdPlainResponse, WireError> {
+        let key = read(&self.control).clone().ok_or_else(|| {
+            refuse(
+                ErrorCode::NotReady,
+                "no control key agreed with the MDS yet (registration pending)",
+            )
+        })?;
+        let fenced = UnverifiedMac::<t10::FencedKeyCommand>::decode(bytes)?.verify(&key)?;
+        if fenced.osd != self.id.0 {
+            return Err(refuse(
+                ErrorCode::WrongRecipient,
+                format!("a fenced key command for OSD {}", fenced.osd),
+            ));
+        }
+        let command: OsdPlainRequest = msg::decode(&fenced.command)?;
+        match command {
+            OsdPlainRequest::SetMasterKey(_)
+            | OsdPlainRequest::SetKey(_)
+            | OsdPlainRequest::SetPolicyTag(_) => {
+                self.t10_key_command(&command, Some(fenced.fence), now, rng)
+            }
+            _ => Err(refuse(
+                ErrorCode::InvalidArgument,
+                "only key commands travel fenced",
+            )),
+        }
+    }
+
+    /// SPEC T3: applies a SET MASTER KEY offer or a SET KEY pushed by the MDS, sent under
+    /// fencing token `fence` (issue 42; none: sent bare), refused `Fenced` under a token
+    /// below one applied before ([`KeyState::admit_fence`]); the token is stored with the
+    /// key state the command makes.
     pub(crate) fn t10_key_command(
         &self,
         request: &OsdPlainRequest,
+        fence: Option<u64>,
         now: UnixMillis,
         rng: &mut impl CryptoRngCore,
     ) -> Result<OsdPlainResponse, WireError> {
@@ -97,6 +144,7 @@ impl OsdCore {
             .as_ref()
             .ok_or_else(|| refuse(ErrorCode::NotReady, "T10 keys not loaded yet"))?;
         let mut next = current.clone();
+        next.admit_fence(fence)?;
         let mut tagged = None;
         let (answer, refilled) = match request {
             OsdPlainRequest::SetMasterKey(offer) => {

@@ -106,6 +106,10 @@ pub fn set_master_key_accept(data: &[u8]) {
 pub fn set_policy_tag(data: &[u8]) {
     maced_token::<crate::t10::SetPolicyTag>(data);
 }
+/// Fuzz entry: a fenced key command (issue 42).
+pub fn fenced_key_command(data: &[u8]) {
+    maced_token::<crate::t10::FencedKeyCommand>(data);
+}
 /// Fuzz entry: lockbox.
 pub fn lockbox(data: &[u8]) {
     if let Ok(lb) = Lockbox::decode(data) {
@@ -148,6 +152,7 @@ pub const ALL: &[(&str, Decoder)] = &[
     ("set_master_key_offer", set_master_key_offer),
     ("set_master_key_accept", set_master_key_accept),
     ("set_policy_tag", set_policy_tag),
+    ("fenced_key_command", fenced_key_command),
     ("lockbox", lockbox),
     ("range_key_grant", range_key_grant),
     ("key_ranges", key_ranges),

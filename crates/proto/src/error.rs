@@ -122,6 +122,18 @@ pub enum ProtoError {
         /// The command.
         what: &'static str,
     },
+    /// A key command from an MDS that no longer holds the leader lease (issue 42): sent
+    /// under fencing token `found` (0: none) after one under `applied`.
+    #[error(
+        "key command under fencing token {found} after one under {applied}: the MDS that \
+         sent it no longer leads"
+    )]
+    Fenced {
+        /// The command's token (0: an unfenced command).
+        found: u64,
+        /// The highest token applied here.
+        applied: u64,
+    },
     /// A valid credential that was revoked (SPEC T4: its object's policy access tag
     /// changed since it was made).
     #[error("revoked: {reason}")]

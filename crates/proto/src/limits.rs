@@ -119,6 +119,10 @@ pub const NAME_BYTES_MAX: usize = 255;
 /// Most partitions one OSD's key state holds.
 pub const T10_PARTITIONS_MAX: usize = 4096;
 
+/// Most bytes of the key command inside a fenced one (`t10::FencedKeyCommand`, issue
+/// 42); a SET KEY is under 100.
+pub const FENCED_COMMAND_BYTES_MAX: usize = 4096;
+
 /// Most objects with a policy access tag other than 0 one OSD's key state holds (across
 /// partitions): each is a revocation of one file's credentials (SPEC T4).
 pub const T10_POLICY_TAGS_MAX: usize = 65_536;

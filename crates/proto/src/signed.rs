@@ -65,11 +65,14 @@ pub enum Kind {
     /// H5 lockbox sealed under keys derived from the owner's static key (no ephemeral
     /// key per box).
     LockboxKeyed = 0x14,
+    /// T3 key command (SET KEY, SET MASTER KEY, SET POLICY TAG) with the fencing token of
+    /// the MDS leader that sent it, MACed under the OSD's control key (issue 42).
+    FencedKeyCommand = 0x15,
 }
 
 impl Kind {
     /// Every kind, in byte order (tests use it to demand a fixture for each).
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::LoginTicket,
         Kind::SessionOffer,
         Kind::SessionConfirm,
@@ -90,6 +93,7 @@ impl Kind {
         Kind::SetPolicyTag,
         Kind::RangeGrantKeyed,
         Kind::LockboxKeyed,
+        Kind::FencedKeyCommand,
     ];
 
     /// Human-readable name used in errors.
@@ -115,12 +119,13 @@ impl Kind {
             Kind::SetPolicyTag => "SET POLICY TAG",
             Kind::RangeGrantKeyed => "keyed range-key grant",
             Kind::LockboxKeyed => "keyed lockbox",
+            Kind::FencedKeyCommand => "fenced key command",
         }
     }
 }
 
-// A kind added after `LockboxKeyed` must be added to `Kind::ALL` too.
-const _: () = assert!(Kind::ALL.len() == Kind::LockboxKeyed as usize);
+// A kind added after `FencedKeyCommand` must be added to `Kind::ALL` too.
+const _: () = assert!(Kind::ALL.len() == Kind::FencedKeyCommand as usize);
 
 /// The body of a token kind: its fields and their canonical encoding.
 pub trait Body: Sized {

@@ -638,3 +638,43 @@ impl crate::signed::MacedBody for SetKey {}
 impl crate::signed::MacedBody for SetMasterKeyOffer {}
 impl crate::signed::MacedBody for SetMasterKeyAccept {}
 impl crate::signed::MacedBody for SetPolicyTag {}
+impl crate::signed::MacedBody for FencedKeyCommand {}
+
+/// Issue 42: a key command (an encoded `OsdPlainRequest::SetKey`, `SetMasterKey` or
+/// `SetPolicyTag`, itself MACed under its level's key) with the fencing token of the
+/// leader lease the sending MDS instance held, MACed under the OSD's control key
+/// (`control::control_key`). An OSD keeps the highest token it applied a command under
+/// and refuses commands under a lower one, so a leader that lost its lease cannot
+/// undo its successor's keys with a command still in flight.
+///
+/// The command inside is small (a SET KEY is under 100 bytes): at most
+/// [`crate::limits::FENCED_COMMAND_BYTES_MAX`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedKeyCommand {
+    /// The OSD the command is for (its control key MACs it; named too, so that the
+    /// token says whom it addresses).
+    pub osd: u64,
+    /// The leader lease's fencing token (grows at each change of holder).
+    pub fence: u64,
+    /// The encoded `OsdPlainRequest`.
+    pub command: Vec<u8>,
+}
+
+impl Body for FencedKeyCommand {
+    const KIND: Kind = Kind::FencedKeyCommand;
+    fn encode_body(&self, w: &mut Writer) {
+        w.u64(self.osd).u64(self.fence).var_bytes(&self.command);
+    }
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self> {
+        Ok(Self {
+            osd: r.u64()?,
+            fence: r.u64()?,
+            command: r
+                .var_bytes(
+                    "fenced key command",
+                    crate::limits::FENCED_COMMAND_BYTES_MAX,
+                )?
+                .to_vec(),
+        })
+    }
+}

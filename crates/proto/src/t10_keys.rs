@@ -44,6 +44,9 @@ const ACK_CONTEXT: &[u8] = b"maat/t10/set-key-ack/v1\0";
 const TAG_ACK_CONTEXT: &[u8] = b"maat/t10/set-policy-tag-ack/v1\0";
 /// Version 2 adds each partition's policy access tags (SPEC T4); version 1 still loads.
 const STATE_VERSION: u8 = 2;
+/// Version 3 adds the fence (issue 42) after the partitions; written only when the fence
+/// is not 0, so a state that never saw a fenced command keeps version 2's bytes.
+const STATE_VERSION_FENCED: u8 = 3;
 pub use crate::limits::T10_PARTITIONS_MAX;
 pub use crate::limits::T10_POLICY_TAGS_MAX;
 
@@ -76,6 +79,9 @@ pub struct KeyState {
     previous_master: Option<Keyed<KeyPair>>,
     root: Option<Keyed<KeyPair>>,
     partitions: BTreeMap<u64, PartitionKeys>,
+    /// OSD only (issue 42): the highest fencing token a key command was applied under
+    /// (`t10::FencedKeyCommand`); 0 until the first.
+    fence: u64,
 }
 
 impl KeyState {
@@ -93,7 +99,32 @@ impl KeyState {
             previous_master: None,
             root: None,
             partitions: BTreeMap::new(),
+            fence: 0,
         })
+    }
+
+    /// OSD (issue 42): the highest fencing token a key command was applied under, 0
+    /// before the first fenced one.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// OSD (issue 42): admits a key command sent under fencing token `fence` (none: an
+    /// MDS from before fencing, or one that leads no lease): refused `Fenced` under a
+    /// lower token than one applied before, and unfenced once any was; else the token
+    /// is kept (the caller makes the state durable with the command's change).
+    pub fn admit_fence(&mut self, fence: Option<u64>) -> Result<()> {
+        match fence {
+            Some(f) if f >= self.fence => {
+                self.fence = f;
+                Ok(())
+            }
+            None if self.fence == 0 => Ok(()),
+            _ => Err(ProtoError::Fenced {
+                found: fence.unwrap_or(0),
+                applied: self.fence,
+            }),
+        }
     }
 
     /// Generation of the master pair (0 until the first SET MASTER KEY).
@@ -318,7 +349,11 @@ impl KeyState {
                 .bytes(k.key.generation.expose());
         }
         let mut w = Writer::new();
-        w.u8(STATE_VERSION);
+        w.u8(if self.fence == 0 {
+            STATE_VERSION
+        } else {
+            STATE_VERSION_FENCED
+        });
         pair(&mut w, &self.master);
         for k in [&self.previous_master, &self.root] {
             match k {
@@ -350,6 +385,9 @@ impl KeyState {
                 w.u64(*object).u32(*tag);
             }
         }
+        if self.fence != 0 {
+            w.u64(self.fence);
+        }
         w.finish()
     }
 
@@ -377,7 +415,7 @@ impl KeyState {
         }
         let mut r = Reader::new(bytes, WHAT);
         let version = r.u8()?;
-        if version != 1 && version != STATE_VERSION {
+        if !(1..=STATE_VERSION_FENCED).contains(&version) {
             return Err(ProtoError::UnsupportedVersion { found: version });
         }
         let master = pair(&mut r)?;
@@ -445,12 +483,26 @@ impl KeyState {
                 });
             }
         }
+        let fence = if version >= STATE_VERSION_FENCED {
+            match r.u64()? {
+                0 => {
+                    return Err(ProtoError::Malformed {
+                        what: WHAT,
+                        reason: "fence 0 written as version 3",
+                    })
+                }
+                f => f,
+            }
+        } else {
+            0
+        };
         r.finish()?;
         Ok(Self {
             master,
             previous_master,
             root,
             partitions,
+            fence,
         })
     }
 }
@@ -879,5 +931,49 @@ mod tests {
         let cmd = mds_set_policy_tag(&mds, 9, 42, 7, UnixMillis(300), &mut OsRng).unwrap();
         assert!(mds_confirm_policy_tag(&mut mds, &cmd, &[0; 32]).is_err());
         assert_eq!(mds.policy_tag(9, 42), 2);
+    }
+
+    #[test]
+    fn the_fence_only_rises_survives_restarts_and_keeps_unfenced_states_at_version_2() {
+        let (mut mds, mut osd) = pair_of_states();
+        master(&mut mds, &mut osd, 100);
+        set(&mut mds, &mut osd, SetKeyTarget::Root, 101);
+        let v2 = osd.encode();
+        assert_eq!(v2[0], 2);
+        // Before any fenced command: a bare one (an MDS before fencing) is admitted.
+        assert_eq!(osd.admit_fence(None), Ok(()));
+        assert_eq!(osd.encode(), v2);
+        // The first leader's token, then the same again (its next command): admitted.
+        osd.admit_fence(Some(4)).unwrap();
+        osd.admit_fence(Some(4)).unwrap();
+        assert_eq!(osd.fence(), 4);
+        // A successor's higher token, then the deposed leader's: refused, fence kept.
+        osd.admit_fence(Some(5)).unwrap();
+        assert_eq!(
+            osd.admit_fence(Some(4)),
+            Err(ProtoError::Fenced {
+                found: 4,
+                applied: 5
+            })
+        );
+        // A bare command after fenced ones: refused.
+        assert!(matches!(
+            osd.admit_fence(None),
+            Err(ProtoError::Fenced { found: 0, .. })
+        ));
+        // Stored as version 3 (version 2 and the fence after it); loads back the same.
+        let v3 = osd.encode();
+        assert_eq!(v3[0], 3);
+        assert_eq!(&v3[1..v3.len() - 8], &v2[1..]);
+        assert_eq!(&v3[v3.len() - 8..], &5u64.to_be_bytes());
+        let mut again = KeyState::decode(&v3).unwrap();
+        assert_eq!(again, osd);
+        assert!(again.admit_fence(Some(4)).is_err());
+        // Version 2's bytes still load, with no fence; version 3 with a fence of 0 does not.
+        assert_eq!(KeyState::decode(&v2).unwrap().fence(), 0);
+        let mut zero = v3.clone();
+        let at = zero.len() - 8;
+        zero[at..].copy_from_slice(&0u64.to_be_bytes());
+        assert!(KeyState::decode(&zero).is_err());
     }
 }

@@ -61,6 +61,7 @@ tamper_tests!(
     set_master_key_offer,
     set_master_key_accept,
     set_policy_tag,
+    fenced_key_command,
     lockbox,
     lockbox_keyed,
     range_key_grant,

@@ -30,6 +30,10 @@ pub(crate) struct MdsSlot {
     /// the instance crashes (so that requests it is still serving fail, as a killed
     /// process's would).
     connection: Mutex<Option<Arc<AtomicBool>>>,
+    /// The leader lease this instance was last granted: until when (protocol ms) and
+    /// its fencing token, as the daemon's `Leader` keeps it; the instance's leadership
+    /// probe reads it, so that its key commands go fenced as the daemon's do (issue 42).
+    grant: Arc<Mutex<Option<(u64, u64)>>>,
 }
 
 impl MdsSlot {
@@ -41,6 +45,7 @@ impl MdsSlot {
             env,
             failed,
             connection: Mutex::new(None),
+            grant: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -66,6 +71,19 @@ impl MdsSlot {
             }
             None => maat_server::open_mds(config, &self.env)?,
         };
+        // As the daemon: leadership is what the last grant says, until it runs out. An
+        // instance alone (over its redb file) is granted at its start for good, under
+        // token 1, as the daemon's first renewal grants a lone instance.
+        if shared.is_none() {
+            *locked(&self.grant) = Some((u64::MAX, 1));
+        }
+        let (grant, env) = (self.grant.clone(), self.env.clone());
+        mds.set_leadership_probe(Box::new(move || {
+            let now = env.now().0;
+            locked(&grant)
+                .filter(|(until, _)| now < *until)
+                .map(|(_, token)| token)
+        }));
         net.attach(
             self.address.clone(),
             peer(maat_server::mds_handler(
@@ -131,8 +149,10 @@ pub(crate) fn lead(slots: &[MdsSlot]) -> Result<(), SimError> {
             continue;
         };
         if !state.granted {
+            *locked(&slot.grant) = None;
             continue;
         }
+        *locked(&slot.grant) = Some((now.0.saturating_add(ttl), state.token));
         return slot.t10_upkeep(&mds);
     }
     Ok(())

@@ -422,6 +422,8 @@ fn t10_keys_refresh_by_policy_and_no_refresh_breaks_a_read() {
         generation(&admin, "partition 2"),
     );
     let mut working = generation(&admin, "working");
+    // Issue 42: the keys came fenced, under the lone instance's lease (token 1).
+    assert_eq!(sim.osd(1).unwrap().core.t10_fence(), 1);
     let period = 75_000;
     for step in 1..=64u64 {
         sim.advance(period).unwrap();
@@ -433,6 +435,45 @@ fn t10_keys_refresh_by_policy_and_no_refresh_breaks_a_read() {
         assert_eq!(p > partition, step >= 16, "partition pair at period {step}");
         let r = generation(&admin, "root");
         assert_eq!(r > root, step >= 64, "root at period {step}");
+    }
+}
+
+/// Issue 42 with two MDS instances over one database: the instance holding the leader
+/// lease sends the key commands, fenced under its token, and after it restarts (a crash)
+/// the keys are still kept and a file in the T10 partition reads.
+#[test]
+fn t10_key_commands_come_fenced_from_the_leader_of_several_instances() {
+    let sim = SimCluster::start_instances(
+        12,
+        2,
+        maat_proto::limits::CAPABILITY_LIFETIME_MILLIS_DEFAULT / 1000,
+        2,
+    )
+    .unwrap();
+    let mut admin = t10_partition(&sim);
+    let data = content(2000);
+    put(&mut admin, "/fast/g", &data);
+    let fences = || {
+        (1..=2)
+            .map(|id| sim.osd(id).unwrap().core.t10_fence())
+            .collect::<Vec<_>>()
+    };
+    let first = fences();
+    assert!(first.iter().all(|f| *f >= 1), "{first:?}");
+    for index in 0..2 {
+        sim.mds_instances().restart(index).unwrap();
+        sim.advance(75_000).unwrap();
+        assert_eq!(
+            get(&mut admin, "/fast/g").unwrap(),
+            data,
+            "after restart {index}"
+        );
+        // A fence never goes down.
+        let now = fences();
+        assert!(
+            now.iter().zip(&first).all(|(n, f)| n >= f),
+            "{now:?} after {first:?}"
+        );
     }
 }
 

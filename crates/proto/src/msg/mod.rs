@@ -145,6 +145,9 @@ pub enum ErrorCode {
     /// change, so it serves none until it checks in again (issue 41). Read another copy.
     /// Appended.
     CutOff,
+    /// A key command from an MDS instance that no longer leads: a newer leader's
+    /// command was applied here (issue 42). Appended.
+    Fenced,
 }
 
 impl ErrorCode {
@@ -195,6 +198,9 @@ impl ErrorCode {
             ErrorCode::CutOff => {
                 "this OSD cannot reach the MDS, so it cannot tell which of its copies are current"
             }
+            ErrorCode::Fenced => {
+                "a key command from an MDS that no longer leads (a newer leader's was applied)"
+            }
         }
     }
 
@@ -230,6 +236,7 @@ impl ErrorCode {
             ProtoError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
             ProtoError::CommitmentMismatch { .. } => ErrorCode::TreeMismatch,
             ProtoError::Superseded { .. } => ErrorCode::ReplayedRequest,
+            ProtoError::Fenced { .. } => ErrorCode::Fenced,
             ProtoError::Revoked { .. } => ErrorCode::Revoked,
             _ => ErrorCode::Malformed,
         }

@@ -454,6 +454,10 @@ pub enum OsdPlainRequest {
     /// SPEC T4: a SET POLICY TAG from the MDS (MACed under the partition's authentication
     /// key). Answer `PolicyTagSet`, once the tag is durable.
     SetPolicyTag(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Issue 42: one of the three key commands above inside a `t10::FencedKeyCommand`
+    /// (the leader lease's fencing token, MACed under the OSD's control key). Answered
+    /// as the command inside, or refused `Fenced`. Appended.
+    Fenced(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Answer to [`OsdPlainRequest`].

@@ -639,6 +639,34 @@ pub fn fixtures() -> Vec<Fixture> {
         },
     ));
 
+    // Issue 42: a key command to OSD 7 under the leader lease's fencing token 3, MACed
+    // under OSD 7's control key (as the MDS derives it; the OSD checks under its own).
+    let fenced_key = |seal: &SealingSecretKey, public: &SealingPublicKey| {
+        MacKey::new(maat_proto::control::control_key(&seal.agree(public).unwrap(), 7).unwrap())
+    };
+    let inner = maat_proto::msg::encode(&maat_proto::msg::OsdPlainRequest::SetPolicyTag(vec![
+        0x26;
+        8
+    ]))
+    .unwrap();
+    let fenced = maat_proto::t10::FencedKeyCommand {
+        osd: 7,
+        fence: 3,
+        command: inner,
+    };
+    let (mds_seal, osd_seal) = (k.mds_seal.clone(), k.osd_seal.clone());
+    out.push(fx(
+        "fenced_key_command",
+        signed::mac(fenced, &fenced_key(&k.mds_seal, &k.osd_seal.public_key()))
+            .encoded()
+            .to_vec(),
+        move |b| {
+            UnverifiedMac::<maat_proto::t10::FencedKeyCommand>::decode(b)?
+                .verify(&fenced_key(&osd_seal, &mds_seal.public_key()))
+                .map(drop)
+        },
+    ));
+
     // Issue 42: a change applied once whichever MDS instance receives it.
     let once = || maat_proto::msg::MdsRequest::Once {
         id: [0x07; 16],
