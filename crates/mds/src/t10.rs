@@ -190,6 +190,15 @@ impl<S: MetaStore> Mds<S> {
     }
 
     fn t10_commit(&self, osd: u64, state: &KeyState, rng: &mut impl CryptoRngCore) -> Result<()> {
+        // Issue 42: an instance whose lease ran out while the OSD answered does not write
+        // over the record its successor may have written since (the OSD already refuses
+        // its later commands; the time between this check and the commit stays open).
+        if !self.leads() {
+            return Err(not_ready(
+                osd,
+                "the leader lease ran out during a key command; its successor keeps the keys",
+            ));
+        }
         let key = format!("{META_PREFIX}{osd}");
         let bytes = zeroize::Zeroizing::new(state.encode());
         let sealed = self.t10_wrap.seal(0, key.as_bytes(), &bytes, rng)?;

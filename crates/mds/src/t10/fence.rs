@@ -31,10 +31,18 @@ impl KeyLink<'_> {
             },
             key,
         );
-        (self.channel)(
+        match (self.channel)(
             self.osd,
             &OsdPlainRequest::Fenced(fenced.encoded().to_vec()),
-        )
+        ) {
+            // An OSD from before fencing (with a control key all the same) does not know
+            // the message: the command goes bare, as before. Safe: an OSD that ever took a
+            // fenced command refuses bare ones.
+            Err(ChannelError::Refused(e)) if e.code == ErrorCode::Malformed => {
+                (self.channel)(self.osd, &request)
+            }
+            other => other,
+        }
     }
 }
 
@@ -56,5 +64,84 @@ impl<S: MetaStore> Mds<S> {
             ));
         };
         Ok(self.control_key_of(osd)?.map(|key| (token, key)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex as StdMutex};
+
+    type Seen = Arc<StdMutex<Vec<bool>>>;
+
+    fn entry() -> OsdEntry {
+        OsdEntry {
+            id: 7,
+            address: "10.0.0.7:7000".into(),
+            sealing_key: [0; 32],
+            weight: 1,
+        }
+    }
+
+    /// What an OSD answers to each message it is sent: `fenced` for a fenced one, a
+    /// key set for a bare one; the messages seen are kept.
+    fn osd(fenced: ErrorCode, seen: Seen) -> Box<T10Channel> {
+        Box::new(move |_, request| {
+            let is_fenced = matches!(request, OsdPlainRequest::Fenced(_));
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(is_fenced);
+            if is_fenced {
+                Err(ChannelError::Refused(WireError::new(fenced, "as told")))
+            } else {
+                Ok(OsdPlainResponse::KeySet { ack: [0; 32] })
+            }
+        })
+    }
+
+    #[test]
+    fn a_fenced_command_goes_bare_only_to_an_osd_that_does_not_know_fencing() {
+        let key = MacKey::new(maat_crypto::Secret32::from_bytes([5; 32]));
+        let entry = entry();
+        let command = OsdPlainRequest::SetKey(vec![1, 2, 3]);
+        // An OSD from before fencing refuses the message as malformed: sent again bare.
+        let seen = Seen::default();
+        let old = osd(ErrorCode::Malformed, seen.clone());
+        let link = KeyLink {
+            channel: old.as_ref(),
+            osd: &entry,
+            fencing: Some((3, key.clone())),
+        };
+        assert!(matches!(
+            link.send(command.clone()),
+            Ok(OsdPlainResponse::KeySet { .. })
+        ));
+        assert_eq!(
+            *seen.lock().unwrap_or_else(|p| p.into_inner()),
+            [true, false]
+        );
+        // An OSD that refuses it as fenced (a newer leader's was applied): never bare.
+        let seen = Seen::default();
+        let newer = osd(ErrorCode::Fenced, seen.clone());
+        let link = KeyLink {
+            channel: newer.as_ref(),
+            osd: &entry,
+            fencing: Some((3, key)),
+        };
+        assert!(matches!(
+            link.send(command.clone()),
+            Err(ChannelError::Refused(e)) if e.code == ErrorCode::Fenced
+        ));
+        assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), [true]);
+        // No fencing (no leadership probe, or an OSD without a control key): bare.
+        let seen = Seen::default();
+        let any = osd(ErrorCode::Fenced, seen.clone());
+        let link = KeyLink {
+            channel: any.as_ref(),
+            osd: &entry,
+            fencing: None,
+        };
+        assert!(link.send(command).is_ok());
+        assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), [false]);
     }
 }
