@@ -388,11 +388,20 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
     assert!(healed.findings.is_empty(), "{healed:?}");
     assert_eq!(healed.copies_good, 3 * objects, "{healed:?}");
 
-    // One byte flipped in the first copy of each stripe-0 object: still the right bytes.
+    // One byte flipped in the copy of each stripe-0 object that the reader below asks
+    // first (reads spread over copies by client: its spread is set): still the right
+    // bytes.
+    const SPREAD: u64 = 5;
+    let mut order = cluster.admin_client();
+    order.set_read_spread(SPREAD);
+    let firsts: Vec<u64> = ids
+        .iter()
+        .take(6)
+        .map(|id| order.reads_ask("default", *id, 0).unwrap()[0])
+        .collect();
     let flipped = std::cell::Cell::new(0u64);
     cluster.restart_with(|data| {
-        for ((_, _), id) in files.iter().zip(&ids).take(6) {
-            let first = c.copies_of("default", *id, 0).unwrap()[0];
+        for (id, first) in ids.iter().zip(&firsts) {
             let copy = object_files(data, *id, 0)
                 .into_iter()
                 .find(|p| osd_of(p) == format!("osd-{first}"));
@@ -406,7 +415,8 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
             flipped.set(flipped.get() + 1);
         }
     });
-    let reader = cluster.admin_client();
+    let mut reader = cluster.admin_client();
+    reader.set_read_spread(SPREAD);
     // A light scrub names each flipped copy (its digest differs from the two others')
     // before any read.
     let after_flip = reader
@@ -598,7 +608,7 @@ fn a_hung_osd_is_shown_down_and_read_around_without_waiting_for_it() {
     let mut first_on_hung = 0;
     for (path, data) in &files {
         let id = reader.stat(path).unwrap().id;
-        first_on_hung += usize::from(reader.copies_of("default", id, 0).unwrap()[0] == 2);
+        first_on_hung += usize::from(reader.reads_ask("default", id, 0).unwrap()[0] == 2);
         assert_eq!(&get(&reader, path).unwrap(), data, "{path} with osd-2 hung");
     }
     assert!(first_on_hung >= 3, "{first_on_hung}");

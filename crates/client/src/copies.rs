@@ -32,6 +32,22 @@ impl Client {
         Ok(copies)
     }
 
+    #[doc(hidden)]
+    /// The OSDs holding the copies of stripe `stripe` of `file`, in the order this
+    /// client's reads ask them while none is suspect (from the copy its spread picks).
+    pub fn reads_ask(&self, partition: &str, file: u64, stripe: u32) -> Result<Vec<u64>> {
+        let copies = self.copies_of(partition, file, stripe)?;
+        let spread = machines::spread(self.spread, file, stripe);
+        Ok(machines::Suspects::default().order(copies, 0, spread))
+    }
+
+    #[doc(hidden)]
+    /// Sets where this client's reads start among copies (tests that must know which
+    /// copy a read asks first).
+    pub fn set_read_spread(&mut self, spread: u64) {
+        self.spread = spread;
+    }
+
     /// How many copies partition `partition` keeps of each object: asked of the MDS once,
     /// and again for a partition made since. An MDS from before copies keeps one. A file
     /// reached through a job's handle (SPEC M10) comes with no partition: the most any
