@@ -58,6 +58,11 @@ pub enum AdminCommand {
         /// alike, and does not check that agreeing encrypted copies authenticate).
         #[arg(long)]
         light: bool,
+        /// With --repair: write repaired copies back at most this fast, in MiB/s, so that
+        /// clients keep their share of the OSDs while a lost OSD's copies are put back
+        /// (0: as fast as the cluster goes).
+        #[arg(long, value_name = "MIB_PER_S", default_value_t = 0)]
+        rate: u64,
         /// One JSON object.
         #[arg(long)]
         json: bool,
@@ -445,12 +450,14 @@ pub fn run(cluster: &Option<PathBuf>, command: AdminCommand) -> Result<()> {
             path,
             repair,
             light,
+            rate,
             json,
         } => {
             let depth = match light {
                 true => maat_client::ScrubDepth::Light,
                 false => maat_client::ScrubDepth::Deep,
             };
+            c.set_repair_rate(rate.saturating_mul(1 << 20));
             return crate::health::scrub(&c, &path, depth, repair, json);
         }
         AdminCommand::Revoke {

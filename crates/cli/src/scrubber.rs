@@ -70,15 +70,17 @@ impl Wanted {
 
 /// Starts the scrubber of the cluster in `data`; it ends when `stop` is set (between
 /// runs: a run in progress ends with the daemons it talks to).
+/// `rate`: the most bytes a second its repairs write back (0: no limit).
 pub fn spawn(
     data: &Path,
     every: Option<Duration>,
+    rate: u64,
     wanted: Wanted,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     let data = data.to_path_buf();
     wanted.ask("the cluster started");
-    std::thread::spawn(move || run(&data, every, &wanted, &stop))
+    std::thread::spawn(move || run(&data, every, rate, &wanted, &stop))
 }
 
 fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) {
@@ -136,7 +138,7 @@ fn record(
     status
 }
 
-fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool) {
+fn run(data: &Path, every: Option<Duration>, rate: u64, wanted: &Wanted, stop: &AtomicBool) {
     // The last deep run survives a restart of `maat up`.
     let mut status = scrub_status::load_beside(&data.join("client.toml"))
         .ok()
@@ -151,7 +153,10 @@ fn run(data: &Path, every: Option<Duration>, wanted: &Wanted, stop: &AtomicBool)
     while !stop.load(Ordering::SeqCst) {
         if c.is_none() {
             match client(data) {
-                Ok(new) => c = Some(new),
+                Ok(new) => {
+                    new.set_repair_rate(rate);
+                    c = Some(new);
+                }
                 Err(e) => {
                     eprintln!("maat: scrubber: cannot log in as the administrator: {e}");
                     sleep_unless_stopped(stop, POLL * 5);

@@ -222,6 +222,11 @@ pub struct Client {
     /// The key tree level key requests ask for (SPEC H8).
     key_level: u8,
     key_prefetch: u64,
+    /// Issue 41: at most this many bytes a second of copies written back by repairs
+    /// (0: no limit), so that a repair leaves client I/O its share; and the protocol
+    /// time before which the next repair write waits.
+    repair_rate: std::sync::atomic::AtomicU64,
+    repair_next: Locked<u64>,
     /// Counters.
     stats: Locked<ClientStats>,
     /// Held while logging in again, so that threads finding the session gone or near its
@@ -290,6 +295,8 @@ impl Client {
             lockbox_keys: Locked::default(),
             key_level: 0,
             key_prefetch: 0,
+            repair_rate: std::sync::atomic::AtomicU64::new(0),
+            repair_next: Locked::default(),
             stats: Locked::new(stats),
             login_turn: Locked::default(),
             reserved: Locked::default(),

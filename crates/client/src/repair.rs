@@ -54,6 +54,35 @@ impl Client {
         }
     }
 
+    /// Limits the copies repairs write back to `bytes_per_second` (0: no limit, the
+    /// default), for the scrubs this client runs from now on (issue 41: a repair must
+    /// leave client I/O its share of the OSDs and the network).
+    pub fn set_repair_rate(&self, bytes_per_second: u64) {
+        self.repair_rate
+            .store(bytes_per_second, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Waits, under a repair rate, until a repair write of `bytes` fits in it: each write
+    /// takes its share of a second after the one before (a token bucket that holds no
+    /// burst), whichever scrub lane it comes from.
+    fn pace_repair(&self, bytes: usize) {
+        let rate = self.repair_rate.load(std::sync::atomic::Ordering::Relaxed);
+        if rate == 0 {
+            return;
+        }
+        let now = self.now();
+        let wait = {
+            let mut next = self.repair_next.lock();
+            let start = (*next).max(now);
+            let takes = (bytes as u64).saturating_mul(1000) / rate;
+            *next = start.saturating_add(takes);
+            start - now
+        };
+        if wait > 0 {
+            self.network.sleep(wait);
+        }
+    }
+
     /// Replaces each copy of `targets` with the bytes the `sources` hold, whose digest
     /// is `good`, under the conditions above. `full`: the length a whole-object read asks
     /// for. One outcome per target.
@@ -136,6 +165,7 @@ impl Client {
                 expect,
                 data: good_bytes.clone(),
             };
+            self.pace_repair(good_bytes.len());
             match call(osd, command) {
                 Ok(_) => written.push((osd, found)),
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::ObjectChanged => outcomes

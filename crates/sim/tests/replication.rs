@@ -729,3 +729,48 @@ fn acknowledged_writes_survive_down_osds_and_lost_disks_with_two_mds_instances()
         seed += 1;
     }
 }
+
+/// Issue 41: a repair under a rate limit (`maat admin scrub --rate`, `maat up
+/// --scrub-rate`) writes copies back no faster than the limit, by the simulated clock, and
+/// puts every lost copy back all the same; without the limit the same repair takes
+/// about no simulated time.
+#[test]
+fn a_repair_under_a_rate_limit_writes_no_faster_than_it_and_puts_every_copy_back() {
+    let repair = |rate: u64| {
+        let mut sim = SimCluster::start(31, OSDS).unwrap();
+        let admin = Arc::new(sim.admin().unwrap());
+        let data: Vec<u8> = (0..600_000u32).map(|i| (i * 7 + i / 999) as u8).collect();
+        for i in 0..4 {
+            let (a, d) = (admin.clone(), data.clone());
+            in_task(&sim, move || put(&a, &format!("/r{i}"), &d)).unwrap();
+        }
+        sim.lose_osd_objects(2).unwrap();
+        let repairer = Arc::new(sim.admin().unwrap());
+        repairer.set_repair_rate(rate);
+        let began = sim.now().0;
+        let copies = repair_all(&sim, &repairer, "rate-limited repair");
+        let took = sim.now().0 - began;
+        // Every file reads back from every copy's OSD being fine again.
+        for i in 0..4 {
+            let a = admin.clone();
+            let got = in_task(&sim, move || get(&a, &format!("/r{i}"))).unwrap();
+            assert!(got == data, "/r{i} after the repair");
+        }
+        (copies, took)
+    };
+    let (copies, took) = repair(0);
+    assert!(copies > 0);
+    // 100 KiB/s: each repaired copy (a stripe, up to 512 KiB sealed) waits its share.
+    let rate = 100 << 10;
+    let (limited, took_limited) = repair(rate);
+    assert_eq!(limited, copies);
+    // The repaired bytes are at least (copies - 1) sealed stripes' worth beyond the first
+    // write, which goes at once (the smaller stripe of a file of 600,000 bytes holds 75,712
+    // of them): over 4 files (two stripes each), the
+    // copies osd 2 held.
+    let least_ms = (copies - 1) * 75_000 * 1000 / rate;
+    assert!(
+        took_limited >= least_ms && took_limited > took + 1_000,
+        "{copies} copies: {took_limited} ms limited, {took} ms not"
+    );
+}
