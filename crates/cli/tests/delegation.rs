@@ -112,6 +112,19 @@ fn participants_use_the_jobs_key_and_lose_it_with_the_lead() {
     // JobCreate signs the key's lifetime, openg the capability and the handle.
     assert_eq!(counter(&admin, "mds", "signatures_made") - signed, 3);
     let opened = bob.openfh(&handle).unwrap();
+    // Reads spread over copies by client (issue 41): bob's spread is set so that his
+    // reads of the three stripes ask both OSDs first, as placement did before.
+    let (file, partition) = (handle.handle.file.0, opened.stat.partition.clone());
+    let spread = (0..64u64)
+        .find(|s| {
+            bob.set_read_spread(*s);
+            let firsts: std::collections::BTreeSet<u64> = (0..3)
+                .map(|stripe| bob.reads_ask(&partition, file, stripe).unwrap()[0])
+                .collect();
+            firsts.len() == 2
+        })
+        .expect("a spread whose reads ask both OSDs");
+    bob.set_read_spread(spread);
     // Sessions first (their offers cost two verifications each, delegation or not).
     for osd in bob.cluster_map().unwrap().osds {
         bob.osd_session(osd.id).unwrap();

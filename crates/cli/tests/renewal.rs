@@ -130,7 +130,19 @@ fn renewal_keeps_capabilities_in_use_alive_and_never_extends_revoked_access() {
         code(carol.osd_call(osd, supply(old))),
         ErrorCode::CapabilityExpired
     );
-    // A valid token renews capabilities, not users: bob's capability stays bob's.
+    // A valid token renews capabilities, not users: bob's capability stays bob's. (Carol's
+    // read must ask `osd` first, where the token goes: reads spread over copies by
+    // client, issue 41.)
+    let carol_spread = (0..64u64)
+        .find(|s| {
+            carol.set_read_spread(*s);
+            carol
+                .reads_ask(&bobs.stat.partition, bobs.stat.id, 0)
+                .unwrap()[0]
+                == osd
+        })
+        .expect("a spread whose read asks the OSD given the token");
+    carol.set_read_spread(carol_spread);
     let fresh = renewal_token(&mut carol, id);
     carol.osd_call(osd, supply(fresh)).unwrap();
     assert_eq!(code(carol.read_object(&bobs, 0)), ErrorCode::WrongUser);
