@@ -329,7 +329,19 @@ fn a_wiped_osd_and_a_flipped_byte_are_read_around() {
         assert!(wiped_here >= 12, "{wiped_here}");
         wiped.set(wiped_here);
     });
-    let reader = cluster.admin_client();
+    // The reader asks osd-3 first for some stripe (reads spread over copies by client:
+    // its spread is chosen so), so some read must fail over.
+    let mut reader = cluster.admin_client();
+    let spread = (0..64u64)
+        .find(|s| {
+            reader.set_read_spread(*s);
+            files.iter().zip(&ids).any(|((_, bytes), id)| {
+                (0..stripes(bytes.len()))
+                    .any(|stripe| reader.reads_ask("default", *id, stripe).unwrap()[0] == 3)
+            })
+        })
+        .expect("a spread that asks osd-3 first somewhere");
+    reader.set_read_spread(spread);
     for (path, data) in &files {
         assert_eq!(
             &get(&reader, path).unwrap(),
