@@ -256,6 +256,13 @@ impl Client {
             Ok(Err(ClientError::Refused(e))) if e.code == ErrorCode::NotReady => {
                 (Err(ClientError::Refused(e)), true)
             }
+            // Issue 42: only the leader carries out a T10 key change; the others refuse
+            // it before they change anything.
+            Ok(Err(ClientError::Refused(e)))
+                if e.code == ErrorCode::WrongRecipient && request.leader_only() =>
+            {
+                (Err(ClientError::Refused(e)), true)
+            }
             Ok(answer) => (answer, false),
             Err(Unanswered { sent, error }) => {
                 let again = !sent || crate::instances::may_repeat(request);

@@ -70,6 +70,8 @@ pub const ADMIN_UID: u64 = msg::ADMIN_USER_ID;
 pub const ADMIN_GID: u64 = 1;
 /// The root directory's inode.
 pub const ROOT_INODE: u64 = 1;
+/// Issue 42: the store lease whose holder runs the singleton duties (T10 key upkeep).
+pub const LEADER_LEASE: &str = "leader";
 /// Inode ids an MDS takes from the store's counter at once (a shared store allocates in
 /// a transaction of its own; see `Mds::next_ids`).
 pub const INODE_IDS_PER_ALLOCATION: u64 = 32;
@@ -269,6 +271,9 @@ pub struct Mds<S: MetaStore> {
     /// Issue 42: asked by `stats` whether this instance holds the leader lease (its
     /// fencing token); set by the daemon that renews the lease.
     leadership: std::sync::OnceLock<LeadershipProbe>,
+    /// Issue 42: the last grant of [`LEADER_LEASE`] this instance was given through
+    /// [`Mds::lease`] (holder, token), which its leader-only commits require.
+    leader_grant: Mutex<Option<(String, u64)>>,
 }
 
 /// What [`Mds::writing`] holds; the store's lock goes first when dropped. `None` when the
@@ -469,6 +474,7 @@ impl<S: MetaStore> Mds<S> {
             stats: Stats::default(),
             audit: Mutex::new(None),
             leadership: std::sync::OnceLock::new(),
+            leader_grant: Mutex::new(None),
             replay: Mutex::new(ReplayWindow::new(boot)),
             liveness: liveness::Liveness::new(boot.0),
             missed: copies_missed::MissedState::default(),
@@ -504,7 +510,11 @@ impl<S: MetaStore> Mds<S> {
         ttl_millis: u64,
         now: UnixMillis,
     ) -> Result<store::LeaseState> {
-        Ok(self.store.lease(name, holder, ttl_millis, now.0)?)
+        let state = self.store.lease(name, holder, ttl_millis, now.0)?;
+        if name == LEADER_LEASE && state.granted {
+            *lock(&self.leader_grant) = Some((holder.to_string(), state.token));
+        }
+        Ok(state)
     }
 
     /// Tells `stats` how to learn whether this instance leads (the counters `leader`,
@@ -517,6 +527,24 @@ impl<S: MetaStore> Mds<S> {
     /// no daemon set a probe (one MDS alone, or a test).
     pub(crate) fn leads(&self) -> bool {
         self.leadership.get().is_none_or(|probe| probe().is_some())
+    }
+
+    /// Issue 42: what a leader-only commit adds to its batch so that it applies only
+    /// while this instance still holds the leader lease under the token it leads by
+    /// ([`store::Op::RequireLease`]): checked by the store in the commit's own
+    /// transaction, it closes the window between [`Mds::leads`] and the commit. `None`
+    /// where there is nothing to fence: no lease is kept (one MDS without a daemon, a
+    /// test), or the probe's token is not one this instance was granted through
+    /// [`Mds::lease`] (a probe set by a test).
+    pub(crate) fn leader_requirement(&self) -> Option<store::Op> {
+        let token = self.leadership.get()?()?;
+        let grant = lock(&self.leader_grant);
+        let (holder, granted) = grant.as_ref()?;
+        (*granted == token).then(|| store::Op::RequireLease {
+            name: LEADER_LEASE.to_string(),
+            holder: holder.clone(),
+            token,
+        })
     }
 
     /// The MDS's Ed25519 public key (tickets and capabilities verify under it).

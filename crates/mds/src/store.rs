@@ -10,7 +10,10 @@ use maat_proto::encrypted::FileCrypt;
 
 mod lease;
 mod legacy;
-pub use lease::{lease_in_meta, LeaseState, LEASE_PREFIX};
+pub use lease::{
+    check_lease_record, lease_in_meta, require_lease_in_meta, take_lease_requirements, LeaseState,
+    LEASE_PREFIX,
+};
 use legacy::{
     InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, InodeV6, PartitionV1, PartitionV2, PartitionV3,
     UserRecordV1,
@@ -254,6 +257,20 @@ pub enum Op {
     PutMeta(String, Vec<u8>),
     /// Delete a metadata value.
     DeleteMeta(String),
+    /// Issue 42: changes nothing, but the whole batch applies only while `holder` holds
+    /// lease `name` ([`MetaStore::lease`]) under fencing token `token`; otherwise the
+    /// commit fails [`StoreError::LeaseLost`] and applies nothing. Checked in the same
+    /// transaction as the batch's changes, so a successor that takes the lease either
+    /// sees the batch applied or makes it fail: a deposed leader never writes over what
+    /// its successor wrote.
+    RequireLease {
+        /// The lease.
+        name: String,
+        /// Who must hold it.
+        holder: String,
+        /// Under which fencing token.
+        token: u64,
+    },
 }
 
 /// A set of changes applied atomically.
@@ -482,6 +499,22 @@ pub enum StoreError {
     /// restarts from what is on disk.
     #[error("metadata store: an earlier commit could not be made durable ({0}); restart the MDS")]
     Failed(String),
+    /// A batch required a lease ([`Op::RequireLease`]) its committer no longer holds
+    /// under that token; nothing of the batch was applied.
+    #[error(
+        "metadata store: the lease {name} is no longer held under token {token} \
+         (now {holder:?}, token {found}); nothing was written"
+    )]
+    LeaseLost {
+        /// The lease.
+        name: String,
+        /// The token the batch required.
+        token: u64,
+        /// Who holds it now (empty: nobody ever took it).
+        holder: String,
+        /// Its token now.
+        found: u64,
+    },
 }
 
 impl StoreError {

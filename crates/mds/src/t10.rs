@@ -192,7 +192,7 @@ impl<S: MetaStore> Mds<S> {
     fn t10_commit(&self, osd: u64, state: &KeyState, rng: &mut impl CryptoRngCore) -> Result<()> {
         // Issue 42: an instance whose lease ran out while the OSD answered does not write
         // over the record its successor may have written since (the OSD already refuses
-        // its later commands; the time between this check and the commit stays open).
+        // its later commands) ...
         if !self.leads() {
             return Err(not_ready(
                 osd,
@@ -204,7 +204,22 @@ impl<S: MetaStore> Mds<S> {
         let sealed = self.t10_wrap.seal(0, key.as_bytes(), &bytes, rng)?;
         let mut batch = Batch::default();
         batch.push(Op::PutMeta(key, sealed));
-        self.store.commit(batch)?;
+        // ... and the store checks, in the commit itself, that it still leads.
+        if let Some(requirement) = self.leader_requirement() {
+            batch.push(requirement);
+        }
+        match self.store.commit(batch) {
+            Err(StoreError::LeaseLost { holder, found, .. }) => {
+                return Err(not_ready(
+                    osd,
+                    &format!(
+                        "the leader lease passed to {holder:?} (token {found}) during a key \
+                         command; its successor keeps the keys"
+                    ),
+                ))
+            }
+            other => other?,
+        }
         write_lock(&self.t10.states).insert(osd, state.clone());
         Ok(())
     }
@@ -465,6 +480,20 @@ impl<S: MetaStore> Mds<S> {
         Ok(out)
     }
 
+    /// Issue 42: a T10 key change ([`MdsRequest::leader_only`]) at an instance that does
+    /// not lead is refused before anything changes; the client asks the next instance.
+    fn refuse_unless_leader(&self) -> Result<()> {
+        match self.leads() {
+            true => Ok(()),
+            false => Err(MdsError::refused(
+                ErrorCode::WrongRecipient,
+                "T10 key changes are the leader's and this MDS instance does not hold the \
+                 leader lease: send it to the instance that leads (maat health at each says \
+                 whether it leads)",
+            )),
+        }
+    }
+
     /// `maat admin keys rotate`: a refresh (or, with `revoke`, a revocation by key
     /// exchange) now, answered once every OSD concerned acknowledged it.
     pub(crate) fn t10_rotate(
@@ -477,16 +506,9 @@ impl<S: MetaStore> Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
-        if !self.leads() {
-            // (Its key exchanges would race the leader's upkeep, under a lock of this
-            // process only.)
-            return Err(MdsError::refused(
-                ErrorCode::WrongRecipient,
-                "T10 key changes are the leader's and this MDS instance does not hold the \
-                 leader lease: send it to the instance that leads (maat health at each \
-                 says whether it leads)",
-            ));
-        }
+        // (Its key exchanges would race the leader's upkeep, under a lock of this process
+        // only.)
+        self.refuse_unless_leader()?;
         let (revoke, master) = plan;
         let mut partitions = self.t10_partitions()?;
         if let Some(name) = partition {
@@ -560,6 +582,9 @@ impl<S: MetaStore> Mds<S> {
         rng: &mut impl CryptoRngCore,
     ) -> Result<MdsResponse> {
         require_admin(who)?;
+        // (Elsewhere the tag would rise in the store while no OSD is told until the
+        // leader's upkeep next runs.)
+        self.refuse_unless_leader()?;
         let inode = self.resolve(who, path)?;
         if inode.is_dir {
             return Err(MdsError::refused(ErrorCode::IsADirectory, path.to_string()));

@@ -17,7 +17,7 @@ use common::{call, mds, MemStore, JOIN, T0};
 
 use maat_crypto::mac::{Blake3Mac, MacKey};
 use maat_mds::store::{Batch, MetaStore, Op};
-use maat_mds::{ChannelError, Mds, T10Channel, ADMIN_UID};
+use maat_mds::{ChannelError, Mds, T10Channel, ADMIN_UID, LEADER_LEASE};
 use maat_proto::msg::{
     Access, Credentials, ErrorCode, MdsRequest, MdsResponse, OsdEntry, OsdPlainRequest,
     OsdPlainResponse, T10Grant,
@@ -207,4 +207,59 @@ fn key_rotations_are_refused_by_an_instance_that_does_not_lead() {
     assert_eq!(refused.code, ErrorCode::WrongRecipient);
     assert!(refused.detail.contains("leader"), "{refused:?}");
     call(&a, ADMIN_UID, rotate(), T0 + 2).unwrap();
+}
+
+/// Issue 42: the window between a leader's check that it leads and its commit. `a` took
+/// the leader lease and still believes it leads (its grant has not run out by its own
+/// clock), but the store handed the lease to `b` meanwhile. `a`'s upkeep reaches the OSD,
+/// and its record of the keys the OSD acknowledged is refused by the store, in the commit
+/// itself: it never writes over what its successor keeps.
+#[test]
+fn a_leader_deposed_before_its_commit_writes_no_key_state() {
+    let store = MemStore::default();
+    (&store)
+        .commit(Batch(vec![Op::PutOsd(OsdEntry {
+            id: 1,
+            address: "10.0.0.1:7000".into(),
+            sealing_key: [0; 32],
+            weight: 1,
+        })]))
+        .unwrap();
+    let (a, b) = (mds(&store), mds(&store));
+    let osds = Osds::default();
+    a.set_t10_channel(channel(osds.clone()));
+    let now = T0 + 1_000;
+    for request in [
+        MdsRequest::PartitionCreate {
+            name: "fast".into(),
+            protection: Protection::AllData,
+        },
+        MdsRequest::PartitionSetCredentials {
+            name: "fast".into(),
+            credentials: Credentials::T10,
+        },
+    ] {
+        admin(&a, request, now);
+    }
+    let ttl = 5_000;
+    let granted = a.lease(LEADER_LEASE, "a", ttl, UnixMillis(now)).unwrap();
+    assert_eq!((granted.granted, granted.token), (true, 1));
+    a.set_leadership_probe(Box::new(|| Some(1)));
+    let taken = b
+        .lease(LEADER_LEASE, "b", ttl, UnixMillis(now + ttl + 1))
+        .unwrap();
+    assert_eq!((taken.granted, taken.token), (true, 2));
+
+    let problems = a.t10_maintain(UnixMillis(now + 1), &mut ChaCha20Rng::seed_from_u64(3));
+    assert!(
+        problems.iter().any(|p| p.contains("passed to \"b\"")),
+        "{problems:?}"
+    );
+    assert!(
+        (&store).metas("t10/osd/").unwrap().is_empty(),
+        "the deposed leader wrote a key state"
+    );
+    // The OSD did take the command (its fence is the lease's token, and 1 was the
+    // highest it had seen); the successor finds no record and starts the OSD over.
+    assert!(osds.lock().unwrap().contains_key(&1));
 }

@@ -407,10 +407,12 @@ impl MetaStore for RedbStore {
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        let batch = self.leases_checked(batch)?;
         self.group.commit(batch, || self.begin(), write)
     }
 
     fn commit_deferred(&self, batch: Batch) -> Result<(), StoreError> {
+        let batch = self.leases_checked(batch)?;
         match self.group.apply(batch)? {
             Some(batch) => self.commit(batch),
             None => Ok(()),
@@ -431,6 +433,19 @@ impl MetaStore for RedbStore {
 }
 
 impl RedbStore {
+    /// Issue 42: `batch` without its lease requirements, once each is found to hold
+    /// (read through the group commit's overlay, where a renewal deferred its record).
+    /// A redb file is held by one process, and only its own calls change a lease, each
+    /// renewal keeping holder and token: nothing can take the lease between this check
+    /// and the commit.
+    fn leases_checked(&self, batch: Batch) -> Result<Batch, StoreError> {
+        let (changes, required) = maat_mds::store::take_lease_requirements(batch);
+        for (name, holder, token) in &required {
+            maat_mds::store::require_lease_in_meta(self, name, holder, *token)?;
+        }
+        Ok(changes)
+    }
+
     /// Whether [`MetaStore::commit_deferred`] defers (the MDS config's `group_commit`).
     pub fn set_group_commit(&self, on: bool) {
         self.group.set_enabled(on);
@@ -530,6 +545,8 @@ fn write(tx: WriteTransaction, batch: Batch) -> Result<(), StoreError> {
                 Op::DeleteMeta(k) => {
                     meta.remove(k.as_str()).map_err(err)?;
                 }
+                // Checked, and taken off, by `commit` and `commit_deferred`.
+                Op::RequireLease { .. } => {}
             }
         }
     }

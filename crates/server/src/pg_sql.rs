@@ -85,9 +85,10 @@ pub(crate) enum Sql {
     EntriesInodes,
     Walk,
     SessionAndUser,
+    LeaseHeld,
 }
 
-pub(crate) const STATEMENTS: [(Sql, &str); 43] = [
+pub(crate) const STATEMENTS: [(Sql, &str); 44] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -223,6 +224,12 @@ pub(crate) const STATEMENTS: [(Sql, &str); 43] = [
     (
         Sql::SessionAndUser,
         "SELECT (SELECT v FROM sessions WHERE id = $1), (SELECT v FROM users WHERE id = $2)",
+    ),
+    // Issue 42, `Op::RequireLease`: the lease's holder and token, its row locked against
+    // a takeover until the batch's transaction ends.
+    (
+        Sql::LeaseHeld,
+        "SELECT holder, token FROM leases WHERE name = $1 FOR SHARE",
     ),
 ];
 

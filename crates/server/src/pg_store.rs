@@ -694,5 +694,31 @@ fn apply(
         Op::PutPartition(p) => run(Sql::PutPartition, &[&id(p.id), &p.encode()?]),
         Op::PutMeta(k, v) => run(Sql::PutMeta, &[&k.as_bytes(), v]),
         Op::DeleteMeta(k) => run(Sql::DeleteMeta, &[&k.as_bytes()]),
+        Op::RequireLease {
+            name,
+            holder,
+            token,
+        } => {
+            let row = tx
+                .query_opt(prepared(statements, Sql::LeaseHeld)?, &[&name.as_bytes()])
+                .map_err(|e| err("checking a lease", e))?;
+            let (now_holder, found) = match row {
+                Some(row) => (
+                    String::from_utf8(col(&row, 0, "a lease's holder")?)
+                        .map_err(|_| StoreError::corrupt("a lease's holder", "not UTF-8"))?,
+                    unid(col(&row, 1, "a lease's token")?),
+                ),
+                None => (String::new(), 0),
+            };
+            if now_holder == *holder && found == *token {
+                return Ok(());
+            }
+            Err(StoreError::LeaseLost {
+                name: name.clone(),
+                token: *token,
+                holder: now_holder,
+                found,
+            })
+        }
     }
 }

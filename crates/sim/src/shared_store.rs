@@ -89,7 +89,37 @@ impl Tables {
             Op::DeleteMeta(k) => {
                 self.meta.remove(&k);
             }
+            // Checked by `apply_batch`, before any op of its batch applies.
+            Op::RequireLease { .. } => {}
         }
+    }
+
+    /// Applies `ops` as one transaction: all of them once every lease they require holds
+    /// (as PostgreSQL's `FOR SHARE` on the lease's row), none otherwise.
+    fn apply_batch(&mut self, ops: impl IntoIterator<Item = Op>) -> Result<(), StoreError> {
+        let ops: Vec<Op> = ops.into_iter().collect();
+        for op in &ops {
+            if let Op::RequireLease {
+                name,
+                holder,
+                token,
+            } = op
+            {
+                let stored = self
+                    .meta
+                    .get(&format!("{}{name}", maat_mds::store::LEASE_PREFIX));
+                maat_mds::store::check_lease_record(
+                    name,
+                    stored.map(Vec::as_slice),
+                    holder,
+                    *token,
+                )?;
+            }
+        }
+        for op in ops {
+            self.apply(op);
+        }
+        Ok(())
     }
 }
 
@@ -307,14 +337,12 @@ impl MetaStore for InstanceStore {
             return Ok(());
         }
         let fault = self.fault();
+        let mut applied = Ok(());
         if fault != Some(false) {
-            let mut tables = locked(&self.db.tables);
-            for op in batch.0 {
-                tables.apply(op);
-            }
+            applied = locked(&self.db.tables).apply_batch(batch.0);
         }
         match fault {
-            None => Ok(()),
+            None => applied,
             Some(_) => Err(self.break_connection("the commit's connection was lost")),
         }
     }
@@ -393,14 +421,12 @@ impl MetaStore for InstanceStore {
             self.db.applied_then_failed.fetch_add(1, Ordering::SeqCst);
         }
         let fault = placed.or_else(|| self.fault());
+        let mut applied = Ok(());
         if fault != Some(false) {
-            let mut tables = locked(&self.db.tables);
-            for op in unit.ops.into_iter().chain(last.0) {
-                tables.apply(op);
-            }
+            applied = locked(&self.db.tables).apply_batch(unit.ops.into_iter().chain(last.0));
         }
         match fault {
-            None => Ok(()),
+            None => applied,
             Some(_) => Err(self.break_connection("the unit's commit: connection lost")),
         }
     }
@@ -438,5 +464,51 @@ impl MetaStore for InstanceStore {
     }
     fn engine(&self) -> &'static str {
         "simulated"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Issue 42: as on PostgreSQL, a batch that requires a lease applies only while its
+    /// committer holds it under that token, in a plain commit and at the end of a unit
+    /// alike; refused, none of it is applied.
+    #[test]
+    fn a_batch_applies_only_under_the_lease_it_requires() {
+        let db = SharedDb::new(Arc::new(StorageFaults::new(1)));
+        let hook: StoreFailed = Arc::new(|_| {});
+        let (a, b) = (db.connect(hook.clone()), db.connect(hook));
+        let write = |holder: &str, token: u64, v: u8| {
+            Batch(vec![
+                Op::PutMeta("k".into(), vec![v]),
+                Op::RequireLease {
+                    name: "leader".into(),
+                    holder: holder.into(),
+                    token,
+                },
+            ])
+        };
+        assert!(a.lease("leader", "a", 10, 100).unwrap().granted);
+        a.commit(write("a", 1, 1)).unwrap();
+        assert_eq!(b.lease("leader", "b", 10, 200).unwrap().token, 2);
+        assert!(matches!(
+            a.commit(write("a", 1, 2)),
+            Err(StoreError::LeaseLost { found: 2, .. })
+        ));
+        {
+            let _writer = a.exclusive().unwrap();
+            a.begin_unit().unwrap();
+            a.commit(write("a", 1, 3)).unwrap();
+            assert!(matches!(
+                a.end_unit(Batch(vec![Op::PutMeta("other".into(), vec![1])])),
+                Err(StoreError::LeaseLost { .. })
+            ));
+        }
+        assert_eq!(b.meta("k").unwrap(), Some(vec![1]));
+        assert_eq!(b.meta("other").unwrap(), None);
+        b.commit(write("b", 2, 4)).unwrap();
+        assert_eq!(a.meta("k").unwrap(), Some(vec![4]));
     }
 }

@@ -99,6 +99,76 @@ pub fn lease_in_meta<S: MetaStore + ?Sized>(
     })
 }
 
+/// Splits the lease requirements ([`Op::RequireLease`]) off `batch`: the changes, and
+/// each requirement as `(name, holder, token)`. For a store that checks them itself
+/// before it applies the rest.
+pub fn take_lease_requirements(batch: Batch) -> (Batch, Vec<(String, String, u64)>) {
+    if !batch
+        .0
+        .iter()
+        .any(|op| matches!(op, Op::RequireLease { .. }))
+    {
+        return (batch, Vec::new());
+    }
+    let mut changes = Batch::default();
+    let mut required = Vec::new();
+    for op in batch.0 {
+        match op {
+            Op::RequireLease {
+                name,
+                holder,
+                token,
+            } => required.push((name, holder, token)),
+            other => {
+                changes.push(other);
+            }
+        }
+    }
+    (changes, required)
+}
+
+/// Whether the lease record `stored` (kept in `meta` at `lease/NAME`, as
+/// [`lease_in_meta`] keeps it) says `holder` holds lease `name` under `token`:
+/// [`StoreError::LeaseLost`] if not. Expiry does not matter here: a lease that ran out
+/// and that nobody took since still fences nobody else's writes.
+pub fn check_lease_record(
+    name: &str,
+    stored: Option<&[u8]>,
+    holder: &str,
+    token: u64,
+) -> Result<(), StoreError> {
+    let key = format!("{LEASE_PREFIX}{name}");
+    let (now_holder, found) = match stored {
+        Some(v) => {
+            let r = LeaseRecord::decode(&key, v)?;
+            (r.holder, r.token)
+        }
+        None => (String::new(), 0),
+    };
+    if now_holder == holder && found == token {
+        return Ok(());
+    }
+    Err(StoreError::LeaseLost {
+        name: name.to_string(),
+        token,
+        holder: now_holder,
+        found,
+    })
+}
+
+/// [`check_lease_record`] on what `store` holds now. Sound for a store whose leases
+/// only its own process changes (a redb file, held by one process): the caller checks
+/// and applies under the process's serialization of commits.
+pub fn require_lease_in_meta<S: MetaStore + ?Sized>(
+    store: &S,
+    name: &str,
+    holder: &str,
+    token: u64,
+) -> Result<(), StoreError> {
+    let stored = store.meta(&format!("{LEASE_PREFIX}{name}"))?;
+    check_lease_record(name, stored.as_deref(), holder, token)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -127,5 +197,39 @@ mod tests {
             LeaseRecord::decode("lease/leader", &newer),
             Err(StoreError::Version(_))
         ));
+    }
+
+    #[test]
+    fn a_lease_requirement_holds_only_for_its_holder_under_its_token() {
+        let r = LeaseRecord {
+            holder: "a".into(),
+            until: 10,
+            token: 3,
+        }
+        .encode();
+        assert!(check_lease_record("leader", Some(&r), "a", 3).is_ok());
+        // The same holder under an older token (it lost the lease and took it back).
+        assert!(matches!(
+            check_lease_record("leader", Some(&r), "a", 2),
+            Err(StoreError::LeaseLost { found: 3, .. })
+        ));
+        assert!(matches!(
+            check_lease_record("leader", Some(&r), "b", 3),
+            Err(StoreError::LeaseLost { ref holder, .. }) if holder == "a"
+        ));
+        assert!(matches!(
+            check_lease_record("leader", None, "a", 3),
+            Err(StoreError::LeaseLost { found: 0, .. })
+        ));
+        let (rest, required) = take_lease_requirements(Batch(vec![
+            Op::DeleteMeta("x".into()),
+            Op::RequireLease {
+                name: "leader".into(),
+                holder: "a".into(),
+                token: 3,
+            },
+        ]));
+        assert_eq!(rest, Batch(vec![Op::DeleteMeta("x".into())]));
+        assert_eq!(required, vec![("leader".into(), "a".into(), 3)]);
     }
 }

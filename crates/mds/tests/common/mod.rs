@@ -250,6 +250,12 @@ impl MetaStore for &MemStore {
     }
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         let mut t = self.0.lock().unwrap();
+        let (batch, required) = maat_mds::store::take_lease_requirements(batch);
+        for (name, holder, token) in &required {
+            let key = format!("{}{name}", maat_mds::store::LEASE_PREFIX);
+            let stored = t.meta.get(&key).map(Vec::as_slice);
+            maat_mds::store::check_lease_record(name, stored, holder, *token)?;
+        }
         for op in batch.0 {
             match op {
                 Op::PutInode(i) => {
@@ -295,6 +301,8 @@ impl MetaStore for &MemStore {
                 Op::DeleteMeta(k) => {
                     t.meta.remove(&k);
                 }
+                // Checked above, and taken off.
+                Op::RequireLease { .. } => {}
             }
         }
         Ok(())

@@ -1411,6 +1411,17 @@ impl MdsRequest {
         }
     }
 
+    /// Whether only the instance that holds the leader lease carries this request out
+    /// (issue 42: T10 key changes, which go to the OSDs); another instance refuses it
+    /// `WrongRecipient` before it changes anything, and a client asks the next instance.
+    pub fn leader_only(&self) -> bool {
+        match self {
+            MdsRequest::T10KeysRotate { .. } | MdsRequest::T10RevokeObject { .. } => true,
+            MdsRequest::Once { request, .. } => request.leader_only(),
+            _ => false,
+        }
+    }
+
     /// Whether this request may travel inside [`MdsRequest::Once`]: the namespace,
     /// attribute, user, group, partition and key-grant changes a client may need to
     /// retry at another MDS instance. Not: reads (a retry is harmless), logout,
