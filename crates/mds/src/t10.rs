@@ -212,7 +212,7 @@ impl<S: MetaStore> Mds<S> {
             Err(StoreError::LeaseLost { holder, found, .. }) => {
                 return Err(not_ready(
                     osd,
-                    &format!(
+                    format!(
                         "the leader lease passed to {holder:?} (token {found}) during a key \
                          command; its successor keeps the keys"
                     ),
