@@ -6,6 +6,7 @@ mod connections;
 mod crowd;
 mod crypt_io;
 mod delegation;
+mod failover;
 mod grouping;
 mod ior;
 mod kds;
@@ -292,6 +293,30 @@ pub enum BenchCommand {
         /// Cluster data directory (default: a fresh temporary one).
         #[arg(long)]
         data: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Issue 42 (mdtest's shape): T threads, each in a directory of its own, create N
+    /// empty files, stat, open (a capability from the MDS each), readdir, rename and
+    /// unlink them; operations per second per phase, for the MDS on redb and on
+    /// PostgreSQL with each number of instances of `--instances` (needs the PostgreSQL
+    /// server binaries; skipped, saying so, without them), each on a fresh cluster, in
+    /// Issues 41 and 42: what clients see when a daemon fails under load, each case on a
+    /// fresh local cluster. T client threads put 4 KiB files and read back, and a third of
+    /// the way in one of three MDS instances over PostgreSQL is SIGKILLed (skipped,
+    /// saying so, without the PostgreSQL server binaries), or one of four OSDs of a
+    /// three-copy cluster is SIGSTOPped (hung). Prints operations per second before and
+    /// after, the longest pause any thread saw, the operations that failed, and how long
+    /// the MDS took to report the OSD down. JSON keys `<mds|osd>_before_per_s`,
+    /// `..._after_per_s`, `..._longest_pause_ms`, `..._failed_ops`, `osd_reported_down_ms`.
+    Failover {
+        /// Client threads (each its own client; they spread over the MDS instances).
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Seconds per case; the daemon fails a third of the way in.
+        #[arg(long, default_value_t = 15)]
+        seconds: u64,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -591,6 +616,11 @@ pub fn run(command: BenchCommand) -> Result<()> {
             instances,
             json,
         } => meta::run_meta(threads, files, &instances, json),
+        BenchCommand::Failover {
+            threads,
+            seconds,
+            json,
+        } => failover::run_failover(threads, seconds, json),
         BenchCommand::Ops {
             iterations,
             seq_mib,
