@@ -16,7 +16,7 @@ use maat_proto::limits::{
     MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS,
 };
 use maat_proto::msg::MissedCopy;
-use machines::{change_outcome, CopyAnswer, ReadOverCopies, ReadStep};
+use machines::{change_outcome, CopyAnswer, Liveness, ReadOverCopies, ReadStep};
 
 impl Client {
     #[doc(hidden)]
@@ -84,12 +84,9 @@ impl Client {
             .lock()
             .extend(placement.partitions.iter().cloned());
         let now = self.now();
-        {
-            let mut suspects = self.suspects.lock();
-            for osd in placement.osds.iter().filter(|o| !o.up) {
-                suspects.failed(osd.id, now);
-            }
-        }
+        self.suspects
+            .lock()
+            .reported_down(placement.osds.iter().filter(|o| !o.up).map(|o| o.id), now);
         *self.placement_at.lock() = Some(now);
         Ok(placement)
     }
@@ -115,8 +112,9 @@ impl Client {
         calls: Vec<(u64, OsdRequest)>,
     ) -> Result<Vec<Result<OsdResponse>>> {
         enum Plan {
-            /// A change of `object`: its answers are `exact[range]`.
-            Every(std::ops::Range<usize>, ObjectId),
+            /// A change of `object`: its answers are `exact[range]`, and the copies on
+            /// OSDs the MDS reports down were not sent it.
+            Every(std::ops::Range<usize>, ObjectId, Vec<u64>),
             /// A read (or a change of an object with one copy): its first answer is
             /// `exact[at]`; the request and copies to ask more, when there are more.
             One(usize, Option<(OsdRequest, Vec<u64>)>),
@@ -128,12 +126,13 @@ impl Client {
             let object = object_of(&request.command);
             if let (true, Some(object)) = (copies.len() > 1 && changes(&request.command), object) {
                 let start = exact.len();
+                let (copies, skipped) = self.skip_down(copies);
                 // One request (its data, and its digest once made) for every copy.
                 let shared = SharedRequest::new(request);
                 for copy in copies {
                     exact.push((copy, Arc::clone(&shared)));
                 }
-                plans.push(Plan::Every(start..exact.len(), object));
+                plans.push(Plan::Every(start..exact.len(), object, skipped));
             } else {
                 let copies = self.read_order(copies, object);
                 let first = copies.first().copied().unwrap_or(osd);
@@ -155,7 +154,7 @@ impl Client {
         let mut missed: Vec<MissedCopy> = Vec::new();
         for plan in plans {
             match plan {
-                Plan::Every(range, object) => {
+                Plan::Every(range, object, skipped) => {
                     let mut got: Vec<Option<Result<OsdResponse>>> = Vec::with_capacity(range.len());
                     let mut osds = Vec::with_capacity(range.len());
                     for i in range {
@@ -165,6 +164,10 @@ impl Client {
                             got.push(Some(answer));
                             osds.push(osd);
                         }
+                    }
+                    for osd in skipped {
+                        got.push(Some(Err(reported_down(osd))));
+                        osds.push(osd);
                     }
                     let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
                     // One copy that took it is enough to ask the MDS to record the
@@ -218,6 +221,52 @@ impl Client {
             }
         }
         Ok(out)
+    }
+
+    /// Issue 41: of a change's `copies`, those to send it to, and those it skips because
+    /// the MDS reports their OSD down (a hung OSD would otherwise hold the change for the
+    /// whole answer timeout, every time): recorded as missed at once, as a copy that
+    /// failed is, so they never serve the old bytes. A report older than
+    /// [`machines::copies::DOWN_REPORT_MILLIS`] is asked again first (at most once per
+    /// that time); a copy is never skipped on a report that old, nor every copy.
+    fn skip_down(&self, copies: Vec<u64>) -> (Vec<u64>, Vec<u64>) {
+        let now = self.now();
+        let liveness = |now: u64| {
+            let suspects = self.suspects.lock();
+            copies
+                .iter()
+                .map(|osd| suspects.liveness(*osd, now))
+                .collect::<Vec<_>>()
+        };
+        let mut live = liveness(now);
+        if live.contains(&Liveness::ReportStale) {
+            let due = {
+                let mut at = self.placement_at.lock();
+                let due = at
+                    .is_none_or(|t| now.saturating_sub(t) >= machines::copies::DOWN_REPORT_MILLIS);
+                if due {
+                    *at = Some(now);
+                }
+                due
+            };
+            if due {
+                // Not answered: nothing is skipped on the old report.
+                let _asked = self.refresh_placement();
+                live = liveness(self.now());
+            }
+        }
+        if live.iter().all(|l| *l == Liveness::Down) || !live.contains(&Liveness::Down) {
+            return (copies, Vec::new());
+        }
+        let (mut send, mut skip) = (Vec::new(), Vec::new());
+        for (osd, l) in copies.into_iter().zip(live) {
+            match l {
+                Liveness::Down => skip.push(osd),
+                _ => send.push(osd),
+            }
+        }
+        self.stats.lock().copies_skipped_down += skip.len() as u64;
+        (send, skip)
     }
 
     /// Records at the MDS that `copies` of `file` missed a change that enough other
@@ -402,6 +451,18 @@ impl Client {
         if failed > 0 && failed < kinds.len() {
             self.stats.lock().copies_failed += failed as u64;
         }
+    }
+}
+
+/// The answer a change counts for a copy it skipped on OSD `osd`, reported down by the
+/// MDS ([`Client::skip_down`]): a failure to reach it.
+fn reported_down(osd: u64) -> ClientError {
+    ClientError::Net {
+        address: format!("osd {osd}"),
+        source: maat_net::NetError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            "the MDS reports this OSD down; its copy is recorded as missed",
+        )),
     }
 }
 

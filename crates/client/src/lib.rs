@@ -126,6 +126,11 @@ pub struct ClientStats {
     /// change, shared by the envelopes of its copies (issue 41).
     #[serde(default)]
     pub data_digests: u64,
+    /// Copies a change was not sent to because the MDS reported their OSD down (issue
+    /// 41): recorded as missed at once, not after the answer timeout. Counted in
+    /// `copies_failed` too.
+    #[serde(default)]
+    pub copies_skipped_down: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.

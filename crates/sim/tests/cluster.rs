@@ -525,3 +525,50 @@ fn a_change_whose_instance_died_at_its_commit_is_applied_exactly_once() {
     );
     assert!(admin.stat("/kept").unwrap().is_dir);
 }
+
+/// Issue 41: once the MDS reports an OSD down, a change does not wait for that OSD's
+/// copy: it skips it and records it as missed at once (a hung OSD would otherwise hold
+/// every change to its objects for the client's answer timeout, each time). Once the
+/// report is older than the time the MDS takes to count an OSD down, the client asks
+/// again, and an OSD that is back gets its copies again.
+#[test]
+fn changes_skip_the_copies_of_an_osd_the_mds_reports_down() {
+    let sim = SimCluster::start(42, 4).unwrap();
+    let mut admin = sim.admin().unwrap();
+    let start = sim.now().0;
+    sim.net().partition(&osd_address(2), start + 20_000);
+    sim.cut_from_mds(2, maat_proto::UnixMillis(start + 20_000));
+    sim.advance(6_000).unwrap();
+    // (As after any failure to reach an OSD.)
+    let placement = admin.refresh_placement().unwrap();
+    assert!(placement.osds.iter().any(|o| o.id == 2 && !o.up));
+    let data = content(1000);
+    for i in 0..12 {
+        put(&mut admin, &format!("/d{i}"), &data);
+    }
+    let s = admin.client_stats();
+    assert!(s.copies_skipped_down >= 3, "{s:?}");
+    assert_eq!(
+        s.copies_failed, s.copies_skipped_down,
+        "a copy was sent to osd 2"
+    );
+    assert_eq!(s.copies_recorded_missed, s.copies_skipped_down);
+    for i in 0..12 {
+        assert_eq!(get(&mut admin, &format!("/d{i}")).unwrap(), data);
+    }
+    // osd 2 is back and checks in; the report of it down is stale.
+    let now = sim.now().0;
+    sim.advance((start + 22_000).saturating_sub(now)).unwrap();
+    for i in 0..12 {
+        put(&mut admin, &format!("/e{i}"), &data);
+    }
+    let after = admin.client_stats();
+    assert_eq!(
+        after.copies_skipped_down, s.copies_skipped_down,
+        "{after:?}"
+    );
+    assert_eq!(after.copies_failed, s.copies_failed, "{after:?}");
+    for i in 0..12 {
+        assert_eq!(get(&mut admin, &format!("/e{i}")).unwrap(), data);
+    }
+}

@@ -135,13 +135,37 @@ pub(crate) const SUSPECT_MILLIS: u64 = 30_000;
 /// Most OSDs remembered as suspect (the oldest goes first).
 const SUSPECTS_MAX: usize = 1024;
 
+/// How long the MDS's word that an OSD is down holds for a change: within it, a change
+/// does not wait for that OSD's copy (it is recorded as missed at once); past it, the
+/// client asks the MDS again before it skips the copy (protocol milliseconds; the time
+/// the MDS takes to count a silent OSD down, `OSD_DOWN_AFTER_MILLIS`).
+pub(crate) const DOWN_REPORT_MILLIS: u64 = maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
+
+/// What a client knows of an OSD before it sends a change to its copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// Not reported down: send.
+    Serving,
+    /// Reported down by the MDS within [`DOWN_REPORT_MILLIS`]: the copy is recorded as
+    /// missed without waiting for the OSD.
+    Down,
+    /// Reported down, but longer ago: ask the MDS again first.
+    ReportStale,
+}
+
 /// OSDs that recently failed to answer (unreachable, hung, refusing as damaged), and
 /// until when reads ask them last: a client that met a hung OSD once does not wait for it
-/// again on every read while another copy serves. Changes still go to every copy.
+/// again on every read while another copy serves. Also the OSDs the MDS last reported
+/// down, and when: a change skips their copies while the report is fresh (a hung OSD
+/// would otherwise hold every change to its objects for the client's whole answer
+/// timeout, each time).
 #[derive(Debug, Default)]
 pub(crate) struct Suspects {
     /// OSD id → until when it is suspect.
     until: std::collections::BTreeMap<u64, u64>,
+    /// The OSDs the MDS reported down at its last report, and when that was.
+    down: std::collections::BTreeSet<u64>,
+    down_reported: Option<u64>,
 }
 
 impl Suspects {
@@ -155,9 +179,34 @@ impl Suspects {
         self.until.insert(osd, now.saturating_add(SUSPECT_MILLIS));
     }
 
-    /// `osd` answered: no longer suspect.
+    /// `osd` answered: no longer suspect (nor down, until the MDS says so again).
     pub(crate) fn served(&mut self, osd: u64) {
         self.until.remove(&osd);
+        self.down.remove(&osd);
+    }
+
+    /// The MDS reported at `now` which OSDs are down (every other OSD is not): each is
+    /// suspect from now on, and changes skip their copies while the report is fresh.
+    pub(crate) fn reported_down(&mut self, down: impl IntoIterator<Item = u64>, now: u64) {
+        self.down = down.into_iter().collect();
+        let down: Vec<u64> = self.down.iter().copied().collect();
+        for osd in down {
+            self.failed(osd, now);
+        }
+        self.down_reported = Some(now);
+    }
+
+    /// Whether a change sent at `now` skips `osd`'s copy ([`Liveness`]).
+    pub(crate) fn liveness(&self, osd: u64, now: u64) -> Liveness {
+        match self.down_reported {
+            Some(at) if self.down.contains(&osd) => {
+                match now.saturating_sub(at) < DOWN_REPORT_MILLIS {
+                    true => Liveness::Down,
+                    false => Liveness::ReportStale,
+                }
+            }
+            _ => Liveness::Serving,
+        }
     }
 
     /// `copies` (in placement order) in the order a read asks them at `now`: those not
@@ -193,6 +242,31 @@ pub(crate) fn spread(client: u64, file: u64, stripe: u32) -> u64 {
 mod tests {
     use super::CopyAnswer::{Done, Failed, Missing, Refused, Stale};
     use super::*;
+
+    #[test]
+    fn a_change_skips_an_osd_only_while_the_mds_report_of_it_down_is_fresh() {
+        let mut s = Suspects::default();
+        assert_eq!(s.liveness(2, 0), Liveness::Serving);
+        s.reported_down([2], 1_000);
+        assert_eq!(s.liveness(2, 1_000), Liveness::Down);
+        assert_eq!(s.liveness(3, 1_000), Liveness::Serving);
+        assert_eq!(
+            s.liveness(2, 1_000 + DOWN_REPORT_MILLIS - 1),
+            Liveness::Down
+        );
+        assert_eq!(
+            s.liveness(2, 1_000 + DOWN_REPORT_MILLIS),
+            Liveness::ReportStale
+        );
+        // Reported down, it is also asked last by reads.
+        assert_eq!(s.order(vec![2, 3], 1_000, 0), vec![3, 2]);
+        // A later report without it, or an answer from it, ends it.
+        s.reported_down([], 2_000);
+        assert_eq!(s.liveness(2, 2_000), Liveness::Serving);
+        s.reported_down([2], 3_000);
+        s.served(2);
+        assert_eq!(s.liveness(2, 3_000), Liveness::Serving);
+    }
 
     #[test]
     fn a_change_stands_when_enough_copies_took_it_and_the_others_are_recorded() {

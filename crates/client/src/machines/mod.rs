@@ -20,7 +20,9 @@ pub(crate) mod held;
 pub(crate) mod open_cache;
 pub(crate) mod t10_clock;
 
-pub(crate) use copies::{change_outcome, spread, CopyAnswer, ReadOverCopies, ReadStep, Suspects};
+pub(crate) use copies::{
+    change_outcome, spread, CopyAnswer, Liveness, ReadOverCopies, ReadStep, Suspects,
+};
 pub use held::RenewalOutcome;
 pub(crate) use held::{AfterExpired, HeldCapabilities};
 pub(crate) use open_cache::{OpenCache, OpenedEntry};
