@@ -112,9 +112,14 @@ impl Client {
         calls: Vec<(u64, OsdRequest)>,
     ) -> Result<Vec<Result<OsdResponse>>> {
         enum Plan {
-            /// A change of `object`: its answers are `exact[range]`, and the copies on
-            /// OSDs the MDS reports down were not sent it.
-            Every(std::ops::Range<usize>, ObjectId, Vec<u64>),
+            /// A change of `object`: its answers are `exact[range]`; the copies on OSDs
+            /// the MDS reports down were not sent it (`shared`, if another copy fails).
+            Every(
+                std::ops::Range<usize>,
+                ObjectId,
+                Vec<u64>,
+                Arc<SharedRequest>,
+            ),
             /// A read (or a change of an object with one copy): its first answer is
             /// `exact[at]`; the request and copies to ask more, when there are more.
             One(usize, Option<(OsdRequest, Vec<u64>)>),
@@ -132,7 +137,7 @@ impl Client {
                 for copy in copies {
                     exact.push((copy, Arc::clone(&shared)));
                 }
-                plans.push(Plan::Every(start..exact.len(), object, skipped));
+                plans.push(Plan::Every(start..exact.len(), object, skipped, shared));
             } else {
                 let copies = self.read_order(copies, object);
                 let first = copies.first().copied().unwrap_or(osd);
@@ -154,7 +159,7 @@ impl Client {
         let mut missed: Vec<MissedCopy> = Vec::new();
         for plan in plans {
             match plan {
-                Plan::Every(range, object, skipped) => {
+                Plan::Every(range, object, skipped, shared) => {
                     let mut got: Vec<Option<Result<OsdResponse>>> = Vec::with_capacity(range.len());
                     let mut osds = Vec::with_capacity(range.len());
                     for i in range {
@@ -165,9 +170,40 @@ impl Client {
                             osds.push(osd);
                         }
                     }
-                    for osd in skipped {
-                        got.push(Some(Err(reported_down(osd))));
-                        osds.push(osd);
+                    if !skipped.is_empty() {
+                        let all_took = got
+                            .iter()
+                            .flatten()
+                            .all(|a| classify(a) == CopyAnswer::Done);
+                        // A skip must never cost a change its acknowledgement: when a copy
+                        // it was sent to did not take it, the skipped copies are asked
+                        // after all (the MDS's report may be up to 5 s old).
+                        let again = match all_took {
+                            true => None,
+                            false => {
+                                let calls = skipped
+                                    .iter()
+                                    .map(|osd| (*osd, Arc::clone(&shared)))
+                                    .collect();
+                                Some(self.parallel_exact(opened, calls)?)
+                            }
+                        };
+                        match again {
+                            Some(again) => {
+                                for (osd, answer) in skipped.into_iter().zip(again) {
+                                    self.note_answer(osd, &answer);
+                                    got.push(Some(answer));
+                                    osds.push(osd);
+                                }
+                            }
+                            None => {
+                                self.stats.lock().copies_skipped_down += skipped.len() as u64;
+                                for osd in skipped {
+                                    got.push(Some(Err(reported_down(osd))));
+                                    osds.push(osd);
+                                }
+                            }
+                        }
                     }
                     let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
                     // One copy that took it is enough to ask the MDS to record the
@@ -228,7 +264,10 @@ impl Client {
     /// whole answer timeout, every time): recorded as missed at once, as a copy that
     /// failed is, so they never serve the old bytes. A report older than
     /// [`machines::copies::DOWN_REPORT_MILLIS`] is asked again first (at most once per
-    /// that time); a copy is never skipped on a report that old, nor every copy.
+    /// that time); a copy is never skipped on a report that old, nor so many that the
+    /// others fall below [`maat_proto::limits::COPIES_DURABLE_MIN`]; and when a copy the
+    /// change was sent to does not take it, the skipped ones are asked after all
+    /// ([`Client::parallel`]).
     fn skip_down(&self, copies: Vec<u64>) -> (Vec<u64>, Vec<u64>) {
         let now = self.now();
         let liveness = |now: u64| {
@@ -255,17 +294,20 @@ impl Client {
                 live = liveness(self.now());
             }
         }
-        if live.iter().all(|l| *l == Liveness::Down) || !live.contains(&Liveness::Down) {
-            return (copies, Vec::new());
-        }
+        // Never so many that the others could not make the change stand.
+        let mut may_skip = copies
+            .len()
+            .saturating_sub(maat_proto::limits::COPIES_DURABLE_MIN);
         let (mut send, mut skip) = (Vec::new(), Vec::new());
         for (osd, l) in copies.into_iter().zip(live) {
             match l {
-                Liveness::Down => skip.push(osd),
+                Liveness::Down if may_skip > 0 => {
+                    may_skip -= 1;
+                    skip.push(osd);
+                }
                 _ => send.push(osd),
             }
         }
-        self.stats.lock().copies_skipped_down += skip.len() as u64;
         (send, skip)
     }
 
@@ -424,9 +466,14 @@ impl Client {
     /// while ([`machines::Suspects`]); answering, it is not.
     fn note_answer(&self, osd: u64, answer: &Result<OsdResponse>) {
         match answer {
-            Err(ClientError::Net { .. }) => {
+            Err(ClientError::Net { source, .. }) => {
                 let now = self.now();
-                self.suspects.lock().failed(osd, now);
+                match source {
+                    maat_net::NetError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                        self.suspects.lock().timed_out(osd, now);
+                    }
+                    _ => self.suspects.lock().failed(osd, now),
+                }
                 // Which other OSDs are down, as the MDS knows (at most once per the time
                 // it takes to notice): the next reads skip them without waiting.
                 let stale = self

@@ -51,6 +51,8 @@ struct State {
     down: BTreeSet<String>,
     /// Addresses cut off from everyone until a time.
     partitioned: BTreeMap<String, u64>,
+    /// Addresses hung until a time ([`MemoryNet::hang`]).
+    hung: BTreeMap<String, u64>,
     /// (party, address): calls the party makes to the address fail until a time.
     cuts: BTreeMap<(String, String), u64>,
     lose_answers: BTreeMap<String, u32>,
@@ -88,6 +90,17 @@ fn refused(address: &str) -> NetError {
         format!("{address}: down (in-memory network)"),
     ))
 }
+
+fn timed_out(address: &str) -> NetError {
+    NetError::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{address}: no answer (hung, in-memory network)"),
+    ))
+}
+
+/// How long a request to a hung peer ([`MemoryNet::hang`]) goes unanswered before its
+/// caller sees a timeout: the client's answer timeout for an OSD (15 s).
+pub const HUNG_ANSWER_MILLIS: u64 = 15_000;
 
 impl MemoryNet {
     /// An empty network.
@@ -127,6 +140,16 @@ impl MemoryNet {
     /// it are refused and frames to or from it on open ones are lost.
     pub fn partition(&self, address: &str, until: u64) {
         self.state().partitioned.insert(address.to_string(), until);
+    }
+
+    /// Hangs `address` until the simulated time `until`, as a stopped process or a dead
+    /// disk holding a daemon's threads: connections to it are taken, but every request
+    /// sent to it goes unanswered, and its caller's wait ends with a timeout
+    /// [`HUNG_ANSWER_MILLIS`] later (a client's answer timeout for an OSD). Calls made
+    /// outside a simulated task fail with the timeout at once. The daemon's own calls
+    /// (check-ins) are not stopped: cut them with [`MemoryNet::cut`].
+    pub fn hang(&self, address: &str, until: u64) {
+        self.state().hung.insert(address.to_string(), until);
     }
 
     /// This network as seen by the daemon at `party`: calls made through the handle (and
@@ -215,6 +238,9 @@ impl MemoryNet {
             });
             if cut || s.down.contains(address) || s.cut_off(address, now) {
                 return Err(refused(address));
+            }
+            if s.hung_now(address, now) {
+                return Err(timed_out(address));
             }
             s.peers
                 .get(address)
@@ -312,6 +338,25 @@ mod tests {
             .is_err());
         assert_eq!(calls.load(Ordering::SeqCst), 0);
         net.set_down("a", false);
+        assert_eq!(c.call(FrameType::Plain, b"xy").unwrap().1, b"yx");
+    }
+
+    #[test]
+    fn a_hung_peer_handles_nothing_and_its_caller_times_out_until_it_resumes() {
+        let net = MemoryNet::new();
+        let clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        net.set_clock(clock.clone());
+        let calls = Arc::new(AtomicU32::new(0));
+        net.attach("a", reverser(calls.clone()));
+        net.hang("a", 100);
+        let mut c = Connection::in_memory("a", net.clone());
+        let e = c.call(FrameType::Plain, b"x").unwrap_err();
+        assert!(
+            matches!(e, NetError::Io(ref io) if io.kind() == std::io::ErrorKind::TimedOut),
+            "{e:?}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        clock.store(100, Ordering::SeqCst);
         assert_eq!(c.call(FrameType::Plain, b"xy").unwrap().1, b"yx");
     }
 

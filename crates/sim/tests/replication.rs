@@ -712,7 +712,10 @@ fn acknowledged_writes_survive_down_osds_and_lost_disks() {
 fn acknowledged_writes_survive_down_osds_and_lost_disks_with_two_mds_instances() {
     let seeds: Vec<u64> = match std::env::var("MAAT_SIM_SEED") {
         Ok(seed) => vec![seed.parse().expect("MAAT_SIM_SEED is a number")],
-        Err(_) => (200..204).collect(),
+        // 136500503117832: a change skipped the copy of an OSD that one instance
+        // reported down but that was serving, and disk faults then took the two copies
+        // that had it (stop 64; a skip now needs the client to have seen the OSD hang).
+        Err(_) => (200..204).chain([136_500_503_117_832]).collect(),
     };
     for seed in seeds {
         run_on(seed, 2);

@@ -166,6 +166,9 @@ pub(crate) struct Suspects {
     /// The OSDs the MDS reported down at its last report, and when that was.
     down: std::collections::BTreeSet<u64>,
     down_reported: Option<u64>,
+    /// OSD id → when a request to it last went unanswered until this client's timeout
+    /// (hung, not merely refusing: a refused connection costs nothing to try).
+    hung: std::collections::BTreeMap<u64, u64>,
 }
 
 impl Suspects {
@@ -179,10 +182,23 @@ impl Suspects {
         self.until.insert(osd, now.saturating_add(SUSPECT_MILLIS));
     }
 
-    /// `osd` answered: no longer suspect (nor down, until the MDS says so again).
+    /// A request to `osd` went unanswered until the client's timeout at `now`: suspect,
+    /// and hung as far as this client has seen.
+    pub(crate) fn timed_out(&mut self, osd: u64, now: u64) {
+        self.failed(osd, now);
+        if self.hung.len() >= SUSPECTS_MAX && !self.hung.contains_key(&osd) {
+            if let Some((&oldest, _)) = self.hung.iter().min_by_key(|(_, at)| **at) {
+                self.hung.remove(&oldest);
+            }
+        }
+        self.hung.insert(osd, now);
+    }
+
+    /// `osd` answered: no longer suspect (nor down or hung, until shown again).
     pub(crate) fn served(&mut self, osd: u64) {
         self.until.remove(&osd);
         self.down.remove(&osd);
+        self.hung.remove(&osd);
     }
 
     /// The MDS reported at `now` which OSDs are down (every other OSD is not): each is
@@ -196,10 +212,17 @@ impl Suspects {
         self.down_reported = Some(now);
     }
 
-    /// Whether a change sent at `now` skips `osd`'s copy ([`Liveness`]).
+    /// Whether a change sent at `now` skips `osd`'s copy ([`Liveness`]): only an OSD
+    /// this client saw hang within [`SUSPECT_MILLIS`] and the MDS reports down. (An OSD
+    /// that refuses connections costs a change nothing to try; and one that the MDS
+    /// alone reports down may be back, or only late to check in with this instance.)
     pub(crate) fn liveness(&self, osd: u64, now: u64) -> Liveness {
+        let hung = self
+            .hung
+            .get(&osd)
+            .is_some_and(|at| now.saturating_sub(*at) < SUSPECT_MILLIS);
         match self.down_reported {
-            Some(at) if self.down.contains(&osd) => {
+            Some(at) if hung && self.down.contains(&osd) => {
                 match now.saturating_sub(at) < DOWN_REPORT_MILLIS {
                     true => Liveness::Down,
                     false => Liveness::ReportStale,
@@ -248,7 +271,12 @@ mod tests {
         let mut s = Suspects::default();
         assert_eq!(s.liveness(2, 0), Liveness::Serving);
         s.reported_down([2], 1_000);
+        // Reported down, but never seen hung by this client: tried.
+        assert_eq!(s.liveness(2, 1_000), Liveness::Serving);
+        s.timed_out(2, 900);
         assert_eq!(s.liveness(2, 1_000), Liveness::Down);
+        // Seen hung long ago: tried again.
+        assert_eq!(s.liveness(2, 900 + SUSPECT_MILLIS), Liveness::Serving);
         assert_eq!(s.liveness(3, 1_000), Liveness::Serving);
         assert_eq!(
             s.liveness(2, 1_000 + DOWN_REPORT_MILLIS - 1),
@@ -264,6 +292,7 @@ mod tests {
         s.reported_down([], 2_000);
         assert_eq!(s.liveness(2, 2_000), Liveness::Serving);
         s.reported_down([2], 3_000);
+        assert_eq!(s.liveness(2, 3_000), Liveness::Down);
         s.served(2);
         assert_eq!(s.liveness(2, 3_000), Liveness::Serving);
     }

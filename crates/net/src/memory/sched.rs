@@ -70,6 +70,8 @@ pub(super) struct Link {
     pub(super) answers_until: u64,
     /// Reset: nothing more travels on it.
     pub(super) broken: bool,
+    /// Its peer hung while a request was on it: the reset reads as a timeout.
+    pub(super) hung: bool,
     /// The task waiting for its next answer.
     pub(super) waiter: Option<u64>,
 }
@@ -350,6 +352,7 @@ impl MemoryNet {
                         requests_until: now,
                         answers_until: now,
                         broken: false,
+                        hung: false,
                         waiter: None,
                     },
                 );
@@ -359,6 +362,7 @@ impl MemoryNet {
         let delay = s.delay();
         let dropped = s.dropped();
         let replay = s.replayed();
+        let hung = s.hung_now(to, now);
         let Some(k) = s.links.get_mut(&id) else {
             return Err(NetError::Closed);
         };
@@ -371,7 +375,18 @@ impl MemoryNet {
         k.in_flight += 1;
         let at = (now + delay).max(k.requests_until);
         k.requests_until = at;
-        if dropped {
+        if hung {
+            // Taken and never answered: the sender's wait ends with its timeout.
+            k.broken = true;
+            k.hung = true;
+            s.schedule(
+                now + crate::memory::HUNG_ANSWER_MILLIS,
+                Event::Answer {
+                    link: id,
+                    frame: None,
+                },
+            );
+        } else if dropped {
             // The request never arrives; the sender sees the reset much later.
             k.broken = true;
             s.schedule(
@@ -406,11 +421,15 @@ impl MemoryNet {
                 return Err(NetError::Closed);
             };
             if let Some(answer) = k.inbox.pop_front() {
-                return answer.ok_or_else(|| {
-                    NetError::Io(std::io::Error::new(
+                return answer.ok_or_else(|| match k.hung {
+                    true => NetError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("{}: no answer (hung, in-memory network)", k.to),
+                    )),
+                    false => NetError::Io(std::io::Error::new(
                         std::io::ErrorKind::ConnectionReset,
                         format!("{}: connection reset (in-memory network)", k.to),
-                    ))
+                    )),
                 });
             }
             if k.in_flight == 0 {
@@ -639,6 +658,11 @@ impl State {
     /// Whether `to` is cut off from everyone at `now` (a partition).
     pub(super) fn cut_off(&self, to: &str, now: u64) -> bool {
         self.partitioned.get(to).is_some_and(|until| now < *until)
+    }
+
+    /// Whether `to` is hung at `now` ([`super::MemoryNet::hang`]).
+    pub(super) fn hung_now(&self, to: &str, now: u64) -> bool {
+        self.hung.get(to).is_some_and(|until| now < *until)
     }
 }
 
