@@ -12,30 +12,8 @@ use maat_client::{Client, ClientError};
 use maat_proto::msg::{Access, ErrorCode};
 use maat_sim::{osd_address, SimCluster};
 
-/// Bytes that differ at every position (a misplaced block shows).
-fn content(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 31 + i / 4093) as u8).collect()
-}
-
-fn put(c: &mut Client, path: &str, data: &[u8]) {
-    c.put(&mut &data[..], data.len() as u64, path, &mut |_| {})
-        .unwrap();
-}
-
-fn get(c: &mut Client, path: &str) -> Result<Vec<u8>, ClientError> {
-    let mut out = Vec::new();
-    c.get(path, &mut out, &mut |_| {})?;
-    Ok(out)
-}
-
-fn counter(stats: &maat_proto::msg::DaemonStats, name: &str) -> u64 {
-    stats
-        .counters
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| *v)
-        .unwrap_or_else(|| panic!("{} has no counter {name}", stats.daemon))
-}
+mod common;
+use common::{content, counter, get, put};
 
 fn code(r: Result<impl std::fmt::Debug, ClientError>) -> ErrorCode {
     match r {
