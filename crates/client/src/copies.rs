@@ -171,16 +171,16 @@ impl Client {
                         }
                     }
                     if !skipped.is_empty() {
-                        let all_took = got
-                            .iter()
-                            .flatten()
-                            .all(|a| classify(a) == CopyAnswer::Done);
+                        let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
                         // A skip must never cost a change its acknowledgement: when a copy
-                        // it was sent to did not take it, the skipped copies are asked
-                        // after all (the MDS's report may be up to 5 s old).
-                        let again = match all_took {
-                            true => None,
-                            false => {
+                        // it was sent to failed (and none refused it, which every copy
+                        // would), the skipped copies are asked after all (the MDS's
+                        // report may be up to 5 s old).
+                        let ask_again = !kinds.contains(&CopyAnswer::Refused)
+                            && kinds.iter().any(|k| *k != CopyAnswer::Done);
+                        let again = match ask_again {
+                            false => None,
+                            true => {
                                 let calls = skipped
                                     .iter()
                                     .map(|osd| (*osd, Arc::clone(&shared)))
@@ -508,7 +508,8 @@ fn reported_down(osd: u64) -> ClientError {
         address: format!("osd {osd}"),
         source: maat_net::NetError::Io(std::io::Error::new(
             std::io::ErrorKind::NotConnected,
-            "the MDS reports this OSD down; its copy is recorded as missed",
+            "the MDS reports this OSD down and it did not answer this client in time: \
+             the change skipped its copy",
         )),
     }
 }

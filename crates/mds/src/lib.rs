@@ -533,18 +533,53 @@ impl<S: MetaStore> Mds<S> {
     /// while this instance still holds the leader lease under the token it leads by
     /// ([`store::Op::RequireLease`]): checked by the store in the commit's own
     /// transaction, it closes the window between [`Mds::leads`] and the commit. `None`
-    /// where there is nothing to fence: no lease is kept (one MDS without a daemon, a
-    /// test), or the probe's token is not one this instance was granted through
-    /// [`Mds::lease`] (a probe set by a test).
-    pub(crate) fn leader_requirement(&self) -> Option<store::Op> {
-        let token = self.leadership.get()?()?;
+    /// only where no lease is kept (no daemon set a leadership probe: one MDS in a
+    /// test). Fails closed: refused (`NotReady`, naming `what`) when the probe says this
+    /// instance does not lead now, or names a token it was not granted through
+    /// [`Mds::lease`]. The probe is read once, here.
+    pub(crate) fn leader_requirement(&self, what: &str) -> Result<Option<store::Op>> {
+        let Some(probe) = self.leadership.get() else {
+            return Ok(None);
+        };
+        let refused =
+            |why: String| MdsError::refused(ErrorCode::NotReady, format!("{what}: {why}"));
+        let token = probe().ok_or_else(|| {
+            refused(
+                "this MDS instance no longer holds the leader lease; its successor \
+                     keeps this state"
+                    .into(),
+            )
+        })?;
         let grant = lock(&self.leader_grant);
-        let (holder, granted) = grant.as_ref()?;
-        (*granted == token).then(|| store::Op::RequireLease {
-            name: LEADER_LEASE.to_string(),
-            holder: holder.clone(),
-            token,
-        })
+        match grant.as_ref() {
+            Some((holder, granted)) if *granted == token => Ok(Some(store::Op::RequireLease {
+                name: LEADER_LEASE.to_string(),
+                holder: holder.clone(),
+                token,
+            })),
+            _ => Err(refused(format!(
+                "this MDS instance was granted no leader lease under token {token}"
+            ))),
+        }
+    }
+
+    /// Commits `batch`, a leader-only change of `what`, under
+    /// [`Mds::leader_requirement`]: refused, with nothing written, once another instance
+    /// took the lease.
+    pub(crate) fn commit_as_leader(&self, mut batch: store::Batch, what: &str) -> Result<()> {
+        if let Some(requirement) = self.leader_requirement(what)? {
+            batch.push(requirement);
+        }
+        match self.store.commit(batch) {
+            Err(StoreError::LeaseLost { holder, found, .. }) => Err(MdsError::refused(
+                ErrorCode::NotReady,
+                format!(
+                    "{what}: the leader lease passed to {holder:?} (token {found}); its \
+                     successor keeps this state"
+                ),
+            )),
+            other => Ok(other?),
+        }
     }
 
     /// The MDS's Ed25519 public key (tickets and capabilities verify under it).

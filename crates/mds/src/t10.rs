@@ -192,34 +192,14 @@ impl<S: MetaStore> Mds<S> {
     fn t10_commit(&self, osd: u64, state: &KeyState, rng: &mut impl CryptoRngCore) -> Result<()> {
         // Issue 42: an instance whose lease ran out while the OSD answered does not write
         // over the record its successor may have written since (the OSD already refuses
-        // its later commands) ...
-        if !self.leads() {
-            return Err(not_ready(
-                osd,
-                "the leader lease ran out during a key command; its successor keeps the keys",
-            ));
-        }
+        // its later commands): the store checks, in the commit itself, that it still
+        // leads.
         let key = format!("{META_PREFIX}{osd}");
         let bytes = zeroize::Zeroizing::new(state.encode());
         let sealed = self.t10_wrap.seal(0, key.as_bytes(), &bytes, rng)?;
         let mut batch = Batch::default();
         batch.push(Op::PutMeta(key, sealed));
-        // ... and the store checks, in the commit itself, that it still leads.
-        if let Some(requirement) = self.leader_requirement() {
-            batch.push(requirement);
-        }
-        match self.store.commit(batch) {
-            Err(StoreError::LeaseLost { holder, found, .. }) => {
-                return Err(not_ready(
-                    osd,
-                    format!(
-                        "the leader lease passed to {holder:?} (token {found}) during a key \
-                         command; its successor keeps the keys"
-                    ),
-                ))
-            }
-            other => other?,
-        }
+        self.commit_as_leader(batch, &format!("T10 keys of osd {osd}"))?;
         write_lock(&self.t10.states).insert(osd, state.clone());
         Ok(())
     }
@@ -253,7 +233,9 @@ impl<S: MetaStore> Mds<S> {
             REVOCATIONS_KEY.to_string(),
             crate::store::Record::encode(&next)?,
         ));
-        self.store.commit(batch)?;
+        // (Leader-only: a deposed leader never writes its older copy over its
+        // successor's key exchanges and tags.)
+        self.commit_as_leader(batch, "T10 revocations")?;
         *write_lock(&self.t10.revocations) = Some(next);
         Ok(())
     }

@@ -262,4 +262,20 @@ fn a_leader_deposed_before_its_commit_writes_no_key_state() {
     // The OSD did take the command (its fence is the lease's token, and 1 was the
     // highest it had seen); the successor finds no record and starts the OSD over.
     assert!(osds.lock().unwrap().contains_key(&1));
+    // Nor does it write the T10 revocations (key exchanges owed, tags) over its
+    // successor's: a revoking rotation is refused with nothing stored.
+    let refused = call(
+        &a,
+        ADMIN_UID,
+        MdsRequest::T10KeysRotate {
+            osd: None,
+            partition: None,
+            revoke: true,
+            master: false,
+        },
+        now + 2,
+    )
+    .unwrap_err();
+    assert!(refused.detail.contains("passed to \"b\""), "{refused:?}");
+    assert_eq!((&store).meta("t10/revocations").unwrap(), None);
 }

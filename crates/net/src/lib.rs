@@ -540,6 +540,23 @@ impl Connection {
             Ok(()) => {}
             // Refused before a byte was written (too large): the stream is intact.
             Err(e @ NetError::Frame(_)) => return Err(e),
+            // A peer that takes no more bytes for a whole timeout is hung, as one that
+            // sends no answer (`receive_with_id`): said the same way.
+            Err(NetError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                self.drop_stream();
+                return Err(NetError::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the peer took no bytes within {} s (it is hung or overloaded)",
+                        self.io_timeout.as_secs()
+                    ),
+                )));
+            }
             Err(e) => {
                 self.drop_stream();
                 return Err(e);

@@ -10,8 +10,8 @@ use maat_mds::{Mds, MetaStore};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The lease's name in the store.
-pub const LEADER_LEASE: &str = "leader";
+/// The lease's name in the store (the MDS's leader-only commits require it by name).
+pub use maat_mds::LEADER_LEASE;
 /// How long a grant lasts.
 pub const LEADER_TTL: Duration = Duration::from_secs(10);
 /// How often the holder renews it (and others ask).

@@ -75,7 +75,17 @@ impl MdsSlot {
         // instance alone (over its redb file) is granted at its start for good, under
         // token 1, as the daemon's first renewal grants a lone instance.
         if shared.is_none() {
-            *locked(&self.grant) = Some((u64::MAX, 1));
+            // (Taken through the MDS, which keeps its grant for the leader-only commits
+            // it fences.)
+            let state = mds
+                .lease(
+                    maat_server::leader::LEADER_LEASE,
+                    &self.address,
+                    u64::MAX,
+                    self.env.now(),
+                )
+                .map_err(|e| crate::setup(format!("the leader lease of a lone instance: {e}")))?;
+            *locked(&self.grant) = Some((u64::MAX, state.token));
         }
         let (grant, env) = (self.grant.clone(), self.env.clone());
         mds.set_leadership_probe(Box::new(move || {

@@ -177,6 +177,21 @@ fn mds_case(threads: usize, seconds: u64) -> Result<Case> {
     )
 }
 
+/// Sends SIGCONT to a daemon this bench stopped, when dropped: never left stopped, even
+/// when the case fails half way.
+struct Resume<'a> {
+    cluster: &'a LocalCluster,
+    name: &'a str,
+}
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = signal(self.cluster, self.name, rustix::process::Signal::CONT) {
+            eprintln!("maat bench failover: could not wake {}: {e}", self.name);
+        }
+    }
+}
+
 /// One of four OSDs SIGSTOPped, three copies of every object.
 fn osd_case(threads: usize, seconds: u64) -> Result<Case> {
     let cluster = LocalCluster::start_with(None, &["--osds", "4", "--replicas", "3"])
@@ -193,7 +208,8 @@ fn osd_case(threads: usize, seconds: u64) -> Result<Case> {
     let detected = std::sync::Mutex::new(None::<f64>);
     let watching = AtomicBool::new(true);
     let stopped = std::sync::OnceLock::<Instant>::new();
-    let mut case = std::thread::scope(|s| {
+    let resume = std::sync::Mutex::new(None::<Resume<'_>>);
+    let case = std::thread::scope(|s| {
         let (detected, watching, watcher) = (&detected, &watching, &watcher);
         let stopped_ref = &stopped;
         s.spawn(move || {
@@ -229,15 +245,27 @@ fn osd_case(threads: usize, seconds: u64) -> Result<Case> {
             },
             || {
                 signal(&cluster, "osd-1", rustix::process::Signal::STOP)?;
+                *resume
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Resume {
+                    cluster: &cluster,
+                    name: "osd-1",
+                });
                 let _ = stopped.set(Instant::now());
                 Ok(())
             },
         );
         watching.store(false, Ordering::Relaxed);
         result
-    })?;
-    // (Woken before the cluster stops, so that it stops cleanly.)
-    signal(&cluster, "osd-1", rustix::process::Signal::CONT)?;
+    });
+    // (Woken before the cluster stops, so that it stops cleanly; also when the case
+    // failed.)
+    drop(
+        resume
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let mut case = case?;
     case.detected_ms = detected
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

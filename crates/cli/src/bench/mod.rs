@@ -297,11 +297,6 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Issue 42 (mdtest's shape): T threads, each in a directory of its own, create N
-    /// empty files, stat, open (a capability from the MDS each), readdir, rename and
-    /// unlink them; operations per second per phase, for the MDS on redb and on
-    /// PostgreSQL with each number of instances of `--instances` (needs the PostgreSQL
-    /// server binaries; skipped, saying so, without them), each on a fresh cluster, in
     /// Issues 41 and 42: what clients see when a daemon fails under load, each case on a
     /// fresh local cluster. T client threads put 4 KiB files and read back, and a third of
     /// the way in one of three MDS instances over PostgreSQL is SIGKILLed (skipped,

@@ -574,10 +574,29 @@ impl MemoryNet {
                         _ => return,
                     }
                 };
-                let alive = {
+                let (alive, hung) = {
                     let s = self.state();
-                    s.incarnations.get(&to).copied().unwrap_or(0) == incarnation
+                    let now = Self::now_locked(&s);
+                    (
+                        s.incarnations.get(&to).copied().unwrap_or(0) == incarnation,
+                        s.hung_now(&to, now),
+                    )
                 };
+                if hung {
+                    // Arrived while its peer hangs: taken and never answered, as one sent
+                    // to it then (`send_async`).
+                    let mut s = self.state();
+                    let now = Self::now_locked(&s);
+                    if let Some(k) = s.links.get_mut(&link) {
+                        k.broken = true;
+                        k.hung = true;
+                    }
+                    s.schedule(
+                        now + crate::memory::HUNG_ANSWER_MILLIS,
+                        Event::Answer { link, frame: None },
+                    );
+                    return;
+                }
                 let answer = if alive {
                     self.deliver(&to, &frame).ok().flatten()
                 } else {
