@@ -178,30 +178,22 @@ impl Client {
                         // report may be up to 5 s old).
                         let ask_again = !kinds.contains(&CopyAnswer::Refused)
                             && kinds.iter().any(|k| *k != CopyAnswer::Done);
-                        let again = match ask_again {
-                            false => None,
-                            true => {
-                                let calls = skipped
-                                    .iter()
-                                    .map(|osd| (*osd, Arc::clone(&shared)))
-                                    .collect();
-                                Some(self.parallel_exact(opened, calls)?)
+                        if ask_again {
+                            let calls = skipped
+                                .iter()
+                                .map(|osd| (*osd, Arc::clone(&shared)))
+                                .collect();
+                            let again = self.parallel_exact(opened, calls)?;
+                            for (osd, answer) in skipped.into_iter().zip(again) {
+                                self.note_answer(osd, &answer);
+                                got.push(Some(answer));
+                                osds.push(osd);
                             }
-                        };
-                        match again {
-                            Some(again) => {
-                                for (osd, answer) in skipped.into_iter().zip(again) {
-                                    self.note_answer(osd, &answer);
-                                    got.push(Some(answer));
-                                    osds.push(osd);
-                                }
-                            }
-                            None => {
-                                self.stats.lock().copies_skipped_down += skipped.len() as u64;
-                                for osd in skipped {
-                                    got.push(Some(Err(reported_down(osd))));
-                                    osds.push(osd);
-                                }
+                        } else {
+                            self.stats.lock().copies_skipped_down += skipped.len() as u64;
+                            for osd in skipped {
+                                got.push(Some(Err(reported_down(osd))));
+                                osds.push(osd);
                             }
                         }
                     }
@@ -278,21 +270,9 @@ impl Client {
                 .collect::<Vec<_>>()
         };
         let mut live = liveness(now);
-        if live.contains(&Liveness::ReportStale) {
-            let due = {
-                let mut at = self.placement_at.lock();
-                let due = at
-                    .is_none_or(|t| now.saturating_sub(t) >= machines::copies::DOWN_REPORT_MILLIS);
-                if due {
-                    *at = Some(now);
-                }
-                due
-            };
-            if due {
-                // Not answered: nothing is skipped on the old report.
-                let _asked = self.refresh_placement();
-                live = liveness(self.now());
-            }
+        // (Not answered: nothing is skipped on the old report.)
+        if live.contains(&Liveness::ReportStale) && self.refresh_placement_if_due(now) {
+            live = liveness(self.now());
         }
         // Never so many that the others could not make the change stand.
         let mut may_skip = copies
@@ -309,6 +289,22 @@ impl Client {
             }
         }
         (send, skip)
+    }
+
+    /// Asks the MDS which OSDs are down ([`Client::refresh_placement`]) unless it was
+    /// asked less than the time it takes to notice ago ([`OSD_DOWN_AFTER_MILLIS`], the
+    /// life of its report); whether it asked. A failed ask counts: it is not repeated
+    /// sooner.
+    fn refresh_placement_if_due(&self, now: u64) -> bool {
+        {
+            let mut at = self.placement_at.lock();
+            if at.is_some_and(|t| now.saturating_sub(t) < OSD_DOWN_AFTER_MILLIS) {
+                return false;
+            }
+            *at = Some(now);
+        }
+        let _asked = self.refresh_placement();
+        true
     }
 
     /// Records at the MDS that `copies` of `file` missed a change that enough other
@@ -474,17 +470,10 @@ impl Client {
                     }
                     _ => self.suspects.lock().failed(osd, now),
                 }
-                // Which other OSDs are down, as the MDS knows (at most once per the time
-                // it takes to notice): the next reads skip them without waiting.
-                let stale = self
-                    .placement_at
-                    .lock()
-                    .is_none_or(|at| now.saturating_sub(at) >= OSD_DOWN_AFTER_MILLIS);
-                if stale {
-                    *self.placement_at.lock() = Some(now);
-                    // A failure to ask is met again where it matters (placing a copy).
-                    let _asked = self.refresh_placement();
-                }
+                // Which other OSDs are down, as the MDS knows: the next reads skip them
+                // without waiting. (A failure to ask is met again where it matters,
+                // placing a copy.)
+                self.refresh_placement_if_due(now);
             }
             Ok(_) => self.suspects.lock().served(osd),
             Err(_) => {}

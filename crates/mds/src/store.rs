@@ -11,8 +11,8 @@ use maat_proto::encrypted::FileCrypt;
 mod lease;
 mod legacy;
 pub use lease::{
-    check_lease_record, lease_in_meta, require_lease_in_meta, take_lease_requirements, LeaseState,
-    LEASE_PREFIX,
+    check_lease_holder, check_lease_record, lease_in_meta, require_lease_in_meta,
+    take_lease_requirements, LeaseState, LEASE_PREFIX,
 };
 use legacy::{
     InodeV1, InodeV2, InodeV3, InodeV4, InodeV5, InodeV6, PartitionV1, PartitionV2, PartitionV3,

@@ -92,6 +92,16 @@ fn opened(answer: MdsResponse) -> Vec<T10Grant> {
     }
 }
 
+/// `maat admin keys rotate` of every OSD and partition, `--revoke` or not.
+fn rotate(revoke: bool) -> MdsRequest {
+    MdsRequest::T10KeysRotate {
+        osd: None,
+        partition: None,
+        revoke,
+        master: false,
+    }
+}
+
 fn admin(mds: &Mds<&MemStore>, request: MdsRequest, now: u64) {
     call(mds, ADMIN_UID, request, now).unwrap();
 }
@@ -172,16 +182,7 @@ fn credentials_from_any_instance_are_under_the_keys_the_leader_installed() {
     check(&open(&b, true, now + 1, 1, &mut rng), now + 1, "first");
     // The leader replaces every working key; the other's next credentials are under the
     // new ones.
-    admin(
-        &a,
-        MdsRequest::T10KeysRotate {
-            osd: None,
-            partition: None,
-            revoke: true,
-            master: false,
-        },
-        now + 2,
-    );
+    admin(&a, rotate(true), now + 2);
     check(
         &open(&b, false, now + 3, 2, &mut rng),
         now + 3,
@@ -197,16 +198,10 @@ fn key_rotations_are_refused_by_an_instance_that_does_not_lead() {
     let (a, b) = (mds(&store), mds(&store));
     b.set_leadership_probe(Box::new(|| None));
     a.set_leadership_probe(Box::new(|| Some(1)));
-    let rotate = || MdsRequest::T10KeysRotate {
-        osd: None,
-        partition: None,
-        revoke: false,
-        master: false,
-    };
-    let refused = call(&b, ADMIN_UID, rotate(), T0 + 1).unwrap_err();
+    let refused = call(&b, ADMIN_UID, rotate(false), T0 + 1).unwrap_err();
     assert_eq!(refused.code, ErrorCode::WrongRecipient);
     assert!(refused.detail.contains("leader"), "{refused:?}");
-    call(&a, ADMIN_UID, rotate(), T0 + 2).unwrap();
+    call(&a, ADMIN_UID, rotate(false), T0 + 2).unwrap();
 }
 
 /// Issue 42: the window between a leader's check that it leads and its commit. `a` took
@@ -264,18 +259,7 @@ fn a_leader_deposed_before_its_commit_writes_no_key_state() {
     assert!(osds.lock().unwrap().contains_key(&1));
     // Nor does it write the T10 revocations (key exchanges owed, tags) over its
     // successor's: a revoking rotation is refused with nothing stored.
-    let refused = call(
-        &a,
-        ADMIN_UID,
-        MdsRequest::T10KeysRotate {
-            osd: None,
-            partition: None,
-            revoke: true,
-            master: false,
-        },
-        now + 2,
-    )
-    .unwrap_err();
+    let refused = call(&a, ADMIN_UID, rotate(true), now + 2).unwrap_err();
     assert!(refused.detail.contains("passed to \"b\""), "{refused:?}");
     assert_eq!((&store).meta("t10/revocations").unwrap(), None);
 }

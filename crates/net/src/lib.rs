@@ -540,27 +540,9 @@ impl Connection {
             Ok(()) => {}
             // Refused before a byte was written (too large): the stream is intact.
             Err(e @ NetError::Frame(_)) => return Err(e),
-            // A peer that takes no more bytes for a whole timeout is hung, as one that
-            // sends no answer (`receive_with_id`): said the same way.
-            Err(NetError::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                self.drop_stream();
-                return Err(NetError::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!(
-                        "the peer took no bytes within {} s (it is hung or overloaded)",
-                        self.io_timeout.as_secs()
-                    ),
-                )));
-            }
-            Err(e) => {
-                self.drop_stream();
-                return Err(e);
-            }
+            // (A peer that takes no more bytes for a whole timeout is hung, as one that
+            // sends no answer.)
+            Err(e) => return Err(self.failed(e, "no bytes taken")),
         }
         Ok(())
     }
@@ -612,6 +594,29 @@ impl Connection {
         self.receive_with_id().map(|(_, answer)| answer)
     }
 
+    /// The stream dropped after `e`; a socket timeout (the peer silent, or taking no
+    /// bytes, for a whole `io_timeout`) said as one: `what` happened within it.
+    fn failed(&mut self, e: NetError, what: &str) -> NetError {
+        self.drop_stream();
+        match e {
+            NetError::Io(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                NetError::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{what} within {} s (the peer is hung or overloaded)",
+                        self.io_timeout.as_secs()
+                    ),
+                ))
+            }
+            other => other,
+        }
+    }
+
     /// Reads the next answer and checks it answers the oldest pending request: returns
     /// its id, or `None` for a version-1 refusal, which a daemon sends when it cannot read
     /// a request's header or takes no more connections; it answers everything pending,
@@ -624,25 +629,7 @@ impl Connection {
         let read = self.read_next();
         let (head, payload) = match read {
             Ok(frame) => frame,
-            Err(NetError::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                self.drop_stream();
-                return Err(NetError::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!(
-                        "no answer within {} s (the peer is hung or overloaded)",
-                        self.io_timeout.as_secs()
-                    ),
-                )));
-            }
-            Err(e) => {
-                self.drop_stream();
-                return Err(e);
-            }
+            Err(e) => return Err(self.failed(e, "no answer")),
         };
         match head.request_id {
             Some(id) if id == expected => {

@@ -710,15 +710,7 @@ fn apply(
                 ),
                 None => (String::new(), 0),
             };
-            if now_holder == *holder && found == *token {
-                return Ok(());
-            }
-            Err(StoreError::LeaseLost {
-                name: name.clone(),
-                token: *token,
-                holder: now_holder,
-                found,
-            })
+            maat_mds::store::check_lease_holder(name, holder, *token, now_holder, found)
         }
     }
 }

@@ -145,6 +145,19 @@ pub fn check_lease_record(
         }
         None => (String::new(), 0),
     };
+    check_lease_holder(name, holder, token, now_holder, found)
+}
+
+/// Whether lease `name`, held now by `now_holder` under `found` (empty and 0: never
+/// taken), is `holder`'s under `token`: [`StoreError::LeaseLost`] if not. For a store
+/// that keeps leases its own way (PostgreSQL's `leases` table).
+pub fn check_lease_holder(
+    name: &str,
+    holder: &str,
+    token: u64,
+    now_holder: String,
+    found: u64,
+) -> Result<(), StoreError> {
     if now_holder == holder && found == token {
         return Ok(());
     }
