@@ -142,8 +142,9 @@ impl Client {
                 let copies = self.read_order(copies, object);
                 let first = copies.first().copied().unwrap_or(osd);
                 let more = (copies.len() > 1).then(|| (request.clone(), copies));
+                let patience = read_patience(more.is_some());
                 plans.push(Plan::One(exact.len(), more));
-                exact.push((first, SharedRequest::new(request)));
+                exact.push((first, SharedRequest::within(request, patience)));
             }
         }
         let exact_osds: Vec<u64> = exact.iter().map(|(osd, _)| *osd).collect();
@@ -279,7 +280,11 @@ impl Client {
             .len()
             .saturating_sub(maat_proto::limits::COPIES_DURABLE_MIN);
         let (mut send, mut skip) = (Vec::new(), Vec::new());
-        for (osd, l) in copies.into_iter().zip(live) {
+        for (osd, mut l) in copies.into_iter().zip(live) {
+            if l == Liveness::Unproven && may_skip > 0 {
+                self.probe(osd);
+                l = self.suspects.lock().liveness(osd, self.now());
+            }
             match l {
                 Liveness::Down if may_skip > 0 => {
                     may_skip -= 1;
@@ -289,6 +294,38 @@ impl Client {
             }
         }
         (send, skip)
+    }
+
+    /// Asks `osd` something small (the attributes of an object no file has), waiting
+    /// [`crate::limits::OSD_READ_FAILOVER_TIMEOUT`]: an OSD the MDS reports down and
+    /// that stays silent that long is taken as hung ([`machines::Suspects::timed_out`]);
+    /// any answer, a refusal too, shows it serving, and a connection that fails at once
+    /// costs a change nothing to try: either way it is not probed again until a newer
+    /// report names it.
+    fn probe(&self, osd: u64) {
+        let probe = OsdRequest {
+            capability: Vec::new(),
+            command: OsdCommand::GetAttributes {
+                object: ObjectId {
+                    partition: maat_proto::msg::DATA_PARTITION,
+                    file: u64::MAX,
+                    stripe: u32::MAX,
+                },
+            },
+        };
+        self.stats.lock().osds_probed += 1;
+        let answer =
+            self.osd_call_once_within(osd, &probe, crate::limits::OSD_READ_FAILOVER_TIMEOUT);
+        let now = self.now();
+        let mut suspects = self.suspects.lock();
+        match answer {
+            Ok(_) | Err(ClientError::Refused(_)) => suspects.probed(osd, now, true),
+            Err(ClientError::Net {
+                source: maat_net::NetError::Io(e),
+                ..
+            }) if e.kind() == std::io::ErrorKind::TimedOut => suspects.timed_out(osd, now),
+            Err(_) => suspects.probed(osd, now, false),
+        }
     }
 
     /// Asks the MDS which OSDs are down ([`Client::refresh_placement`]) unless it was
@@ -373,7 +410,7 @@ impl Client {
             self.note_answer(first, &answer);
             return answer;
         }
-        let answer = self.data_call_exact(opened, first, request.clone());
+        let answer = self.data_call_within(opened, first, request.clone(), read_patience(true));
         self.read_on(opened, &request, copies, answer)
     }
 
@@ -401,7 +438,8 @@ impl Client {
                 ReadStep::Ask(osd) => {
                     self.stats.lock().copy_failovers += 1;
                     asked = osd;
-                    answers.push(self.data_call_exact(opened, osd, request.clone()));
+                    let patience = read_patience(read.more_after_this());
+                    answers.push(self.data_call_within(opened, osd, request.clone(), patience));
                 }
                 ReadStep::Stand(n) => {
                     if n >= answers.len() {
@@ -438,10 +476,12 @@ impl Client {
         };
         // In the order the first read took (it asked the first of these).
         let copies = self.read_order(copies, Some(object));
-        for osd in copies.into_iter().skip(1) {
+        let last = copies.len().saturating_sub(1);
+        for (n, osd) in copies.into_iter().enumerate().skip(1) {
             self.stats.lock().copy_failovers += 1;
             let request = crate::data::read_request(opened, object, length);
-            if let Ok(OsdResponse::Data(bytes)) = self.data_call_exact(opened, osd, request) {
+            let answer = self.data_call_within(opened, osd, request, read_patience(n < last));
+            if let Ok(OsdResponse::Data(bytes)) = answer {
                 if let Ok(accepted) = check(bytes) {
                     return Ok(accepted);
                 }
@@ -536,5 +576,14 @@ fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
             ClientError::Net { .. } | ClientError::BadAnswer { .. } | ClientError::Crypto { .. },
         ) => CopyAnswer::Failed,
         Err(_) => CopyAnswer::Refused,
+    }
+}
+
+/// How long a read waits for one copy: less while another copy is left to ask.
+fn read_patience(more_copies: bool) -> std::time::Duration {
+    if more_copies {
+        crate::limits::OSD_READ_FAILOVER_TIMEOUT
+    } else {
+        crate::limits::OSD_ANSWER_TIMEOUT
     }
 }

@@ -4,6 +4,8 @@
 //! are in `transfer.rs`).
 
 use super::*;
+use crate::limits::OSD_ANSWER_TIMEOUT;
+use std::time::Duration;
 
 impl Client {
     #[doc(hidden)]
@@ -11,11 +13,22 @@ impl Client {
     /// supplies the capability's Merkle trees once if the OSD lacks them (SPEC M4), and
     /// renews the capability when due, giving the OSD the token (SPEC M8).
     pub fn osd_call(&self, osd: u64, request: OsdRequest) -> Result<OsdResponse> {
+        self.osd_call_within(osd, request, OSD_ANSWER_TIMEOUT)
+    }
+
+    /// [`Client::osd_call`], waiting at most `patience` for the OSD's answer.
+    fn osd_call_within(
+        &self,
+        osd: u64,
+        request: OsdRequest,
+        patience: Duration,
+    ) -> Result<OsdResponse> {
         self.prepare_capability(osd, &request.capability)?;
-        match self.osd_call_fresh(osd, &request) {
+        let fresh = |request: &OsdRequest| self.osd_call_fresh_within(osd, request, patience);
+        match fresh(&request) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownTree => {
                 self.supply_trees(osd, &request.capability)?;
-                self.osd_call_fresh(osd, &request)
+                fresh(&request)
             }
             // SPEC M10: prove the job key again (the OSD restarted or forgot the
             // session), after a fresh lifetime when it ran out.
@@ -27,7 +40,7 @@ impl Client {
                     self.recover_delegated(osd, &hash, e.code).unwrap_or(false)
                 }) =>
             {
-                self.osd_call_fresh(osd, &request)
+                fresh(&request)
             }
             // A renewal that fails leaves the refusal as it was (a job's capability is
             // renewed through its key only, above).
@@ -38,7 +51,7 @@ impl Client {
                         .recover_expired(osd, &request.capability)
                         .unwrap_or(false) =>
             {
-                self.osd_call_fresh(osd, &request)
+                fresh(&request)
             }
             other => other,
         }
@@ -46,21 +59,40 @@ impl Client {
 
     /// [`Client::osd_call`] without supplying trees.
     pub(crate) fn osd_call_fresh(&self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
+        self.osd_call_fresh_within(osd, request, OSD_ANSWER_TIMEOUT)
+    }
+
+    fn osd_call_fresh_within(
+        &self,
+        osd: u64,
+        request: &OsdRequest,
+        patience: Duration,
+    ) -> Result<OsdResponse> {
         let clock = self.clock.clone();
-        match retry_stale(&clock, || self.osd_call_once(osd, request)) {
+        let once = || self.osd_call_once_within(osd, request, patience);
+        match retry_stale(&clock, once) {
             Err(ClientError::Refused(e)) if e.code == ErrorCode::UnknownSession => {
                 if let Some(s) = self.session.lock().as_mut() {
                     s.osd_sessions.retain(|o| o.osd != osd);
                 }
-                retry_stale(&clock, || self.osd_call_once(osd, request))
+                retry_stale(&clock, once)
             }
             other => other,
         }
     }
 
     pub(crate) fn osd_call_once(&self, osd: u64, request: &OsdRequest) -> Result<OsdResponse> {
-        let auth = self.auth_for(osd, request, self.insecure_user)?;
-        let answer = self.call_with(osd, &auth, request);
+        self.osd_call_once_within(osd, request, OSD_ANSWER_TIMEOUT)
+    }
+
+    pub(crate) fn osd_call_once_within(
+        &self,
+        osd: u64,
+        request: &OsdRequest,
+        patience: Duration,
+    ) -> Result<OsdResponse> {
+        let auth = self.auth_for(osd, request, self.insecure_user, patience)?;
+        let answer = self.call_with(osd, &auth, request, patience);
         self.after_t10_refusal(osd, &auth, request, &answer);
         answer
     }
@@ -104,7 +136,14 @@ impl Client {
     /// How `request` to `osd` is authenticated: under the T10 credential of its file for
     /// that OSD (SPEC T2) when it carries no Maat capability and one is held, else as
     /// [`Client::osd_auth`] says.
-    fn auth_for(&self, osd: u64, request: &OsdRequest, insecure_user: Option<u64>) -> Result<Auth> {
+    /// A session negotiated for it waits at most `patience` for the OSD.
+    fn auth_for(
+        &self,
+        osd: u64,
+        request: &OsdRequest,
+        insecure_user: Option<u64>,
+        patience: Duration,
+    ) -> Result<Auth> {
         if insecure_user.is_none() && request.capability.is_empty() {
             let credential = request
                 .command
@@ -137,15 +176,22 @@ impl Client {
                 });
             }
         }
-        self.osd_auth(osd, insecure_user)
+        self.osd_auth(osd, insecure_user, patience)
     }
 
-    /// One request to `osd` on this client's connection to it, authenticated by `auth`.
-    fn call_with(&self, osd: u64, auth: &Auth, request: &OsdRequest) -> Result<OsdResponse> {
+    /// One request to `osd` on this client's connection to it, authenticated by `auth`,
+    /// waiting at most `patience` for its answer.
+    fn call_with(
+        &self,
+        osd: u64,
+        auth: &Auth,
+        request: &OsdRequest,
+        patience: Duration,
+    ) -> Result<OsdResponse> {
         self.stats.lock().requests += 1;
         let address = self.osd_entry(osd)?.address;
         let mut conn = self.connections.take(&self.network, &address);
-        conn.set_io_timeout(crate::limits::OSD_ANSWER_TIMEOUT);
+        conn.set_io_timeout(patience);
         let mut learned = None;
         let answer = call_on(
             &mut conn,
@@ -164,11 +210,11 @@ impl Client {
 
     /// How requests to `osd` are authenticated: the session's envelope keys, or NOSEC as
     /// `insecure_user`.
-    fn osd_auth(&self, osd: u64, insecure_user: Option<u64>) -> Result<Auth> {
+    fn osd_auth(&self, osd: u64, insecure_user: Option<u64>, patience: Duration) -> Result<Auth> {
         if let Some(user) = insecure_user {
             return Ok(Auth::Insecure { user });
         }
-        let (sid, key, offset) = self.osd_session_with_offset(osd)?;
+        let (sid, key, offset) = self.osd_session_within(osd, patience)?;
         Ok(Auth::Sealed {
             keys: self.envelope_keys.lock().get(&sid, key.expose()),
             sid,
@@ -242,7 +288,7 @@ impl Client {
                 if insecure.is_none() {
                     self.prepare_capability(osd, &request.request.capability)?;
                 }
-                let auth = self.auth_for(osd, &request.request, insecure)?;
+                let auth = self.auth_for(osd, &request.request, insecure, request.patience)?;
                 Ok::<_, ClientError>((auth, self.osd_entry(osd)?.address))
             })();
             let (auth, address) = match ready {
@@ -253,14 +299,12 @@ impl Client {
                     continue;
                 }
             };
-            let mut conn = self.connections.take(&self.network, &address);
-            conn.set_io_timeout(crate::limits::OSD_ANSWER_TIMEOUT);
             lanes.push(Lane {
                 osd,
                 slot,
+                conn: self.connections.take(&self.network, &address),
                 address,
                 auth,
-                conn,
                 rng: self.nonce_rng(),
                 calls: vec![(index, request)],
                 answers: Vec::new(),
@@ -270,6 +314,7 @@ impl Client {
         let clock = &self.clock;
         let run = |lane: &mut Lane| {
             for (index, request) in &lane.calls {
+                lane.conn.set_io_timeout(request.patience);
                 let answer = call_on(
                     &mut lane.conn,
                     &lane.address,
@@ -320,7 +365,8 @@ impl Client {
                                 s.osd_sessions.retain(|o| o.osd != lane.osd);
                             }
                         }
-                        self.data_call_exact(opened, lane.osd, request.into_request())
+                        let patience = request.patience;
+                        self.data_call_within(opened, lane.osd, request.into_request(), patience)
                     }
                     other => other,
                 };
@@ -365,11 +411,22 @@ impl Client {
         osd: u64,
         request: OsdRequest,
     ) -> Result<OsdResponse> {
+        self.data_call_within(opened, osd, request, OSD_ANSWER_TIMEOUT)
+    }
+
+    /// [`Client::data_call_exact`], waiting at most `patience` for the OSD's answer.
+    pub(crate) fn data_call_within(
+        &self,
+        opened: &Opened,
+        osd: u64,
+        request: OsdRequest,
+        patience: Duration,
+    ) -> Result<OsdResponse> {
         match self.insecure_for(opened)? {
             Some(user) if self.insecure_user.is_none() => {
-                self.call_with(osd, &Auth::Insecure { user }, &request)
+                self.call_with(osd, &Auth::Insecure { user }, &request, patience)
             }
-            _ => self.osd_call(osd, request),
+            _ => self.osd_call_within(osd, request, patience),
         }
     }
 
@@ -592,13 +649,23 @@ struct Lane {
 pub(crate) struct SharedRequest {
     request: OsdRequest,
     digest: std::sync::OnceLock<protection::DataDigest>,
+    /// How long a lane waits for its answer.
+    patience: Duration,
 }
 
 impl SharedRequest {
+    /// A request whose OSD is waited for [`OSD_ANSWER_TIMEOUT`].
     pub(crate) fn new(request: OsdRequest) -> Arc<Self> {
+        Self::within(request, OSD_ANSWER_TIMEOUT)
+    }
+
+    /// A request whose OSD is waited for `patience` (a read that has another copy to
+    /// ask: [`crate::limits::OSD_READ_FAILOVER_TIMEOUT`]).
+    pub(crate) fn within(request: OsdRequest, patience: Duration) -> Arc<Self> {
         Arc::new(Self {
             request,
             digest: std::sync::OnceLock::new(),
+            patience,
         })
     }
 

@@ -131,6 +131,10 @@ pub struct ClientStats {
     /// `copies_failed` too.
     #[serde(default)]
     pub copies_skipped_down: u64,
+    /// OSDs the MDS reported down that this client had not seen hang, asked something
+    /// small before a change was sent to them (issue 41).
+    #[serde(default)]
+    pub osds_probed: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.
@@ -369,8 +373,19 @@ impl Client {
         frame_type: FrameType,
         payload: &[u8],
     ) -> Result<(FrameType, Vec<u8>)> {
+        self.call_at_within(address, frame_type, payload, maat_net::IO_TIMEOUT)
+    }
+
+    /// [`Client::call_at`], waiting at most `patience` for the answer.
+    pub(crate) fn call_at_within(
+        &self,
+        address: &str,
+        frame_type: FrameType,
+        payload: &[u8],
+        patience: std::time::Duration,
+    ) -> Result<(FrameType, Vec<u8>)> {
         self.connections
-            .call(&self.network, address, frame_type, payload)
+            .call(&self.network, address, frame_type, payload, patience)
             .map_err(|source| ClientError::Net {
                 address: address.to_string(),
                 source,

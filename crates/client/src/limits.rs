@@ -34,6 +34,14 @@ pub const STRIPES_IN_FLIGHT_MAX: u32 = 16;
 /// (issue 41). Daemons and the other peers keep `maat_net::IO_TIMEOUT` (60 s).
 pub const OSD_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// How long a read waits for a copy's answer when another copy is left to ask: an OSD
+/// silent this long (no byte of its answer) is taken for failed, asked last for a while,
+/// and the read asks the next copy; the last copy gets [`OSD_ANSWER_TIMEOUT`]. A read
+/// costs no fsync, so an OSD that is alive answers well within it; one that is only slow
+/// costs a read from another copy, never a wrong answer (issue 41: a hung OSD held each
+/// new client's first read for the whole answer timeout).
+pub const OSD_READ_FAILOVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How long a copy that exists but is bad must keep the state a scrub found it in before
 /// a repair replaces it: longer than a client waits for a write's answers
 /// ([`OSD_ANSWER_TIMEOUT`]), so that a write that reached that copy first is by then on

@@ -16,15 +16,16 @@ impl Client {
     /// SPEC M2: negotiates a session key with `osd`. Another thread may log in again
     /// meanwhile: a session made under the replaced login is not kept, and one is made
     /// again under the new one.
-    pub(crate) fn negotiate(&self, osd: u64) -> Result<()> {
+    /// The OSD's answer is waited for at most `patience`.
+    pub(crate) fn negotiate(&self, osd: u64, patience: std::time::Duration) -> Result<()> {
         for _ in 0..2 {
             // SPEC T7: the offer is dated by the MDS's clock, the only one this client
             // knows before the OSD confirms; an OSD whose clock runs behind by more than
             // the future tolerance refuses it as stale, and takes it dated back (its
             // confirmation then gives the session its own offset).
-            let made = match self.negotiate_once(osd, 0) {
+            let made = match self.negotiate_once(osd, 0, patience) {
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::StaleRequest => {
-                    self.negotiate_once(osd, PROBE_BACKDATE_MILLIS)?
+                    self.negotiate_once(osd, PROBE_BACKDATE_MILLIS, patience)?
                 }
                 other => other?,
             };
@@ -39,7 +40,12 @@ impl Client {
 
     /// One negotiation, the offer dated `backdate` ms before the MDS's time; false when
     /// the login it was made under was replaced meanwhile.
-    fn negotiate_once(&self, osd: u64, backdate: i64) -> Result<bool> {
+    fn negotiate_once(
+        &self,
+        osd: u64,
+        backdate: i64,
+        patience: std::time::Duration,
+    ) -> Result<bool> {
         let entry = self.osd_entry(osd)?;
         let now = self.now();
         let (login, ticket, signing_seed) =
@@ -64,7 +70,8 @@ impl Client {
             source,
         })?;
         let payload = crate::encode(&OsdPlainRequest::Offer(offer.encoded().to_vec()))?;
-        let (t, answer) = self.call_at(&entry.address, FrameType::Plain, &payload)?;
+        let (t, answer) =
+            self.call_at_within(&entry.address, FrameType::Plain, &payload, patience)?;
         if t != FrameType::Plain {
             return Err(refusal(&entry.address, &answer));
         }
@@ -113,6 +120,16 @@ impl Client {
     }
 
     pub(crate) fn osd_session_with_offset(&self, osd: u64) -> Result<([u8; 16], Secret32, i64)> {
+        self.osd_session_within(osd, crate::limits::OSD_ANSWER_TIMEOUT)
+    }
+
+    /// [`Client::osd_session_with_offset`], a negotiation waiting at most `patience` for
+    /// the OSD (a read that can ask another copy waits less).
+    pub(crate) fn osd_session_within(
+        &self,
+        osd: u64,
+        patience: std::time::Duration,
+    ) -> Result<([u8; 16], Secret32, i64)> {
         self.ensure_session()?;
         let now = self.now();
         let live = self
@@ -131,7 +148,7 @@ impl Client {
                 // An OSD that just started refuses offers dated inside its first moments
                 // (SPEC T7) and says to retry; so does a session's first contact.
                 let clock = self.clock.clone();
-                retry_stale(&clock, || self.negotiate(osd))?;
+                retry_stale(&clock, || self.negotiate(osd, patience))?;
                 self.session
                     .lock()
                     .as_ref()

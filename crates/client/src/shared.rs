@@ -70,8 +70,10 @@ impl Pool {
         address: &str,
         frame_type: FrameType,
         payload: &[u8],
+        patience: std::time::Duration,
     ) -> Result<(FrameType, Vec<u8>), NetError> {
         let mut connection = self.take(network, address);
+        connection.set_io_timeout(patience);
         let answer = connection.call(frame_type, payload)?;
         self.give_back(connection);
         Ok(answer)

@@ -561,7 +561,11 @@ impl Connection {
             if self.pending.is_empty() {
                 link.answers.clear();
             }
-            match link.net.send_async(&self.address, link.link, frame) {
+            let timeout_millis = u64::try_from(self.io_timeout.as_millis()).unwrap_or(u64::MAX);
+            match link
+                .net
+                .send_async(&self.address, link.link, frame, timeout_millis)
+            {
                 Ok(id) => link.link = Some(id),
                 Err(e) => {
                     // As a failed write on a socket: the connection is gone.

@@ -98,10 +98,6 @@ fn timed_out(address: &str) -> NetError {
     ))
 }
 
-/// How long a request to a hung peer ([`MemoryNet::hang`]) goes unanswered before its
-/// caller sees a timeout: the client's answer timeout for an OSD (15 s).
-pub const HUNG_ANSWER_MILLIS: u64 = 15_000;
-
 impl MemoryNet {
     /// An empty network.
     pub fn new() -> Self {
@@ -144,8 +140,8 @@ impl MemoryNet {
 
     /// Hangs `address` until the simulated time `until`, as a stopped process or a dead
     /// disk holding a daemon's threads: connections to it are taken, but every request
-    /// sent to it goes unanswered, and its caller's wait ends with a timeout
-    /// [`HUNG_ANSWER_MILLIS`] later (a client's answer timeout for an OSD). Calls made
+    /// sent to it goes unanswered, and its caller's wait ends with a timeout when the
+    /// connection's `io_timeout` (as it was when the request was sent) has passed. Calls made
     /// outside a simulated task fail with the timeout at once. The daemon's own calls
     /// (check-ins) are not stopped: cut them with [`MemoryNet::cut`].
     pub fn hang(&self, address: &str, until: u64) {

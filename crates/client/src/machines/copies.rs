@@ -103,6 +103,13 @@ impl ReadOverCopies {
         }
     }
 
+    /// Whether another copy is left to ask after the one asked now (the first before
+    /// any answer, else the one [`ReadOverCopies::answer`] last named): a read waits
+    /// less for a copy that is not its last.
+    pub(crate) fn more_after_this(&self) -> bool {
+        self.copies.len() > self.answers.len() + 1
+    }
+
     /// After the answer of the copy last asked: the next copy to ask, or which answer
     /// stands. A served read or a refusal stands at once; after a missing, failed or
     /// stale copy the next is asked; when none is left, the first failure stands
@@ -151,6 +158,11 @@ pub(crate) enum Liveness {
     Down,
     /// Reported down, but longer ago: ask the MDS again first.
     ReportStale,
+    /// Reported down by the MDS within [`DOWN_REPORT_MILLIS`], but this client has not
+    /// seen it hang: ask it something small first, waiting less than for a change (a
+    /// client's first change after an OSD hung would otherwise wait its whole answer
+    /// timeout to see that for itself).
+    Unproven,
 }
 
 /// OSDs that recently failed to answer (unreachable, hung, refusing as damaged), and
@@ -169,6 +181,10 @@ pub(crate) struct Suspects {
     /// OSD id → when a request to it last went unanswered until this client's timeout
     /// (hung, not merely refusing: a refused connection costs nothing to try).
     hung: std::collections::BTreeMap<u64, u64>,
+    /// OSD id → when a probe ([`Liveness::Unproven`]) last found it answering or
+    /// refusing connections (not hung): changes are sent to it, whatever a report older
+    /// than that says.
+    probed: std::collections::BTreeMap<u64, u64>,
 }
 
 impl Suspects {
@@ -201,6 +217,23 @@ impl Suspects {
         self.hung.remove(&osd);
     }
 
+    /// A probe of `osd` at `now` did not hang (it answered, `served`, or its connection
+    /// failed at once): changes are sent to it until the MDS reports it down again
+    /// after that ([`Liveness::Unproven`]).
+    pub(crate) fn probed(&mut self, osd: u64, now: u64, served: bool) {
+        if served {
+            self.served(osd);
+        } else {
+            self.failed(osd, now);
+        }
+        if self.probed.len() >= SUSPECTS_MAX && !self.probed.contains_key(&osd) {
+            if let Some((&oldest, _)) = self.probed.iter().min_by_key(|(_, at)| **at) {
+                self.probed.remove(&oldest);
+            }
+        }
+        self.probed.insert(osd, now);
+    }
+
     /// The MDS reported at `now` which OSDs are down (every other OSD is not): each is
     /// suspect from now on, and changes skip their copies while the report is fresh.
     pub(crate) fn reported_down(&mut self, down: impl IntoIterator<Item = u64>, now: u64) {
@@ -215,17 +248,22 @@ impl Suspects {
     /// Whether a change sent at `now` skips `osd`'s copy ([`Liveness`]): only an OSD
     /// this client saw hang within [`SUSPECT_MILLIS`] and the MDS reports down. (An OSD
     /// that refuses connections costs a change nothing to try; and one that the MDS
-    /// alone reports down may be back, or only late to check in with this instance.)
+    /// alone reports down may be back, or only late to check in with this instance:
+    /// [`Liveness::Unproven`] until this client has seen it hang.)
     pub(crate) fn liveness(&self, osd: u64, now: u64) -> Liveness {
         let hung = self
             .hung
             .get(&osd)
             .is_some_and(|at| now.saturating_sub(*at) < SUSPECT_MILLIS);
         match self.down_reported {
-            Some(at) if hung && self.down.contains(&osd) => {
-                match now.saturating_sub(at) < DOWN_REPORT_MILLIS {
-                    true => Liveness::Down,
-                    false => Liveness::ReportStale,
+            Some(at) if self.down.contains(&osd) => {
+                let fresh = now.saturating_sub(at) < DOWN_REPORT_MILLIS;
+                let probed_since = self.probed.get(&osd).is_some_and(|t| *t >= at);
+                match (hung, fresh) {
+                    (true, true) => Liveness::Down,
+                    (true, false) => Liveness::ReportStale,
+                    (false, true) if !probed_since => Liveness::Unproven,
+                    (false, _) => Liveness::Serving,
                 }
             }
             _ => Liveness::Serving,
@@ -271,8 +309,10 @@ mod tests {
         let mut s = Suspects::default();
         assert_eq!(s.liveness(2, 0), Liveness::Serving);
         s.reported_down([2], 1_000);
-        // Reported down, but never seen hung by this client: tried.
-        assert_eq!(s.liveness(2, 1_000), Liveness::Serving);
+        // Reported down, but never seen hung by this client: probed first, and tried
+        // once the report is old.
+        assert_eq!(s.liveness(2, 1_000), Liveness::Unproven);
+        assert_eq!(s.liveness(2, 1_000 + DOWN_REPORT_MILLIS), Liveness::Serving);
         s.timed_out(2, 900);
         assert_eq!(s.liveness(2, 1_000), Liveness::Down);
         // Seen hung long ago: tried again.
@@ -295,6 +335,13 @@ mod tests {
         assert_eq!(s.liveness(2, 3_000), Liveness::Down);
         s.served(2);
         assert_eq!(s.liveness(2, 3_000), Liveness::Serving);
+        // A probe that did not hang (here: its connection refused) holds until a later
+        // report names it again.
+        s.reported_down([2], 4_000);
+        s.probed(2, 4_100, false);
+        assert_eq!(s.liveness(2, 4_200), Liveness::Serving);
+        s.reported_down([2], 5_000);
+        assert_eq!(s.liveness(2, 5_000), Liveness::Unproven);
     }
 
     #[test]

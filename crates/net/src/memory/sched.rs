@@ -72,6 +72,9 @@ pub(super) struct Link {
     pub(super) broken: bool,
     /// Its peer hung while a request was on it: the reset reads as a timeout.
     pub(super) hung: bool,
+    /// How long its sender waits for an answer before the reset that reads as a
+    /// timeout (the connection's `io_timeout` when it last sent), in milliseconds.
+    pub(super) timeout_millis: u64,
     /// The task waiting for its next answer.
     pub(super) waiter: Option<u64>,
 }
@@ -324,6 +327,7 @@ impl MemoryNet {
         to: &str,
         link: Option<u64>,
         frame: Vec<u8>,
+        timeout_millis: u64,
     ) -> Result<u64, NetError> {
         let mut s = self.state();
         let now = Self::now_locked(&s);
@@ -353,6 +357,7 @@ impl MemoryNet {
                         answers_until: now,
                         broken: false,
                         hung: false,
+                        timeout_millis,
                         waiter: None,
                     },
                 );
@@ -373,6 +378,7 @@ impl MemoryNet {
             )));
         }
         k.in_flight += 1;
+        k.timeout_millis = timeout_millis;
         let at = (now + delay).max(k.requests_until);
         k.requests_until = at;
         if hung {
@@ -380,7 +386,7 @@ impl MemoryNet {
             k.broken = true;
             k.hung = true;
             s.schedule(
-                now + crate::memory::HUNG_ANSWER_MILLIS,
+                now.saturating_add(timeout_millis),
                 Event::Answer {
                     link: id,
                     frame: None,
@@ -587,12 +593,14 @@ impl MemoryNet {
                     // to it then (`send_async`).
                     let mut s = self.state();
                     let now = Self::now_locked(&s);
+                    let mut timeout = 0;
                     if let Some(k) = s.links.get_mut(&link) {
                         k.broken = true;
                         k.hung = true;
+                        timeout = k.timeout_millis;
                     }
                     s.schedule(
-                        now + crate::memory::HUNG_ANSWER_MILLIS,
+                        now.saturating_add(timeout),
                         Event::Answer { link, frame: None },
                     );
                     return;
