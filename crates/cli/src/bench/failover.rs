@@ -10,6 +10,8 @@
 //!   case for a client, which learns nothing until its own timeout), and stays stopped
 //!   to the end; the threads put and get. An administrator's client asks the MDS for the
 //!   OSDs' states every 100 ms to time how long the cluster takes to report it down.
+//! * **osd-gets**: the same failure while the threads only get (a read can ask another
+//!   copy, so it waits less for a silent OSD than a change does).
 //!
 //! Reported per case: operations per second before and after the failure, the longest
 //! pause any thread saw (the longest time between two of its completed operations, or
@@ -28,6 +30,8 @@ const FILE_BYTES: usize = 4096;
 /// One case's figures.
 struct Case {
     name: &'static str,
+    /// The case's prefix in `--json`.
+    key: &'static str,
     before_per_s: f64,
     after_per_s: f64,
     longest_pause_ms: f64,
@@ -43,7 +47,7 @@ type Record = Vec<(Instant, bool)>;
 /// Runs `op` on every client in a loop until `seconds` have passed; at a third of them,
 /// `fail` runs (once). Returns the case's figures, measured around the failure.
 fn drive(
-    name: &'static str,
+    (name, key): (&'static str, &'static str),
     clients: &[Client],
     seconds: u64,
     op: impl Fn(&Client, usize, u64) -> Result<(), maat_client::ClientError> + Sync,
@@ -122,6 +126,7 @@ fn drive(
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     Ok(Case {
         name,
+        key,
         before_per_s: count(started, failed_at) / secs(started, failed_at),
         after_per_s: count(failed_at, end) / secs(failed_at, end),
         longest_pause_ms: longest.as_secs_f64() * 1e3,
@@ -165,7 +170,7 @@ fn mds_case(threads: usize, seconds: u64) -> Result<Case> {
     let clients = clients(&cluster, threads)?;
     let data = vec![7u8; FILE_BYTES];
     drive(
-        "mds instance SIGKILLed (1 of 3)",
+        ("mds instance SIGKILLed (1 of 3)", "mds"),
         &clients,
         seconds,
         |c, t, i| {
@@ -192,8 +197,9 @@ impl Drop for Resume<'_> {
     }
 }
 
-/// One of four OSDs SIGSTOPped, three copies of every object.
-fn osd_case(threads: usize, seconds: u64) -> Result<Case> {
+/// One of four OSDs SIGSTOPped, three copies of every object; the threads put and get,
+/// or only get (`gets_only`).
+fn osd_case(threads: usize, seconds: u64, gets_only: bool) -> Result<Case> {
     let cluster = LocalCluster::start_with(None, &["--osds", "4", "--replicas", "3"])
         .context("starting the cluster of four OSDs")?;
     let clients = clients(&cluster, threads)?;
@@ -229,12 +235,19 @@ fn osd_case(threads: usize, seconds: u64) -> Result<Case> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
+        let name = if gets_only {
+            ("gets only, osd SIGSTOPped (1 of 4)", "osd_gets")
+        } else {
+            ("osd SIGSTOPped (1 of 4, 3 copies)", "osd")
+        };
         let result = drive(
-            "osd SIGSTOPped (1 of 4, 3 copies)",
+            name,
             &clients,
             seconds,
             |c, t, i| {
-                put(c, &format!("/failover/t{t}/f{i}"), &data)?;
+                if !gets_only {
+                    put(c, &format!("/failover/t{t}/f{i}"), &data)?;
+                }
                 let mut out = Vec::with_capacity(FILE_BYTES);
                 c.get(
                     &format!("/failover/t{t}/r{}", i % 16),
@@ -279,11 +292,12 @@ pub fn run_failover(threads: usize, seconds: u64, json: bool) -> Result<()> {
         Some(why) => say!("maat bench failover: the MDS case is skipped: {why}"),
         None => cases.push(mds_case(threads, seconds)?),
     }
-    cases.push(osd_case(threads, seconds)?);
+    cases.push(osd_case(threads, seconds, false)?);
+    cases.push(osd_case(threads, seconds, true)?);
     if json {
         let mut obj = serde_json::Map::new();
         for c in &cases {
-            let key = c.name.split(' ').next().unwrap_or("case");
+            let key = c.key;
             obj.insert(format!("{key}_before_per_s"), c.before_per_s.into());
             obj.insert(format!("{key}_after_per_s"), c.after_per_s.into());
             obj.insert(format!("{key}_longest_pause_ms"), c.longest_pause_ms.into());

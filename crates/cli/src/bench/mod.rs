@@ -301,10 +301,12 @@ pub enum BenchCommand {
     /// fresh local cluster. T client threads put 4 KiB files and read back, and a third of
     /// the way in one of three MDS instances over PostgreSQL is SIGKILLed (skipped,
     /// saying so, without the PostgreSQL server binaries), or one of four OSDs of a
-    /// three-copy cluster is SIGSTOPped (hung). Prints operations per second before and
-    /// after, the longest pause any thread saw, the operations that failed, and how long
-    /// the MDS took to report the OSD down. JSON keys `<mds|osd>_before_per_s`,
-    /// `..._after_per_s`, `..._longest_pause_ms`, `..._failed_ops`, `osd_reported_down_ms`.
+    /// three-copy cluster is SIGSTOPped (hung), once while the threads put and get and
+    /// once while they only get. Prints operations per second before and after, the
+    /// longest pause any thread saw, the operations that failed, and how long the MDS
+    /// took to report the OSD down. JSON keys `<mds|osd|osd_gets>_before_per_s`,
+    /// `..._after_per_s`, `..._longest_pause_ms`, `..._failed_ops`,
+    /// `<osd|osd_gets>_reported_down_ms`.
     Failover {
         /// Client threads (each its own client; they spread over the MDS instances).
         #[arg(long, default_value_t = 4)]
