@@ -283,7 +283,8 @@ impl Client {
         for (osd, mut l) in copies.into_iter().zip(live) {
             if l == Liveness::Unproven && may_skip > 0 {
                 self.probe(osd);
-                l = self.suspects.lock().liveness(osd, self.now());
+                let now = self.now();
+                l = self.suspects.lock().liveness(osd, now);
             }
             match l {
                 Liveness::Down if may_skip > 0 => {
@@ -313,6 +314,9 @@ impl Client {
                 },
             },
         };
+        let Ok(at) = self.osd_entry(osd).map(|e| e.address) else {
+            return;
+        };
         self.stats.lock().osds_probed += 1;
         let answer =
             self.osd_call_once_within(osd, &probe, crate::limits::OSD_READ_FAILOVER_TIMEOUT);
@@ -320,11 +324,18 @@ impl Client {
         let mut suspects = self.suspects.lock();
         match answer {
             Ok(_) | Err(ClientError::Refused(_)) => suspects.probed(osd, now, true),
+            // Silent itself (not the MDS, asked for a session on the way).
             Err(ClientError::Net {
                 source: maat_net::NetError::Io(e),
-                ..
-            }) if e.kind() == std::io::ErrorKind::TimedOut => suspects.timed_out(osd, now),
-            Err(_) => suspects.probed(osd, now, false),
+                address,
+            }) if e.kind() == std::io::ErrorKind::TimedOut && address == at => {
+                suspects.timed_out(osd, now);
+            }
+            Err(ClientError::Net { address, .. }) if address == at => {
+                suspects.probed(osd, now, false);
+            }
+            // Not an answer about the OSD: nothing learnt, the change is sent.
+            Err(_) => {}
         }
     }
 
@@ -424,6 +435,9 @@ impl Client {
         first: Result<OsdResponse>,
     ) -> Result<OsdResponse> {
         let mut asked = copies.first().copied().unwrap_or_default();
+        // Which copy gave each answer, and whether it was waited for less than the
+        // whole answer timeout (the first was: it had more copies after it).
+        let mut from = vec![(asked, copies.len() > 1)];
         let mut read = ReadOverCopies::new(copies);
         let mut answers = vec![first];
         loop {
@@ -438,12 +452,32 @@ impl Client {
                 ReadStep::Ask(osd) => {
                     self.stats.lock().copy_failovers += 1;
                     asked = osd;
-                    let patience = read_patience(read.more_after_this());
+                    let more = read.more_after_this();
+                    from.push((osd, more));
+                    let patience = read_patience(more);
                     answers.push(self.data_call_within(opened, osd, request.clone(), patience));
                 }
                 ReadStep::Stand(n) => {
-                    if n >= answers.len() {
+                    let Some(stands) = answers.get(n) else {
                         return Err(ClientError::Internal("a read stood on no answer".into()));
+                    };
+                    if matches!(
+                        classify(stands),
+                        CopyAnswer::Failed | CopyAnswer::Missing | CopyAnswer::Stale
+                    ) {
+                        // No copy served: one that only outlasted the shorter wait may
+                        // be slow, not hung. Asked once more, with the whole answer
+                        // timeout, before the read fails.
+                        for ((osd, short), answer) in from.iter().zip(&answers) {
+                            if *short && timed_out(answer) {
+                                self.stats.lock().copy_failovers += 1;
+                                let again = self.data_call_exact(opened, *osd, request.clone());
+                                self.note_answer(*osd, &again);
+                                if again.is_ok() {
+                                    return again;
+                                }
+                            }
+                        }
                     }
                     return answers.swap_remove(n);
                 }
@@ -495,7 +529,8 @@ impl Client {
     /// ([`machines::Suspects::order`]).
     fn read_order(&self, copies: Vec<u64>, object: Option<ObjectId>) -> Vec<u64> {
         let spread = object.map_or(0, |o| machines::spread(self.spread, o.file, o.stripe));
-        self.suspects.lock().order(copies, self.now(), spread)
+        let now = self.now();
+        self.suspects.lock().order(copies, now, spread)
     }
 
     /// What `osd`'s answer says of it: unreachable or silent, it is asked last for a
@@ -577,6 +612,17 @@ fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
         ) => CopyAnswer::Failed,
         Err(_) => CopyAnswer::Refused,
     }
+}
+
+/// Whether `answer` is an OSD's silence until the timeout.
+fn timed_out(answer: &Result<OsdResponse>) -> bool {
+    matches!(
+        answer,
+        Err(ClientError::Net {
+            source: maat_net::NetError::Io(e),
+            ..
+        }) if e.kind() == std::io::ErrorKind::TimedOut
+    )
 }
 
 /// How long a read waits for one copy: less while another copy is left to ask.

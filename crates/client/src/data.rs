@@ -262,6 +262,13 @@ impl Client {
         let mut per_osd: Vec<(u64, usize)> = Vec::new();
         let mut unreachable: Vec<(u64, ClientError)> = Vec::new();
         let mut failed: Vec<(usize, Result<OsdResponse>)> = Vec::new();
+        // A session made for a lane waits as long as the most patient request to its OSD
+        // (one that fails to be made fails them all).
+        let mut patience: HashMap<u64, Duration> = HashMap::new();
+        for (osd, request) in &calls {
+            let p = patience.entry(*osd).or_default();
+            *p = (*p).max(request.patience);
+        }
         for (index, (osd, request)) in calls.into_iter().enumerate() {
             // The n-th request to an OSD goes on its lane n mod LANES_PER_OSD.
             let slot = match per_osd.iter_mut().find(|(o, _)| *o == osd) {
@@ -288,7 +295,8 @@ impl Client {
                 if insecure.is_none() {
                     self.prepare_capability(osd, &request.request.capability)?;
                 }
-                let auth = self.auth_for(osd, &request.request, insecure, request.patience)?;
+                let waits = patience.get(&osd).copied().unwrap_or(request.patience);
+                let auth = self.auth_for(osd, &request.request, insecure, waits)?;
                 Ok::<_, ClientError>((auth, self.osd_entry(osd)?.address))
             })();
             let (auth, address) = match ready {

@@ -376,7 +376,8 @@ impl Connection {
 
     /// How long the peer may stay silent in the middle of a call on this connection,
     /// from now on (a client that can ask another copy gives up on a hung OSD sooner
-    /// than [`IO_TIMEOUT`]). No effect on an in-process network, whose time is simulated.
+    /// than [`IO_TIMEOUT`]); a connect made from now on waits at most this too. On an
+    /// in-process network, a request to a hung peer times out after it in simulated time.
     pub fn set_io_timeout(&mut self, timeout: std::time::Duration) {
         if timeout == self.io_timeout || timeout.is_zero() {
             return;
@@ -436,7 +437,8 @@ impl Connection {
             .collect();
         let mut last = None;
         for addr in addrs {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            // (A caller that waits less for answers waits no longer for the connect.)
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(self.io_timeout)) {
                 Ok(s) => {
                     configure(&s)?;
                     if self.io_timeout != IO_TIMEOUT {
