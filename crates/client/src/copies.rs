@@ -5,18 +5,17 @@
 //! on another's word), and is acknowledged when every copy took it, or when at least
 //! `COPIES_DURABLE_MIN` did and the MDS has recorded the others as missed (their OSDs
 //! then refuse to serve them, `CopyStale`, until a repair); a read goes to
-//! one copy (each client starts each object's reads at a copy of its own, so that reads
-//! spread over the copies) and fails over to the next on a missing object, a damaged
-//! one, an unreachable OSD or an answer that does not authenticate. The decisions are
+//! one copy and fails over to the next (`copy_reads.rs`). The decisions are
 //! `machines::copies`; this is their driver.
 
 use super::*;
+use crate::copy_reads::read_patience;
 use crate::data::SharedRequest;
 use maat_proto::limits::{
     MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS,
 };
 use maat_proto::msg::MissedCopy;
-use machines::{change_outcome, CopyAnswer, Liveness, ReadOverCopies, ReadStep};
+use machines::{change_outcome, CopyAnswer, Liveness};
 
 impl Client {
     #[doc(hidden)]
@@ -93,7 +92,12 @@ impl Client {
 
     /// The copies a request reaches: every copy of its object, first copy first, or
     /// `[osd]` for a request that names no object of the file.
-    fn reach(&self, opened: &Opened, osd: u64, request: &OsdRequest) -> Result<Vec<u64>> {
+    pub(crate) fn reach(
+        &self,
+        opened: &Opened,
+        osd: u64,
+        request: &OsdRequest,
+    ) -> Result<Vec<u64>> {
         match object_of(&request.command) {
             Some(object) if object.file == opened.stat.id => {
                 self.copies_of(&opened.stat.partition, object.file, object.stripe)
@@ -153,50 +157,92 @@ impl Client {
             .into_iter()
             .map(Some)
             .collect();
-        let mut out = Vec::with_capacity(plans.len());
+        /// A change's answers so far, and the skipped copies to ask after all.
+        struct Gathered {
+            object: ObjectId,
+            got: Vec<Option<Result<OsdResponse>>>,
+            osds: Vec<u64>,
+            again: Vec<u64>,
+        }
+        enum Step {
+            Change(Gathered),
+            /// [`Plan::One`]'s read.
+            Read(usize, Option<(OsdRequest, Vec<u64>)>),
+        }
+        let mut gathered: Vec<Step> = Vec::with_capacity(plans.len());
+        let mut again_calls: Vec<(u64, Arc<SharedRequest>)> = Vec::new();
+        for plan in plans {
+            let (range, object, skipped, shared) = match plan {
+                Plan::Every(range, object, skipped, shared) => (range, object, skipped, shared),
+                Plan::One(at, more) => {
+                    gathered.push(Step::Read(at, more));
+                    continue;
+                }
+            };
+            let mut got: Vec<Option<Result<OsdResponse>>> = Vec::with_capacity(range.len());
+            let mut osds = Vec::with_capacity(range.len());
+            for i in range {
+                if let Some(answer) = answers.get_mut(i).and_then(Option::take) {
+                    let osd = exact_osds.get(i).copied().unwrap_or_default();
+                    self.note_answer(osd, &answer);
+                    got.push(Some(answer));
+                    osds.push(osd);
+                }
+            }
+            let mut again = Vec::new();
+            if !skipped.is_empty() {
+                let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
+                // A skip must never cost a change its acknowledgement: when a copy it was
+                // sent to failed (and none refused it, which every copy would), the
+                // skipped copies are asked after all (the MDS's report may be up to 5 s
+                // old): every change's at once, below.
+                let ask_again = !kinds.contains(&CopyAnswer::Refused)
+                    && kinds.iter().any(|k| *k != CopyAnswer::Done);
+                if ask_again {
+                    again_calls.extend(skipped.iter().map(|osd| (*osd, Arc::clone(&shared))));
+                    again = skipped;
+                } else {
+                    self.stats.lock().copies_skipped_down += skipped.len() as u64;
+                    for osd in skipped {
+                        got.push(Some(Err(reported_down(osd))));
+                        osds.push(osd);
+                    }
+                }
+            }
+            gathered.push(Step::Change(Gathered {
+                object,
+                got,
+                osds,
+                again,
+            }));
+        }
+        let mut again_answers = match again_calls.is_empty() {
+            true => Vec::new(),
+            false => self.parallel_exact(opened, again_calls)?,
+        }
+        .into_iter();
+        let mut out = Vec::with_capacity(gathered.len());
         // Changes that stand once the copies they missed are recorded: where in `out`,
         // the answer that stands instead if they cannot be.
         let mut degraded: Vec<(usize, Result<OsdResponse>)> = Vec::new();
         let mut missed: Vec<MissedCopy> = Vec::new();
-        for plan in plans {
-            match plan {
-                Plan::Every(range, object, skipped, shared) => {
-                    let mut got: Vec<Option<Result<OsdResponse>>> = Vec::with_capacity(range.len());
-                    let mut osds = Vec::with_capacity(range.len());
-                    for i in range {
-                        if let Some(answer) = answers.get_mut(i).and_then(Option::take) {
-                            let osd = exact_osds.get(i).copied().unwrap_or_default();
-                            self.note_answer(osd, &answer);
-                            got.push(Some(answer));
-                            osds.push(osd);
-                        }
-                    }
-                    if !skipped.is_empty() {
-                        let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
-                        // A skip must never cost a change its acknowledgement: when a copy
-                        // it was sent to failed (and none refused it, which every copy
-                        // would), the skipped copies are asked after all (the MDS's
-                        // report may be up to 5 s old).
-                        let ask_again = !kinds.contains(&CopyAnswer::Refused)
-                            && kinds.iter().any(|k| *k != CopyAnswer::Done);
-                        if ask_again {
-                            let calls = skipped
-                                .iter()
-                                .map(|osd| (*osd, Arc::clone(&shared)))
-                                .collect();
-                            let again = self.parallel_exact(opened, calls)?;
-                            for (osd, answer) in skipped.into_iter().zip(again) {
-                                self.note_answer(osd, &answer);
-                                got.push(Some(answer));
-                                osds.push(osd);
-                            }
-                        } else {
-                            self.stats.lock().copies_skipped_down += skipped.len() as u64;
-                            for osd in skipped {
-                                got.push(Some(Err(reported_down(osd))));
-                                osds.push(osd);
-                            }
-                        }
+        for g in gathered {
+            match g {
+                Step::Change(Gathered {
+                    object,
+                    mut got,
+                    mut osds,
+                    again,
+                }) => {
+                    for osd in again {
+                        let answer = again_answers.next().unwrap_or_else(|| {
+                            Err(ClientError::Internal(
+                                "a copy asked again, no answer".into(),
+                            ))
+                        });
+                        self.note_answer(osd, &answer);
+                        got.push(Some(answer));
+                        osds.push(osd);
                     }
                     let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
                     // One copy that took it is enough to ask the MDS to record the
@@ -222,7 +268,7 @@ impl Client {
                     }
                     out.push(stands);
                 }
-                Plan::One(at, more) => {
+                Step::Read(at, more) => {
                     let first = answers
                         .get_mut(at)
                         .and_then(Option::take)
@@ -399,143 +445,9 @@ impl Client {
         Ok(())
     }
 
-    /// One object request for `opened` ([`Client::parallel`] for one: a change on every
-    /// copy at once, a read on one copy at a time until one serves).
-    pub(crate) fn data_call(
-        &self,
-        opened: &Opened,
-        osd: u64,
-        request: OsdRequest,
-    ) -> Result<OsdResponse> {
-        let copies = self.reach(opened, osd, &request)?;
-        if copies.len() > 1 && changes(&request.command) {
-            return self
-                .parallel(opened, vec![(osd, request)])?
-                .pop()
-                .unwrap_or_else(|| Err(ClientError::Internal("no answer".into())));
-        }
-        let copies = self.read_order(copies, object_of(&request.command));
-        let first = copies.first().copied().unwrap_or(osd);
-        if copies.len() <= 1 {
-            let answer = self.data_call_exact(opened, first, request);
-            self.note_answer(first, &answer);
-            return answer;
-        }
-        let answer = self.data_call_within(opened, first, request.clone(), read_patience(true));
-        self.read_on(opened, &request, copies, answer)
-    }
-
-    /// A read's answer from its first copy (of `copies`, in the order asked), and from
-    /// the next while one may do better.
-    fn read_on(
-        &self,
-        opened: &Opened,
-        request: &OsdRequest,
-        copies: Vec<u64>,
-        first: Result<OsdResponse>,
-    ) -> Result<OsdResponse> {
-        let mut asked = copies.first().copied().unwrap_or_default();
-        // Which copy gave each answer, and whether it was waited for less than the
-        // whole answer timeout (the first was: it had more copies after it).
-        let mut from = vec![(asked, copies.len() > 1)];
-        let mut read = ReadOverCopies::new(copies);
-        let mut answers = vec![first];
-        loop {
-            let kind = match answers.last() {
-                Some(answer) => {
-                    self.note_answer(asked, answer);
-                    classify(answer)
-                }
-                None => CopyAnswer::Failed,
-            };
-            match read.answer(kind) {
-                ReadStep::Ask(osd) => {
-                    self.stats.lock().copy_failovers += 1;
-                    asked = osd;
-                    let more = read.more_after_this();
-                    from.push((osd, more));
-                    let patience = read_patience(more);
-                    answers.push(self.data_call_within(opened, osd, request.clone(), patience));
-                }
-                ReadStep::Stand(n) => {
-                    let Some(stands) = answers.get(n) else {
-                        return Err(ClientError::Internal("a read stood on no answer".into()));
-                    };
-                    if matches!(
-                        classify(stands),
-                        CopyAnswer::Failed | CopyAnswer::Missing | CopyAnswer::Stale
-                    ) {
-                        // No copy served: one that only outlasted the shorter wait may
-                        // be slow, not hung. Asked once more, with the whole answer
-                        // timeout, before the read fails.
-                        for ((osd, short), answer) in from.iter().zip(&answers) {
-                            if *short && timed_out(answer) {
-                                self.stats.lock().copy_failovers += 1;
-                                let again = self.data_call_exact(opened, *osd, request.clone());
-                                self.note_answer(*osd, &again);
-                                if again.is_ok() {
-                                    return again;
-                                }
-                            }
-                        }
-                    }
-                    return answers.swap_remove(n);
-                }
-            }
-        }
-    }
-
-    /// Issue 41: `first`, what the first copy of stripe `stripe` of `opened` gave, unless
-    /// its bytes failed a check only the client can make (an encrypted block's
-    /// authentication, SPEC H2, `ClientError::Integrity`): then the stripe (`length` bytes
-    /// at most) read from each other copy until `check` accepts one, and `first`'s error
-    /// when none does.
-    pub(crate) fn or_other_copies<T>(
-        &self,
-        opened: &Opened,
-        stripe: u32,
-        length: u64,
-        first: Result<T>,
-        mut check: impl FnMut(Vec<u8>) -> Result<T>,
-    ) -> Result<T> {
-        let e = match first {
-            Err(e @ ClientError::Integrity { .. }) => e,
-            other => return other,
-        };
-        let Ok((_, object)) = self.stripe_target(opened, stripe) else {
-            return Err(e);
-        };
-        let Ok(copies) = self.copies_of(&opened.stat.partition, object.file, stripe) else {
-            return Err(e);
-        };
-        // In the order the first read took (it asked the first of these).
-        let copies = self.read_order(copies, Some(object));
-        let last = copies.len().saturating_sub(1);
-        for (n, osd) in copies.into_iter().enumerate().skip(1) {
-            self.stats.lock().copy_failovers += 1;
-            let request = crate::data::read_request(opened, object, length);
-            let answer = self.data_call_within(opened, osd, request, read_patience(n < last));
-            if let Ok(OsdResponse::Data(bytes)) = answer {
-                if let Ok(accepted) = check(bytes) {
-                    return Ok(accepted);
-                }
-            }
-        }
-        Err(e)
-    }
-
-    /// The order in which a read of `object` asks its `copies` (placement order): from
-    /// the copy this client's spread picks for the object, suspect copies last
-    /// ([`machines::Suspects::order`]).
-    fn read_order(&self, copies: Vec<u64>, object: Option<ObjectId>) -> Vec<u64> {
-        let spread = object.map_or(0, |o| machines::spread(self.spread, o.file, o.stripe));
-        let now = self.now();
-        self.suspects.lock().order(copies, now, spread)
-    }
-
     /// What `osd`'s answer says of it: unreachable or silent, it is asked last for a
     /// while ([`machines::Suspects`]); answering, it is not.
-    fn note_answer(&self, osd: u64, answer: &Result<OsdResponse>) {
+    pub(crate) fn note_answer(&self, osd: u64, answer: &Result<OsdResponse>) {
         match answer {
             Err(ClientError::Net { source, .. }) => {
                 let now = self.now();
@@ -583,19 +495,19 @@ fn reported_down(osd: u64) -> ClientError {
 const RECORD_RETRY_MILLIS: u64 = 500;
 
 /// The object a data request names, if any.
-fn object_of(command: &OsdCommand) -> Option<ObjectId> {
+pub(crate) fn object_of(command: &OsdCommand) -> Option<ObjectId> {
     command.object_access().map(|(object, _)| object)
 }
 
 /// Whether a request changes its object (so goes to every copy).
-fn changes(command: &OsdCommand) -> bool {
+pub(crate) fn changes(command: &OsdCommand) -> bool {
     command
         .object_access()
         .is_some_and(|(_, mode)| mode.allows(maat_proto::capability::Mode::WRITE))
 }
 
 /// How one copy's answer counts ([`CopyAnswer`]).
-fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
+pub(crate) fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
     match answer {
         Ok(_) => CopyAnswer::Done,
         Err(ClientError::Refused(e)) => match e.code {
@@ -611,25 +523,5 @@ fn classify(answer: &Result<OsdResponse>) -> CopyAnswer {
             ClientError::Net { .. } | ClientError::BadAnswer { .. } | ClientError::Crypto { .. },
         ) => CopyAnswer::Failed,
         Err(_) => CopyAnswer::Refused,
-    }
-}
-
-/// Whether `answer` is an OSD's silence until the timeout.
-fn timed_out(answer: &Result<OsdResponse>) -> bool {
-    matches!(
-        answer,
-        Err(ClientError::Net {
-            source: maat_net::NetError::Io(e),
-            ..
-        }) if e.kind() == std::io::ErrorKind::TimedOut
-    )
-}
-
-/// How long a read waits for one copy: less while another copy is left to ask.
-fn read_patience(more_copies: bool) -> std::time::Duration {
-    if more_copies {
-        crate::limits::OSD_READ_FAILOVER_TIMEOUT
-    } else {
-        crate::limits::OSD_ANSWER_TIMEOUT
     }
 }

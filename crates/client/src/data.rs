@@ -254,7 +254,8 @@ impl Client {
         // Each request once (the copies of a change share one), to count the digests made.
         let mut distinct: Vec<Arc<SharedRequest>> = Vec::new();
         for (_, request) in &calls {
-            if !distinct.iter().any(|d| Arc::ptr_eq(d, request)) {
+            // (One whose digest a first send made already is sent again: not counted.)
+            if request.digest.get().is_none() && !distinct.iter().any(|d| Arc::ptr_eq(d, request)) {
                 distinct.push(Arc::clone(request));
             }
         }

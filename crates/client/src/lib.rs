@@ -18,6 +18,7 @@ pub(crate) use clock::LocalClock;
 pub use clock::{local_now, ClockFn, SleepFn};
 pub use error::ClientError;
 mod copies;
+mod copy_reads;
 mod crypt;
 mod crypt_files;
 pub use crypt::FILE_KEYS_CACHED_MAX;

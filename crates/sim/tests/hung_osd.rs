@@ -237,3 +237,48 @@ fn a_read_asks_a_copy_it_cut_short_once_more_before_it_fails() {
     // Two copies refused, then the first asked again.
     assert_eq!(s.copy_failovers, 3, "{s:?}");
 }
+
+/// The skipped copies of a batch's changes are asked again all at once, not one change
+/// after another: with osd 2 hung and reported down (skipped) and osd 3 refusing (just
+/// stopped, not yet reported), every stripe with copies on both needs its skipped copy
+/// after all, and each such ask waits out osd 2's timeout (15 s). A put of 8 stripes
+/// waits once, not once per such stripe. (It fails: those stripes reached one copy.)
+#[test]
+fn the_skipped_copies_of_a_batch_are_asked_again_at_once() {
+    let sim = SimCluster::start(47, 4).unwrap();
+    let start = sim.now().0;
+    sim.net().hang(&osd_address(2), start + 300_000);
+    sim.cut_from_mds(2, maat_proto::UnixMillis(start + 300_000));
+    sim.advance(6_000).unwrap();
+    // (Its first report from the MDS shows osd 2 down.)
+    let client = Arc::new(sim.admin().unwrap());
+    sim.net().set_down(&osd_address(3), true);
+    let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
+    // (Not a whole number of stripes: a put of one first looks for stripes past its end.)
+    let data = content(8 * unit - 100);
+    let (c, d, clock) = (client.clone(), data.clone(), sim.clock());
+    let task = sim.spawn("put", move || {
+        let from = clock.load(std::sync::atomic::Ordering::SeqCst);
+        let put = c.put(&mut &d[..], d.len() as u64, "/b", &mut |_| {});
+        (
+            put.is_ok(),
+            clock.load(std::sync::atomic::Ordering::SeqCst) - from,
+        )
+    });
+    assert!(matches!(sim.run(None), maat_net::memory::Run::Idle));
+    let (stored, took) = task.take().unwrap().unwrap();
+    let id = client.stat("/b").unwrap().id;
+    let on_both = (0..8)
+        .filter(|s| {
+            let copies = client.copies_of("default", id, *s).unwrap();
+            copies.contains(&2) && copies.contains(&3)
+        })
+        .count();
+    assert!(on_both >= 2, "{on_both}");
+    assert!(!stored);
+    // One probe (2 s) and one wait for osd 2 (15 s), whatever `on_both` is.
+    assert!(
+        took < 20_000,
+        "{took} ms for {on_both} stripes on osds 2 and 3"
+    );
+}
