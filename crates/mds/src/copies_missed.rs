@@ -462,6 +462,12 @@ impl<S: MetaStore> crate::Mds<S> {
         // sent after the OSD's `Revocations`): heard now, so that the MDS never counts
         // the OSD silent before the lease ends.
         self.liveness.heard(osd, now.0);
+        if self.store.shared() {
+            if let Some(batch) = self.liveness.write_through(osd, now.0) {
+                self.store.commit(batch.clone())?;
+                self.liveness.committed(&batch);
+            }
+        }
         // What the OSD applied from its last answer (a replayed request claims only an
         // older number: the highest stands).
         self.knows(osd, applied)?;

@@ -629,7 +629,8 @@ impl<S: MetaStore> Mds<S> {
     fn share_liveness(&self, now: UnixMillis) -> Result<()> {
         if self.store.shared() {
             if let Some(batch) = self.liveness.due(now.0) {
-                self.store.commit(batch)?;
+                self.store.commit(batch.clone())?;
+                self.liveness.committed(&batch);
             }
         }
         Ok(())

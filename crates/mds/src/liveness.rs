@@ -26,6 +26,20 @@ use std::sync::Mutex;
 pub(crate) const HEARD_SHARED_EVERY_MILLIS: u64 = 1_000;
 /// The `meta` keys of those copies: the prefix, then the OSD id in hex.
 pub(crate) const HEARD_PREFIX: &str = "osd_heard/";
+/// How far behind a check-in that gives an OSD its lease the store's time for that OSD
+/// may be: past it, the instance writes the time into the store before it answers
+/// ([`Liveness::write_through`]). Another instance counts an OSD as serving nothing it
+/// was not told once the store shows it silent for `OSD_DOWN_AFTER_MILLIS +
+/// OSD_HEARD_LAG_MILLIS`: then the last lease was granted at least that less this ago,
+/// longer than the lease, with a second to spare.
+pub(crate) const HEARD_STORED_STALE_MILLIS: u64 = OSD_DOWN_AFTER_MILLIS
+    + maat_proto::limits::OSD_HEARD_LAG_MILLIS
+    - maat_proto::limits::OSD_LEASE_MILLIS
+    - 1_000;
+const _: () = assert!(
+    OSD_DOWN_AFTER_MILLIS + maat_proto::limits::OSD_HEARD_LAG_MILLIS
+        > HEARD_STORED_STALE_MILLIS + maat_proto::limits::OSD_LEASE_MILLIS
+);
 
 /// When each OSD was last heard from.
 #[derive(Debug)]
@@ -42,6 +56,9 @@ pub(crate) struct Liveness {
     unshared: Mutex<std::collections::BTreeSet<u64>>,
     /// When the check-ins were last copied into the store.
     shared_at: Mutex<u64>,
+    /// The newest time of each OSD known to be in the store (written by this instance,
+    /// or read from it).
+    stored: Mutex<BTreeMap<u64, u64>>,
 }
 
 impl Liveness {
@@ -51,6 +68,7 @@ impl Liveness {
             heard: Mutex::new(BTreeMap::new()),
             unshared: Mutex::default(),
             shared_at: Mutex::new(0),
+            stored: Mutex::default(),
         }
     }
 
@@ -82,16 +100,48 @@ impl Liveness {
     /// [`HEARD_PREFIX`]; ones that do not parse are skipped).
     pub(crate) fn merge(&self, stored: Vec<(String, Vec<u8>)>) {
         let mut heard = crate::lock(&self.heard);
-        for (key, value) in stored {
-            let osd = key
-                .strip_prefix(HEARD_PREFIX)
-                .and_then(|id| u64::from_str_radix(id, 16).ok());
-            let at = <[u8; 8]>::try_from(value.as_slice()).map(u64::from_be_bytes);
-            if let (Some(osd), Ok(at)) = (osd, at) {
-                let mine = heard.entry(osd).or_insert(at);
-                *mine = (*mine).max(at);
+        for (osd, at) in stored.iter().filter_map(|(k, v)| parse(k, v)) {
+            let mine = heard.entry(osd).or_insert(at);
+            *mine = (*mine).max(at);
+            self.note_stored(osd, at);
+        }
+    }
+
+    /// `batch` (from [`Liveness::due`] or [`Liveness::write_through`]) is committed.
+    pub(crate) fn committed(&self, batch: &Batch) {
+        for op in &batch.0 {
+            if let Op::PutMeta(key, value) = op {
+                if let Some((osd, at)) = parse(key, value) {
+                    self.note_stored(osd, at);
+                }
             }
         }
+    }
+
+    fn note_stored(&self, osd: u64, at: u64) {
+        let mut stored = crate::lock(&self.stored);
+        let known = stored.entry(osd).or_insert(at);
+        *known = (*known).max(at);
+    }
+
+    /// Issue 42: the batch that writes OSD `osd`'s check-in at `now` into the store at
+    /// once, when the store's time for it may be more than [`HEARD_STORED_STALE_MILLIS`]
+    /// old: to commit before the check-in that gives the OSD its lease is answered, so
+    /// that no instance counts an OSD silent (and acknowledges a change that missed its
+    /// copy without it knowing) while its lease holds. (Found by the simulator with hung
+    /// OSDs: an OSD back after 14 s checked in at one instance, and 550 ms later another
+    /// still saw it silent and acknowledged a change whose record the OSD did not know;
+    /// it served the old copy.) Mostly `None`: the periodic copy keeps the store fresh.
+    pub(crate) fn write_through(&self, osd: u64, now: u64) -> Option<Batch> {
+        let stale = crate::lock(&self.stored)
+            .get(&osd)
+            .is_none_or(|at| now.saturating_sub(*at) > HEARD_STORED_STALE_MILLIS);
+        stale.then(|| {
+            Batch(vec![Op::PutMeta(
+                format!("{HEARD_PREFIX}{osd:x}"),
+                now.to_be_bytes().to_vec(),
+            )])
+        })
     }
 
     /// OSD `osd` checked in at `now`.
@@ -137,6 +187,15 @@ fn up(heard_ms_ago: Option<u64>, running_ms: u64) -> bool {
         Some(ago) => ago < OSD_DOWN_AFTER_MILLIS,
         None => running_ms < OSD_DOWN_AFTER_MILLIS,
     }
+}
+
+/// An OSD's check-in time as the store keeps it (`None`: not one).
+fn parse(key: &str, value: &[u8]) -> Option<(u64, u64)> {
+    let osd = key
+        .strip_prefix(HEARD_PREFIX)
+        .and_then(|id| u64::from_str_radix(id, 16).ok())?;
+    let at = <[u8; 8]>::try_from(value).ok().map(u64::from_be_bytes)?;
+    Some((osd, at))
 }
 
 #[cfg(test)]
@@ -227,5 +286,27 @@ mod tests {
         l.heard(2, 6_300);
         assert!(l.due(6_400).is_none(), "a second copy within the second");
         assert_eq!(keys(l.due(7_300)), ["osd_heard/2"]);
+    }
+
+    #[test]
+    fn a_check_in_is_written_through_while_the_store_may_be_stale() {
+        let l = Liveness::new(0);
+        // Nothing known to be stored: written at once.
+        let b = l.write_through(1, 10_000).unwrap();
+        assert!(l.write_through(1, 10_000).is_some(), "until committed");
+        l.committed(&b);
+        assert!(l
+            .write_through(1, 10_000 + HEARD_STORED_STALE_MILLIS)
+            .is_none());
+        assert!(l
+            .write_through(1, 10_000 + HEARD_STORED_STALE_MILLIS + 1)
+            .is_some());
+        // What the periodic copy or another instance stored counts too.
+        l.merge(vec![(
+            "osd_heard/1".into(),
+            20_000u64.to_be_bytes().to_vec(),
+        )]);
+        assert!(l.write_through(1, 21_000).is_none());
+        assert!(l.write_through(2, 21_000).is_some());
     }
 }
