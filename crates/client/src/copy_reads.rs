@@ -46,9 +46,6 @@ impl Client {
         first: Result<OsdResponse>,
     ) -> Result<OsdResponse> {
         let mut asked = copies.first().copied().unwrap_or_default();
-        // Which copy gave each answer, and whether it was waited for less than the
-        // whole answer timeout (the first was: it had more copies after it).
-        let mut from = vec![(asked, copies.len() > 1)];
         let mut read = ReadOverCopies::new(copies);
         let mut answers = vec![first];
         loop {
@@ -63,32 +60,12 @@ impl Client {
                 ReadStep::Ask(osd) => {
                     self.stats.lock().copy_failovers += 1;
                     asked = osd;
-                    let more = read.more_after_this();
-                    from.push((osd, more));
-                    let patience = read_patience(more);
+                    let patience = read_patience(read.more_after_this());
                     answers.push(self.data_call_within(opened, osd, request.clone(), patience));
                 }
                 ReadStep::Stand(n) => {
-                    let Some(stands) = answers.get(n) else {
+                    if n >= answers.len() {
                         return Err(ClientError::Internal("a read stood on no answer".into()));
-                    };
-                    if matches!(
-                        classify(stands),
-                        CopyAnswer::Failed | CopyAnswer::Missing | CopyAnswer::Stale
-                    ) {
-                        // No copy served: one that only outlasted the shorter wait may
-                        // be slow, not hung. Asked once more, with the whole answer
-                        // timeout, before the read fails.
-                        for ((osd, short), answer) in from.iter().zip(&answers) {
-                            if *short && timed_out(answer) {
-                                self.stats.lock().copy_failovers += 1;
-                                let again = self.data_call_exact(opened, *osd, request.clone());
-                                self.note_answer(*osd, &again);
-                                if again.is_ok() {
-                                    return again;
-                                }
-                            }
-                        }
                     }
                     return answers.swap_remove(n);
                 }
@@ -143,17 +120,6 @@ impl Client {
         let now = self.now();
         self.suspects.lock().order(copies, now, spread)
     }
-}
-
-/// Whether `answer` is an OSD's silence until the timeout.
-fn timed_out(answer: &Result<OsdResponse>) -> bool {
-    matches!(
-        answer,
-        Err(ClientError::Net {
-            source: maat_net::NetError::Io(e),
-            ..
-        }) if e.kind() == std::io::ErrorKind::TimedOut
-    )
 }
 
 /// How long a read waits for one copy: less while another copy is left to ask.

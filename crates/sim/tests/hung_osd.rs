@@ -204,40 +204,6 @@ fn a_new_client_probes_an_osd_reported_down_before_it_waits_for_a_change() {
     assert_eq!(s.copies_recorded_missed, s.copies_failed, "{s:?}");
 }
 
-/// When no copy served, a copy the read cut short (2 s) is asked once more with the
-/// whole answer timeout before the read fails: here the first copy's OSD hung for a
-/// second (the request sent then is never answered) and the two other copies' OSDs are
-/// down. Without the second ask the read fails with the first copy's timeout.
-#[test]
-fn a_read_asks_a_copy_it_cut_short_once_more_before_it_fails() {
-    let sim = SimCluster::start(46, 4).unwrap();
-    let mut admin = sim.admin().unwrap();
-    let data = content(1000);
-    common::put(&mut admin, "/s", &data);
-    let id = admin.stat("/s").unwrap().id;
-    let mut reader = sim.admin().unwrap();
-    reader.set_read_spread(0);
-    let order = reader.reads_ask("default", id, 0).unwrap();
-    assert_eq!(order.len(), 3, "{order:?}");
-    let start = sim.now().0;
-    sim.net().hang(&osd_address(order[0]), start + 1_000);
-    for osd in &order[1..] {
-        sim.net().set_down(&osd_address(*osd), true);
-    }
-    let reader = Arc::new(reader);
-    let r = reader.clone();
-    let task = sim.spawn("read", move || {
-        let mut out = Vec::new();
-        r.get("/s", &mut out, &mut |_| {}).map(|_| out)
-    });
-    assert!(matches!(sim.run(None), maat_net::memory::Run::Idle));
-    let read = task.take().unwrap().unwrap();
-    let s = reader.client_stats();
-    assert_eq!(read.unwrap_or_else(|e| panic!("{e}: {s:?}")), data);
-    // Two copies refused, then the first asked again.
-    assert_eq!(s.copy_failovers, 3, "{s:?}");
-}
-
 /// The skipped copies of a batch's changes are asked again all at once, not one change
 /// after another: with osd 2 hung and reported down (skipped) and osd 3 refusing (just
 /// stopped, not yet reported), every stripe with copies on both needs its skipped copy
