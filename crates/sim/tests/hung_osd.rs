@@ -14,6 +14,36 @@ use std::sync::Arc;
 mod common;
 use common::{content, get};
 
+/// Puts 12 files of `data` as one simulated task of `client`; when the last ended (the
+/// run goes on while the MDS's own calls to a hung OSD wait out their timeout).
+fn put_twelve(
+    sim: &SimCluster,
+    client: &Arc<maat_client::Client>,
+    prefix: &str,
+    data: &[u8],
+) -> u64 {
+    let (c, d, clock, prefix) = (
+        client.clone(),
+        data.to_vec(),
+        sim.clock(),
+        prefix.to_string(),
+    );
+    let task = sim.spawn("puts", move || {
+        for i in 0..12 {
+            c.put(
+                &mut &d[..],
+                d.len() as u64,
+                &format!("/{prefix}{i}"),
+                &mut |_| {},
+            )
+            .unwrap();
+        }
+        clock.load(std::sync::atomic::Ordering::SeqCst)
+    });
+    assert!(matches!(sim.run(None), maat_net::memory::Run::Idle));
+    task.take().unwrap().unwrap()
+}
+
 /// Issue 41: a change does not wait for the copy of an OSD that hung for this client
 /// and that the MDS reports down: it skips it and records it as missed at once (before,
 /// a hung OSD held every change to its objects for the client's answer timeout, each
@@ -22,32 +52,12 @@ use common::{content, get};
 #[test]
 fn changes_skip_the_copies_of_a_hung_osd_the_mds_reports_down() {
     let sim = SimCluster::start(42, 4).unwrap();
-    let admin = std::sync::Arc::new(sim.admin().unwrap());
+    let admin = Arc::new(sim.admin().unwrap());
     let start = sim.now().0;
     sim.net().hang(&osd_address(2), start + 120_000);
     sim.cut_from_mds(2, maat_proto::UnixMillis(start + 120_000));
     let data = content(1000);
-    // When a task's operations ended (the run goes on while the MDS's own calls to the
-    // hung OSD wait out their timeout).
-    let clock = sim.clock();
-    let put_all = |prefix: &'static str| {
-        let (a, d, clock) = (admin.clone(), data.clone(), clock.clone());
-        let task = sim.spawn("puts", move || {
-            for i in 0..12 {
-                a.put(
-                    &mut &d[..],
-                    d.len() as u64,
-                    &format!("/{prefix}{i}"),
-                    &mut |_| {},
-                )
-                .unwrap();
-            }
-            clock.load(std::sync::atomic::Ordering::SeqCst)
-        });
-        assert!(matches!(sim.run(None), maat_net::memory::Run::Idle));
-        task.take().unwrap().unwrap()
-    };
-    let took = put_all("d") - start;
+    let took = put_twelve(&sim, &admin, "d", &data) - start;
     let s = admin.client_stats();
     // One wait for the hung OSD (15 s), then no more: without the skip, every put with a
     // copy there (9 of these 12) waited 15 s.
@@ -62,7 +72,7 @@ fn changes_skip_the_copies_of_a_hung_osd_the_mds_reports_down() {
     // osd 2 is back and checks in; the report of it down is stale.
     let now = sim.now().0;
     sim.advance((start + 122_000).saturating_sub(now)).unwrap();
-    put_all("e");
+    put_twelve(&sim, &admin, "e", &data);
     let after = admin.client_stats();
     assert_eq!(
         after.copies_skipped_down, s.copies_skipped_down,
@@ -129,35 +139,6 @@ fn a_read_waits_two_seconds_for_a_hung_copy_not_the_whole_answer_timeout() {
         "8 reads took {took} ms: {s:?}"
     );
     assert_eq!(s.copy_failovers, 1, "{s:?}");
-}
-
-/// Puts 12 files of `data` as one simulated task of `client`; when the last ended.
-fn put_twelve(
-    sim: &SimCluster,
-    client: &Arc<maat_client::Client>,
-    prefix: &str,
-    data: &[u8],
-) -> u64 {
-    let (c, d, clock, prefix) = (
-        client.clone(),
-        data.to_vec(),
-        sim.clock(),
-        prefix.to_string(),
-    );
-    let task = sim.spawn("puts", move || {
-        for i in 0..12 {
-            c.put(
-                &mut &d[..],
-                d.len() as u64,
-                &format!("/{prefix}{i}"),
-                &mut |_| {},
-            )
-            .unwrap();
-        }
-        clock.load(std::sync::atomic::Ordering::SeqCst)
-    });
-    assert!(matches!(sim.run(None), maat_net::memory::Run::Idle));
-    task.take().unwrap().unwrap()
 }
 
 /// A client that has not met a hung OSD, but whose report from the MDS shows it down,
