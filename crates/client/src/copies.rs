@@ -350,22 +350,15 @@ impl Client {
     /// costs a change nothing to try: either way it is not probed again until a newer
     /// report names it.
     fn probe(&self, osd: u64) {
-        let probe = OsdRequest {
-            capability: Vec::new(),
-            command: OsdCommand::GetAttributes {
-                object: ObjectId {
-                    partition: maat_proto::msg::DATA_PARTITION,
-                    file: u64::MAX,
-                    stripe: u32::MAX,
-                },
-            },
-        };
         let Ok(at) = self.osd_entry(osd).map(|e| e.address) else {
             return;
         };
         self.stats.lock().osds_probed += 1;
-        let answer =
-            self.osd_call_once_within(osd, &probe, crate::limits::OSD_READ_FAILOVER_TIMEOUT);
+        let answer = self.osd_call_once_within(
+            osd,
+            &probe_request(),
+            crate::limits::OSD_READ_FAILOVER_TIMEOUT,
+        );
         let now = self.now();
         let mut suspects = self.suspects.lock();
         match answer {
@@ -493,6 +486,21 @@ fn reported_down(osd: u64) -> ClientError {
 /// How long a client waits before it asks again whether OSDs know the copies they
 /// missed.
 const RECORD_RETRY_MILLIS: u64 = 500;
+
+/// A request that shows whether an OSD serves, and changes nothing: the attributes of an
+/// object no file has (the OSD refuses it; any answer is one).
+pub(crate) fn probe_request() -> OsdRequest {
+    OsdRequest {
+        capability: Vec::new(),
+        command: OsdCommand::GetAttributes {
+            object: ObjectId {
+                partition: maat_proto::msg::DATA_PARTITION,
+                file: u64::MAX,
+                stripe: u32::MAX,
+            },
+        },
+    }
+}
 
 /// The object a data request names, if any.
 pub(crate) fn object_of(command: &OsdCommand) -> Option<ObjectId> {

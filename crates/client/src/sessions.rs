@@ -171,19 +171,8 @@ impl Client {
                 self.osd_session_with_offset(osd.id)?;
                 continue;
             }
-            // The attributes of an object no file has: any answer means the connection
-            // is open and served (the OSD refuses it, `NoSuchObject`).
-            let probe = OsdRequest {
-                capability: Vec::new(),
-                command: OsdCommand::GetAttributes {
-                    object: msg::ObjectId {
-                        partition: msg::DATA_PARTITION,
-                        file: u64::MAX,
-                        stripe: u32::MAX,
-                    },
-                },
-            };
-            match self.osd_call_once(osd.id, &probe) {
+            // Any answer means the connection is open and served.
+            match self.osd_call_once(osd.id, &crate::copies::probe_request()) {
                 Ok(_) | Err(ClientError::Refused(_)) => {}
                 Err(e) => return Err(e),
             }
