@@ -11,9 +11,8 @@
 use super::*;
 use crate::copy_reads::read_patience;
 use crate::data::SharedRequest;
-use maat_proto::limits::{
-    MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS,
-};
+use crate::missed_copies::{Degraded, Unasked};
+use maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
 use maat_proto::msg::MissedCopy;
 use machines::{change_outcome, CopyAnswer, Liveness};
 
@@ -163,6 +162,11 @@ impl Client {
             got: Vec<Option<Result<OsdResponse>>>,
             osds: Vec<u64>,
             again: Vec<u64>,
+            /// Copies skipped and counted failed without being asked (the last of
+            /// `osds`), and the change's request: asked after all if the MDS will not
+            /// record them.
+            unasked: usize,
+            shared: Arc<SharedRequest>,
         }
         enum Step {
             Change(Gathered),
@@ -190,6 +194,7 @@ impl Client {
                 }
             }
             let mut again = Vec::new();
+            let mut unasked = 0;
             if !skipped.is_empty() {
                 let kinds: Vec<CopyAnswer> = got.iter().flatten().map(classify).collect();
                 // A skip must never cost a change its acknowledgement: when a copy it was
@@ -202,7 +207,7 @@ impl Client {
                     again_calls.extend(skipped.iter().map(|osd| (*osd, Arc::clone(&shared))));
                     again = skipped;
                 } else {
-                    self.stats.lock().copies_skipped_down += skipped.len() as u64;
+                    unasked = skipped.len();
                     for osd in skipped {
                         got.push(Some(Err(reported_down(osd))));
                         osds.push(osd);
@@ -214,6 +219,8 @@ impl Client {
                 got,
                 osds,
                 again,
+                unasked,
+                shared,
             }));
         }
         let mut again_answers = match again_calls.is_empty() {
@@ -222,10 +229,8 @@ impl Client {
         }
         .into_iter();
         let mut out = Vec::with_capacity(gathered.len());
-        // Changes that stand once the copies they missed are recorded: where in `out`,
-        // the answer that stands instead if they cannot be.
-        let mut degraded: Vec<(usize, Result<OsdResponse>)> = Vec::new();
-        let mut missed: Vec<MissedCopy> = Vec::new();
+        // Changes that stand once the copies they missed are recorded.
+        let mut degraded: Vec<Degraded> = Vec::new();
         for g in gathered {
             match g {
                 Step::Change(Gathered {
@@ -233,6 +238,8 @@ impl Client {
                     mut got,
                     mut osds,
                     again,
+                    unasked,
+                    shared,
                 }) => {
                     for osd in again {
                         let answer = again_answers.next().unwrap_or_else(|| {
@@ -257,14 +264,31 @@ impl Client {
                         ClientError::Internal("a change stood on no answer".into())
                     })?;
                     if let Some(instead) = outcome.missed.first().and_then(|i| take(*i)) {
-                        degraded.push((out.len(), instead));
-                        missed.extend(outcome.missed.iter().filter_map(|i| {
-                            osds.get(*i).map(|osd| MissedCopy {
+                        let missed = outcome
+                            .missed
+                            .iter()
+                            .filter_map(|i| osds.get(*i))
+                            .map(|osd| MissedCopy {
                                 stripe: object.stripe,
                                 osd: *osd,
                                 seq: 0,
                             })
-                        }));
+                            .collect();
+                        let sent = osds.len() - unasked;
+                        degraded.push(Degraded {
+                            at: out.len(),
+                            instead,
+                            missed,
+                            unasked: (unasked > 0).then(|| Unasked {
+                                kinds,
+                                osds: osds.split_off(sent),
+                                sent_osds: osds,
+                                object,
+                                shared,
+                            }),
+                        });
+                    } else if unasked > 0 {
+                        self.stats.lock().copies_skipped_down += unasked as u64;
                     }
                     out.push(stands);
                 }
@@ -285,15 +309,7 @@ impl Client {
             }
         }
         if !degraded.is_empty() {
-            // Not recorded (the MDS unreachable, too many recorded): the change did not
-            // reach every copy and is not acknowledged, as before copies were recorded.
-            if self.record_missed(opened.stat.id, missed).is_err() {
-                for (at, instead) in degraded {
-                    if let Some(slot) = out.get_mut(at) {
-                        *slot = instead;
-                    }
-                }
-            }
+            self.settle_degraded(opened, &mut out, degraded)?;
         }
         Ok(out)
     }
@@ -394,50 +410,6 @@ impl Client {
         true
     }
 
-    /// Records at the MDS that `copies` of `file` missed a change that enough other
-    /// copies took (issue 41): their OSDs then refuse to serve them until a repair.
-    fn record_missed(&self, file: u64, mut copies: Vec<MissedCopy>) -> Result<()> {
-        copies.sort_unstable();
-        copies.dedup();
-        for chunk in copies.chunks(MISSED_COPIES_PER_REQUEST_MAX) {
-            let mut answer = self.mds_call(MdsRequest::CopiesMissed {
-                file,
-                copies: chunk.to_vec(),
-            })?;
-            // Records an OSD does not know yet: it learns them at its next check-in
-            // (every second), or counts as silent within `OSD_DOWN_AFTER_MILLIS` (plus
-            // `OSD_HEARD_LAG_MILLIS` with several MDS instances), by when its lease has
-            // ended and it checks in before it serves again.
-            let mut waited = 0;
-            loop {
-                match answer {
-                    MdsResponse::Ok => break,
-                    MdsResponse::MissedCopies(pending)
-                        if waited
-                            <= OSD_DOWN_AFTER_MILLIS
-                                + OSD_HEARD_LAG_MILLIS
-                                + RECORD_RETRY_MILLIS =>
-                    {
-                        self.network.sleep(RECORD_RETRY_MILLIS);
-                        waited += RECORD_RETRY_MILLIS;
-                        answer = self.mds_call(MdsRequest::MissedCopiesKnown {
-                            file,
-                            copies: pending,
-                        })?;
-                    }
-                    MdsResponse::MissedCopies(_) => {
-                        return Err(ClientError::Internal(
-                            "an OSD did not learn in time that its copy missed a change".into(),
-                        ))
-                    }
-                    _ => return Err(self.bad("mds", "unexpected answer")),
-                }
-            }
-            self.stats.lock().copies_recorded_missed += chunk.len() as u64;
-        }
-        Ok(())
-    }
-
     /// What `osd`'s answer says of it: unreachable or silent, it is asked last for a
     /// while ([`machines::Suspects`]); answering, it is not.
     pub(crate) fn note_answer(&self, osd: u64, answer: &Result<OsdResponse>) {
@@ -482,10 +454,6 @@ fn reported_down(osd: u64) -> ClientError {
         )),
     }
 }
-
-/// How long a client waits before it asks again whether OSDs know the copies they
-/// missed.
-const RECORD_RETRY_MILLIS: u64 = 500;
 
 /// A request that shows whether an OSD serves, and changes nothing: the attributes of an
 /// object no file has (the OSD refuses it; any answer is one).

@@ -21,6 +21,7 @@ mod copies;
 mod copy_reads;
 mod crypt;
 mod crypt_files;
+mod missed_copies;
 pub use crypt::FILE_KEYS_CACHED_MAX;
 pub use crypt_files::PENDING_STRIPES_MAX;
 mod data;
@@ -136,6 +137,11 @@ pub struct ClientStats {
     /// small before a change was sent to them (issue 41).
     #[serde(default)]
     pub osds_probed: u64,
+    /// Copies a change skipped on the MDS's report and then asked after all, because
+    /// the MDS would not record them as missed (too few current copies would be left, or
+    /// it could not be reached): the OSD may be back (issue 41).
+    #[serde(default)]
+    pub skipped_copies_asked_after_all: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.

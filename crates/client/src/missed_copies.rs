@@ -1,0 +1,216 @@
+//! Issue 41: the copies a change missed, recorded at the MDS so that the change stands
+//! (their OSDs then refuse to serve them until a repair), and what a change does when
+//! they cannot be recorded: the copies it skipped on the MDS's report of their OSD down
+//! are asked after all, and a change whose missed copies stay unrecorded is not
+//! acknowledged.
+
+use super::*;
+use crate::copies::classify;
+use crate::data::SharedRequest;
+use maat_proto::limits::{
+    MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS,
+};
+use maat_proto::msg::MissedCopy;
+use machines::{change_outcome, CopyAnswer};
+
+impl Client {
+    /// Records the copies `degraded` changes missed, so that they stand. Where the MDS
+    /// will not record the copies that changes skipped on its report (unreachable, or
+    /// the records would leave too few current copies), those copies are asked after all
+    /// (the OSD may be back: a skip must never cost a change its acknowledgement) and
+    /// what is still missed is recorded again. A change whose missed copies cannot be
+    /// recorded answers a failed copy's answer: it did not reach every copy and is not
+    /// acknowledged, as before copies were recorded. (Changes that missed copies they
+    /// were sent to are recorded first, on their own: if they cannot be, the batch
+    /// fails whatever the skipped copies would say, and they are not asked.)
+    pub(crate) fn settle_degraded(
+        &self,
+        opened: &Opened,
+        out: &mut [Result<OsdResponse>],
+        degraded: Vec<Degraded>,
+    ) -> Result<()> {
+        let all = |d: &[Degraded]| d.iter().flat_map(|d| d.missed.clone()).collect();
+        let (mut skips, fails): (Vec<Degraded>, Vec<Degraded>) =
+            degraded.into_iter().partition(|d| d.unasked.is_some());
+        if !fails.is_empty() && self.record_missed(opened.stat.id, all(&fails)).is_err() {
+            fail(out, fails);
+            fail(out, skips);
+            return Ok(());
+        }
+        if skips.is_empty() {
+            return Ok(());
+        }
+        if self.record_missed(opened.stat.id, all(&skips)).is_ok() {
+            self.count_skipped(&skips);
+            return Ok(());
+        }
+        let calls: Vec<(u64, Arc<SharedRequest>)> = skips
+            .iter()
+            .filter_map(|d| d.unasked.as_ref())
+            .flat_map(|u| u.osds.iter().map(|osd| (*osd, Arc::clone(&u.shared))))
+            .collect();
+        let settled = match calls.is_empty() {
+            true => false,
+            false => {
+                self.stats.lock().skipped_copies_asked_after_all += calls.len() as u64;
+                let mut answers = self.parallel_exact(opened, calls)?.into_iter();
+                for d in &mut skips {
+                    let Some(u) = d.unasked.take() else {
+                        continue;
+                    };
+                    let sent = u.sent_osds.len();
+                    let mut kinds = u.kinds;
+                    let mut late = Vec::with_capacity(u.osds.len());
+                    for (i, osd) in u.osds.iter().enumerate() {
+                        let answer = answers.next().unwrap_or_else(|| {
+                            Err(ClientError::Internal(
+                                "a skipped copy asked, no answer".into(),
+                            ))
+                        });
+                        self.note_answer(*osd, &answer);
+                        if let Some(k) = kinds.get_mut(sent + i) {
+                            *k = classify(&answer);
+                        }
+                        late.push(Some(answer));
+                    }
+                    let osd_at = |i: &usize| {
+                        u.sent_osds
+                            .get(*i)
+                            .or_else(|| i.checked_sub(sent).and_then(|j| u.osds.get(j)))
+                    };
+                    let Some(outcome) = change_outcome(&kinds, 1) else {
+                        continue;
+                    };
+                    // (The sent copies' answers come first: a late copy stands only
+                    // when it refused the change, which every copy would.)
+                    if let Some(answer) = outcome
+                        .stands
+                        .checked_sub(sent)
+                        .and_then(|i| late.get_mut(i))
+                        .and_then(Option::take)
+                    {
+                        if let Some(slot) = out.get_mut(d.at) {
+                            *slot = answer;
+                        }
+                    }
+                    d.missed = outcome
+                        .missed
+                        .iter()
+                        .filter_map(osd_at)
+                        .map(|osd| MissedCopy {
+                            stripe: u.object.stripe,
+                            osd: *osd,
+                            seq: 0,
+                        })
+                        .collect();
+                    if let Some(answer) = outcome
+                        .missed
+                        .first()
+                        .and_then(|i| i.checked_sub(sent))
+                        .and_then(|i| late.get_mut(i))
+                        .and_then(Option::take)
+                    {
+                        d.instead = answer;
+                    }
+                }
+                let missed: Vec<MissedCopy> = all(&skips);
+                missed.is_empty() || self.record_missed(opened.stat.id, missed).is_ok()
+            }
+        };
+        if !settled {
+            fail(out, skips);
+        }
+        Ok(())
+    }
+
+    /// Counts the copies `degraded` changes skipped and recorded as missed.
+    fn count_skipped(&self, degraded: &[Degraded]) {
+        let skipped: usize = degraded
+            .iter()
+            .filter_map(|d| d.unasked.as_ref())
+            .map(|u| u.osds.len())
+            .sum();
+        self.stats.lock().copies_skipped_down += skipped as u64;
+    }
+
+    /// Records at the MDS that `copies` of `file` missed a change that enough other
+    /// copies took (issue 41): their OSDs then refuse to serve them until a repair.
+    pub(crate) fn record_missed(&self, file: u64, mut copies: Vec<MissedCopy>) -> Result<()> {
+        copies.sort_unstable();
+        copies.dedup();
+        for chunk in copies.chunks(MISSED_COPIES_PER_REQUEST_MAX) {
+            let mut answer = self.mds_call(MdsRequest::CopiesMissed {
+                file,
+                copies: chunk.to_vec(),
+            })?;
+            // Records an OSD does not know yet: it learns them at its next check-in
+            // (every second), or counts as silent within `OSD_DOWN_AFTER_MILLIS` (plus
+            // `OSD_HEARD_LAG_MILLIS` with several MDS instances), by when its lease has
+            // ended and it checks in before it serves again.
+            let mut waited = 0;
+            loop {
+                match answer {
+                    MdsResponse::Ok => break,
+                    MdsResponse::MissedCopies(pending)
+                        if waited
+                            <= OSD_DOWN_AFTER_MILLIS
+                                + OSD_HEARD_LAG_MILLIS
+                                + RECORD_RETRY_MILLIS =>
+                    {
+                        self.network.sleep(RECORD_RETRY_MILLIS);
+                        waited += RECORD_RETRY_MILLIS;
+                        answer = self.mds_call(MdsRequest::MissedCopiesKnown {
+                            file,
+                            copies: pending,
+                        })?;
+                    }
+                    MdsResponse::MissedCopies(_) => {
+                        return Err(ClientError::Internal(
+                            "an OSD did not learn in time that its copy missed a change".into(),
+                        ))
+                    }
+                    _ => return Err(self.bad("mds", "unexpected answer")),
+                }
+            }
+            self.stats.lock().copies_recorded_missed += chunk.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// A change that reached fewer than every copy: it stands once the copies it missed are
+/// recorded ([`Client::settle_degraded`]).
+pub(crate) struct Degraded {
+    /// Where its answer is among the answers of [`Client::parallel`].
+    pub(crate) at: usize,
+    /// What it answers if the copies it missed cannot be recorded: a missed copy's.
+    pub(crate) instead: Result<OsdResponse>,
+    /// The copies it missed.
+    pub(crate) missed: Vec<MissedCopy>,
+    /// The copies it skipped on the MDS's report without asking them, if any.
+    pub(crate) unasked: Option<Unasked>,
+}
+
+/// Each of `degraded` answers what it answers when the copies it missed are not recorded.
+fn fail(out: &mut [Result<OsdResponse>], degraded: Vec<Degraded>) {
+    for d in degraded {
+        if let Some(slot) = out.get_mut(d.at) {
+            *slot = d.instead;
+        }
+    }
+}
+
+/// The copies a change skipped without asking them, and what to ask them after all.
+pub(crate) struct Unasked {
+    /// Every copy's answer as counted (the skipped ones last, as failed).
+    pub(crate) kinds: Vec<CopyAnswer>,
+    /// The copies the change was sent to, and the skipped ones.
+    pub(crate) sent_osds: Vec<u64>,
+    pub(crate) osds: Vec<u64>,
+    pub(crate) object: ObjectId,
+    pub(crate) shared: Arc<SharedRequest>,
+}
+
+/// How long a client waits before it asks again whether OSDs know the copies they
+/// missed.
+const RECORD_RETRY_MILLIS: u64 = 500;
