@@ -176,6 +176,8 @@ struct Stats {
     t10_credentials_issued: AtomicU64,
     t10_credentials_reused: AtomicU64,
     t10_policy_tags_set: AtomicU64,
+    /// Issue 42: leader lease tokens raised past an OSD's fence ([`Mds::fenced_out`]).
+    t10_fence_raises: AtomicU64,
     /// SPEC M9: revocation lists signed for KDS catch-ups (each: the KDS's request
     /// verified, the list signed).
     kds_revocation_lists: AtomicU64,
@@ -274,6 +276,9 @@ pub struct Mds<S: MetaStore> {
     /// Issue 42: the last grant of [`LEADER_LEASE`] this instance was given through
     /// [`Mds::lease`] (holder, token), which its leader-only commits require.
     leader_grant: Mutex<Option<(String, u64)>>,
+    /// Serializes this instance's lease requests and raises (a store one process holds
+    /// alone keeps leases by read and write).
+    leases: Mutex<()>,
 }
 
 /// What [`Mds::writing`] holds; the store's lock goes first when dropped. `None` when the
@@ -475,6 +480,7 @@ impl<S: MetaStore> Mds<S> {
             audit: Mutex::new(None),
             leadership: std::sync::OnceLock::new(),
             leader_grant: Mutex::new(None),
+            leases: Mutex::new(()),
             replay: Mutex::new(ReplayWindow::new(boot)),
             liveness: liveness::Liveness::new(boot.0),
             missed: copies_missed::MissedState::default(),
@@ -510,7 +516,10 @@ impl<S: MetaStore> Mds<S> {
         ttl_millis: u64,
         now: UnixMillis,
     ) -> Result<store::LeaseState> {
-        let state = self.store.lease(name, holder, ttl_millis, now.0)?;
+        let state = {
+            let _one = lock(&self.leases);
+            self.store.lease(name, holder, ttl_millis, now.0)?
+        };
         if name == LEADER_LEASE && state.granted {
             *lock(&self.leader_grant) = Some((holder.to_string(), state.token));
         }

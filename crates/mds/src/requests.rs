@@ -639,6 +639,10 @@ impl<S: MetaStore> Mds<S> {
                 s.t10_keys_set.load(Ordering::Relaxed),
             ),
             (
+                "t10_fence_raises".into(),
+                s.t10_fence_raises.load(Ordering::Relaxed),
+            ),
+            (
                 "t10_credentials_issued".into(),
                 s.t10_credentials_issued.load(Ordering::Relaxed),
             ),

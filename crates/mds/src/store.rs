@@ -11,7 +11,7 @@ use maat_proto::encrypted::FileCrypt;
 mod lease;
 mod legacy;
 pub use lease::{
-    check_lease_holder, check_lease_record, lease_in_meta, require_lease_in_meta,
+    check_lease_holder, check_lease_record, lease_in_meta, raise_in_meta, require_lease_in_meta,
     take_lease_requirements, LeaseState, LEASE_PREFIX,
 };
 use legacy::{
@@ -754,6 +754,25 @@ pub trait MetaStore: Send + Sync {
         now: u64,
     ) -> Result<LeaseState, StoreError> {
         lease::lease_in_meta(self, name, holder, ttl_millis, now)
+    }
+    /// Issue 42: raises the fencing token of lease `name` to at least `at_least`, if
+    /// `holder` holds it now (its time not run out): the token it holds now, or `None`
+    /// if it does not hold it. For a leader whose key commands an OSD refuses as
+    /// fenced because it applied commands under a higher token than the store hands out
+    /// (the store restored from an older backup, or moved to a new one): the token is
+    /// raised past the OSD's fence, and only by the holder, so it can never undo a
+    /// successor's fencing. Never lowered. The expiry is left as it is.
+    ///
+    /// This default keeps the lease in `meta` ([`MetaStore::lease`]'s default). A
+    /// store that overrides `lease` overrides this too.
+    fn raise_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        at_least: u64,
+        now: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        lease::raise_in_meta(self, name, holder, at_least, now)
     }
     /// Batches applied and fsyncs made so far (`maat stats`: batches per fsync is the
     /// group commit's yield).

@@ -281,10 +281,12 @@ impl<S: MetaStore> Mds<S> {
         let Some(channel) = read_lock(&self.t10.channel).clone() else {
             return Err(not_ready(osd.id, "no channel to OSDs"));
         };
+        let on_fenced = |sent| self.fenced_out(sent, now);
         let link = KeyLink {
             channel: channel.as_ref(),
             osd,
             fencing: self.key_fencing(osd.id)?,
+            on_fenced: &on_fenced,
         };
         let _one = lock(&self.t10.exchange);
         let mut state = match self.t10_state(osd.id)? {

@@ -263,3 +263,148 @@ fn a_leader_deposed_before_its_commit_writes_no_key_state() {
     assert!(refused.detail.contains("passed to \"b\""), "{refused:?}");
     assert_eq!((&store).meta("t10/revocations").unwrap(), None);
 }
+
+/// The OSDs' side of key commands as `channel`, with fencing: a fenced command is taken
+/// under its token as the OSD takes it (`KeyState::admit_fence`), its MAC left to the
+/// OSD's own tests (`crates/osd/tests/fencing.rs`).
+fn fencing_channel(osds: Osds) -> Arc<T10Channel> {
+    let bare = channel(osds.clone());
+    Arc::new(move |osd: &OsdEntry, request: &OsdPlainRequest| {
+        let OsdPlainRequest::Fenced(bytes) = request else {
+            return bare(osd, request);
+        };
+        let fenced = maat_proto::signed::UnverifiedMac::<t10::FencedKeyCommand>::decode(bytes)
+            .map_err(|e| ChannelError::Refused(e.into()))?;
+        let fenced = fenced.unverified_body();
+        let inner: OsdPlainRequest = maat_proto::msg::decode(&fenced.command).unwrap();
+        let mut state = osds
+            .lock()
+            .unwrap()
+            .get(&osd.id)
+            .cloned()
+            .unwrap_or_else(|| KeyState::bootstrap(&JOIN, osd.id).unwrap());
+        state
+            .admit_fence(Some(fenced.fence))
+            .map_err(|e| ChannelError::Refused(e.into()))?;
+        let answer = bare(osd, &inner)?;
+        // (Kept with the state the command made, as the OSD does.)
+        let mut all = osds.lock().unwrap();
+        if let Some(s) = all.get_mut(&osd.id) {
+            s.admit_fence(Some(fenced.fence)).unwrap();
+        }
+        Ok(answer)
+    })
+}
+
+/// Issue 42: the store restored from an older backup hands out fencing tokens below
+/// one an OSD applied key commands under, and the OSD refuses every key command of the
+/// leader as fenced. The leader, which still holds its lease (so no successor made that
+/// token), raises its token in the store past the OSD's fence, doubling it at each
+/// refusal, and the OSD takes its keys again within a few upkeeps. An instance that does
+/// not hold the lease raises nothing, and only the holder's raise counts in the store.
+#[test]
+fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
+    let store = MemStore::default();
+    let seal = maat_crypto::seal::SealingSecretKey::generate(&mut ChaCha20Rng::seed_from_u64(5));
+    (&store)
+        .commit(Batch(vec![
+            Op::PutOsd(OsdEntry {
+                id: 1,
+                address: "10.0.0.1:7000".into(),
+                sealing_key: seal.public_key().0,
+                weight: 1,
+            }),
+            // (Registered with a control key: key commands to it travel fenced.)
+            Op::PutMeta(format!("osd_control/{:016x}", 1), vec![1]),
+        ]))
+        .unwrap();
+    let osds = Osds::default();
+    // The OSD applied commands under token 1,000 (from the store before the restore).
+    let mut fenced = KeyState::bootstrap(&JOIN, 1).unwrap();
+    fenced.admit_fence(Some(1_000)).unwrap();
+    osds.lock().unwrap().insert(1, fenced);
+    let (a, b) = (mds(&store), mds(&store));
+    a.set_t10_channel(fencing_channel(osds.clone()));
+    b.set_t10_channel(fencing_channel(osds.clone()));
+    let now = T0 + 1_000;
+    for request in [
+        MdsRequest::PartitionCreate {
+            name: "fast".into(),
+            protection: Protection::AllData,
+        },
+        MdsRequest::PartitionSetCredentials {
+            name: "fast".into(),
+            credentials: Credentials::T10,
+        },
+    ] {
+        admin(&a, request, now);
+    }
+    // `b` led first (token 1); its lease ran out and `a` took it (token 2).
+    let ttl = 60_000;
+    let b_granted = b.lease(LEADER_LEASE, "b", 100, UnixMillis(now)).unwrap();
+    assert_eq!((b_granted.granted, b_granted.token), (true, 1));
+    let later = now + 200;
+    // `a` leads; its probe says what its last renewal granted, as the daemon's does.
+    let token = Arc::new(Mutex::new(
+        a.lease(LEADER_LEASE, "a", ttl, UnixMillis(later))
+            .unwrap()
+            .token,
+    ));
+    assert_eq!(*token.lock().unwrap(), 2);
+    let probe = token.clone();
+    a.set_leadership_probe(Box::new(move || Some(*probe.lock().unwrap())));
+    // `b` still believes it leads under token 1: its commands are refused as fenced, and
+    // it raises nothing (the store's lease is `a`'s).
+    b.set_leadership_probe(Box::new(|| Some(1)));
+    let problems = b.t10_maintain(UnixMillis(later + 1), &mut ChaCha20Rng::seed_from_u64(3));
+    assert!(
+        problems.iter().any(|p| p.contains("fencing token 1 after")),
+        "{problems:?}"
+    );
+    assert!(
+        !problems.iter().any(|p| p.contains("raised")),
+        "{problems:?}"
+    );
+    let stored_token = || {
+        a.lease(LEADER_LEASE, "a", ttl, UnixMillis(later + 2))
+            .unwrap()
+            .token
+    };
+    assert_eq!(stored_token(), 2, "a deposed instance raised the token");
+    let now = later;
+
+    let mut upkeeps = 0;
+    loop {
+        upkeeps += 1;
+        assert!(
+            upkeeps <= 12,
+            "the OSD still refuses after {upkeeps} upkeeps"
+        );
+        let at = now + 10 * upkeeps;
+        let problems = a.t10_maintain(UnixMillis(at), &mut ChaCha20Rng::seed_from_u64(at));
+        // The renewal after the upkeep, as the daemon's every 3 s.
+        *token.lock().unwrap() = a
+            .lease(LEADER_LEASE, "a", ttl, UnixMillis(at + 1))
+            .unwrap()
+            .token;
+        if problems.is_empty() {
+            break;
+        }
+        assert!(
+            problems.iter().all(|p| p.contains("raised to")),
+            "{problems:?}"
+        );
+    }
+    // 2 → 4 → ... → 1,024: nine raises, then the keys go in under 1,024.
+    let t = *token.lock().unwrap();
+    assert_eq!(t, 1_024);
+    assert_eq!(upkeeps, 10);
+    let state = osds.lock().unwrap().get(&1).cloned().unwrap();
+    assert_eq!(state.fence(), 1_024);
+    assert!(state.master_generation() > 0, "the OSD has no keys");
+    let stats = call(&a, ADMIN_UID, MdsRequest::Stats, now + 500).unwrap();
+    let MdsResponse::Stats(stats) = stats else {
+        panic!("{stats:?}");
+    };
+    assert_eq!(stats.counter("t10_fence_raises"), Some(9));
+}

@@ -99,6 +99,15 @@ impl MetaStore for MdsStore {
     ) -> Result<LeaseState, StoreError> {
         each!(self, s => s.lease(name, holder, ttl_millis, now))
     }
+    fn raise_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        at_least: u64,
+        now: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        each!(self, s => s.raise_lease(name, holder, at_least, now))
+    }
     fn exclusive(&self) -> Result<Exclusive<'_>, StoreError> {
         each!(self, s => s.exclusive())
     }

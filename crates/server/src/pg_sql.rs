@@ -86,9 +86,10 @@ pub(crate) enum Sql {
     Walk,
     SessionAndUser,
     LeaseHeld,
+    LeaseRaise,
 }
 
-pub(crate) const STATEMENTS: [(Sql, &str); 44] = [
+pub(crate) const STATEMENTS: [(Sql, &str); 45] = [
     (Sql::Inode, "SELECT v FROM inodes WHERE id = $1"),
     (
         Sql::Lookup,
@@ -231,6 +232,9 @@ pub(crate) const STATEMENTS: [(Sql, &str); 44] = [
         Sql::LeaseHeld,
         "SELECT holder, token FROM leases WHERE name = $1 FOR SHARE",
     ),
+    // Issue 42, `MetaStore::raise_lease`: the holder's token raised (its row locked by
+    // `LeaseLock` in the same transaction).
+    (Sql::LeaseRaise, "UPDATE leases SET token = $2 WHERE name = $1"),
 ];
 
 /// `sql`'s statement among a connection's, prepared in [`STATEMENTS`] order.

@@ -548,6 +548,41 @@ impl MetaStore for PgStore {
         })
     }
 
+    /// One transaction on the lease's locked row, timed by the database's clock: the
+    /// token raised if `holder` holds the lease and its time has not run out.
+    fn raise_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        at_least: u64,
+        _now: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let name = name.as_bytes();
+        self.writer.run(&self.pool, |c| {
+            let (mut tx, statements) = c.begin("a lease's raise")?;
+            let row = tx
+                .query_opt(prepared(statements, Sql::LeaseLock)?, &[&name])
+                .map_err(|e| err("locking a lease", e))?;
+            let Some(row) = row else {
+                tx.commit().map_err(|e| err("ending a lease check", e))?;
+                return Ok(None);
+            };
+            let current: Vec<u8> = col(&row, 0, "a lease's holder")?;
+            let expired: bool = col(&row, 1, "a lease's expiry")?;
+            let token = unid(col(&row, 2, "a lease's token")?);
+            if current != holder.as_bytes() || expired {
+                tx.commit().map_err(|e| err("ending a lease check", e))?;
+                return Ok(None);
+            }
+            let token = token.max(at_least);
+            tx.execute(prepared(statements, Sql::LeaseRaise)?, &[&name, &id(token)])
+                .map_err(|e| err("raising a lease's token", e))?;
+            tx.commit()
+                .map_err(|e| err("committing a lease's raise", e))?;
+            Ok(Some(token))
+        })
+    }
+
     /// The advisory lock of [`crate::pg_writer`]: held by one instance at a time; the
     /// holder's commits run on the lock's connection, so they commit only while it holds.
     fn exclusive(&self) -> Result<Exclusive<'_>, StoreError> {

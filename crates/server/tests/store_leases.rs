@@ -78,3 +78,63 @@ fn a_batch_applies_only_under_the_lease_it_requires_on_postgresql() {
         std::thread::sleep(std::time::Duration::from_millis(120));
     });
 }
+
+/// Issue 42, `MetaStore::raise_lease`: only the holder, while its lease runs, raises the
+/// token (past an OSD's fence the store no longer knows); never lower; a renewal keeps
+/// the raised token, commits under the old one are refused, and a takeover goes on from
+/// it.
+fn only_the_holder_raises_its_token(store: &dyn MetaStore, expire: impl Fn()) {
+    use maat_mds::store::StoreError;
+    let require = |token: u64| {
+        Batch(vec![
+            Op::PutMeta("t10/osd/1".into(), vec![token as u8]),
+            Op::RequireLease {
+                name: "leader".into(),
+                holder: "a".into(),
+                token,
+            },
+        ])
+    };
+    assert_eq!(store.raise_lease("leader", "a", 5, 1_000).unwrap(), None);
+    let ttl = 600_000;
+    assert_eq!(store.lease("leader", "a", ttl, 1_000).unwrap().token, 1);
+    assert_eq!(store.raise_lease("leader", "b", 50, 1_001).unwrap(), None);
+    assert_eq!(
+        store.raise_lease("leader", "a", 50, 1_001).unwrap(),
+        Some(50)
+    );
+    assert_eq!(
+        store.raise_lease("leader", "a", 7, 1_002).unwrap(),
+        Some(50)
+    );
+    assert_eq!(store.lease("leader", "a", ttl, 1_003).unwrap().token, 50);
+    assert!(matches!(
+        store.commit(require(1)),
+        Err(StoreError::LeaseLost { found: 50, .. })
+    ));
+    store.commit(require(50)).unwrap();
+    // Run out, the lease raises nothing; taken over, its token goes on from the raise.
+    assert!(store.lease("leader", "a", 50, 1_004).unwrap().granted);
+    expire();
+    assert_eq!(store.raise_lease("leader", "a", 90, 2_000).unwrap(), None);
+    let b = store.lease("leader", "b", ttl, 2_001).unwrap();
+    assert_eq!((b.granted, b.token), (true, 51));
+}
+
+#[test]
+fn only_the_holder_raises_its_token_on_redb() {
+    let dir = tempfile::tempdir().unwrap();
+    let redb = RedbStore::open(&dir.path().join("meta.redb")).unwrap();
+    only_the_holder_raises_its_token(&redb, || {});
+}
+
+#[test]
+fn only_the_holder_raises_its_token_on_postgresql() {
+    let Some((_dir, pg)) = server("only_the_holder_raises_its_token") else {
+        return;
+    };
+    let store = PgStore::open(&pg.url()).unwrap();
+    only_the_holder_raises_its_token(&store, || {
+        std::thread::sleep(std::time::Duration::from_millis(120));
+    });
+}

@@ -446,6 +446,16 @@ impl MetaStore for InstanceStore {
         let _one = locked(&self.db.leases);
         maat_mds::store::lease_in_meta(self, name, holder, ttl_millis, now)
     }
+    fn raise_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        at_least: u64,
+        now: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let _one = locked(&self.db.leases);
+        maat_mds::store::raise_in_meta(self, name, holder, at_least, now)
+    }
     fn record_nonce(
         &self,
         session: &[u8; 16],

@@ -99,6 +99,33 @@ pub fn lease_in_meta<S: MetaStore + ?Sized>(
     })
 }
 
+/// [`MetaStore::raise_lease`]'s default: the lease in `meta`, timed by `now`. The
+/// raise is durable before it answers (commands go out under the new token).
+pub fn raise_in_meta<S: MetaStore + ?Sized>(
+    store: &S,
+    name: &str,
+    holder: &str,
+    at_least: u64,
+    now: u64,
+) -> Result<Option<u64>, StoreError> {
+    let key = format!("{LEASE_PREFIX}{name}");
+    let Some(mut record) = store
+        .meta(&key)?
+        .map(|v| LeaseRecord::decode(&key, &v))
+        .transpose()?
+    else {
+        return Ok(None);
+    };
+    if record.holder != holder || record.until < now {
+        return Ok(None);
+    }
+    if record.token < at_least {
+        record.token = at_least;
+        store.commit(Batch(vec![Op::PutMeta(key, record.encode())]))?;
+    }
+    Ok(Some(record.token))
+}
+
 /// Splits the lease requirements ([`Op::RequireLease`]) off `batch`: the changes, and
 /// each requirement as `(name, holder, token)`. For a store that checks them itself
 /// before it applies the rest.

@@ -11,6 +11,9 @@ pub(super) struct KeyLink<'a> {
     pub(super) channel: &'a T10Channel,
     pub(super) osd: &'a OsdEntry,
     pub(super) fencing: Option<(u64, MacKey)>,
+    /// Told the token of a fenced command the OSD refused as fenced
+    /// ([`Mds::fenced_out`]): the leader's raised token, if it raised it.
+    pub(super) on_fenced: &'a dyn Fn(u64) -> Option<u64>,
 }
 
 impl KeyLink<'_> {
@@ -41,8 +44,55 @@ impl KeyLink<'_> {
             Err(ChannelError::Refused(e)) if e.code == ErrorCode::Malformed => {
                 (self.channel)(self.osd, &request)
             }
+            Err(ChannelError::Refused(mut e)) if e.code == ErrorCode::Fenced => {
+                if let Some(raised) = (self.on_fenced)(*fence) {
+                    e.detail = format!(
+                        "{}; this leader still holds its lease, so the OSD applied commands \
+                         under a token the store no longer knows (restored from an older \
+                         backup, or a new store): the lease's token is raised to {raised}, \
+                         and the command goes again under it after the next renewal",
+                        e.detail
+                    );
+                }
+                Err(ChannelError::Refused(e))
+            }
             other => other,
         }
+    }
+}
+
+/// Most a leader raises its lease's fencing token by after one refusal as fenced: the
+/// raise doubles the token up to this step, so an OSD's fence far ahead is passed in a
+/// few refusals, while refusals forged on the network (they are not authenticated)
+/// cannot run the token out of its 64 bits in any time that matters (2^44 of them).
+const FENCE_RAISE_STEP_MAX: u64 = 1 << 20;
+
+impl<S: MetaStore> Mds<S> {
+    /// Issue 42: an OSD refused a key command sent under token `sent` as fenced (it
+    /// applied one under a higher token). If this instance still holds the leader lease
+    /// under `sent`, no successor can have made that token (tokens grow only when the
+    /// lease passes on, and this instance holds it): the store lost tokens it handed out
+    /// (restored from an older backup, or a new store whose leases start again at 1).
+    /// The token is raised in the store ([`MetaStore::raise_lease`], holder only) by
+    /// `sent` again, at most [`FENCE_RAISE_STEP_MAX`]; the next renewal brings the new
+    /// token to the leadership probe, and the next upkeep sends under it. Returns the
+    /// raised token. A deposed instance (the lease another's, or run out) raises
+    /// nothing.
+    pub(super) fn fenced_out(&self, sent: u64, now: UnixMillis) -> Option<u64> {
+        let (holder, token) = lock(&self.leader_grant).clone()?;
+        if token != sent {
+            return None;
+        }
+        let at_least = sent.saturating_add(sent.clamp(1, FENCE_RAISE_STEP_MAX));
+        let _one = lock(&self.leases);
+        let raised = self
+            .store
+            .raise_lease(LEADER_LEASE, &holder, at_least, now.0)
+            .ok()
+            .flatten()
+            .filter(|t| *t > sent)?;
+        self.stats.t10_fence_raises.fetch_add(1, Ordering::Relaxed);
+        Some(raised)
     }
 }
 
@@ -111,6 +161,7 @@ mod tests {
             channel: old.as_ref(),
             osd: &entry,
             fencing: Some((3, key.clone())),
+            on_fenced: &|_| None,
         };
         assert!(matches!(
             link.send(command.clone()),
@@ -123,16 +174,25 @@ mod tests {
         // An OSD that refuses it as fenced (a newer leader's was applied): never bare.
         let seen = Seen::default();
         let newer = osd(ErrorCode::Fenced, seen.clone());
+        let told = StdMutex::new(Vec::new());
+        let on_fenced = |sent| {
+            told.lock().unwrap_or_else(|p| p.into_inner()).push(sent);
+            Some(6)
+        };
         let link = KeyLink {
             channel: newer.as_ref(),
             osd: &entry,
             fencing: Some((3, key)),
+            on_fenced: &on_fenced,
         };
+        // (The leader is told, and says in the refusal that it raised its token.)
         assert!(matches!(
             link.send(command.clone()),
             Err(ChannelError::Refused(e)) if e.code == ErrorCode::Fenced
+                && e.detail.contains("raised to 6")
         ));
         assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), [true]);
+        assert_eq!(*told.lock().unwrap_or_else(|p| p.into_inner()), [3]);
         // No fencing (no leadership probe, or an OSD without a control key): bare.
         let seen = Seen::default();
         let any = osd(ErrorCode::Fenced, seen.clone());
@@ -140,6 +200,7 @@ mod tests {
             channel: any.as_ref(),
             osd: &entry,
             fencing: None,
+            on_fenced: &|_| None,
         };
         assert!(link.send(command).is_ok());
         assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), [false]);
