@@ -106,6 +106,22 @@ fn admin(mds: &Mds<&MemStore>, request: MdsRequest, now: u64) {
     call(mds, ADMIN_UID, request, now).unwrap();
 }
 
+/// Partition `fast` (ALLDATA) with T10 credentials, made by the administrator at `mds`.
+fn t10_partition(mds: &Mds<&MemStore>, now: u64) {
+    for request in [
+        MdsRequest::PartitionCreate {
+            name: "fast".into(),
+            protection: Protection::AllData,
+        },
+        MdsRequest::PartitionSetCredentials {
+            name: "fast".into(),
+            credentials: Credentials::T10,
+        },
+    ] {
+        admin(mds, request, now);
+    }
+}
+
 #[test]
 fn credentials_from_any_instance_are_under_the_keys_the_leader_installed() {
     let store = MemStore::default();
@@ -130,22 +146,7 @@ fn credentials_from_any_instance_are_under_the_keys_the_leader_installed() {
     let mut rng = ChaCha20Rng::seed_from_u64(8);
     let now = T0 + 1_000;
     let name = || "fast".to_string();
-    admin(
-        &a,
-        MdsRequest::PartitionCreate {
-            name: name(),
-            protection: Protection::AllData,
-        },
-        now,
-    );
-    admin(
-        &a,
-        MdsRequest::PartitionSetCredentials {
-            name: name(),
-            credentials: Credentials::T10,
-        },
-        now,
-    );
+    t10_partition(&a, now);
     admin(
         &a,
         MdsRequest::Mkdir {
@@ -224,18 +225,7 @@ fn a_leader_deposed_before_its_commit_writes_no_key_state() {
     let osds = Osds::default();
     a.set_t10_channel(channel(osds.clone()));
     let now = T0 + 1_000;
-    for request in [
-        MdsRequest::PartitionCreate {
-            name: "fast".into(),
-            protection: Protection::AllData,
-        },
-        MdsRequest::PartitionSetCredentials {
-            name: "fast".into(),
-            credentials: Credentials::T10,
-        },
-    ] {
-        admin(&a, request, now);
-    }
+    t10_partition(&a, now);
     let ttl = 5_000;
     let granted = a.lease(LEADER_LEASE, "a", ttl, UnixMillis(now)).unwrap();
     assert_eq!((granted.granted, granted.token), (true, 1));
@@ -327,18 +317,7 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
     a.set_t10_channel(fencing_channel(osds.clone()));
     b.set_t10_channel(fencing_channel(osds.clone()));
     let now = T0 + 1_000;
-    for request in [
-        MdsRequest::PartitionCreate {
-            name: "fast".into(),
-            protection: Protection::AllData,
-        },
-        MdsRequest::PartitionSetCredentials {
-            name: "fast".into(),
-            credentials: Credentials::T10,
-        },
-    ] {
-        admin(&a, request, now);
-    }
+    t10_partition(&a, now);
     // `b` led first (token 1); its lease ran out and `a` took it (token 2).
     let ttl = 60_000;
     let b_granted = b.lease(LEADER_LEASE, "b", 100, UnixMillis(now)).unwrap();
