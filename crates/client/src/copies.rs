@@ -380,10 +380,7 @@ impl Client {
         match answer {
             Ok(_) | Err(ClientError::Refused(_)) => suspects.probed(osd, now, true),
             // Silent itself (not the MDS, asked for a session on the way).
-            Err(ClientError::Net {
-                source: maat_net::NetError::Io(e),
-                address,
-            }) if e.kind() == std::io::ErrorKind::TimedOut && address == at => {
+            Err(ClientError::Net { source, address }) if silent(&source) && address == at => {
                 suspects.timed_out(osd, now);
             }
             Err(ClientError::Net { address, .. }) if address == at => {
@@ -416,11 +413,9 @@ impl Client {
         match answer {
             Err(ClientError::Net { source, .. }) => {
                 let now = self.now();
-                match source {
-                    maat_net::NetError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                        self.suspects.lock().timed_out(osd, now);
-                    }
-                    _ => self.suspects.lock().failed(osd, now),
+                match silent(source) {
+                    true => self.suspects.lock().timed_out(osd, now),
+                    false => self.suspects.lock().failed(osd, now),
                 }
                 // Which other OSDs are down, as the MDS knows: the next reads skip them
                 // without waiting. (A failure to ask is met again where it matters,
@@ -453,6 +448,12 @@ fn reported_down(osd: u64) -> ClientError {
              the change skipped its copy",
         )),
     }
+}
+
+/// Whether a request failed because its peer stayed silent until the caller's timeout
+/// (hung, not merely refusing connections).
+fn silent(source: &maat_net::NetError) -> bool {
+    matches!(source, maat_net::NetError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut)
 }
 
 /// A request that shows whether an OSD serves, and changes nothing: the attributes of an
