@@ -166,7 +166,7 @@ impl Client {
             /// `osds`), and the change's request: asked after all if the MDS will not
             /// record them.
             unasked: usize,
-            shared: Arc<SharedRequest>,
+            shared: Option<Arc<SharedRequest>>,
         }
         enum Step {
             Change(Gathered),
@@ -220,7 +220,9 @@ impl Client {
                 osds,
                 again,
                 unasked,
-                shared,
+                // (Kept only to ask skipped copies after all: a request held beyond its
+                // sends would be copied for each later send.)
+                shared: (unasked > 0).then_some(shared),
             }));
         }
         let mut again_answers = match again_calls.is_empty() {

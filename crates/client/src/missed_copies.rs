@@ -33,6 +33,7 @@ impl Client {
         let (mut skips, fails): (Vec<Degraded>, Vec<Degraded>) =
             degraded.into_iter().partition(|d| d.unasked.is_some());
         if !fails.is_empty() && self.record_missed(opened.stat.id, all(&fails)).is_err() {
+            self.count_skipped(&skips);
             fail(out, fails);
             fail(out, skips);
             return Ok(());
@@ -44,81 +45,87 @@ impl Client {
             self.count_skipped(&skips);
             return Ok(());
         }
-        let calls: Vec<(u64, Arc<SharedRequest>)> = skips
-            .iter()
-            .filter_map(|d| d.unasked.as_ref())
-            .flat_map(|u| u.osds.iter().map(|osd| (*osd, Arc::clone(&u.shared))))
-            .collect();
-        let settled = match calls.is_empty() {
-            true => false,
-            false => {
-                self.stats.lock().skipped_copies_asked_after_all += calls.len() as u64;
-                let mut answers = self.parallel_exact(opened, calls)?.into_iter();
-                for d in &mut skips {
-                    let Some(u) = d.unasked.take() else {
-                        continue;
-                    };
-                    let sent = u.sent_osds.len();
-                    let mut kinds = u.kinds;
-                    let mut late = Vec::with_capacity(u.osds.len());
-                    for (i, osd) in u.osds.iter().enumerate() {
-                        let answer = answers.next().unwrap_or_else(|| {
-                            Err(ClientError::Internal(
-                                "a skipped copy asked, no answer".into(),
-                            ))
-                        });
-                        self.note_answer(*osd, &answer);
-                        if let Some(k) = kinds.get_mut(sent + i) {
-                            *k = classify(&answer);
-                        }
-                        late.push(Some(answer));
-                    }
-                    let osd_at = |i: &usize| {
-                        u.sent_osds
-                            .get(*i)
-                            .or_else(|| i.checked_sub(sent).and_then(|j| u.osds.get(j)))
-                    };
-                    let Some(outcome) = change_outcome(&kinds, 1) else {
-                        continue;
-                    };
-                    // (The sent copies' answers come first: a late copy stands only
-                    // when it refused the change, which every copy would.)
-                    if let Some(answer) = outcome
-                        .stands
-                        .checked_sub(sent)
-                        .and_then(|i| late.get_mut(i))
-                        .and_then(Option::take)
-                    {
-                        if let Some(slot) = out.get_mut(d.at) {
-                            *slot = answer;
-                        }
-                    }
-                    d.missed = outcome
-                        .missed
-                        .iter()
-                        .filter_map(osd_at)
-                        .map(|osd| MissedCopy {
-                            stripe: u.object.stripe,
-                            osd: *osd,
-                            seq: 0,
-                        })
-                        .collect();
-                    if let Some(answer) = outcome
-                        .missed
-                        .first()
-                        .and_then(|i| i.checked_sub(sent))
-                        .and_then(|i| late.get_mut(i))
-                        .and_then(Option::take)
-                    {
-                        d.instead = answer;
-                    }
-                }
-                let missed: Vec<MissedCopy> = all(&skips);
-                missed.is_empty() || self.record_missed(opened.stat.id, missed).is_ok()
+        // Each change's request moves into its calls (a request held elsewhere too would
+        // be copied for each send).
+        let mut calls: Vec<(u64, Arc<SharedRequest>)> = Vec::new();
+        for u in skips.iter_mut().filter_map(|d| d.unasked.as_mut()) {
+            if let Some(shared) = u.shared.take() {
+                calls.extend(u.osds.iter().map(|osd| (*osd, Arc::clone(&shared))));
             }
-        };
-        if !settled {
+        }
+        self.stats.lock().skipped_copies_asked_after_all += calls.len() as u64;
+        let Ok(answers) = self.parallel_exact(opened, calls) else {
             fail(out, skips);
+            return Ok(());
+        };
+        let mut answers = answers.into_iter();
+        let mut took_late = 0u64;
+        for d in &mut skips {
+            let Some(u) = d.unasked.take() else {
+                continue;
+            };
+            // (Every copy the change was sent to took it: else the skipped ones were
+            // asked with the first answers. So the answer that stands is a sent copy's.)
+            let sent = u.sent_osds.len();
+            let mut kinds = u.kinds;
+            let mut late = Vec::with_capacity(u.osds.len());
+            for (i, osd) in u.osds.iter().enumerate() {
+                let answer = answers.next().unwrap_or_else(|| {
+                    Err(ClientError::Internal(
+                        "a skipped copy asked, no answer".into(),
+                    ))
+                });
+                self.note_answer(*osd, &answer);
+                // A late copy that refuses a change the others took missed it: recorded,
+                // so that it never serves the old bytes.
+                let kind = match classify(&answer) {
+                    CopyAnswer::Refused => CopyAnswer::Failed,
+                    kind => kind,
+                };
+                took_late += u64::from(kind == CopyAnswer::Done);
+                if let Some(k) = kinds.get_mut(sent + i) {
+                    *k = kind;
+                }
+                late.push(Some(answer));
+            }
+            let Some(outcome) = change_outcome(&kinds, 1) else {
+                continue;
+            };
+            let osd_at = |i: &usize| {
+                u.sent_osds
+                    .get(*i)
+                    .or_else(|| i.checked_sub(sent).and_then(|j| u.osds.get(j)))
+            };
+            d.missed = outcome
+                .missed
+                .iter()
+                .filter_map(osd_at)
+                .map(|osd| MissedCopy {
+                    stripe: u.object.stripe,
+                    osd: *osd,
+                    seq: 0,
+                })
+                .collect();
+            if let Some(answer) = outcome
+                .missed
+                .first()
+                .and_then(|i| i.checked_sub(sent))
+                .and_then(|i| late.get_mut(i))
+                .and_then(Option::take)
+            {
+                d.instead = answer;
+            }
+        }
+        {
+            // (Counted failed when they were skipped.)
+            let mut stats = self.stats.lock();
+            stats.copies_failed = stats.copies_failed.saturating_sub(took_late);
+        }
+        // Changes every copy took now stand whatever becomes of the others' records.
+        let (missing, _whole): (Vec<Degraded>, Vec<Degraded>) =
+            skips.into_iter().partition(|d| !d.missed.is_empty());
+        if !missing.is_empty() && self.record_missed(opened.stat.id, all(&missing)).is_err() {
+            fail(out, missing);
         }
         Ok(())
     }
@@ -208,7 +215,8 @@ pub(crate) struct Unasked {
     pub(crate) sent_osds: Vec<u64>,
     pub(crate) osds: Vec<u64>,
     pub(crate) object: ObjectId,
-    pub(crate) shared: Arc<SharedRequest>,
+    /// The change's request, until it is asked of them.
+    pub(crate) shared: Option<Arc<SharedRequest>>,
 }
 
 /// How long a client waits before it asks again whether OSDs know the copies they

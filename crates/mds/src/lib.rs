@@ -520,6 +520,7 @@ impl<S: MetaStore> Mds<S> {
             let _one = lock(&self.leases);
             self.store.lease(name, holder, ttl_millis, now.0)?
         };
+        let state = self.raise_if_fenced_out(name, holder, state, now)?;
         if name == LEADER_LEASE && state.granted {
             *lock(&self.leader_grant) = Some((holder.to_string(), state.token));
         }

@@ -87,6 +87,10 @@ pub const ROOT_REFRESH_PERIODS: u64 = 64;
 pub(crate) struct T10Keys {
     states: RwLock<HashMap<u64, KeyState>>,
     exchange: Mutex<()>,
+    /// Issue 42: a raise of the leader lease's token past an OSD's fence, asked under
+    /// the token (first) and to at least the second, made at the next renewal
+    /// ([`Mds::fenced_out`]).
+    fence_raise: Mutex<Option<(u64, u64)>>,
     channel: RwLock<Option<Arc<T10Channel>>>,
     /// The stored revocations, once read.
     revocations: RwLock<Option<T10Revocations>>,
@@ -281,7 +285,7 @@ impl<S: MetaStore> Mds<S> {
         let Some(channel) = read_lock(&self.t10.channel).clone() else {
             return Err(not_ready(osd.id, "no channel to OSDs"));
         };
-        let on_fenced = |sent| self.fenced_out(sent, now);
+        let on_fenced = |sent| self.fenced_out(sent);
         let link = KeyLink {
             channel: channel.as_ref(),
             osd,

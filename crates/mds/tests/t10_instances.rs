@@ -289,27 +289,29 @@ fn fencing_channel(osds: Osds) -> Arc<T10Channel> {
 /// Issue 42: the store restored from an older backup hands out fencing tokens below
 /// one an OSD applied key commands under, and the OSD refuses every key command of the
 /// leader as fenced. The leader, which still holds its lease (so no successor made that
-/// token), raises its token in the store past the OSD's fence, doubling it at each
-/// refusal, and the OSD takes its keys again within a few upkeeps. An instance that does
-/// not hold the lease raises nothing, and only the holder's raise counts in the store.
+/// token), raises its token in the store past the OSD's fence at its next renewal,
+/// doubling it at each refusal, and the OSD takes its keys again within a few upkeeps.
+/// Another OSD, whose fence is below, takes its keys under the token of the moment and
+/// the leader records them (a raise made at once would fail that record). An instance
+/// that does not hold the lease raises nothing.
 #[test]
 fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
     let store = MemStore::default();
     let seal = maat_crypto::seal::SealingSecretKey::generate(&mut ChaCha20Rng::seed_from_u64(5));
-    (&store)
-        .commit(Batch(vec![
-            Op::PutOsd(OsdEntry {
-                id: 1,
-                address: "10.0.0.1:7000".into(),
-                sealing_key: seal.public_key().0,
-                weight: 1,
-            }),
-            // (Registered with a control key: key commands to it travel fenced.)
-            Op::PutMeta(format!("osd_control/{:016x}", 1), vec![1]),
-        ]))
-        .unwrap();
+    // (Registered with control keys: key commands to them travel fenced.)
+    let mut registered = Vec::new();
+    for id in [1u64, 2] {
+        registered.push(Op::PutOsd(OsdEntry {
+            id,
+            address: format!("10.0.0.{id}:7000"),
+            sealing_key: seal.public_key().0,
+            weight: 1,
+        }));
+        registered.push(Op::PutMeta(format!("osd_control/{id:016x}"), vec![1]));
+    }
+    (&store).commit(Batch(registered)).unwrap();
     let osds = Osds::default();
-    // The OSD applied commands under token 1,000 (from the store before the restore).
+    // OSD 1 applied commands under token 1,000 (from the store before the restore).
     let mut fenced = KeyState::bootstrap(&JOIN, 1).unwrap();
     fenced.admit_fence(Some(1_000)).unwrap();
     osds.lock().unwrap().insert(1, fenced);
@@ -333,17 +335,17 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
     let probe = token.clone();
     a.set_leadership_probe(Box::new(move || Some(*probe.lock().unwrap())));
     // `b` still believes it leads under token 1: its commands are refused as fenced, and
-    // it raises nothing (the store's lease is `a`'s).
+    // its renewal raises nothing (the store's lease is `a`'s).
     b.set_leadership_probe(Box::new(|| Some(1)));
     let problems = b.t10_maintain(UnixMillis(later + 1), &mut ChaCha20Rng::seed_from_u64(3));
     assert!(
         problems.iter().any(|p| p.contains("fencing token 1 after")),
         "{problems:?}"
     );
-    assert!(
-        !problems.iter().any(|p| p.contains("raised")),
-        "{problems:?}"
-    );
+    let renewed = b
+        .lease(LEADER_LEASE, "b", ttl, UnixMillis(later + 1))
+        .unwrap();
+    assert!(!renewed.granted);
     let stored_token = || {
         a.lease(LEADER_LEASE, "a", ttl, UnixMillis(later + 2))
             .unwrap()
@@ -370,7 +372,9 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
             break;
         }
         assert!(
-            problems.iter().all(|p| p.contains("raised to")),
+            problems
+                .iter()
+                .all(|p| p.starts_with("osd 1:") && p.contains("raised to")),
             "{problems:?}"
         );
     }
@@ -381,6 +385,9 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
     let state = osds.lock().unwrap().get(&1).cloned().unwrap();
     assert_eq!(state.fence(), 1_024);
     assert!(state.master_generation() > 0, "the OSD has no keys");
+    // OSD 2 took its keys in the first upkeep, under token 2, and they were recorded.
+    assert_eq!(osds.lock().unwrap().get(&2).unwrap().fence(), 2);
+    assert!((&store).meta("t10/osd/2").unwrap().is_some());
     let stats = call(&a, ADMIN_UID, MdsRequest::Stats, now + 500).unwrap();
     let MdsResponse::Stats(stats) = stats else {
         panic!("{stats:?}");

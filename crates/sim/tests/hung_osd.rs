@@ -284,6 +284,16 @@ fn a_skipped_copy_is_asked_after_all_when_the_mds_will_not_record_it() {
         s.skipped_copies_asked_after_all > before.skipped_copies_asked_after_all,
         "{s:?} {before:?}"
     );
+    // b's copy took the put and is not recorded as missed (a's still is, until a repair).
+    let missed = client.missed_copies_of(id).unwrap();
+    assert!(
+        !missed.iter().any(|m| m.stripe == 0 && m.osd == b),
+        "{missed:?}"
+    );
+    assert!(
+        missed.iter().any(|m| m.stripe == 0 && m.osd == a),
+        "{missed:?}"
+    );
     let mut reader = sim.admin().unwrap();
     assert_eq!(get(&mut reader, "/m").unwrap(), data);
 }

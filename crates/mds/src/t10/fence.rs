@@ -3,6 +3,7 @@
 //! applies a command from an instance whose lease ran out after one from its successor.
 
 use super::*;
+use crate::store::LeaseState;
 
 /// The way key commands go to one OSD: the shell's channel, each command inside a
 /// [`t10::FencedKeyCommand`] when `fencing` names the leader lease's token and the OSD's
@@ -47,10 +48,11 @@ impl KeyLink<'_> {
             Err(ChannelError::Refused(mut e)) if e.code == ErrorCode::Fenced => {
                 if let Some(raised) = (self.on_fenced)(*fence) {
                     e.detail = format!(
-                        "{}; this leader still holds its lease, so the OSD applied commands \
-                         under a token the store no longer knows (restored from an older \
-                         backup, or a new store): the lease's token is raised to {raised}, \
-                         and the command goes again under it after the next renewal",
+                        "{}; this leader was granted its lease under the token refused, so \
+                         the OSD applied commands under a token the store no longer knows \
+                         (restored from an older backup, or a new store): the lease's token \
+                         is raised to {raised} at the next renewal, and the command goes \
+                         again under it",
                         e.detail
                     );
                 }
@@ -64,35 +66,72 @@ impl KeyLink<'_> {
 /// Most a leader raises its lease's fencing token by after one refusal as fenced: the
 /// raise doubles the token up to this step, so an OSD's fence far ahead is passed in a
 /// few refusals, while refusals forged on the network (they are not authenticated)
-/// cannot run the token out of its 64 bits in any time that matters (2^44 of them).
+/// cannot run the token out of its 64 bits in any time that matters (one raise per
+/// renewal: 2^44 renewals).
 const FENCE_RAISE_STEP_MAX: u64 = 1 << 20;
 
 impl<S: MetaStore> Mds<S> {
     /// Issue 42: an OSD refused a key command sent under token `sent` as fenced (it
-    /// applied one under a higher token). If this instance still holds the leader lease
-    /// under `sent`, no successor can have made that token (tokens grow only when the
-    /// lease passes on, and this instance holds it): the store lost tokens it handed out
-    /// (restored from an older backup, or a new store whose leases start again at 1).
-    /// The token is raised in the store ([`MetaStore::raise_lease`], holder only) by
-    /// `sent` again, at most [`FENCE_RAISE_STEP_MAX`]; the next renewal brings the new
-    /// token to the leadership probe, and the next upkeep sends under it. Returns the
-    /// raised token. A deposed instance (the lease another's, or run out) raises
-    /// nothing.
-    pub(super) fn fenced_out(&self, sent: u64, now: UnixMillis) -> Option<u64> {
-        let (holder, token) = lock(&self.leader_grant).clone()?;
+    /// applied one under a higher token). If this instance was last granted the leader
+    /// lease under `sent`, the token is to be raised at its next renewal, by `sent` again,
+    /// at most [`FENCE_RAISE_STEP_MAX`] ([`Mds::raise_if_fenced_out`]). Returns the token
+    /// asked for. Not raised now: the instance's commits that require its lease name the
+    /// token it renewed under until the renewal brings the new one, and a raise in
+    /// between would fail them (the keys another OSD took in the same upkeep would go
+    /// unrecorded).
+    pub(super) fn fenced_out(&self, sent: u64) -> Option<u64> {
+        let (_, token) = lock(&self.leader_grant).clone()?;
         if token != sent {
             return None;
         }
         let at_least = sent.saturating_add(sent.clamp(1, FENCE_RAISE_STEP_MAX));
-        let _one = lock(&self.leases);
-        let raised = self
-            .store
-            .raise_lease(LEADER_LEASE, &holder, at_least, now.0)
-            .ok()
-            .flatten()
-            .filter(|t| *t > sent)?;
-        self.stats.t10_fence_raises.fetch_add(1, Ordering::Relaxed);
-        Some(raised)
+        let mut pending = lock(&self.t10.fence_raise);
+        let asked = match *pending {
+            Some((under, to)) if under == sent => to.max(at_least),
+            _ => at_least,
+        };
+        *pending = Some((sent, asked));
+        Some(asked)
+    }
+
+    /// Issue 42: after this instance's lease request answered `state`: if a raise was
+    /// asked ([`Mds::fenced_out`]) under the token it holds the leader lease by now, the
+    /// token is raised in the store ([`MetaStore::raise_lease`]: the holder only, while
+    /// its lease runs, never lower), between key commands, and the grant answered is
+    /// under the raised token. If this instance still holds the lease under the token it
+    /// was refused under, no successor made the higher token the OSD applied: the store
+    /// lost tokens it handed out (restored from an older backup, or a new store whose
+    /// leases start again at 1). A raise asked under another token is dropped.
+    pub(crate) fn raise_if_fenced_out(
+        &self,
+        name: &str,
+        holder: &str,
+        state: LeaseState,
+        now: UnixMillis,
+    ) -> Result<LeaseState> {
+        if name != LEADER_LEASE {
+            return Ok(state);
+        }
+        let Some((under, to)) = lock(&self.t10.fence_raise).take() else {
+            return Ok(state);
+        };
+        if !state.granted || state.token != under {
+            return Ok(state);
+        }
+        // (No key command in flight while the token moves.)
+        let _one = lock(&self.t10.exchange);
+        let raised = {
+            let _one = lock(&self.leases);
+            self.store.raise_lease(name, holder, to, now.0)?
+        };
+        match raised {
+            Some(token) if token > state.token => {
+                self.stats.t10_fence_raises.fetch_add(1, Ordering::Relaxed);
+                Ok(LeaseState { token, ..state })
+            }
+            // (Taken by another meanwhile, or run out: the next request says so.)
+            _ => Ok(state),
+        }
     }
 }
 
