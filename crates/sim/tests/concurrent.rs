@@ -2,7 +2,9 @@
 //! threads, lanes and connection pool included), against the daemons' own code, while the
 //! in-process network delays, reorders (between connections), loses and replays frames;
 //! everything from one seed, which also draws the cluster's shape (1 to 5 OSDs) and the
-//! fault rates (issue 39).
+//! fault rates (issue 39). A chaos task cuts daemons off, takes OSDs down, crashes MDS
+//! instances, loses answers, lets time pass and hangs OSDs (issue 41: silent for 2–27 s,
+//! their check-ins stopped).
 //!
 //! Each task owns its files (two tasks share each user's client) and checks every answer
 //! against a model of what was acknowledged, as `workload.rs` does:
@@ -74,6 +76,10 @@ struct Shape {
     /// (issue 41: the OSD's lease); not on seeds found before that, which replay as
     /// they were.
     cuts: bool,
+    /// Whether the chaos task also hangs OSDs (a stopped process: connections taken,
+    /// nothing answered, no check-in) for 2–27 s (issue 41: reads cut short, probes,
+    /// copies skipped on the MDS's report); not on seeds found before that.
+    hangs: bool,
 }
 
 fn shape(seed: u64) -> Shape {
@@ -102,6 +108,7 @@ fn shape(seed: u64) -> Shape {
         instances: 1,
         failed_instances_answer: false,
         cuts: false,
+        hangs: false,
     }
 }
 
@@ -122,6 +129,7 @@ fn current_shape(seed: u64) -> Shape {
     Shape {
         intruders: true,
         cuts: !found_before_cuts,
+        hangs: !found_before_cuts,
         ..first
     }
 }
@@ -132,13 +140,15 @@ fn current_shape(seed: u64) -> Shape {
 fn chaos(
     net: maat_net::memory::MemoryNet,
     clock: Arc<std::sync::atomic::AtomicU64>,
-    (osds, instances, cuts): (u64, maat_sim::MdsInstances, bool),
+    (osds, instances, cuts, hangs): (u64, maat_sim::MdsInstances, bool, bool),
     seed: u64,
     log: Arc<Mutex<Vec<String>>>,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc4a05);
     // Cuts draw from a stream of their own, so that the other faults stay as they were.
     let mut cut_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0c07);
+    // So do hangs.
+    let mut hang_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4a96);
     let mut down: Option<String> = None;
     let several = instances.len() > 1;
     for _ in 0..6 {
@@ -201,6 +211,19 @@ fn chaos(
                 until - now
             ));
         }
+        // An OSD hung: it takes connections and answers nothing, and checks in with no
+        // MDS instance, until then.
+        if hangs && hang_rng.next_u32() % 3 == 0 {
+            let osd = maat_sim::osd_address(1 + u64::from(hang_rng.next_u32()) % osds);
+            let until = now + 2_000 + u64::from(hang_rng.next_u32() % 25_000);
+            net.hang(&osd, until);
+            for i in 0..instances.len() {
+                net.cut(&osd, &maat_sim::mds_address(i), until);
+            }
+            log.lock()
+                .unwrap()
+                .push(format!("chaos: {osd} hung until +{} ms", until - now));
+        }
     }
     if let Some(d) = down.take() {
         net.set_down(&d, false);
@@ -212,6 +235,7 @@ fn chaos(
     {
         net.lose_answers(&p, 0);
         net.partition(&p, 0);
+        net.hang(&p, 0);
         for i in 0..instances.len() {
             net.cut(&p, &maat_sim::mds_address(i), 0);
         }
@@ -929,7 +953,7 @@ fn run_seed(seed: u64, shape_of: fn(u64) -> Shape) -> Result<[u8; 32], (String, 
     let fail = |why: String| (why, log.lock().unwrap().clone());
     if shape.chaos {
         let (net, clock, l) = (sim.net().clone(), sim.clock(), log.clone());
-        let daemons = (shape.osds, sim.mds_instances(), shape.cuts);
+        let daemons = (shape.osds, sim.mds_instances(), shape.cuts, shape.hangs);
         let _chaos = sim.spawn("chaos", move || chaos(net, clock, daemons, seed, l));
     }
     let owners = run_phase(&sim, owners, |o| {
@@ -1072,6 +1096,7 @@ fn instances_shape(seed: u64) -> Shape {
         chaos: true,
         intruders: true,
         failed_instances_answer: FIRST_INSTANCES_MODEL.contains(&seed),
+        hangs: !INSTANCE_REGRESSIONS.contains(&seed),
         ..shape(seed)
     }
 }
