@@ -668,6 +668,19 @@ impl SharedRequest {
         Self::within(request, OSD_ANSWER_TIMEOUT)
     }
 
+    /// `this` waited for `patience` instead, its digest kept (a copy that is not this
+    /// request's only chance: issue 41's skipped copies asked late). Copied if it is
+    /// held elsewhere too.
+    pub(crate) fn with_patience(this: Arc<Self>, patience: Duration) -> Arc<Self> {
+        let mut own = Arc::try_unwrap(this).unwrap_or_else(|held| Self {
+            request: held.request.clone(),
+            digest: held.digest.clone(),
+            patience: held.patience,
+        });
+        own.patience = patience;
+        Arc::new(own)
+    }
+
     /// A request whose OSD is waited for `patience` (a read that has another copy to
     /// ask: [`crate::limits::OSD_READ_FAILOVER_TIMEOUT`]).
     pub(crate) fn within(request: OsdRequest, patience: Duration) -> Arc<Self> {

@@ -46,10 +46,15 @@ impl Client {
             return Ok(());
         }
         // Each change's request moves into its calls (a request held elsewhere too would
-        // be copied for each send).
+        // be copied for each send). A copy asked this late waits as a read that has
+        // another copy does: an OSD that is back answers at once, and one still hung
+        // costs the change 2 s, not the whole answer timeout (without the late ask the
+        // change failed at once).
         let mut calls: Vec<(u64, Arc<SharedRequest>)> = Vec::new();
         for u in skips.iter_mut().filter_map(|d| d.unasked.as_mut()) {
             if let Some(shared) = u.shared.take() {
+                let shared =
+                    SharedRequest::with_patience(shared, crate::limits::OSD_READ_FAILOVER_TIMEOUT);
                 calls.extend(u.osds.iter().map(|osd| (*osd, Arc::clone(&shared))));
             }
         }

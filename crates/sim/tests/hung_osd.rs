@@ -296,4 +296,27 @@ fn a_skipped_copy_is_asked_after_all_when_the_mds_will_not_record_it() {
     );
     let mut reader = sim.admin().unwrap();
     assert_eq!(get(&mut reader, "/m").unwrap(), data);
+
+    // b hangs again and stays hung: the client sees it (a put fails), the MDS reports
+    // it down, and the next put, which skips b, asks it late and waits for it as a read
+    // with another copy does (2 s), not the whole answer timeout (15 s). It fails: one
+    // current copy would be left.
+    let start = sim.now().0;
+    sim.net().hang(&osd_address(b), start + 300_000);
+    sim.cut_from_mds(b, maat_proto::UnixMillis(start + 300_000));
+    assert!(!put_task(&sim, &client, "/m", &content(1003)));
+    client.refresh_placement().unwrap();
+    let before = client.client_stats();
+    let from = sim.now().0;
+    assert!(!put_task(&sim, &client, "/m", &content(1004)));
+    let took = sim.now().0 - from;
+    let s = client.client_stats();
+    assert!(
+        s.skipped_copies_asked_after_all > before.skipped_copies_asked_after_all,
+        "{s:?}"
+    );
+    assert!(
+        took < 5_000,
+        "the put waited {took} ms for a hung copy asked late"
+    );
 }
