@@ -178,6 +178,9 @@ struct Stats {
     t10_policy_tags_set: AtomicU64,
     /// Issue 42: leader lease tokens raised past an OSD's fence ([`Mds::fenced_out`]).
     t10_fence_raises: AtomicU64,
+    /// Issue 42: raises put off to the next renewal because an upkeep held the key
+    /// exchange ([`Mds::raise_if_fenced_out`]).
+    t10_fence_raises_put_off: AtomicU64,
     /// SPEC M9: revocation lists signed for KDS catch-ups (each: the KDS's request
     /// verified, the list signed).
     kds_revocation_lists: AtomicU64,

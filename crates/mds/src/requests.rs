@@ -643,6 +643,10 @@ impl<S: MetaStore> Mds<S> {
                 s.t10_fence_raises.load(Ordering::Relaxed),
             ),
             (
+                "t10_fence_raises_put_off".into(),
+                s.t10_fence_raises_put_off.load(Ordering::Relaxed),
+            ),
+            (
                 "t10_credentials_issued".into(),
                 s.t10_credentials_issued.load(Ordering::Relaxed),
             ),

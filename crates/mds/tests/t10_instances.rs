@@ -363,6 +363,11 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
         );
         let at = now + 10 * upkeeps;
         let problems = a.t10_maintain(UnixMillis(at), &mut ChaCha20Rng::seed_from_u64(at));
+        if upkeeps == 1 {
+            // A raise is pending. A renewal while an upkeep waits on a hung OSD (holding
+            // the key exchange) does not wait for it: the raise is put off.
+            renewal_beside_a_hung_upkeep(&a, &osds, ttl, at + 1);
+        }
         // The renewal after the upkeep, as the daemon's every 3 s.
         *token.lock().unwrap() = a
             .lease(LEADER_LEASE, "a", ttl, UnixMillis(at + 1))
@@ -374,7 +379,7 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
         assert!(
             problems
                 .iter()
-                .all(|p| p.starts_with("osd 1:") && p.contains("raised to")),
+                .all(|p| p.starts_with("osd 1:") && p.contains("is asked for")),
             "{problems:?}"
         );
     }
@@ -393,4 +398,53 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
         panic!("{stats:?}");
     };
     assert_eq!(stats.counter("t10_fence_raises"), Some(9));
+    assert_eq!(stats.counter("t10_fence_raises_put_off"), Some(1));
+}
+
+/// `a` renews its lease at `at` while an upkeep of its own waits inside a key command
+/// to a hung OSD: the renewal answers at once, under the token it had (the raise it has
+/// pending is put off, not made with a command in flight), and the upkeep is let go.
+fn renewal_beside_a_hung_upkeep(a: &Mds<&MemStore>, osds: &Osds, ttl: u64, at: u64) {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let (entered, in_command) = mpsc::channel::<()>();
+    let (let_go, released) = mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let inner = fencing_channel(osds.clone());
+    a.set_t10_channel(Arc::new(
+        move |osd: &OsdEntry, request: &OsdPlainRequest| {
+            let _ = entered.send(());
+            let _ = released
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+            inner(osd, request)
+        },
+    ));
+    std::thread::scope(|scope| {
+        let upkeep =
+            scope.spawn(|| a.t10_maintain(UnixMillis(at), &mut ChaCha20Rng::seed_from_u64(at)));
+        in_command
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the upkeep sent no key command");
+        let (renewed, renewal) = mpsc::channel();
+        scope.spawn(move || {
+            let _ = renewed.send(a.lease(LEADER_LEASE, "a", ttl, UnixMillis(at)));
+        });
+        let answer = renewal.recv_timeout(Duration::from_secs(5));
+        // (Let the upkeep go, and every command after it, before judging.)
+        drop(let_go);
+        let problems = upkeep.join().unwrap();
+        let answer = answer.expect("the renewal waited for the upkeep's key command");
+        assert_eq!(
+            answer.unwrap().token,
+            2,
+            "raised with a key command in flight"
+        );
+        assert!(
+            problems.iter().all(|p| p.starts_with("osd 1:")),
+            "{problems:?}"
+        );
+    });
+    a.set_t10_channel(fencing_channel(osds.clone()));
 }

@@ -25,6 +25,16 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// Takes `m` if no one holds it; `None` if someone does.
+#[allow(clippy::panic)]
+pub fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+        Err(std::sync::TryLockError::Poisoned(_)) => panic!("{POISONED}"),
+    }
+}
+
 /// Reads `l`.
 #[allow(clippy::panic)]
 pub fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {

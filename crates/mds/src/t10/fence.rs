@@ -13,7 +13,7 @@ pub(super) struct KeyLink<'a> {
     pub(super) osd: &'a OsdEntry,
     pub(super) fencing: Option<(u64, MacKey)>,
     /// Told the token of a fenced command the OSD refused as fenced
-    /// ([`Mds::fenced_out`]): the leader's raised token, if it raised it.
+    /// ([`Mds::fenced_out`]): the token a raise was asked for, if one was.
     pub(super) on_fenced: &'a dyn Fn(u64) -> Option<u64>,
 }
 
@@ -50,9 +50,10 @@ impl KeyLink<'_> {
                     e.detail = format!(
                         "{}; this leader was granted its lease under the token refused, so \
                          the OSD applied commands under a token the store no longer knows \
-                         (restored from an older backup, or a new store): the lease's token \
-                         is raised to {raised} at the next renewal, and the command goes \
-                         again under it",
+                         (restored from an older backup, or a new store): a raise of the \
+                         lease's token to {raised} is asked for at the next renewal (made \
+                         only if this instance still holds the lease then), and the command \
+                         goes again under the new token",
                         e.detail
                     );
                 }
@@ -118,8 +119,20 @@ impl<S: MetaStore> Mds<S> {
         if !state.granted || state.token != under {
             return Ok(state);
         }
-        // (No key command in flight while the token moves.)
-        let _one = lock(&self.t10.exchange);
+        // No key command in flight while the token moves. An upkeep that holds the
+        // exchange may wait up to an answer timeout on a hung OSD: the renewal does not
+        // wait for it (its lease would lapse, and another instance lead for nothing),
+        // and the raise is asked again at the next renewal, unless a newer one was.
+        let Some(_one) = maat_proto::sync::try_lock(&self.t10.exchange) else {
+            let mut pending = lock(&self.t10.fence_raise);
+            if pending.is_none() {
+                *pending = Some((under, to));
+            }
+            self.stats
+                .t10_fence_raises_put_off
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(state);
+        };
         let raised = {
             let _one = lock(&self.leases);
             self.store.raise_lease(name, holder, to, now.0)?
@@ -224,11 +237,11 @@ mod tests {
             fencing: Some((3, key)),
             on_fenced: &on_fenced,
         };
-        // (The leader is told, and says in the refusal that it raised its token.)
+        // (The leader is told, and says in the refusal that it asked for a raise.)
         assert!(matches!(
             link.send(command.clone()),
             Err(ChannelError::Refused(e)) if e.code == ErrorCode::Fenced
-                && e.detail.contains("raised to 6")
+                && e.detail.contains("raise of the lease's token to 6 is asked")
         ));
         assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), [true]);
         assert_eq!(*told.lock().unwrap_or_else(|p| p.into_inner()), [3]);
