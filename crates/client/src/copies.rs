@@ -135,8 +135,15 @@ impl Client {
             if let (true, Some(object)) = (copies.len() > 1 && changes(&request.command), object) {
                 let start = exact.len();
                 let (copies, skipped) = self.skip_down(copies);
-                // One request (its data, and its digest once made) for every copy.
-                let shared = SharedRequest::new(request);
+                // One request (its data, and its digest once made) for every copy; a
+                // copy the others can stand without is given up on once the MDS reports
+                // its OSD down.
+                let shared = match skipped.is_empty()
+                    && copies.len() > maat_proto::limits::COPIES_DURABLE_MIN
+                {
+                    true => SharedRequest::watched(request),
+                    false => SharedRequest::new(request),
+                };
                 for copy in copies {
                     exact.push((copy, Arc::clone(&shared)));
                 }
@@ -398,15 +405,49 @@ impl Client {
     /// life of its report); whether it asked. A failed ask counts: it is not repeated
     /// sooner.
     fn refresh_placement_if_due(&self, now: u64) -> bool {
+        self.refresh_placement_if_older(now, OSD_DOWN_AFTER_MILLIS)
+    }
+
+    /// [`Client::refresh_placement_if_due`], asking again once the last ask is `millis`
+    /// old.
+    fn refresh_placement_if_older(&self, now: u64, millis: u64) -> bool {
         {
             let mut at = self.placement_at.lock();
-            if at.is_some_and(|t| now.saturating_sub(t) < OSD_DOWN_AFTER_MILLIS) {
+            if at.is_some_and(|t| now.saturating_sub(t) < millis) {
                 return false;
             }
             *at = Some(now);
         }
         let _asked = self.refresh_placement();
         true
+    }
+
+    /// Issue 41: asked by a lane whose change's copy on `osd` has been silent a while
+    /// since the change was sent at `since` (`SharedRequest::watched`): why to stop
+    /// waiting for it, or `None` to wait on. It is given up on once a report of the MDS
+    /// made since `since` shows the OSD down (asked again here at most once per
+    /// [`crate::limits::CHANGE_WATCH_EVERY`], whichever lane asks): then it counts as
+    /// hung, and the copy is recorded as missed as one that timed out. A report from
+    /// before the change was sent never ends the wait: the change went to this copy
+    /// although the MDS said so (a probe found it answering), and only the MDS's word
+    /// since, with this silence, shows it gone.
+    pub(crate) fn give_up_on_copy(&self, osd: u64, since: u64) -> Option<String> {
+        let down = |c: &Client| c.suspects.lock().reported_down_since(osd, since);
+        if !down(self) {
+            let every =
+                u64::try_from(crate::limits::CHANGE_WATCH_EVERY.as_millis()).unwrap_or(u64::MAX);
+            self.refresh_placement_if_older(self.now(), every);
+            if !down(self) {
+                return None;
+            }
+        }
+        let now = self.now();
+        self.suspects.lock().timed_out(osd, now);
+        self.stats.lock().copies_given_up += 1;
+        Some(format!(
+            "the MDS reports osd {osd} down ({} ms after the change was sent)",
+            now.saturating_sub(since)
+        ))
     }
 
     /// What `osd`'s answer says of it: unreachable or silent, it is asked last for a

@@ -202,6 +202,7 @@ impl Client {
             &self.clock,
             &mut self.nonce_rng(),
             &mut learned,
+            None,
         );
         self.connections.give_back(conn);
         self.learn_t10_clock(osd, learned);
@@ -324,6 +325,15 @@ impl Client {
         let run = |lane: &mut Lane| {
             for (index, request) in &lane.calls {
                 lane.conn.set_io_timeout(request.patience);
+                // A change's copy that others can stand without is given up on once
+                // the MDS, asked while it is silent, reports its OSD down (issue 41).
+                let since = self.now();
+                let osd = lane.osd;
+                let give_up = || self.give_up_on_copy(osd, since);
+                let watch = maat_net::Watch {
+                    every: crate::limits::CHANGE_WATCH_EVERY,
+                    keep_waiting: &give_up,
+                };
                 let answer = call_on(
                     &mut lane.conn,
                     &lane.address,
@@ -333,6 +343,7 @@ impl Client {
                     clock,
                     &mut lane.rng,
                     &mut lane.learned,
+                    request.watched.then_some(&watch),
                 );
                 lane.answers.push((*index, answer));
             }
@@ -660,6 +671,9 @@ pub(crate) struct SharedRequest {
     digest: std::sync::OnceLock<protection::DataDigest>,
     /// How long a lane waits for its answer.
     patience: Duration,
+    /// Whether a lane stops waiting for an OSD the MDS reports down meanwhile
+    /// ([`Client::give_up_on_copy`]): a change whose other copies can stand without it.
+    watched: bool,
 }
 
 impl SharedRequest {
@@ -676,8 +690,11 @@ impl SharedRequest {
             request: held.request.clone(),
             digest: held.digest.clone(),
             patience: held.patience,
+            watched: held.watched,
         });
         own.patience = patience;
+        // (Its own, short wait is the whole of it.)
+        own.watched = false;
         Arc::new(own)
     }
 
@@ -688,6 +705,19 @@ impl SharedRequest {
             request,
             digest: std::sync::OnceLock::new(),
             patience,
+            watched: false,
+        })
+    }
+
+    /// A change sent to every copy of its object, of which at least
+    /// [`maat_proto::limits::COPIES_DURABLE_MIN`] others can make it stand: a lane gives
+    /// up on an OSD that the MDS reports down while it waits.
+    pub(crate) fn watched(request: OsdRequest) -> Arc<Self> {
+        Arc::new(Self {
+            request,
+            digest: std::sync::OnceLock::new(),
+            patience: OSD_ANSWER_TIMEOUT,
+            watched: true,
         })
     }
 
@@ -743,6 +773,7 @@ fn call_on(
     clock: &LocalClock,
     rng: &mut rand_chacha::ChaCha20Rng,
     learned: &mut Option<i64>,
+    watch: Option<&maat_net::Watch<'_>>,
 ) -> Result<OsdResponse> {
     let net = |source| ClientError::Net {
         address: address.to_string(),
@@ -762,7 +793,7 @@ fn call_on(
                 }
             })?;
             let (t, answer) = conn
-                .call_parts(FrameType::InsecureBulk, &[&head, bulk])
+                .call_parts_watched(FrameType::InsecureBulk, &[&head, bulk], watch)
                 .map_err(net)?;
             return match t {
                 FrameType::PlainBulk => msg::open_plain_bulk_response(answer)
@@ -830,7 +861,9 @@ fn call_on(
         .into_iter()
         .chain(parts.iter().map(|p| p.as_ref()))
         .collect();
-    let (t, answer) = conn.call_parts(frame_type, &frame).map_err(net)?;
+    let (t, answer) = conn
+        .call_parts_watched(frame_type, &frame, watch)
+        .map_err(net)?;
     let mut answered_at = None;
     let answer = sec_answer(
         address,

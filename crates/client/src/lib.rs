@@ -142,6 +142,11 @@ pub struct ClientStats {
     /// it could not be reached): the OSD may be back (issue 41).
     #[serde(default)]
     pub skipped_copies_asked_after_all: u64,
+    /// Copies of a change whose OSD went silent while the change waited for it, given up
+    /// on when the MDS, asked meanwhile, reported the OSD down (issue 41): recorded as
+    /// missed before the answer timeout. Counted in `copies_failed` too.
+    #[serde(default)]
+    pub copies_given_up: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.

@@ -42,6 +42,15 @@ pub const OSD_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 /// new client's first read for the whole answer timeout).
 pub const OSD_READ_FAILOVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How often a lane waiting for a change's copy asks whether to go on (issue 41): after
+/// each second of the OSD's silence it checks the MDS's report (asking the MDS again at
+/// most this often, whichever lane asks), and gives the copy up once a report made
+/// since the change was sent shows the OSD down; the copy is then recorded as missed,
+/// as one that timed out. An OSD that hung mid-change costs the change the MDS's time to
+/// notice (`OSD_DOWN_AFTER_MILLIS`, 5 s) and a second, not the whole
+/// [`OSD_ANSWER_TIMEOUT`].
+pub const CHANGE_WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long a copy that exists but is bad must keep the state a scrub found it in before
 /// a repair replaces it: longer than a client waits for a write's answers
 /// ([`OSD_ANSWER_TIMEOUT`]), so that a write that reached that copy first is by then on

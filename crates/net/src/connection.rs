@@ -19,6 +19,15 @@ use std::io::BufReader;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 
+/// How a caller waits for an answer it may stop waiting for
+/// ([`Connection::call_parts_watched`]).
+pub struct Watch<'a> {
+    /// How long each silent slice is.
+    pub every: std::time::Duration,
+    /// Asked after each silent slice: `Some(why)` to stop waiting, `None` to go on.
+    pub keep_waiting: &'a dyn Fn() -> Option<String>,
+}
+
 /// True when an idle connection is still open: nothing to read and no end of stream or
 /// error pending (a peer that closed it shows as a readable end of stream). One
 /// non-blocking peek (`MSG_DONTWAIT`), where switching the socket to non-blocking and
@@ -193,7 +202,24 @@ impl Connection {
         frame_type: FrameType,
         parts: &[&[u8]],
     ) -> Result<(FrameType, Vec<u8>), NetError> {
+        self.call_parts_watched(frame_type, parts, None)
+    }
+
+    /// [`Connection::call_parts`], and while no byte of the answer has come, `watch` (if
+    /// any) is asked after each silent slice whether to go on waiting: a caller that
+    /// learns elsewhere that the peer is gone (the MDS reports an OSD down) stops before
+    /// the whole timeout. A call given up on fails with a timeout that says why, and the
+    /// connection is dropped (the request may still be applied: as after any timeout).
+    pub fn call_parts_watched(
+        &mut self,
+        frame_type: FrameType,
+        parts: &[&[u8]],
+        watch: Option<&Watch<'_>>,
+    ) -> Result<(FrameType, Vec<u8>), NetError> {
         let id = self.send_parts(frame_type, parts)?;
+        if let Some(watch) = watch {
+            self.wait_watched(watch)?;
+        }
         loop {
             let (answered, answer) = self.receive_with_id()?;
             // A refusal without an id is the daemon's word on the whole connection (it
@@ -337,6 +363,89 @@ impl Connection {
                 ))
             }
             other => other,
+        }
+    }
+
+    /// Waits for the first byte of the next answer in slices of `watch.every`, asking
+    /// `watch.keep_waiting` after each silent one; the rest of the answer is then read
+    /// under the connection's timeout, as ever. Nothing is read here, so the answer's
+    /// bytes are intact whatever happens.
+    fn wait_watched(&mut self, watch: &Watch<'_>) -> Result<(), NetError> {
+        let started = std::time::Instant::now();
+        let mut slices: u32 = 0;
+        let given_up = |reason: String, slices: u32| {
+            let waited = watch.every.saturating_mul(slices);
+            NetError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no answer after {:.1} s, given up: {reason}",
+                    waited.as_secs_f64()
+                ),
+            ))
+        };
+        #[cfg(feature = "sim")]
+        if let Some(link) = self.memory.as_mut() {
+            let (Some(id), true) = (link.link, link.answers.is_empty() && link.net.in_task())
+            else {
+                return Ok(());
+            };
+            let every = u64::try_from(watch.every.as_millis()).unwrap_or(u64::MAX);
+            // (A hung peer's link is reset at the sender's timeout: the wait ends then.)
+            while !link.net.wait_async(id, every.max(1)) {
+                slices = slices.saturating_add(1);
+                if let Some(reason) = (watch.keep_waiting)() {
+                    self.drop_stream();
+                    return Err(given_up(reason, slices));
+                }
+            }
+            return Ok(());
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        if !stream.buffer().is_empty() {
+            return Ok(());
+        }
+        let timeout = self.io_timeout;
+        let waited = loop {
+            let left = timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break Err(NetError::Io(std::io::ErrorKind::TimedOut.into()));
+            }
+            let slice = watch
+                .every
+                .min(left)
+                .max(std::time::Duration::from_millis(1));
+            if let Err(e) = stream.get_ref().set_read_timeout(Some(slice)) {
+                break Err(e.into());
+            }
+            match std::io::BufRead::fill_buf(stream) {
+                // Bytes, or the end of the stream (the read that follows says so).
+                Ok(_) => break Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    slices = slices.saturating_add(1);
+                    if started.elapsed() >= timeout {
+                        break Err(e.into());
+                    }
+                    if let Some(reason) = (watch.keep_waiting)() {
+                        self.drop_stream();
+                        return Err(given_up(reason, slices));
+                    }
+                }
+                Err(e) => break Err(e.into()),
+            }
+        };
+        // (The rest of the answer waits as long as any.)
+        let restored = stream.get_ref().set_read_timeout(Some(timeout));
+        match waited.and(restored.map_err(NetError::from)) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.failed(e, "no answer")),
         }
     }
 

@@ -5,7 +5,7 @@
 mod connection;
 pub mod limits;
 
-pub use connection::Connection;
+pub use connection::{Connection, Watch};
 
 #[cfg(feature = "sim")]
 pub mod memory;
@@ -345,7 +345,8 @@ mod tests {
     /// A server that echoes frames: `answer_once` closes after the first answer on each
     /// connection, `drop_second` reads the second frame of a connection and closes without
     /// answering it, `slow` answers each after 100 ms, `wrong_id` answers with another
-    /// request's id, `serve` keeps serving. Counts the frames it received.
+    /// request's id, `silent` never answers, `serve` keeps serving. Counts the frames it
+    /// received.
     fn server(mode: &'static str) -> (String, Arc<AtomicU32>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
@@ -358,6 +359,9 @@ mod tests {
                 while let Ok((t, p)) = read_frame(&mut conn) {
                     s.fetch_add(1, Ordering::SeqCst);
                     on_this += 1;
+                    if mode == "silent" {
+                        continue;
+                    }
                     if mode == "drop_second" && on_this == 2 {
                         break;
                     }
@@ -381,6 +385,79 @@ mod tests {
             }
         });
         (addr, seen)
+    }
+
+    /// Issue 41: a watched call asks its watch after each silent slice, and an answer
+    /// that comes after several slices arrives whole; a watch that says stop ends the
+    /// call at once with a timeout naming why, long before the connection's timeout; a
+    /// watch that never says stop waits the connection's timeout, as an unwatched call.
+    #[test]
+    fn a_watched_call_stops_waiting_when_told_and_loses_no_answer_while_it_waits() {
+        use std::time::{Duration, Instant};
+        let asked = AtomicU32::new(0);
+        let go_on = || {
+            asked.fetch_add(1, Ordering::SeqCst);
+            None
+        };
+        let watch = Watch {
+            every: Duration::from_millis(20),
+            keep_waiting: &go_on,
+        };
+        let (addr, _) = server("slow");
+        let mut c = Connection::new(addr);
+        let payload = vec![7u8; 300_000];
+        let (_, answer) = c
+            .call_parts_watched(FrameType::Plain, &[&payload], Some(&watch))
+            .unwrap();
+        assert_eq!(answer, payload);
+        assert!(asked.load(Ordering::SeqCst) >= 2, "the watch was not asked");
+        // (The connection serves on after the watched call.)
+        assert_eq!(c.call(FrameType::Plain, b"again").unwrap().1, b"again");
+
+        let (addr, seen) = server("silent");
+        let mut c = Connection::new(addr.clone());
+        c.set_io_timeout(Duration::from_secs(30));
+        let asked = AtomicU32::new(0);
+        let stop_third = || {
+            (asked.fetch_add(1, Ordering::SeqCst) >= 2).then(|| "the peer is reported down".into())
+        };
+        let watch = Watch {
+            every: Duration::from_millis(20),
+            keep_waiting: &stop_third,
+        };
+        let started = Instant::now();
+        let e = c
+            .call_parts_watched(FrameType::Plain, &[b"write"], Some(&watch))
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(&e, NetError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut
+                && io.to_string().contains("given up: the peer is reported down")),
+            "{e}"
+        );
+        assert_eq!(asked.load(Ordering::SeqCst), 3);
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "sent once");
+
+        let mut c = Connection::new(addr);
+        c.set_io_timeout(Duration::from_millis(300));
+        let watch = Watch {
+            every: Duration::from_millis(20),
+            keep_waiting: &|| None,
+        };
+        let started = Instant::now();
+        let e = c
+            .call_parts_watched(FrameType::Plain, &[b"write"], Some(&watch))
+            .unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(
+            matches!(&e, NetError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut
+                && io.to_string().contains("no answer within")),
+            "{e}"
+        );
     }
 
     #[test]

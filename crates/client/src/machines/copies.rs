@@ -245,6 +245,11 @@ impl Suspects {
         self.down_reported = Some(now);
     }
 
+    /// Whether the MDS's last report was made at `since` or later and shows `osd` down.
+    pub(crate) fn reported_down_since(&self, osd: u64, since: u64) -> bool {
+        self.down_reported.is_some_and(|at| at >= since) && self.down.contains(&osd)
+    }
+
     /// Whether a change sent at `now` skips `osd`'s copy ([`Liveness`]): only an OSD
     /// this client saw hang within [`SUSPECT_MILLIS`] and the MDS reports down. (An OSD
     /// that refuses connections costs a change nothing to try; and one that the MDS

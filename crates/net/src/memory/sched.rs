@@ -86,6 +86,9 @@ pub(super) enum Event {
     Answer { link: u64, frame: Option<Vec<u8>> },
     /// A task's timer fires.
     Wake { task: u64 },
+    /// A task that waits on `link` with a deadline ([`MemoryNet::wait_async`]) reaches
+    /// it: woken if it still waits there.
+    WakeWaiter { task: u64, link: u64 },
     /// An attacker sends a captured request again.
     Replay { to: String, frame: Vec<u8> },
     /// Periodic work (a daemon's background threads), run where it falls due and then
@@ -446,6 +449,33 @@ impl MemoryNet {
         }
     }
 
+    /// Waits at most `millis` of simulated time for link `link` to have something for
+    /// [`MemoryNet::receive_async`] (an answer, a reset, or nothing in flight): whether it
+    /// has. The link is left as it was (a caller that stops waiting closes it). Outside a
+    /// task: true (the receive does not wait).
+    pub(crate) fn wait_async(&self, link: u64, millis: u64) -> bool {
+        let mut s = self.state();
+        let Some(me) = current_task(self) else {
+            return true;
+        };
+        let deadline = Self::now_locked(&s).saturating_add(millis);
+        s.schedule(deadline, Event::WakeWaiter { task: me, link });
+        loop {
+            let now = Self::now_locked(&s);
+            let Some(k) = s.links.get_mut(&link) else {
+                return true;
+            };
+            if !k.inbox.is_empty() || k.in_flight == 0 {
+                return true;
+            }
+            if now >= deadline {
+                return false;
+            }
+            k.waiter = Some(me);
+            s = self.yield_turn(s, me, Waiting::Link(link));
+        }
+    }
+
     /// Runs `work` every `period` milliseconds of simulated time while the scheduler
     /// runs, on the scheduler's thread (as a daemon's periodic threads would: a
     /// revocation catch-up, key upkeep). It keeps no run from ending: once nothing else is
@@ -541,6 +571,22 @@ impl MemoryNet {
         match event {
             Event::Wake { task } => {
                 let mut s = self.state();
+                if let Some(t) = s.tasks.get_mut(&task) {
+                    t.waiting = Some(Waiting::Turn);
+                }
+            }
+            Event::WakeWaiter { task, link } => {
+                let mut s = self.state();
+                let waits_here = s
+                    .tasks
+                    .get(&task)
+                    .is_some_and(|t| t.waiting == Some(Waiting::Link(link)));
+                if !waits_here {
+                    return;
+                }
+                if let Some(k) = s.links.get_mut(&link) {
+                    k.waiter = None;
+                }
                 if let Some(t) = s.tasks.get_mut(&task) {
                     t.waiting = Some(Waiting::Turn);
                 }
@@ -707,6 +753,7 @@ impl std::fmt::Debug for Event {
                 )
             }
             Event::Wake { task } => write!(f, "wake task {task}"),
+            Event::WakeWaiter { task, link } => write!(f, "wake task {task} waiting on {link}"),
             Event::Replay { to, frame } => write!(f, "replay to {to} ({} bytes)", frame.len()),
             Event::Every { period, .. } => write!(f, "every {period} ms"),
         }
