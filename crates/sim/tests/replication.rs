@@ -719,8 +719,9 @@ fn run_on(seed: u64, instances: usize) {
         .values()
         .filter(|k| matches!(k, Known::Data(..)))
         .count();
+    let given_up = admin.client_stats().copies_given_up;
     println!(
-        "seed {seed}{}{}: {cuts_made} OSDs cut off from the MDS, {hangs_made} hung, {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
+        "seed {seed}{}{}: {cuts_made} OSDs cut off from the MDS, {hangs_made} hung ({given_up} copies given up on while waiting), {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
         if faulty { " (faults)" } else { "" },
         if instances > 1 {
             format!(", {instances} MDS instances")
