@@ -10,7 +10,7 @@
 
 use super::*;
 use crate::copy_reads::read_patience;
-use crate::data::SharedRequest;
+use crate::lanes::SharedRequest;
 use crate::missed_copies::{Degraded, Unasked};
 use maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
 use maat_proto::msg::MissedCopy;

@@ -1,7 +1,7 @@
-//! The data path: requests to OSDs under each protection method (SPEC T1), striping and
-//! placement (T8), objects read and written whole or in part, and batches of requests
-//! to several OSDs in flight at once, two connections per OSD (whole-file put and get
-//! are in `transfer.rs`).
+//! The data path: requests to OSDs under each protection method (SPEC T1, each request
+//! sealed and its answer checked in `envelope.rs`), striping and placement (T8), objects
+//! read and written whole or in part (batches to several OSDs in flight at once are
+//! `lanes.rs`; whole-file put and get are in `transfer.rs`).
 
 use super::*;
 use crate::limits::OSD_ANSWER_TIMEOUT;
@@ -99,7 +99,7 @@ impl Client {
 
     /// Forgets a file's T10 credentials when one was refused as revoked; after a stale
     /// refusal, dates the next T10 requests to that OSD otherwise ([`T10Clock`]).
-    fn after_t10_refusal(
+    pub(crate) fn after_t10_refusal(
         &self,
         osd: u64,
         auth: &Auth,
@@ -127,7 +127,7 @@ impl Client {
     }
 
     /// Keeps the offset to `osd`'s clock that an authenticated T10 answer showed.
-    fn learn_t10_clock(&self, osd: u64, learned: Option<i64>) {
+    pub(crate) fn learn_t10_clock(&self, osd: u64, learned: Option<i64>) {
         if let Some(offset) = learned {
             self.t10_clock.lock().insert(osd, T10Clock::learned(offset));
         }
@@ -137,7 +137,7 @@ impl Client {
     /// that OSD (SPEC T2) when it carries no Maat capability and one is held, else as
     /// [`Client::osd_auth`] says.
     /// A session negotiated for it waits at most `patience` for the OSD.
-    fn auth_for(
+    pub(crate) fn auth_for(
         &self,
         osd: u64,
         request: &OsdRequest,
@@ -193,7 +193,7 @@ impl Client {
         let mut conn = self.connections.take(&self.network, &address);
         conn.set_io_timeout(patience);
         let mut learned = None;
-        let answer = call_on(
+        let answer = crate::envelope::call_on(
             &mut conn,
             &address,
             auth,
@@ -225,7 +225,7 @@ impl Client {
 
     /// Who a data request for `opened` claims to be under NOSEC: the benchmark's user,
     /// or this user for a NOSEC partition (which only a cluster with the danger flag has).
-    fn insecure_for(&self, opened: &Opened) -> Result<Option<u64>> {
+    pub(crate) fn insecure_for(&self, opened: &Opened) -> Result<Option<u64>> {
         if self.insecure_user.is_some() || opened.stat.protection != Protection::NoSec {
             return Ok(self.insecure_user);
         }
@@ -238,170 +238,6 @@ impl Client {
     pub fn stripes_in_flight(&self) -> Result<u32> {
         let osds = self.cluster_map()?.osds.len() as u32;
         Ok((2 * osds).clamp(1, STRIPES_IN_FLIGHT_MAX))
-    }
-
-    /// Runs the data requests `calls` (OSD, request) for `opened` with a thread and a
-    /// connection per lane, [`LANES_PER_OSD`] lanes per OSD, each lane's requests in
-    /// order (so requests to one object must not share a batch); answers in the order of
-    /// `calls`.
-    /// A request refused at the envelope (unknown session, stale timestamp) was not
-    /// applied: it is retried alone through [`Client::osd_call`], which renegotiates.
-    pub(crate) fn parallel_exact(
-        &self,
-        opened: &Opened,
-        calls: Vec<(u64, Arc<SharedRequest>)>,
-    ) -> Result<Vec<Result<OsdResponse>>> {
-        let insecure = self.insecure_for(opened)?;
-        // Each request once (the copies of a change share one), to count the digests made.
-        let mut distinct: Vec<Arc<SharedRequest>> = Vec::new();
-        for (_, request) in &calls {
-            // (One whose digest a first send made already is sent again: not counted.)
-            if request.digest.get().is_none() && !distinct.iter().any(|d| Arc::ptr_eq(d, request)) {
-                distinct.push(Arc::clone(request));
-            }
-        }
-        let mut lanes: Vec<Lane> = Vec::new();
-        let mut per_osd: Vec<(u64, usize)> = Vec::new();
-        let mut unreachable: Vec<(u64, ClientError)> = Vec::new();
-        let mut failed: Vec<(usize, Result<OsdResponse>)> = Vec::new();
-        // A session made for a lane waits as long as the most patient request to its OSD
-        // (one that fails to be made fails them all).
-        let mut patience: HashMap<u64, Duration> = HashMap::new();
-        for (osd, request) in &calls {
-            let p = patience.entry(*osd).or_default();
-            *p = (*p).max(request.patience);
-        }
-        for (index, (osd, request)) in calls.into_iter().enumerate() {
-            // The n-th request to an OSD goes on its lane n mod LANES_PER_OSD.
-            let slot = match per_osd.iter_mut().find(|(o, _)| *o == osd) {
-                Some((_, n)) => {
-                    *n += 1;
-                    *n % LANES_PER_OSD
-                }
-                None => {
-                    per_osd.push((osd, 0));
-                    0
-                }
-            };
-            if let Some(lane) = lanes.iter_mut().find(|l| l.osd == osd && l.slot == slot) {
-                lane.calls.push((index, request));
-                continue;
-            }
-            // An OSD that cannot be reached (no session, no trees supplied) fails its
-            // requests, not the batch: another copy may serve them (issue 41).
-            if let Some((_, e)) = unreachable.iter().find(|(o, _)| *o == osd) {
-                failed.push((index, Err(e.again())));
-                continue;
-            }
-            let ready = (|| {
-                if insecure.is_none() {
-                    self.prepare_capability(osd, &request.request.capability)?;
-                }
-                let waits = patience.get(&osd).copied().unwrap_or(request.patience);
-                let auth = self.auth_for(osd, &request.request, insecure, waits)?;
-                Ok::<_, ClientError>((auth, self.osd_entry(osd)?.address))
-            })();
-            let (auth, address) = match ready {
-                Ok(ready) => ready,
-                Err(e) => {
-                    failed.push((index, Err(e.again())));
-                    unreachable.push((osd, e));
-                    continue;
-                }
-            };
-            lanes.push(Lane {
-                osd,
-                slot,
-                conn: self.connections.take(&self.network, &address),
-                address,
-                auth,
-                rng: self.nonce_rng(),
-                calls: vec![(index, request)],
-                answers: Vec::new(),
-                learned: None,
-            });
-        }
-        let clock = &self.clock;
-        let run = |lane: &mut Lane| {
-            for (index, request) in &lane.calls {
-                lane.conn.set_io_timeout(request.patience);
-                // A change's copy that others can stand without is given up on once
-                // the MDS, asked while it is silent, reports its OSD down (issue 41).
-                let since = self.now();
-                let osd = lane.osd;
-                let give_up = || self.give_up_on_copy(osd, since);
-                let watch = maat_net::Watch {
-                    every: crate::limits::CHANGE_WATCH_EVERY,
-                    keep_waiting: &give_up,
-                };
-                let answer = call_on(
-                    &mut lane.conn,
-                    &lane.address,
-                    &lane.auth,
-                    &request.request,
-                    &request.digest,
-                    clock,
-                    &mut lane.rng,
-                    &mut lane.learned,
-                    request.watched.then_some(&watch),
-                );
-                lane.answers.push((*index, answer));
-            }
-        };
-        // A thread per lane (one lane: the caller's); in a simulation, a simulated task
-        // per lane, interleaved by the scheduler like the threads they are.
-        self.network.run_lanes(&mut lanes, &run);
-        let digests = distinct.iter().filter(|r| r.digest.get().is_some()).count();
-        self.stats.lock().data_digests += digests as u64;
-        drop(distinct);
-        let mut answers = failed;
-        let mut renewed: Vec<u64> = Vec::new();
-        for lane in lanes {
-            self.stats.lock().requests += lane.calls.len() as u64;
-            self.connections.give_back(lane.conn);
-            self.learn_t10_clock(lane.osd, lane.learned);
-            for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {
-                self.after_t10_refusal(lane.osd, &lane.auth, &request.request, &answer);
-                let answer = match answer {
-                    Err(ClientError::Refused(e))
-                        if matches!(
-                            e.code,
-                            ErrorCode::UnknownSession
-                                | ErrorCode::StaleRequest
-                                | ErrorCode::NotReady
-                                | ErrorCode::UnknownTree
-                                | ErrorCode::CapabilityExpired
-                                | ErrorCode::ProofRequired
-                        ) =>
-                    {
-                        // Only a forgotten session needs a new one; a stale or early
-                        // request is simply sent again (`osd_call` waits as needed,
-                        // supplies Merkle trees the OSD lacks and renewal tokens).
-                        // (Once per OSD: its other lane's retry may have made the new
-                        // session already.)
-                        if e.code == ErrorCode::UnknownSession && !renewed.contains(&lane.osd) {
-                            renewed.push(lane.osd);
-                            if let Some(s) = self.session.lock().as_mut() {
-                                s.osd_sessions.retain(|o| o.osd != lane.osd);
-                            }
-                        }
-                        let patience = request.patience;
-                        self.data_call_within(opened, lane.osd, request.into_request(), patience)
-                    }
-                    other => other,
-                };
-                answers.push((index, answer));
-            }
-        }
-        answers.sort_by_key(|(index, _)| *index);
-        assert!(
-            answers
-                .iter()
-                .enumerate()
-                .all(|(i, (index, _))| i == *index),
-            "one answer per request, in the requests' order"
-        );
-        Ok(answers.into_iter().map(|(_, answer)| answer).collect())
     }
 
     #[doc(hidden)]
@@ -618,14 +454,9 @@ impl Client {
 pub use crate::limits::STRIPES_IN_FLIGHT_MAX;
 use crate::machines::T10Clock;
 
-/// Connections (and threads) one batch of requests uses per OSD: with two, one request
-/// is being served while the other is sealed, sent or checked, so hashing and the wire
-/// overlap the OSD's work instead of following it.
-const LANES_PER_OSD: usize = 2;
-
 /// How requests on one OSD connection are authenticated.
 #[derive(Clone)]
-enum Auth {
+pub(crate) enum Auth {
     /// A session: envelope keys, id, and this client's clock offset to the OSD.
     Sealed {
         keys: protection::EnvelopeKeys,
@@ -646,87 +477,6 @@ enum Auth {
         offset: i64,
         dated: T10Clock,
     },
-}
-
-/// One OSD's share of a parallel batch.
-struct Lane {
-    osd: u64,
-    /// Which of the OSD's lanes (each its own connection and thread).
-    slot: usize,
-    address: String,
-    auth: Auth,
-    conn: Connection,
-    rng: rand_chacha::ChaCha20Rng,
-    calls: Vec<(usize, Arc<SharedRequest>)>,
-    answers: Vec<(usize, Result<OsdResponse>)>,
-    /// The OSD's clock offset an authenticated T10 answer showed (SPEC T7).
-    learned: Option<i64>,
-}
-
-/// A request of a parallel batch, shared by the lanes that send it to each copy of its
-/// object (issue 41): its data once, not once per copy, and the data's digest computed
-/// by the first lane whose envelope covers it (ALLDATA) for every other.
-pub(crate) struct SharedRequest {
-    request: OsdRequest,
-    digest: std::sync::OnceLock<protection::DataDigest>,
-    /// How long a lane waits for its answer.
-    patience: Duration,
-    /// Whether a lane stops waiting for an OSD the MDS reports down meanwhile
-    /// ([`Client::give_up_on_copy`]): a change whose other copies can stand without it.
-    watched: bool,
-}
-
-impl SharedRequest {
-    /// A request whose OSD is waited for [`OSD_ANSWER_TIMEOUT`].
-    pub(crate) fn new(request: OsdRequest) -> Arc<Self> {
-        Self::within(request, OSD_ANSWER_TIMEOUT)
-    }
-
-    /// `this` waited for `patience` instead, its digest kept (a copy that is not this
-    /// request's only chance: issue 41's skipped copies asked late). Copied if it is
-    /// held elsewhere too.
-    pub(crate) fn with_patience(this: Arc<Self>, patience: Duration) -> Arc<Self> {
-        let mut own = Arc::try_unwrap(this).unwrap_or_else(|held| Self {
-            request: held.request.clone(),
-            digest: held.digest.clone(),
-            patience: held.patience,
-            watched: held.watched,
-        });
-        own.patience = patience;
-        // (Its own, short wait is the whole of it.)
-        own.watched = false;
-        Arc::new(own)
-    }
-
-    /// A request whose OSD is waited for `patience` (a read that has another copy to
-    /// ask: [`crate::limits::OSD_READ_FAILOVER_TIMEOUT`]).
-    pub(crate) fn within(request: OsdRequest, patience: Duration) -> Arc<Self> {
-        Arc::new(Self {
-            request,
-            digest: std::sync::OnceLock::new(),
-            patience,
-            watched: false,
-        })
-    }
-
-    /// A change sent to every copy of its object, of which at least
-    /// [`maat_proto::limits::COPIES_DURABLE_MIN`] others can make it stand: a lane gives
-    /// up on an OSD that the MDS reports down while it waits.
-    pub(crate) fn watched(request: OsdRequest) -> Arc<Self> {
-        Arc::new(Self {
-            request,
-            digest: std::sync::OnceLock::new(),
-            patience: OSD_ANSWER_TIMEOUT,
-            watched: true,
-        })
-    }
-
-    /// The request, copied only while another lane still shares it.
-    fn into_request(self: Arc<Self>) -> OsdRequest {
-        Arc::try_unwrap(self)
-            .map(|s| s.request)
-            .unwrap_or_else(|shared| shared.request.clone())
-    }
 }
 
 pub(crate) fn write_request(opened: &Opened, object: ObjectId, data: Vec<u8>) -> OsdRequest {
@@ -758,185 +508,6 @@ pub(crate) fn read_request(opened: &Opened, object: ObjectId, length: u64) -> Os
             length: length as u32,
         },
     }
-}
-
-/// Sends one request on `conn` and checks its answer, sealed as its capability requires
-/// (or NOSEC); no retries (the caller knows what is safe to retry). `digest` holds the
-/// request's data digest once one lane made it, for the others sending the same request.
-#[allow(clippy::too_many_arguments)]
-fn call_on(
-    conn: &mut Connection,
-    address: &str,
-    auth: &Auth,
-    request: &OsdRequest,
-    digest: &std::sync::OnceLock<protection::DataDigest>,
-    clock: &LocalClock,
-    rng: &mut rand_chacha::ChaCha20Rng,
-    learned: &mut Option<i64>,
-    watch: Option<&maat_net::Watch<'_>>,
-) -> Result<OsdResponse> {
-    let net = |source| ClientError::Net {
-        address: address.to_string(),
-        source,
-    };
-    // A session's request goes in a SecRequest frame, sealed with its capability's method;
-    // a T10 request in a T10Request frame, the capability in front, sealed with the
-    // credential's method (the MAC covers that capability under CAPKEY).
-    let (keys, sid, offset, method, mac_capability, frame_type, prefix) = match auth {
-        Auth::Insecure { user } => {
-            // The bulk data travels after the message, as in a protected envelope, so
-            // that NOSEC copies it no more than the protected methods do.
-            let (head, bulk) = msg::insecure_bulk_request(*user, request).map_err(|source| {
-                ClientError::Token {
-                    what: "NOSEC request",
-                    source,
-                }
-            })?;
-            let (t, answer) = conn
-                .call_parts_watched(FrameType::InsecureBulk, &[&head, bulk], watch)
-                .map_err(net)?;
-            return match t {
-                FrameType::PlainBulk => msg::open_plain_bulk_response(answer)
-                    .map_err(|e| ClientError::BadAnswer {
-                        address: address.to_string(),
-                        reason: e.to_string(),
-                    })?
-                    .map_err(ClientError::Refused),
-                _ => Err(refusal(address, &answer)),
-            };
-        }
-        Auth::Sealed { keys, sid, offset } => (
-            keys,
-            sid,
-            offset,
-            request_protection(&request.capability),
-            &request.capability[..],
-            FrameType::SecRequest,
-            None,
-        ),
-        Auth::T10 {
-            keys,
-            id,
-            method,
-            capability,
-            prefix,
-            offset,
-            ..
-        } => (
-            keys,
-            id,
-            offset,
-            *method,
-            &capability[..],
-            FrameType::T10Request,
-            Some(&prefix[..]),
-        ),
-    };
-    let (head, data) = request.split_bulk();
-    let message = crate::encode(&head)?;
-    let nonce = conn.next_nonce(|| stream_name(rng));
-    let sealing = protection::Sealing::current(method);
-    let header = protection::RequestHeader {
-        method,
-        data_digest: sealing.data_digest,
-        session_id: *sid,
-        timestamp: UnixMillis(clock.now().saturating_add_signed(*offset)),
-        nonce,
-    };
-    let digest = || *digest.get_or_init(|| protection::data_digest(data));
-    let parts = protection::seal_request_parts_digested(
-        keys,
-        &header,
-        &message,
-        data,
-        digest,
-        mac_capability,
-        rng,
-    )
-    .map_err(|source| ClientError::Token {
-        what: "request envelope",
-        source,
-    })?;
-    let frame: Vec<&[u8]> = prefix
-        .into_iter()
-        .chain(parts.iter().map(|p| p.as_ref()))
-        .collect();
-    let (t, answer) = conn
-        .call_parts_watched(frame_type, &frame, watch)
-        .map_err(net)?;
-    let mut answered_at = None;
-    let answer = sec_answer(
-        address,
-        keys,
-        sealing,
-        sid,
-        &nonce,
-        t,
-        answer,
-        &mut answered_at,
-    );
-    // The answer's time is the OSD's clock, under the MAC from CMDRSP up (SPEC T7).
-    if let (Auth::T10 { .. }, Some(at), true) = (auth, answered_at, method >= Protection::CmdRsp) {
-        *learned = Some(offset_to(at, clock.now()));
-    }
-    renew_stream_if_refused(conn, &answer);
-    answer
-}
-
-/// After a refusal of a request's nonce (replayed, or stale: too far behind its stream),
-/// the connection's next request starts a new stream (`maat_proto::replay`), so the retry
-/// is not refused the same way.
-pub(crate) fn renew_stream_if_refused<T>(conn: &mut Connection, answer: &Result<T>) {
-    if let Err(ClientError::Refused(e)) = answer {
-        if matches!(e.code, ErrorCode::ReplayedRequest | ErrorCode::StaleRequest) {
-            conn.renew_nonce_stream();
-        }
-    }
-}
-
-/// Checks and decodes the answer to a protected request (sealed as `sealing` with `keys`
-/// for the request `sid`, `nonce`), or the refusal it is; `answered_at` gets the server's
-/// time from an envelope that opened.
-#[allow(clippy::too_many_arguments)]
-fn sec_answer(
-    address: &str,
-    keys: &protection::EnvelopeKeys,
-    sealing: protection::Sealing,
-    sid: &[u8; 16],
-    nonce: &[u8; 16],
-    frame_type: FrameType,
-    answer: Vec<u8>,
-    answered_at: &mut Option<u64>,
-) -> Result<OsdResponse> {
-    let bad = |reason: String| ClientError::BadAnswer {
-        address: address.to_string(),
-        reason,
-    };
-    match frame_type {
-        FrameType::SecResponse => {
-            let (at, message, data) =
-                protection::open_response_owned(keys, sealing, sid, nonce, answer)
-                    .map_err(|e| bad(e.to_string()))?;
-            *answered_at = Some(at.0);
-            let mut result: std::result::Result<OsdResponse, WireError> =
-                decode_answer_raw(address, &message)?;
-            msg::put_response_bulk(&mut result, data).map_err(|e| bad(e.to_string()))?;
-            result.map_err(ClientError::Refused)
-        }
-        FrameType::Refusal => Err(refusal(address, &answer)),
-        _ => Err(bad("unexpected frame type".into())),
-    }
-}
-
-/// The protection method a request must use (SPEC T1): the one its capability names
-/// (read without verifying: the OSD verifies), CMDRSP for requests without one.
-fn request_protection(capability: &[u8]) -> Protection {
-    if capability.is_empty() {
-        return Protection::CmdRsp;
-    }
-    maat_proto::signed::Unverified::<maat_proto::capability::Capability>::decode(capability)
-        .map(|c| c.unverified_body().protection)
-        .unwrap_or(Protection::AllData)
 }
 
 /// The stripe holding bytes `offset .. offset + len` and the offset inside it; an error

@@ -25,6 +25,8 @@ mod missed_copies;
 pub use crypt::FILE_KEYS_CACHED_MAX;
 pub use crypt_files::PENDING_STRIPES_MAX;
 mod data;
+mod envelope;
+mod lanes;
 pub use data::stripes_for;
 mod files;
 pub use files::{FileHandle, OpenFlags, FILE_IO_BYTES_MAX};

@@ -311,7 +311,7 @@ impl Client {
         let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
         let (t, answer) = exchange(&mut conn, address, FrameType::Request, &payload)?;
         let answer = self.open_answer(address, &key, &sid, &nonce, t, &answer);
-        crate::data::renew_stream_if_refused(&mut conn, &answer);
+        crate::envelope::renew_stream_if_refused(&mut conn, &answer);
         self.connections.give_back(conn);
         Ok(answer)
     }

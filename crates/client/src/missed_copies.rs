@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::copies::classify;
-use crate::data::SharedRequest;
+use crate::lanes::SharedRequest;
 use maat_proto::limits::{
     MISSED_COPIES_PER_REQUEST_MAX, OSD_DOWN_AFTER_MILLIS, OSD_HEARD_LAG_MILLIS,
 };
