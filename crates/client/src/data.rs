@@ -91,7 +91,7 @@ impl Client {
         request: &OsdRequest,
         patience: Duration,
     ) -> Result<OsdResponse> {
-        let auth = self.auth_for(osd, request, self.insecure_user, patience)?;
+        let auth = self.auth_for(osd, request, self.insecure_user, patience.into())?;
         let answer = self.call_with(osd, &auth, request, patience);
         self.after_t10_refusal(osd, &auth, request, &answer);
         answer
@@ -142,7 +142,7 @@ impl Client {
         osd: u64,
         request: &OsdRequest,
         insecure_user: Option<u64>,
-        patience: Duration,
+        wait: Wait,
     ) -> Result<Auth> {
         if insecure_user.is_none() && request.capability.is_empty() {
             let credential = request
@@ -176,7 +176,7 @@ impl Client {
                 });
             }
         }
-        self.osd_auth(osd, insecure_user, patience)
+        self.osd_auth(osd, insecure_user, wait)
     }
 
     /// One request to `osd` on this client's connection to it, authenticated by `auth`,
@@ -211,11 +211,11 @@ impl Client {
 
     /// How requests to `osd` are authenticated: the session's envelope keys, or NOSEC as
     /// `insecure_user`.
-    fn osd_auth(&self, osd: u64, insecure_user: Option<u64>, patience: Duration) -> Result<Auth> {
+    fn osd_auth(&self, osd: u64, insecure_user: Option<u64>, wait: Wait) -> Result<Auth> {
         if let Some(user) = insecure_user {
             return Ok(Auth::Insecure { user });
         }
-        let (sid, key, offset) = self.osd_session_within(osd, patience)?;
+        let (sid, key, offset) = self.osd_session_within(osd, wait)?;
         Ok(Auth::Sealed {
             keys: self.envelope_keys.lock().get(&sid, key.expose()),
             sid,
@@ -453,6 +453,25 @@ impl Client {
 
 pub use crate::limits::STRIPES_IN_FLIGHT_MAX;
 use crate::machines::T10Clock;
+
+/// How long a request waits for an OSD, and whether it gives up sooner (issue 41).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wait {
+    /// The longest silence waited for.
+    pub(crate) within: Duration,
+    /// Set for a change's copy the others can stand without: given up on once a report
+    /// of the MDS made since this time shows the OSD down ([`Client::give_up_on_copy`]).
+    pub(crate) watch_since: Option<u64>,
+}
+
+impl From<Duration> for Wait {
+    fn from(within: Duration) -> Self {
+        Self {
+            within,
+            watch_since: None,
+        }
+    }
+}
 
 /// How requests on one OSD connection are authenticated.
 #[derive(Clone)]

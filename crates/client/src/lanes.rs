@@ -3,7 +3,7 @@
 //! the lanes sending one change to each copy of its object share (issue 41).
 
 use super::*;
-use crate::data::Auth;
+use crate::data::{Auth, Wait};
 use crate::envelope::call_on;
 use crate::limits::OSD_ANSWER_TIMEOUT;
 use std::time::Duration;
@@ -120,11 +120,19 @@ impl Client {
         let mut unreachable: Vec<(u64, ClientError)> = Vec::new();
         let mut failed: Vec<(usize, Result<OsdResponse>)> = Vec::new();
         // A session made for a lane waits as long as the most patient request to its OSD
-        // (one that fails to be made fails them all).
-        let mut patience: HashMap<u64, Duration> = HashMap::new();
+        // (one that fails to be made fails them all), and gives up on an OSD the MDS
+        // reports down meanwhile only if every request to it would.
+        let since = self.now();
+        let mut waits: HashMap<u64, Wait> = HashMap::new();
         for (osd, request) in &calls {
-            let p = patience.entry(*osd).or_default();
-            *p = (*p).max(request.patience);
+            let w = waits.entry(*osd).or_insert(Wait {
+                within: Duration::ZERO,
+                watch_since: Some(since),
+            });
+            w.within = w.within.max(request.patience);
+            if !request.watched {
+                w.watch_since = None;
+            }
         }
         for (index, (osd, request)) in calls.into_iter().enumerate() {
             // The n-th request to an OSD goes on its lane n mod LANES_PER_OSD.
@@ -152,8 +160,11 @@ impl Client {
                 if insecure.is_none() {
                     self.prepare_capability(osd, &request.request.capability)?;
                 }
-                let waits = patience.get(&osd).copied().unwrap_or(request.patience);
-                let auth = self.auth_for(osd, &request.request, insecure, waits)?;
+                let wait = waits
+                    .get(&osd)
+                    .copied()
+                    .unwrap_or_else(|| request.patience.into());
+                let auth = self.auth_for(osd, &request.request, insecure, wait)?;
                 Ok::<_, ClientError>((auth, self.osd_entry(osd)?.address))
             })();
             let (auth, address) = match ready {

@@ -398,8 +398,21 @@ impl Client {
         payload: &[u8],
         patience: std::time::Duration,
     ) -> Result<(FrameType, Vec<u8>)> {
+        self.call_at_watched(address, frame_type, payload, patience, None)
+    }
+
+    /// [`Client::call_at_within`], asking `watch` whether to go on while the peer is
+    /// silent ([`maat_net::Connection::call_parts_watched`]).
+    pub(crate) fn call_at_watched(
+        &self,
+        address: &str,
+        frame_type: FrameType,
+        payload: &[u8],
+        patience: std::time::Duration,
+        watch: Option<&maat_net::Watch<'_>>,
+    ) -> Result<(FrameType, Vec<u8>)> {
         self.connections
-            .call(&self.network, address, frame_type, payload, patience)
+            .call(&self.network, address, frame_type, payload, patience, watch)
             .map_err(|source| ClientError::Net {
                 address: address.to_string(),
                 source,

@@ -17,15 +17,15 @@ impl Client {
     /// meanwhile: a session made under the replaced login is not kept, and one is made
     /// again under the new one.
     /// The OSD's answer is waited for at most `patience`.
-    pub(crate) fn negotiate(&self, osd: u64, patience: std::time::Duration) -> Result<()> {
+    pub(crate) fn negotiate(&self, osd: u64, wait: crate::data::Wait) -> Result<()> {
         for _ in 0..2 {
             // SPEC T7: the offer is dated by the MDS's clock, the only one this client
             // knows before the OSD confirms; an OSD whose clock runs behind by more than
             // the future tolerance refuses it as stale, and takes it dated back (its
             // confirmation then gives the session its own offset).
-            let made = match self.negotiate_once(osd, 0, patience) {
+            let made = match self.negotiate_once(osd, 0, wait) {
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::StaleRequest => {
-                    self.negotiate_once(osd, PROBE_BACKDATE_MILLIS, patience)?
+                    self.negotiate_once(osd, PROBE_BACKDATE_MILLIS, wait)?
                 }
                 other => other?,
             };
@@ -40,12 +40,7 @@ impl Client {
 
     /// One negotiation, the offer dated `backdate` ms before the MDS's time; false when
     /// the login it was made under was replaced meanwhile.
-    fn negotiate_once(
-        &self,
-        osd: u64,
-        backdate: i64,
-        patience: std::time::Duration,
-    ) -> Result<bool> {
+    fn negotiate_once(&self, osd: u64, backdate: i64, wait: crate::data::Wait) -> Result<bool> {
         let entry = self.osd_entry(osd)?;
         let now = self.now();
         let (login, ticket, signing_seed) =
@@ -70,8 +65,19 @@ impl Client {
             source,
         })?;
         let payload = crate::encode(&OsdPlainRequest::Offer(offer.encoded().to_vec()))?;
-        let (t, answer) =
-            self.call_at_within(&entry.address, FrameType::Plain, &payload, patience)?;
+        let give_up = |since| self.give_up_on_copy(osd, since);
+        let give_up = wait.watch_since.map(|since| move || give_up(since));
+        let watch = give_up.as_ref().map(|f| maat_net::Watch {
+            every: crate::limits::CHANGE_WATCH_EVERY,
+            keep_waiting: f,
+        });
+        let (t, answer) = self.call_at_watched(
+            &entry.address,
+            FrameType::Plain,
+            &payload,
+            wait.within,
+            watch.as_ref(),
+        )?;
         if t != FrameType::Plain {
             return Err(refusal(&entry.address, &answer));
         }
@@ -120,15 +126,16 @@ impl Client {
     }
 
     pub(crate) fn osd_session_with_offset(&self, osd: u64) -> Result<([u8; 16], Secret32, i64)> {
-        self.osd_session_within(osd, crate::limits::OSD_ANSWER_TIMEOUT)
+        self.osd_session_within(osd, crate::limits::OSD_ANSWER_TIMEOUT.into())
     }
 
-    /// [`Client::osd_session_with_offset`], a negotiation waiting at most `patience` for
-    /// the OSD (a read that can ask another copy waits less).
+    /// [`Client::osd_session_with_offset`], a negotiation waiting for the OSD as `wait`
+    /// says (a read that can ask another copy waits less; a change's copy that others
+    /// can stand without gives up on an OSD the MDS reports down meanwhile).
     pub(crate) fn osd_session_within(
         &self,
         osd: u64,
-        patience: std::time::Duration,
+        wait: crate::data::Wait,
     ) -> Result<([u8; 16], Secret32, i64)> {
         self.ensure_session()?;
         let now = self.now();
@@ -148,7 +155,7 @@ impl Client {
                 // An OSD that just started refuses offers dated inside its first moments
                 // (SPEC T7) and says to retry; so does a session's first contact.
                 let clock = self.clock.clone();
-                retry_stale(&clock, || self.negotiate(osd, patience))?;
+                retry_stale(&clock, || self.negotiate(osd, wait))?;
                 self.session
                     .lock()
                     .as_ref()

@@ -71,10 +71,11 @@ impl Pool {
         frame_type: FrameType,
         payload: &[u8],
         patience: std::time::Duration,
+        watch: Option<&maat_net::Watch<'_>>,
     ) -> Result<(FrameType, Vec<u8>), NetError> {
         let mut connection = self.take(network, address);
         connection.set_io_timeout(patience);
-        let answer = connection.call(frame_type, payload)?;
+        let answer = connection.call_parts_watched(frame_type, &[payload], watch)?;
         self.give_back(connection);
         Ok(answer)
     }

@@ -92,6 +92,28 @@ fn changes_skip_the_copies_of_a_hung_osd_the_mds_reports_down() {
     }
 }
 
+/// The same for a client that has no session with the OSD yet: its offer to the hung
+/// OSD is given up on as a change's copy is, once the MDS reports the OSD down (before,
+/// the offer waited the whole 15 s).
+#[test]
+fn a_new_clients_session_offer_to_an_osd_that_just_hung_is_given_up_on_too() {
+    let sim = SimCluster::start(42, 4).unwrap();
+    let client = Arc::new(sim.admin().unwrap());
+    let start = sim.now().0;
+    sim.net().hang(&osd_address(2), start + 120_000);
+    sim.cut_from_mds(2, maat_proto::UnixMillis(start + 120_000));
+    let data = content(1000);
+    let took = put_twelve(&sim, &client, "n", &data) - start;
+    let s = client.client_stats();
+    assert!(took < 8_000, "12 puts took {took} ms: {s:?}");
+    assert_eq!(s.copies_given_up, 1, "{s:?}");
+    assert_eq!(s.copies_recorded_missed, s.copies_failed, "{s:?}");
+    let mut reader = sim.admin().unwrap();
+    for i in 0..12 {
+        assert_eq!(get(&mut reader, &format!("/n{i}")).unwrap(), data);
+    }
+}
+
 /// A read whose first copy is on a hung OSD that the MDS still shows up (it hung a
 /// moment ago, or only for this client) waits `OSD_READ_FAILOVER_TIMEOUT` (2 s) for it,
 /// not the whole answer timeout (15 s), then reads another copy; the client then asks
