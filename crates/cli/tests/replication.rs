@@ -617,6 +617,7 @@ fn a_hung_osd_is_shown_down_and_read_around_without_waiting_for_it() {
         writer.join().unwrap()
     });
     let s = c.client_stats();
+    eprintln!("a put in flight as osd-2 hung took {put_took:?}");
     assert!(
         put_took < std::time::Duration::from_secs(12),
         "a put in flight as osd-2 hung took {put_took:?}: {s:?}"
