@@ -596,7 +596,7 @@ fn a_hung_osd_is_shown_down_and_read_around_without_waiting_for_it() {
     let hung = Held::stop(cluster.pid("osd-2"));
     // A put by a client with sessions with every OSD, begun as osd-2 stops: its copies
     // there are given up on once the MDS reports osd-2 down (about 5 s), not after the
-    // whole answer timeout (15 s): 7-8 s here, bounded at 14 s for a loaded machine;
+    // whole answer timeout (15 s): 6-8 s here, bounded at 14 s for a loaded machine;
     // unwatched, each wave of stripes waited 15 s (45 s). (8 stripes: some have a copy on osd-2, but for odds
     // of 4^-8. Not a whole number of stripes: a put of one first looks for stripes past
     // its end, and that look fails while a copy of the next stripe hangs, a known gap.)

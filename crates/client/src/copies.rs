@@ -74,18 +74,27 @@ impl Client {
     /// remembers the copies, and takes each OSD the MDS has not heard from lately for
     /// failed, so that reads ask its copies last without waiting for it first.
     pub fn refresh_placement(&self) -> Result<maat_proto::msg::Placement> {
-        let placement = match self.mds_call(MdsRequest::Placement)? {
+        self.refresh_placement_within(None)
+    }
+
+    /// [`Client::refresh_placement`], the MDS waited for at most `patience`. The report
+    /// counts as made when it was asked for (what it says may be that old), never later.
+    fn refresh_placement_within(
+        &self,
+        patience: Option<std::time::Duration>,
+    ) -> Result<maat_proto::msg::Placement> {
+        let asked = self.now();
+        let placement = match self.mds_call_within(MdsRequest::Placement, patience)? {
             MdsResponse::Placement(p) => p,
             _ => return Err(self.bad("mds", "unexpected answer")),
         };
         self.copies
             .lock()
             .extend(placement.partitions.iter().cloned());
-        let now = self.now();
         self.suspects
             .lock()
-            .reported_down(placement.osds.iter().filter(|o| !o.up).map(|o| o.id), now);
-        *self.placement_at.lock() = Some(now);
+            .reported_down(placement.osds.iter().filter(|o| !o.up).map(|o| o.id), asked);
+        *self.placement_at.lock() = Some(asked);
         Ok(placement)
     }
 
@@ -405,12 +414,17 @@ impl Client {
     /// life of its report); whether it asked. A failed ask counts: it is not repeated
     /// sooner.
     fn refresh_placement_if_due(&self, now: u64) -> bool {
-        self.refresh_placement_if_older(now, OSD_DOWN_AFTER_MILLIS)
+        self.refresh_placement_if_older(now, OSD_DOWN_AFTER_MILLIS, None)
     }
 
     /// [`Client::refresh_placement_if_due`], asking again once the last ask is `millis`
-    /// old.
-    fn refresh_placement_if_older(&self, now: u64, millis: u64) -> bool {
+    /// old, the MDS waited for at most `patience`.
+    fn refresh_placement_if_older(
+        &self,
+        now: u64,
+        millis: u64,
+        patience: Option<std::time::Duration>,
+    ) -> bool {
         {
             let mut at = self.placement_at.lock();
             if at.is_some_and(|t| now.saturating_sub(t) < millis) {
@@ -418,7 +432,7 @@ impl Client {
             }
             *at = Some(now);
         }
-        let _asked = self.refresh_placement();
+        let _asked = self.refresh_placement_within(patience);
         true
     }
 
@@ -434,9 +448,11 @@ impl Client {
     pub(crate) fn give_up_on_copy(&self, osd: u64, since: u64) -> Option<String> {
         let down = |c: &Client| c.suspects.lock().reported_down_since(osd, since);
         if !down(self) {
-            let every =
-                u64::try_from(crate::limits::CHANGE_WATCH_EVERY.as_millis()).unwrap_or(u64::MAX);
-            self.refresh_placement_if_older(self.now(), every);
+            let every = crate::limits::CHANGE_WATCH_EVERY;
+            let millis = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+            // (Asked with the slice's patience: a hung MDS holds the wait a second more
+            // at most, per instance.)
+            self.refresh_placement_if_older(self.now(), millis, Some(every));
             if !down(self) {
                 return None;
             }

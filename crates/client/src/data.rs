@@ -136,7 +136,7 @@ impl Client {
     /// How `request` to `osd` is authenticated: under the T10 credential of its file for
     /// that OSD (SPEC T2) when it carries no Maat capability and one is held, else as
     /// [`Client::osd_auth`] says.
-    /// A session negotiated for it waits at most `patience` for the OSD.
+    /// A session negotiated for it waits for the OSD as `wait` says.
     pub(crate) fn auth_for(
         &self,
         osd: u64,

@@ -26,6 +26,8 @@ struct Lane {
     answers: Vec<(usize, Result<OsdResponse>)>,
     /// The OSD's clock offset an authenticated T10 answer showed (SPEC T7).
     learned: Option<i64>,
+    /// Requests not sent: the lane gave its OSD up while an earlier one waited.
+    unsent: usize,
 }
 
 /// A request of a parallel batch, shared by the lanes that send it to each copy of its
@@ -185,17 +187,32 @@ impl Client {
                 calls: vec![(index, request)],
                 answers: Vec::new(),
                 learned: None,
+                unsent: 0,
             });
         }
         let clock = &self.clock;
         let run = |lane: &mut Lane| {
+            // Set once a watched request's OSD was given up on: the lane's later watched
+            // requests (copies the others can stand without too) fail as it did, unsent,
+            // rather than each waiting for the MDS's word again.
+            let mut gave_up: Option<ClientError> = None;
             for (index, request) in &lane.calls {
+                if let (Some(e), true) = (&gave_up, request.watched) {
+                    lane.answers.push((*index, Err(e.again())));
+                    lane.unsent += 1;
+                    continue;
+                }
                 lane.conn.set_io_timeout(request.patience);
                 // A change's copy that others can stand without is given up on once
                 // the MDS, asked while it is silent, reports its OSD down (issue 41).
                 let since = self.now();
                 let osd = lane.osd;
-                let give_up = || self.give_up_on_copy(osd, since);
+                let given = std::cell::Cell::new(false);
+                let give_up = || {
+                    let why = self.give_up_on_copy(osd, since);
+                    given.set(why.is_some());
+                    why
+                };
                 let watch = maat_net::Watch {
                     every: crate::limits::CHANGE_WATCH_EVERY,
                     keep_waiting: &give_up,
@@ -211,6 +228,9 @@ impl Client {
                     &mut lane.learned,
                     request.watched.then_some(&watch),
                 );
+                if let (true, Err(e)) = (given.get(), &answer) {
+                    gave_up = Some(e.again());
+                }
                 lane.answers.push((*index, answer));
             }
         };
@@ -223,7 +243,7 @@ impl Client {
         let mut answers = failed;
         let mut renewed: Vec<u64> = Vec::new();
         for lane in lanes {
-            self.stats.lock().requests += lane.calls.len() as u64;
+            self.stats.lock().requests += (lane.calls.len() - lane.unsent) as u64;
             self.connections.give_back(lane.conn);
             self.learn_t10_clock(lane.osd, lane.learned);
             for ((index, answer), (_, request)) in lane.answers.into_iter().zip(lane.calls) {

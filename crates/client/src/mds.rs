@@ -180,7 +180,7 @@ impl Client {
             .mds_addresses()
             .into_iter()
             .map(|address| {
-                let answer = match self.mds_attempt(&address, &MdsRequest::Stats) {
+                let answer = match self.mds_attempt(&address, &MdsRequest::Stats, None) {
                     Ok(Ok(MdsResponse::Stats(s))) => Ok(s),
                     Ok(Ok(_)) => Err(self.bad(&address, "unexpected answer")),
                     Ok(Err(e)) | Err(Unanswered { error: e, .. }) => Err(e),
@@ -201,13 +201,24 @@ impl Client {
     /// One authenticated request to the MDS (re-logging in once with a stored key when
     /// the MDS lost or expired the session).
     pub fn mds_call(&self, request: MdsRequest) -> Result<MdsResponse> {
+        self.mds_call_within(request, None)
+    }
+
+    /// [`Client::mds_call`], each instance waited for at most `patience` (`None`: the
+    /// connection's own timeout), for an ask that must not hold its caller long (a
+    /// change's lane asking whether an OSD is down, issue 41).
+    pub(crate) fn mds_call_within(
+        &self,
+        request: MdsRequest,
+        patience: Option<std::time::Duration>,
+    ) -> Result<MdsResponse> {
         let mut id = [0u8; 16];
         self.rng.lock().fill_bytes(&mut id);
         let request = crate::instances::wrapped(self.mds.len(), request, id);
         self.ensure_session()?;
         let used = self.session_id();
         let clock = self.clock.clone();
-        match retry_stale(&clock, || self.mds_call_once(&request)) {
+        match retry_stale(&clock, || self.mds_call_once_within(&request, patience)) {
             Err(ClientError::Refused(e))
                 if matches!(
                     e.code,
@@ -218,7 +229,7 @@ impl Client {
                     .is_some_and(|h| h.identity().ok().flatten().is_some()) =>
             {
                 self.relogin_after(used)?;
-                self.mds_call_once(&request)
+                self.mds_call_once_within(&request, patience)
             }
             other => other,
         }
@@ -248,34 +259,44 @@ impl Client {
 
     /// One attempt of `request` at the MDS: at the instance asked now, and at the next
     /// ones while an instance does not answer and the request may go elsewhere
-    /// ([`crate::instances`]).
-    pub(crate) fn mds_call_once(&self, request: &MdsRequest) -> Result<MdsResponse> {
-        self.over_instances(|address| match self.mds_attempt(address, request) {
-            // An instance that just started refuses requests for a moment (T7): nothing
-            // was applied, another instance may answer now.
-            Ok(Err(ClientError::Refused(e))) if e.code == ErrorCode::NotReady => {
-                (Err(ClientError::Refused(e)), true)
-            }
-            // Issue 42: only the leader carries out a T10 key change; the others refuse
-            // it before they change anything.
-            Ok(Err(ClientError::Refused(e)))
-                if e.code == ErrorCode::WrongRecipient && request.leader_only() =>
-            {
-                (Err(ClientError::Refused(e)), true)
-            }
-            Ok(answer) => (answer, false),
-            Err(Unanswered { sent, error }) => {
-                let again = !sent || crate::instances::may_repeat(request);
-                (Err(error), again)
-            }
-        })
+    /// ([`crate::instances`]), each instance waited for at most `patience` (`None`: the
+    /// connection's own timeout).
+    fn mds_call_once_within(
+        &self,
+        request: &MdsRequest,
+        patience: Option<std::time::Duration>,
+    ) -> Result<MdsResponse> {
+        self.over_instances(
+            |address| match self.mds_attempt(address, request, patience) {
+                // An instance that just started refuses requests for a moment (T7): nothing
+                // was applied, another instance may answer now.
+                Ok(Err(ClientError::Refused(e))) if e.code == ErrorCode::NotReady => {
+                    (Err(ClientError::Refused(e)), true)
+                }
+                // Issue 42: only the leader carries out a T10 key change; the others refuse
+                // it before they change anything.
+                Ok(Err(ClientError::Refused(e)))
+                    if e.code == ErrorCode::WrongRecipient && request.leader_only() =>
+                {
+                    (Err(ClientError::Refused(e)), true)
+                }
+                Ok(answer) => (answer, false),
+                Err(Unanswered { sent, error }) => {
+                    let again = !sent || crate::instances::may_repeat(request);
+                    (Err(error), again)
+                }
+            },
+        )
     }
 
-    /// `request` at the MDS at `address`: its answer, or how it went unanswered.
+    /// `request` at the MDS at `address`: its answer, or how it went unanswered; waiting
+    /// at most `patience` if set (the connection goes back to the pool with the usual
+    /// timeout).
     fn mds_attempt(
         &self,
         address: &str,
         request: &MdsRequest,
+        patience: Option<std::time::Duration>,
     ) -> std::result::Result<Result<MdsResponse>, Unanswered> {
         self.stats.lock().requests += 1;
         // What fails here fails at every instance: an answer, not a reason to move on.
@@ -292,7 +313,11 @@ impl Client {
                 Err(e) => return Ok(Err(e)),
             };
             let mut conn = self.connections.take(&self.network, address);
+            if let Some(p) = patience {
+                conn.set_io_timeout(p);
+            }
             let (t, answer) = exchange(&mut conn, address, FrameType::Insecure, &payload)?;
+            conn.set_io_timeout(maat_net::IO_TIMEOUT);
             self.connections.give_back(conn);
             return Ok(match t {
                 FrameType::Plain => decode_answer(address, &answer),
@@ -307,11 +332,15 @@ impl Client {
         // Sealed with the nonce stream of the connection it goes on (one entry in the
         // MDS's replay window per connection, not per request).
         let mut conn = self.connections.take(&self.network, address);
+        if let Some(p) = patience {
+            conn.set_io_timeout(p);
+        }
         let nonce = conn.next_nonce(|| self.stream_name());
         let payload = wire::seal_request(&key, &sid, UnixMillis(now), &nonce, &body);
         let (t, answer) = exchange(&mut conn, address, FrameType::Request, &payload)?;
         let answer = self.open_answer(address, &key, &sid, &nonce, t, &answer);
         crate::envelope::renew_stream_if_refused(&mut conn, &answer);
+        conn.set_io_timeout(maat_net::IO_TIMEOUT);
         self.connections.give_back(conn);
         Ok(answer)
     }

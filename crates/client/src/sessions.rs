@@ -16,7 +16,7 @@ impl Client {
     /// SPEC M2: negotiates a session key with `osd`. Another thread may log in again
     /// meanwhile: a session made under the replaced login is not kept, and one is made
     /// again under the new one.
-    /// The OSD's answer is waited for at most `patience`.
+    /// The OSD's answer is waited for as `wait` says.
     pub(crate) fn negotiate(&self, osd: u64, wait: crate::data::Wait) -> Result<()> {
         for _ in 0..2 {
             // SPEC T7: the offer is dated by the MDS's clock, the only one this client

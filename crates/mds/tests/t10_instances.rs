@@ -404,21 +404,31 @@ fn a_leader_raises_its_token_past_an_osd_fence_the_store_no_longer_knows() {
 /// `a` renews its lease at `at` while an upkeep of its own waits inside a key command
 /// to a hung OSD: the renewal answers at once, under the token it had (the raise it has
 /// pending is put off, not made with a command in flight), and the upkeep is let go.
+/// The held command then times out, as one to a hung OSD does: no refusal asks for the
+/// raise again, so only the put-off raise carries it to the next renewal.
 fn renewal_beside_a_hung_upkeep(a: &Mds<&MemStore>, osds: &Osds, ttl: u64, at: u64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc;
     use std::time::Duration;
     let (entered, in_command) = mpsc::channel::<()>();
     let (let_go, released) = mpsc::channel::<()>();
     let released = Mutex::new(released);
+    let held = AtomicBool::new(false);
     let inner = fencing_channel(osds.clone());
     a.set_t10_channel(Arc::new(
         move |osd: &OsdEntry, request: &OsdPlainRequest| {
+            if held.swap(true, Ordering::SeqCst) {
+                return inner(osd, request);
+            }
             let _ = entered.send(());
             let _ = released
                 .lock()
                 .unwrap()
                 .recv_timeout(Duration::from_secs(30));
-            inner(osd, request)
+            Err(ChannelError::Unreachable(format!(
+                "osd {}: no answer (hung)",
+                osd.id
+            )))
         },
     ));
     std::thread::scope(|scope| {

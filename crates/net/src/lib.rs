@@ -442,6 +442,22 @@ mod tests {
         assert_eq!(asked.load(Ordering::SeqCst), 3);
         assert_eq!(seen.load(Ordering::SeqCst), 1, "sent once");
 
+        // Given up on a peer that answers late: the connection's next call gets its own
+        // answer (a new connection), never the late one.
+        let (late, _) = server("slow");
+        let mut c = Connection::new(late);
+        let asked = AtomicU32::new(0);
+        let stop_second = || (asked.fetch_add(1, Ordering::SeqCst) >= 1).then(|| "down".into());
+        let watch = Watch {
+            every: Duration::from_millis(20),
+            keep_waiting: &stop_second,
+        };
+        assert!(c
+            .call_parts_watched(FrameType::Plain, &[b"first"], Some(&watch))
+            .is_err());
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(c.call(FrameType::Plain, b"second").unwrap().1, b"second");
+
         let mut c = Connection::new(addr);
         c.set_io_timeout(Duration::from_millis(300));
         let watch = Watch {

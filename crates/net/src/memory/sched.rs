@@ -459,21 +459,24 @@ impl MemoryNet {
             return true;
         };
         let deadline = Self::now_locked(&s).saturating_add(millis);
-        s.schedule(deadline, Event::WakeWaiter { task: me, link });
-        loop {
+        let wake = s.schedule(deadline, Event::WakeWaiter { task: me, link });
+        let ready = loop {
             let now = Self::now_locked(&s);
             let Some(k) = s.links.get_mut(&link) else {
-                return true;
+                break true;
             };
             if !k.inbox.is_empty() || k.in_flight == 0 {
-                return true;
+                break true;
             }
             if now >= deadline {
-                return false;
+                break false;
             }
             k.waiter = Some(me);
             s = self.yield_turn(s, me, Waiting::Link(link));
-        }
+        };
+        // (A wait that ended early leaves no timer behind to move the clock on.)
+        s.events.remove(&wake);
+        ready
     }
 
     /// Runs `work` every `period` milliseconds of simulated time while the scheduler
@@ -694,9 +697,10 @@ impl MemoryNet {
 }
 
 impl State {
-    pub(super) fn schedule(&mut self, at: u64, event: Event) {
+    pub(super) fn schedule(&mut self, at: u64, event: Event) -> (u64, u64) {
         self.seq += 1;
         self.events.insert((at, self.seq), event);
+        (at, self.seq)
     }
 
     fn draw(&mut self) -> u64 {
