@@ -597,10 +597,11 @@ fn a_hung_osd_is_shown_down_and_read_around_without_waiting_for_it() {
     // A put by a client with sessions with every OSD, begun as osd-2 stops: its copies
     // there are given up on once the MDS reports osd-2 down (about 5 s), not after the
     // whole answer timeout (15 s): 6-8 s here, bounded at 14 s for a loaded machine;
-    // unwatched, each wave of stripes waited 15 s (45 s). (8 stripes: some have a copy on osd-2, but for odds
-    // of 4^-8. Not a whole number of stripes: a put of one first looks for stripes past
-    // its end, and that look fails while a copy of the next stripe hangs, a known gap.)
-    let big = vec![7u8; 8 * 512 * 1024 - 4096];
+    // unwatched, each wave of stripes waited 15 s (45 s). (8 stripes: some have a copy
+    // on osd-2, but for odds of 4^-8. A whole number of stripes: such a put first looks
+    // for stripes past its end, and a read of it looks at the next stripe too; with a
+    // copy of that stripe on the hung OSD, both failed before.)
+    let big = vec![7u8; 8 * 512 * 1024];
     let put_took = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let t0 = std::time::Instant::now();

@@ -14,7 +14,7 @@ use crate::lanes::SharedRequest;
 use crate::missed_copies::{Degraded, Unasked};
 use maat_proto::limits::OSD_DOWN_AFTER_MILLIS;
 use maat_proto::msg::MissedCopy;
-use machines::{change_outcome, CopyAnswer, Liveness};
+use machines::{change_outcome, CopyAnswer, Liveness, ReadOverCopies};
 
 impl Client {
     #[doc(hidden)]
@@ -316,7 +316,9 @@ impl Client {
                         .and_then(Option::take)
                         .ok_or_else(|| ClientError::Internal("a read with no answer".into()))?;
                     out.push(match more {
-                        Some((request, copies)) => self.read_on(opened, &request, copies, first),
+                        Some((request, copies)) => {
+                            self.read_on(opened, &request, ReadOverCopies::new(copies), first)
+                        }
                         None => {
                             let osd = exact_osds.get(at).copied().unwrap_or_default();
                             self.note_answer(osd, &first);
@@ -341,7 +343,7 @@ impl Client {
     /// others fall below [`maat_proto::limits::COPIES_DURABLE_MIN`]; and when a copy the
     /// change was sent to does not take it, the skipped ones are asked after all
     /// ([`Client::parallel`]).
-    fn skip_down(&self, copies: Vec<u64>) -> (Vec<u64>, Vec<u64>) {
+    pub(crate) fn skip_down(&self, copies: Vec<u64>) -> (Vec<u64>, Vec<u64>) {
         let now = self.now();
         let liveness = |now: u64| {
             let suspects = self.suspects.lock();
@@ -498,7 +500,7 @@ impl Client {
 
 /// The answer a change counts for a copy it skipped on OSD `osd`, reported down by the
 /// MDS ([`Client::skip_down`]): a failure to reach it.
-fn reported_down(osd: u64) -> ClientError {
+pub(crate) fn reported_down(osd: u64) -> ClientError {
     ClientError::Net {
         address: format!("osd {osd}"),
         source: maat_net::NetError::Io(std::io::Error::new(

@@ -7,7 +7,8 @@
 
 use super::*;
 use crate::copies::{changes, classify, object_of};
-use machines::{CopyAnswer, ReadOverCopies, ReadStep};
+use crate::lanes::SharedRequest;
+use machines::{past_end, CopyAnswer, PastEnd, ReadOverCopies, ReadStep};
 
 impl Client {
     /// One object request for `opened` ([`Client::parallel`] for one: a change on every
@@ -17,6 +18,29 @@ impl Client {
         opened: &Opened,
         osd: u64,
         request: OsdRequest,
+    ) -> Result<OsdResponse> {
+        self.data_call_over(opened, osd, request, ReadOverCopies::new)
+    }
+
+    /// [`Client::data_call`] for a read of the stripe right past a file's size as read
+    /// at open ([`ReadOverCopies::past_end`]).
+    pub(crate) fn read_past_end(
+        &self,
+        opened: &Opened,
+        osd: u64,
+        request: OsdRequest,
+    ) -> Result<OsdResponse> {
+        self.data_call_over(opened, osd, request, ReadOverCopies::past_end)
+    }
+
+    /// [`Client::data_call`], a read over several copies run by the machine `read`
+    /// makes of them.
+    fn data_call_over(
+        &self,
+        opened: &Opened,
+        osd: u64,
+        request: OsdRequest,
+        read: fn(Vec<u64>) -> ReadOverCopies,
     ) -> Result<OsdResponse> {
         let copies = self.reach(opened, osd, &request)?;
         if copies.len() > 1 && changes(&request.command) {
@@ -33,25 +57,28 @@ impl Client {
             return answer;
         }
         let answer = self.data_call_within(opened, first, request.clone(), read_patience(true));
-        self.read_on(opened, &request, copies, answer)
+        self.read_on(opened, &request, read(copies), answer)
     }
 
-    /// A read's answer from its first copy (of `copies`, in the order asked), and from
-    /// the next while one may do better.
+    /// A read's answer from its first copy (`first`, from the copy `read` asks first),
+    /// and from the next while one may do better.
     pub(crate) fn read_on(
         &self,
         opened: &Opened,
         request: &OsdRequest,
-        copies: Vec<u64>,
+        mut read: ReadOverCopies,
         first: Result<OsdResponse>,
     ) -> Result<OsdResponse> {
-        let mut asked = copies.first().copied().unwrap_or_default();
-        let mut read = ReadOverCopies::new(copies);
+        let mut asked = read.first().unwrap_or_default();
         let mut answers = vec![first];
+        // (A copy not asked tells nothing of its OSD.)
+        let mut unasked = false;
         loop {
             let kind = match answers.last() {
                 Some(answer) => {
-                    self.note_answer(asked, answer);
+                    if !unasked {
+                        self.note_answer(asked, answer);
+                    }
                     classify(answer)
                 }
                 None => CopyAnswer::Failed,
@@ -60,8 +87,19 @@ impl Client {
                 ReadStep::Ask(osd) => {
                     self.stats.lock().copy_failovers += 1;
                     asked = osd;
-                    let patience = read_patience(read.more_after_this());
-                    answers.push(self.data_call_within(opened, osd, request.clone(), patience));
+                    let down = || {
+                        let now = self.now();
+                        self.suspects.lock().liveness(osd, now) == machines::Liveness::Down
+                    };
+                    unasked = read.absent_already() && down();
+                    let answer = match unasked {
+                        true => Err(crate::copies::reported_down(osd)),
+                        false => {
+                            let patience = read_patience(read.brief());
+                            self.data_call_within(opened, osd, request.clone(), patience)
+                        }
+                    };
+                    answers.push(answer);
                 }
                 ReadStep::Stand(n) => {
                     if n >= answers.len() {
@@ -110,6 +148,52 @@ impl Client {
             }
         }
         Err(e)
+    }
+
+    /// Whether stripe `stripe` of `opened`, past the file's end, exists: every copy asked
+    /// at once (not one after another, as a read asks: a read lets a copy that did not
+    /// answer stand over the others' "missing", since it might hold the object, and it
+    /// would wait for that copy's whole timeout). The copies of OSDs the MDS reports down
+    /// are not asked, and one that hangs is given up on as a change's copy is, while the
+    /// others can stand without it. `None`: a write-only open may not look.
+    pub(crate) fn look_past_end(&self, opened: &Opened, stripe: u32) -> Result<Option<PastEnd>> {
+        let (osd, object) = self.stripe_target(opened, stripe)?;
+        let probe = OsdRequest {
+            capability: opened.capability.clone(),
+            command: OsdCommand::GetAttributes { object },
+        };
+        let (send, skipped) = self.skip_down(self.reach(opened, osd, &probe)?);
+        let shared = match skipped.is_empty() && send.len() > maat_proto::limits::COPIES_DURABLE_MIN
+        {
+            true => SharedRequest::watched(probe),
+            false => SharedRequest::new(probe),
+        };
+        let calls = send.iter().map(|osd| (*osd, Arc::clone(&shared))).collect();
+        drop(shared);
+        let mut kinds = Vec::with_capacity(send.len());
+        let mut failure = None;
+        for (osd, answer) in send.into_iter().zip(self.parallel_exact(opened, calls)?) {
+            self.note_answer(osd, &answer);
+            match answer {
+                Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => {
+                    return Ok(None)
+                }
+                answer => match classify(&answer) {
+                    CopyAnswer::Refused => return answer.map(|_| None),
+                    kind => {
+                        kinds.push(kind);
+                        if let (CopyAnswer::Failed, Err(e)) = (kind, answer) {
+                            failure.get_or_insert(e);
+                        }
+                    }
+                },
+            }
+        }
+        // No copy answered: a removal would reach none either.
+        if let Some(e) = failure.filter(|_| kinds.iter().all(|k| *k == CopyAnswer::Failed)) {
+            return Err(e);
+        }
+        Ok(Some(past_end(&kinds, skipped.len())))
     }
 
     /// The order in which a read of `object` asks its `copies` (placement order): from

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::data::{read_request, remove_request, write_request};
+use crate::machines::PastEnd;
 
 /// The next `len` bytes of a put's input.
 fn read_input(reader: &mut dyn Read, len: u64) -> Result<Vec<u8>> {
@@ -287,22 +288,19 @@ impl Client {
         Ok(written)
     }
 
-    /// Removes stripe `first` and each next one until one does not exist.
+    /// Removes stripe `first` and each next one until one does not exist. A stripe that
+    /// no copy that answered holds, but whose other copies did not answer, is removed as
+    /// well (the copies that cannot take the removal are recorded as missed, so that
+    /// they never serve what they may hold), and is the last.
     pub(crate) fn remove_stripes_from(&self, opened: &Opened, first: u32) -> Result<()> {
         for stripe in first.. {
-            let (osd, object) = self.stripe_target(opened, stripe)?;
-            let probe = OsdRequest {
-                capability: opened.capability.clone(),
-                command: OsdCommand::GetAttributes { object },
-            };
-            match self.data_call(opened, osd, probe) {
-                Ok(_) => self.remove_object(opened, stripe)?,
-                Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => break,
+            match self.look_past_end(opened, stripe)? {
+                Some(PastEnd::Held) => self.remove_object(opened, stripe)?,
+                Some(PastEnd::Unanswered) => return self.remove_object(opened, stripe),
                 // A write-only open cannot look: stripes past the end stay (a read stops
                 // at the first short stripe, so only a size that is a multiple of the
                 // stripe unit could show them).
-                Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => break,
-                Err(e) => return Err(e),
+                Some(PastEnd::Absent) | None => break,
             }
         }
         Ok(())
@@ -401,7 +399,17 @@ impl Client {
                 let (osd, object) = self.stripe_target(&opened, k)?;
                 calls.push((osd, read_request(&opened, object, full)));
             }
-            let answers = self.parallel(&opened, calls)?;
+            let answers = match calls.pop() {
+                // (Past the size, a copy that holds nothing stands over a silent one.)
+                Some((osd, request)) if stripe >= known && done >= expected => {
+                    vec![self.read_past_end(&opened, osd, request)]
+                }
+                Some(last) => {
+                    calls.push(last);
+                    self.parallel(&opened, calls)?
+                }
+                None => Vec::new(),
+            };
             if let Some(begun) = first_keys.take() {
                 crypt = Some(self.stripe_crypt_end(&opened, begun)?);
             }

@@ -92,6 +92,95 @@ fn changes_skip_the_copies_of_a_hung_osd_the_mds_reports_down() {
     }
 }
 
+/// A put whose size is a whole number of stripes first looks for stripes past its end
+/// (a failed write may have left some). With a copy of that stripe on a hung OSD, the
+/// look asked the copies one after another, as a read does, and the hung copy's timeout
+/// stood over the others' "missing" (it might hold the stripe): the put failed (found
+/// writing the real-daemon test of issue 41). Now the look asks every copy at once,
+/// gives up on the hung one as a change does, and removes the stripe all the same, so
+/// that the hung copy is recorded as missed and never serves what it may hold.
+#[test]
+fn a_put_of_whole_stripes_beside_a_hung_osd_stands() {
+    let sim = SimCluster::start(42, 4).unwrap();
+    let admin = Arc::new(sim.admin().unwrap());
+    let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
+    // (Sessions with every OSD first; the files are then written over.)
+    put_twelve(&sim, &admin, "w", &content(unit));
+    let start = sim.now().0;
+    sim.net().hang(&osd_address(2), start + 120_000);
+    sim.cut_from_mds(2, maat_proto::UnixMillis(start + 120_000));
+    let data: Vec<u8> = content(2 * unit).iter().map(|b| b ^ 0x5a).collect();
+    let took = put_twelve(&sim, &admin, "w", &data) - start;
+    let s = admin.client_stats();
+    eprintln!("12 puts of two whole stripes with osd 2 hung took {took} ms: {s:?}");
+    assert!(took < 8_000, "12 puts took {took} ms");
+    assert_eq!(s.copies_given_up, 1, "{s:?}");
+    assert_eq!(s.copies_recorded_missed, s.copies_failed, "{s:?}");
+    let mut reader = sim.admin().unwrap();
+    for i in 0..12 {
+        assert_eq!(get(&mut reader, &format!("/w{i}")).unwrap(), data);
+    }
+    // osd 2 back: its copies read as what was put, never as more.
+    let now = sim.now().0;
+    sim.advance((start + 122_000).saturating_sub(now)).unwrap();
+    let mut reader = sim.admin().unwrap();
+    for i in 0..12 {
+        assert_eq!(get(&mut reader, &format!("/w{i}")).unwrap(), data);
+    }
+}
+
+/// What such a put removes all the same is what only the hung copy may hold: a stripe
+/// past the end left by a write that reached that copy alone (and failed). The put
+/// records the hung copy as missed, so once its OSD is back it never serves the stripe
+/// (the file would read longer than it is).
+#[test]
+fn a_stripe_past_the_end_that_only_a_hung_copy_holds_is_never_read() {
+    let sim = SimCluster::start(42, 4).unwrap();
+    let admin = Arc::new(sim.admin().unwrap());
+    let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
+    put_twelve(&sim, &admin, "v", &content(2 * unit));
+    // A file whose stripe 2 has a copy on osd 2.
+    let (path, id) = (0..12)
+        .map(|i| format!("/v{i}"))
+        .map(|p| (p.clone(), admin.stat(&p).unwrap().id))
+        .find(|(_, id)| admin.copies_of("default", *id, 2).unwrap().contains(&2))
+        .unwrap();
+    let others: Vec<u64> = admin
+        .copies_of("default", id, 2)
+        .unwrap()
+        .into_iter()
+        .filter(|o| *o != 2)
+        .collect();
+    // A write of stripe 2 that reaches osd 2 alone (the others refuse connections): it
+    // fails, and leaves the stripe there.
+    for o in &others {
+        sim.net().set_down(&osd_address(*o), true);
+    }
+    let (c, p) = (admin.clone(), path.clone());
+    let task = sim.spawn("leftover", move || {
+        let opened = c
+            .open(&p, maat_proto::msg::Access::ReadWrite, None)
+            .unwrap();
+        c.write_object(&opened, 2, content(unit / 2)).is_ok()
+    });
+    assert!(matches!(sim.run(None), maat_net::memory::Run::Idle));
+    assert!(!task.take().unwrap().unwrap());
+    for o in &others {
+        sim.net().set_down(&osd_address(*o), false);
+    }
+    // osd 2 hangs; the file is written over (two whole stripes).
+    let start = sim.now().0;
+    sim.net().hang(&osd_address(2), start + 120_000);
+    sim.cut_from_mds(2, maat_proto::UnixMillis(start + 120_000));
+    let data: Vec<u8> = content(2 * unit).iter().map(|b| b ^ 0xa5).collect();
+    assert!(put_task(&sim, &admin, &path, &data));
+    // osd 2 back: the file reads as what was put.
+    let now = sim.now().0;
+    sim.advance((start + 122_000).saturating_sub(now)).unwrap();
+    let mut reader = sim.admin().unwrap();
+    assert_eq!(get(&mut reader, &path).unwrap().len(), data.len());
+}
+
 /// The same for a client that has no session with the OSD yet: its offer to the hung
 /// OSD is given up on as a change's copy is, once the MDS reports the OSD down (before,
 /// the offer waited the whole 15 s).

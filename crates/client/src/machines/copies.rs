@@ -77,6 +77,35 @@ pub(crate) fn change_outcome(answers: &[CopyAnswer], durable_min: usize) -> Opti
     }
 }
 
+/// What a look at every copy of a stripe past a file's end finds (a put or truncation
+/// removes such stripes: they exist only where a write failed after storing some).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PastEnd {
+    /// A copy holds it: it must go.
+    Held,
+    /// Every copy answered that it holds none (or that it missed a change already, so it
+    /// serves none): nothing to remove.
+    Absent,
+    /// No copy that answered holds it, but some did not answer, or were not asked (their
+    /// OSD reported down): those might. Removed all the same, as a change, so that a copy
+    /// that cannot take the removal is recorded as missed and never serves what it holds.
+    Unanswered,
+}
+
+/// What the answers of the copies asked about a stripe past a file's end come to, with
+/// `unasked` copies not asked. A refusal is the caller's (every copy would give it).
+pub(crate) fn past_end(answers: &[CopyAnswer], unasked: usize) -> PastEnd {
+    if answers.contains(&CopyAnswer::Done) {
+        return PastEnd::Held;
+    }
+    // (A stale copy is refused to every read until a repair: as good as absent.)
+    let silent = answers.contains(&CopyAnswer::Failed);
+    match silent || unasked > 0 || answers.is_empty() {
+        true => PastEnd::Unanswered,
+        false => PastEnd::Absent,
+    }
+}
+
 /// What a read over copies does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadStep {
@@ -92,6 +121,8 @@ pub(crate) struct ReadOverCopies {
     copies: Vec<u64>,
     /// Answers so far, one per copy asked, in order.
     answers: Vec<CopyAnswer>,
+    /// A look at a stripe past the file's size as read at open ([`ReadOverCopies::past_end`]).
+    past_end: bool,
 }
 
 impl ReadOverCopies {
@@ -100,14 +131,47 @@ impl ReadOverCopies {
         ReadOverCopies {
             copies,
             answers: Vec::new(),
+            past_end: false,
         }
     }
 
+    /// A read of the stripe right past a file's size as read at open (whole stripes:
+    /// the file may have grown since). There, a copy that says it holds nothing stands
+    /// over copies that did not answer: a stripe written since stands on every current
+    /// copy (the others recorded as missed, and refused `CopyStale`), so a current copy
+    /// without it shows that no write of it stood. (Inside the size the failure stands,
+    /// since a lost disk also says "missing".) Before, a copy of that stripe on a hung
+    /// OSD failed every read of a file of whole stripes.
+    pub(crate) fn past_end(copies: Vec<u64>) -> Self {
+        ReadOverCopies {
+            past_end: true,
+            ..Self::new(copies)
+        }
+    }
+
+    /// The copy asked first.
+    pub(crate) fn first(&self) -> Option<u64> {
+        self.copies.first().copied()
+    }
+
     /// Whether another copy is left to ask after the one asked now (the first before
-    /// any answer, else the one [`ReadOverCopies::answer`] last named): a read waits
-    /// less for a copy that is not its last.
+    /// any answer, else the one [`ReadOverCopies::answer`] last named).
     pub(crate) fn more_after_this(&self) -> bool {
         self.copies.len() > self.answers.len() + 1
+    }
+
+    /// Whether the answer of the copy asked now cannot change what stands: past the
+    /// end, once a copy said it holds nothing, only a copy that serves the stripe can.
+    /// Such a copy is not asked at all when its OSD is reported down (it serves nothing
+    /// it was not told), else waited for as briefly as one that is not the last.
+    pub(crate) fn absent_already(&self) -> bool {
+        self.past_end && self.answers.contains(&CopyAnswer::Missing)
+    }
+
+    /// Whether a read waits less for the copy asked now: another copy is left after it,
+    /// or [`ReadOverCopies::absent_already`].
+    pub(crate) fn brief(&self) -> bool {
+        self.more_after_this() || self.absent_already()
     }
 
     /// After the answer of the copy last asked: the next copy to ask, or which answer
@@ -115,6 +179,7 @@ impl ReadOverCopies {
     /// stale copy the next is asked; when none is left, the first failure stands
     /// (another copy might have held the object), else the last "missing" (no current
     /// copy holds it: a stale copy's bytes are never the answer), else the first stale.
+    /// Past the end, the last "missing" stands before any failure.
     pub(crate) fn answer(&mut self, answer: CopyAnswer) -> ReadStep {
         self.answers.push(answer);
         let n = self.answers.len() - 1;
@@ -126,12 +191,11 @@ impl ReadOverCopies {
         }
         let first = |kind: CopyAnswer| self.answers.iter().position(|a| *a == kind);
         let last_missing = self.answers.iter().rposition(|a| *a == CopyAnswer::Missing);
-        ReadStep::Stand(
-            first(CopyAnswer::Failed)
-                .or(last_missing)
-                .or(first(CopyAnswer::Stale))
-                .unwrap_or(n),
-        )
+        let stands = match self.past_end {
+            true => last_missing.or(first(CopyAnswer::Failed)),
+            false => first(CopyAnswer::Failed).or(last_missing),
+        };
+        ReadStep::Stand(stands.or(first(CopyAnswer::Stale)).unwrap_or(n))
     }
 }
 
@@ -376,6 +440,46 @@ mod tests {
         assert_eq!(stands(&[Missing, Missing], 2), Some(0));
         assert_eq!(stands(&[Missing, Failed], 2), Some(1));
         assert_eq!(change_outcome(&[], 2), None);
+    }
+
+    #[test]
+    fn a_stripe_past_the_end_is_taken_as_absent_only_when_every_copy_says_so() {
+        assert_eq!(past_end(&[Missing, Missing, Missing], 0), PastEnd::Absent);
+        assert_eq!(past_end(&[Missing, Stale, Missing], 0), PastEnd::Absent);
+        assert_eq!(past_end(&[Missing, Done, Failed], 0), PastEnd::Held);
+        // A hung copy might hold what the others lack.
+        assert_eq!(
+            past_end(&[Missing, Missing, Failed], 0),
+            PastEnd::Unanswered
+        );
+        assert_eq!(past_end(&[Missing, Missing], 1), PastEnd::Unanswered);
+        assert_eq!(past_end(&[], 0), PastEnd::Unanswered);
+    }
+
+    #[test]
+    fn past_the_end_a_copy_that_holds_nothing_stands_over_one_that_did_not_answer() {
+        let mut r = ReadOverCopies::past_end(vec![4, 2, 7]);
+        assert!(r.brief() && !r.absent_already());
+        assert_eq!(r.answer(Failed), ReadStep::Ask(2));
+        assert!(!r.absent_already());
+        assert_eq!(r.answer(Missing), ReadStep::Ask(7));
+        assert!(r.absent_already() && r.brief());
+        assert_eq!(r.answer(Failed), ReadStep::Stand(1));
+        // A copy that serves it still stands first.
+        let mut r = ReadOverCopies::past_end(vec![4, 2, 7]);
+        assert_eq!(r.answer(Missing), ReadStep::Ask(2));
+        assert_eq!(r.answer(Failed), ReadStep::Ask(7));
+        assert_eq!(r.answer(Done), ReadStep::Stand(2));
+        // No copy said "missing": the failure stands, and the last copy is waited for.
+        let mut r = ReadOverCopies::past_end(vec![4, 2]);
+        assert_eq!(r.answer(Failed), ReadStep::Ask(2));
+        assert!(!r.brief());
+        assert_eq!(r.answer(Stale), ReadStep::Stand(0));
+        // Inside the size, the failure stands over "missing" (a lost disk says so too).
+        let mut r = ReadOverCopies::new(vec![4, 2]);
+        assert_eq!(r.answer(Missing), ReadStep::Ask(2));
+        assert!(!r.brief());
+        assert_eq!(r.answer(Failed), ReadStep::Stand(1));
     }
 
     #[test]

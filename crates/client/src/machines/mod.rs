@@ -21,7 +21,8 @@ pub(crate) mod open_cache;
 pub(crate) mod t10_clock;
 
 pub(crate) use copies::{
-    change_outcome, spread, CopyAnswer, Liveness, ReadOverCopies, ReadStep, Suspects,
+    change_outcome, past_end, spread, CopyAnswer, Liveness, PastEnd, ReadOverCopies, ReadStep,
+    Suspects,
 };
 pub use held::RenewalOutcome;
 pub(crate) use held::{AfterExpired, HeldCapabilities};
