@@ -16,6 +16,8 @@
 //! served within 30 seeds, kept in `CUT_REGRESSIONS`), and OSDs hang for 2–27 s (a
 //! stopped process: nothing answered, no check-in), so that reads cut short after 2 s,
 //! probes and copies skipped on the MDS's report meet the model (`HANG_REGRESSIONS`).
+//! On those seeds a quarter of the puts are of a whole number of stripes, so that a put's
+//! look past its end and a read's look at the next stripe meet hung copies too.
 //! A second test runs the same over
 //! two MDS instances sharing one database (issue 42; with the lease off, its seed 202
 //! fails the same way).
@@ -334,10 +336,20 @@ fn served_copies_current(
     refused
 }
 
-/// A path and new bytes for it (up to three stripes).
-fn new_content(rng: &mut ChaCha8Rng) -> (String, Vec<u8>) {
+/// A path and new bytes for it (up to three stripes); with `whole`, a quarter of them a
+/// whole number of stripes (drawn from that stream, so that the seeds found before
+/// replay as they were), counted.
+fn new_content(rng: &mut ChaCha8Rng, wholes: &mut Option<(ChaCha8Rng, u32)>) -> (String, Vec<u8>) {
     let path = format!("/f{}", below(rng, PATHS));
-    let len = below(rng, 3 * STRIPE_UNIT_BYTES) as usize + 1;
+    let mut len = below(rng, 3 * STRIPE_UNIT_BYTES) as usize + 1;
+    if let Some((stream, made)) = wholes {
+        if below(stream, 4) == 0 {
+            // (A put of whole stripes looks past its end first, and so does its read.)
+            let unit = STRIPE_UNIT_BYTES as usize;
+            len = len.div_ceil(unit) * unit;
+            *made += 1;
+        }
+    }
     let fill = rng.next_u64() as u8;
     let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) ^ fill).collect();
     (path, data)
@@ -536,6 +548,12 @@ fn run_on(seed: u64, instances: usize) {
     let mut hang_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4a96_57ee);
     let hangs = cuts && !CUT_REGRESSIONS.contains(&seed) && !PRE_HANG_REGRESSIONS.contains(&seed);
     let mut hangs_made = 0u32;
+    // Puts of whole stripes: a stream of their own, on the seeds with hangs but those
+    // found before them.
+    let mut wholes = (hangs
+        && !HANG_REGRESSIONS.contains(&seed)
+        && !HANG_REGRESSIONS_TWO_INSTANCES.contains(&seed))
+    .then(|| (ChaCha8Rng::seed_from_u64(seed ^ 0x3a11_5717), 0u32));
     for step in 0..STEPS {
         let at = format!("seed {seed} step {step}");
         if cuts && below(&mut cut_rng, 5) == 0 {
@@ -559,7 +577,7 @@ fn run_on(seed: u64, instances: usize) {
         let lax = faulty || sim.now().0 < cut_until;
         match below(&mut rng, 10) {
             0..=4 => {
-                let (path, data) = new_content(&mut rng);
+                let (path, data) = new_content(&mut rng, &mut wholes);
                 let task = put_task(&sim, &admin, &path, &data);
                 finish(&sim, &at);
                 settle(task, &mut model, &down, lax, path, data, &at);
@@ -568,7 +586,7 @@ fn run_on(seed: u64, instances: usize) {
             // never undo the put (every read after it is checked), and what it writes is
             // what most copies held.
             8 => {
-                let (path, data) = new_content(&mut rng);
+                let (path, data) = new_content(&mut rng, &mut wholes);
                 let repairer = repairer.clone();
                 let repair = sim.spawn("repair", move || {
                     repairer
@@ -664,7 +682,7 @@ fn run_on(seed: u64, instances: usize) {
         .map(|(p, _)| p.clone())
         .collect();
     for path in torn {
-        let data = new_content(&mut rng).1;
+        let data = new_content(&mut rng, &mut wholes).1;
         let task = put_task(&sim, &admin, &path, &data);
         finish(&sim, &after);
         settle(task, &mut model, &down, false, path.clone(), data, &after);
@@ -721,13 +739,14 @@ fn run_on(seed: u64, instances: usize) {
         .count();
     let given_up = admin.client_stats().copies_given_up;
     println!(
-        "seed {seed}{}{}: {cuts_made} OSDs cut off from the MDS, {hangs_made} hung ({given_up} copies given up on while waiting), {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
+        "seed {seed}{}{}: {cuts_made} OSDs cut off from the MDS, {hangs_made} hung ({given_up} copies given up on while waiting), {} puts of whole stripes, {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
         if faulty { " (faults)" } else { "" },
         if instances > 1 {
             format!(", {instances} MDS instances")
         } else {
             String::new()
         },
+        wholes.map_or(0, |(_, made)| made),
         sim.storage_faults().counts()
     );
 }
