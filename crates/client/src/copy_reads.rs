@@ -151,29 +151,20 @@ impl Client {
     }
 
     /// Whether stripe `stripe` of `opened`, past the file's end, exists: every copy asked
-    /// at once (not one after another, as a read asks: a read lets a copy that did not
-    /// answer stand over the others' "missing", since it might hold the object, and it
-    /// would wait for that copy's whole timeout). The copies of OSDs the MDS reports down
-    /// are not asked, and one that hangs is given up on as a change's copy is, while the
-    /// others can stand without it. `None`: a write-only open may not look.
+    /// at once ([`Client::ask_every_copy`]; not one after another, as a read asks: a read
+    /// lets a copy that did not answer stand over the others' "missing", since it might
+    /// hold the object, and it would wait for that copy's whole timeout). `None`: a
+    /// write-only open may not look.
     pub(crate) fn look_past_end(&self, opened: &Opened, stripe: u32) -> Result<Option<PastEnd>> {
         let (osd, object) = self.stripe_target(opened, stripe)?;
         let probe = OsdRequest {
             capability: opened.capability.clone(),
             command: OsdCommand::GetAttributes { object },
         };
-        let (send, skipped) = self.skip_down(self.reach(opened, osd, &probe)?);
-        let shared = match skipped.is_empty() && send.len() > maat_proto::limits::COPIES_DURABLE_MIN
-        {
-            true => SharedRequest::watched(probe),
-            false => SharedRequest::new(probe),
-        };
-        let calls = send.iter().map(|osd| (*osd, Arc::clone(&shared))).collect();
-        drop(shared);
-        let mut kinds = Vec::with_capacity(send.len());
+        let (answers, skipped) = self.ask_every_copy(opened, osd, probe)?;
+        let mut kinds = Vec::with_capacity(answers.len());
         let mut failure = None;
-        for (osd, answer) in send.into_iter().zip(self.parallel_exact(opened, calls)?) {
-            self.note_answer(osd, &answer);
+        for answer in answers {
             match answer {
                 Err(ClientError::Refused(e)) if e.code == ErrorCode::PermissionDenied => {
                     return Ok(None)
@@ -193,7 +184,33 @@ impl Client {
         if let Some(e) = failure.filter(|_| kinds.iter().all(|k| *k == CopyAnswer::Failed)) {
             return Err(e);
         }
-        Ok(Some(past_end(&kinds, skipped.len())))
+        Ok(Some(past_end(&kinds, skipped)))
+    }
+
+    /// `request` (first copy's OSD `osd`) sent to every copy of its object at once and
+    /// nothing recorded: the answers of the copies asked, and how many were not asked
+    /// because the MDS reports their OSD down. A copy that hangs is given up on as a
+    /// change's copy is, while at least [`maat_proto::limits::COPIES_DURABLE_MIN`]
+    /// others are asked.
+    pub(crate) fn ask_every_copy(
+        &self,
+        opened: &Opened,
+        osd: u64,
+        request: OsdRequest,
+    ) -> Result<(Vec<Result<OsdResponse>>, usize)> {
+        let (send, skipped) = self.skip_down(self.reach(opened, osd, &request)?);
+        let shared = match skipped.is_empty() && send.len() > maat_proto::limits::COPIES_DURABLE_MIN
+        {
+            true => SharedRequest::watched(request),
+            false => SharedRequest::new(request),
+        };
+        let calls = send.iter().map(|osd| (*osd, Arc::clone(&shared))).collect();
+        drop(shared);
+        let answers = self.parallel_exact(opened, calls)?;
+        for (osd, answer) in send.iter().zip(&answers) {
+            self.note_answer(*osd, answer);
+        }
+        Ok((answers, skipped.len()))
     }
 
     /// The order in which a read of `object` asks its `copies` (placement order): from

@@ -426,10 +426,28 @@ impl Client {
         self.removed(response)
     }
 
-    /// Removes the objects of an unlinked file.
+    /// Removes the objects of a file the MDS has unlinked (no name left). Each object
+    /// goes from every copy at once, and stands once one copy took it: no copy is
+    /// recorded as missed (the MDS keeps records for files that exist, and no open of
+    /// this one can be made). A copy that could not take it (its OSD down or hung) keeps
+    /// its bytes, unnamed, counted in `ClientStats::removals_left`; before, an unlink
+    /// failed whenever one OSD holding a copy was down, its name gone all the same.
     fn remove_objects(&self, opened: &Opened) -> Result<()> {
         for stripe in 0..stripes_for(opened.stat.size).max(1) {
-            self.remove_object(opened, stripe)?;
+            let (osd, object) = self.stripe_target(opened, stripe)?;
+            let (answers, skipped) =
+                self.ask_every_copy(opened, osd, remove_request(opened, object))?;
+            let took = answers.iter().filter(|a| a.is_ok()).count();
+            if took == 0 {
+                // (No copy took it: the first answer says why.)
+                return answers
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| Err(ClientError::Internal("no copy asked".into())))
+                    .map(|_| ());
+            }
+            let left = answers.len() - took + skipped;
+            self.stats.lock().removals_left += left as u64;
         }
         Ok(())
     }

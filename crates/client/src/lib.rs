@@ -149,6 +149,10 @@ pub struct ClientStats {
     /// missed before the answer timeout. Counted in `copies_failed` too.
     #[serde(default)]
     pub copies_given_up: u64,
+    /// Copies of a removed file's objects that could not be removed (their OSD down or
+    /// hung): the file's name is gone and its bytes stay there, unnamed (issue 41).
+    #[serde(default)]
+    pub removals_left: u64,
 }
 
 /// An opened file: attributes and the capability for its objects.
