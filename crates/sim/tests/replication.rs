@@ -17,7 +17,9 @@
 //! stopped process: nothing answered, no check-in), so that reads cut short after 2 s,
 //! probes and copies skipped on the MDS's report meet the model (`HANG_REGRESSIONS`).
 //! On those seeds a quarter of the puts are of a whole number of stripes, so that a put's
-//! look past its end and a read's look at the next stripe meet hung copies too.
+//! look past its end and a read's look at the next stripe meet hung copies too, and files
+//! are also truncated (shorter, longer, to whole stripes or to nothing) and unlinked: an
+//! unlinked path never reads back (`OP_REGRESSIONS`).
 //! A second test runs the same over
 //! two MDS instances sharing one database (issue 42; with the lease off, its seed 202
 //! fails the same way).
@@ -88,6 +90,15 @@ const HANG_REGRESSIONS_TWO_INSTANCES: &[u64] = &[
 const HANG_REGRESSIONS: &[u64] = &[
     // The bug of 18_573_586_071_619 above, with one instance.
     18_571_438_587_935,
+];
+
+/// Seeds that once failed with puts of whole stripes, truncations and unlinks in the
+/// runs (issue 41), run first too.
+const OP_REGRESSIONS: &[u64] = &[
+    // An unlink with one OSD down and no faults failed: the removal of its objects
+    // missed the down copy and the MDS would not record a copy of a file it had just
+    // unlinked. (Fixed: a removed file's objects stand once one copy took the removal.)
+    127_221_226_274_842,
 ];
 
 /// Seeds that once failed before OSDs hung in these runs (they replay without hangs).
@@ -372,20 +383,26 @@ fn put_task(
 ) -> maat_net::memory::Task<Placed> {
     let (writer, p, d) = (admin.clone(), path.to_string(), data.to_vec());
     sim.spawn("put", move || {
-        let recorded_before = writer
-            .stat(&p)
-            .ok()
-            .and_then(|s| writer.missed_copies_of(s.id).ok())
-            .is_some_and(|m| !m.is_empty());
-        (recorded_before, placed_after(&writer, &p, &d))
+        (recorded(&writer, &p), placed_after(&writer, &p, &d))
     })
 }
 
 /// After a put of `d` to `p`: where its stripes' copies are, and which are recorded as
 /// missed.
 fn placed_after(writer: &Client, p: &str, d: &[u8]) -> Stripes {
+    placed_after_change(writer, p, d.len() as u64, || put(writer, p, d))
+}
+
+/// After `change` left `p` `len` bytes long: where its stripes' copies are, and which
+/// are recorded as missed.
+fn placed_after_change(
+    writer: &Client,
+    p: &str,
+    len: u64,
+    change: impl FnOnce() -> Result<(), ClientError>,
+) -> Stripes {
     {
-        put(writer, p, d)?;
+        change()?;
         // The file's id, to place its copies (asked again past lost frames).
         let mut stat = writer.stat(p);
         for _ in 0..8 {
@@ -403,7 +420,7 @@ fn placed_after(writer: &Client, p: &str, d: &[u8]) -> Stripes {
             missed = writer.missed_copies_of(id);
         }
         let missed = missed?;
-        let stripes = (d.len() as u64).div_ceil(STRIPE_UNIT_BYTES) as u32;
+        let stripes = len.div_ceil(STRIPE_UNIT_BYTES) as u32;
         let placed: Result<Vec<_>, ClientError> = (0..stripes)
             .map(|s| {
                 let marked = missed
@@ -417,6 +434,68 @@ fn placed_after(writer: &Client, p: &str, d: &[u8]) -> Stripes {
             })
             .collect();
         placed
+    }
+}
+
+/// Whether the MDS records a copy of the file at `p` as missed (of any stripe).
+fn recorded(writer: &Client, p: &str) -> bool {
+    writer
+        .stat(p)
+        .ok()
+        .and_then(|s| writer.missed_copies_of(s.id).ok())
+        .is_some_and(|m| !m.is_empty())
+}
+
+/// A truncation of `path` to `size` bytes (through a handle, as FUSE and Python do) as a
+/// simulated task, giving the copies of each stripe as [`put_task`] does.
+fn truncate_task(
+    sim: &SimCluster,
+    admin: &Arc<Client>,
+    path: &str,
+    size: u64,
+) -> maat_net::memory::Task<Placed> {
+    let (writer, p) = (admin.clone(), path.to_string());
+    sim.spawn("truncate", move || {
+        let recorded_before = recorded(&writer, &p);
+        let cut = || {
+            let flags = maat_client::OpenFlags {
+                write: true,
+                create: None,
+                exclusive: false,
+                truncate: false,
+            };
+            let mut handle = writer.open_file(&p, flags)?;
+            writer.truncate_file(&mut handle, size)
+        };
+        (recorded_before, placed_after_change(&writer, &p, size, cut))
+    })
+}
+
+/// An unlink of `path` as a simulated task: whether a copy of the file was recorded as
+/// missed before, and its outcome.
+fn unlink_task(
+    sim: &SimCluster,
+    admin: &Arc<Client>,
+    path: &str,
+) -> maat_net::memory::Task<(bool, Result<(), ClientError>)> {
+    let (writer, p) = (admin.clone(), path.to_string());
+    sim.spawn("unlink", move || (recorded(&writer, &p), writer.unlink(&p)))
+}
+
+/// No path removed (and not written since) reads back: an unlinked file's objects are
+/// never served as it.
+fn check_gone(sim: &SimCluster, admin: &Arc<Client>, gone: &BTreeSet<String>, at: &str) {
+    let (reader, paths) = (admin.clone(), gone.clone());
+    let read = in_task(sim, move || {
+        paths
+            .iter()
+            .map(|p| (p.clone(), get(&reader, p).map(|b| b.len())))
+            .collect::<Vec<_>>()
+    });
+    for (path, got) in read {
+        if let Ok(len) = got {
+            panic!("{at}: {path}, removed, read back ({len} bytes)");
+        }
     }
 }
 
@@ -435,9 +514,10 @@ fn settle(
     down: &BTreeSet<u64>,
     faulty: bool,
     path: String,
-    data: Vec<u8>,
+    after: After,
     at: &str,
 ) {
+    let After { data, kept } = after;
     // A copy of the path left missing a change (or a disk lost) since its last repair:
     // a change that misses another copy of the same object now is refused (it would
     // leave one current copy of three).
@@ -456,14 +536,23 @@ fn settle(
     match outcome {
         Ok(stripes) => {
             let mut good = Vec::with_capacity(stripes.len());
-            for (placed, marked) in stripes {
+            for (stripe, (placed, marked)) in stripes.into_iter().enumerate() {
                 assert_eq!(placed.len(), 3, "{at}");
-                assert!(
-                    placed.intersection(down).all(|osd| marked.contains(osd)),
-                    "{at}: {path} acknowledged with a copy on a down OSD not recorded as missed \
-                     (placed {placed:?}, recorded {marked:?})"
-                );
-                good.push(placed.difference(&marked).copied().collect());
+                let now: BTreeSet<u64> = placed.difference(&marked).copied().collect();
+                match kept.as_ref().and_then(|k| k.get(stripe)) {
+                    // A stripe a truncation may not have written keeps the copies it had
+                    // (a copy on a down OSD stays current; a lost disk's is not good
+                    // again).
+                    Some(before) => good.push(now.intersection(before).copied().collect()),
+                    None => {
+                        assert!(
+                            placed.intersection(down).all(|osd| marked.contains(osd)),
+                            "{at}: {path} acknowledged with a copy on a down OSD not recorded \
+                             as missed (placed {placed:?}, recorded {marked:?})"
+                        );
+                        good.push(now);
+                    }
+                }
             }
             model.insert(path, Known::Data(data, good));
         }
@@ -475,6 +564,20 @@ fn settle(
             );
             model.insert(path, Known::Torn);
         }
+    }
+}
+
+/// What a change left a path holding: its bytes, and, for a truncation, the copies that
+/// were good before of each stripe it may have left unwritten (every stripe a put
+/// writes).
+struct After {
+    data: Vec<u8>,
+    kept: Option<Vec<BTreeSet<u64>>>,
+}
+
+impl From<Vec<u8>> for After {
+    fn from(data: Vec<u8>) -> Self {
+        After { data, kept: None }
     }
 }
 
@@ -554,6 +657,13 @@ fn run_on(seed: u64, instances: usize) {
         && !HANG_REGRESSIONS.contains(&seed)
         && !HANG_REGRESSIONS_TWO_INSTANCES.contains(&seed))
     .then(|| (ChaCha8Rng::seed_from_u64(seed ^ 0x3a11_5717), 0u32));
+    // Truncations and unlinks, on the same seeds: a stream of their own too.
+    let mut cuts_and_removes = wholes
+        .is_some()
+        .then(|| ChaCha8Rng::seed_from_u64(seed ^ 0x7e11_0c0d));
+    let (mut truncated, mut unlinked) = (0u32, 0u32);
+    // Paths removed and not written since: never read back.
+    let mut gone: BTreeSet<String> = BTreeSet::new();
     for step in 0..STEPS {
         let at = format!("seed {seed} step {step}");
         if cuts && below(&mut cut_rng, 5) == 0 {
@@ -575,18 +685,85 @@ fn run_on(seed: u64, instances: usize) {
         // and writes may then fail where they would not with only `down` down, so those
         // are judged as under faults. Stale bytes are never allowed.
         let lax = faulty || sim.now().0 < cut_until;
+        if let Some(ops) = cuts_and_removes.as_mut() {
+            match below(ops, 5) {
+                // A truncation (a quarter of them to whole stripes) of a file the model
+                // knows: shorter, longer or to nothing.
+                0 => {
+                    let path = format!("/f{}", below(ops, PATHS));
+                    let unit = STRIPE_UNIT_BYTES as usize;
+                    let mut size = below(ops, 3 * STRIPE_UNIT_BYTES + 1) as usize;
+                    if below(ops, 4) == 0 {
+                        size = size.div_ceil(unit) * unit;
+                    }
+                    if let Some(Known::Data(old, old_good)) = model.get(&path) {
+                        let mut data = old.clone();
+                        data.resize(size, 0);
+                        let kept = Some(old_good.clone());
+                        let task = truncate_task(&sim, &admin, &path, size as u64);
+                        finish(&sim, &at);
+                        settle(
+                            task,
+                            &mut model,
+                            &down,
+                            lax,
+                            path,
+                            After { data, kept },
+                            &at,
+                        );
+                        truncated += 1;
+                    }
+                }
+                // An unlink of a path the model knows.
+                1 => {
+                    let path = format!("/f{}", below(ops, PATHS));
+                    if let Some(known) = model.get(&path) {
+                        let degraded = match known {
+                            Known::Torn => true,
+                            Known::Data(_, good) => good.iter().any(|g| g.len() < 3),
+                        };
+                        let task = unlink_task(&sim, &admin, &path);
+                        finish(&sim, &at);
+                        unlinked += 1;
+                        let (recorded_before, outcome) = match task.take() {
+                            Some(Ok(outcome)) => outcome,
+                            Some(Err(panic)) => panic!("{at}: {}", panic_text(&panic)),
+                            None => panic!("{at}: the unlink gave no result"),
+                        };
+                        match outcome {
+                            Ok(()) => {
+                                model.remove(&path);
+                                gone.insert(path);
+                            }
+                            Err(e) => {
+                                assert!(
+                                    lax || down.len() >= 2 || degraded || recorded_before,
+                                    "{at}: an unlink of {path} failed with at most one OSD \
+                                     down (down {down:?}), no faults and every copy current \
+                                     before: {e}"
+                                );
+                                model.insert(path, Known::Torn);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
         match below(&mut rng, 10) {
             0..=4 => {
                 let (path, data) = new_content(&mut rng, &mut wholes);
+                gone.remove(&path);
                 let task = put_task(&sim, &admin, &path, &data);
                 finish(&sim, &at);
-                settle(task, &mut model, &down, lax, path, data, &at);
+                settle(task, &mut model, &down, lax, path, data.into(), &at);
             }
             // A repairing scrub while a put is at work on the same files: the repair may
             // never undo the put (every read after it is checked), and what it writes is
             // what most copies held.
             8 => {
                 let (path, data) = new_content(&mut rng, &mut wholes);
+                gone.remove(&path);
                 let repairer = repairer.clone();
                 let repair = sim.spawn("repair", move || {
                     repairer
@@ -595,7 +772,7 @@ fn run_on(seed: u64, instances: usize) {
                 });
                 let task = put_task(&sim, &admin, &path, &data);
                 finish(&sim, &at);
-                settle(task, &mut model, &down, lax, path, data, &at);
+                settle(task, &mut model, &down, lax, path, data.into(), &at);
                 match repair.take() {
                     Some(Ok(Ok(report))) => repaired += report.copies_repaired,
                     // (Under faults a scrub may fail; it changed nothing it was not
@@ -637,6 +814,7 @@ fn run_on(seed: u64, instances: usize) {
         // is up.
         let lax = lax || sim.now().0 < cut_until;
         needed_another += check(&sim, &admin, &model, &down, !lax, &at);
+        check_gone(&sim, &admin, &gone, &at);
         if !faulty {
             refused += served_copies_current(&sim, &admin, &model, &down, &at);
         }
@@ -685,7 +863,15 @@ fn run_on(seed: u64, instances: usize) {
         let data = new_content(&mut rng, &mut wholes).1;
         let task = put_task(&sim, &admin, &path, &data);
         finish(&sim, &after);
-        settle(task, &mut model, &down, false, path.clone(), data, &after);
+        settle(
+            task,
+            &mut model,
+            &down,
+            false,
+            path.clone(),
+            data.into(),
+            &after,
+        );
         // Every OSD is back and nothing fails any more: a put must stand (a change that
         // skipped a copy on an old report of its OSD down asks it after all when the
         // MDS will not record it as missed).
@@ -725,6 +911,7 @@ fn run_on(seed: u64, instances: usize) {
     let healed = format!("seed {seed} after the repair");
     let whole = copies_agree(&sim, &admin, &model, &down, &healed);
     check(&sim, &admin, &model, &down, true, &healed);
+    check_gone(&sim, &admin, &gone, &healed);
     for (path, known) in &model {
         if let Known::Data(_, good) = known {
             assert!(
@@ -739,7 +926,7 @@ fn run_on(seed: u64, instances: usize) {
         .count();
     let given_up = admin.client_stats().copies_given_up;
     println!(
-        "seed {seed}{}{}: {cuts_made} OSDs cut off from the MDS, {hangs_made} hung ({given_up} copies given up on while waiting), {} puts of whole stripes, {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
+        "seed {seed}{}{}: {cuts_made} OSDs cut off from the MDS, {hangs_made} hung ({given_up} copies given up on while waiting), {} puts of whole stripes, {truncated} truncations and {unlinked} unlinks tried, {acknowledged} files acknowledged at the end, {needed_another} reads of degraded files, {compared} copies compared, {disks_lost} disks lost, {lost_for_good} files lost with both copies of a degraded write, {refused} copies refused when asked directly, {repaired} copies repaired, then {whole} copies all equal, disk faults {:?}",
         if faulty { " (faults)" } else { "" },
         if instances > 1 {
             format!(", {instances} MDS instances")
@@ -758,6 +945,7 @@ fn seeds() -> Vec<u64> {
     let mut all = REGRESSIONS.to_vec();
     all.extend(CUT_REGRESSIONS);
     all.extend(HANG_REGRESSIONS);
+    all.extend(OP_REGRESSIONS);
     all.extend(0..8);
     // With OSDs cut off from the MDS.
     all.extend(100..104);
