@@ -213,6 +213,21 @@ impl Client {
         Ok((answers, skipped.len()))
     }
 
+    /// Whether the size of `opened` (the file at `path`) is still the file's: as the MDS
+    /// said it at the open, when the open was made fresh; else (an open kept by this
+    /// client, or whose capability the MDS kept) asked again, the kept open forgotten.
+    /// A read that no copy of the stripe past that size could answer for (every copy
+    /// down, hung or missing a change) ends there: the stripe is looked at only in case
+    /// the file grew since the size was read.
+    pub(crate) fn size_stands(&self, path: &str, opened: &Opened) -> Result<bool> {
+        if !opened.mds_cached {
+            return Ok(true);
+        }
+        self.forget_opened_path(path);
+        let now = self.open(path, Access::Read, None)?;
+        Ok(now.stat.id == opened.stat.id && now.stat.size == opened.stat.size)
+    }
+
     /// The order in which a read of `object` asks its `copies` (placement order): from
     /// the copy this client's spread picks for the object, suspect copies last
     /// ([`machines::Suspects::order`]).
@@ -221,6 +236,13 @@ impl Client {
         let now = self.now();
         self.suspects.lock().order(copies, now, spread)
     }
+}
+
+/// Whether `opened` comes with the file's size from the MDS (a job's handle comes with
+/// none, and no partition: its stripes are read until one is short or missing, each as
+/// inside the file).
+pub(crate) fn size_known(opened: &Opened) -> bool {
+    !opened.stat.partition.is_empty()
 }
 
 /// How long a read waits for one copy: less while another copy is left to ask.

@@ -426,28 +426,57 @@ impl Client {
         self.removed(response)
     }
 
-    /// Removes the objects of a file the MDS has unlinked (no name left). Each object
-    /// goes from every copy at once, and stands once one copy took it: no copy is
-    /// recorded as missed (the MDS keeps records for files that exist, and no open of
-    /// this one can be made). A copy that could not take it (its OSD down or hung) keeps
-    /// its bytes, unnamed, counted in `ClientStats::removals_left`; before, an unlink
-    /// failed whenever one OSD holding a copy was down, its name gone all the same.
+    /// Removes the objects of a file the MDS has unlinked (no name left), a window of
+    /// stripes at a time, each object from every copy at once; it stands once one copy
+    /// took it: no copy is recorded as missed (the MDS keeps records for files that
+    /// exist, and no open of this one can be made). A copy that could not take it (its
+    /// OSD down or hung) keeps its bytes, unnamed, counted in
+    /// `ClientStats::removals_left`; before, an unlink failed whenever one OSD holding a
+    /// copy was down, its name gone all the same. Every request is watched: a hung OSD
+    /// is given up on once the MDS reports it down, and the window's later requests to
+    /// it fail unsent, however many copies the partition keeps.
     fn remove_objects(&self, opened: &Opened) -> Result<()> {
-        for stripe in 0..stripes_for(opened.stat.size).max(1) {
-            let (osd, object) = self.stripe_target(opened, stripe)?;
-            let (answers, skipped) =
-                self.ask_every_copy(opened, osd, remove_request(opened, object))?;
-            let took = answers.iter().filter(|a| a.is_ok()).count();
-            if took == 0 {
-                // (No copy took it: the first answer says why.)
-                return answers
-                    .into_iter()
-                    .next()
-                    .unwrap_or_else(|| Err(ClientError::Internal("no copy asked".into())))
-                    .map(|_| ());
+        let stripes = stripes_for(opened.stat.size).max(1);
+        let window = self.stripes_in_flight()?.max(1);
+        let mut first = 0;
+        while first < stripes {
+            let end = first.saturating_add(window).min(stripes);
+            let mut calls = Vec::new();
+            // Per stripe: how many of `calls` are its copies, and how many it skipped.
+            let mut per_stripe = Vec::new();
+            for stripe in first..end {
+                let (osd, object) = self.stripe_target(opened, stripe)?;
+                let request = remove_request(opened, object);
+                let (send, skipped) = self.skip_down(self.reach(opened, osd, &request)?);
+                let shared = crate::lanes::SharedRequest::watched(request);
+                per_stripe.push((send.len(), skipped.len()));
+                calls.extend(send.into_iter().map(|osd| (osd, Arc::clone(&shared))));
             }
-            let left = answers.len() - took + skipped;
+            let osds: Vec<u64> = calls.iter().map(|(osd, _)| *osd).collect();
+            let mut answers = osds.into_iter().zip(self.parallel_exact(opened, calls)?);
+            let mut left = 0;
+            for (sent, skipped) in per_stripe {
+                let mut took = 0;
+                let mut failure = None;
+                for (osd, answer) in answers.by_ref().take(sent) {
+                    self.note_answer(osd, &answer);
+                    match answer {
+                        Ok(_) => took += 1,
+                        Err(e) => {
+                            failure.get_or_insert(e);
+                        }
+                    }
+                }
+                if took == 0 {
+                    // (No copy took it: the first answer says why.)
+                    return Err(
+                        failure.unwrap_or_else(|| ClientError::Internal("no copy asked".into()))
+                    );
+                }
+                left += sent - took + skipped;
+            }
             self.stats.lock().removals_left += left as u64;
+            first = end;
         }
         Ok(())
     }

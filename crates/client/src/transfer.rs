@@ -4,6 +4,7 @@
 //! opened and checked, the first window's keys asked for while it is read).
 
 use super::*;
+use crate::copy_reads::size_known;
 use crate::data::{read_request, remove_request, write_request};
 use crate::machines::{CopyAnswer, PastEnd};
 
@@ -343,21 +344,6 @@ impl Client {
         }
     }
 
-    /// Whether the size of `opened` (the file at `path`) is still the file's: as the MDS
-    /// said it at the open, when the open was made fresh; else (an open kept by this
-    /// client, or whose capability the MDS kept) asked again, the kept open forgotten.
-    /// A read that no copy of the stripe past that size could answer for (every copy
-    /// down, hung or missing a change) ends there: the stripe is looked at only in case
-    /// the file grew since the size was read.
-    fn size_stands(&self, path: &str, opened: &Opened) -> Result<bool> {
-        if !opened.mds_cached {
-            return Ok(true);
-        }
-        self.forget_opened_path(path);
-        let now = self.open(path, Access::Read, None)?;
-        Ok(now.stat.id == opened.stat.id && now.stat.size == opened.stat.size)
-    }
-
     /// Streams an opened file into `writer` (`path` names it in errors); returns the
     /// bytes written.
     pub fn get_opened(
@@ -415,8 +401,12 @@ impl Client {
                 calls.push((osd, read_request(&opened, object, full)));
             }
             let answers = match calls.pop() {
-                // (Past the size, a copy that holds nothing stands over a silent one.)
-                Some((osd, request)) if stripe >= known && done >= expected => {
+                // (Past a size the MDS gave, a copy that holds nothing stands over a
+                // silent one. A job's handle comes with no size: there, every stripe is
+                // read as inside the file.)
+                Some((osd, request))
+                    if stripe >= known && done >= expected && size_known(&opened) =>
+                {
                     let answer = self.read_past_end(&opened, osd, request);
                     let unanswered = matches!(
                         crate::copies::classify(&answer),

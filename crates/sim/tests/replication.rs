@@ -101,6 +101,13 @@ const OP_REGRESSIONS: &[u64] = &[
     127_221_226_274_842,
 ];
 
+/// The same, over two MDS instances.
+const OP_REGRESSIONS_TWO_INSTANCES: &[u64] = &[
+    // Frames late and replayed: a file of one whole stripe read, past its end, a stripe
+    // of an older version that one copy served (its blocks failed authentication).
+    139_111_843_233_821,
+];
+
 /// Seeds that once failed with puts of whole stripes, before truncations and unlinks
 /// were in the runs (they replay without them).
 const PRE_OP_REGRESSIONS: &[u64] = &[
@@ -622,7 +629,15 @@ impl Extras {
         };
         Extras {
             cuts_and_removes: stream(0x7e11_0c0d, PRE_OP_REGRESSIONS),
-            writes_and_renames: stream(0x0b5e_44a1, &[PRE_OP_REGRESSIONS, OP_REGRESSIONS].concat()),
+            writes_and_renames: stream(
+                0x0b5e_44a1,
+                &[
+                    PRE_OP_REGRESSIONS,
+                    OP_REGRESSIONS,
+                    OP_REGRESSIONS_TWO_INSTANCES,
+                ]
+                .concat(),
+            ),
             truncated: 0,
             unlinked: 0,
             written: 0,
@@ -1133,6 +1148,7 @@ fn acknowledged_writes_survive_down_osds_and_lost_disks_with_two_mds_instances()
         Err(_) => HANG_REGRESSIONS_TWO_INSTANCES
             .iter()
             .copied()
+            .chain(OP_REGRESSIONS_TWO_INSTANCES.iter().copied())
             .chain(200..204)
             .chain(PRE_HANG_REGRESSIONS.iter().copied())
             .collect(),
