@@ -99,6 +99,9 @@ const OP_REGRESSIONS: &[u64] = &[
     // missed the down copy and the MDS would not record a copy of a file it had just
     // unlinked. (Fixed: a removed file's objects stand once one copy took the removal.)
     127_221_226_274_842,
+    // A truncation grew a file onto a stripe boundary: the stripe past it, left by a
+    // failed put, was read as the file's (as 139_111_843_233_821 below).
+    139_105_400_783_091,
 ];
 
 /// The same, over two MDS instances.
