@@ -85,7 +85,6 @@ impl Client {
             };
             match read.answer(kind) {
                 ReadStep::Ask(osd) => {
-                    self.stats.lock().copy_failovers += 1;
                     asked = osd;
                     let down = || {
                         let now = self.now();
@@ -95,6 +94,7 @@ impl Client {
                     let answer = match unasked {
                         true => Err(crate::copies::reported_down(osd)),
                         false => {
+                            self.stats.lock().copy_failovers += 1;
                             let patience = read_patience(read.brief());
                             self.data_call_within(opened, osd, request.clone(), patience)
                         }
