@@ -111,6 +111,14 @@ const OP_REGRESSIONS_TWO_INSTANCES: &[u64] = &[
     139_111_843_233_821,
 ];
 
+/// Seeds over two MDS instances that once failed with writes into files and renames in
+/// the runs too, run first.
+const WRITE_REGRESSIONS_TWO_INSTANCES: &[u64] = &[
+    // A rename of a path whose put had failed (the file never made) was refused "no
+    // such file", and the test took it for a failure with no fault (a test bug).
+    107_329_085_243_398,
+];
+
 /// Seeds that once failed with puts of whole stripes, before truncations and unlinks
 /// were in the runs (they replay without them).
 const PRE_OP_REGRESSIONS: &[u64] = &[
@@ -890,6 +898,7 @@ fn acknowledged_writes_survive_down_osds_and_lost_disks_with_two_mds_instances()
             .iter()
             .copied()
             .chain(OP_REGRESSIONS_TWO_INSTANCES.iter().copied())
+            .chain(WRITE_REGRESSIONS_TWO_INSTANCES.iter().copied())
             .chain(200..204)
             .chain(PRE_HANG_REGRESSIONS.iter().copied())
             .collect(),
