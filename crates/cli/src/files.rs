@@ -327,7 +327,20 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
             partition,
             path,
         } => Ok(client(cluster)?.mkdir_in(&path, 0o755, parents, partition.as_deref())?),
-        FileCommand::Rm { path } => Ok(client(cluster)?.unlink(&path)?),
+        FileCommand::Rm { path } => {
+            let c = client(cluster)?;
+            let before = c.client_stats().removals_left;
+            c.unlink(&path)?;
+            let left = c.client_stats().removals_left.saturating_sub(before);
+            if left > 0 {
+                eprintln!(
+                    "maat: {path} removed; {left} copies of its objects were on OSDs that \
+                     did not answer and stay there, unnamed: no open can reach them, but \
+                     their space is not reclaimed (a known gap)"
+                );
+            }
+            Ok(())
+        }
         FileCommand::Rmdir { path } => Ok(client(cluster)?.rmdir(&path)?),
         FileCommand::Mv { from, to } => Ok(client(cluster)?.rename(&from, &to)?),
         FileCommand::Ln {

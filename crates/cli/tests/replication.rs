@@ -677,6 +677,14 @@ fn a_hung_osd_is_shown_down_and_read_around_without_waiting_for_it() {
         "the hung OSD was asked (and waited for) first"
     );
     assert_eq!(get(&reader, "/during-hang").unwrap(), big);
+    // An unlink with osd-2 still stopped stands (before, it failed, the name gone all
+    // the same), and says what it left there.
+    let rm = cluster.maat(&admin, &["rm", "/during-hang"], None);
+    let said = String::from_utf8_lossy(&rm.stderr);
+    assert!(rm.status.success(), "maat rm failed: {said}");
+    assert!(said.contains("stay there, unnamed"), "{said}");
+    let gone = cluster.fails(&admin, &["stat", "/during-hang"], None);
+    assert!(gone.contains("no such file"), "{gone}");
     drop(hung);
 }
 
