@@ -378,6 +378,14 @@ impl ObjectStore for FileObjectStore {
     ) -> Result<(), StoreError> {
         let o = auth.object();
         let dir = self.check_partition(o)?;
+        // A cut (a replacing write past 0: what a truncation sends) of an object this
+        // store does not hold is refused, not made: made, it would be a copy of zeros
+        // where the object's bytes belong, taken as current (a copy whose disk was lost;
+        // found by the replication simulation, seed 103).
+        let cut = replace && offset > 0;
+        if cut && !self.object_path(o).exists() {
+            return Err(StoreError::NotFound);
+        }
         if let Some(fault) = self.write_fault(data.len()) {
             let write = |f: &File, d: &[u8]| f.write_all_at(d, offset);
             return self.faulty_write(o, &dir, fault, write, data, replace && offset == 0);
@@ -386,7 +394,7 @@ impl ObjectStore for FileObjectStore {
             let path = self.object_path(o);
             return self.replace_file(&dir, &path, data, Some((o, digest)), None);
         }
-        self.write_in_place(o, &dir, false, |f| {
+        self.write_in_place(o, &dir, false, !cut, |f| {
             f.write_all_at(data, offset)?;
             if replace {
                 f.set_len(offset.saturating_add(data.len() as u64))?;
@@ -430,7 +438,7 @@ impl ObjectStore for FileObjectStore {
         }
         // In place the file is open for appending; a copy's cursor is at its end, after
         // the copy.
-        self.write_in_place(o, &dir, true, |mut f| f.write_all(data))
+        self.write_in_place(o, &dir, true, true, |mut f| f.write_all(data))
     }
 
     fn attributes(&self, auth: &Authorized) -> Result<ObjectAttributes, StoreError> {

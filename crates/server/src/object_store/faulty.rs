@@ -53,7 +53,7 @@ impl FileObjectStore {
             f.write_all(prefix)?;
             f.sync_all()?;
         } else {
-            self.write_in_place(o, dir, false, |f| write(f, prefix))?;
+            self.write_in_place(o, dir, false, true, |f| write(f, prefix))?;
         }
         Err(io_error(&format!(
             "a torn write: {n} of {} bytes written",

@@ -11,7 +11,8 @@ use std::path::Path;
 
 impl FileObjectStore {
     /// Changes object `o`'s file in place with `edit`, unless it is sealed: then `edit`
-    /// changes a copy, which replaces it. Durable before it returns.
+    /// changes a copy, which replaces it. Durable before it returns. Without `create`,
+    /// an object this store does not hold is [`StoreError::NotFound`], never made.
     ///
     /// The file is opened and changed under the object's lock (its fsync is not), so no
     /// whole file is renamed over the object between the open and the change (another
@@ -24,18 +25,24 @@ impl FileObjectStore {
         o: ObjectId,
         dir: &Path,
         append: bool,
+        create: bool,
         edit: impl FnOnce(&File) -> std::io::Result<()>,
     ) -> Result<(), StoreError> {
         let path = self.object_path(o);
         let file = {
             let _object = self.object_lock(o);
             let opened = OpenOptions::new()
-                .create(true)
+                .create(create)
                 .truncate(false)
                 .write(true)
                 .append(append)
                 .mode(OBJECT_FILE_MODE)
                 .open(&path);
+            if let Err(e) = &opened {
+                if !create && e.kind() == ErrorKind::NotFound {
+                    return Err(StoreError::NotFound);
+                }
+            }
             let sealed = match &opened {
                 // The OSD's account may not open its sealed files for writing...
                 Err(e) => e.kind() == ErrorKind::PermissionDenied,
