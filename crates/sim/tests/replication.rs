@@ -19,7 +19,9 @@
 //! On those seeds a quarter of the puts are of a whole number of stripes, so that a put's
 //! look past its end and a read's look at the next stripe meet hung copies too, and files
 //! are also truncated (shorter, longer, to whole stripes or to nothing) and unlinked: an
-//! unlinked path never reads back (`OP_REGRESSIONS`).
+//! unlinked path never reads back (`OP_REGRESSIONS`); then written into through handles
+//! and renamed over each other; and, without disk faults, new files are stored in
+//! plaintext too (not written into nor grown: see `replication/extras.rs`).
 //! A second test runs the same over
 //! two MDS instances sharing one database (issue 42; with the lease off, its seed 202
 //! fails the same way).
@@ -652,7 +654,7 @@ fn run_on(seed: u64, instances: usize) {
         && !HANG_REGRESSIONS_TWO_INSTANCES.contains(&seed))
     .then(|| (ChaCha8Rng::seed_from_u64(seed ^ 0x3a11_5717), 0u32));
     // Truncations and unlinks, writes into files and renames, on the same seeds.
-    let mut extras = Extras::new(seed, wholes.is_some());
+    let mut extras = Extras::new(seed, wholes.is_some(), faulty);
     // Paths removed and not written since: never read back.
     let mut gone: BTreeSet<String> = BTreeSet::new();
     for step in 0..STEPS {
