@@ -424,16 +424,30 @@ fn put_task(
     path: &str,
     data: &[u8],
 ) -> maat_net::memory::Task<Placed> {
-    let (writer, p, d) = (admin.clone(), path.to_string(), data.to_vec());
-    sim.spawn("put", move || {
-        (recorded(&writer, &p), placed_after(&writer, &p, &d))
-    })
+    put_task_with(sim, admin, path, data, None)
 }
 
-/// After a put of `d` to `p`: where its stripes' copies are, and which are recorded as
-/// missed.
-fn placed_after(writer: &Client, p: &str, d: &[u8]) -> Stripes {
-    placed_after_change(writer, p, d.len() as u64, || put(writer, p, d))
+/// [`put_task`], a new file encrypted or not as `encrypt` says (`None`: the cluster's
+/// default).
+fn put_task_with(
+    sim: &SimCluster,
+    admin: &Arc<Client>,
+    path: &str,
+    data: &[u8],
+    encrypt: Option<bool>,
+) -> maat_net::memory::Task<Placed> {
+    let (writer, p, d) = (admin.clone(), path.to_string(), data.to_vec());
+    sim.spawn("put", move || {
+        let put = || {
+            writer
+                .put_with(&mut &d[..], d.len() as u64, &p, encrypt, &mut |_| {})
+                .map(drop)
+        };
+        (
+            recorded(&writer, &p),
+            placed_after_change(&writer, &p, d.len() as u64, put),
+        )
+    })
 }
 
 /// After `change` left `p` `len` bytes long: where its stripes' copies are, and which

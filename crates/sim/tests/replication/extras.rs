@@ -162,7 +162,7 @@ impl Extras {
                 let fill = ops.next_u64() as u8;
                 let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(5) ^ fill).collect();
                 gone.remove(&path);
-                let task = plain_put_task(sim, admin, &path, &data);
+                let task = put_task_with(sim, admin, &path, &data, Some(false));
                 finish(sim, at);
                 settle(task, model, down, lax, path, data.into(), at);
                 self.plain += 1;
@@ -320,28 +320,6 @@ fn write_task(
         (
             recorded_before,
             placed_after_change(&writer, &p, len, write),
-        )
-    })
-}
-
-/// A put of a new file stored in plaintext as a simulated task, giving the copies of each
-/// stripe as [`put_task`] does.
-fn plain_put_task(
-    sim: &SimCluster,
-    admin: &Arc<Client>,
-    path: &str,
-    data: &[u8],
-) -> maat_net::memory::Task<Placed> {
-    let (writer, p, d) = (admin.clone(), path.to_string(), data.to_vec());
-    sim.spawn("plain put", move || {
-        let put = || {
-            writer
-                .put_with(&mut &d[..], d.len() as u64, &p, Some(false), &mut |_| {})
-                .map(drop)
-        };
-        (
-            recorded(&writer, &p),
-            placed_after_change(&writer, &p, d.len() as u64, put),
         )
     })
 }
