@@ -333,10 +333,11 @@ pub(crate) fn run(cluster: &Option<PathBuf>, command: FileCommand) -> Result<()>
             c.unlink(&path)?;
             let left = c.client_stats().removals_left.saturating_sub(before);
             if left > 0 {
+                let copies = if left == 1 { "copy" } else { "copies" };
                 eprintln!(
-                    "maat: {path} removed; {left} copies of its objects were on OSDs that \
-                     did not answer and stay there, unnamed: no open can reach them, but \
-                     their space is not reclaimed (a known gap)"
+                    "maat: {path} removed; {left} {copies} of its objects could not be \
+                     removed (their OSDs down, hung or refusing) and stay there, unnamed: \
+                     no open can reach them, but their space is not reclaimed (a known gap)"
                 );
             }
             Ok(())

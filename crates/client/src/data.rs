@@ -433,12 +433,16 @@ impl Client {
     /// OSD down or hung) keeps its bytes, unnamed, counted in
     /// `ClientStats::removals_left`; before, an unlink failed whenever one OSD holding a
     /// copy was down, its name gone all the same. Every request is watched: a hung OSD
-    /// is given up on once the MDS reports it down, and the window's later requests to
-    /// it fail unsent, however many copies the partition keeps.
+    /// is given up on once the MDS reports it down, however many copies the partition
+    /// keeps, and the giving-up lane's later requests to it fail unsent (its other lane
+    /// gives up at its own next look, within `CHANGE_WATCH_EVERY`). An object no copy
+    /// took the removal of fails the unlink, once every other object was tried.
     fn remove_objects(&self, opened: &Opened) -> Result<()> {
         let stripes = stripes_for(opened.stat.size).max(1);
         let window = self.stripes_in_flight()?.max(1);
         let mut first = 0;
+        // Objects no copy took the removal of, and the first failure seen.
+        let (mut unremoved, mut failure) = (0u32, None);
         while first < stripes {
             let end = first.saturating_add(window).min(stripes);
             let mut calls = Vec::new();
@@ -457,7 +461,6 @@ impl Client {
             let mut left = 0;
             for (sent, skipped) in per_stripe {
                 let mut took = 0;
-                let mut failure = None;
                 for (osd, answer) in answers.by_ref().take(sent) {
                     self.note_answer(osd, &answer);
                     match answer {
@@ -467,18 +470,21 @@ impl Client {
                         }
                     }
                 }
-                if took == 0 {
-                    // (No copy took it: the first answer says why.)
-                    return Err(
-                        failure.unwrap_or_else(|| ClientError::Internal("no copy asked".into()))
-                    );
-                }
+                // (No copy took it: the first failure says why, once every other object
+                // was tried.)
+                unremoved += u32::from(took == 0);
                 left += sent - took + skipped;
             }
             self.stats.lock().removals_left += left as u64;
             first = end;
         }
-        Ok(())
+        match (unremoved, failure) {
+            (0, _) => Ok(()),
+            (_, Some(e)) => Err(e),
+            (n, None) => Err(ClientError::Internal(format!(
+                "{n} objects of the removed file reached no copy"
+            ))),
+        }
     }
 
     /// The kept open of `path` whose capability (a Maat one, not T10 credentials) lets

@@ -381,12 +381,31 @@ impl Client {
                     },
                 ));
             }
+            let mut cut_missing = false;
             for answer in self.windowed(&opened, calls)? {
                 match answer {
                     Ok(_) => {}
-                    Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {}
+                    Err(ClientError::Refused(e)) if e.code == ErrorCode::NoSuchObject => {
+                        cut_missing = true;
+                    }
                     Err(e) => return Err(e),
                 }
+            }
+            if cut_missing {
+                // No copy holds the new last stripe (another writer cut the file shorter
+                // than this handle knows): it is made of zeros up to the new size, as the
+                // cut made it before OSDs refused to cut what they do not hold.
+                let (osd, object) = self.stripe_target(&opened, keep - 1)?;
+                let zeros = OsdRequest {
+                    capability: opened.capability.clone(),
+                    command: OsdCommand::Write {
+                        object,
+                        offset: 0,
+                        data: vec![0u8; within as usize],
+                        replace: true,
+                    },
+                };
+                self.data_call(&opened, osd, zeros)?;
             }
             self.remove_stripes_range(&opened, keep, known)?;
             handle.size = size;

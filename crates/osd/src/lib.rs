@@ -174,8 +174,10 @@ pub trait ObjectStore: Send + Sync {
         Ok(None)
     }
     /// Writes at `offset` (`replace`: the object becomes exactly `data`, atomically); durable
-    /// before it returns. `digest` is `data`'s [`protection::data_digest`] when the
-    /// request's check computed it; a store may keep it for reads of exactly these bytes.
+    /// before it returns. A cut (`replace` past offset 0) of an object the store does not
+    /// hold is [`StoreError::NotFound`], never made. `digest` is `data`'s
+    /// [`protection::data_digest`] when the request's check computed it; a store may keep
+    /// it for reads of exactly these bytes.
     fn write(
         &self,
         auth: &Authorized,

@@ -383,8 +383,14 @@ impl ObjectStore for FileObjectStore {
         // where the object's bytes belong, taken as current (a copy whose disk was lost;
         // found by the replication simulation, seed 103).
         let cut = replace && offset > 0;
-        if cut && !self.object_path(o).exists() {
-            return Err(StoreError::NotFound);
+        if cut {
+            // (Also decided under the object's lock below, on the path without faults;
+            // an error other than "not found" is the disk's, never taken as missing.)
+            match fs::symlink_metadata(self.object_path(o)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound),
+                Err(e) => return Err(e.into()),
+            }
         }
         if let Some(fault) = self.write_fault(data.len()) {
             let write = |f: &File, d: &[u8]| f.write_all_at(d, offset);

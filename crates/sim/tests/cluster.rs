@@ -661,3 +661,85 @@ fn a_cut_of_an_object_a_copy_lost_never_makes_it_of_zeros() {
     }
     assert!(get(&mut admin, "/c").unwrap()[..] == data[..size]);
 }
+
+/// A truncation through a handle that knows the file longer than it is (another writer
+/// cut it since) makes the new last stripe of zeros when no copy holds it, as the OSDs
+/// made it before they refused to cut what they do not hold: the file reads as its
+/// size says, never "data missing".
+#[test]
+fn a_stale_handles_truncation_past_another_writers_cut_reads_as_zeros() {
+    let sim = SimCluster::start(7, 4).unwrap();
+    let mut admin = sim.admin().unwrap();
+    let other = sim.admin().unwrap();
+    let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
+    let data = content(2 * unit);
+    admin
+        .put_with(
+            &mut &data[..],
+            data.len() as u64,
+            "/s",
+            Some(false),
+            &mut |_| {},
+        )
+        .unwrap();
+    let flags = maat_client::OpenFlags {
+        write: true,
+        create: None,
+        exclusive: false,
+        truncate: false,
+    };
+    let mut stale = admin.open_file("/s", flags).unwrap();
+    let mut cutter = other.open_file("/s", flags).unwrap();
+    other.truncate_file(&mut cutter, unit as u64).unwrap();
+    admin.truncate_file(&mut stale, unit as u64 + 5).unwrap();
+    let mut want = data[..unit].to_vec();
+    want.extend_from_slice(&[0u8; 5]);
+    assert!(get(&mut admin, "/s").unwrap() == want);
+}
+
+/// An unlink whose objects one cannot be removed from any copy (every OSD holding it
+/// down) still removes the others and counts what it left, then fails: the name is gone.
+#[test]
+fn an_unlink_that_reaches_no_copy_of_an_object_still_removes_the_rest() {
+    let sim = SimCluster::start(8, 4).unwrap();
+    let mut admin = sim.admin().unwrap();
+    let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
+    let data = content(2 * unit);
+    // A file whose stripe 0 has a copy on the one OSD that holds no copy of stripe 1.
+    let (path, id, spare) = (0..8)
+        .find_map(|i| {
+            let path = format!("/u{i}");
+            put(&mut admin, &path, &data);
+            let id = admin.stat(&path).unwrap().id;
+            let one = admin.copies_of("default", id, 1).unwrap();
+            let spare = (1..=4).find(|o| !one.contains(o)).unwrap();
+            admin
+                .copies_of("default", id, 0)
+                .unwrap()
+                .contains(&spare)
+                .then_some((path, id, spare))
+        })
+        .unwrap();
+    let opened = admin.open(&path, Access::Read, None).unwrap();
+    for osd in (1..=4).filter(|o| *o != spare) {
+        sim.net().set_down(&osd_address(osd), true);
+    }
+    let before = admin.client_stats().removals_left;
+    assert!(admin.unlink(&path).is_err());
+    // Stripe 1's three copies, and stripe 0's two on OSDs down.
+    assert_eq!(admin.client_stats().removals_left - before, 5);
+    let object = maat_proto::msg::ObjectId {
+        partition: maat_proto::msg::DATA_PARTITION,
+        file: id,
+        stripe: 0,
+    };
+    let read = maat_proto::msg::OsdRequest {
+        capability: opened.capability.clone(),
+        command: maat_proto::msg::OsdCommand::GetAttributes { object },
+    };
+    assert_eq!(code(admin.osd_call(spare, read)), ErrorCode::NoSuchObject);
+    for osd in 1..=4 {
+        sim.net().set_down(&osd_address(osd), false);
+    }
+    assert_eq!(code(admin.stat(&path)), ErrorCode::NoSuchFile);
+}
