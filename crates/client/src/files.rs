@@ -37,6 +37,14 @@ impl OpenFlags {
         exclusive: false,
         truncate: false,
     };
+
+    /// Reading and writing an existing file, as it is.
+    pub const READ_WRITE: OpenFlags = OpenFlags {
+        write: true,
+        create: None,
+        exclusive: false,
+        truncate: false,
+    };
 }
 
 /// An open file: its identity, capability and current size.

@@ -15,6 +15,18 @@ use maat_sim::{osd_address, SimCluster};
 mod common;
 use common::{content, counter, get, put};
 
+/// Stores `data` at `path` as a new file in plaintext (`maat put --no-encrypt`).
+fn put_plain(c: &Client, path: &str, data: &[u8]) {
+    c.put_with(
+        &mut &data[..],
+        data.len() as u64,
+        path,
+        Some(false),
+        &mut |_| {},
+    )
+    .unwrap();
+}
+
 fn code(r: Result<impl std::fmt::Debug, ClientError>) -> ErrorCode {
     match r {
         Err(e) => e
@@ -515,12 +527,7 @@ fn a_file_grown_onto_a_stripe_boundary_reads_no_stripe_a_failed_write_left() {
     let sim = SimCluster::start(3, 4).unwrap();
     let mut admin = sim.admin().unwrap();
     let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
-    let flags = maat_client::OpenFlags {
-        write: true,
-        create: None,
-        exclusive: false,
-        truncate: false,
-    };
+    let flags = maat_client::OpenFlags::READ_WRITE;
     for grow_by_write in [false, true] {
         let path = format!("/grown-{grow_by_write}");
         let data = content(1000);
@@ -563,15 +570,7 @@ fn a_jobs_read_with_a_stripe_unreachable_fails_and_is_never_short() {
     let (path, spare) = (0..8)
         .find_map(|i| {
             let path = format!("/p/f{i}");
-            admin
-                .put_with(
-                    &mut &data[..],
-                    data.len() as u64,
-                    &path,
-                    Some(false),
-                    &mut |_| {},
-                )
-                .unwrap();
+            put_plain(&admin, &path, &data);
             let id = admin.stat(&path).unwrap().id;
             let one = admin.copies_of("plain", id, 1).unwrap();
             let spare = (1..=4).find(|o| !one.contains(o)).unwrap();
@@ -614,25 +613,12 @@ fn a_cut_of_an_object_a_copy_lost_never_makes_it_of_zeros() {
     let mut admin = sim.admin().unwrap();
     let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
     let data = content(2 * unit);
-    admin
-        .put_with(
-            &mut &data[..],
-            data.len() as u64,
-            "/c",
-            Some(false),
-            &mut |_| {},
-        )
-        .unwrap();
+    put_plain(&admin, "/c", &data);
     let id = admin.stat("/c").unwrap().id;
     let copies = admin.copies_of("default", id, 1).unwrap();
     let lost = copies[0];
     sim.lose_osd_objects(lost).unwrap();
-    let flags = maat_client::OpenFlags {
-        write: true,
-        create: None,
-        exclusive: false,
-        truncate: false,
-    };
+    let flags = maat_client::OpenFlags::READ_WRITE;
     let mut handle = admin.open_file("/c", flags).unwrap();
     let size = unit + unit / 2;
     admin.truncate_file(&mut handle, size as u64).unwrap();
@@ -673,21 +659,8 @@ fn a_stale_handles_truncation_past_another_writers_cut_reads_as_zeros() {
     let other = sim.admin().unwrap();
     let unit = maat_proto::msg::STRIPE_UNIT_BYTES as usize;
     let data = content(2 * unit);
-    admin
-        .put_with(
-            &mut &data[..],
-            data.len() as u64,
-            "/s",
-            Some(false),
-            &mut |_| {},
-        )
-        .unwrap();
-    let flags = maat_client::OpenFlags {
-        write: true,
-        create: None,
-        exclusive: false,
-        truncate: false,
-    };
+    put_plain(&admin, "/s", &data);
+    let flags = maat_client::OpenFlags::READ_WRITE;
     let mut stale = admin.open_file("/s", flags).unwrap();
     let mut cutter = other.open_file("/s", flags).unwrap();
     other.truncate_file(&mut cutter, unit as u64).unwrap();

@@ -3,14 +3,6 @@
 
 use super::*;
 
-/// An open of an existing file for reading and writing, through a handle.
-pub(super) const READ_WRITE: maat_client::OpenFlags = maat_client::OpenFlags {
-    write: true,
-    create: None,
-    exclusive: false,
-    truncate: false,
-};
-
 /// A truncation of `path` to `size` bytes (through a handle, as FUSE and Python do) as a
 /// simulated task, giving the copies of each stripe as [`put_task`] does.
 fn truncate_task(
@@ -23,7 +15,7 @@ fn truncate_task(
     sim.spawn("truncate", move || {
         let recorded_before = recorded(&writer, &p);
         let cut = || {
-            let mut handle = writer.open_file(&p, READ_WRITE)?;
+            let mut handle = writer.open_file(&p, maat_client::OpenFlags::READ_WRITE)?;
             writer.truncate_file(&mut handle, size)
         };
         (recorded_before, placed_after_change(&writer, &p, size, cut))
@@ -313,7 +305,7 @@ fn write_task(
     sim.spawn("write", move || {
         let recorded_before = recorded(&writer, &p);
         let write = || {
-            let mut handle = writer.open_file(&p, READ_WRITE)?;
+            let mut handle = writer.open_file(&p, maat_client::OpenFlags::READ_WRITE)?;
             writer.write_file_at(&mut handle, offset, &bytes)?;
             writer.flush_file(&mut handle)
         };
